@@ -1,0 +1,28 @@
+#pragma once
+// A read-only view of a weight tensor in model memory (mmap'd file or owned buffer). Dimensions are in
+// GGUF/ggml order: ne[0] is the contiguous row length, ne[1] the number of rows.
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace kvserve {
+
+struct Tensor {
+  std::string name;
+  DType type = DType::F32;
+  std::array<int64_t, 4> ne{1, 1, 1, 1};
+  int n_dims = 0;
+  const void* data = nullptr;
+
+  int64_t cols() const { return ne[0]; }
+  int64_t rows() const { return ne[1] * ne[2] * ne[3]; }
+  int64_t elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  size_t row_size() const { return row_bytes(type, ne[0]); }
+  size_t bytes() const { return row_size() * static_cast<size_t>(rows()); }
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_size(); }
+  bool valid() const { return data != nullptr; }
+};
+
+}  // namespace kvserve

@@ -1,0 +1,44 @@
+#pragma once
+// One persistent pool of worker threads for the whole process. Kernels split their work with
+// parallel_for; nothing creates threads per operation. Workers spin briefly between jobs (a decode step
+// issues hundreds of small jobs back to back) and then sleep on a futex so an idle server costs nothing.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace kvserve {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Runs fn(thread_index, n_threads) once on every thread (the caller is thread 0) and returns when all
+  // are done. Not reentrant: call it from one thread at a time.
+  void run(const std::function<void(int, int)>& fn);
+
+  // Splits [0, n) into at most size() contiguous ranges, each a multiple of `grain` (except the last).
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+
+  // The process-wide pool. Its size is set once by set_global_threads (default: hardware threads).
+  static ThreadPool& global();
+  static void set_global_threads(int n);
+
+ private:
+  void worker(int index);
+
+  int n_threads_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace kvserve

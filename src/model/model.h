@@ -1,0 +1,53 @@
+#pragma once
+// A loaded model: hyper-parameters, weight views, vocabulary and tokenizer. Weights point into memory
+// owned by `storage` (mmap'd files or converted buffers) and live as long as the Model.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
+#include "model/vocab.h"
+
+namespace kvserve {
+
+struct LayerWeights {
+  Tensor attn_norm;
+  Tensor wq, wk, wv, wo;
+  Tensor bq, bk, bv;  // optional biases (Qwen2)
+  Tensor ffn_norm;
+  Tensor w_gate, w_up, w_down;
+};
+
+struct Model {
+  std::string path;    // what the user passed
+  std::string format;  // "gguf", "llama2c", "hf"
+  ModelConfig config;
+  Vocab vocab;
+  Tensor tok_embd;
+  Tensor output_norm;
+  Tensor output;  // == tok_embd when config.tied_output
+  std::vector<LayerWeights> layers;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<std::shared_ptr<const void>> storage;
+
+  // Total bytes of weights read per decoded token (for bandwidth figures).
+  size_t weight_bytes() const;
+};
+
+struct LoadOptions {
+  std::string tokenizer_path;  // llama2.c: tokenizer.bin when not beside the checkpoint
+  // Called with fraction in [0, 1] while loading (for a progress bar); may be empty.
+  std::function<void(float)> progress;
+};
+
+// Detects the format: a directory is a Hugging Face folder, a file starting with "GGUF" is GGUF, any
+// other file is a llama2.c checkpoint. Throws Error naming the file and the problem.
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts = {});
+
+// Checks shapes and types of every weight against config; throws Error naming the tensor.
+void validate_model(const Model& m);
+
+}  // namespace kvserve

@@ -1,0 +1,41 @@
+#pragma once
+// Architecture hyper-parameters, filled by every loader (GGUF, llama2.c, Hugging Face). A forward
+// builder reads only this and the weights, so a new model family is data plus one builder.
+#include <string>
+
+namespace kvserve {
+
+enum class RopeStyle {
+  Interleaved,  // rotate pairs (2i, 2i+1): llama.cpp's "llama", llama2.c
+  NeoX,         // rotate pairs (i, i + n_rot/2): qwen2, Hugging Face llama weights
+};
+
+struct RopeScaling {
+  enum class Type { None, Linear, Llama3 } type = Type::None;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_context = 8192;
+};
+
+struct ModelConfig {
+  std::string arch = "llama";  // GGUF general.architecture
+  std::string name;            // human-readable model name
+  int n_vocab = 0;
+  int n_embd = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int n_ff = 0;
+  int n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+  int n_rot = 0;  // rotated dims per head (== head_dim for every supported model)
+  RopeStyle rope_style = RopeStyle::Interleaved;
+  RopeScaling rope_scaling;
+  bool tied_output = false;  // output projection is token_embd
+  bool qkv_bias = false;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,38 @@
+#pragma once
+// Everything a tokenizer needs, as the model file states it. Loaders fill this; Tokenizer::create builds
+// the matching algorithm from it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvserve {
+
+enum class TokenType : int32_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6,
+};
+
+struct Vocab {
+  enum class Kind { SPM, BPE, WPM } kind = Kind::SPM;
+  std::string pre;  // pre-tokenizer name, GGUF "tokenizer.ggml.pre" ("default", "llama-bpe", "qwen2", ...)
+  std::vector<std::string> tokens;
+  std::vector<float> scores;          // SPM merge priority; may be empty for BPE
+  std::vector<TokenType> token_types;  // same length as tokens
+  std::vector<std::string> merges;     // BPE "a b" pairs in rank order
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t eot_id = -1;  // end-of-turn, e.g. <|im_end|>; -1 when none
+  int32_t unk_id = -1;
+  int32_t pad_id = -1;
+  bool add_bos = true;
+  bool add_eos = false;
+  bool add_space_prefix = true;  // SPM dummy prefix
+  std::string chat_template;     // Jinja source from the file, may be empty
+};
+
+}  // namespace kvserve
