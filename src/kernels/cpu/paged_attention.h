@@ -1,0 +1,35 @@
+#pragma once
+// Attention of a chunk of query tokens of one sequence against its K/V in the paged cache, read through
+// the sequence's block table with flash-style online softmax (no full score matrix).
+//
+// Cache layout of one layer: block b starts at k_cache + b * block_stride (same for V), and inside a
+// block the layout is [kv_head][slot][head_dim] (block_stride = n_kv_heads * block_size * head_dim), so
+// a query group reads its KV head's slots contiguously.
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace kvserve {
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;  // [n_tokens][n_heads][head_dim]
+  float* out = nullptr;      // [n_tokens][n_heads][head_dim]
+  int n_tokens = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;  // query head h uses kv head h / (n_heads / n_kv_heads)
+  int head_dim = 0;
+  const int32_t* block_table = nullptr;  // logical block -> physical block
+  int block_size = 16;
+  int64_t pos0 = 0;  // query token i sits at position pos0 + i and attends to positions [0, pos0 + i]
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  int64_t block_stride = 0;  // floats per block
+  float scale = 1.0f;        // usually 1/sqrt(head_dim)
+};
+
+// Fast path (AVX2 when available), parallel over (token, kv head) pairs.
+void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool = ThreadPool::global());
+// Scalar reference with the same online-softmax algorithm.
+void paged_attention_ref(const PagedAttentionArgs& a);
+
+}  // namespace kvserve

@@ -1,0 +1,60 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+
+using namespace kvserve;
+
+TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 7, 64, 1000}) {
+    for (int64_t grain : {1, 4, 16}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      }, grain);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+TEST(ThreadPool, RunGivesEachThreadItsIndex) {
+  ThreadPool pool(4);
+  for (int rep = 0; rep < 200; ++rep) {
+    std::vector<std::atomic<int>> seen(4);
+    pool.run([&](int ti, int nt) {
+      ASSERT_EQ(nt, 4);
+      seen[ti]++;
+    });
+    for (auto& s : seen) ASSERT_EQ(s.load(), 1);
+  }
+}
+
+TEST(Fp16, RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = fp16_to_fp32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(fp32_to_fp16(f), h) << h;
+  }
+}
+
+TEST(Fp16, RoundsToNearestEven) {
+  EXPECT_EQ(fp32_to_fp16(1.0f), 0x3c00);
+  EXPECT_EQ(fp16_to_fp32(fp32_to_fp16(1.0f + 1.0f / 4096)), 1.0f);  // exactly half an ulp: ties to even
+  EXPECT_EQ(fp16_to_fp32(fp32_to_fp16(65520.0f)), INFINITY);
+  EXPECT_EQ(fp32_to_bf16(1.00390625f), 0x3f80);  // tie to even
+  EXPECT_EQ(bf16_to_fp32(fp32_to_bf16(-2.5f)), -2.5f);
+}
+
+TEST(DType, RowBytesMatchGgmlBlocks) {
+  EXPECT_EQ(row_bytes(DType::Q8_0, 256), 8u * 34);
+  EXPECT_EQ(row_bytes(DType::Q4_K, 512), 2u * 144);
+  EXPECT_EQ(row_bytes(DType::Q6_K, 256), 210u);
+  EXPECT_EQ(row_bytes(DType::F16, 10), 20u);
+  EXPECT_FALSE(dtype_info(99u).has_value());
+}
