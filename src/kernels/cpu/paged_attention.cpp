@@ -1,0 +1,141 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/paged_attention_impl.h"
+
+namespace kvserve {
+
+namespace {
+
+void validate(const PagedAttentionArgs& a) {
+  if (a.n_tokens < 0) fail("paged_attention: n_tokens {} is negative", a.n_tokens);
+  if (a.n_heads <= 0 || a.n_kv_heads <= 0 || a.head_dim <= 0)
+    fail("paged_attention: bad shape n_heads={} n_kv_heads={} head_dim={}", a.n_heads, a.n_kv_heads, a.head_dim);
+  if (a.n_heads % a.n_kv_heads != 0)
+    fail("paged_attention: n_heads {} is not a multiple of n_kv_heads {}", a.n_heads, a.n_kv_heads);
+  if (a.block_size <= 0) fail("paged_attention: block_size {} must be positive", a.block_size);
+  if (a.pos0 < 0) fail("paged_attention: pos0 {} is negative", a.pos0);
+  const int64_t min_stride = int64_t{a.n_kv_heads} * a.block_size * a.head_dim;
+  if (a.block_stride < min_stride)
+    fail("paged_attention: block_stride {} is smaller than n_kv_heads*block_size*head_dim = {}", a.block_stride,
+         min_stride);
+  if (a.n_tokens > 0 && (!a.q || !a.out || !a.block_table || !a.k_cache || !a.v_cache))
+    fail("paged_attention: null pointer argument");
+}
+
+// Portable worker, also the body of the reference. One item = (token, kv head): the KV head's slots of
+// each block are read once and serve every query head of its group. Softmax is online per block: the
+// block's scores are computed, the running max moves once, and the accumulator is rescaled once.
+void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end) {
+  const int group = a.n_heads / a.n_kv_heads;
+  const int hd = a.head_dim;
+  const int bs = a.block_size;
+  // Scratch per thread: scores [group][block_size], accumulators [group][head_dim], max and sum per head.
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(group) * (bs + hd + 2));
+  float* scores = scratch.data();
+  float* acc = scores + static_cast<size_t>(group) * bs;
+  float* run_max = acc + static_cast<size_t>(group) * hd;
+  float* run_sum = run_max + group;
+
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t t = item / a.n_kv_heads;
+    const int kvh = static_cast<int>(item % a.n_kv_heads);
+    const int64_t last_pos = a.pos0 + t;  // causal: attends to [0, last_pos]
+    const float* q = a.q + (t * a.n_heads + int64_t{kvh} * group) * hd;
+    std::fill(acc, acc + static_cast<size_t>(group) * hd, 0.0f);
+    std::fill(run_max, run_max + group, -std::numeric_limits<float>::infinity());
+    std::fill(run_sum, run_sum + group, 0.0f);
+
+    const int64_t n_blocks = last_pos / bs + 1;
+    for (int64_t lb = 0; lb < n_blocks; ++lb) {
+      const int64_t phys = a.block_table[lb];
+      const int64_t head_off = phys * a.block_stride + int64_t{kvh} * bs * hd;
+      const float* kb = a.k_cache + head_off;
+      const float* vb = a.v_cache + head_off;
+      const int n_valid = static_cast<int>(std::min<int64_t>(bs, last_pos + 1 - lb * bs));
+
+      for (int s = 0; s < n_valid; ++s) {
+        const float* k = kb + static_cast<size_t>(s) * hd;
+        for (int h = 0; h < group; ++h) {
+          const float* qh = q + static_cast<size_t>(h) * hd;
+          float dot = 0.0f;
+          for (int d = 0; d < hd; ++d) dot += qh[d] * k[d];
+          scores[h * bs + s] = dot * a.scale;
+        }
+      }
+      for (int h = 0; h < group; ++h) {
+        float* sc = scores + h * bs;
+        const float block_max = *std::max_element(sc, sc + n_valid);
+        const float new_max = std::max(run_max[h], block_max);
+        const float correction = std::exp(run_max[h] - new_max);  // 0 on the first block (-inf)
+        float* acc_h = acc + static_cast<size_t>(h) * hd;
+        if (correction != 1.0f) {
+          for (int d = 0; d < hd; ++d) acc_h[d] *= correction;
+        }
+        float sum = run_sum[h] * correction;
+        for (int s = 0; s < n_valid; ++s) {
+          sc[s] = std::exp(sc[s] - new_max);
+          sum += sc[s];
+        }
+        run_sum[h] = sum;
+        run_max[h] = new_max;
+      }
+      for (int s = 0; s < n_valid; ++s) {
+        const float* v = vb + static_cast<size_t>(s) * hd;
+        for (int h = 0; h < group; ++h) {
+          const float p = scores[h * bs + s];
+          float* acc_h = acc + static_cast<size_t>(h) * hd;
+          for (int d = 0; d < hd; ++d) acc_h[d] += p * v[d];
+        }
+      }
+    }
+    for (int h = 0; h < group; ++h) {
+      float* o = a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd;
+      const float inv = 1.0f / run_sum[h];  // run_sum >= 1: the max score contributes exp(0)
+      for (int d = 0; d < hd; ++d) o[d] = acc[static_cast<size_t>(h) * hd + d] * inv;
+    }
+  }
+}
+
+bool use_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool cpu_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!cpu_ok) return false;
+  // Read every call (cheap next to the kernel) so tests and benchmarks can flip it at run time.
+  const char* no_simd = std::getenv("KVSERVE_NO_SIMD");
+  return !(no_simd && std::strcmp(no_simd, "1") == 0);
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool) {
+  validate(a);
+  if (a.n_tokens == 0) return;
+  const int64_t n_items = int64_t{a.n_tokens} * a.n_kv_heads;
+  const bool avx2 = use_avx2();
+  pool.parallel_for(n_items, [&](int64_t b, int64_t e) {
+    if (avx2)
+      detail::paged_attention_items_avx2(a, b, e);
+    else
+      attend_items_scalar(a, b, e);
+  });
+}
+
+void paged_attention_ref(const PagedAttentionArgs& a) {
+  validate(a);
+  if (a.n_tokens == 0) return;
+  attend_items_scalar(a, 0, int64_t{a.n_tokens} * a.n_kv_heads);
+}
+
+}  // namespace kvserve
