@@ -1,0 +1,154 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
+
+namespace kvserve {
+
+ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
+    : model_(model),
+      pool_(pool),
+      rope_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
+            model.config.rope_scaling) {}
+
+void ModelRunner::ensure_scratch(int64_t n) {
+  const auto& c = model_.config;
+  auto grow = [](std::vector<float>& v, int64_t size) {
+    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
+  };
+  grow(x_, n * c.n_embd);
+  grow(xn_, n * c.n_embd);
+  grow(q_, n * c.n_heads * c.head_dim);
+  grow(k_, n * c.n_kv_heads * c.head_dim);
+  grow(v_, n * c.n_kv_heads * c.head_dim);
+  grow(attn_, n * c.n_heads * c.head_dim);
+  grow(gate_, n * c.n_ff);
+  grow(up_, n * c.n_ff);
+  grow(tmp_, n * std::max(c.n_embd, c.n_heads * c.head_dim));
+}
+
+namespace {
+void add_bias(float* y, const Tensor& b, int64_t n_tokens, int64_t n) {
+  if (!b.valid()) return;
+  const float* bias = static_cast<const float*>(b.data);
+  for (int64_t t = 0; t < n_tokens; ++t) add_inplace(y + t * n, bias, n);
+}
+}  // namespace
+
+int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config;
+  int64_t n_tokens = 0;
+  for (const auto& s : batch) {
+    if (s.tokens.empty()) fail("forward: a sequence in the batch has no tokens");
+    const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
+    if (static_cast<int64_t>(s.block_table.size()) * kv.block_size < end)
+      fail("forward: block table covers {} positions, sequence needs {}", s.block_table.size() * kv.block_size, end);
+    n_tokens += static_cast<int64_t>(s.tokens.size());
+  }
+  if (n_tokens == 0) return 0;
+  ensure_scratch(n_tokens);
+
+  const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;
+  const int64_t QD = H * D, KD = KVH * D;
+
+  // Embeddings.
+  {
+    int64_t t = 0;
+    for (const auto& s : batch)
+      for (int32_t id : s.tokens) {
+        if (id < 0 || id >= c.n_vocab) fail("forward: token id {} outside vocabulary of {}", id, c.n_vocab);
+        dequantize_row(model_.tok_embd.type, model_.tok_embd.row(id), x_.data() + t * E, E);
+        ++t;
+      }
+  }
+
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  for (int il = 0; il < c.n_layers; ++il) {
+    const LayerWeights& L = model_.layers[il];
+    const float* attn_norm = static_cast<const float*>(L.attn_norm.data);
+    for (int64_t t = 0; t < n_tokens; ++t) rmsnorm(x_.data() + t * E, attn_norm, xn_.data() + t * E, E, c.rms_eps);
+
+    matmul(L.wq, xn_.data(), n_tokens, q_.data(), pool_);
+    matmul(L.wk, xn_.data(), n_tokens, k_.data(), pool_);
+    matmul(L.wv, xn_.data(), n_tokens, v_.data(), pool_);
+    add_bias(q_.data(), L.bq, n_tokens, QD);
+    add_bias(k_.data(), L.bk, n_tokens, KD);
+    add_bias(v_.data(), L.bv, n_tokens, KD);
+
+    // RoPE, then K/V into their cache slots.
+    float* kl = kv.k_layers[il];
+    float* vl = kv.v_layers[il];
+    int64_t t = 0;
+    for (const auto& s : batch) {
+      for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+        const int64_t pos = s.pos0 + static_cast<int64_t>(i);
+        rope_.apply(q_.data() + t * QD, static_cast<int>(H), pos);
+        rope_.apply(k_.data() + t * KD, static_cast<int>(KVH), pos);
+        const int64_t block = s.block_table[pos / kv.block_size];
+        const int64_t slot = pos % kv.block_size;
+        for (int64_t h = 0; h < KVH; ++h) {
+          const int64_t off = block * kv.block_stride + (h * kv.block_size + slot) * D;
+          std::copy_n(k_.data() + t * KD + h * D, D, kl + off);
+          std::copy_n(v_.data() + t * KD + h * D, D, vl + off);
+        }
+      }
+    }
+
+    // Attention, one sequence at a time (each reads only its own blocks).
+    t = 0;
+    for (const auto& s : batch) {
+      PagedAttentionArgs a;
+      a.q = q_.data() + t * QD;
+      a.out = attn_.data() + t * QD;
+      a.n_tokens = static_cast<int>(s.tokens.size());
+      a.n_heads = static_cast<int>(H);
+      a.n_kv_heads = static_cast<int>(KVH);
+      a.head_dim = static_cast<int>(D);
+      a.block_table = s.block_table.data();
+      a.block_size = kv.block_size;
+      a.pos0 = s.pos0;
+      a.k_cache = kl;
+      a.v_cache = vl;
+      a.block_stride = kv.block_stride;
+      a.scale = attn_scale;
+      paged_attention(a, pool_);
+      t += static_cast<int64_t>(s.tokens.size());
+    }
+
+    matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
+    add_inplace(x_.data(), tmp_.data(), n_tokens * E);
+
+    // Feed-forward (SwiGLU).
+    const float* ffn_norm = static_cast<const float*>(L.ffn_norm.data);
+    for (int64_t i = 0; i < n_tokens; ++i) rmsnorm(x_.data() + i * E, ffn_norm, xn_.data() + i * E, E, c.rms_eps);
+    matmul(L.w_gate, xn_.data(), n_tokens, gate_.data(), pool_);
+    matmul(L.w_up, xn_.data(), n_tokens, up_.data(), pool_);
+    silu_mul(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
+    matmul(L.w_down, gate_.data(), n_tokens, tmp_.data(), pool_);
+    add_inplace(x_.data(), tmp_.data(), n_tokens * E);
+  }
+
+  // Output head only for the rows that need logits.
+  int n_out = 0;
+  {
+    int64_t t = 0;
+    for (const auto& s : batch) {
+      t += static_cast<int64_t>(s.tokens.size());
+      if (s.want_logits) {
+        rmsnorm(x_.data() + (t - 1) * E, static_cast<const float*>(model_.output_norm.data), xn_.data() + n_out * E, E,
+                c.rms_eps);
+        ++n_out;
+      }
+    }
+  }
+  if (n_out == 0) return 0;
+  logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
+  matmul(model_.output, xn_.data(), n_out, logits.data(), pool_);
+  return n_out;
+}
+
+}  // namespace kvserve

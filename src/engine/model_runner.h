@@ -1,0 +1,51 @@
+#pragma once
+// One forward pass over every scheduled token of every sequence in a step: the weights are read once per
+// step for the whole batch (each matmul covers all tokens), attention reads each sequence's K/V through
+// its block table. This is the llama-family builder (llama, qwen2); other families get their own.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
+#include "model/model.h"
+
+namespace kvserve {
+
+// Where the K/V of every layer lives: block b of layer l starts at k_layers[l] + b * block_stride, laid out
+// [kv_head][slot][head_dim] (see kernels/cpu/paged_attention.h).
+struct KVCacheView {
+  std::vector<float*> k_layers;
+  std::vector<float*> v_layers;
+  int block_size = 16;
+  int64_t block_stride = 0;
+  int64_t n_blocks = 0;
+};
+
+struct BatchSequence {
+  std::span<const int32_t> tokens;       // tokens of this step, at positions pos0, pos0+1, ...
+  int64_t pos0 = 0;                      // tokens before them already in the cache
+  std::span<const int32_t> block_table;  // covers positions [0, pos0 + tokens.size())
+  bool want_logits = true;               // logits of the last token of this chunk
+};
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(const Model& model, ThreadPool& pool = ThreadPool::global());
+
+  // Runs the step; writes n_vocab logits per sequence with want_logits (in batch order) to `logits`.
+  // Returns the number of logit rows written.
+  int forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits);
+
+  const Model& model() const { return model_; }
+
+ private:
+  void ensure_scratch(int64_t n_tokens);
+
+  const Model& model_;
+  ThreadPool& pool_;
+  Rope rope_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,49 @@
+#pragma once
+// Turns one position's logits into the next token: penalties, then greedy or top-k / temperature /
+// min-p / top-p filtering and a draw from a seeded generator (same seed, same tokens).
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace kvserve {
+
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // Tokens already in the sequence: the prompt first, then each sampled token via accept().
+  void set_prompt(const std::vector<int32_t>& prompt_ids);
+  void accept(int32_t id);
+
+  // Modifies logits in place (penalties, temperature) and returns the chosen id.
+  int32_t sample(float* logits, int32_t n_vocab);
+
+  // Log-probabilities of the distribution the last sample() drew from (after penalties, before
+  // truncation): the chosen token's and the top `params.logprobs` ones. Only when params.logprobs > 0.
+  float last_logprob() const { return last_logprob_; }
+  const std::vector<TokenLogprob>& last_top_logprobs() const { return last_top_; }
+
+  static int32_t argmax(const float* logits, int32_t n_vocab);  // lowest id wins exact ties
+
+ private:
+  void apply_penalties(float* logits, int32_t n_vocab) const;
+  void record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int> prompt_counts_;
+  std::unordered_map<int32_t, int> generated_counts_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+  float last_logprob_ = 0.0f;
+  std::vector<TokenLogprob> last_top_;
+};
+
+}  // namespace kvserve

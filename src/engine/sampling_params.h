@@ -1,0 +1,28 @@
+#pragma once
+// What a request asks of the sampler and the stopping rules; shared by the CLI and the server.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvserve {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  float repetition_penalty = 1.0f;  // HF/llama.cpp style, over prompt + generated tokens
+  float presence_penalty = 0.0f;    // OpenAI style, over generated tokens
+  float frequency_penalty = 0.0f;   // OpenAI style, over generated tokens
+  uint64_t seed = 0;
+  bool has_seed = false;
+  int max_tokens = 256;
+  std::vector<std::string> stop;  // stop strings (not included in the output)
+  bool ignore_eos = false;
+  int logprobs = 0;  // top log-probabilities to report per token (0 = none)
+
+  // Throws Error naming the first out-of-range field.
+  void validate() const;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,29 @@
+#pragma once
+// Applies stop strings to streamed text. Text that could still be the start of a stop string is held
+// back, so a client never receives part of a stop string; once a stop string appears, the text is cut
+// just before it.
+#include <string>
+#include <vector>
+
+namespace kvserve {
+
+class StopChecker {
+ public:
+  explicit StopChecker(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+
+  // Adds newly decoded text; returns the text that is now safe to emit.
+  std::string push(const std::string& text);
+  // Releases whatever is held back (call when generation ends without a stop string).
+  std::string flush();
+
+  bool stopped() const { return stopped_; }
+  const std::string& text() const { return text_; }  // everything emitted so far plus held-back text
+
+ private:
+  std::vector<std::string> stops_;
+  std::string text_;     // all text accepted (cut at the stop string once stopped)
+  size_t emitted_ = 0;   // bytes of text_ already returned
+  bool stopped_ = false;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,76 @@
+#include "kernels/cpu/ops.h"
+
+#include <cmath>
+
+namespace kvserve {
+
+void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
+  // Sum in double: llama.cpp's ggml_vec_norm accumulates the sum of squares in ggml_float (double).
+  double ss = 0.0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(ss / n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (w) {
+    for (int i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
+  } else {
+    for (int i = 0; i < n; ++i) out[i] = x[i] * scale;
+  }
+}
+
+Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling)
+    : head_dim_(head_dim), n_rot_(n_rot > 0 ? n_rot : head_dim), style_(style) {
+  const int half = n_rot_ / 2;
+  // llama.cpp forms theta_i = pos * theta_scale^i by repeated float multiplication; doing the same keeps
+  // our logits within float rounding of its goldens.
+  theta_scale_ = std::pow(base, -2.0f / static_cast<float>(n_rot_));
+  freq_mul_.assign(half, 1.0f);
+  for (int i = 0; i < half; ++i) {
+    if (scaling.type == RopeScaling::Type::Linear) {
+      freq_mul_[i] = 1.0f / scaling.factor;
+    } else if (scaling.type == RopeScaling::Type::Llama3) {
+      // Llama 3.1 frequency-dependent scaling (Meta's reference, HF's _compute_llama3_parameters).
+      const float f = std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot_));
+      const float low_wavelen = scaling.original_context / scaling.low_freq_factor;
+      const float high_wavelen = scaling.original_context / scaling.high_freq_factor;
+      const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+      if (wavelen > low_wavelen) {
+        freq_mul_[i] = 1.0f / scaling.factor;
+      } else if (wavelen >= high_wavelen) {
+        const float smooth = (scaling.original_context / wavelen - scaling.low_freq_factor) /
+                             (scaling.high_freq_factor - scaling.low_freq_factor);
+        freq_mul_[i] = (1.0f - smooth) / scaling.factor + smooth;
+      }
+    }
+  }
+}
+
+void Rope::apply(float* x, int n_heads, int64_t pos) const {
+  const int half = n_rot_ / 2;
+  float theta = static_cast<float>(pos);
+  for (int i = 0; i < half; ++i, theta *= theta_scale_) {
+    const float t = theta * freq_mul_[i];
+    const float c = std::cos(t);
+    const float s = std::sin(t);
+    const int a = style_ == RopeStyle::Interleaved ? 2 * i : i;
+    const int b = style_ == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + static_cast<int64_t>(h) * head_dim_;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * c - x1 * s;
+      v[b] = x0 * s + x1 * c;
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace kvserve

@@ -1,0 +1,35 @@
+#pragma once
+// Elementwise and normalisation kernels of the forward pass, all f32. They are a small share of a
+// step next to the matmuls; written so the compiler vectorises the inner loops.
+#include <cstdint>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace kvserve {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   (w may be null: no gain)
+void rmsnorm(const float* x, const float* w, float* out, int n, float eps);
+
+// Rotates n_heads heads of head_dim floats in place for token position `pos`. Rotates the first n_rot
+// dims of each head; pair layout and frequencies follow the model's RoPE style and scaling.
+class Rope {
+ public:
+  Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling);
+  void apply(float* x, int n_heads, int64_t pos) const;
+
+ private:
+  int head_dim_;
+  int n_rot_;
+  RopeStyle style_;
+  float theta_scale_ = 1.0f;
+  std::vector<float> freq_mul_;  // per rotated pair: 1, or the context-scaling factor
+};
+
+// out[i] = silu(gate[i]) * up[i]
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// x[i] += y[i]
+void add_inplace(float* x, const float* y, int64_t n);
+
+}  // namespace kvserve

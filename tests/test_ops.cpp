@@ -1,0 +1,53 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+
+using namespace kvserve;
+
+TEST(Ops, RmsNormMatchesDefinition) {
+  std::vector<float> x = {1, -2, 3, 0.5f}, w = {1, 2, 0.5f, 1}, out(4);
+  rmsnorm(x.data(), w.data(), out.data(), 4, 1e-5f);
+  const double ms = (1 + 4 + 9 + 0.25) / 4.0;
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], x[i] / std::sqrt(ms + 1e-5) * w[i], 1e-6);
+}
+
+// Reference RoPE straight from the definitions in ../shared/golden/gguf/README.md.
+static void rope_ref(std::vector<float>& x, int head_dim, int64_t pos, float base, bool neox) {
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double theta = pos * std::pow(double(base), -2.0 * i / head_dim);
+    const int a = neox ? i : 2 * i, b = neox ? i + head_dim / 2 : 2 * i + 1;
+    const double x0 = x[a], x1 = x[b];
+    x[a] = float(x0 * std::cos(theta) - x1 * std::sin(theta));
+    x[b] = float(x0 * std::sin(theta) + x1 * std::cos(theta));
+  }
+}
+
+TEST(Ops, RopeMatchesReferenceBothStyles) {
+  for (bool neox : {false, true}) {
+    for (int64_t pos : {0, 1, 7, 100, 511}) {
+      const int hd = 16;
+      std::vector<float> x(2 * hd);
+      for (int i = 0; i < 2 * hd; ++i) x[i] = std::sin(0.3f * i + 1);
+      std::vector<float> h0(x.begin(), x.begin() + hd), h1(x.begin() + hd, x.end());
+      Rope rope(hd, hd, 10000.0f, neox ? RopeStyle::NeoX : RopeStyle::Interleaved, RopeScaling{});
+      rope.apply(x.data(), 2, pos);
+      rope_ref(h0, hd, pos, 10000.0f, neox);
+      rope_ref(h1, hd, pos, 10000.0f, neox);
+      for (int i = 0; i < hd; ++i) {
+        EXPECT_NEAR(x[i], h0[i], 2e-4) << "pos " << pos << " neox " << neox;
+        EXPECT_NEAR(x[hd + i], h1[i], 2e-4);
+      }
+    }
+  }
+}
+
+TEST(Ops, SiluMul) {
+  std::vector<float> g = {0, 1, -2}, u = {3, 2, 1}, o(3);
+  silu_mul(g.data(), u.data(), o.data(), 3);
+  EXPECT_FLOAT_EQ(o[0], 0);
+  EXPECT_NEAR(o[1], 2 * (1 / (1 + std::exp(-1.0))), 1e-6);
+  EXPECT_NEAR(o[2], -2 / (1 + std::exp(2.0)), 1e-6);
+}
