@@ -1,0 +1,104 @@
+#pragma once
+// The serving engine: a background loop that runs continuous batching (vLLM v1 style) over every live
+// request: each step the Scheduler picks prefill chunks and decode tokens within the token budget, the
+// KVCacheManager gives them blocks (or preempts the newest request when it can't), the ModelRunner does
+// one forward over all of them, and the Sampler picks each sequence's next token. Results stream back
+// through per-request callbacks.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "model/model.h"
+
+namespace kvserve {
+
+struct EngineOptions {
+  // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1).
+  double kv_cache_memory = 0.25;
+  int block_size = 16;
+  int max_num_batched_tokens = 512;  // tokens per forward step
+  int max_num_seqs = 64;             // sequences per step
+  int64_t max_model_len = 0;         // 0 = the model's training context
+  bool enable_prefix_caching = true;
+  double prefix_cache_ttl_seconds = 0;  // 0 = cached blocks never expire
+  std::string model_id;                 // part of every block hash
+};
+
+struct TokenInfo {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), when logprobs were asked for
+};
+
+// One delivery to a request's callback. `index` is the choice (0..n-1).
+struct RequestEvent {
+  int index = 0;
+  std::vector<TokenInfo> tokens;  // tokens produced since the last event
+  std::string text;               // text safe to show (stop strings held back / removed)
+  bool finished = false;
+  std::string finish_reason;      // "stop", "length", "abort", or "error"
+  std::string error;              // set when finish_reason == "error"
+  // Usage, filled on the event that finishes a choice:
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+};
+
+struct EngineRequest {
+  std::string id;  // unique, chosen by the caller
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  int n = 1;               // parallel samples: the prompt is computed once and forked copy-on-write
+  std::string cache_salt;  // prefix-cache isolation key (tenant)
+  // Called on the engine thread; must be quick and must not call back into the engine.
+  std::function<void(const RequestEvent&)> on_event;
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;
+  int64_t num_blocks = 0;
+  int64_t free_blocks = 0;   // free and holding no cached prefix
+  int64_t used_blocks = 0;   // held by running sequences
+  int64_t cached_blocks = 0; // free but still holding a cached prefix (reusable)
+  double kv_usage = 0;       // used / total
+  uint64_t prefix_queries = 0, prefix_hits = 0;  // in tokens
+  uint64_t preemptions = 0;
+  uint64_t prompt_tokens = 0, generation_tokens = 0;
+  uint64_t requests_finished = 0;
+};
+
+// Per block: -1 free, -2 cached (free, holds a prefix), otherwise a small owner number
+// (stable per request), and whether it is shared by more than one sequence.
+struct BlockMap {
+  std::vector<int32_t> owner;
+  std::vector<uint8_t> shared;
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, EngineOptions opts);
+  ~Engine();  // stops the loop; unfinished requests get finish_reason "abort"
+
+  // Validates and queues. Throws Error (a 4xx for the server) when the request can never run:
+  // prompt longer than the context, prompt + max_tokens beyond it, more blocks than the whole pool.
+  void add_request(EngineRequest req);
+  // Cancels a request (client went away): its blocks are freed at the next step.
+  void abort_request(const std::string& id);
+  // Stop admitting; returns when every queued and running request has finished.
+  void drain();
+
+  EngineStats stats() const;
+  BlockMap block_map() const;
+  const Model& model() const;
+  const EngineOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvserve
