@@ -1,0 +1,318 @@
+// GGUF → Model: hyper-parameters from "<arch>.*" keys, weights as views into the mapped file, and the
+// vocabulary from "tokenizer.ggml.*" with llama.cpp's defaults (llama-vocab.cpp) for absent keys.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <string_view>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "model/loaders.h"
+
+namespace kvserve {
+
+// Tokenizer::create, or null while no tokenizer is linked in (load_model.cpp; temporary).
+std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab);
+
+namespace {
+
+// What differs between supported architectures. Adding one (gemma, deepseek2, ...) means a row here
+// plus, if its tensors or keys differ, the matching branches below and a forward builder.
+struct ArchTraits {
+  std::string_view name;
+  RopeStyle rope_style;
+  bool qkv_bias;  // attn_{q,k,v}.bias present in every layer
+};
+
+constexpr ArchTraits kArchTable[] = {
+    {"llama", RopeStyle::Interleaved, false},
+    {"qwen2", RopeStyle::NeoX, true},
+};
+
+const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
+  for (const ArchTraits& a : kArchTable)
+    if (a.name == arch) return a;
+  std::string known;
+  for (const ArchTraits& a : kArchTable) known += (known.empty() ? "" : ", ") + std::string(a.name);
+  fail("{}: unsupported architecture '{}' (supported: {})", file, arch, known);
+}
+
+int positive_int(const GGUFFile& f, const std::string& key, uint32_t v) {
+  if (v == 0 || v > (1u << 30)) fail("{}: metadata '{}' = {} is out of range", f.name(), key, v);
+  return static_cast<int>(v);
+}
+
+// Llama-3 RoPE frequency factor for dimension pair i (of n_rot/2), as Meta's reference computes it.
+float llama3_freq_factor(const RopeScaling& s, float base, int n_rot, int i) {
+  const double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+  const double wavelen = 2 * std::numbers::pi / freq;
+  const double low_wavelen = s.original_context / s.low_freq_factor;
+  const double high_wavelen = s.original_context / s.high_freq_factor;
+  if (wavelen < high_wavelen) return 1.0f;
+  if (wavelen > low_wavelen) return s.factor;
+  const double smooth = (s.original_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return static_cast<float>(1.0 / ((1 - smooth) / s.factor + smooth));
+}
+
+void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& c) {
+  const std::string p = arch + ".rope.scaling.";
+  RopeScaling& s = c.rope_scaling;
+  const std::string type = f.find_str(p + "type").value_or("");
+  if (auto factor = f.find_f32(p + "factor")) s.factor = *factor;
+  if (auto v = f.find_f32(p + "low_freq_factor")) s.low_freq_factor = *v;
+  if (auto v = f.find_f32(p + "high_freq_factor")) s.high_freq_factor = *v;
+  if (auto v = f.find_u32(p + "original_context_length")) s.original_context = static_cast<int>(*v);
+
+  if (type == "linear") {
+    s.type = RopeScaling::Type::Linear;
+  } else if (type == "llama3") {
+    s.type = RopeScaling::Type::Llama3;
+  } else if (type.empty() || type == "none") {
+    // Older files give linear scaling as a bare scale.
+    if (auto scale = f.find_f32(arch + ".rope.scale_linear"); scale && *scale != 1.0f) {
+      s.type = RopeScaling::Type::Linear;
+      s.factor = *scale;
+    }
+  } else {
+    fail("{}: rope scaling type '{}' is not supported (supported: none, linear, llama3)", f.name(), type);
+  }
+  if (s.type == RopeScaling::Type::Linear && !(s.factor > 0))
+    fail("{}: rope scaling factor {} must be positive", f.name(), s.factor);
+
+  // llama.cpp's converter writes Llama 3.1+ scaling as a per-dimension factor tensor instead of keys.
+  // The Model has no slot for that tensor, so it is recognised as llama3 scaling (factor = largest
+  // entry, other parameters from the keys or Meta's defaults) and checked entry by entry.
+  if (const GGUFTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    if (t->type != DType::F32 || t->ne[0] != c.n_rot / 2 || t->ne[1] * t->ne[2] * t->ne[3] != 1)
+      fail("{}: tensor 'rope_freqs.weight' must be F32 [{}], found {} [{}, {}]", f.name(), c.n_rot / 2,
+           dtype_name(t->type), t->ne[0], t->ne[1]);
+    std::vector<float> factors(static_cast<size_t>(t->ne[0]));
+    std::memcpy(factors.data(), t->data, factors.size() * sizeof(float));
+    const float max_factor = factors.empty() ? 1.0f : *std::max_element(factors.begin(), factors.end());
+    if (s.type != RopeScaling::Type::Llama3) {
+      s.type = RopeScaling::Type::Llama3;
+      s.factor = max_factor;
+    }
+    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.factor > 0))
+      fail("{}: invalid llama3 rope scaling parameters", f.name());
+    for (size_t i = 0; i < factors.size(); ++i) {
+      const float want = llama3_freq_factor(s, c.rope_base, c.n_rot, static_cast<int>(i));
+      if (std::fabs(factors[i] - want) > 1e-3f * std::max(1.0f, want))
+        fail("{}: tensor 'rope_freqs.weight'[{}] = {} does not match llama3 rope scaling (factor {}, low {}, "
+             "high {}, original context {}) which gives {}; other per-dimension factors are not supported",
+             f.name(), i, factors[i], s.factor, s.low_freq_factor, s.high_freq_factor, s.original_context, want);
+    }
+  }
+  if (s.type == RopeScaling::Type::Llama3 && !(s.high_freq_factor > s.low_freq_factor && s.factor > 0))
+    fail("{}: invalid llama3 rope scaling parameters", f.name());
+}
+
+ModelConfig read_config(const GGUFFile& f) {
+  ModelConfig c;
+  c.arch = f.get_str("general.architecture");
+  const ArchTraits& traits = arch_traits(c.arch, f.name());
+  c.name = f.find_str("general.name").value_or("");
+  const std::string& a = c.arch;
+  c.n_embd = positive_int(f, a + ".embedding_length", f.get_u32(a + ".embedding_length"));
+  c.n_layers = positive_int(f, a + ".block_count", f.get_u32(a + ".block_count"));
+  c.n_heads = positive_int(f, a + ".attention.head_count", f.get_u32(a + ".attention.head_count"));
+  c.n_kv_heads = positive_int(f, a + ".attention.head_count_kv",
+                              f.find_u32(a + ".attention.head_count_kv").value_or(static_cast<uint32_t>(c.n_heads)));
+  c.n_ff = positive_int(f, a + ".feed_forward_length", f.get_u32(a + ".feed_forward_length"));
+  c.n_ctx_train = positive_int(f, a + ".context_length", f.get_u32(a + ".context_length"));
+  c.rms_eps = f.get_f32(a + ".attention.layer_norm_rms_epsilon");
+  c.rope_base = f.find_f32(a + ".rope.freq_base").value_or(10000.0f);
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail("{}: head_count {} is not a multiple of head_count_kv {}", f.name(), c.n_heads, c.n_kv_heads);
+  if (auto kl = f.find_u32(a + ".attention.key_length")) {
+    c.head_dim = positive_int(f, a + ".attention.key_length", *kl);
+    if (auto vl = f.find_u32(a + ".attention.value_length"); vl && *vl != *kl)
+      fail("{}: attention.value_length {} differs from key_length {}; not supported", f.name(), *vl, *kl);
+  } else {
+    if (c.n_embd % c.n_heads != 0)
+      fail("{}: embedding_length {} is not a multiple of head_count {}", f.name(), c.n_embd, c.n_heads);
+    c.head_dim = c.n_embd / c.n_heads;
+  }
+  c.n_rot = positive_int(f, a + ".rope.dimension_count",
+                         f.find_u32(a + ".rope.dimension_count").value_or(static_cast<uint32_t>(c.head_dim)));
+  if (c.n_rot != c.head_dim)
+    fail("{}: rope.dimension_count {} differs from head_dim {}; partial RoPE is not supported", f.name(), c.n_rot,
+         c.head_dim);
+  if (!(c.rms_eps > 0) || !(c.rope_base > 0))
+    fail("{}: rms epsilon {} and rope base {} must be positive", f.name(), c.rms_eps, c.rope_base);
+  c.rope_style = traits.rope_style;
+  c.qkv_bias = traits.qkv_bias;
+  read_rope_scaling(f, a, c);
+  return c;
+}
+
+Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = true) {
+  const GGUFTensorInfo* t = f.find_tensor(name);
+  if (!t) {
+    if (required) fail("{}: required tensor '{}' is missing", f.name(), name);
+    return {};
+  }
+  const DTypeInfo info = dtype_info(t->type);
+  if (!info.supported)
+    fail("{}: unsupported tensor type {} ({}) for '{}'", f.name(), info.name, t->type_id, name);
+  Tensor out;
+  out.name = name;
+  out.type = t->type;
+  out.ne = t->ne;
+  out.n_dims = t->n_dims;
+  out.data = t->data;
+  return out;
+}
+
+constexpr std::string_view kEogTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>",      "_<EOT>",     "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+};
+
+}  // namespace
+
+bool is_eog_token_text(const std::string& text) {
+  return std::find(std::begin(kEogTexts), std::end(kEogTexts), text) != std::end(kEogTexts);
+}
+
+Vocab vocab_from_gguf(const GGUFFile& f) {
+  Vocab v;
+  const std::string model = f.get_str("tokenizer.ggml.model");
+  v.pre = f.find_str("tokenizer.ggml.pre").value_or("default");
+  // Per-type defaults, as llama.cpp's llama_vocab::impl::load sets them before reading the keys.
+  if (model == "llama") {
+    v.kind = Vocab::Kind::SPM;
+    v.bos_id = 1, v.eos_id = 2, v.unk_id = 0, v.pad_id = -1;
+    v.add_bos = true, v.add_eos = false, v.add_space_prefix = true;
+  } else if (model == "gpt2") {
+    v.kind = Vocab::Kind::BPE;
+    v.bos_id = 11, v.eos_id = 11, v.unk_id = -1, v.pad_id = -1;
+    v.add_space_prefix = false, v.add_eos = false;
+    // Only these pre-tokenizers turn BOS on by default; the add_bos_token key overrides either way.
+    const std::string& p = v.pre;
+    v.add_bos = p == "llama3" || p == "llama-v3" || p == "llama-bpe" || p == "falcon3" || p == "tekken" ||
+                p == "chameleon";
+    if (p == "chatglm-bpe" || p == "glm4") v.bos_id = -1;
+  } else if (model == "bert") {
+    v.kind = Vocab::Kind::WPM;
+    v.bos_id = 101, v.eos_id = -1, v.unk_id = 100, v.pad_id = 0;
+    v.add_bos = true, v.add_eos = false, v.add_space_prefix = false;
+  } else {
+    fail("{}: unsupported tokenizer model '{}' (supported: llama, gpt2, bert)", f.name(), model);
+  }
+
+  v.tokens = f.get_str_array("tokenizer.ggml.tokens");
+  const size_t n = v.tokens.size();
+  if (n == 0) fail("{}: tokenizer.ggml.tokens is empty", f.name());
+  if (n > static_cast<size_t>(INT32_MAX)) fail("{}: too many tokens ({})", f.name(), n);
+  for (size_t i = 0; i < n; ++i)
+    if (v.tokens[i].empty()) v.tokens[i] = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp does
+
+  if (auto scores = f.find_f32_array("tokenizer.ggml.scores")) {
+    if (scores->size() != n)
+      fail("{}: tokenizer.ggml.scores has {} entries, tokenizer.ggml.tokens has {}", f.name(), scores->size(), n);
+    v.scores = std::move(*scores);
+  } else {
+    v.scores.assign(n, 0.0f);
+  }
+  v.token_types.assign(n, TokenType::Normal);
+  if (auto types = f.find_i32_array("tokenizer.ggml.token_type")) {
+    if (types->size() != n)
+      fail("{}: tokenizer.ggml.token_type has {} entries, tokenizer.ggml.tokens has {}", f.name(), types->size(),
+           n);
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t t = (*types)[i];
+      v.token_types[i] = (t >= 1 && t <= 6) ? static_cast<TokenType>(t) : TokenType::Undefined;
+    }
+  }
+  if (v.kind == Vocab::Kind::BPE) {
+    v.merges = f.get_str_array("tokenizer.ggml.merges");
+  } else if (auto merges = f.find_str_array("tokenizer.ggml.merges")) {
+    v.merges = std::move(*merges);
+  }
+
+  // Special ids: an out-of-range id keeps the default, as llama.cpp does (it only warns).
+  auto special = [&](const char* key, int32_t& id) {
+    if (auto x = f.find_u32(key); x && *x < n) id = static_cast<int32_t>(*x);
+  };
+  special("tokenizer.ggml.bos_token_id", v.bos_id);
+  special("tokenizer.ggml.eos_token_id", v.eos_id);
+  special("tokenizer.ggml.eot_token_id", v.eot_id);
+  special("tokenizer.ggml.unknown_token_id", v.unk_id);
+  special("tokenizer.ggml.padding_token_id", v.pad_id);
+  if (auto b = f.find_bool("tokenizer.ggml.add_bos_token")) v.add_bos = *b;
+  if (auto b = f.find_bool("tokenizer.ggml.add_eos_token")) v.add_eos = *b;
+  if (auto b = f.find_bool("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = *b;
+  v.chat_template = f.find_str("tokenizer.chat_template").value_or("");
+
+  // End-of-turn / end-of-generation tokens found by text, as llama.cpp does: the first match becomes
+  // eot_id when the file names none, and every match is treated as a control token.
+  for (size_t i = 0; i < n; ++i) {
+    if (!is_eog_token_text(v.tokens[i])) continue;
+    if (v.eot_id < 0) v.eot_id = static_cast<int32_t>(i);
+    v.token_types[i] = TokenType::Control;
+  }
+  return v;
+}
+
+Vocab load_gguf_vocab(const std::string& path) {
+  GGUFFile f(path);
+  return vocab_from_gguf(f);
+}
+
+std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, const LoadOptions& opts) {
+  const GGUFFile& f = *file;
+  if (opts.progress) opts.progress(0.0f);
+  auto m = std::make_unique<Model>();
+  m->path = f.name();
+  m->format = "gguf";
+  m->config = read_config(f);
+  m->vocab = vocab_from_gguf(f);
+  ModelConfig& c = m->config;
+  c.n_vocab = static_cast<int>(m->vocab.tokens.size());
+
+  m->tok_embd = make_tensor(f, "token_embd.weight");
+  m->output_norm = make_tensor(f, "output_norm.weight");
+  m->output = make_tensor(f, "output.weight", /*required=*/false);
+  if (!m->output.valid()) {
+    c.tied_output = true;
+    m->output = m->tok_embd;
+  }
+  m->layers.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& L = m->layers[static_cast<size_t>(l)];
+    L.attn_norm = make_tensor(f, p + "attn_norm.weight");
+    L.wq = make_tensor(f, p + "attn_q.weight");
+    L.wk = make_tensor(f, p + "attn_k.weight");
+    L.wv = make_tensor(f, p + "attn_v.weight");
+    L.wo = make_tensor(f, p + "attn_output.weight");
+    L.bq = make_tensor(f, p + "attn_q.bias", c.qkv_bias);
+    L.bk = make_tensor(f, p + "attn_k.bias", c.qkv_bias);
+    L.bv = make_tensor(f, p + "attn_v.bias", c.qkv_bias);
+    L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
+    L.w_gate = make_tensor(f, p + "ffn_gate.weight");
+    L.w_up = make_tensor(f, p + "ffn_up.weight");
+    L.w_down = make_tensor(f, p + "ffn_down.weight");
+    if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
+  }
+  // A llama file may carry biases too (some converters emit them); use them when all three exist.
+  if (!c.qkv_bias && !m->layers.empty() && m->layers[0].bq.valid() && m->layers[0].bk.valid() &&
+      m->layers[0].bv.valid())
+    c.qkv_bias = true;
+
+  m->storage.push_back(file);
+  validate_model(*m);
+  m->tokenizer = make_tokenizer(m->vocab);
+  if (opts.progress) opts.progress(1.0f);
+  return m;
+}
+
+std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOptions& opts) {
+  auto m = load_gguf_model(std::make_shared<const GGUFFile>(path), opts);
+  m->path = path;
+  return m;
+}
+
+}  // namespace kvserve

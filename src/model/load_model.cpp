@@ -1,0 +1,129 @@
+// Format detection, model validation and weight accounting shared by every loader.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/loaders.h"
+#include "model/model.h"
+
+namespace kvserve {
+
+// TODO(loaders): drop this weak declaration once src/model/load_hf.cpp is in the tree; until then a
+// build without it still links and load_model reports Hugging Face folders as unsupported.
+std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& opts) __attribute__((weak));
+
+// TODO(loaders): same for Tokenizer::create (tokenizer_*.cpp). The asm label names the static member
+// function's symbol so a weak reference to it can be tested for null; remove once it is linked in.
+std::unique_ptr<Tokenizer> tokenizer_create_if_linked(Vocab vocab) __asm__("_ZN7kvserve9Tokenizer6createENS_5VocabE")
+    __attribute__((weak));
+
+std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab) {
+  if (!tokenizer_create_if_linked) return nullptr;
+  return tokenizer_create_if_linked(vocab);
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail("cannot open model '{}': {}", path, std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    if (!load_hf_model) fail("'{}' is a directory, but this build has no Hugging Face loader", path);
+    return load_hf_model(path, opts);
+  }
+  char magic[4] = {};
+  if (FILE* fp = std::fopen(path.c_str(), "rb")) {
+    const size_t got = std::fread(magic, 1, 4, fp);
+    std::fclose(fp);
+    if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf_model(path, opts);
+  } else {
+    fail("cannot open model '{}': {}", path, std::strerror(errno));
+  }
+  return load_llama2c_model(path, opts);
+}
+
+namespace {
+
+struct ShapeCheck {
+  const Model& m;
+
+  void check(const Tensor& t, const std::string& name, std::initializer_list<int64_t> dims, bool norm) const {
+    if (!t.valid()) fail("{}: tensor '{}' is missing", m.path, name);
+    std::array<int64_t, 4> want{1, 1, 1, 1};
+    size_t i = 0;
+    for (int64_t d : dims) want[i++] = d;
+    if (t.ne != want) {
+      fail("{}: tensor '{}' has shape [{}, {}, {}, {}], expected [{}, {}, {}, {}] from the model config", m.path,
+           name, t.ne[0], t.ne[1], t.ne[2], t.ne[3], want[0], want[1], want[2], want[3]);
+    }
+    const auto info = dtype_info(static_cast<uint32_t>(t.type));
+    if (!info) fail("{}: tensor '{}' has unknown type id {}", m.path, name, static_cast<uint32_t>(t.type));
+    // Norm weights and biases are added/multiplied element-wise in F32.
+    if (norm && t.type != DType::F32)
+      fail("{}: tensor '{}' has type {}, expected F32 for a norm weight or bias", m.path, name, info->name);
+    if (!info->supported) fail("{}: unsupported tensor type {} ({}) for '{}'", m.path, info->name,
+                               static_cast<uint32_t>(t.type), name);
+    if (t.ne[0] % info->block_elems != 0)
+      fail("{}: tensor '{}' of type {} has row length {}, not a multiple of its block size {}", m.path, name,
+           info->name, t.ne[0], info->block_elems);
+  }
+};
+
+}  // namespace
+
+void validate_model(const Model& m) {
+  const ModelConfig& c = m.config;
+  if (c.n_embd <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_ff <= 0 ||
+      c.n_vocab <= 0)
+    fail("{}: invalid model config (n_embd {}, layers {}, heads {}, kv heads {}, head_dim {}, n_ff {}, vocab {})",
+         m.path, c.n_embd, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab);
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail("{}: {} heads is not a multiple of {} kv heads", m.path, c.n_heads, c.n_kv_heads);
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0)
+    fail("{}: rotary dims {} invalid for head_dim {}", m.path, c.n_rot, c.head_dim);
+  if (static_cast<int>(m.vocab.tokens.size()) != c.n_vocab)
+    fail("{}: vocabulary has {} tokens but the config says {}", m.path, m.vocab.tokens.size(), c.n_vocab);
+  if (static_cast<int>(m.layers.size()) != c.n_layers)
+    fail("{}: {} layers loaded but the config says {}", m.path, m.layers.size(), c.n_layers);
+
+  const ShapeCheck s{m};
+  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  s.check(m.tok_embd, "token_embd.weight", {c.n_embd, c.n_vocab}, false);
+  s.check(m.output_norm, "output_norm.weight", {c.n_embd}, true);
+  s.check(m.output, c.tied_output ? "token_embd.weight (tied output)" : "output.weight", {c.n_embd, c.n_vocab},
+          false);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = m.layers[static_cast<size_t>(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    s.check(L.attn_norm, p + "attn_norm.weight", {c.n_embd}, true);
+    s.check(L.wq, p + "attn_q.weight", {c.n_embd, q_dim}, false);
+    s.check(L.wk, p + "attn_k.weight", {c.n_embd, kv_dim}, false);
+    s.check(L.wv, p + "attn_v.weight", {c.n_embd, kv_dim}, false);
+    s.check(L.wo, p + "attn_output.weight", {q_dim, c.n_embd}, false);
+    if (c.qkv_bias) {
+      s.check(L.bq, p + "attn_q.bias", {q_dim}, true);
+      s.check(L.bk, p + "attn_k.bias", {kv_dim}, true);
+      s.check(L.bv, p + "attn_v.bias", {kv_dim}, true);
+    }
+    s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
+    s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, false);
+    s.check(L.w_up, p + "ffn_up.weight", {c.n_embd, c.n_ff}, false);
+    s.check(L.w_down, p + "ffn_down.weight", {c.n_ff, c.n_embd}, false);
+  }
+}
+
+size_t Model::weight_bytes() const {
+  auto bytes = [](const Tensor& t) { return t.valid() ? t.bytes() : size_t{0}; };
+  // Every layer weight and the output projection are read in full per token; the embedding only for
+  // one row (also when tied: the output matmul already counts the whole matrix).
+  size_t total = bytes(output_norm) + bytes(output) + (tok_embd.valid() ? tok_embd.row_size() : 0);
+  for (const LayerWeights& L : layers) {
+    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.ffn_norm, &L.w_gate,
+                            &L.w_up, &L.w_down})
+      total += bytes(*t);
+  }
+  return total;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,40 @@
+#pragma once
+// Format-specific model loaders. load_model (model.h) picks one of these by looking at the path; call
+// them directly when the format is known. All throw Error naming the file and the problem.
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "model/vocab.h"
+
+namespace kvserve {
+
+class GGUFFile;
+
+// GGUF v2/v3 model file (archs: see the table in load_gguf.cpp).
+std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOptions& opts = {});
+// Same, from an already parsed file (e.g. one parsed from memory). The Model keeps `file` alive.
+std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, const LoadOptions& opts = {});
+
+// The vocabulary of a GGUF file, with llama.cpp's defaults for absent keys. Works on vocab-only files
+// (no tensors, no architecture hyper-parameters).
+Vocab load_gguf_vocab(const std::string& path);
+Vocab vocab_from_gguf(const GGUFFile& file);
+
+// llama.cpp's end-of-turn / end-of-generation token texts ("<|im_end|>", "<|eot_id|>", ...), used to
+// find eot_id when the file does not name it.
+bool is_eog_token_text(const std::string& text);
+
+// llama2.c "v0" checkpoint (run.c format) with its tokenizer.bin: opts.tokenizer_path when set, else
+// tokenizer.bin in the checkpoint's directory.
+std::unique_ptr<Model> load_llama2c_model(const std::string& path, const LoadOptions& opts = {});
+
+// llama2.c tokenizer.bin → SPM Vocab, converted as llama.cpp's convert-llama2c-to-ggml does.
+// n_vocab comes from the checkpoint header.
+Vocab load_llama2c_vocab(const std::string& path, int n_vocab);
+Vocab llama2c_vocab_from_memory(const uint8_t* data, size_t size, int n_vocab, const std::string& name);
+
+// Hugging Face model folder (config.json, *.safetensors, tokenizer.json). Implemented in load_hf.cpp.
+std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& opts = {});
+
+}  // namespace kvserve
