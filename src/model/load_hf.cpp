@@ -1,0 +1,297 @@
+// Hugging Face folder → Model: config.json for hyper-parameters, model.safetensors (or shards) for the
+// weights, tokenizer.json + tokenizer_config.json for the vocabulary.
+//
+// Weights stay in the mapped files: a safetensors [out, in] row-major matrix is exactly a GGUF
+// tensor with ne = {in, out}. HF llama/qwen2 q_proj/k_proj rows are in rotate-half order (llama.cpp's
+// converter permutes them to interleaved pairs for its "llama" RoPE); kvserve keeps them unpermuted
+// and runs NeoX-style RoPE instead, which is the same computation.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "model/hf_tokenizer.h"
+#include "model/loaders.h"
+#include "model/safetensors.h"
+
+namespace kvserve {
+
+// Tokenizer::create, or null while no tokenizer is linked in (load_model.cpp).
+std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab);
+
+namespace {
+
+using json = nlohmann::json;
+
+struct HfArch {
+  const char* hf_name;  // config.json "architectures"[0]
+  const char* arch;     // ModelConfig::arch (GGUF general.architecture)
+  bool qkv_bias;
+};
+
+constexpr HfArch kHfArchs[] = {
+    {"LlamaForCausalLM", "llama", false},
+    {"Qwen2ForCausalLM", "qwen2", true},
+};
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+  int positive_int(const char* key) const {
+    if (!has(key)) fail("'{}': required key '{}' is missing", path_, key);
+    return positive_int_value(key, j_[key]);
+  }
+  int positive_int_or(const char* key, int fallback) const {
+    return has(key) ? positive_int_value(key, j_[key]) : fallback;
+  }
+  float positive_float_or(const char* key, float fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_number()) fail("'{}': '{}' must be a number", path_, key);
+    const double v = j_[key].get<double>();
+    if (!(v > 0) || !std::isfinite(v)) fail("'{}': '{}' = {} must be positive", path_, key, v);
+    return static_cast<float>(v);
+  }
+  bool bool_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_boolean()) fail("'{}': '{}' must be true or false", path_, key);
+    return j_[key].get<bool>();
+  }
+
+ private:
+  int positive_int_value(const char* key, const json& v) const {
+    if (!v.is_number_integer()) fail("'{}': '{}' must be an integer", path_, key);
+    const int64_t x = v.get<int64_t>();
+    if (x <= 0 || x > (int64_t{1} << 30)) fail("'{}': '{}' = {} is out of range", path_, key, x);
+    return static_cast<int>(x);
+  }
+
+  const json& j_;
+  std::string path_;
+};
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {
+    fail("'{}' is not valid JSON: {}", path, e.what());
+  }
+}
+
+void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_object()) fail("'{}': 'rope_scaling' must be an object", path);
+  const json& rs = *it;
+  // transformers renamed "type" to "rope_type"; files carry either.
+  std::string type = rs.value("rope_type", std::string());
+  if (type.empty()) type = rs.value("type", std::string());
+  RopeScaling& s = c.rope_scaling;
+  auto number = [&](const char* key, double fallback) {
+    if (!rs.contains(key) || rs[key].is_null()) return fallback;
+    if (!rs[key].is_number()) fail("'{}': rope_scaling.{} must be a number", path, key);
+    return rs[key].get<double>();
+  };
+  if (type == "default" || type.empty()) return;
+  if (type == "linear") {
+    s.type = RopeScaling::Type::Linear;
+    s.factor = static_cast<float>(number("factor", 1.0));
+    if (!(s.factor > 0)) fail("'{}': rope_scaling.factor {} must be positive", path, s.factor);
+  } else if (type == "llama3") {
+    s.type = RopeScaling::Type::Llama3;
+    s.factor = static_cast<float>(number("factor", 8.0));
+    s.low_freq_factor = static_cast<float>(number("low_freq_factor", 1.0));
+    s.high_freq_factor = static_cast<float>(number("high_freq_factor", 4.0));
+    const double original = number("original_max_position_embeddings", 8192);
+    if (!(original > 0) || original > (1 << 30)) fail("'{}': rope_scaling.original_max_position_embeddings out of range", path);
+    s.original_context = static_cast<int>(original);
+    if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0))
+      fail("'{}': invalid llama3 rope_scaling parameters", path);
+  } else {
+    fail("'{}': rope_scaling type '{}' is not supported (supported: linear, llama3)", path, type);
+  }
+}
+
+ModelConfig read_config(const json& j, const std::string& path) {
+  if (!j.is_object()) fail("'{}': not a JSON object", path);
+  ConfigReader r(j, path);
+  std::string hf_arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    hf_arch = j["architectures"][0].get<std::string>();
+  else
+    fail("'{}': required key 'architectures' is missing", path);
+  const HfArch* arch = nullptr;
+  for (const HfArch& a : kHfArchs)
+    if (hf_arch == a.hf_name) arch = &a;
+  if (!arch) fail("'{}': architecture '{}' is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM)",
+                  path, hf_arch);
+
+  ModelConfig c;
+  c.arch = arch->arch;
+  c.name = j.value("_name_or_path", std::string());
+  c.n_embd = r.positive_int("hidden_size");
+  c.n_layers = r.positive_int("num_hidden_layers");
+  c.n_heads = r.positive_int("num_attention_heads");
+  c.n_kv_heads = r.positive_int_or("num_key_value_heads", c.n_heads);
+  c.n_ff = r.positive_int("intermediate_size");
+  c.n_ctx_train = r.positive_int_or("max_position_embeddings", 2048);
+  c.rms_eps = r.positive_float_or("rms_norm_eps", 1e-6f);
+  c.rope_base = r.positive_float_or("rope_theta", 10000.0f);
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail("'{}': num_attention_heads {} is not a multiple of num_key_value_heads {}", path, c.n_heads, c.n_kv_heads);
+  if (r.has("head_dim")) {
+    c.head_dim = r.positive_int("head_dim");
+  } else {
+    if (c.n_embd % c.n_heads != 0)
+      fail("'{}': hidden_size {} is not a multiple of num_attention_heads {}", path, c.n_embd, c.n_heads);
+    c.head_dim = c.n_embd / c.n_heads;
+  }
+  if (c.head_dim % 2 != 0) fail("'{}': head_dim {} must be even for RoPE", path, c.head_dim);
+  c.n_rot = c.head_dim;
+  c.rope_style = RopeStyle::NeoX;
+  c.qkv_bias = arch->qkv_bias;
+  c.tied_output = r.bool_or("tie_word_embeddings", false);
+  if (r.has("vocab_size")) c.n_vocab = r.positive_int("vocab_size");
+  read_rope_scaling(j, path, c);
+  return c;
+}
+
+// Owned F32 copy of a tensor (norm weights and biases are used element-wise in F32).
+Tensor to_f32(const Tensor& t, Model& m) {
+  auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(t.elements()));
+  const uint8_t* src = static_cast<const uint8_t*>(t.data);
+  for (size_t i = 0; i < buf->size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    (*buf)[i] = t.type == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+  }
+  Tensor out = t;
+  out.type = DType::F32;
+  out.data = buf->data();
+  m.storage.push_back(buf);
+  return out;
+}
+
+// safetensors does not align tensor data; kernels read elements directly, so a misaligned tensor is
+// copied into an aligned buffer (a well-formed file never needs this: its header is padded to 8).
+Tensor aligned(const Tensor& t, Model& m) {
+  const size_t align = t.type == DType::F32 ? 4 : 2;
+  if (reinterpret_cast<uintptr_t>(t.data) % align == 0) return t;
+  auto buf = std::shared_ptr<uint8_t[]>(new (std::align_val_t{64}) uint8_t[t.bytes()],
+                                        [](uint8_t* p) { ::operator delete[](p, std::align_val_t{64}); });
+  std::memcpy(buf.get(), t.data, t.bytes());
+  Tensor out = t;
+  out.data = buf.get();
+  m.storage.push_back(buf);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& opts) {
+  namespace fs = std::filesystem;
+  if (opts.progress) opts.progress(0.0f);
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const std::string tokenizer_path = (fs::path(dir) / "tokenizer.json").string();
+  const std::string tokenizer_config_path = (fs::path(dir) / "tokenizer_config.json").string();
+  std::error_code ec;
+  if (!fs::is_regular_file(config_path, ec)) fail("'{}': no config.json; not a Hugging Face model folder", dir);
+  if (!fs::is_regular_file(tokenizer_path, ec))
+    fail("'{}': no tokenizer.json (only Hugging Face 'fast' tokenizer files are supported)", dir);
+
+  auto m = std::make_unique<Model>();
+  m->path = dir;
+  m->format = "hf";
+  m->config = read_config(read_json_file(config_path), config_path);
+  ModelConfig& c = m->config;
+  m->vocab = vocab_from_tokenizer_json(tokenizer_path, tokenizer_config_path, config_path);
+
+  auto weights = std::make_shared<SafetensorsModel>(dir);
+  m->storage.push_back(weights);
+
+  auto matrix = [&](const std::string& name) { return aligned(weights->tensor(name), *m); };
+  auto vector_f32 = [&](const std::string& name) {
+    Tensor t = weights->tensor(name);
+    return t.type == DType::F32 ? aligned(t, *m) : to_f32(t, *m);
+  };
+
+  m->tok_embd = matrix("model.embed_tokens.weight");
+  // The embedding decides the vocabulary size: HF checkpoints often pad it past the tokenizer (Qwen2:
+  // 151936 rows for 151665 tokens); the extra ids become unused tokens, as in llama.cpp's converter.
+  const int64_t embd_rows = m->tok_embd.ne[1];
+  if (m->tok_embd.n_dims != 2 || embd_rows <= 0 || embd_rows > INT32_MAX)
+    fail("'{}': tensor 'model.embed_tokens.weight' must be 2-D [vocab, hidden]", dir);
+  if (c.n_vocab != 0 && c.n_vocab != embd_rows)
+    fail("'{}': vocab_size {} differs from the {} rows of 'model.embed_tokens.weight'", config_path, c.n_vocab,
+         embd_rows);
+  c.n_vocab = static_cast<int>(embd_rows);
+  Vocab& v = m->vocab;
+  if (v.tokens.size() > static_cast<size_t>(c.n_vocab))
+    fail("'{}': tokenizer.json has {} tokens but the model has only {} embedding rows", dir, v.tokens.size(),
+         c.n_vocab);
+  while (v.tokens.size() < static_cast<size_t>(c.n_vocab)) {
+    v.tokens.push_back("[PAD" + std::to_string(v.tokens.size()) + "]");
+    v.token_types.push_back(TokenType::Unused);
+    if (!v.scores.empty()) v.scores.push_back(0.0f);
+  }
+
+  m->output_norm = vector_f32("model.norm.weight");
+  if (weights->has("lm_head.weight")) {
+    m->output = matrix("lm_head.weight");
+    c.tied_output = false;
+  } else if (c.tied_output) {
+    m->output = m->tok_embd;
+  } else {
+    fail("'{}': tensor 'lm_head.weight' is missing and config.json does not set tie_word_embeddings", dir);
+  }
+
+  m->layers.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights& L = m->layers[static_cast<size_t>(l)];
+    L.attn_norm = vector_f32(p + "input_layernorm.weight");
+    L.wq = matrix(p + "self_attn.q_proj.weight");
+    L.wk = matrix(p + "self_attn.k_proj.weight");
+    L.wv = matrix(p + "self_attn.v_proj.weight");
+    L.wo = matrix(p + "self_attn.o_proj.weight");
+    if (c.qkv_bias) {
+      L.bq = vector_f32(p + "self_attn.q_proj.bias");
+      L.bk = vector_f32(p + "self_attn.k_proj.bias");
+      L.bv = vector_f32(p + "self_attn.v_proj.bias");
+    }
+    L.ffn_norm = vector_f32(p + "post_attention_layernorm.weight");
+    L.w_gate = matrix(p + "mlp.gate_proj.weight");
+    L.w_up = matrix(p + "mlp.up_proj.weight");
+    L.w_down = matrix(p + "mlp.down_proj.weight");
+    if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
+  }
+  // A llama checkpoint with attention_bias=true carries q/k/v biases too; use them when present.
+  if (!c.qkv_bias && weights->has("model.layers.0.self_attn.q_proj.bias")) {
+    c.qkv_bias = true;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      LayerWeights& L = m->layers[static_cast<size_t>(l)];
+      L.bq = vector_f32(p + "self_attn.q_proj.bias");
+      L.bk = vector_f32(p + "self_attn.k_proj.bias");
+      L.bv = vector_f32(p + "self_attn.v_proj.bias");
+    }
+  }
+
+  validate_model(*m);
+  m->tokenizer = make_tokenizer(m->vocab);
+  if (opts.progress) opts.progress(1.0f);
+  return m;
+}
+
+}  // namespace kvserve

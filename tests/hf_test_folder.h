@@ -1,0 +1,161 @@
+#pragma once
+// Test helper: turns one of the golden GGUF files into a Hugging Face model folder (config.json,
+// model.safetensors in HF naming and shapes, tokenizer.json), so the HF loader can be checked against
+// the GGUF path and, through it, against llama.cpp's goldens. Reusable by forward/logit tests:
+//
+//   auto dir = kvserve::test::make_hf_folder_from_gguf(gguf_path, tmp_dir, kvserve::DType::F16);
+//   auto model = kvserve::load_model(dir);
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "model/loaders.h"
+#include "model/model.h"
+
+namespace kvserve::test {
+
+inline std::string shared_dir() { return KVSERVE_SHARED_DIR; }
+inline std::string golden_model(const std::string& file) { return shared_dir() + "/golden/gguf/models/" + file; }
+inline std::string hf_fixture_dir(const std::string& name) {
+  return std::string(KVSERVE_SOURCE_DIR) + "/tests/data/hf/" + name;
+}
+
+// Element i of a F32/F16/BF16 tensor as float.
+inline float tensor_value(const Tensor& t, int64_t i) {
+  const uint8_t* p = static_cast<const uint8_t*>(t.data);
+  if (t.type == DType::F32) {
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p + 2 * i, 2);
+  return t.type == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+}
+
+// Row order of a q/k projection: llama.cpp's converter permutes HF rows (rotate-half pairs (i, i+d/2))
+// into interleaved pairs (2i, 2i+1) within each head. This maps an HF row to its GGUF row.
+inline int64_t gguf_row_of_hf_row(int64_t hf_row, int64_t head_dim) {
+  const int64_t head = hf_row / head_dim, r = hf_row % head_dim, half = head_dim / 2;
+  return head * head_dim + 2 * (r % half) + r / half;
+}
+
+struct SafetensorsWriter {
+  struct Entry {
+    std::string name;
+    DType type;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Entry> entries;
+
+  // Adds `t` (GGUF dims) as an HF tensor of type `type`; rows are taken through `row_map` (HF row →
+  // source row), which un-permutes q/k for llama.
+  void add(const std::string& name, const Tensor& t, DType type, int64_t rope_head_dim = 0) {
+    Entry e{name, type, {}, {}};
+    for (int i = t.n_dims - 1; i >= 0; --i) e.shape.push_back(t.ne[i]);
+    const int64_t cols = t.ne[0], rows = t.rows();
+    const size_t elem = type == DType::F32 ? 4 : 2;
+    e.bytes.resize(static_cast<size_t>(cols * rows) * elem);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src_row = rope_head_dim ? gguf_row_of_hf_row(r, rope_head_dim) : r;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float f = tensor_value(t, src_row * cols + c);
+        uint8_t* dst = e.bytes.data() + static_cast<size_t>(r * cols + c) * elem;
+        if (type == DType::F32) {
+          std::memcpy(dst, &f, 4);
+        } else {
+          const uint16_t h = type == DType::F16 ? fp32_to_fp16(f) : fp32_to_bf16(f);
+          std::memcpy(dst, &h, 2);
+        }
+      }
+    }
+    entries.push_back(std::move(e));
+  }
+
+  void write(const std::string& path) const {
+    nlohmann::json header = nlohmann::json::object();
+    header["__metadata__"] = {{"format", "pt"}};
+    uint64_t offset = 0;
+    for (const Entry& e : entries) {
+      header[e.name] = {{"dtype", std::string(dtype_name(e.type))},
+                        {"shape", e.shape},
+                        {"data_offsets", {offset, offset + e.bytes.size()}}};
+      offset += e.bytes.size();
+    }
+    std::string text = header.dump();
+    while ((8 + text.size()) % 8 != 0) text += ' ';  // as safetensors pads, so tensor data is aligned
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const Entry& e : entries) out.write(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size());
+  }
+};
+
+// Writes an HF folder for `gguf_path` into `dir` with 2-D weights stored as `matrix_type` (norms and
+// biases F32, as HF F32 checkpoints have them; pass F16/BF16 only where the GGUF holds exactly that
+// type or F16→F32 for exactness). llama q/k rows are permuted back to HF's rotate-half order; qwen2
+// GGUF rows are already in that order. The tokenizer is the stories512 fixture (the vocabulary of
+// every tiny-* golden file).
+inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const std::string& dir, DType matrix_type) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  auto g = load_gguf_model(gguf_path);
+  const ModelConfig& c = g->config;
+  const bool permute_qk = c.rope_style == RopeStyle::Interleaved;
+
+  SafetensorsWriter w;
+  w.add("model.embed_tokens.weight", g->tok_embd, matrix_type);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = g->layers[static_cast<size_t>(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    w.add(p + "input_layernorm.weight", L.attn_norm, DType::F32);
+    w.add(p + "self_attn.q_proj.weight", L.wq, matrix_type, permute_qk ? c.head_dim : 0);
+    w.add(p + "self_attn.k_proj.weight", L.wk, matrix_type, permute_qk ? c.head_dim : 0);
+    w.add(p + "self_attn.v_proj.weight", L.wv, matrix_type);
+    w.add(p + "self_attn.o_proj.weight", L.wo, matrix_type);
+    if (c.qkv_bias) {
+      w.add(p + "self_attn.q_proj.bias", L.bq, DType::F32);
+      w.add(p + "self_attn.k_proj.bias", L.bk, DType::F32);
+      w.add(p + "self_attn.v_proj.bias", L.bv, DType::F32);
+    }
+    w.add(p + "post_attention_layernorm.weight", L.ffn_norm, DType::F32);
+    w.add(p + "mlp.gate_proj.weight", L.w_gate, matrix_type);
+    w.add(p + "mlp.up_proj.weight", L.w_up, matrix_type);
+    w.add(p + "mlp.down_proj.weight", L.w_down, matrix_type);
+  }
+  w.add("model.norm.weight", g->output_norm, DType::F32);
+  if (!c.tied_output) w.add("lm_head.weight", g->output, matrix_type);
+  w.write((fs::path(dir) / "model.safetensors").string());
+
+  nlohmann::json config = {
+      {"architectures", {c.arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", c.arch},
+      {"hidden_size", c.n_embd},
+      {"num_hidden_layers", c.n_layers},
+      {"num_attention_heads", c.n_heads},
+      {"num_key_value_heads", c.n_kv_heads},
+      {"intermediate_size", c.n_ff},
+      {"max_position_embeddings", c.n_ctx_train},
+      {"rms_norm_eps", c.rms_eps},
+      {"rope_theta", c.rope_base},
+      {"rope_scaling", nullptr},
+      {"tie_word_embeddings", c.tied_output},
+      {"vocab_size", c.n_vocab},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2},
+      {"torch_dtype", matrix_type == DType::F32 ? "float32" : matrix_type == DType::F16 ? "float16" : "bfloat16"},
+  };
+  std::ofstream(fs::path(dir) / "config.json") << config.dump(2);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(fs::path(hf_fixture_dir("stories512")) / f, fs::path(dir) / f,
+                  fs::copy_options::overwrite_existing);
+  return dir;
+}
+
+}  // namespace kvserve::test

@@ -1,0 +1,500 @@
+// Hugging Face folder loading, checked against the GGUF path on the llama.cpp golden files, plus
+// tokenizer.json fixtures checked against ids from the `tokenizers` library (tests/data/hf/, made by
+// scripts/make_hf_fixtures.py), and malformed-input handling of the safetensors reader.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "hf_test_folder.h"
+#include "model/hf_tokenizer.h"
+#include "model/safetensors.h"
+
+using namespace kvserve;
+using namespace kvserve::test;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kvserve_hf_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Every value of `hf` equals `gguf` exactly (rows of q/k un-permuted when `head_dim` is set).
+void expect_same_weights(const Tensor& hf, const Tensor& gguf, const std::string& what, int64_t head_dim = 0) {
+  ASSERT_TRUE(hf.valid()) << what;
+  ASSERT_EQ(hf.ne, gguf.ne) << what;
+  const int64_t cols = hf.ne[0];
+  for (int64_t r = 0; r < hf.rows(); ++r) {
+    const int64_t gr = head_dim ? gguf_row_of_hf_row(r, head_dim) : r;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float a = tensor_value(hf, r * cols + c), b = tensor_value(gguf, gr * cols + c);
+      if (a != b) {
+        ADD_FAILURE() << what << " row " << r << " col " << c << ": hf " << a << " gguf " << b;
+        return;
+      }
+    }
+  }
+}
+
+void expect_same_model(const Model& hf, const Model& gguf, DType matrix_type) {
+  const ModelConfig &a = hf.config, &b = gguf.config;
+  EXPECT_EQ(hf.format, "hf");
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.n_vocab, b.n_vocab);
+  EXPECT_EQ(a.n_embd, b.n_embd);
+  EXPECT_EQ(a.n_layers, b.n_layers);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.n_ff, b.n_ff);
+  EXPECT_EQ(a.n_ctx_train, b.n_ctx_train);
+  EXPECT_EQ(a.rms_eps, b.rms_eps);
+  EXPECT_EQ(a.rope_base, b.rope_base);
+  EXPECT_EQ(a.n_rot, b.n_rot);
+  EXPECT_EQ(a.rope_style, RopeStyle::NeoX);  // HF rows are rotate-half for llama and qwen2 alike
+  EXPECT_EQ(a.tied_output, b.tied_output);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  // Weights are used in place with the requested type; norms/biases in F32.
+  EXPECT_EQ(hf.tok_embd.type, matrix_type);
+  EXPECT_EQ(hf.layers[0].wq.type, matrix_type);
+
+  const int64_t qk_head_dim = b.rope_style == RopeStyle::Interleaved ? b.head_dim : 0;
+  expect_same_weights(hf.tok_embd, gguf.tok_embd, "token_embd");
+  expect_same_weights(hf.output_norm, gguf.output_norm, "output_norm");
+  expect_same_weights(hf.output, gguf.output, "output");
+  for (size_t l = 0; l < hf.layers.size(); ++l) {
+    const LayerWeights &x = hf.layers[l], &y = gguf.layers[l];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    expect_same_weights(x.attn_norm, y.attn_norm, p + "attn_norm");
+    expect_same_weights(x.wq, y.wq, p + "wq", qk_head_dim);
+    expect_same_weights(x.wk, y.wk, p + "wk", qk_head_dim);
+    expect_same_weights(x.wv, y.wv, p + "wv");
+    expect_same_weights(x.wo, y.wo, p + "wo");
+    if (b.qkv_bias) {
+      expect_same_weights(x.bq, y.bq, p + "bq");
+      expect_same_weights(x.bk, y.bk, p + "bk");
+      expect_same_weights(x.bv, y.bv, p + "bv");
+    }
+    expect_same_weights(x.ffn_norm, y.ffn_norm, p + "ffn_norm");
+    expect_same_weights(x.w_gate, y.w_gate, p + "w_gate");
+    expect_same_weights(x.w_up, y.w_up, p + "w_up");
+    expect_same_weights(x.w_down, y.w_down, p + "w_down");
+  }
+}
+
+// Runs `f`, expecting an Error whose message contains every one of `needles`.
+template <typename F>
+void expect_error(F&& f, std::initializer_list<std::string> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  }
+}
+
+std::vector<uint8_t> safetensors_bytes(const std::string& header, const std::vector<uint8_t>& data = {}) {
+  std::vector<uint8_t> out(8 + header.size() + data.size());
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
+  std::copy(header.begin(), header.end(), out.begin() + 8);
+  std::copy(data.begin(), data.end(), out.begin() + 8 + static_cast<std::ptrdiff_t>(header.size()));
+  return out;
+}
+
+void parse_buffer(const std::vector<uint8_t>& bytes) { SafetensorsFile f(bytes.data(), bytes.size(), "buf.safetensors"); }
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+void write_json(const std::string& path, const json& j) { std::ofstream(path) << j.dump(); }
+
+}  // namespace
+
+// ---- weights: HF folder vs GGUF ----------------------------------------------------------------
+
+TEST(HfLoader, LlamaGqaF16MatchesGguf) {
+  TempDir tmp;
+  const std::string gguf = golden_model("tiny-gqa.gguf");
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F16);
+  // Direct call (the other tests go through load_model's format detection).
+  auto hf = load_hf_model(tmp.path());
+  auto ref = load_gguf_model(gguf);
+  expect_same_model(*hf, *ref, DType::F16);
+}
+
+TEST(HfLoader, LlamaGqaF32MatchesGguf) {
+  TempDir tmp;
+  const std::string gguf = golden_model("tiny-gqa.gguf");
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);  // F16 → F32 is exact
+  auto hf = load_model(tmp.path());
+  expect_same_model(*hf, *load_gguf_model(gguf), DType::F32);
+}
+
+TEST(HfLoader, LlamaGqaBf16MatchesGguf) {
+  TempDir tmp;
+  const std::string gguf = golden_model("tiny-gqa-BF16.gguf");  // BF16 source, so BF16 HF is exact
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::BF16);
+  auto hf = load_model(tmp.path());
+  expect_same_model(*hf, *load_gguf_model(gguf), DType::BF16);
+}
+
+TEST(HfLoader, Qwen2TiedWithBiasMatchesGguf) {
+  TempDir tmp;
+  const std::string gguf = golden_model("tiny-qwen2.gguf");
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F16);
+  auto hf = load_model(tmp.path());
+  auto ref = load_gguf_model(gguf);
+  EXPECT_TRUE(hf->config.tied_output);
+  EXPECT_TRUE(hf->config.qkv_bias);
+  EXPECT_EQ(hf->output.data, hf->tok_embd.data);
+  expect_same_model(*hf, *ref, DType::F16);
+}
+
+TEST(HfLoader, VocabMatchesGgufVocab) {
+  TempDir tmp;
+  const std::string gguf = golden_model("tiny-gqa.gguf");
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F16);
+  auto hf = load_model(tmp.path());
+  const Vocab ref = load_gguf_vocab(gguf);
+  const Vocab& v = hf->vocab;
+  EXPECT_EQ(v.kind, Vocab::Kind::SPM);
+  EXPECT_EQ(v.tokens, ref.tokens);
+  EXPECT_EQ(v.token_types, ref.token_types);
+  EXPECT_EQ(v.bos_id, ref.bos_id);
+  EXPECT_EQ(v.eos_id, ref.eos_id);
+  EXPECT_EQ(v.unk_id, ref.unk_id);
+  EXPECT_EQ(v.add_bos, ref.add_bos);
+  EXPECT_EQ(v.add_eos, ref.add_eos);
+  EXPECT_EQ(v.add_space_prefix, ref.add_space_prefix);
+  ASSERT_EQ(v.scores.size(), v.tokens.size());
+}
+
+TEST(HfLoader, ShardedIndexLoadsSameWeights) {
+  TempDir tmp;
+  const std::string gguf = golden_model("tiny-gqa.gguf");
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F16);
+  // Split model.safetensors into two shards by re-writing each half of the tensors.
+  SafetensorsFile whole(tmp / "model.safetensors");
+  json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
+  SafetensorsWriter shard[2];
+  int i = 0;
+  for (const auto& [name, t] : whole.tensors()) {
+    const int s = (i++) % 2;
+    SafetensorsWriter::Entry e{name, t.dtype == "F32" ? DType::F32 : DType::F16, t.shape,
+                               std::vector<uint8_t>(t.data, t.data + t.n_bytes)};
+    shard[s].entries.push_back(std::move(e));
+    index["weight_map"][name] = s == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  shard[0].write(tmp / "model-00001-of-00002.safetensors");
+  shard[1].write(tmp / "model-00002-of-00002.safetensors");
+  fs::remove(tmp / "model.safetensors");
+  write_json(tmp / "model.safetensors.index.json", index);
+  auto hf = load_model(tmp.path());
+  expect_same_model(*hf, *load_gguf_model(gguf), DType::F16);
+}
+
+// ---- errors: config, tensors, architecture -----------------------------------------------------
+
+class HfLoaderErrors : public ::testing::Test {
+ protected:
+  void SetUp() override { make_hf_folder_from_gguf(golden_model("tiny-gqa.gguf"), tmp.path(), DType::F16); }
+  void edit_config(const std::function<void(json&)>& f) {
+    json c = read_json(tmp / "config.json");
+    f(c);
+    write_json(tmp / "config.json", c);
+  }
+  TempDir tmp;
+};
+
+TEST_F(HfLoaderErrors, MissingConfigKeyIsNamed) {
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"}) {
+    make_hf_folder_from_gguf(golden_model("tiny-gqa.gguf"), tmp.path(), DType::F16);
+    edit_config([&](json& c) { c.erase(key); });
+    expect_error([&] { load_model(tmp.path()); }, {"config.json", key});
+  }
+}
+
+TEST_F(HfLoaderErrors, UnsupportedArchitectureIsNamed) {
+  edit_config([](json& c) { c["architectures"] = {"MistralForCausalLM"}; });
+  expect_error([&] { load_model(tmp.path()); }, {"MistralForCausalLM"});
+}
+
+TEST_F(HfLoaderErrors, UnsupportedRopeScalingIsNamed) {
+  edit_config([](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
+  expect_error([&] { load_model(tmp.path()); }, {"yarn"});
+}
+
+TEST_F(HfLoaderErrors, RopeScalingIsRead) {
+  edit_config([](json& c) {
+    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 256}};
+  });
+  auto m = load_model(tmp.path());
+  EXPECT_EQ(m->config.rope_scaling.type, RopeScaling::Type::Llama3);
+  EXPECT_EQ(m->config.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(m->config.rope_scaling.original_context, 256);
+  edit_config([](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
+  m = load_model(tmp.path());
+  EXPECT_EQ(m->config.rope_scaling.type, RopeScaling::Type::Linear);
+  EXPECT_EQ(m->config.rope_scaling.factor, 2.0f);
+}
+
+TEST_F(HfLoaderErrors, MissingTensorIsNamed) {
+  SafetensorsFile whole(tmp / "model.safetensors");
+  SafetensorsWriter w;
+  for (const auto& [name, t] : whole.tensors()) {
+    if (name == "model.layers.1.mlp.up_proj.weight") continue;
+    w.entries.push_back({name, t.dtype == "F32" ? DType::F32 : DType::F16, t.shape,
+                         std::vector<uint8_t>(t.data, t.data + t.n_bytes)});
+  }
+  w.write(tmp / "model.safetensors.new");
+  fs::rename(tmp / "model.safetensors.new", tmp / "model.safetensors");
+  expect_error([&] { load_model(tmp.path()); }, {"model.layers.1.mlp.up_proj.weight"});
+}
+
+TEST_F(HfLoaderErrors, MissingLmHeadWithoutTieIsNamed) {
+  SafetensorsFile whole(tmp / "model.safetensors");
+  SafetensorsWriter w;
+  for (const auto& [name, t] : whole.tensors())
+    if (name != "lm_head.weight")
+      w.entries.push_back({name, t.dtype == "F32" ? DType::F32 : DType::F16, t.shape,
+                           std::vector<uint8_t>(t.data, t.data + t.n_bytes)});
+  w.write(tmp / "model.safetensors.new");
+  fs::rename(tmp / "model.safetensors.new", tmp / "model.safetensors");
+  expect_error([&] { load_model(tmp.path()); }, {"lm_head.weight"});
+}
+
+TEST_F(HfLoaderErrors, WrongShapeIsNamed) {
+  edit_config([](json& c) { c["intermediate_size"] = 512; });
+  expect_error([&] { load_model(tmp.path()); }, {"ffn_gate"});
+}
+
+TEST_F(HfLoaderErrors, TruncatedWeightsFileIsNamed) {
+  const auto size = fs::file_size(tmp / "model.safetensors");
+  fs::resize_file(tmp / "model.safetensors", size - 1000);
+  expect_error([&] { load_model(tmp.path()); }, {"model.safetensors", "out of range"});
+}
+
+TEST_F(HfLoaderErrors, MissingTokenizerJson) {
+  fs::remove(tmp / "tokenizer.json");
+  expect_error([&] { load_model(tmp.path()); }, {"tokenizer.json"});
+}
+
+// ---- safetensors reader on malformed bytes -----------------------------------------------------
+
+TEST(Safetensors, ParsesTensorsAndIgnoresMetadata) {
+  std::vector<uint8_t> data(4 * 6 + 2 * 3);
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("b":{"dtype":"BF16","shape":[3],"data_offsets":[24,30]}})";
+  auto bytes = safetensors_bytes(header, data);
+  SafetensorsFile f(bytes.data(), bytes.size(), "buf");
+  EXPECT_EQ(f.tensors().size(), 2u);
+  Tensor a = f.tensor("a");
+  EXPECT_EQ(a.type, DType::F32);
+  EXPECT_EQ(a.n_dims, 2);
+  EXPECT_EQ(a.ne[0], 3);  // contiguous dim first, as GGUF
+  EXPECT_EQ(a.ne[1], 2);
+  EXPECT_EQ(static_cast<const uint8_t*>(a.data), bytes.data() + 8 + header.size());
+  EXPECT_EQ(f.tensor("b").type, DType::BF16);
+}
+
+TEST(Safetensors, TruncatedHeaderLength) {
+  const std::vector<uint8_t> bytes = {1, 2, 3};
+  expect_error([&] { parse_buffer(bytes); }, {"buf.safetensors", "too short"});
+}
+
+TEST(Safetensors, HeaderLengthPastEof) {
+  auto bytes = safetensors_bytes("{}");
+  bytes[0] = 200;
+  expect_error([&] { parse_buffer(bytes); }, {"buf.safetensors", "past the end"});
+  bytes[0] = 0xff, bytes[7] = 0xff;  // huge length must not overflow the check
+  expect_error([&] { parse_buffer(bytes); }, {"past the end"});
+}
+
+TEST(Safetensors, BadHeaderJson) {
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"a": {"dtype": )")); }, {"buf.safetensors", "JSON"});
+  expect_error([&] { parse_buffer(safetensors_bytes("[1,2]")); }, {"not a JSON object"});
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"a": 3})")); }, {"'a'"});
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"a": {"dtype":"F32","shape":[1]}})")); },
+               {"'a'", "data_offsets"});
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"a": {"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})")); },
+               {"'a'", "shape"});
+}
+
+TEST(Safetensors, OffsetsOutOfRange) {
+  const std::vector<uint8_t> data(8);
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data)); },
+               {"'w'", "out of range"});
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", data)); },
+               {"'w'", "out of range"});
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,4]}})", data)); },
+               {"'w'"});
+  // Size that disagrees with dtype × shape, and a shape whose element count overflows.
+  expect_error([&] { parse_buffer(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data)); },
+               {"'w'", "need"});
+  expect_error([&] {
+    parse_buffer(safetensors_bytes(
+        R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,0]}})", data));
+  }, {"'w'", "overflow"});
+}
+
+TEST(Safetensors, UnsupportedDtypeNamesTensorAndDtype) {
+  const std::vector<uint8_t> data(16);
+  auto bytes = safetensors_bytes(R"({"position_ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", data);
+  SafetensorsFile f(bytes.data(), bytes.size(), "buf");
+  expect_error([&] { f.tensor("position_ids"); }, {"position_ids", "I64"});
+  expect_error([&] { f.tensor("nope"); }, {"nope", "not found"});
+}
+
+// ---- tokenizer.json → Vocab → Tokenizer vs the `tokenizers` library ---------------------------
+
+namespace {
+
+// Texts where HF's Metaspace pre-tokenizer and llama.cpp's SPM tokenizer (which kvserve follows)
+// legitimately differ: Metaspace skips the "▁" prefix when the text already starts with a space and adds
+// none after a special token; llama.cpp always adds it. Vocab cannot express Metaspace's rule, so these
+// are left out for SPM fixtures (a tokenizer-side option would be needed to match them).
+bool spm_prefix_divergence(const std::string& text) {
+  return (!text.empty() && text[0] == ' ') || text.find("<s>") != std::string::npos;
+}
+
+void expect_reference_ids(const std::string& fixture, Vocab::Kind kind, const std::string& pre) {
+  const std::string dir = hf_fixture_dir(fixture);
+  Vocab v = vocab_from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
+  EXPECT_EQ(v.kind, kind);
+  EXPECT_EQ(v.pre, pre);
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = Tokenizer::create(v);
+  } catch (const Error& e) {
+    FAIL() << e.what();
+  }
+  std::ifstream in(dir + "/reference.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    const json row = json::parse(line);
+    const std::string text = row["text"];
+    if (kind == Vocab::Kind::SPM && spm_prefix_divergence(text)) continue;
+    // `tokenizers` matches added-token text inside the input, so parse_special is on.
+    EXPECT_EQ(tok->encode(text, /*add_special=*/true, /*parse_special=*/true),
+              row["ids_with_special"].get<std::vector<int32_t>>())
+        << fixture << ": " << text;
+    EXPECT_EQ(tok->encode(text, /*add_special=*/false, /*parse_special=*/true), row["ids"].get<std::vector<int32_t>>())
+        << fixture << ": " << text;
+    ++n;
+  }
+  EXPECT_GE(n, kind == Vocab::Kind::SPM ? 35 : 40);
+}
+
+}  // namespace
+
+TEST(HfTokenizer, Stories512MatchesTokenizersLibrary) {
+  expect_reference_ids("stories512", Vocab::Kind::SPM, "default");
+}
+
+TEST(HfTokenizer, SmolLM2MatchesTokenizersLibrary) {
+  expect_reference_ids("smollm2", Vocab::Kind::BPE, "smollm");
+}
+
+TEST(HfTokenizer, SmolLM2VocabMatchesGguf) {
+  const std::string gguf = std::string(getenv("HOME") ? getenv("HOME") : "") +
+                           "/.cache/kvserve/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(gguf)) GTEST_SKIP() << "no " << gguf;
+  const std::string dir = hf_fixture_dir("smollm2");
+  const Vocab v = vocab_from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
+  const Vocab ref = load_gguf_vocab(gguf);
+  EXPECT_EQ(v.tokens, ref.tokens);
+  EXPECT_EQ(v.merges, ref.merges);
+  EXPECT_EQ(v.pre, ref.pre);
+  EXPECT_EQ(v.bos_id, ref.bos_id);
+  EXPECT_EQ(v.eos_id, ref.eos_id);
+  EXPECT_EQ(v.eot_id, ref.eot_id);
+}
+
+TEST(HfTokenizer, StoriesPromptIdsMatchLlamaCppGolden) {
+  // The golden prompt ids come from llama.cpp's tokenizer on the same vocabulary.
+  const std::string dir = hf_fixture_dir("stories512");
+  auto tok = Tokenizer::create(vocab_from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json"));
+  std::ifstream in(shared_dir() + "/golden/gguf/golden/tiny-gqa.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    const json row = json::parse(line);
+    EXPECT_EQ(tok->encode(row["prompt"].get<std::string>(), true, false),
+              row["prompt_ids"].get<std::vector<int32_t>>());
+    ++n;
+  }
+  EXPECT_GT(n, 0);
+}
+
+TEST(HfTokenizer, UnsupportedModelTypeIsNamed) {
+  TempDir tmp;
+  write_json(tmp / "tokenizer.json", {{"model", {{"type", "Unigram"}, {"vocab", json::array()}}}});
+  expect_error([&] { vocab_from_tokenizer_json(tmp / "tokenizer.json", ""); }, {"tokenizer.json", "Unigram"});
+}
+
+TEST(HfTokenizer, UnknownSplitRegexIsRefused) {
+  TempDir tmp;
+  json t = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
+            {"pre_tokenizer",
+             {{"type", "Sequence"},
+              {"pretokenizers",
+               {{{"type", "Split"}, {"pattern", {{"Regex", "[a-z]+"}}}, {"behavior", "Isolated"}, {"invert", false}},
+                {{"type", "ByteLevel"}, {"use_regex", false}}}}}}};
+  write_json(tmp / "tokenizer.json", t);
+  expect_error([&] { vocab_from_tokenizer_json(tmp / "tokenizer.json", ""); }, {"tokenizer.json", "[a-z]+"});
+}
+
+TEST(HfTokenizer, RecognizesLlama3AndQwen2Splits) {
+  TempDir tmp;
+  const std::pair<const char*, const char*> cases[] = {
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       "llama-bpe"},
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       "qwen2"},
+  };
+  for (const auto& [regex, pre] : cases) {
+    json t = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", json::array({json::array({"a", "b"})})}}},
+              {"normalizer", {{"type", "NFC"}}},
+              {"pre_tokenizer",
+               {{"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                  {{"type", "ByteLevel"}, {"use_regex", false}}}}}},
+              {"added_tokens", {{{"id", 3}, {"content", "<|im_end|>"}, {"special", true}},
+                                {{"id", 4}, {"content", "<think>"}, {"special", false}}}}};
+    write_json(tmp / "tokenizer.json", t);
+    const Vocab v = vocab_from_tokenizer_json(tmp / "tokenizer.json", "");
+    EXPECT_EQ(v.kind, Vocab::Kind::BPE);
+    EXPECT_EQ(v.pre, pre);
+    EXPECT_EQ(v.merges, std::vector<std::string>{"a b"});
+    ASSERT_EQ(v.tokens.size(), 5u);
+    EXPECT_EQ(v.token_types[3], TokenType::Control);
+    EXPECT_EQ(v.token_types[4], TokenType::UserDefined);
+    EXPECT_EQ(v.eot_id, 3);
+  }
+}
