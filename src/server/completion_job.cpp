@@ -1,0 +1,228 @@
+#include "server/completion_job.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <random>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace kvserve::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Unique per process and unpredictable across restarts: a random prefix plus a counter.
+std::string new_response_id(Endpoint endpoint) {
+  static const uint64_t process_nonce = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("{}-{:016x}{:08x}", endpoint == Endpoint::Completions ? "cmpl" : "chatcmpl", process_nonce,
+                     counter.fetch_add(1));
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+CompletionJob::CompletionJob(EngineBackend& backend, ServerMetrics& metrics, ApiRequest req,
+                             std::vector<int32_t> prompt_ids, std::string model_name, std::string cache_salt,
+                             std::chrono::milliseconds keep_alive)
+    : backend_(backend),
+      metrics_(metrics),
+      req_(std::move(req)),
+      prompt_ids_(std::move(prompt_ids)),
+      cache_salt_(std::move(cache_salt)),
+      keep_alive_(keep_alive),
+      choices_(static_cast<size_t>(req_.n)),
+      arrival_(Clock::now()) {
+  header_.id = new_response_id(req_.endpoint);
+  header_.created = unix_seconds();
+  header_.model = std::move(model_name);
+}
+
+CompletionJob::~CompletionJob() {
+  if (started_ && !all_finished()) abort();
+}
+
+void CompletionJob::start() {
+  EngineRequest er;
+  er.id = header_.id;
+  er.prompt_ids = prompt_ids_;
+  er.params = req_.params;
+  er.n = req_.n;
+  er.cache_salt = cache_salt_;
+  // The engine thread only queues the event; all formatting happens on the HTTP worker.
+  er.on_event = [inbox = inbox_](const RequestEvent& ev) {
+    {
+      std::lock_guard lock(inbox->mu);
+      inbox->events.push_back(ev);
+    }
+    inbox->cv.notify_one();
+  };
+  try {
+    backend_.add_request(std::move(er));
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), req_.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
+  }
+  started_ = true;
+}
+
+std::vector<RequestEvent> CompletionJob::take_events(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(inbox_->mu);
+  inbox_->cv.wait_for(lock, timeout, [&] { return !inbox_->events.empty(); });
+  std::vector<RequestEvent> out(std::make_move_iterator(inbox_->events.begin()),
+                                std::make_move_iterator(inbox_->events.end()));
+  inbox_->events.clear();
+  return out;
+}
+
+void CompletionJob::apply(const RequestEvent& ev) {
+  if (ev.index < 0 || ev.index >= static_cast<int>(choices_.size())) return;
+  Choice& c = choices_[static_cast<size_t>(ev.index)];
+  if (c.finished) return;
+  if (!ev.tokens.empty() && !first_token_) first_token_ = Clock::now();
+  c.result.text += ev.text;
+  c.text_offset += ev.text.size();
+  if (req_.logprobs) c.result.tokens.insert(c.result.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  if (ev.finished) {
+    c.finished = true;
+    c.result.finish_reason = ev.finish_reason;
+    finished_choices_++;
+    if (ev.finish_reason == "error" && engine_error_.empty())
+      engine_error_ = ev.error.empty() ? "the engine failed while running this request" : ev.error;
+    prompt_tokens_ = std::max(prompt_tokens_, ev.prompt_tokens);
+    cached_tokens_ = std::max(cached_tokens_, ev.cached_tokens);
+    completion_tokens_ += ev.completion_tokens;
+  }
+}
+
+Usage CompletionJob::usage() const {
+  Usage u;
+  u.prompt_tokens = prompt_tokens_ > 0 ? prompt_tokens_ : static_cast<int>(prompt_ids_.size());
+  u.completion_tokens = completion_tokens_;
+  u.cached_tokens = cached_tokens_;
+  return u;
+}
+
+void CompletionJob::abort() {
+  if (aborted_) return;
+  aborted_ = true;
+  backend_.abort_request(header_.id);
+}
+
+void CompletionJob::record_metrics() {
+  if (metrics_recorded_ || aborted_ || !engine_error_.empty()) return;
+  metrics_recorded_ = true;
+  const auto now = Clock::now();
+  const double e2e = seconds_between(arrival_, now);
+  const double ttft = first_token_ ? seconds_between(arrival_, *first_token_) : e2e;
+  const int per_choice = completion_tokens_ / std::max(1, req_.n);
+  const double tpot = per_choice > 1 ? (e2e - ttft) / (per_choice - 1) : 0.0;
+  metrics_.observe_request(ttft, tpot, per_choice, e2e);
+}
+
+bool CompletionJob::stream(const Writer& write) {
+  const TokenText text = [this](int32_t id) { return token_text(id); };
+  auto last_write = Clock::now();
+  auto send = [&](std::string_view bytes) {
+    last_write = Clock::now();
+    if (write(bytes)) return true;
+    abort();
+    return false;
+  };
+
+  // Chat streams open with the assistant role for every choice, before the first token.
+  if (req_.endpoint == Endpoint::ChatCompletions) {
+    std::string opening;
+    for (int i = 0; i < req_.n; ++i) {
+      ChunkPiece piece;
+      piece.index = i;
+      piece.first = true;
+      opening += sse_data(stream_chunk(req_.endpoint, header_, piece, req_.include_usage, text));
+    }
+    if (!send(opening)) return false;
+  }
+
+  while (!all_finished()) {
+    std::vector<RequestEvent> events = take_events(keep_alive_);
+    std::string out;
+    for (const RequestEvent& ev : events) {
+      if (ev.index < 0 || ev.index >= req_.n || choices_[static_cast<size_t>(ev.index)].finished) continue;
+      const Choice& c = choices_[static_cast<size_t>(ev.index)];
+      const bool has_content = !ev.text.empty() || (req_.logprobs && !ev.tokens.empty());
+      if (has_content || ev.finished) {
+        if (ev.finished && ev.finish_reason == "error") {
+          out += sse_data(ApiError(500, ev.error.empty() ? "the engine failed while running this request" : ev.error,
+                                   {}, {}, "server_error")
+                              .to_json());
+        } else {
+          ChunkPiece piece;
+          piece.index = ev.index;
+          piece.text = ev.text;
+          piece.tokens = req_.logprobs ? &ev.tokens : nullptr;
+          piece.top_n = req_.top_logprobs;
+          piece.text_offset = c.text_offset;
+          if (ev.finished) piece.finish_reason = ev.finish_reason;
+          out += sse_data(stream_chunk(req_.endpoint, header_, piece, req_.include_usage, text));
+        }
+      }
+      apply(ev);
+    }
+    if (!out.empty()) {
+      if (!send(out)) return false;
+    } else if (Clock::now() - last_write >= keep_alive_) {
+      if (!send(kSseKeepAlive)) return false;
+    }
+  }
+
+  std::string tail;
+  if (req_.include_usage) tail += sse_data(usage_chunk(req_.endpoint, header_, usage()));
+  tail += kSseDone;
+  record_metrics();
+  return send(tail);
+}
+
+bool CompletionJob::wait_finished(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!all_finished()) {
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    for (const RequestEvent& ev : take_events(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now)))
+      apply(ev);
+  }
+  return true;
+}
+
+bool CompletionJob::write_body(const Writer& write) {
+  while (!wait_finished(keep_alive_)) {
+    if (!write(" ")) {
+      abort();
+      return false;
+    }
+  }
+  if (!write(result().second)) return false;
+  return true;
+}
+
+std::pair<int, std::string> CompletionJob::result() {
+  if (!engine_error_.empty()) return {500, dump_json(ApiError(500, engine_error_, {}, {}, "server_error").to_json())};
+  std::vector<ChoiceResult> results;
+  results.reserve(choices_.size());
+  for (const Choice& c : choices_) results.push_back(c.result);
+  const TokenText text = [this](int32_t id) { return token_text(id); };
+  record_metrics();
+  return {200, dump_json(full_response(req_.endpoint, header_, results, usage(), req_.logprobs, req_.top_logprobs, text))};
+}
+
+}  // namespace kvserve::server

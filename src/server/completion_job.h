@@ -1,0 +1,100 @@
+#pragma once
+// One API request in flight: hands the request to the engine, collects the events the engine thread
+// delivers, and turns them into either an SSE stream or one JSON body on the HTTP worker's thread. The
+// writer callback returning false means the client has gone: the job aborts its engine request at once
+// so its KV blocks are freed.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/engine_backend.h"
+#include "server/metrics.h"
+#include "server/request_parser.h"
+#include "server/response_format.h"
+
+namespace kvserve::server {
+
+class CompletionJob {
+ public:
+  // Writes bytes to the client; false when the connection is gone.
+  using Writer = std::function<bool(std::string_view)>;
+
+  CompletionJob(EngineBackend& backend, ServerMetrics& metrics, ApiRequest req, std::vector<int32_t> prompt_ids,
+                std::string model_name, std::string cache_salt,
+                std::chrono::milliseconds keep_alive = std::chrono::milliseconds(250));
+  // Aborts the engine request if it has not finished (the response was abandoned).
+  ~CompletionJob();
+  CompletionJob(const CompletionJob&) = delete;
+  CompletionJob& operator=(const CompletionJob&) = delete;
+
+  const std::string& id() const { return header_.id; }
+  bool streaming() const { return req_.stream; }
+
+  // Queues the request; throws ApiError (400) when the engine says it can never run.
+  void start();
+
+  // SSE: chunks as events arrive, keep-alive comments while silent, then [DONE]. Returns false when
+  // the client went away (the request is aborted).
+  bool stream(const Writer& write);
+
+  // Waits up to `timeout` for every choice to finish; true when they have.
+  bool wait_finished(std::chrono::milliseconds timeout);
+  // Non-streaming: waits for the end, writing a space (legal leading JSON whitespace) while waiting so
+  // a vanished client is noticed; then the body. False when the client went away.
+  bool write_body(const Writer& write);
+  // The finished non-streaming result: HTTP status and JSON body (an engine failure becomes 500).
+  std::pair<int, std::string> result();
+
+ private:
+  struct Inbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<RequestEvent> events;
+  };
+  struct Choice {
+    ChoiceResult result;
+    bool started = false;      // chat: the role delta was sent
+    size_t text_offset = 0;    // completions logprobs offset of the next piece
+    bool finished = false;
+  };
+
+  // Moves pending events into the choices; returns the ones taken (for streaming) in order.
+  std::vector<RequestEvent> take_events(std::chrono::milliseconds timeout);
+  void apply(const RequestEvent& ev);
+  bool all_finished() const { return finished_choices_ == static_cast<int>(choices_.size()); }
+  // Once per job, only for requests that completed normally.
+  void record_metrics();
+  void abort();
+  Usage usage() const;
+  std::string token_text(int32_t id) const { return backend_.token_piece(id); }
+
+  EngineBackend& backend_;
+  ServerMetrics& metrics_;
+  ApiRequest req_;
+  std::vector<int32_t> prompt_ids_;
+  std::string cache_salt_;
+  std::chrono::milliseconds keep_alive_;
+  ResponseHeader header_;
+  std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
+
+  std::vector<Choice> choices_;
+  int finished_choices_ = 0;
+  bool started_ = false;
+  bool aborted_ = false;
+  std::string engine_error_;
+  int prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
+  bool metrics_recorded_ = false;
+
+  std::chrono::steady_clock::time_point arrival_;
+  std::optional<std::chrono::steady_clock::time_point> first_token_;
+};
+
+}  // namespace kvserve::server

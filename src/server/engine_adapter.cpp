@@ -1,0 +1,34 @@
+#include "server/engine_adapter.h"
+
+#include "core/error.h"
+
+namespace kvserve::server {
+
+EngineAdapter::EngineAdapter(Engine& engine) : engine_(engine), model_(engine.model()) {
+  if (!model_.tokenizer) fail("the model has no tokenizer; the server needs one");
+}
+
+void EngineAdapter::add_request(EngineRequest req) { engine_.add_request(std::move(req)); }
+void EngineAdapter::abort_request(const std::string& id) { engine_.abort_request(id); }
+EngineStats EngineAdapter::stats() const { return engine_.stats(); }
+BlockMap EngineAdapter::block_map() const { return engine_.block_map(); }
+int EngineAdapter::block_size() const { return engine_.options().block_size; }
+
+std::vector<int32_t> EngineAdapter::tokenize(std::string_view text) const {
+  return model_.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+std::string EngineAdapter::render_chat(const std::vector<ChatMessage>& messages) const {
+  return apply_chat_template(model_.vocab, messages, /*add_generation_prompt=*/true);
+}
+
+std::string EngineAdapter::token_piece(int32_t id) const { return model_.tokenizer->token_to_piece(id, false); }
+
+int32_t EngineAdapter::vocab_size() const { return model_.tokenizer->n_vocab(); }
+
+int64_t EngineAdapter::context_length() const {
+  const int64_t configured = engine_.options().max_model_len;
+  return configured > 0 ? configured : model_.config.n_ctx_train;
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,30 @@
+#pragma once
+// The production EngineBackend: the real Engine plus its Model's tokenizer and chat template.
+#include "engine/engine.h"
+#include "server/engine_backend.h"
+
+namespace kvserve::server {
+
+class EngineAdapter final : public EngineBackend {
+ public:
+  // Both must outlive the adapter.
+  explicit EngineAdapter(Engine& engine);
+
+  void add_request(EngineRequest req) override;
+  void abort_request(const std::string& id) override;
+  EngineStats stats() const override;
+  BlockMap block_map() const override;
+  int block_size() const override;
+
+  std::vector<int32_t> tokenize(std::string_view text) const override;
+  std::string render_chat(const std::vector<ChatMessage>& messages) const override;
+  std::string token_piece(int32_t id) const override;
+  int32_t vocab_size() const override;
+  int64_t context_length() const override;
+
+ private:
+  Engine& engine_;
+  const Model& model_;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,38 @@
+#pragma once
+// What the HTTP layer needs from the engine, as an interface: production adapts the real Engine and its
+// Model to it (engine_adapter.h); the server's unit tests satisfy it with a scripted fake, so request
+// parsing, response shapes, streaming and cancellation are testable without a model.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/chat_template.h"
+
+namespace kvserve::server {
+
+class EngineBackend {
+ public:
+  virtual ~EngineBackend() = default;
+
+  // Queues a request; throws kvserve::Error when it can never run (the server answers 400).
+  virtual void add_request(EngineRequest req) = 0;
+  // Cancels a request whose client went away.
+  virtual void abort_request(const std::string& id) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual BlockMap block_map() const = 0;
+  virtual int block_size() const = 0;
+
+  // Prompt text -> ids, with BOS/EOS as the vocabulary asks and special-token text parsed as tokens.
+  virtual std::vector<int32_t> tokenize(std::string_view text) const = 0;
+  // The model's chat template applied to a conversation, ending with the assistant's turn header.
+  virtual std::string render_chat(const std::vector<ChatMessage>& messages) const = 0;
+  // Raw bytes of one token, for logprobs (may be an incomplete UTF-8 sequence).
+  virtual std::string token_piece(int32_t id) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  // Longest prompt + completion a request may have, in tokens.
+  virtual int64_t context_length() const = 0;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,235 @@
+#include "server/http_server.h"
+
+#include "core/error.h"
+
+#ifdef KVSERVE_HAVE_HTTPLIB
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "server/api_error.h"
+#include "server/completion_job.h"
+#include "server/request_parser.h"
+#include "server/response_format.h"
+#include "server/web_page.h"
+
+namespace kvserve::server {
+
+namespace {
+
+// httplib listens with a backlog of 5, too few for a burst of clients: the kernel would drop SYNs and
+// clients would stall for a retransmit. listen() again on the bound socket raises it.
+class ListeningServer : public httplib::Server {
+ public:
+  void raise_backlog(int backlog) {
+    const auto sock = svr_sock_.load();
+    if (sock != INVALID_SOCKET) ::listen(sock, backlog);
+  }
+};
+
+constexpr int kListenBacklog = 1024;
+// How long a non-streaming request may finish before its response switches to a chunked body with
+// keep-alive probing (so most answers get an exact status and Content-Length).
+constexpr std::chrono::milliseconds kPlainResponseWait{500};
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(dump_json(e.to_json()), "application/json");
+}
+
+std::string bearer_token(const httplib::Request& req) {
+  const std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view prefix = "Bearer ";
+  if (auth.size() <= prefix.size() || auth.compare(0, prefix.size(), prefix) != 0) return {};
+  return auth.substr(prefix.size());
+}
+
+// Compares without an early exit, so response time does not reveal how much of the key matched.
+bool keys_equal(const std::string& presented, const std::string& expected) {
+  if (expected.empty()) return false;
+  unsigned diff = presented.size() == expected.size() ? 0u : 1u;
+  for (size_t i = 0; i < presented.size(); ++i)
+    diff |= static_cast<unsigned char>(presented[i] ^ expected[i % expected.size()]);
+  return diff == 0;
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+bool http_server_available() { return true; }
+
+struct HttpServer::Impl {
+  EngineBackend& backend;
+  ServerOptions opts;
+  ServerMetrics metrics;
+  ListeningServer http;
+  std::atomic<bool> stop_requested{false};
+  int64_t started_at = unix_seconds();
+
+  Impl(EngineBackend& b, ServerOptions o) : backend(b), opts(std::move(o)) {
+    const size_t threads = static_cast<size_t>(std::max(1, opts.http_threads));
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_payload_max_length(opts.max_body_bytes);
+    http.set_tcp_nodelay(true);
+    http.set_keep_alive_max_count(1000);
+    install_routes();
+  }
+
+  void install_routes() {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (opts.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+      if (keys_equal(bearer_token(req), opts.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, ApiError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')", {}, "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Statuses httplib sets itself (no route, body too large, bad HTTP) get OpenAI-shaped bodies too.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      std::string message, code;
+      if (res.status == 404) {
+        message = fmt::format("no such route: {} {}", req.method, req.path);
+        code = "not_found";
+      } else if (res.status == 413) {
+        message = "request body too large";
+        code = "payload_too_large";
+      } else {
+        message = fmt::format("HTTP error {}", res.status);
+      }
+      send_error(res, ApiError(res.status, message, {}, code));
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string message = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        message = e.what();
+      } catch (...) {
+      }
+      send_error(res, ApiError(500, message, {}, {}, "server_error"));
+    });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      if (req.path.rfind("/v1/", 0) == 0) metrics.count_http_status(res.status);
+    });
+
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(dump_json(models_json(opts.model_name, started_at)), "application/json");
+    });
+    http.Get("/v1/kv/blocks", [this](const httplib::Request&, httplib::Response& res) {
+      // Stats first: a block map read a moment later is at least as fresh as the numbers beside it.
+      const EngineStats stats = backend.stats();
+      res.set_content(dump_json(kv_blocks_json(backend.block_map(), stats, backend.block_size())), "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics.render(backend.stats()), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(web_page_html()), "text/html; charset=utf-8");
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(Endpoint::Completions, req, res);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(Endpoint::ChatCompletions, req, res);
+    });
+  }
+
+  void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+    std::shared_ptr<CompletionJob> job;
+    try {
+      ApiRequest api = parse_api_request(endpoint, req.body);
+      if (!api.model.empty() && api.model != opts.model_name)
+        throw ApiError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", api.model, opts.model_name),
+                       "model", "model_not_found");
+      std::vector<int32_t> prompt = build_prompt(api, backend);
+      std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
+      job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompt), opts.model_name,
+                                            std::move(salt), opts.keep_alive);
+      job->start();
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      return;
+    }
+
+    if (!job->streaming() && job->wait_finished(kPlainResponseWait)) {
+      auto [status, body] = job->result();
+      res.status = status;
+      res.set_content(body, "application/json");
+      return;
+    }
+    // The job lives as long as the provider: if httplib drops the response unsent (client gone before
+    // the headers), destroying the job aborts the engine request.
+    const bool streaming = job->streaming();
+    if (streaming) res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(streaming ? "text/event-stream" : "application/json",
+                                     [job, streaming](size_t, httplib::DataSink& sink) {
+                                       // httplib ends the body on an empty write, so never make one.
+                                       auto write = [&sink](std::string_view bytes) {
+                                         return bytes.empty() || sink.write(bytes.data(), bytes.size());
+                                       };
+                                       const bool delivered = streaming ? job->stream(write) : job->write_body(write);
+                                       if (!delivered) return false;
+                                       sink.done();
+                                       return true;
+                                     });
+  }
+};
+
+HttpServer::HttpServer(EngineBackend& backend, ServerOptions opts) : impl_(std::make_unique<Impl>(backend, std::move(opts))) {}
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  int port = impl_->opts.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(impl_->opts.host);
+    if (port <= 0) fail("cannot listen on {} (any port)", impl_->opts.host);
+  } else if (!impl_->http.bind_to_port(impl_->opts.host, port)) {
+    fail("cannot listen on {}:{} (in use, or not a local address?)", impl_->opts.host, port);
+  }
+  impl_->http.raise_backlog(kListenBacklog);
+  return port;
+}
+
+void HttpServer::run() {
+  if (!impl_->stop_requested) impl_->http.listen_after_bind();
+}
+
+void HttpServer::stop() {
+  // A stop before run() starts listening is remembered, so run() then returns at once.
+  impl_->stop_requested = true;
+  impl_->http.stop();
+}
+
+ServerMetrics& HttpServer::metrics() { return impl_->metrics; }
+
+}  // namespace kvserve::server
+
+#else  // no cpp-httplib in this build: the type exists so the CLI links, but cannot serve.
+
+namespace kvserve::server {
+
+bool http_server_available() { return false; }
+
+struct HttpServer::Impl {
+  ServerMetrics metrics;
+};
+
+HttpServer::HttpServer(EngineBackend&, ServerOptions) : impl_(std::make_unique<Impl>()) {}
+HttpServer::~HttpServer() = default;
+int HttpServer::bind() { fail("this kvserve was built without cpp-httplib (install libcpp-httplib-dev and rebuild)"); }
+void HttpServer::run() {}
+void HttpServer::stop() {}
+ServerMetrics& HttpServer::metrics() { return impl_->metrics; }
+
+}  // namespace kvserve::server
+
+#endif

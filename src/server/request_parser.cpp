@@ -1,0 +1,282 @@
+#include "server/request_parser.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace kvserve::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxChoices = 16;
+constexpr int kMaxTopLogprobs = 20;
+constexpr size_t kMaxStopStrings = 16;
+
+// A known field, or nullptr when absent or JSON null (OpenAI treats null as "not given").
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double number_field(const json& v, const char* name, double lo, double hi) {
+  if (!v.is_number()) throw bad_request(fmt::format("'{}' must be a number", name), name);
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
+  return x;
+}
+
+// Integers may arrive as 3 or 3.0 (JSON has one number type); 3.5 is an error.
+int64_t integer_field(const json& v, const char* name, int64_t lo, int64_t hi) {
+  if (!v.is_number()) throw bad_request(fmt::format("'{}' must be an integer", name), name);
+  int64_t x = 0;
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw bad_request(fmt::format("'{}' is out of range", name), name);
+    x = v.get<int64_t>();
+  } else {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.0e18)
+      throw bad_request(fmt::format("'{}' must be an integer", name), name);
+    x = static_cast<int64_t>(d);
+  }
+  if (x < lo || x > hi) throw bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
+  return x;
+}
+
+bool bool_field(const json& v, const char* name) {
+  if (!v.is_boolean()) throw bad_request(fmt::format("'{}' must be a boolean", name), name);
+  return v.get<bool>();
+}
+
+std::string string_field(const json& v, const char* name) {
+  if (!v.is_string()) throw bad_request(fmt::format("'{}' must be a string", name), name);
+  return v.get<std::string>();
+}
+
+void parse_prompt(const json& body, ApiRequest& req) {
+  const json* p = field(body, "prompt");
+  if (!p) throw bad_request("'prompt' is required", "prompt");
+  if (p->is_string()) {
+    req.prompt_text = p->get<std::string>();
+    return;
+  }
+  if (!p->is_array() || p->empty())
+    throw bad_request("'prompt' must be a string or a non-empty array of token ids", "prompt");
+  // A batch of one prompt is accepted; larger batches are not (use n, or several requests).
+  if (p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    json single = body;
+    single["prompt"] = (*p)[0];
+    parse_prompt(single, req);
+    return;
+  }
+  for (const json& id : *p) {
+    if (!id.is_number_integer())
+      throw bad_request("'prompt' must be a string or an array of token ids (batched prompts are not supported)",
+                        "prompt");
+    req.prompt_ids.push_back(static_cast<int32_t>(
+        integer_field(id, "prompt", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max())));
+  }
+  req.prompt_is_ids = true;
+}
+
+// Message content is a string or an array of {"type": "text", "text": ...} parts.
+std::string message_content(const json& content) {
+  if (content.is_null()) return {};
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw bad_request("message 'content' must be a string or an array of parts", "messages");
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad_request("only text content parts are supported", "messages");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+void parse_messages(const json& body, ApiRequest& req) {
+  const json* msgs = field(body, "messages");
+  if (!msgs) throw bad_request("'messages' is required", "messages");
+  if (!msgs->is_array() || msgs->empty()) throw bad_request("'messages' must be a non-empty array", "messages");
+  for (const json& m : *msgs) {
+    if (!m.is_object()) throw bad_request("each message must be an object", "messages");
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) throw bad_request("each message needs a string 'role'", "messages");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      throw bad_request(fmt::format("unknown message role '{}'", r), "messages");
+    auto content = m.find("content");
+    req.messages.push_back({r, message_content(content == m.end() ? json() : *content)});
+  }
+}
+
+void parse_stop(const json& v, SamplingParams& params) {
+  if (v.is_string()) {
+    if (!v.get<std::string>().empty()) params.stop.push_back(v.get<std::string>());
+    return;
+  }
+  if (!v.is_array()) throw bad_request("'stop' must be a string or an array of strings", "stop");
+  if (v.size() > kMaxStopStrings) throw bad_request(fmt::format("at most {} stop strings", kMaxStopStrings), "stop");
+  for (const json& s : v) {
+    if (!s.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
+    if (!s.get<std::string>().empty()) params.stop.push_back(s.get<std::string>());
+  }
+}
+
+void parse_sampling(const json& body, ApiRequest& req) {
+  SamplingParams& p = req.params;
+  if (const json* v = field(body, "temperature")) p.temperature = static_cast<float>(number_field(*v, "temperature", 0, 2));
+  if (const json* v = field(body, "top_p")) {
+    p.top_p = static_cast<float>(number_field(*v, "top_p", 0, 1));
+    if (p.top_p <= 0) throw bad_request("'top_p' must be in (0, 1]", "top_p");
+  }
+  if (const json* v = field(body, "top_k")) {
+    const int64_t k = integer_field(*v, "top_k", -1, std::numeric_limits<int32_t>::max());
+    p.top_k = k < 0 ? 0 : static_cast<int>(k);  // -1 is vLLM's "off"
+  }
+  if (const json* v = field(body, "min_p")) p.min_p = static_cast<float>(number_field(*v, "min_p", 0, 1));
+  if (const json* v = field(body, "presence_penalty"))
+    p.presence_penalty = static_cast<float>(number_field(*v, "presence_penalty", -2, 2));
+  if (const json* v = field(body, "frequency_penalty"))
+    p.frequency_penalty = static_cast<float>(number_field(*v, "frequency_penalty", -2, 2));
+  if (const json* v = field(body, "repetition_penalty")) {
+    p.repetition_penalty = static_cast<float>(number_field(*v, "repetition_penalty", 0, 2));
+    if (p.repetition_penalty <= 0) throw bad_request("'repetition_penalty' must be in (0, 2]", "repetition_penalty");
+  }
+  if (const json* v = field(body, "seed")) {
+    // Any 64-bit integer; negative seeds are reinterpreted, not rejected.
+    if (v->is_number_unsigned()) {
+      p.seed = v->get<uint64_t>();
+    } else {
+      p.seed = static_cast<uint64_t>(
+          integer_field(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+    }
+    p.has_seed = true;
+  }
+  if (const json* v = field(body, "stop")) parse_stop(*v, p);
+  if (const json* v = field(body, "ignore_eos")) p.ignore_eos = bool_field(*v, "ignore_eos");
+
+  // Chat's max_completion_tokens supersedes max_tokens.
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    if (std::string_view(name) == "max_completion_tokens" && req.endpoint != Endpoint::ChatCompletions) continue;
+    if (const json* v = field(body, name)) {
+      p.max_tokens = static_cast<int>(integer_field(*v, name, 1, std::numeric_limits<int32_t>::max()));
+      req.max_tokens_given = true;
+    }
+  }
+}
+
+void parse_logprobs(const json& body, ApiRequest& req) {
+  if (req.endpoint == Endpoint::Completions) {
+    if (const json* v = field(body, "logprobs")) {
+      req.logprobs = true;
+      req.top_logprobs = static_cast<int>(integer_field(*v, "logprobs", 0, kMaxTopLogprobs));
+    }
+    return;
+  }
+  if (const json* v = field(body, "logprobs")) req.logprobs = bool_field(*v, "logprobs");
+  if (const json* v = field(body, "top_logprobs")) {
+    req.top_logprobs = static_cast<int>(integer_field(*v, "top_logprobs", 0, kMaxTopLogprobs));
+    if (!req.logprobs) throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  }
+}
+
+}  // namespace
+
+ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw bad_request(fmt::format("request body is not valid JSON: {}", e.what()));
+  }
+  if (!body.is_object()) throw bad_request("request body must be a JSON object");
+
+  ApiRequest req;
+  req.endpoint = endpoint;
+  if (const json* v = field(body, "model")) req.model = string_field(*v, "model");
+  if (endpoint == Endpoint::Completions) {
+    parse_prompt(body, req);
+    if (const json* v = field(body, "echo"); v && bool_field(*v, "echo"))
+      throw bad_request("'echo' is not supported", "echo");
+    if (const json* v = field(body, "best_of"); v && integer_field(*v, "best_of", 1, kMaxChoices) > 1)
+      throw bad_request("'best_of' > 1 is not supported; use n", "best_of");
+  } else {
+    parse_messages(body, req);
+  }
+  parse_sampling(body, req);
+  parse_logprobs(body, req);
+  if (const json* v = field(body, "n")) req.n = static_cast<int>(integer_field(*v, "n", 1, kMaxChoices));
+  if (const json* v = field(body, "stream")) req.stream = bool_field(*v, "stream");
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+    if (const json* u = field(*v, "include_usage")) req.include_usage = bool_field(*u, "stream_options.include_usage");
+  }
+  if (const json* v = field(body, "user")) req.user = string_field(*v, "user");
+  if (const json* v = field(body, "cache_salt")) req.cache_salt = string_field(*v, "cache_salt");
+
+  // The engine reports logprobs only when asked for at least one alternative; we drop the extras.
+  req.params.logprobs = req.logprobs ? std::max(1, req.top_logprobs) : 0;
+  try {
+    req.params.validate();
+  } catch (const Error& e) {
+    throw bad_request(e.what());
+  }
+  return req;
+}
+
+std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend) {
+  std::vector<int32_t> ids;
+  try {
+    if (req.endpoint == Endpoint::ChatCompletions) {
+      ids = backend.tokenize(backend.render_chat(req.messages));
+    } else if (req.prompt_is_ids) {
+      ids = req.prompt_ids;
+    } else {
+      ids = backend.tokenize(req.prompt_text);
+    }
+  } catch (const Error& e) {
+    throw bad_request(e.what(), req.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
+  }
+  const char* param = req.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  if (ids.empty()) throw bad_request("the prompt is empty", param);
+  const int32_t n_vocab = backend.vocab_size();
+  for (int32_t id : ids)
+    if (id < 0 || id >= n_vocab) throw bad_request(fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab), param);
+
+  const int64_t context = backend.context_length();
+  if (context > 0 && static_cast<int64_t>(ids.size()) >= context)
+    throw ApiError(400,
+                   fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens",
+                               context, ids.size()),
+                   param, "context_length_exceeded");
+  if (!req.max_tokens_given) {
+    if (req.endpoint == Endpoint::Completions) {
+      req.params.max_tokens = kDefaultCompletionMaxTokens;
+      if (context > 0) req.params.max_tokens = static_cast<int>(std::min<int64_t>(req.params.max_tokens, context - ids.size()));
+    } else {
+      req.params.max_tokens = context > 0 ? static_cast<int>(std::min<int64_t>(context - ids.size(), 1 << 30)) : 256;
+    }
+  }
+  return ids;
+}
+
+std::string derive_cache_salt(const std::string& api_key, bool share_prefix_cache, const std::string& request_salt) {
+  std::string tenant;
+  if (!share_prefix_cache && !api_key.empty())
+    tenant = fmt::format("key:{:016x}", XXH3_64bits(api_key.data(), api_key.size()));
+  if (request_salt.empty()) return tenant;
+  // The separator cannot occur in the hex tenant part, so (tenant, salt) pairs never collide.
+  return tenant + "|salt:" + request_salt;
+}
+
+}  // namespace kvserve::server

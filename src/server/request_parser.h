@@ -1,0 +1,53 @@
+#pragma once
+// OpenAI request bodies -> what the engine runs. Parsing is strict about the fields it knows (wrong
+// type or out-of-range value -> 400 naming the field) and ignores the ones it doesn't, as OpenAI does.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "model/chat_template.h"
+#include "server/engine_backend.h"
+
+namespace kvserve::server {
+
+enum class Endpoint { Completions, ChatCompletions };
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string model;  // empty: the served model
+
+  // Completions: either text or token ids. Chat: messages.
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+  std::vector<ChatMessage> messages;
+
+  SamplingParams params;  // params.max_tokens is meaningful only when max_tokens_given
+  bool max_tokens_given = false;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // report logprobs at all
+  int top_logprobs = 0;        // alternatives per token
+  std::string user;
+  std::string cache_salt;
+};
+
+// Throws ApiError (400) for malformed JSON, known fields of the wrong type and out-of-range values.
+ApiRequest parse_api_request(Endpoint endpoint, std::string_view body);
+
+// Completions without max_tokens get OpenAI's 16; chat gets the rest of the context.
+constexpr int kDefaultCompletionMaxTokens = 16;
+
+// Tokenizes the prompt (chat: through the model's template), checks ids against the vocabulary and
+// fills in the default max_tokens. Throws ApiError (400).
+std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend);
+
+// The prefix-cache salt of a request: tenant part (a hash of the server's API key, unless the operator
+// shares the cache across keys) joined with the request's own cache_salt. Empty = the shared namespace.
+std::string derive_cache_salt(const std::string& api_key, bool share_prefix_cache, const std::string& request_salt);
+
+}  // namespace kvserve::server

@@ -1,0 +1,144 @@
+#include "server/response_format.h"
+
+namespace kvserve::server {
+
+namespace {
+
+const char* object_name(Endpoint endpoint, bool chunk) {
+  if (endpoint == Endpoint::Completions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+json header_json(Endpoint endpoint, const ResponseHeader& h, bool chunk) {
+  return {{"id", h.id}, {"object", object_name(endpoint, chunk)}, {"created", h.created}, {"model", h.model}};
+}
+
+json bytes_json(const std::string& s) {
+  json bytes = json::array();
+  for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+
+}  // namespace
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_data(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json completion_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, const TokenText& text,
+                              size_t text_offset) {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenInfo& t : tokens) {
+    const std::string piece = text(t.id);
+    toks.push_back(piece);
+    lps.push_back(t.logprob);
+    offsets.push_back(text_offset);
+    text_offset += piece.size();
+    json top = json::object();
+    for (int i = 0; i < top_n && i < static_cast<int>(t.top.size()); ++i) top[text(t.top[i].first)] = t.top[i].second;
+    tops.push_back(top_n > 0 ? top : json(nullptr));
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json chat_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, const TokenText& text) {
+  json content = json::array();
+  for (const TokenInfo& t : tokens) {
+    const std::string piece = text(t.id);
+    json top = json::array();
+    for (int i = 0; i < top_n && i < static_cast<int>(t.top.size()); ++i) {
+      const std::string alt = text(t.top[i].first);
+      top.push_back({{"token", alt}, {"logprob", t.top[i].second}, {"bytes", bytes_json(alt)}});
+    }
+    content.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_json(piece)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+json full_response(Endpoint endpoint, const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
+                   const Usage& usage, bool logprobs, int top_n, const TokenText& text) {
+  json out = header_json(endpoint, header, false);
+  json arr = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json choice = {{"index", i}};
+    json lp = nullptr;
+    if (endpoint == Endpoint::Completions) {
+      choice["text"] = c.text;
+      if (logprobs) lp = completion_logprobs_json(c.tokens, top_n, text, 0);
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (logprobs) lp = chat_logprobs_json(c.tokens, top_n, text);
+    }
+    choice["logprobs"] = lp;
+    choice["finish_reason"] = finish_json(c.finish_reason);
+    arr.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(arr);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json stream_chunk(Endpoint endpoint, const ResponseHeader& header, const ChunkPiece& piece, bool usage_null,
+                  const TokenText& text) {
+  json out = header_json(endpoint, header, true);
+  json choice = {{"index", piece.index}};
+  json lp = nullptr;
+  if (endpoint == Endpoint::Completions) {
+    choice["text"] = piece.text;
+    if (piece.tokens) lp = completion_logprobs_json(*piece.tokens, piece.top_n, text, piece.text_offset);
+  } else {
+    json delta = json::object();
+    if (piece.first) delta["role"] = "assistant";
+    if (piece.first || !piece.text.empty()) delta["content"] = piece.text;
+    choice["delta"] = std::move(delta);
+    if (piece.tokens) lp = chat_logprobs_json(*piece.tokens, piece.top_n, text);
+  }
+  choice["logprobs"] = lp;
+  choice["finish_reason"] = finish_json(piece.finish_reason);
+  out["choices"] = json::array({std::move(choice)});
+  if (usage_null) out["usage"] = nullptr;
+  return out;
+}
+
+json usage_chunk(Endpoint endpoint, const ResponseHeader& header, const Usage& usage) {
+  json out = header_json(endpoint, header, true);
+  out["choices"] = json::array();
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json models_json(const std::string& model_name, int64_t created) {
+  return {{"object", "list"},
+          {"data", json::array({{{"id", model_name}, {"object", "model"}, {"created", created}, {"owned_by", "kvserve"}}})}};
+}
+
+json kv_blocks_json(const BlockMap& map, const EngineStats& stats, int block_size) {
+  const double hit_rate =
+      stats.prefix_queries > 0 ? static_cast<double>(stats.prefix_hits) / static_cast<double>(stats.prefix_queries) : 0.0;
+  return {{"block_size", block_size},
+          {"num_blocks", stats.num_blocks},
+          {"free_blocks", stats.free_blocks},
+          {"used_blocks", stats.used_blocks},
+          {"cached_blocks", stats.cached_blocks},
+          {"kv_usage", stats.kv_usage},
+          {"prefix_queries", stats.prefix_queries},
+          {"prefix_hits", stats.prefix_hits},
+          {"prefix_hit_rate", hit_rate},
+          {"preemptions", stats.preemptions},
+          {"running", stats.running},
+          {"waiting", stats.waiting},
+          {"owner", map.owner},
+          {"shared", map.shared}};
+}
+
+}  // namespace kvserve::server

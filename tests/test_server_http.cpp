@@ -1,0 +1,344 @@
+// The HTTP layer over a live loopback socket, with a scripted FakeEngine behind it: routes, auth,
+// status codes and error bodies, streaming shapes, and cancellation when a client disconnects.
+#ifdef KVSERVE_HAVE_HTTPLIB
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/http_server.h"
+#include "server/request_parser.h"
+#include "test_server_fake_engine.h"
+
+namespace kvserve::server {
+namespace {
+
+using nlohmann::json;
+using testing::FakeEngine;
+using namespace std::chrono_literals;
+
+// A server on a free loopback port, serving from its own thread until the fixture ends.
+class LiveServer {
+ public:
+  explicit LiveServer(FakeEngine& engine, ServerOptions opts = {}) {
+    opts.host = "127.0.0.1";
+    opts.port = 0;
+    opts.model_name = "tiny";
+    opts.http_threads = 16;
+    server_ = std::make_unique<HttpServer>(engine, opts);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  ~LiveServer() {
+    server_->stop();
+    thread_.join();
+  }
+  httplib::Client client(const std::string& api_key = {}) const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(10, 0);
+    if (!api_key.empty()) c.set_bearer_token_auth(api_key.c_str());
+    return c;
+  }
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// The JSON payloads of an SSE body, "[DONE]" included as a string.
+std::vector<json> sse_events(const std::string& body) {
+  std::vector<json> events;
+  size_t start = 0;
+  while (start < body.size()) {
+    size_t end = body.find("\n\n", start);
+    if (end == std::string::npos) end = body.size();
+    const std::string event = body.substr(start, end - start);
+    start = end + 2;
+    if (event.rfind("data: ", 0) != 0) continue;  // keep-alive comments
+    const std::string data = event.substr(6);
+    events.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data));
+  }
+  return events;
+}
+
+void expect_error(const httplib::Result& res, int status, const std::string& param = {}) {
+  ASSERT_TRUE(res) << "no response";
+  EXPECT_EQ(res->status, status) << res->body;
+  const json body = json::parse(res->body);
+  ASSERT_TRUE(body.contains("error")) << res->body;
+  EXPECT_TRUE(body["error"]["message"].is_string());
+  EXPECT_TRUE(body["error"].contains("type"));
+  EXPECT_TRUE(body["error"].contains("code"));
+  if (!param.empty()) {
+    EXPECT_EQ(body["error"]["param"], param);
+  }
+}
+
+TEST(ServerHttp, HealthModelsPageAndUnknownRoutes) {
+  FakeEngine engine;
+  LiveServer server(engine);
+  auto cli = server.client();
+  auto health = cli.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto models = cli.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+  auto page = cli.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_NE(page->body.find("<canvas id=\"kv-canvas\""), std::string::npos);
+  EXPECT_NE(page->body.find("/v1/kv/blocks"), std::string::npos);
+  expect_error(cli.Get("/v1/nope"), 404);
+  expect_error(cli.Get("/v1/completions"), 404);  // only POST is routed
+}
+
+TEST(ServerHttp, CompletionNonStreaming) {
+  FakeEngine engine;
+  engine.set_cached_tokens(2);
+  LiveServer server(engine);
+  auto res = server.client().Post("/v1/completions", R"({"model": "tiny", "prompt": "hey", "max_tokens": 5, "seed": 7})",
+                                  "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json body = json::parse(res->body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(body["choices"][0]["text"], "abcde");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"], json::parse(R"({"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
+                                           "prompt_tokens_details": {"cached_tokens": 2}})"));
+  const auto added = engine.added();
+  ASSERT_EQ(added.size(), 1u);
+  EXPECT_EQ(added[0].prompt_ids, (std::vector<int32_t>{'h', 'e', 'y'}));
+  EXPECT_EQ(added[0].params.max_tokens, 5);
+  EXPECT_TRUE(added[0].params.has_seed);
+  EXPECT_EQ(added[0].cache_salt, "");
+}
+
+TEST(ServerHttp, SlowNonStreamingResponseStillParses) {
+  // Longer than the plain-response wait: the body goes out chunked with leading-space probes.
+  FakeEngine engine(20ms);
+  LiveServer server(engine);
+  auto res = server.client().Post("/v1/completions", R"({"prompt": "x", "max_tokens": 40})", "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  const json body = json::parse(res->body);
+  EXPECT_EQ(body["choices"][0]["text"].get<std::string>().size(), 40u);
+}
+
+TEST(ServerHttp, ChatStreamingWithUsage) {
+  FakeEngine engine;
+  LiveServer server(engine);
+  auto res = server.client().Post(
+      "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true, "n": 2,
+          "stream_options": {"include_usage": true}})",
+      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<json> events = sse_events(res->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json& usage = events[events.size() - 2];
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 8);
+  std::string text[2];
+  int finishes = 0;
+  bool role_seen[2] = {false, false};
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json& e = events[i];
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    EXPECT_TRUE(e["usage"].is_null());
+    const json& choice = e["choices"][0];
+    const int idx = choice["index"];
+    if (choice["delta"].contains("role")) {
+      EXPECT_FALSE(role_seen[idx]);
+      EXPECT_EQ(text[idx], "");  // the role comes first
+      role_seen[idx] = true;
+    }
+    if (choice["delta"].contains("content")) text[idx] += choice["delta"]["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) {
+      EXPECT_EQ(choice["finish_reason"], "length");
+      ++finishes;
+    }
+  }
+  EXPECT_TRUE(role_seen[0] && role_seen[1]);
+  EXPECT_EQ(text[0], "abcd");
+  EXPECT_EQ(text[1], "abcd");
+  EXPECT_EQ(finishes, 2);
+}
+
+TEST(ServerHttp, CompletionStreamingLogprobs) {
+  FakeEngine engine;
+  LiveServer server(engine);
+  auto res = server.client().Post("/v1/completions", R"({"prompt": "x", "max_tokens": 3, "stream": true, "logprobs": 2})",
+                                  "application/json");
+  ASSERT_TRUE(res);
+  const std::vector<json> events = sse_events(res->body);
+  ASSERT_GE(events.size(), 2u);
+  std::vector<int> offsets;
+  for (const json& e : events) {
+    if (!e.is_object()) continue;
+    EXPECT_FALSE(e.contains("usage"));  // include_usage not asked for
+    const json& lp = e["choices"][0]["logprobs"];
+    for (const json& o : lp["text_offset"]) offsets.push_back(o);
+    for (const json& top : lp["top_logprobs"]) EXPECT_EQ(top.size(), 2u);
+  }
+  EXPECT_EQ(offsets, (std::vector<int>{0, 1, 2}));
+}
+
+TEST(ServerHttp, BadRequestsGet4xxAndServingContinues) {
+  FakeEngine engine(1ms, /*context=*/64);
+  ServerOptions opts;
+  opts.max_body_bytes = 1 << 20;
+  LiveServer server(engine, opts);
+  auto cli = server.client();
+  expect_error(cli.Post("/v1/completions", "{\"prompt\": ", "application/json"), 400);
+  expect_error(cli.Post("/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})", "application/json"), 400, "max_tokens");
+  expect_error(cli.Post("/v1/completions", R"({"prompt": "x", "max_tokens": -5})", "application/json"), 400, "max_tokens");
+  expect_error(cli.Post("/v1/completions", R"({"prompt": "x", "temperature": 9})", "application/json"), 400, "temperature");
+  expect_error(cli.Post("/v1/chat/completions", R"({"messages": [], "n": 1})", "application/json"), 400, "messages");
+  expect_error(cli.Post("/v1/completions", R"({"prompt": "x", "n": 100})", "application/json"), 400, "n");
+  expect_error(cli.Post("/v1/completions", R"({"prompt": "x", "model": "gpt-9"})", "application/json"), 404, "model");
+  // Longer than the context: caught before the engine.
+  expect_error(cli.Post("/v1/completions", json{{"prompt", std::string(100, 'x')}}.dump(), "application/json"), 400);
+  // Fits the context alone but not with max_tokens: the engine refuses it, the server maps it to 400.
+  expect_error(cli.Post("/v1/completions", R"({"prompt": "xxxx", "max_tokens": 100})", "application/json"), 400);
+  expect_error(cli.Post("/v1/completions", std::string(2 << 20, ' '), "application/json"), 413);
+
+  auto ok = cli.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(json::parse(ok->body)["choices"][0]["text"], "ab");
+}
+
+TEST(ServerHttp, ApiKeyGuardsV1AndSaltsTheCache) {
+  FakeEngine engine;
+  ServerOptions opts;
+  opts.api_key = "sekret";
+  LiveServer server(engine, opts);
+  const std::string body = R"({"prompt": "x", "max_tokens": 1, "cache_salt": "t1"})";
+  expect_error(server.client().Post("/v1/completions", body, "application/json"), 401);
+  expect_error(server.client("wrong").Post("/v1/completions", body, "application/json"), 401);
+  expect_error(server.client("sekret-and-more").Get("/v1/models"), 401);
+  auto health = server.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto ok = server.client("sekret").Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  const auto added = engine.added();
+  ASSERT_EQ(added.size(), 1u);
+  EXPECT_EQ(added[0].cache_salt, derive_cache_salt("sekret", false, "t1"));
+}
+
+TEST(ServerHttp, MetricsAndBlockMap) {
+  FakeEngine engine;
+  LiveServer server(engine);
+  auto cli = server.client();
+  ASSERT_TRUE(cli.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 3})", "application/json"));
+  auto metrics = cli.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("kvserve_e2e_request_latency_seconds_count 1\n"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("kvserve_kv_blocks{state=\"cached\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("kvserve_http_requests_total{status=\"2xx\"} 1\n"), std::string::npos);
+  auto blocks = cli.Get("/v1/kv/blocks");
+  ASSERT_TRUE(blocks);
+  const json map = json::parse(blocks->body);
+  EXPECT_EQ(map["owner"].size(), 8u);
+  EXPECT_EQ(map["num_blocks"], 8);
+  EXPECT_DOUBLE_EQ(map["prefix_hit_rate"].get<double>(), 0.4);
+}
+
+// Opens a raw connection, sends `request`, reads until `min_bytes` arrived, then closes the socket.
+std::string send_and_hang_up(int port, const std::string& request, size_t min_bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    while (got.size() < min_bytes) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+std::string post_request(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return cond();
+}
+
+TEST(ServerHttp, ClientDisconnectMidStreamAbortsTheRequest) {
+  FakeEngine engine(10ms, /*context=*/1 << 20);
+  LiveServer server(engine);
+  const std::string got = send_and_hang_up(
+      server.port(), post_request("/v1/completions", R"({"prompt": "x", "max_tokens": 100000, "stream": true})"), 600);
+  ASSERT_NE(got.find("data: {"), std::string::npos) << got;
+  const auto added = engine.added();
+  ASSERT_EQ(added.size(), 1u);
+  EXPECT_TRUE(wait_for([&] { return engine.was_aborted(added[0].id); }, 3s));
+  EXPECT_TRUE(wait_for([&] { return engine.live_requests() == 0; }, 3s));
+}
+
+TEST(ServerHttp, ClientDisconnectWhileWaitingForPlainResponseAborts) {
+  FakeEngine engine(10ms, /*context=*/1 << 20);
+  LiveServer server(engine);
+  // Non-streaming: nothing arrives until the probes start; hang up as soon as one space came back.
+  const std::string got =
+      send_and_hang_up(server.port(), post_request("/v1/completions", R"({"prompt": "x", "max_tokens": 100000})"), 1);
+  ASSERT_FALSE(got.empty());
+  const auto added = engine.added();
+  ASSERT_EQ(added.size(), 1u);
+  EXPECT_TRUE(wait_for([&] { return engine.was_aborted(added[0].id); }, 5s));
+}
+
+TEST(ServerHttp, ManyConcurrentStreams) {
+  FakeEngine engine(5ms);
+  LiveServer server(engine);
+  constexpr int kClients = 12;  // LiveServer uses 16 worker threads
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&] {
+      auto res = server.client().Post("/v1/completions", R"({"prompt": "x", "max_tokens": 20, "stream": true})",
+                                      "application/json");
+      if (res && res->status == 200 && sse_events(res->body).back() == "[DONE]") ok++;
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok, kClients);
+}
+
+}  // namespace
+}  // namespace kvserve::server
+
+#endif  // KVSERVE_HAVE_HTTPLIB

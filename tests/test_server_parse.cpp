@@ -1,0 +1,210 @@
+// Request parsing and validation for the OpenAI endpoints: every known field maps to the engine's
+// parameters, wrong types and out-of-range values are 400s naming the field, unknown fields are ignored.
+#include <gtest/gtest.h>
+
+#include "server/api_error.h"
+#include "server/request_parser.h"
+#include "test_server_fake_engine.h"
+
+namespace kvserve::server {
+namespace {
+
+using testing::FakeEngine;
+
+ApiRequest parse_completion(const std::string& body) { return parse_api_request(Endpoint::Completions, body); }
+ApiRequest parse_chat(const std::string& body) { return parse_api_request(Endpoint::ChatCompletions, body); }
+
+// The status and param of the ApiError a body produces (0 when it parses).
+std::pair<int, std::string> rejection(Endpoint endpoint, const std::string& body) {
+  try {
+    parse_api_request(endpoint, body);
+  } catch (const ApiError& e) {
+    return {e.status(), e.param()};
+  }
+  return {0, ""};
+}
+
+TEST(ServerParse, CompletionFieldsMapToSamplingParams) {
+  const ApiRequest r = parse_completion(R"({
+    "model": "m", "prompt": "Hello", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+    "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
+    "seed": 42, "stop": ["\n", "END"], "n": 3, "logprobs": 2, "stream": true,
+    "stream_options": {"include_usage": true}, "user": "u1", "cache_salt": "tenant-a",
+    "some_future_field": {"nested": [1, 2]}
+  })");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.prompt_text, "Hello");
+  EXPECT_FALSE(r.prompt_is_ids);
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_EQ(r.params.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.top_p, 0.9f);
+  EXPECT_EQ(r.params.top_k, 40);
+  EXPECT_FLOAT_EQ(r.params.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.params.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.params.repetition_penalty, 1.1f);
+  EXPECT_TRUE(r.params.has_seed);
+  EXPECT_EQ(r.params.seed, 42u);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_EQ(r.params.logprobs, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.user, "u1");
+  EXPECT_EQ(r.cache_salt, "tenant-a");
+}
+
+TEST(ServerParse, DefaultsAndNullsMeanNotGiven) {
+  const ApiRequest r = parse_completion(
+      R"({"prompt": "x", "max_tokens": null, "temperature": null, "stop": null, "logprobs": null, "seed": null})");
+  EXPECT_FALSE(r.max_tokens_given);
+  EXPECT_FLOAT_EQ(r.params.temperature, 0.0f);
+  EXPECT_TRUE(r.params.stop.empty());
+  EXPECT_FALSE(r.logprobs);
+  EXPECT_EQ(r.params.logprobs, 0);
+  EXPECT_FALSE(r.params.has_seed);
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.stream);
+}
+
+TEST(ServerParse, PromptAsTokenIdsAndSingleStringBatch) {
+  const ApiRequest ids = parse_completion(R"({"prompt": [1, 2, 3]})");
+  EXPECT_TRUE(ids.prompt_is_ids);
+  EXPECT_EQ(ids.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  const ApiRequest batch = parse_completion(R"({"prompt": ["only one"]})");
+  EXPECT_EQ(batch.prompt_text, "only one");
+  const ApiRequest nested = parse_completion(R"({"prompt": [[5, 6]]})");
+  EXPECT_EQ(nested.prompt_ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": ["a", "b"]})").first, 400);
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": [1, "b"]})").first, 400);
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": []})").first, 400);
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"max_tokens": 3})"), std::make_pair(400, std::string("prompt")));
+}
+
+TEST(ServerParse, StopAsStringOrArray) {
+  EXPECT_EQ(parse_completion(R"({"prompt": "x", "stop": "###"})").params.stop, (std::vector<std::string>{"###"}));
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": "x", "stop": 5})"), std::make_pair(400, std::string("stop")));
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": "x", "stop": ["a", 1]})").first, 400);
+}
+
+TEST(ServerParse, ChatMessagesAndLogprobs) {
+  const ApiRequest r = parse_chat(R"({
+    "messages": [{"role": "developer", "content": "be brief"},
+                 {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]},
+                 {"role": "assistant", "content": null}],
+    "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 9, "max_tokens": 100
+  })");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "hi there");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_EQ(r.params.max_tokens, 9);  // max_completion_tokens wins
+
+  // logprobs without alternatives still needs the engine to report the chosen token's logprob.
+  EXPECT_EQ(parse_chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})").params.logprobs, 1);
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"),
+            std::make_pair(400, std::string("top_logprobs")));
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})"),
+            std::make_pair(400, std::string("logprobs")));
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": []})").first, 400);
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"role": "wizard", "content": "x"}]})").first, 400);
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"content": "x"}]})").first, 400);
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": "hello"})").first, 400);
+}
+
+TEST(ServerParse, MalformedJsonAndWrongTypesAre400) {
+  EXPECT_EQ(rejection(Endpoint::Completions, "{not json").first, 400);
+  EXPECT_EQ(rejection(Endpoint::Completions, "[1, 2]").first, 400);
+  EXPECT_EQ(rejection(Endpoint::Completions, "").first, 400);
+  const std::vector<std::pair<std::string, std::string>> wrong_types = {
+      {R"({"prompt": "x", "max_tokens": "5"})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"prompt": "x", "n": true})", "n"},
+      {R"({"prompt": "x", "seed": "abc"})", "seed"},
+      {R"({"prompt": "x", "model": 7})", "model"},
+      {R"({"prompt": "x", "user": 7})", "user"},
+      {R"({"prompt": "x", "cache_salt": 7})", "cache_salt"},
+      {R"({"prompt": "x", "stream_options": true})", "stream_options"},
+      {R"({"prompt": 12})", "prompt"},
+  };
+  for (const auto& [body, param] : wrong_types) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(rejection(Endpoint::Completions, body), std::make_pair(400, param));
+  }
+  // Whole-valued floats are integers.
+  EXPECT_EQ(parse_completion(R"({"prompt": "x", "max_tokens": 5.0})").params.max_tokens, 5);
+}
+
+TEST(ServerParse, OutOfRangeValuesAre400) {
+  const std::vector<std::pair<std::string, std::string>> out_of_range = {
+      {R"({"prompt": "x", "max_tokens": -1})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "x", "temperature": 2.5})", "temperature"},
+      {R"({"prompt": "x", "temperature": -0.1})", "temperature"},
+      {R"({"prompt": "x", "top_p": 0})", "top_p"},
+      {R"({"prompt": "x", "top_p": 1.5})", "top_p"},
+      {R"({"prompt": "x", "top_k": -2})", "top_k"},
+      {R"({"prompt": "x", "min_p": 2})", "min_p"},
+      {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "x", "frequency_penalty": -3})", "frequency_penalty"},
+      {R"({"prompt": "x", "repetition_penalty": 0})", "repetition_penalty"},
+      {R"({"prompt": "x", "n": 0})", "n"},
+      {R"({"prompt": "x", "n": 17})", "n"},
+      {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "x", "max_tokens": 99999999999})", "max_tokens"},
+  };
+  for (const auto& [body, param] : out_of_range) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(rejection(Endpoint::Completions, body), std::make_pair(400, param));
+  }
+  EXPECT_EQ(parse_completion(R"({"prompt": "x", "top_k": -1})").params.top_k, 0);  // vLLM's "off"
+  EXPECT_EQ(parse_completion(R"({"prompt": "x", "seed": -1})").params.seed, ~uint64_t{0});
+}
+
+TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {
+  FakeEngine engine(std::chrono::milliseconds(1), /*context=*/32);
+  ApiRequest completion = parse_completion(R"({"prompt": "abc"})");
+  EXPECT_EQ(build_prompt(completion, engine), (std::vector<int32_t>{'a', 'b', 'c'}));
+  EXPECT_EQ(completion.params.max_tokens, kDefaultCompletionMaxTokens);
+
+  ApiRequest chat = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  const auto chat_ids = build_prompt(chat, engine);
+  EXPECT_EQ(chat_ids, engine.tokenize("user: hi\nassistant:"));
+  EXPECT_EQ(chat.params.max_tokens, 32 - static_cast<int>(chat_ids.size()));  // the rest of the context
+
+  ApiRequest too_long = parse_completion(R"({"prompt": ")" + std::string(40, 'x') + R"("})");
+  try {
+    build_prompt(too_long, engine);
+    FAIL() << "expected a context-length error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.code(), "context_length_exceeded");
+  }
+  ApiRequest bad_ids = parse_completion(R"({"prompt": [1, 300]})");
+  EXPECT_THROW(build_prompt(bad_ids, engine), ApiError);
+  ApiRequest empty = parse_completion(R"({"prompt": ""})");
+  EXPECT_THROW(build_prompt(empty, engine), ApiError);
+}
+
+TEST(ServerParse, CacheSaltSeparatesKeysUnlessShared) {
+  EXPECT_EQ(derive_cache_salt("", false, ""), "");
+  EXPECT_EQ(derive_cache_salt("", false, "s"), "|salt:s");
+  const std::string a = derive_cache_salt("key-a", false, "");
+  const std::string b = derive_cache_salt("key-b", false, "");
+  EXPECT_FALSE(a.empty());
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find("key-a"), std::string::npos);  // the key itself never leaves the server
+  EXPECT_NE(derive_cache_salt("key-a", false, "s1"), derive_cache_salt("key-a", false, "s2"));
+  EXPECT_EQ(derive_cache_salt("key-a", true, ""), "");
+  EXPECT_EQ(derive_cache_salt("key-a", true, "s"), derive_cache_salt("key-b", true, "s"));
+}
+
+}  // namespace
+}  // namespace kvserve::server
