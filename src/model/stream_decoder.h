@@ -1,0 +1,34 @@
+#pragma once
+// Incremental detokenization for streaming output: feed token ids one at a time and get back only text
+// that is complete UTF-8, holding back the first bytes of a character whose remaining bytes arrive in
+// later tokens (byte-fallback and byte-level BPE tokens split characters).
+#include <cstdint>
+#include <string>
+
+#include "model/tokenizer.h"
+
+namespace kvserve {
+
+class StreamDecoder {
+ public:
+  // `special`: include control-token text (as Tokenizer::token_to_piece). The tokenizer must outlive
+  // the decoder.
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool special = false);
+
+  // Text completed by this token (possibly empty). The concatenation of every feed() and a final
+  // flush() equals Tokenizer::decode of the same ids.
+  std::string feed(int32_t id);
+  // Whatever is still held back (an unfinished sequence at the end of the stream), then resets.
+  std::string flush();
+  // Starts a new stream (the next token is again the first).
+  void reset();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool special_;
+  size_t tokens_seen_ = 0;
+  bool first_was_bos_ = false;
+  std::string pending_;
+};
+
+}  // namespace kvserve

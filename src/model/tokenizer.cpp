@@ -1,0 +1,139 @@
+#include "model/tokenizer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/tokenizer_impl.h"
+
+namespace kvserve {
+
+namespace {
+
+// Token texts llama.cpp treats as ending generation (llama-vocab.cpp, special_eog_ids), besides the
+// file's EOS/EOT ids.
+bool is_llama_cpp_eog_text(std::string_view text) {
+  static constexpr std::string_view kTexts[] = {
+      "<|eot_id|>",  "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
+      "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+      "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>", "<|file_sep|>",
+  };
+  return std::find(std::begin(kTexts), std::end(kTexts), text) != std::end(kTexts);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
+  if (vocab.tokens.empty()) fail("vocabulary has no tokens");
+  if (!vocab.token_types.empty() && vocab.token_types.size() != vocab.tokens.size()) {
+    fail("vocabulary has {} tokens but {} token types", vocab.tokens.size(), vocab.token_types.size());
+  }
+  switch (vocab.kind) {
+    case Vocab::Kind::SPM:
+      return make_spm_tokenizer(std::move(vocab));
+    case Vocab::Kind::BPE:
+      return make_bpe_tokenizer(std::move(vocab));
+    case Vocab::Kind::WPM:
+      break;
+  }
+  fail("WPM (BERT) vocabularies are not supported by this tokenizer");
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) const {
+  std::string text;
+  // SPM text starts with the dummy-prefix space the encoder added; the reference decoders drop it from
+  // the first piece after BOS (or from the very first piece when there is no BOS).
+  const bool strip_dummy_space = vocab_.kind == Vocab::Kind::SPM && vocab_.add_space_prefix;
+  const size_t first_text_index = (!ids.empty() && bos() >= 0 && ids[0] == bos()) ? 1 : 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string piece = token_to_piece(ids[i], special);
+    if (strip_dummy_space && i == first_text_index && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+    text += piece;
+  }
+  return text;
+}
+
+bool Tokenizer::is_eog(int32_t id) const {
+  return id >= 0 && (id == vocab_.eos_id || id == vocab_.eot_id);
+}
+
+VocabTokenizer::VocabTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
+  const auto n = static_cast<int32_t>(vocab_.tokens.size());
+  token_to_id_.reserve(vocab_.tokens.size());
+  for (int32_t id = 0; id < n; ++id) {
+    // On duplicate texts the first id wins (llama.cpp rejects such files; converters never write them).
+    token_to_id_.emplace(vocab_.tokens[id], id);
+    const TokenType type = type_of(id);
+    if (type == TokenType::Control || type == TokenType::UserDefined || type == TokenType::Unknown) {
+      if (!vocab_.tokens[id].empty()) special_tokens_longest_first_.push_back(id);
+    }
+    if (is_llama_cpp_eog_text(vocab_.tokens[id])) eog_ids_.insert(id);
+  }
+  std::stable_sort(special_tokens_longest_first_.begin(), special_tokens_longest_first_.end(),
+                   [&](int32_t a, int32_t b) { return vocab_.tokens[a].size() > vocab_.tokens[b].size(); });
+  if (vocab_.eos_id >= 0) eog_ids_.insert(vocab_.eos_id);
+  if (vocab_.eot_id >= 0) eog_ids_.insert(vocab_.eot_id);
+}
+
+bool VocabTokenizer::is_eog(int32_t id) const { return eog_ids_.count(id) > 0; }
+
+std::vector<TextFragment> VocabTokenizer::partition_special(std::string_view text, bool parse_special) const {
+  std::vector<TextFragment> fragments;
+  if (text.empty()) return fragments;
+  fragments.push_back({-1, 0, text.size()});
+  std::vector<TextFragment> next;
+  for (const int32_t special_id : special_tokens_longest_first_) {
+    const TokenType type = type_of(special_id);
+    // User-defined tokens are split out even without parse_special, as Hugging Face tokenizers do
+    // (neox-style vocabularies keep runs of spaces as user-defined tokens).
+    if (!parse_special && (type == TokenType::Control || type == TokenType::Unknown)) continue;
+    const std::string& special_text = vocab_.tokens[special_id];
+    next.clear();
+    bool changed = false;
+    for (const TextFragment& fragment : fragments) {
+      if (fragment.is_token()) {
+        next.push_back(fragment);
+        continue;
+      }
+      const std::string_view raw = text.substr(fragment.offset, fragment.length);
+      size_t from = 0;
+      while (true) {
+        const size_t at = raw.find(special_text, from);
+        if (at == std::string_view::npos) break;
+        changed = true;
+        if (at > from) next.push_back({-1, fragment.offset + from, at - from});
+        next.push_back({special_id, 0, 0});
+        from = at + special_text.size();
+      }
+      if (from < raw.size()) next.push_back({-1, fragment.offset + from, raw.size() - from});
+    }
+    if (changed) fragments.swap(next);
+  }
+  return fragments;
+}
+
+std::string VocabTokenizer::token_to_piece(int32_t id, bool special) const {
+  if (id < 0 || id >= n_vocab()) return {};
+  const std::string& text = vocab_.tokens[id];
+  switch (type_of(id)) {
+    case TokenType::Control:
+    case TokenType::Unknown:
+      return special ? text : std::string();
+    case TokenType::UserDefined:
+      return text;
+    case TokenType::Byte: {
+      // "<0xXX>"; anything else typed as a byte is shown as its text.
+      if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>') {
+        return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
+      }
+      return normal_piece(text);
+    }
+    case TokenType::Unused:
+      return {};
+    case TokenType::Normal:
+    case TokenType::Undefined:
+      break;
+  }
+  return normal_piece(text);
+}
+
+}  // namespace kvserve
