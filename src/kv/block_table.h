@@ -1,0 +1,31 @@
+#pragma once
+// One sequence's logical block index -> physical block id. Append-only while the sequence lives: ids
+// handed to a forward step never change under it (copy-on-write gives a forked child its own table).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvserve {
+
+class BlockTable {
+ public:
+  BlockTable() = default;
+  explicit BlockTable(std::vector<int32_t> ids) : ids_(std::move(ids)) {}
+
+  void append(int32_t block_id) { ids_.push_back(block_id); }
+  void append(std::span<const int32_t> block_ids) { ids_.insert(ids_.end(), block_ids.begin(), block_ids.end()); }
+
+  size_t size() const { return ids_.size(); }
+  bool empty() const { return ids_.empty(); }
+  int32_t operator[](size_t logical) const { return ids_[logical]; }
+  int32_t back() const { return ids_.back(); }
+  // Contiguous ids, the form paged_attention's block_table argument takes.
+  const int32_t* data() const { return ids_.data(); }
+  const std::vector<int32_t>& ids() const { return ids_; }
+
+ private:
+  std::vector<int32_t> ids_;
+};
+
+}  // namespace kvserve

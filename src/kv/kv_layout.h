@@ -1,0 +1,64 @@
+#pragma once
+// How many bytes the KV cache needs per token, per layer and per block, for each attention kind, and
+// how many blocks a memory budget buys. Figures follow the usual formulas exactly:
+//   MHA / GQA / MQA: 2 * n_kv_heads * head_dim * bytes(dtype) per token per layer (K and V)
+//   MLA:            (kv_lora_rank + rope_dim) * bytes(dtype)  (only the latent c_kv and k_rope)
+// Quantized dtypes (fp8, int8: 1 byte; int4: half a byte) count payload only: their per-token/per-head
+// scales are excluded here, since their granularity is not fixed yet.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace kvserve {
+
+enum class KVCacheDType { F32, F16, BF16, FP8_E4M3, FP8_E5M2, INT8, INT4 };
+
+int kv_dtype_bits(KVCacheDType t);
+std::string_view kv_dtype_name(KVCacheDType t);
+// f32, f16, bf16 can be computed with today; the others are reserved for the layout and kv-calc.
+bool kv_dtype_supported(KVCacheDType t);
+// Accepts f32, f16 (fp16), bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, int4; throws Error otherwise.
+KVCacheDType parse_kv_dtype(std::string_view name);
+
+enum class AttentionKind {
+  MHA,  // separate K and V per KV head; covers GQA and MQA (n_kv_heads < n_heads)
+  MLA,  // DeepSeek-V2 multi-head latent attention: one compressed latent + shared rope key per token
+};
+
+struct KVLayout {
+  AttentionKind kind = AttentionKind::MHA;
+  int n_layers = 0;
+  int n_kv_heads = 0;    // MHA only
+  int head_dim = 0;      // MHA only
+  int kv_lora_rank = 0;  // MLA only
+  int rope_dim = 0;      // MLA only
+  int block_size = 16;
+  std::vector<KVCacheDType> layer_dtypes;  // one per layer (e.g. first/last layers kept at higher precision)
+
+  static KVLayout mha(int n_layers, int n_kv_heads, int head_dim, KVCacheDType dtype, int block_size = 16);
+  static KVLayout mla(int n_layers, int kv_lora_rank, int rope_dim, KVCacheDType dtype, int block_size = 16);
+
+  void validate() const;  // throws Error on a non-positive dimension or a dtype list of the wrong length
+  // Cached values per token per layer: 2 * n_kv_heads * head_dim, or kv_lora_rank + rope_dim.
+  int64_t elements_per_token_layer() const;
+  // Bytes per token of one layer (a half byte of int4 rounds up; blocks round per block instead).
+  uint64_t bytes_per_token_layer(int layer) const;
+  // Bytes per token over all layers.
+  uint64_t bytes_per_token() const;
+  // Bytes of one block (block_size tokens) over all layers.
+  uint64_t bytes_per_block() const;
+};
+
+// Whole blocks that fit in budget_bytes.
+int64_t blocks_for_budget(const KVLayout& layout, uint64_t budget_bytes);
+
+// "4096", "512K", "1.5GiB", "2GB": K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB powers of
+// 1000; a trailing "B" alone means bytes. Throws Error on anything else.
+uint64_t parse_byte_size(std::string_view text);
+// Physical memory (MemTotal of /proc/meminfo) in bytes; throws Error if it cannot be read.
+uint64_t total_ram_bytes();
+// A KV memory budget as given on the command line: a fraction of RAM ("0.9", "90%") or a byte size.
+// A plain number with a decimal point in (0, 1] is a fraction; an integer is bytes.
+uint64_t resolve_kv_memory_budget(std::string_view spec);
+
+}  // namespace kvserve
