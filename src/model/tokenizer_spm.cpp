@@ -4,7 +4,6 @@
 // Symbols that are not tokens fall back to <0xXX> byte tokens.
 #include <queue>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -100,8 +99,6 @@ class SpmTokenizer final : public VocabTokenizer {
     const std::string& text;
     std::vector<Symbol> symbols;
     std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-    // Which two symbols formed a merged text, to split a non-token back up (llama.cpp's rev_merge).
-    std::unordered_map<std::string_view, std::pair<int, int>> merged_from;
 
     void try_add_bigram(int left, int right) {
       if (left < 0 || right < 0) return;
@@ -111,33 +108,29 @@ class SpmTokenizer final : public VocabTokenizer {
       if (id < 0) return;
       const float score = static_cast<size_t>(id) < tok.vocab_.scores.size() ? tok.vocab_.scores[id] : 0.0f;
       queue.push({left, right, score, pair_text.size()});
-      merged_from[pair_text] = {left, right};
     }
 
-    void resegment(const Symbol& symbol, std::vector<int32_t>& out) const {
+    // llama.cpp keeps a map from merged text back to its two halves to split up symbols that are not
+    // tokens, but a symbol is only ever merged into a token, so the only non-tokens left at the end are
+    // single characters that never merged (no pair text is one character): those become byte tokens.
+    void emit(const Symbol& symbol, std::vector<int32_t>& out) const {
       const std::string_view symbol_text(text.data() + symbol.offset, symbol.length);
       const int32_t id = tok.text_to_token(symbol_text);
       if (id >= 0) {
         out.push_back(id);
         return;
       }
-      const auto it = merged_from.find(symbol_text);
-      if (it == merged_from.end()) {
-        for (const char c : symbol_text) {
-          const int32_t byte_id = tok.byte_token_[static_cast<uint8_t>(c)];
-          if (byte_id < 0) fail("SPM vocabulary has no byte token for 0x{:02X}", static_cast<uint8_t>(c));
-          out.push_back(byte_id);
-        }
-        return;
+      for (const char c : symbol_text) {
+        const int32_t byte_id = tok.byte_token_[static_cast<uint8_t>(c)];
+        if (byte_id < 0) fail("SPM vocabulary has no byte token for 0x{:02X}", static_cast<uint8_t>(c));
+        out.push_back(byte_id);
       }
-      resegment(symbols[it->second.first], out);
-      resegment(symbols[it->second.second], out);
     }
   };
 
   void tokenize_text(const std::string& text, std::vector<int32_t>& out) const {
     if (text.empty()) return;
-    Session session{*this, text, {}, {}, {}};
+    Session session{*this, text, {}, {}};
     auto& symbols = session.symbols;
     symbols.reserve(text.size());
     for (size_t offset = 0; offset < text.size();) {
@@ -162,7 +155,7 @@ class SpmTokenizer final : public VocabTokenizer {
       session.try_add_bigram(left.prev, bigram.left);
       session.try_add_bigram(bigram.left, left.next);
     }
-    for (int i = 0; i != -1; i = symbols[i].next) session.resegment(symbols[i], out);
+    for (int i = 0; i != -1; i = symbols[i].next) session.emit(symbols[i], out);
   }
 
   int32_t byte_token_[256];
