@@ -107,10 +107,11 @@ TEST(ServerFormat, ErrorShape) {
 }
 
 TEST(ServerFormat, ModelsAndBlocks) {
-  const json m = models_json("tiny", 5);
+  const json m = models_json("tiny", 5, 512);
   EXPECT_EQ(m["object"], "list");
   EXPECT_EQ(m["data"][0]["id"], "tiny");
   EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 512);
 
   BlockMap map{{0, -1, -2}, {1, 0, 0}};
   EngineStats s;

@@ -122,7 +122,7 @@ struct HttpServer::Impl {
       res.set_content(R"({"status":"ok"})", "application/json");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(dump_json(models_json(opts.model_name, started_at)), "application/json");
+      res.set_content(dump_json(models_json(opts.model_name, started_at, backend.context_length())), "application/json");
     });
     http.Get("/v1/kv/blocks", [this](const httplib::Request&, httplib::Response& res) {
       // Stats first: a block map read a moment later is at least as fresh as the numbers beside it.

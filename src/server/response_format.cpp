@@ -117,9 +117,13 @@ json usage_chunk(Endpoint endpoint, const ResponseHeader& header, const Usage& u
   return out;
 }
 
-json models_json(const std::string& model_name, int64_t created) {
+json models_json(const std::string& model_name, int64_t created, int64_t max_model_len) {
   return {{"object", "list"},
-          {"data", json::array({{{"id", model_name}, {"object", "model"}, {"created", created}, {"owned_by", "kvserve"}}})}};
+          {"data", json::array({{{"id", model_name},
+                                 {"object", "model"},
+                                 {"created", created},
+                                 {"owned_by", "kvserve"},
+                                 {"max_model_len", max_model_len}}})}};
 }
 
 json kv_blocks_json(const BlockMap& map, const EngineStats& stats, int block_size) {

@@ -74,8 +74,8 @@ json stream_chunk(Endpoint endpoint, const ResponseHeader& header, const ChunkPi
 // The final chunk of include_usage streams: no choices, only usage.
 json usage_chunk(Endpoint endpoint, const ResponseHeader& header, const Usage& usage);
 
-// GET /v1/models.
-json models_json(const std::string& model_name, int64_t created);
+// GET /v1/models; max_model_len as vLLM reports it, so clients can size prompts.
+json models_json(const std::string& model_name, int64_t created, int64_t max_model_len);
 
 // GET /v1/kv/blocks: the block map plus the numbers the web page shows.
 json kv_blocks_json(const BlockMap& map, const EngineStats& stats, int block_size);

@@ -1,0 +1,387 @@
+"""End-to-end tests of `kvserve serve` through the official `openai` package and raw HTTP.
+
+The server is started by the C++ test ServerE2E.* (tests/test_server_e2e.cpp), which passes:
+  KVSERVE_BASE_URL   http://127.0.0.1:PORT
+  KVSERVE_API_KEY    the key the server was started with
+  KVSERVE_MODEL_NAME the served model name
+  KVSERVE_CONTEXT    the model's context length in tokens (default: max_model_len from /v1/models)
+  KVSERVE_VOCAB      the vocabulary size (prompts are sent as token ids where lengths matter)
+  KVSERVE_LOAD_REQUESTS / KVSERVE_LOAD_CONCURRENCY  size of the load test (default 500 / 32)
+Everything talks to 127.0.0.1 only, and every loop is bounded.
+"""
+import concurrent.futures
+import http.client
+import json
+import os
+import random
+import socket
+import time
+import urllib.parse
+
+import openai
+import pytest
+
+BASE_URL = os.environ.get("KVSERVE_BASE_URL", "")
+API_KEY = os.environ.get("KVSERVE_API_KEY", "none")
+MODEL = os.environ.get("KVSERVE_MODEL_NAME", "")
+CONTEXT = int(os.environ.get("KVSERVE_CONTEXT", "0"))
+VOCAB = int(os.environ.get("KVSERVE_VOCAB", "512"))
+LOAD_REQUESTS = int(os.environ.get("KVSERVE_LOAD_REQUESTS", "500"))
+LOAD_CONCURRENCY = int(os.environ.get("KVSERVE_LOAD_CONCURRENCY", "32"))
+
+pytestmark = pytest.mark.skipif(not BASE_URL, reason="KVSERVE_BASE_URL not set (run through ServerE2E)")
+
+# Token ids >= 3 avoid BOS/EOS/UNK of the small llama vocabularies, so id prompts are plain text.
+FIRST_PLAIN_ID = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def context_length():
+    """The served context, from /v1/models (vLLM's max_model_len) unless the environment gives it."""
+    global CONTEXT
+    if not CONTEXT:
+        _, _, body = raw_request("GET", "/v1/models")
+        CONTEXT = json.loads(body)["data"][0]["max_model_len"]
+    return CONTEXT
+
+
+@pytest.fixture(scope="module")
+def client():
+    return openai.OpenAI(base_url=BASE_URL + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def raw_request(method, path, body=None, headers=None, auth=True, timeout=60):
+    """One HTTP request on a fresh loopback connection; returns (status, headers, body bytes)."""
+    url = urllib.parse.urlparse(BASE_URL)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+    h = {"Content-Type": "application/json"}
+    if auth:
+        h["Authorization"] = "Bearer " + API_KEY
+    h.update(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    conn.request(method, path, body=body, headers=h)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, dict(resp.getheaders()), data
+
+
+def metrics():
+    status, _, body = raw_request("GET", "/metrics", auth=False)
+    assert status == 200
+    values = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def block_map():
+    status, _, body = raw_request("GET", "/v1/kv/blocks")
+    assert status == 200
+    return json.loads(body)
+
+
+def wait_idle(limit_s=60):
+    """Waits until the engine has no running or waiting requests."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        m = metrics()
+        if m["kvserve_requests_running"] == 0 and m["kvserve_requests_waiting"] == 0:
+            return m
+        time.sleep(0.1)
+    pytest.fail("the engine did not become idle")
+
+
+def random_ids(rng, n):
+    return [rng.randrange(FIRST_PLAIN_ID, VOCAB) for _ in range(n)]
+
+
+# --- the OpenAI SDK against the server ---------------------------------------------------------------
+
+
+def test_models_and_health(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    status, _, body = raw_request("GET", "/health", auth=False)
+    assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+def test_completion_non_streaming(client):
+    r = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=12, temperature=0)
+    assert r.id.startswith("cmpl-")
+    assert r.object == "text_completion"
+    assert r.model == MODEL
+    assert len(r.choices) == 1
+    c = r.choices[0]
+    assert c.index == 0
+    assert isinstance(c.text, str)
+    assert c.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 0
+    assert 0 < r.usage.completion_tokens <= 12
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.usage.prompt_tokens_details.cached_tokens >= 0
+
+
+def test_completion_streaming_matches_non_streaming(client):
+    kwargs = dict(model=MODEL, prompt="The cat", max_tokens=16, temperature=0, extra_body={"ignore_eos": True})
+    whole = client.completions.create(**kwargs)
+    stream = client.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs)
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+            assert chunk.choices == []
+            continue
+        assert chunk.object == "text_completion"
+        text += chunk.choices[0].text
+        finish = chunk.choices[0].finish_reason or finish
+    assert text == whole.choices[0].text
+    assert finish == "length"
+    assert usage is not None and usage.completion_tokens == 16
+
+
+def test_chat_non_streaming_and_streaming(client):
+    messages = [{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me about Lily."}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0)
+    assert whole.object == "chat.completion"
+    assert whole.id.startswith("chatcmpl-")
+    msg = whole.choices[0].message
+    assert msg.role == "assistant"
+    assert isinstance(msg.content, str)
+    assert whole.usage.completion_tokens > 0
+
+    stream = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == msg.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_n_two(client):
+    r = client.completions.create(model=MODEL, prompt="Lily and Ben", max_tokens=8, temperature=0.9, seed=3, n=2,
+                                  extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert r.usage.completion_tokens == 16
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=5, n=2,
+                                          temperature=0)
+    assert sorted(c.index for c in chat.choices) == [0, 1]
+    # Greedy choices are the same sequence.
+    assert chat.choices[0].message.content == chat.choices[1].message.content
+    streamed = client.completions.create(model=MODEL, prompt="Lily and Ben", max_tokens=6, temperature=0, n=2, stream=True,
+                                         extra_body={"ignore_eos": True})
+    texts = {0: "", 1: ""}
+    for chunk in streamed:
+        for c in chunk.choices:
+            texts[c.index] += c.text
+    assert texts[0] == texts[1] and texts[0] != ""
+
+
+def test_stop_strings(client):
+    base = dict(model=MODEL, prompt="One day, a little girl named", max_tokens=40, temperature=0,
+                extra_body={"ignore_eos": True})
+    full = client.completions.create(**base).choices[0].text
+    assert len(full) > 12, full
+    stop = full[8:11]
+    expected = full[: full.find(stop)]
+    r = client.completions.create(stop=[stop, "\u2603never\u2603"], **base)
+    assert r.choices[0].text == expected
+    assert r.choices[0].finish_reason == "stop"
+    # Streaming holds back text that may start a stop string, and never shows the stop string.
+    streamed = "".join(c.choices[0].text for c in client.completions.create(stop=stop, stream=True, **base) if c.choices)
+    assert streamed == expected
+
+
+def test_logprobs(client):
+    r = client.completions.create(model=MODEL, prompt="The cat", max_tokens=6, temperature=0, logprobs=3,
+                                  extra_body={"ignore_eos": True})
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
+    assert "".join(lp.tokens) == r.choices[0].text
+    for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert chosen <= 1e-6
+        assert 1 <= len(top) <= 3
+        assert chosen >= max(top.values()) - 1e-4  # greedy picks the most likely token
+
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello"}], max_tokens=5,
+                                          temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens
+    for t in content:
+        assert t.logprob <= 1e-6
+        assert len(t.top_logprobs) == 2
+        assert isinstance(t.bytes, list) and t.bytes
+
+
+# --- prefix reuse, visible from outside ---------------------------------------------------------------
+
+
+def test_prefix_reuse_and_salt_isolation(client):
+    rng = random.Random(1234)
+    prefix = random_ids(rng, 200)
+    first, second = prefix + random_ids(rng, 10), prefix + random_ids(rng, 10)
+    run = f"{time.time_ns()}"
+
+    def complete(prompt, salt):
+        return client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0,
+                                         extra_body={"ignore_eos": True, "cache_salt": salt})
+
+    warm = complete(first, "a-" + run)
+    assert warm.usage.prompt_tokens == 210
+    # Under another salt nothing is shared: the reference output, computed without the cache.
+    cold = complete(second, "b-" + run)
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+    hit = complete(second, "a-" + run)
+    assert hit.usage.prompt_tokens_details.cached_tokens >= 192
+    assert hit.choices[0].text == cold.choices[0].text
+    assert hit.usage.completion_tokens == cold.usage.completion_tokens == 12
+
+
+# --- bad requests -------------------------------------------------------------------------------------
+
+
+def expect_error(status, body, code):
+    assert status == code, body
+    err = json.loads(body)["error"]
+    assert isinstance(err["message"], str) and err["message"]
+    assert "type" in err and "param" in err and "code" in err
+
+
+def test_bad_requests_get_4xx_and_serving_continues(client):
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body="{\"prompt\": ")), 400)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": "x", "max_tokens": "5"})), 400)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": "x", "max_tokens": -1})), 400)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": "x", "temperature": 5})), 400)
+    expect_error(*_status_body(raw_request("POST", "/v1/chat/completions", body={"messages": "hi"})), 400)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": "x", "n": 0})), 400)
+    huge = [FIRST_PLAIN_ID] * (CONTEXT + 10)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": huge, "max_tokens": 1})), 400)
+    fits_alone = [FIRST_PLAIN_ID] * (CONTEXT - 4)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": fits_alone, "max_tokens": 100})), 400)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": "x", "model": "no-such-model"})), 404)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": "x"}, auth=False)), 401)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body={"prompt": "x"},
+                                           headers={"Authorization": "Bearer wrong"}, auth=False)), 401)
+    expect_error(*_status_body(raw_request("GET", "/v1/no-such-route")), 404)
+    expect_error(*_status_body(raw_request("POST", "/v1/completions", body=" " * (20 << 20))), 413)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=-3)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x", max_tokens=3)
+    # Still serving.
+    r = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, temperature=0)
+    assert r.usage.completion_tokens > 0
+
+
+def _status_body(result):
+    status, _, body = result
+    return status, body
+
+
+# --- observability ------------------------------------------------------------------------------------
+
+
+def test_metrics_and_block_map_and_page():
+    m = metrics()
+    for name in ["kvserve_kv_cache_usage_ratio", 'kvserve_kv_blocks{state="free"}', 'kvserve_kv_blocks{state="used"}',
+                 'kvserve_kv_blocks{state="cached"}', "kvserve_prefix_cache_queries_total",
+                 "kvserve_prefix_cache_hits_total", "kvserve_preemptions_total", "kvserve_requests_running",
+                 "kvserve_requests_waiting", "kvserve_prompt_tokens_total", "kvserve_generation_tokens_total",
+                 "kvserve_time_to_first_token_seconds_count", "kvserve_time_per_output_token_seconds_count",
+                 "kvserve_e2e_request_latency_seconds_count", 'kvserve_e2e_request_latency_seconds_bucket{le="+Inf"}']:
+        assert name in m, name
+    assert m["kvserve_e2e_request_latency_seconds_count"] > 0
+    assert m["kvserve_prefix_cache_hits_total"] > 0  # the prefix test hit
+    blocks = block_map()
+    assert len(blocks["owner"]) == len(blocks["shared"]) == blocks["num_blocks"]
+    status, headers, page = raw_request("GET", "/", auth=False)
+    assert status == 200 and b"kv-canvas" in page and b"/v1/chat/completions" in page
+
+
+# --- load: concurrency, preemption, disconnects -------------------------------------------------------
+
+
+def stream_then_hang_up(body, chunks_before_close):
+    """Starts a streaming completion, reads a few SSE events, then drops the connection."""
+    url = urllib.parse.urlparse(BASE_URL)
+    payload = json.dumps(dict(body, stream=True)).encode()
+    request = (f"POST /v1/completions HTTP/1.1\r\nHost: {url.hostname}\r\nContent-Type: application/json\r\n"
+               f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(payload)}\r\n\r\n").encode() + payload
+    with socket.create_connection((url.hostname, url.port), timeout=60) as s:
+        s.sendall(request)
+        got = b""
+        while got.count(b"data: {") < chunks_before_close:
+            data = s.recv(4096)
+            if not data:
+                break
+            got += data
+    return got
+
+
+def test_load_with_preemption_and_disconnects(client):
+    rng = random.Random(99)
+    # A pool of request shapes, each run alone first: its greedy output is the reference.
+    shapes = []
+    for i in range(48):
+        prompt = random_ids(rng, rng.randint(4, min(300, CONTEXT // 2)))
+        shapes.append({"prompt": prompt, "max_tokens": rng.randint(1, 48)})
+    reference = []
+    for shape in shapes:
+        r = client.completions.create(model=MODEL, prompt=shape["prompt"], max_tokens=shape["max_tokens"], temperature=0,
+                                      extra_body={"ignore_eos": True, "cache_salt": "solo"})
+        reference.append((r.choices[0].text, r.usage.completion_tokens))
+    preemptions_before = metrics()["kvserve_preemptions_total"]
+
+    plan = []  # (shape index, mode): mode is "plain", "stream" or "hang-up"
+    for _ in range(LOAD_REQUESTS):
+        mode = rng.choices(["plain", "stream", "hang-up"], weights=[45, 45, 10])[0]
+        plan.append((rng.randrange(len(shapes)), mode))
+
+    def run(item):
+        idx, mode = item
+        shape = shapes[idx]
+        body = {"model": MODEL, "prompt": shape["prompt"], "max_tokens": shape["max_tokens"], "temperature": 0,
+                "ignore_eos": True}
+        if mode == "hang-up":
+            stream_then_hang_up(dict(body, max_tokens=48), chunks_before_close=2)
+            return idx, mode, None, None
+        if mode == "plain":
+            r = client.completions.create(model=MODEL, prompt=shape["prompt"], max_tokens=shape["max_tokens"],
+                                          temperature=0, extra_body={"ignore_eos": True})
+            return idx, mode, r.choices[0].text, r.usage.completion_tokens
+        text, usage = "", None
+        for chunk in client.completions.create(model=MODEL, prompt=shape["prompt"], max_tokens=shape["max_tokens"],
+                                               temperature=0, stream=True, stream_options={"include_usage": True},
+                                               extra_body={"ignore_eos": True}):
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for c in chunk.choices:
+                text += c.text
+        return idx, mode, text, usage.completion_tokens
+
+    started = time.monotonic()
+    mismatches = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=LOAD_CONCURRENCY) as pool:
+        for idx, mode, text, n_tokens in pool.map(run, plan, timeout=600):
+            if mode != "hang-up" and (text, n_tokens) != reference[idx]:
+                mismatches.append((idx, mode, text, n_tokens, reference[idx]))
+    elapsed = time.monotonic() - started
+    print(f"load: {LOAD_REQUESTS} requests at concurrency {LOAD_CONCURRENCY} in {elapsed:.1f}s")
+    assert not mismatches, f"{len(mismatches)} outputs differ from their solo runs, first: {mismatches[0]}"
+
+    m = wait_idle()
+    print(f"preemptions during load: {m['kvserve_preemptions_total'] - preemptions_before:.0f}")
+    assert m["kvserve_preemptions_total"] > preemptions_before, "the KV budget did not force any preemption"
+    blocks = block_map()
+    assert blocks["used_blocks"] == 0
+    assert all(owner in (-1, -2) for owner in blocks["owner"]), "blocks still owned after every request ended"
+    assert m['kvserve_kv_blocks{state="used"}'] == 0

@@ -1,0 +1,189 @@
+// End-to-end: launches the real `kvserve serve` on a free loopback port with a small model and drives it
+// with the official OpenAI Python SDK (tests/server/test_openai_e2e.py, through pytest), then checks that
+// SIGTERM drains in-flight requests and exits 0. Skips when python's openai/pytest are not installed
+// (scripts/requirements-test.txt) or the model file is missing.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// KVSERVE_E2E_MODEL picks another model (then set KVSERVE_VOCAB to its vocabulary size).
+std::string e2e_model() {
+  if (const char* m = std::getenv("KVSERVE_E2E_MODEL"); m && *m) return m;
+  return KVSERVE_SHARED_DIR "/golden/gguf/models/tiny-gqa.gguf";
+}
+
+bool python_has_sdk() { return std::system("python3 -c 'import openai, pytest' >/dev/null 2>&1") == 0; }
+
+// The server process, with its stderr captured in a file; SIGKILLed if the test forgets to stop it.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::vector<std::string>& extra_args) {
+    log_path_ = std::filesystem::temp_directory_path() / ("kvserve-e2e-" + std::to_string(::getpid()) + "-" +
+                                                          std::to_string(counter_++) + ".log");
+    std::vector<std::string> args = {KVSERVE_BINARY, "serve", "-m", e2e_model(), "--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    if (posix_spawn(&pid_, KVSERVE_BINARY, &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove(log_path_, ec);
+  }
+
+  // The port from the "serving ... on http://127.0.0.1:PORT" line; 0 when it never came or it died.
+  int wait_for_port(std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const std::regex serving(R"(on http://127\.0\.0\.1:(\d+))");
+    while (std::chrono::steady_clock::now() < deadline && pid_ > 0) {
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, serving)) return std::stoi(m[1]);
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return 0;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return 0;
+  }
+
+  // Sends SIGTERM and waits (bounded); returns the exit status, or -1 when it had to be killed.
+  int terminate(std::chrono::seconds limit) {
+    ::kill(pid_, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+  }
+
+  std::string log() const {
+    std::ifstream in(log_path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  bool started() const { return pid_ > 0; }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::filesystem::path log_path_;
+};
+
+void skip_unless_ready(bool need_python) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  if (std::system(KVSERVE_BINARY " --help 2>&1 | grep -q '^  serve '") != 0) GTEST_SKIP() << "kvserve has no serve command";
+  if (!std::filesystem::exists(e2e_model())) GTEST_SKIP() << "model not found: " << e2e_model();
+  if (need_python && !python_has_sdk())
+    GTEST_SKIP() << "python3 openai/pytest missing: python3 -m pip install -r scripts/requirements-test.txt";
+}
+
+// A raw streaming request on its own connection; returns the whole response (read until close/limit).
+std::string stream_request(int port, const std::string& body, std::chrono::seconds limit) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+    timeval tv{static_cast<time_t>(limit.count()), 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+TEST(ServerE2E, OpenAiSdkAgainstLiveServer) {
+  skip_unless_ready(/*need_python=*/true);
+  // A KV budget of 2 MiB is ~1-2k tokens for tiny-gqa: 32 concurrent requests of up to ~350 tokens
+  // must preempt. KVSERVE_E2E_KV overrides it for other models.
+  const char* kv = std::getenv("KVSERVE_E2E_KV");
+  ServerProcess server({"--api-key", "e2e-key", "--served-model-name", "tiny-e2e", "--kv-cache-memory",
+                        kv && *kv ? kv : "2M", "--max-num-seqs", "32", "-t", "2"});
+  ASSERT_TRUE(server.started());
+  const int port = server.wait_for_port(120s);
+  ASSERT_GT(port, 0) << "server did not start:\n" << server.log();
+
+  const std::string env = "KVSERVE_BASE_URL=http://127.0.0.1:" + std::to_string(port) +
+                          " KVSERVE_API_KEY=e2e-key KVSERVE_MODEL_NAME=tiny-e2e KVSERVE_VOCAB=${KVSERVE_VOCAB:-512}";
+  const std::string cmd = env + " timeout 900 python3 -m pytest -q -x -p no:cacheprovider -s " KVSERVE_SOURCE_DIR
+                                "/tests/server/test_openai_e2e.py";
+  const int rc = std::system(cmd.c_str());
+  EXPECT_EQ(rc, 0) << "pytest failed (its output is above); server log:\n" << server.log();
+  EXPECT_EQ(server.terminate(60s), 0) << server.log();
+}
+
+TEST(ServerE2E, SigtermFinishesInFlightStreamsThenExitsZero) {
+  skip_unless_ready(/*need_python=*/false);
+  ServerProcess server({"--served-model-name", "tiny-e2e", "-t", "2"});
+  ASSERT_TRUE(server.started());
+  const int port = server.wait_for_port(120s);
+  ASSERT_GT(port, 0) << "server did not start:\n" << server.log();
+
+  std::string response;
+  std::thread client([&] {
+    response = stream_request(port, R"({"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true,
+                                        "stream": true, "stream_options": {"include_usage": true}})",
+                              120s);
+  });
+  std::this_thread::sleep_for(300ms);  // the request is in flight
+  const int status = server.terminate(120s);
+  client.join();
+  EXPECT_EQ(status, 0) << server.log();
+  EXPECT_NE(response.find("\"completion_tokens\":200"), std::string::npos) << response;
+  EXPECT_NE(response.find("data: [DONE]"), std::string::npos) << response;
+}
+
+}  // namespace
