@@ -1,0 +1,231 @@
+#include "kv/kv_calc.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/error.h"
+#include "model/gguf.h"
+
+namespace kvserve {
+
+namespace {
+
+bool quantized(KVCacheDType t) { return kv_dtype_bits(t) < 16; }
+
+int json_int(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int>::max())
+    fail("config.json: '{}' must be a non-negative integer, got {}", key, v.dump());
+  return v.get<int>();
+}
+
+int json_int_or(const nlohmann::json& j, const char* key, int fallback) {
+  return j.contains(key) && !j.at(key).is_null() ? json_int(j, key) : fallback;
+}
+
+KVLayout layout_of(const KVCalcRequest& r) {
+  const KVModelShape& s = r.shape;
+  if (s.kind == AttentionKind::MLA) return KVLayout::mla(s.n_layers, s.kv_lora_rank, s.rope_dim, r.dtype, r.block_size);
+  return KVLayout::mha(s.n_layers, s.n_kv_heads, s.head_dim, r.dtype, r.block_size);
+}
+
+// a * b, refusing to wrap around silently.
+uint64_t mul(uint64_t a, uint64_t b) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) fail("kv-calc: figure overflows 64 bits");
+  return a * b;
+}
+
+std::string with_commas(uint64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string attention_kind_name(const KVModelShape& s) {
+  if (s.kind == AttentionKind::MLA) return "MLA";
+  if (s.n_kv_heads == 1 && s.n_heads != 1) return "MQA";
+  if (s.n_heads > 0 && s.n_kv_heads < s.n_heads) return "GQA";
+  return "MHA";
+}
+
+void validate_kv_shape(const KVModelShape& s) {
+  if (s.n_layers <= 0) fail("kv-calc: number of layers missing or not positive (--layers)");
+  if (s.kind == AttentionKind::MLA) {
+    if (s.kv_lora_rank <= 0) fail("kv-calc: MLA needs a positive kv_lora_rank (--kv-lora-rank)");
+    if (s.rope_dim < 0) fail("kv-calc: MLA rope dim must not be negative (--rope-dim)");
+    return;
+  }
+  if (s.n_kv_heads <= 0) fail("kv-calc: number of KV heads missing or not positive (--kv-heads)");
+  if (s.head_dim <= 0) fail("kv-calc: head dim missing or not positive (--head-dim)");
+  if (s.n_heads > 0 && s.n_heads % s.n_kv_heads != 0)
+    fail("kv-calc: {} attention heads is not a multiple of {} KV heads", s.n_heads, s.n_kv_heads);
+}
+
+KVModelShape kv_shape_from_hf_config(const nlohmann::json& config) {
+  if (!config.is_object()) fail("config.json: expected a JSON object");
+  const nlohmann::json* c = &config;
+  if (!c->contains("num_hidden_layers") && config.contains("text_config") && config["text_config"].is_object())
+    c = &config["text_config"];
+  if (!c->contains("num_hidden_layers")) fail("config.json: no 'num_hidden_layers'");
+  if (!c->contains("num_attention_heads")) fail("config.json: no 'num_attention_heads'");
+  KVModelShape s;
+  s.name = config.value("_name_or_path", config.value("model_type", std::string("config.json")));
+  s.n_layers = json_int(*c, "num_hidden_layers");
+  s.n_heads = json_int(*c, "num_attention_heads");
+  s.n_kv_heads = json_int_or(*c, "num_key_value_heads", s.n_heads);
+  s.context_length = json_int_or(*c, "max_position_embeddings", 0);
+  const int kv_lora_rank = json_int_or(*c, "kv_lora_rank", 0);
+  if (kv_lora_rank > 0) {
+    s.kind = AttentionKind::MLA;
+    s.kv_lora_rank = kv_lora_rank;
+    s.rope_dim = json_int_or(*c, "qk_rope_head_dim", 0);
+    // What MHA would cache per head: the non-rope query/key dim (= v_head_dim on DeepSeek-V2).
+    s.head_dim = json_int_or(*c, "qk_nope_head_dim", json_int_or(*c, "v_head_dim", 0));
+  } else if (c->contains("head_dim") && !c->at("head_dim").is_null()) {
+    s.head_dim = json_int(*c, "head_dim");
+  } else {
+    if (!c->contains("hidden_size")) fail("config.json: neither 'head_dim' nor 'hidden_size' is given");
+    if (s.n_heads <= 0) fail("config.json: 'num_attention_heads' must be positive");
+    s.head_dim = json_int(*c, "hidden_size") / s.n_heads;
+  }
+  validate_kv_shape(s);
+  return s;
+}
+
+KVModelShape kv_shape_from_gguf(const GGUFFile& f) {
+  const std::string a = f.get_str("general.architecture");
+  KVModelShape s;
+  s.name = f.find_str("general.name").value_or(a);
+  s.n_layers = static_cast<int>(f.get_u32(a + ".block_count"));
+  s.n_heads = static_cast<int>(f.get_u32(a + ".attention.head_count"));
+  const GGUFValue* kv = f.find(a + ".attention.head_count_kv");
+  if (kv && kv->is_array()) fail("{}: per-layer KV head counts are not supported by kv-calc", f.name());
+  s.n_kv_heads = static_cast<int>(f.find_u32(a + ".attention.head_count_kv").value_or(static_cast<uint32_t>(s.n_heads)));
+  s.context_length = f.find_u32(a + ".context_length").value_or(0);
+  const std::optional<uint32_t> key_length = f.find_u32(a + ".attention.key_length");
+  if (auto rank = f.find_u32(a + ".attention.kv_lora_rank"); rank && *rank > 0) {
+    s.kind = AttentionKind::MLA;
+    s.kv_lora_rank = static_cast<int>(*rank);
+    s.rope_dim = static_cast<int>(f.find_u32(a + ".rope.dimension_count").value_or(0));
+    // key_length is nope + rope on deepseek2; the MHA comparison uses the nope part.
+    s.head_dim = key_length ? static_cast<int>(*key_length) - s.rope_dim : 0;
+  } else if (key_length) {
+    s.head_dim = static_cast<int>(*key_length);
+  } else {
+    if (s.n_heads <= 0) fail("{}: attention.head_count must be positive", f.name());
+    s.head_dim = static_cast<int>(f.get_u32(a + ".embedding_length")) / s.n_heads;
+  }
+  validate_kv_shape(s);
+  return s;
+}
+
+KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
+  validate_kv_shape(r.shape);
+  if (r.seq_len <= 0) fail("kv-calc: sequence length must be positive, got {}", r.seq_len);
+  if (r.batch <= 0) fail("kv-calc: batch must be positive, got {}", r.batch);
+  if (r.block_size <= 0) fail("kv-calc: block size must be positive, got {}", r.block_size);
+  const KVLayout layout = layout_of(r);
+  KVCalcFigures f;
+  f.bytes_per_token_per_layer = layout.bytes_per_token_layer(0);
+  f.bytes_per_token = layout.bytes_per_token();
+  f.bytes_per_request = mul(f.bytes_per_token, static_cast<uint64_t>(r.seq_len));
+  f.bytes_total = mul(f.bytes_per_request, static_cast<uint64_t>(r.batch));
+  f.bytes_per_block = layout.bytes_per_block();
+  if (r.shape.kind == AttentionKind::MLA && r.shape.n_heads > 0 && r.shape.head_dim > 0)
+    f.mha_bytes_per_token_per_layer =
+        KVLayout::mha(1, r.shape.n_heads, r.shape.head_dim, r.dtype, r.block_size).bytes_per_token_layer(0);
+  if (r.memory_bytes) {
+    f.tokens_fit = *r.memory_bytes / f.bytes_per_token;
+    f.blocks_fit = *r.memory_bytes / f.bytes_per_block;
+    f.requests_fit = *f.tokens_fit / static_cast<uint64_t>(r.seq_len);
+  }
+  return f;
+}
+
+nlohmann::json kv_figures_json(const KVCalcRequest& r, const KVCalcFigures& f) {
+  const KVModelShape& s = r.shape;
+  nlohmann::json j;
+  j["model"] = s.name;
+  j["attention"] = attention_kind_name(s);
+  j["layers"] = s.n_layers;
+  if (s.n_heads > 0) j["heads"] = s.n_heads;
+  if (s.kind == AttentionKind::MLA) {
+    j["kv_lora_rank"] = s.kv_lora_rank;
+    j["rope_dim"] = s.rope_dim;
+  } else {
+    j["kv_heads"] = s.n_kv_heads;
+  }
+  if (s.head_dim > 0) j["head_dim"] = s.head_dim;
+  j["kv_dtype"] = std::string(kv_dtype_name(r.dtype));
+  j["bits_per_value"] = kv_dtype_bits(r.dtype);
+  j["scales_included"] = false;  // quantized dtypes: payload only
+  j["seq_len"] = r.seq_len;
+  j["batch"] = r.batch;
+  j["block_size"] = r.block_size;
+  j["bytes_per_token_per_layer"] = f.bytes_per_token_per_layer;
+  j["bytes_per_token"] = f.bytes_per_token;
+  j["bytes_per_request"] = f.bytes_per_request;
+  j["bytes_total"] = f.bytes_total;
+  j["bytes_per_block"] = f.bytes_per_block;
+  if (f.mha_bytes_per_token_per_layer) j["mha_bytes_per_token_per_layer"] = *f.mha_bytes_per_token_per_layer;
+  if (r.memory_bytes) {
+    j["memory_bytes"] = *r.memory_bytes;
+    j["tokens_fit"] = *f.tokens_fit;
+    j["blocks_fit"] = *f.blocks_fit;
+    j["requests_fit"] = *f.requests_fit;
+  }
+  return j;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  if (u == 0) return fmt::format("{} B", bytes);
+  return fmt::format("{:.2f} {} ({} B)", v, kUnits[u], with_commas(bytes));
+}
+
+std::string kv_figures_text(const KVCalcRequest& r, const KVCalcFigures& f) {
+  const KVModelShape& s = r.shape;
+  std::string out;
+  auto line = [&out](const std::string& label, const std::string& value) {
+    out += fmt::format("{:<28}{}\n", label + ":", value);
+  };
+  line("model", s.name.empty() ? "(from flags)" : s.name);
+  if (s.kind == AttentionKind::MLA)
+    line("attention", fmt::format("MLA, {} layers, kv_lora_rank {} + rope dim {}", s.n_layers, s.kv_lora_rank, s.rope_dim));
+  else
+    line("attention", fmt::format("{}, {} layers, {} KV heads x head dim {}{}", attention_kind_name(s), s.n_layers,
+                                  s.n_kv_heads, s.head_dim,
+                                  s.n_heads > 0 ? fmt::format(" ({} query heads)", s.n_heads) : std::string()));
+  line("KV dtype", fmt::format("{} ({} bits per value{})", kv_dtype_name(r.dtype), kv_dtype_bits(r.dtype),
+                               quantized(r.dtype) ? ", quantization scales excluded" : ""));
+  line("per token per layer", format_bytes(f.bytes_per_token_per_layer));
+  if (f.mha_bytes_per_token_per_layer)
+    line(fmt::format("  MHA {} x {} would be", s.n_heads, s.head_dim),
+         fmt::format("{}, {:.1f}x more", format_bytes(*f.mha_bytes_per_token_per_layer),
+                     static_cast<double>(*f.mha_bytes_per_token_per_layer) /
+                         static_cast<double>(f.bytes_per_token_per_layer)));
+  line("per token", format_bytes(f.bytes_per_token));
+  line(fmt::format("per request ({} tokens)", r.seq_len), format_bytes(f.bytes_per_request));
+  line(fmt::format("batch of {}", r.batch), format_bytes(f.bytes_total));
+  if (r.memory_bytes) {
+    line("budget", format_bytes(*r.memory_bytes));
+    line("  tokens that fit", with_commas(*f.tokens_fit));
+    line(fmt::format("  blocks of {} tokens", r.block_size), with_commas(*f.blocks_fit));
+    line(fmt::format("  requests of {} tokens", r.seq_len), with_commas(*f.requests_fit));
+  }
+  return out;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,210 @@
+// kv-calc figures for well-known models, config.json parsing, and the built CLI end to end.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "kv/kv_calc.h"
+
+using namespace kvserve;
+
+namespace {
+
+KVModelShape mha(int layers, int heads, int kv_heads, int head_dim) {
+  KVModelShape s;
+  s.n_layers = layers;
+  s.n_heads = heads;
+  s.n_kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  return s;
+}
+
+KVModelShape deepseek_v2() {
+  KVModelShape s;
+  s.kind = AttentionKind::MLA;
+  s.n_layers = 60;
+  s.n_heads = 128;
+  s.head_dim = 128;
+  s.kv_lora_rank = 512;
+  s.rope_dim = 64;
+  return s;
+}
+
+KVCalcFigures figures(const KVModelShape& s, int64_t seq_len, KVCacheDType dtype = KVCacheDType::F16,
+                      int64_t batch = 1) {
+  KVCalcRequest r;
+  r.shape = s;
+  r.seq_len = seq_len;
+  r.dtype = dtype;
+  r.batch = batch;
+  return compute_kv_figures(r);
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+RunResult run_cli(const std::string& args) {
+  const std::string cmd = std::string(KVSERVE_BINARY) + " " + args + " 2>/dev/null";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace
+
+TEST(KVCalc, Llama2_70B_MHA) {
+  const KVCalcFigures f = figures(mha(80, 64, 64, 128), 4096);
+  EXPECT_EQ(f.bytes_per_token_per_layer, 32768u);
+  EXPECT_EQ(f.bytes_per_request, 10'737'418'240ull);
+  EXPECT_EQ(figures(mha(80, 64, 64, 128), 4096, KVCacheDType::F16, 32).bytes_total, 343'597'383'680ull);
+}
+
+TEST(KVCalc, Llama3_70B_GQA) {
+  EXPECT_EQ(figures(mha(80, 64, 8, 128), 131072).bytes_per_request, 42'949'672'960ull);
+  EXPECT_EQ(attention_kind_name(mha(80, 64, 8, 128)), "GQA");
+  EXPECT_EQ(attention_kind_name(mha(80, 64, 64, 128)), "MHA");
+  EXPECT_EQ(attention_kind_name(mha(2, 8, 1, 64)), "MQA");
+}
+
+TEST(KVCalc, Llama3_8B_IsExactlyOneGiBAt8K) {
+  EXPECT_EQ(figures(mha(32, 32, 8, 128), 8192, KVCacheDType::BF16).bytes_per_request, 1'073'741'824ull);
+}
+
+TEST(KVCalc, DeepSeekV2_MLA) {
+  const KVCalcFigures f = figures(deepseek_v2(), 4096);
+  EXPECT_EQ(f.bytes_per_token_per_layer, 1152u);
+  ASSERT_TRUE(f.mha_bytes_per_token_per_layer.has_value());
+  EXPECT_EQ(*f.mha_bytes_per_token_per_layer, 65536u);
+  EXPECT_EQ(f.bytes_per_request, 283'115'520ull);
+  EXPECT_EQ(attention_kind_name(deepseek_v2()), "MLA");
+}
+
+TEST(KVCalc, QuantizedDtypesAndMemoryBudget) {
+  const KVModelShape s = mha(32, 32, 8, 128);
+  EXPECT_EQ(figures(s, 8192, KVCacheDType::INT8).bytes_per_request, 536'870'912ull);
+  EXPECT_EQ(figures(s, 8192, KVCacheDType::FP8_E4M3).bytes_per_request, 536'870'912ull);
+  EXPECT_EQ(figures(s, 8192, KVCacheDType::INT4).bytes_per_request, 268'435'456ull);
+  EXPECT_EQ(figures(s, 8192, KVCacheDType::F32).bytes_per_request, 2'147'483'648ull);
+  KVCalcRequest r;
+  r.shape = s;
+  r.seq_len = 8192;
+  r.memory_bytes = 10ull << 30;  // 10 GiB at 128 KiB per token
+  const KVCalcFigures f = compute_kv_figures(r);
+  EXPECT_EQ(*f.tokens_fit, 81920u);
+  EXPECT_EQ(*f.blocks_fit, 5120u);
+  EXPECT_EQ(*f.requests_fit, 10u);
+}
+
+TEST(KVCalc, RejectsBadShapes) {
+  EXPECT_THROW(figures(mha(0, 8, 8, 64), 10), Error);
+  EXPECT_THROW(figures(mha(2, 8, 3, 64), 10), Error);
+  EXPECT_THROW(figures(mha(2, 8, 8, 64), 0), Error);
+  EXPECT_THROW(figures(mha(2, 8, 8, 64), 10, KVCacheDType::F16, 0), Error);
+}
+
+TEST(KVCalc, ReadsHuggingFaceConfigs) {
+  const auto llama3_8b = nlohmann::json::parse(R"({"num_hidden_layers": 32, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "hidden_size": 4096, "max_position_embeddings": 8192, "model_type": "llama"})");
+  KVModelShape s = kv_shape_from_hf_config(llama3_8b);
+  EXPECT_EQ(s.n_layers, 32);
+  EXPECT_EQ(s.n_kv_heads, 8);
+  EXPECT_EQ(s.head_dim, 128);
+  EXPECT_EQ(s.context_length, 8192);
+  // Explicit head_dim wins over hidden_size / heads (Gemma-style), and kv heads default to heads.
+  s = kv_shape_from_hf_config(nlohmann::json::parse(
+      R"({"num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 2048, "head_dim": 256})"));
+  EXPECT_EQ(s.head_dim, 256);
+  EXPECT_EQ(s.n_kv_heads, 8);
+  const auto dsv2 = nlohmann::json::parse(R"({"num_hidden_layers": 60, "num_attention_heads": 128,
+      "num_key_value_heads": 128, "hidden_size": 5120, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+      "qk_nope_head_dim": 128, "v_head_dim": 128})");
+  s = kv_shape_from_hf_config(dsv2);
+  EXPECT_EQ(s.kind, AttentionKind::MLA);
+  EXPECT_EQ(figures(s, 4096).bytes_per_request, 283'115'520ull);
+  EXPECT_THROW(kv_shape_from_hf_config(nlohmann::json::parse(R"({"num_attention_heads": 8})")), Error);
+  EXPECT_THROW(kv_shape_from_hf_config(nlohmann::json::parse(R"({"num_hidden_layers": "x", "num_attention_heads": 8})")),
+               Error);
+}
+
+TEST(KVCalc, CliPrintsJsonFigures) {
+  RunResult r = run_cli("kv-calc --layers 80 --heads 64 --kv-heads 64 --head-dim 128 --seq-len 4096 --batch 32 "
+                        "--kv-dtype f16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["bytes_per_request"].get<uint64_t>(), 10'737'418'240ull);
+  EXPECT_EQ(j["bytes_total"].get<uint64_t>(), 343'597'383'680ull);
+  EXPECT_EQ(j["attention"], "MHA");
+
+  r = run_cli("kv-calc --layers 60 --heads 128 --head-dim 128 --kv-lora-rank 512 --rope-dim 64 --seq-len 4096 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["attention"], "MLA");
+  EXPECT_EQ(j["bytes_per_token_per_layer"].get<uint64_t>(), 1152u);
+  EXPECT_EQ(j["mha_bytes_per_token_per_layer"].get<uint64_t>(), 65536u);
+  EXPECT_EQ(j["bytes_per_request"].get<uint64_t>(), 283'115'520ull);
+
+  r = run_cli("kv-calc --layers 32 --heads 32 --kv-heads 8 --head-dim 128 --seq-len 8192 --kv-dtype bf16 "
+              "--memory 10GiB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["bytes_per_request"].get<uint64_t>(), 1'073'741'824ull);
+  EXPECT_EQ(j["memory_bytes"].get<uint64_t>(), 10ull << 30);
+  EXPECT_EQ(j["tokens_fit"].get<uint64_t>(), 81920u);
+  EXPECT_EQ(j["requests_fit"].get<uint64_t>(), 10u);
+}
+
+TEST(KVCalc, CliReadsConfigJson) {
+  const auto dir = std::filesystem::temp_directory_path() / "kvserve_kv_calc_test";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "config.json";
+  std::ofstream(path) << R"({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "hidden_size": 8192, "max_position_embeddings": 131072})";
+  RunResult r = run_cli("kv-calc --config " + path.string() + " --json");  // seq len from the config
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["bytes_per_request"].get<uint64_t>(), 42'949'672'960ull);
+  EXPECT_EQ(j["attention"], "GQA");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KVCalc, CliRejectsBadFlags) {
+  EXPECT_NE(run_cli("kv-calc --layers 2 --kv-heads 2 --head-dim 64 --seq-len 10 --kv-dtype f12").exit_code, 0);
+  EXPECT_NE(run_cli("kv-calc --layers 2 --kv-heads 2 --head-dim 64 --seq-len 10 --memory lots").exit_code, 0);
+  EXPECT_NE(run_cli("kv-calc --layers x").exit_code, 0);
+  EXPECT_NE(run_cli("kv-calc --seq-len 10").exit_code, 0);           // no model at all
+  EXPECT_NE(run_cli("kv-calc --layers 2 --head-dim 64").exit_code, 0);  // no kv heads, no seq len
+  EXPECT_NE(run_cli("kv-calc --config /nonexistent/config.json --seq-len 10").exit_code, 0);
+  EXPECT_NE(run_cli("kv-calc -m /nonexistent/model.gguf --seq-len 10").exit_code, 0);
+  EXPECT_NE(run_cli("kv-calc --layers 2 --kv-heads 2 --head-dim 64 --seq-len 10 --bogus").exit_code, 0);
+  EXPECT_EQ(run_cli("kv-calc --layers 2 --kv-heads 2 --head-dim 64 --seq-len 10").exit_code, 0);
+}
+
+TEST(KVCalc, ReadsGgufHyperParameters) {
+  const std::string path = std::string(KVSERVE_SHARED_DIR) + "/golden/gguf/models/tiny-gqa-Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  // tiny-gqa: 2 layers, 4 query / 2 KV heads of 64, context 512 -> 2*2*64*2 B * 2 layers = 1 KiB/token.
+  RunResult r = run_cli("kv-calc -m " + path + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["attention"], "GQA");
+  EXPECT_EQ(j["layers"], 2);
+  EXPECT_EQ(j["kv_heads"], 2);
+  EXPECT_EQ(j["head_dim"], 64);
+  EXPECT_EQ(j["seq_len"], 512);
+  EXPECT_EQ(j["bytes_per_token"].get<uint64_t>(), 1024u);
+  EXPECT_EQ(j["bytes_per_request"].get<uint64_t>(), 524288u);
+}
