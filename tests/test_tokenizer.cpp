@@ -111,7 +111,7 @@ TEST_P(TokenizerVocabTest, MatchesLlamaCppExactly) {
   EXPECT_EQ(failures, 0) << failures << " of " << cases.size() << " cases differ";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVocabs, TokenizerVocabTest, ::testing::ValuesIn(vocab_files_with_cases()),
+INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerVocabTest, ::testing::ValuesIn(vocab_files_with_cases()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = std::filesystem::path(info.param).stem().string();
                            for (char& ch : name)
@@ -164,6 +164,29 @@ TEST(TokenizerStories, Llama2cTokenizerBin) {
 TEST(TokenizerStories, GgufVocab) {
   auto tok = Tokenizer::create(load_gguf_vocab(kShared + "/golden/gguf/models/stories260K-F32.gguf"));
   check_stories_tokenization(*tok);
+}
+
+// The prompts of llama.cpp's golden runs: prompt_ids is llama.cpp's tokenization with BOS.
+TEST(TokenizerGoldenGguf, PromptIdsMatchLlamaCpp) {
+  const std::string dir = kShared + "/golden/gguf";
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/golden")) {
+    if (entry.path().extension() != ".jsonl") continue;
+    const std::string model = dir + "/models/" + entry.path().stem().string() + ".gguf";
+    if (!std::filesystem::exists(model)) continue;
+    auto tok = Tokenizer::create(load_gguf_vocab(model));
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      const auto j = nlohmann::json::parse(line);
+      const std::string prompt = j.at("prompt");
+      EXPECT_EQ(ids_to_string(tok->encode(prompt, true, false)),
+                ids_to_string(j.at("prompt_ids").get<std::vector<int32_t>>()))
+          << model << " prompt '" << prompt << "'";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST(TokenizerStories, DecodeStripsDummySpaceAfterBos) {
