@@ -160,7 +160,7 @@ TEST(ServerE2E, OpenAiSdkAgainstLiveServer) {
   const std::string env = "KVSERVE_BASE_URL=http://127.0.0.1:" + std::to_string(port) +
                           " KVSERVE_API_KEY=e2e-key KVSERVE_MODEL_NAME=tiny-e2e KVSERVE_VOCAB=${KVSERVE_VOCAB:-512}";
   const std::string cmd = env + " timeout 900 python3 -m pytest -q -x -p no:cacheprovider -s " KVSERVE_SOURCE_DIR
-                                "/tests/server/test_openai_e2e.py";
+                                "/tests/server/test_web_page.py " KVSERVE_SOURCE_DIR "/tests/server/test_openai_e2e.py";
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << "pytest failed (its output is above); server log:\n" << server.log();
   EXPECT_EQ(server.terminate(60s), 0) << server.log();
