@@ -25,4 +25,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 // True when the AVX2/FMA/F16C paths are in use (CPUID checked once; KVSERVE_NO_SIMD=1 forces scalar).
 bool cpu_has_avx2();
 
+// Turns the SIMD paths off (false) or back on (true, still only where the CPU has them), e.g. so tests
+// can run both paths in one process. Not for use while a matmul is running.
+void set_simd_enabled(bool enabled);
+
 }  // namespace kvserve

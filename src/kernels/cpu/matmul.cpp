@@ -1,0 +1,232 @@
+// Weight x activation products. Activations are converted once per call to the weight type's dot type
+// (llama.cpp CPU numerics), then output rows are split across the pool; inside a thread's range a chunk
+// of weight rows is multiplied with every group of up to 4 tokens while it is still in cache, and each
+// tile kernel loads a weight block once for all tokens of its group.
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/cpu/quants.h"
+
+namespace kvserve {
+
+namespace {
+
+using ConvertFn = void (*)(const float* x, void* dst, int64_t n);
+using ScalarDotFn = float (*)(int64_t n, const void* w, const void* a);
+using TileFn = void (*)(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+
+struct DotKind {
+  DType act_type;          // dot type of the activations; F32 means x is used as it is
+  ConvertFn convert;       // nullptr for F32
+  ScalarDotFn scalar_dot;
+  TileFn avx2_tile;
+};
+
+template <typename W, typename A, float (*Dot)(int64_t, const W*, const A*)>
+float scalar_dot_erased(int64_t n, const void* w, const void* a) {
+  return Dot(n, static_cast<const W*>(w), static_cast<const A*>(a));
+}
+
+template <typename A, void (*Quantize)(const float*, A*, int64_t)>
+void convert_erased(const float* x, void* dst, int64_t n) {
+  Quantize(x, static_cast<A*>(dst), n);
+}
+
+DotKind dot_kind(DType weight_type) {
+  switch (weight_type) {
+    case DType::F32:
+      return {DType::F32, nullptr, scalar_dot_erased<float, float, vec_dot_f32_f32>, avx2::dot_tile_f32};
+    case DType::F16:
+      return {DType::F16, convert_erased<uint16_t, quantize_row_f16>,
+              scalar_dot_erased<uint16_t, uint16_t, vec_dot_f16_f16>, avx2::dot_tile_f16};
+    case DType::BF16:
+      return {DType::BF16, convert_erased<uint16_t, quantize_row_bf16>,
+              scalar_dot_erased<uint16_t, uint16_t, vec_dot_bf16_bf16>, avx2::dot_tile_bf16};
+    case DType::Q8_0:
+      return {DType::Q8_0, convert_erased<BlockQ8_0, quantize_row_q8_0>,
+              scalar_dot_erased<BlockQ8_0, BlockQ8_0, vec_dot_q8_0_q8_0>, avx2::dot_tile_q8_0};
+    case DType::Q4_0:
+      return {DType::Q8_0, convert_erased<BlockQ8_0, quantize_row_q8_0>,
+              scalar_dot_erased<BlockQ4_0, BlockQ8_0, vec_dot_q4_0_q8_0>, avx2::dot_tile_q4_0};
+    case DType::Q4_1:
+      return {DType::Q8_1, convert_erased<BlockQ8_1, quantize_row_q8_1>,
+              scalar_dot_erased<BlockQ4_1, BlockQ8_1, vec_dot_q4_1_q8_1>, avx2::dot_tile_q4_1};
+    case DType::Q4_K:
+      return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
+              scalar_dot_erased<BlockQ4_K, BlockQ8_K, vec_dot_q4_K_q8_K>, avx2::dot_tile_q4_K};
+    case DType::Q5_K:
+      return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
+              scalar_dot_erased<BlockQ5_K, BlockQ8_K, vec_dot_q5_K_q8_K>, avx2::dot_tile_q5_K};
+    case DType::Q6_K:
+      return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
+              scalar_dot_erased<BlockQ6_K, BlockQ8_K, vec_dot_q6_K_q8_K>, avx2::dot_tile_q6_K};
+    default:
+      fail("matmul: weight type {} is not supported", dtype_name(weight_type));
+  }
+}
+
+void check_matmul_args(const Tensor& w, const float* x, int64_t n_tokens, const float* y) {
+  if (!w.valid()) fail("matmul: weight tensor '{}' has no data", w.name);
+  if (n_tokens < 0) fail("matmul: negative token count {}", n_tokens);
+  if (n_tokens > 0 && (x == nullptr || y == nullptr)) fail("matmul: null activation or output buffer");
+  const int block = dtype_info(w.type).block_elems;
+  if (w.cols() <= 0 || w.cols() % block != 0)
+    fail("matmul: tensor '{}' row length {} is not a positive multiple of the {} block size {}", w.name, w.cols(),
+         dtype_name(w.type), block);
+}
+
+bool hardware_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+bool simd_allowed_by_env() {
+  const char* v = std::getenv("KVSERVE_NO_SIMD");
+  return v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0;
+}
+
+std::atomic<bool> g_simd_enabled{true};
+
+// Weight rows of one thread-local chunk are reused for every token group, so keep a chunk within a
+// comfortable share of L2.
+constexpr size_t kChunkBytes = 256 * 1024;
+constexpr int64_t kMaxChunkRows = 64;
+// Output rows per scheduling unit: every thread gets a contiguous multiple of this.
+constexpr int64_t kRowGrain = 16;
+// Below this many activation elements, converting on one thread beats waking the pool.
+constexpr int64_t kParallelConvertElems = 1 << 15;
+
+}  // namespace
+
+bool cpu_has_avx2() {
+  static const bool available = hardware_has_avx2() && simd_allowed_by_env();
+  return available && g_simd_enabled.load(std::memory_order_relaxed);
+}
+
+void set_simd_enabled(bool enabled) { g_simd_enabled.store(enabled, std::memory_order_relaxed); }
+
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  check_matmul_args(w, x, n_tokens, y);
+  if (n_tokens == 0) return;
+  const DotKind kind = dot_kind(w.type);
+  const int64_t n_in = w.cols();
+  const int64_t n_out = w.rows();
+
+  // Activations in the dot type, one row per token.
+  const size_t act_row_bytes = row_bytes(kind.act_type, n_in);
+  const uint8_t* acts = reinterpret_cast<const uint8_t*>(x);
+  if (kind.convert != nullptr) {
+    // Reused across calls so decode does not allocate; matmul is called from one thread at a time.
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(act_row_bytes * static_cast<size_t>(n_tokens));
+    uint8_t* dst = scratch.data();
+    auto convert_tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) kind.convert(x + t * n_in, dst + t * act_row_bytes, n_in);
+    };
+    if (n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
+      pool.parallel_for(n_tokens, convert_tokens);
+    } else {
+      convert_tokens(0, n_tokens);
+    }
+    acts = dst;
+  }
+
+  const size_t w_row_bytes = w.row_size();
+  const int64_t chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / w_row_bytes), 1, kMaxChunkRows);
+  const TileFn tile = cpu_has_avx2() ? kind.avx2_tile : nullptr;
+
+  pool.parallel_for(
+      n_out,
+      [&](int64_t row_begin, int64_t row_end) {
+        for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
+          const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
+          for (int64_t t0 = 0; t0 < n_tokens; t0 += avx2::kMaxTileTokens) {
+            const int n_tok = static_cast<int>(std::min<int64_t>(avx2::kMaxTileTokens, n_tokens - t0));
+            const void* act_rows[avx2::kMaxTileTokens];
+            for (int t = 0; t < n_tok; ++t) act_rows[t] = acts + (t0 + t) * act_row_bytes;
+            for (int64_t r = chunk; r < chunk_end; ++r) {
+              const void* w_row = w.row(r);
+              float out[avx2::kMaxTileTokens];
+              if (tile != nullptr) {
+                tile(n_in, w_row, act_rows, n_tok, out);
+              } else {
+                for (int t = 0; t < n_tok; ++t) out[t] = kind.scalar_dot(n_in, w_row, act_rows[t]);
+              }
+              for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r] = out[t];
+            }
+          }
+        }
+      },
+      kRowGrain);
+}
+
+void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
+  check_matmul_args(w, x, n_tokens, y);
+  const DotKind kind = dot_kind(w.type);
+  const int64_t n_in = w.cols();
+  const int64_t n_out = w.rows();
+  // Independent of the integer dot kernels: round the activations exactly as matmul does, dequantize both
+  // sides to float and sum in double.
+  std::vector<uint8_t> act_converted(row_bytes(kind.act_type, n_in));
+  std::vector<float> act(n_in), w_row(n_in);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    if (kind.convert != nullptr) {
+      kind.convert(x + t * n_in, act_converted.data(), n_in);
+      dequantize_row(kind.act_type, act_converted.data(), act.data(), n_in);
+    } else {
+      std::memcpy(act.data(), x + t * n_in, n_in * sizeof(float));
+    }
+    for (int64_t r = 0; r < n_out; ++r) {
+      double sum = 0.0;
+      if (w.type == DType::Q4_1) {
+        // ggml's Q4_1 x Q8_1 dot takes the offset term from the fp16 block sum s, not from the
+        // activation values, so do the same: sum_j d q_j a_j + m * s per block.
+        const auto* blocks = reinterpret_cast<const BlockQ4_1*>(w.row(r));
+        const auto* act_blocks = reinterpret_cast<const BlockQ8_1*>(act_converted.data());
+        std::vector<BlockQ4_1> no_offset(blocks, blocks + n_in / kQK4_1);
+        for (int64_t b = 0; b < n_in / kQK4_1; ++b) {
+          no_offset[b].m = 0;
+          sum += static_cast<double>(fp16_to_fp32(blocks[b].m)) * fp16_to_fp32(act_blocks[b].s);
+        }
+        dequantize_row_q4_1(no_offset.data(), w_row.data(), n_in);
+      } else {
+        dequantize_row(w.type, w.row(r), w_row.data(), n_in);
+      }
+      for (int64_t k = 0; k < n_in; ++k) sum += static_cast<double>(w_row[k]) * act[k];
+      y[t * n_out + r] = static_cast<float>(sum);
+    }
+  }
+}
+
+void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
+  const int block = dtype_info(type).block_elems;
+  if (n < 0 || n % block != 0) fail("dequantize_row: {} elements is not a multiple of the {} block size {}", n,
+                                    dtype_name(type), block);
+  switch (type) {
+    case DType::F32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::F16: dequantize_row_f16(static_cast<const uint16_t*>(src), dst, n); return;
+    case DType::BF16: dequantize_row_bf16(static_cast<const uint16_t*>(src), dst, n); return;
+    case DType::Q8_0: dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n); return;
+    case DType::Q8_1: dequantize_row_q8_1(static_cast<const BlockQ8_1*>(src), dst, n); return;
+    case DType::Q8_K: dequantize_row_q8_K(static_cast<const BlockQ8_K*>(src), dst, n); return;
+    case DType::Q4_0: dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
+    case DType::Q4_1: dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n); return;
+    case DType::Q4_K: dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n); return;
+    case DType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;
+    case DType::Q6_K: dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n); return;
+    default: fail("dequantize_row: type {} is not supported", dtype_name(type));
+  }
+}
+
+}  // namespace kvserve

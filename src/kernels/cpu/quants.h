@@ -1,0 +1,150 @@
+#pragma once
+// Block layouts of the GGUF quantized types (byte-exact with ggml's block_* structs), exact scalar
+// dequantizers, the activation quantizers used by llama.cpp's CPU backend (Q8_0, Q8_1, Q8_K), and
+// scalar reference dot products for every (weight type, activation dot type) pair.
+//
+// The scalar functions here are the reference: quants_avx2.cpp has AVX2 versions that must agree with
+// them to float rounding (the integer parts are exact, only float summation order differs).
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace kvserve {
+
+inline constexpr int kQK4_0 = 32;
+inline constexpr int kQK4_1 = 32;
+inline constexpr int kQK8_0 = 32;
+inline constexpr int kQK8_1 = 32;
+inline constexpr int kQK_K = 256;     // K-quant super-block
+inline constexpr int kKScaleSize = 12;  // packed 6-bit scales + mins of Q4_K / Q5_K
+
+// fp16 fields are raw IEEE half bits (see core/fp16.h).
+struct BlockQ4_0 {
+  uint16_t d;                  // scale
+  uint8_t qs[kQK4_0 / 2];      // element j in low nibble of qs[j], element j+16 in the high nibble
+};
+struct BlockQ4_1 {
+  uint16_t d;                  // scale
+  uint16_t m;                  // min (offset added after scaling)
+  uint8_t qs[kQK4_1 / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK8_0];
+};
+struct BlockQ8_1 {
+  uint16_t d;                  // scale
+  uint16_t s;                  // d * sum(qs), for Q4_1's offset term
+  int8_t qs[kQK8_1];
+};
+struct BlockQ4_K {
+  uint16_t d;                  // super-block scale of the 6-bit sub-block scales
+  uint16_t dmin;               // super-block scale of the 6-bit sub-block mins
+  uint8_t scales[kKScaleSize]; // 8 scales + 8 mins, 6 bits each, packed
+  uint8_t qs[kQK_K / 2];       // 4-bit quants
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qh[kQK_K / 8];       // 5th bit of each quant
+  uint8_t qs[kQK_K / 2];       // low 4 bits
+};
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];       // low 4 bits
+  uint8_t qh[kQK_K / 4];       // high 2 bits
+  int8_t scales[kQK_K / 16];   // 8-bit signed scale per 16 elements
+  uint16_t d;                  // super-block scale
+};
+struct BlockQ8_K {
+  float d;                     // f32, not f16
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];   // sum of qs per 16 elements (used for mins / offsets)
+};
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// Unpacks sub-block j's (0..7) 6-bit scale and min from a Q4_K/Q5_K scales[12] array.
+inline void k_scale_min(int j, const uint8_t* packed, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = packed[j] & 63;
+    *min = packed[j + 4] & 63;
+  } else {
+    *scale = (packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4);
+    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+// ---- dequantization (n = elements, a multiple of the block size) ----
+void dequantize_row_f16(const uint16_t* x, float* y, int64_t n);
+void dequantize_row_bf16(const uint16_t* x, float* y, int64_t n);
+void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n);
+void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);
+void dequantize_row_q4_1(const BlockQ4_1* x, float* y, int64_t n);
+void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
+void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
+void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n);
+// Activation types, for reference paths and tests.
+void dequantize_row_q8_1(const BlockQ8_1* x, float* y, int64_t n);
+void dequantize_row_q8_K(const BlockQ8_K* x, float* y, int64_t n);
+
+// ---- activation conversion to the dot types (ggml reference semantics) ----
+void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
+void quantize_row_bf16(const float* x, uint16_t* y, int64_t n);
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
+void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n);
+
+// ggml's nearest_int: round half to even via the 1.5*2^23 trick (valid for |x| < 2^22).
+inline int nearest_int(float x) {
+  float biased = x + 12582912.f;
+  uint32_t bits;
+  std::memcpy(&bits, &biased, 4);
+  return static_cast<int>(bits & 0x007fffff) - 0x00400000;
+}
+
+// ---- scalar reference dot products: n elements of weight row w with converted activations a ----
+float vec_dot_f32_f32(int64_t n, const float* w, const float* a);
+float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a);
+float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a);
+float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a);
+float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
+float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a);
+float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
+float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
+float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
+
+// ---- AVX2 versions (quants_avx2.cpp); call only when cpu_has_avx2() ----
+namespace avx2 {
+float vec_dot_f32_f32(int64_t n, const float* w, const float* a);
+float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a);
+float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a);
+float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a);
+float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
+float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a);
+float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
+float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
+float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
+
+// Multi-token tiles: out[t] = dot(w, a[t]) for t < n_tok (1..kMaxTileTokens), each weight block loaded
+// once and used for every token. `a` holds n_tok pointers to converted activation rows.
+inline constexpr int kMaxTileTokens = 4;
+void dot_tile_f32(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_f16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_bf16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q8_0(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q4_0(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q4_1(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q4_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q5_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q6_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+}  // namespace avx2
+
+}  // namespace kvserve

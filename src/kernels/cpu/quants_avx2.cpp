@@ -1,0 +1,402 @@
+// AVX2/FMA/F16C dot products. Compiled with -mavx2 -mfma -mf16c (see CMakeLists.txt); only called
+// after cpu_has_avx2() said yes.
+//
+// Every kernel is a "tile": one weight row against up to kMaxTileTokens activation rows. Each weight
+// block is loaded and unpacked to int8 (or f32) once and then multiplied with every token's block, so a
+// batch of tokens reads the weights once. The integer part of each block's dot is exact (maddubs never
+// saturates for these value ranges, see the comments per type), so results differ from the scalar
+// reference only by float summation order.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/quants.h"
+
+namespace kvserve::avx2 {
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Local helpers only: an inline function from a shared header instantiated in this AVX2-compiled file
+// could be the copy the linker keeps for every caller, and would then run AVX2 code on any CPU.
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+inline float bfloat_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Sums of products of 32 signed int8 pairs, as 8 int32 lanes. maddubs needs an unsigned operand, so
+// move x's sign onto y: |x| * (y * sign(x)). |x| <= 128 and |y| <= 127 keeps each pair sum < 2^15.
+inline __m256i dot_i8_abs_x(__m256i abs_x, __m256i x, __m256i y) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_x, _mm256_sign_epi8(y, x)), ones);
+}
+
+// Unsigned x (u8) times signed y, summed in pairs to 16 int16 and then with the given int16 weights
+// into 8 int32 lanes.
+inline __m256i dot_u8_i8_weighted(__m256i x, __m256i y, __m256i weights) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), weights);
+}
+
+// Runs body(block_index, acc) over nb blocks with S independent accumulator sets (S > 1 breaks the FMA
+// dependency chain when there is only one token) and writes the horizontal sums to out[0..T).
+template <int T, int S, typename Body>
+inline void accumulate_blocks(int64_t nb, Body&& body, float* out) {
+  __m256 acc[S][T];
+  for (int s = 0; s < S; ++s)
+    for (int t = 0; t < T; ++t) acc[s][t] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + S <= nb; i += S)
+    for (int s = 0; s < S; ++s) body(i + s, acc[s]);
+  for (; i < nb; ++i) body(i, acc[0]);
+  for (int t = 0; t < T; ++t) {
+    __m256 v = acc[0][t];
+    for (int s = 1; s < S; ++s) v = _mm256_add_ps(v, acc[s][t]);
+    out[t] = hsum(v);
+  }
+}
+
+template <typename Block, int T>
+inline void cast_rows(const void* const* a, const Block* (&rows)[T]) {
+  for (int t = 0; t < T; ++t) rows[t] = static_cast<const Block*>(a[t]);
+}
+
+// ---------------------------------------------------------------- float types
+
+// Float-like rows: LoadW/LoadA turn 8 elements at an index into __m256.
+template <int T, typename Elem, typename Load, typename ToFloat>
+inline void tile_float(int64_t n, const Elem* w, const void* const* a, float* out, Load load, ToFloat to_float) {
+  constexpr int S = T == 1 ? 4 : (T == 2 ? 2 : 1);
+  const Elem* rows[T];
+  cast_rows<Elem, T>(a, rows);
+  accumulate_blocks<T, S>(
+      n / 8,
+      [&](int64_t i, __m256* acc) {
+        const __m256 wv = load(w + 8 * i);
+        for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, load(rows[t] + 8 * i), acc[t]);
+      },
+      out);
+  for (int64_t k = n / 8 * 8; k < n; ++k)
+    for (int t = 0; t < T; ++t) out[t] += to_float(w[k]) * to_float(rows[t][k]);
+}
+
+template <int T>
+void tile_f32(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_float<T>(
+      n, static_cast<const float*>(w), a, out, [](const float* p) { return _mm256_loadu_ps(p); },
+      [](float v) { return v; });
+}
+
+template <int T>
+void tile_f16(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_float<T>(
+      n, static_cast<const uint16_t*>(w), a, out,
+      [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); },
+      [](uint16_t v) { return half_to_float(v); });
+}
+
+template <int T>
+void tile_bf16(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_float<T>(
+      n, static_cast<const uint16_t*>(w), a, out,
+      [](const uint16_t* p) {
+        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+      },
+      [](uint16_t v) { return bfloat_to_float(v); });
+}
+
+// ---------------------------------------------------------------- 32-element blocks
+
+template <int T>
+void tile_q8_0(int64_t n, const void* w, const void* const* a, float* out) {
+  constexpr int S = T == 1 ? 2 : 1;
+  const auto* wb = static_cast<const BlockQ8_0*>(w);
+  const BlockQ8_0* rows[T];
+  cast_rows<BlockQ8_0, T>(a, rows);
+  accumulate_blocks<T, S>(
+      n / kQK8_0,
+      [&](int64_t i, __m256* acc) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs));
+        const __m256i abs_x = _mm256_sign_epi8(x, x);
+        const float dw = half_to_float(wb[i].d);
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
+          const __m256 sum = _mm256_cvtepi32_ps(dot_i8_abs_x(abs_x, x, y));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * half_to_float(rows[t][i].d)), sum, acc[t]);
+        }
+      },
+      out);
+}
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high nibbles
+// (elements 16..31) in the high lane.
+inline __m256i unpack_nibbles_32(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+template <int T>
+void tile_q4_0(int64_t n, const void* w, const void* const* a, float* out) {
+  constexpr int S = T == 1 ? 2 : 1;
+  const auto* wb = static_cast<const BlockQ4_0*>(w);
+  const BlockQ8_0* rows[T];
+  cast_rows<BlockQ8_0, T>(a, rows);
+  accumulate_blocks<T, S>(
+      n / kQK4_0,
+      [&](int64_t i, __m256* acc) {
+        const __m256i x = _mm256_sub_epi8(unpack_nibbles_32(wb[i].qs), _mm256_set1_epi8(8));  // -8..7
+        const __m256i abs_x = _mm256_sign_epi8(x, x);
+        const float dw = half_to_float(wb[i].d);
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
+          const __m256 sum = _mm256_cvtepi32_ps(dot_i8_abs_x(abs_x, x, y));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * half_to_float(rows[t][i].d)), sum, acc[t]);
+        }
+      },
+      out);
+}
+
+template <int T>
+void tile_q4_1(int64_t n, const void* w, const void* const* a, float* out) {
+  constexpr int S = T == 1 ? 2 : 1;
+  const auto* wb = static_cast<const BlockQ4_1*>(w);
+  const BlockQ8_1* rows[T];
+  cast_rows<BlockQ8_1, T>(a, rows);
+  float offsets[T] = {};  // sum of m_w * s_a: the min term needs no per-element work
+  const __m256i ones = _mm256_set1_epi16(1);
+  accumulate_blocks<T, S>(
+      n / kQK4_1,
+      [&](int64_t i, __m256* acc) {
+        const __m256i x = unpack_nibbles_32(wb[i].qs);  // 0..15, so maddubs can take it unsigned
+        const float dw = half_to_float(wb[i].d);
+        const float mw = half_to_float(wb[i].m);
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
+          const __m256 sum = _mm256_cvtepi32_ps(dot_u8_i8_weighted(x, y, ones));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * half_to_float(rows[t][i].d)), sum, acc[t]);
+          offsets[t] += mw * half_to_float(rows[t][i].s);
+        }
+      },
+      out);
+  for (int t = 0; t < T; ++t) out[t] += offsets[t];
+}
+
+// ---------------------------------------------------------------- K-quants (256-element blocks)
+
+// Q4_K/Q5_K packed 6-bit scales -> 8 scales then 8 mins, one byte each.
+inline void unpack_k_scales(const uint8_t* packed, uint8_t* scales_then_mins) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins_0_3 = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
+  u[2] = mins_0_3;
+  u[0] &= kLow6;  // scales 0..3
+  std::memcpy(scales_then_mins, u, 16);
+}
+
+// Q8_K bsums summed per 32 elements (8 int16), matching the Q4_K/Q5_K sub-blocks.
+inline __m128i bsums_per_32(const BlockQ8_K& a) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8));
+  return _mm_hadd_epi16(lo, hi);
+}
+
+// Q4_K and Q5_K differ only in how the 64 quants of step j are produced. Values are < 32 so
+// maddubs pair sums stay below 2 * 31 * 127; scales < 64 keep the int32 block sum far from overflow.
+template <int T, typename Quants>
+inline void tile_k_scale_min(int64_t nb, const void* const* a, float* out, Quants quants) {
+  const BlockQ8_K* rows[T];
+  cast_rows<BlockQ8_K, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      nb,
+      [&](int64_t i, __m256* acc) {
+        float d, dmin;
+        const uint8_t* packed_scales;
+        quants.begin_block(i, &d, &dmin, &packed_scales);
+        alignas(16) uint8_t scales_mins[16];
+        unpack_k_scales(packed_scales, scales_mins);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales_mins + 8)));
+
+        __m256i sumi[T];
+        for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
+        for (int j = 0; j < kQK_K / 64; ++j) {
+          __m256i q_low, q_high;  // elements 64j..64j+31 and 64j+32..64j+63
+          quants.step(j, &q_low, &q_high);
+          const __m256i scale_low = _mm256_set1_epi16(scales_mins[2 * j]);
+          const __m256i scale_high = _mm256_set1_epi16(scales_mins[2 * j + 1]);
+          for (int t = 0; t < T; ++t) {
+            const int8_t* y = rows[t][i].qs + 64 * j;
+            const __m256i y_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y));
+            const __m256i y_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + 32));
+            sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(dot_u8_i8_weighted(q_low, y_low, scale_low),
+                                                                 dot_u8_i8_weighted(q_high, y_high, scale_high)));
+          }
+        }
+        for (int t = 0; t < T; ++t) {
+          const BlockQ8_K& y = rows[t][i];
+          // min term: dmin * sum_j m_j * (sum of y over sub-block j), folded into the low 4 lanes.
+          const __m256i min_sum = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bsums_per_32(y)));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+          acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y.d), _mm256_cvtepi32_ps(min_sum), acc[t]);
+        }
+      },
+      out);
+}
+
+struct Q4KQuants {
+  const BlockQ4_K* blocks;
+  const BlockQ4_K* cur = nullptr;
+  void begin_block(int64_t i, float* d, float* dmin, const uint8_t** scales) {
+    cur = blocks + i;
+    *d = half_to_float(cur->d);
+    *dmin = half_to_float(cur->dmin);
+    *scales = cur->scales;
+  }
+  void step(int j, __m256i* low, __m256i* high) const {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur->qs + 32 * j));
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    *low = _mm256_and_si256(bits, mask);
+    *high = _mm256_and_si256(_mm256_srli_epi16(bits, 4), mask);
+  }
+};
+
+struct Q5KQuants {
+  const BlockQ5_K* blocks;
+  const BlockQ5_K* cur = nullptr;
+  __m256i high_bits{};  // qh shifted right by 2j before step j: bit 0 -> low half, bit 1 -> high half
+  void begin_block(int64_t i, float* d, float* dmin, const uint8_t** scales) {
+    cur = blocks + i;
+    *d = half_to_float(cur->d);
+    *dmin = half_to_float(cur->dmin);
+    *scales = cur->scales;
+    high_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur->qh));
+  }
+  void step(int j, __m256i* low, __m256i* high) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur->qs + 32 * j));
+    const __m256i mask4 = _mm256_set1_epi8(0x0F);
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    // Shifts are 16-bit wide; the masks drop bits that crossed in from the neighbouring byte.
+    *low = _mm256_or_si256(_mm256_and_si256(bits, mask4), _mm256_and_si256(_mm256_slli_epi16(high_bits, 4), bit4));
+    *high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), mask4),
+                            _mm256_and_si256(_mm256_slli_epi16(high_bits, 3), bit4));
+    high_bits = _mm256_srli_epi16(high_bits, 2);
+  }
+};
+
+template <int T>
+void tile_q4_K(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_k_scale_min<T>(n / kQK_K, a, out, Q4KQuants{static_cast<const BlockQ4_K*>(w)});
+}
+
+template <int T>
+void tile_q5_K(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_k_scale_min<T>(n / kQK_K, a, out, Q5KQuants{static_cast<const BlockQ5_K*>(w)});
+}
+
+// Q6_K: quants are used unsigned (0..63, maddubs pair sums <= 2 * 63 * 127 < 2^15); the -32 offset is
+// applied once per block through the Q8_K bsums: sum_g sc_g * sum(y in g) * 32.
+template <int T>
+void tile_q6_K(int64_t n, const void* w, const void* const* a, float* out) {
+  const auto* wb = static_cast<const BlockQ6_K*>(w);
+  const BlockQ8_K* rows[T];
+  cast_rows<BlockQ8_K, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      n / kQK_K,
+      [&](int64_t i, __m256* acc) {
+        const BlockQ6_K& b = wb[i];
+        const __m256i mask4 = _mm256_set1_epi8(0x0F);
+        const __m256i mask2 = _mm256_set1_epi8(0x03);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+        __m256i sumi[T];
+        for (int t = 0; t < T; ++t) {
+          const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].bsums));
+          sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5));
+        }
+        for (int half = 0; half < 2; ++half) {
+          const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half));
+          const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32));
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
+          __m256i q[4];  // elements 128*half + 32k .. +31
+          q[0] = _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_slli_epi16(_mm256_and_si256(qh, mask2), 4));
+          q[1] = _mm256_or_si256(_mm256_and_si256(ql1, mask4),
+                                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), mask2), 4));
+          q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask4),
+                                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), mask2), 4));
+          q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask4),
+                                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), mask2), 4));
+          for (int k = 0; k < 4; ++k) {
+            const int group = 8 * half + 2 * k;  // 16-element scale groups of this 32-element run
+            const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(b.scales[group + 1]), _mm_set1_epi16(b.scales[group]));
+            for (int t = 0; t < T; ++t) {
+              const __m256i y =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs + 128 * half + 32 * k));
+              sumi[t] = _mm256_add_epi32(sumi[t], dot_u8_i8_weighted(q[k], y, scale));
+            }
+          }
+        }
+        const float d = half_to_float(b.d);
+        for (int t = 0; t < T; ++t)
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * rows[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+      },
+      out);
+}
+
+// Dispatches a runtime token count 1..4 to the templated tile.
+#define KVSERVE_TILE_DISPATCH(name)                                                         \
+  void dot_tile_##name(int64_t n, const void* w, const void* const* a, int n_tok, float* out) { \
+    switch (n_tok) {                                                                        \
+      case 1: tile_##name<1>(n, w, a, out); break;                                          \
+      case 2: tile_##name<2>(n, w, a, out); break;                                          \
+      case 3: tile_##name<3>(n, w, a, out); break;                                          \
+      default: tile_##name<4>(n, w, a, out); break;                                         \
+    }                                                                                       \
+  }
+
+}  // namespace
+
+static_assert(kMaxTileTokens == 4, "KVSERVE_TILE_DISPATCH handles 1..4 tokens");
+
+KVSERVE_TILE_DISPATCH(f32)
+KVSERVE_TILE_DISPATCH(f16)
+KVSERVE_TILE_DISPATCH(bf16)
+KVSERVE_TILE_DISPATCH(q8_0)
+KVSERVE_TILE_DISPATCH(q4_0)
+KVSERVE_TILE_DISPATCH(q4_1)
+KVSERVE_TILE_DISPATCH(q4_K)
+KVSERVE_TILE_DISPATCH(q5_K)
+KVSERVE_TILE_DISPATCH(q6_K)
+#undef KVSERVE_TILE_DISPATCH
+
+namespace {
+template <typename W, typename A>
+float single(void (*tile)(int64_t, const void*, const void* const*, int, float*), int64_t n, const W* w, const A* a) {
+  const void* rows[1] = {a};
+  float out = 0.0f;
+  tile(n, w, rows, 1, &out);
+  return out;
+}
+}  // namespace
+
+float vec_dot_f32_f32(int64_t n, const float* w, const float* a) { return single(dot_tile_f32, n, w, a); }
+float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_f16, n, w, a); }
+float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_bf16, n, w, a); }
+float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) { return single(dot_tile_q8_0, n, w, a); }
+float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) { return single(dot_tile_q4_0, n, w, a); }
+float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a) { return single(dot_tile_q4_1, n, w, a); }
+float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) { return single(dot_tile_q4_K, n, w, a); }
+float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) { return single(dot_tile_q5_K, n, w, a); }
+float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) { return single(dot_tile_q6_K, n, w, a); }
+
+}  // namespace kvserve::avx2

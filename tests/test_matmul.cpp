@@ -1,0 +1,162 @@
+// matmul (threaded, token-tiled, SIMD or scalar) against matmul_ref, and matmul_ref against plain loops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "random_weights.h"
+
+namespace kvserve {
+namespace {
+
+using testing::random_floats;
+using testing::random_weights;
+
+Tensor make_tensor(DType type, int64_t n_out, int64_t n_in, const std::vector<uint8_t>& data) {
+  Tensor t;  // name left empty: assigning a literal trips a GCC 12 -Wrestrict false positive at -O3
+  t.type = type;
+  t.ne = {n_in, n_out, 1, 1};
+  t.n_dims = 2;
+  t.data = data.data();
+  return t;
+}
+
+// Per-output scale for tolerances: sum_k |W[r][k]| * |x[t][k]| in double over dequantized weights.
+std::vector<double> abs_products(const Tensor& w, const std::vector<float>& x, int64_t n_tokens) {
+  const int64_t n_in = w.cols(), n_out = w.rows();
+  std::vector<double> out(n_tokens * n_out);
+  std::vector<float> row(n_in);
+  for (int64_t r = 0; r < n_out; ++r) {
+    dequantize_row(w.type, w.row(r), row.data(), n_in);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      double s = 0;
+      for (int64_t k = 0; k < n_in; ++k) s += std::fabs(static_cast<double>(row[k]) * x[t * n_in + k]);
+      out[t * n_out + r] = s;
+    }
+  }
+  return out;
+}
+
+class MatmulTypes : public ::testing::TestWithParam<DType> {
+ protected:
+  void TearDown() override { set_simd_enabled(true); }
+};
+
+TEST_P(MatmulTypes, MatchesReferenceForManyShapes) {
+  const DType type = GetParam();
+  const int64_t n_in = dtype_info(type).block_elems == 256 ? 512 : 96;
+  ThreadPool pool(3);  // more threads than cores on purpose: ranges must still cover every row once
+  std::mt19937 rng(static_cast<uint32_t>(type) + 1);
+  for (int64_t n_out : {1, 7, 37, 53}) {
+    const auto data = random_weights(type, n_out, n_in, rng);
+    const Tensor w = make_tensor(type, n_out, n_in, data);
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 13, 16, 17}) {
+      const auto x = random_floats(n_tokens * n_in, rng);
+      std::vector<float> ref(n_tokens * n_out), got(n_tokens * n_out, NAN);
+      matmul_ref(w, x.data(), n_tokens, ref.data());
+      const auto scale = abs_products(w, x, n_tokens);
+      for (bool simd : {true, false}) {
+        set_simd_enabled(simd);
+        std::fill(got.begin(), got.end(), NAN);
+        matmul(w, x.data(), n_tokens, got.data(), pool);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], ref[i], 2e-5 * scale[i] + 1e-6)
+              << dtype_name(type) << " n_out " << n_out << " n_tokens " << n_tokens << " simd " << simd << " i " << i;
+        }
+      }
+      set_simd_enabled(true);
+    }
+  }
+}
+
+TEST_P(MatmulTypes, LargeRowCountSplitsAcrossThreads) {
+  const DType type = GetParam();
+  const int64_t n_in = dtype_info(type).block_elems == 256 ? 256 : 64;
+  const int64_t n_out = 16 * 9 + 5;  // not a multiple of the row grain
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  const auto data = random_weights(type, n_out, n_in, rng);
+  const Tensor w = make_tensor(type, n_out, n_in, data);
+  const int64_t n_tokens = 6;
+  const auto x = random_floats(n_tokens * n_in, rng);
+  std::vector<float> ref(n_tokens * n_out), got(n_tokens * n_out, NAN);
+  matmul_ref(w, x.data(), n_tokens, ref.data());
+  matmul(w, x.data(), n_tokens, got.data(), pool);
+  const auto scale = abs_products(w, x, n_tokens);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-5 * scale[i] + 1e-6) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+TEST(MatmulRef, F32MatchesDoubleLoop) {
+  std::mt19937 rng(11);
+  const int64_t n_in = 40, n_out = 9, n_tokens = 3;
+  const auto data = random_weights(DType::F32, n_out, n_in, rng);
+  const Tensor w = make_tensor(DType::F32, n_out, n_in, data);
+  const auto x = random_floats(n_tokens * n_in, rng);
+  std::vector<float> y(n_tokens * n_out);
+  matmul_ref(w, x.data(), n_tokens, y.data());
+  const auto* wf = reinterpret_cast<const float*>(data.data());
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < n_out; ++r) {
+      double s = 0;
+      for (int64_t k = 0; k < n_in; ++k) s += static_cast<double>(wf[r * n_in + k]) * x[t * n_in + k];
+      EXPECT_NEAR(y[t * n_out + r], s, 1e-6 * std::fabs(s) + 1e-6);
+    }
+}
+
+TEST(MatmulRef, F16MatchesDoubleLoopWithinActivationRounding) {
+  std::mt19937 rng(12);
+  const int64_t n_in = 64, n_out = 5, n_tokens = 2;
+  const auto data = random_weights(DType::F16, n_out, n_in, rng);
+  const Tensor w = make_tensor(DType::F16, n_out, n_in, data);
+  const auto x = random_floats(n_tokens * n_in, rng);
+  std::vector<float> y(n_tokens * n_out);
+  matmul_ref(w, x.data(), n_tokens, y.data());
+  const auto* wh = reinterpret_cast<const uint16_t*>(data.data());
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < n_out; ++r) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < n_in; ++k) {
+        const double p = static_cast<double>(fp16_to_fp32(wh[r * n_in + k])) * x[t * n_in + k];
+        s += p;
+        mag += std::fabs(p);
+      }
+      // Activations are rounded to f16: relative error at most 2^-11 per product.
+      EXPECT_NEAR(y[t * n_out + r], s, mag / 2048 + 1e-6);
+    }
+}
+
+TEST(MatmulRef, ZeroTokensIsANoOp) {
+  std::mt19937 rng(1);
+  const auto data = random_weights(DType::Q4_0, 4, 32, rng);
+  const Tensor w = make_tensor(DType::Q4_0, 4, 32, data);
+  EXPECT_NO_THROW(matmul(w, nullptr, 0, nullptr));
+}
+
+TEST(MatmulErrors, RejectsBadShapesAndTypes) {
+  std::vector<uint8_t> data(4096);
+  std::vector<float> x(512), y(512);
+  // Row length not a multiple of the K-quant block.
+  EXPECT_THROW(matmul(make_tensor(DType::Q4_K, 2, 100, data), x.data(), 1, y.data()), Error);
+  // A type kvserve cannot compute with.
+  EXPECT_THROW(matmul(make_tensor(DType::Q5_0, 2, 32, data), x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul_ref(make_tensor(DType::Q2_K, 1, 256, data), x.data(), 1, y.data()), Error);
+  // No data.
+  Tensor empty = make_tensor(DType::F32, 2, 8, data);
+  empty.data = nullptr;
+  EXPECT_THROW(matmul(empty, x.data(), 1, y.data()), Error);
+  EXPECT_THROW(dequantize_row(DType::Q4_0, data.data(), y.data(), 33), Error);
+}
+
+}  // namespace
+}  // namespace kvserve

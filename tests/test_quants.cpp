@@ -1,0 +1,434 @@
+// Block layouts, exact dequantization, ggml-exact activation quantizers, and AVX2 vs scalar dots.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/fp16.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quants.h"
+#include "random_weights.h"
+
+namespace kvserve {
+namespace {
+
+using testing::random_floats;
+using testing::random_weights;
+
+TEST(QuantsLayout, BlockSizesMatchDTypeTable) {
+  EXPECT_EQ(sizeof(BlockQ4_0), static_cast<size_t>(dtype_info(DType::Q4_0).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ4_1), static_cast<size_t>(dtype_info(DType::Q4_1).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ8_0), static_cast<size_t>(dtype_info(DType::Q8_0).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ8_1), static_cast<size_t>(dtype_info(DType::Q8_1).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ4_K), static_cast<size_t>(dtype_info(DType::Q4_K).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ5_K), static_cast<size_t>(dtype_info(DType::Q5_K).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ6_K), static_cast<size_t>(dtype_info(DType::Q6_K).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ8_K), static_cast<size_t>(dtype_info(DType::Q8_K).block_bytes));
+  EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);  // Q6_K keeps its scale at the end
+  EXPECT_EQ(offsetof(BlockQ8_K, bsums), 260u);
+}
+
+// ------------------------------------------------------------------ dequantization of known blocks
+
+TEST(QuantsDequant, F16AndBF16KnownValues) {
+  const uint16_t halves[] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x3555};
+  float out[5];
+  dequantize_row(DType::F16, halves, out, 5);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
+  EXPECT_EQ(out[2], 65504.0f);
+  EXPECT_EQ(out[3], std::ldexp(1.0f, -24));
+  EXPECT_EQ(out[4], 0.333251953125f);
+  const uint16_t bf[] = {0x3F80, 0xC040, 0x0000, 0x4049};
+  dequantize_row(DType::BF16, bf, out, 4);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -3.0f);
+  EXPECT_EQ(out[2], 0.0f);
+  EXPECT_EQ(out[3], 3.140625f);
+}
+
+TEST(QuantsDequant, Q8_0Q4_0Q4_1KnownBlocks) {
+  float out[32];
+  BlockQ8_0 q8{};
+  q8.d = 0x3400;  // 0.25
+  for (int j = 0; j < 32; ++j) q8.qs[j] = static_cast<int8_t>(j - 16);
+  dequantize_row(DType::Q8_0, &q8, out, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], (j - 16) * 0.25f) << j;
+
+  BlockQ4_0 q4{};
+  q4.d = 0x3800;  // 0.5
+  for (int j = 0; j < 16; ++j) q4.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  dequantize_row(DType::Q4_0, &q4, out, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], (j - 8) * 0.5f) << j;          // low nibble, minus 8
+    EXPECT_EQ(out[j + 16], (7 - j) * 0.5f) << j;     // high nibble (15 - j), minus 8
+  }
+
+  BlockQ4_1 q41{};
+  q41.d = 0x3800;  // 0.5
+  q41.m = 0xBC00;  // -1
+  for (int j = 0; j < 16; ++j) q41.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  dequantize_row(DType::Q4_1, &q41, out, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], j * 0.5f - 1.0f) << j;
+    EXPECT_EQ(out[j + 16], (15 - j) * 0.5f - 1.0f) << j;
+  }
+}
+
+// Scales {1,2,3,4,33,34,35,60} and mins {0,1,2,3,40,41,42,63} packed by hand into ggml's 12-byte form:
+// bytes 0..3: scale j low 6 bits | top 2 bits of scale j+4; bytes 4..7: the same for the mins;
+// bytes 8..11: low nibble of scale j+4 | low nibble of min j+4 << 4.
+constexpr uint8_t kPackedScales[12] = {0x81, 0x82, 0x83, 0xC4, 0x80, 0x81, 0x82, 0xC3, 0x81, 0x92, 0xA3, 0xFC};
+constexpr int kScales[8] = {1, 2, 3, 4, 33, 34, 35, 60};
+constexpr int kMins[8] = {0, 1, 2, 3, 40, 41, 42, 63};
+
+TEST(QuantsDequant, KScaleMinUnpacking) {
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k_scale_min(j, kPackedScales, &sc, &m);
+    EXPECT_EQ(sc, kScales[j]) << j;
+    EXPECT_EQ(m, kMins[j]) << j;
+  }
+}
+
+TEST(QuantsDequant, Q4_KKnownBlock) {
+  BlockQ4_K b{};
+  b.d = 0x3C00;     // 1
+  b.dmin = 0x3800;  // 0.5
+  std::memcpy(b.scales, kPackedScales, 12);
+  for (int jj = 0; jj < 4; ++jj)
+    for (int l = 0; l < 32; ++l) b.qs[32 * jj + l] = static_cast<uint8_t>((l & 0xF) | (((l + jj) & 0xF) << 4));
+  std::vector<float> out(256);
+  dequantize_row(DType::Q4_K, &b, out.data(), 256);
+  for (int jj = 0; jj < 4; ++jj) {
+    for (int l = 0; l < 32; ++l) {
+      const int sub_low = 2 * jj, sub_high = 2 * jj + 1;
+      EXPECT_EQ(out[64 * jj + l], kScales[sub_low] * (l & 0xF) - 0.5f * kMins[sub_low]);
+      EXPECT_EQ(out[64 * jj + 32 + l], kScales[sub_high] * ((l + jj) & 0xF) - 0.5f * kMins[sub_high]);
+    }
+  }
+}
+
+TEST(QuantsDequant, Q5_KKnownBlock) {
+  BlockQ5_K b{};
+  b.d = 0x3C00;     // 1
+  b.dmin = 0x3800;  // 0.5
+  std::memcpy(b.scales, kPackedScales, 12);
+  for (int jj = 0; jj < 4; ++jj)
+    for (int l = 0; l < 32; ++l) b.qs[32 * jj + l] = static_cast<uint8_t>((l & 0xF) | (((l + jj) & 0xF) << 4));
+  // Bit 2jj of qh[l] is the 5th bit of element 64jj + l, bit 2jj+1 that of element 64jj + 32 + l.
+  for (int l = 0; l < 32; ++l) b.qh[l] = (l % 2 == 0) ? 0x55 : 0xAA;
+  std::vector<float> out(256);
+  dequantize_row(DType::Q5_K, &b, out.data(), 256);
+  for (int jj = 0; jj < 4; ++jj) {
+    for (int l = 0; l < 32; ++l) {
+      const int high_low_half = (l % 2 == 0) ? 16 : 0;
+      const int high_high_half = (l % 2 == 0) ? 0 : 16;
+      EXPECT_EQ(out[64 * jj + l], kScales[2 * jj] * ((l & 0xF) + high_low_half) - 0.5f * kMins[2 * jj]);
+      EXPECT_EQ(out[64 * jj + 32 + l],
+                kScales[2 * jj + 1] * (((l + jj) & 0xF) + high_high_half) - 0.5f * kMins[2 * jj + 1]);
+    }
+  }
+}
+
+TEST(QuantsDequant, Q6_KKnownBlock) {
+  BlockQ6_K b{};
+  b.d = 0x3800;  // 0.5
+  for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<int8_t>(g % 2 ? -(g + 1) : g + 1);
+  // All quants 0 -> value -32, except element 0 (ql low 1, qh bits 0-1 = 0 -> 1 - 32),
+  // element 32 (ql[32] low 0, qh bits 2-3 = 1 -> 16 - 32), element 64 (ql[0] high 2, qh bits 4-5 = 2
+  // -> 34 - 32) and element 96 (ql[32] high 0, qh bits 6-7 = 3 -> 48 - 32).
+  b.ql[0] = 0x21;
+  b.qh[0] = 0xE4;  // 0b11'10'01'00
+  std::vector<float> out(256);
+  dequantize_row(DType::Q6_K, &b, out.data(), 256);
+  EXPECT_EQ(out[0], 0.5f * 1 * -31);
+  EXPECT_EQ(out[32], 0.5f * 3 * -16);
+  EXPECT_EQ(out[64], 0.5f * 5 * 2);
+  EXPECT_EQ(out[96], 0.5f * 7 * 16);
+  for (int e : {1, 15, 16, 31, 33, 100, 128, 200, 255}) {
+    const int g = e / 16;
+    EXPECT_EQ(out[e], 0.5f * b.scales[g] * -32) << e;
+  }
+}
+
+// ------------------------------------------------------------------ activation quantizers
+
+// Scale chosen so d = 1/64 exactly: q = round(64 x). x[1], x[2] sit on ties, which ggml's roundf breaks
+// away from zero.
+std::vector<float> q8_hand_case() {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.1f;
+  x[1] = 2.5f / 64;
+  x[2] = -2.5f / 64;
+  x[31] = 127.0f / 64;  // amax
+  return x;
+}
+
+int q8_hand_expected(int j) {
+  if (j == 1) return 3;
+  if (j == 2) return -3;
+  if (j == 31) return 127;
+  return static_cast<int>(std::lround(6.4 * (j - 16)));
+}
+
+TEST(QuantsActivation, Q8_0HandCheckedBytes) {
+  const auto x = q8_hand_case();
+  BlockQ8_0 b;
+  quantize_row_q8_0(x.data(), &b, 32);
+  EXPECT_EQ(b.d, 0x2400);  // fp16(1/64)
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(b.qs[j], q8_hand_expected(j)) << j;
+  EXPECT_EQ(b.qs[0], -102);
+  EXPECT_EQ(b.qs[30], 90);
+}
+
+TEST(QuantsActivation, Q8_1HandCheckedBytes) {
+  const auto x = q8_hand_case();
+  BlockQ8_1 b;
+  quantize_row_q8_1(x.data(), &b, 32);
+  EXPECT_EQ(b.d, 0x2400);
+  int sum = 0;
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(b.qs[j], q8_hand_expected(j)) << j;
+    sum += q8_hand_expected(j);
+  }
+  EXPECT_EQ(b.s, fp32_to_fp16(sum / 64.0f));  // s = d * sum(q), d exact here
+}
+
+TEST(QuantsActivation, Q8_KHandCheckedBytes) {
+  std::vector<float> x(256, 0.0f);
+  x[5] = -2.0f;  // largest magnitude, negative: iscale = -127 / -2 = 63.5
+  x[7] = 1.0f;   // 63.5 -> nearest_int ties to even -> 64
+  x[9] = -1.0f;  // -63.5 -> -64
+  x[20] = 0.5f;  // 31.75 -> 32
+  BlockQ8_K b;
+  quantize_row_q8_K(x.data(), &b, 256);
+  EXPECT_EQ(b.d, 1.0f / 63.5f);
+  EXPECT_EQ(b.qs[5], -127);
+  EXPECT_EQ(b.qs[7], 64);
+  EXPECT_EQ(b.qs[9], -64);
+  EXPECT_EQ(b.qs[20], 32);
+  EXPECT_EQ(b.bsums[0], -127 + 64 - 64);
+  EXPECT_EQ(b.bsums[1], 32);
+  for (int g = 2; g < 16; ++g) EXPECT_EQ(b.bsums[g], 0);
+
+  // A positive maximum maps to -127 with a negative d: ggml divides -127 by the signed max.
+  std::vector<float> y(256, 0.25f);
+  y[100] = 3.0f;
+  quantize_row_q8_K(y.data(), &b, 256);
+  EXPECT_EQ(b.qs[100], -127);
+  EXPECT_LT(b.d, 0.0f);
+
+  std::vector<float> zeros(256, 0.0f);
+  quantize_row_q8_K(zeros.data(), &b, 256);
+  EXPECT_EQ(b.d, 0.0f);
+  for (int g = 0; g < 16; ++g) EXPECT_EQ(b.bsums[g], 0);
+}
+
+TEST(QuantsActivation, RoundTripWithinHalfStep) {
+  std::mt19937 rng(7);
+  const int64_t n = 1024;
+  auto x = random_floats(n, rng, 3.0f);
+  std::vector<float> back(n);
+
+  std::vector<BlockQ8_0> q80(n / 32);
+  quantize_row_q8_0(x.data(), q80.data(), n);
+  dequantize_row(DType::Q8_0, q80.data(), back.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[i / 32 * 32 + j]));
+    const float d = amax / 127;
+    // Half a step, plus the fp16 rounding of d applied to up to 127 steps.
+    EXPECT_LE(std::fabs(back[i] - x[i]), d * (0.5f + 127.0f / 2048.0f)) << i;
+  }
+
+  std::vector<BlockQ8_1> q81(n / 32);
+  quantize_row_q8_1(x.data(), q81.data(), n);
+  dequantize_row(DType::Q8_1, q81.data(), back.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = fp16_to_fp32(q81[i / 32].d);
+    EXPECT_LE(std::fabs(back[i] - x[i]), d * (0.5f + 127.0f / 2048.0f) * 1.01f) << i;
+  }
+  for (const auto& b : q81) {
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) sum += b.qs[j];
+    EXPECT_NEAR(fp16_to_fp32(b.s), sum * fp16_to_fp32(b.d), std::fabs(sum * fp16_to_fp32(b.d)) * 2e-3 + 1e-6);
+  }
+
+  std::vector<BlockQ8_K> q8k(n / 256);
+  quantize_row_q8_K(x.data(), q8k.data(), n);
+  dequantize_row(DType::Q8_K, q8k.data(), back.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_LE(std::fabs(back[i] - x[i]), std::fabs(q8k[i / 256].d) * 0.5f * 1.0001f) << i;
+  }
+  for (const auto& b : q8k) {
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += b.qs[16 * g + l];
+      EXPECT_EQ(b.bsums[g], sum);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ AVX2 vs scalar dots
+
+// Sum of |w_i * a_i| over dequantized values: the scale for float-rounding tolerances.
+double abs_dot(DType wt, const void* w, DType at, const void* a, int64_t n) {
+  std::vector<float> wf(n), af(n);
+  dequantize_row(wt, w, wf.data(), n);
+  dequantize_row(at, a, af.data(), n);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(wf[i]) * af[i]);
+  return s;
+}
+
+struct DotCase {
+  DType weight;
+  DType act;
+  int64_t n;
+};
+
+class QuantsDot : public ::testing::TestWithParam<DotCase> {};
+
+float scalar_dot(DType wt, int64_t n, const void* w, const void* a) {
+  switch (wt) {
+    case DType::F32: return vec_dot_f32_f32(n, static_cast<const float*>(w), static_cast<const float*>(a));
+    case DType::F16: return vec_dot_f16_f16(n, static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a));
+    case DType::BF16:
+      return vec_dot_bf16_bf16(n, static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a));
+    case DType::Q8_0:
+      return vec_dot_q8_0_q8_0(n, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q4_0:
+      return vec_dot_q4_0_q8_0(n, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q4_1:
+      return vec_dot_q4_1_q8_1(n, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::Q4_K:
+      return vec_dot_q4_K_q8_K(n, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q5_K:
+      return vec_dot_q5_K_q8_K(n, static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q6_K:
+      return vec_dot_q6_K_q8_K(n, static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(a));
+    default: ADD_FAILURE(); return 0;
+  }
+}
+
+float avx2_dot(DType wt, int64_t n, const void* w, const void* a) {
+  switch (wt) {
+    case DType::F32: return avx2::vec_dot_f32_f32(n, static_cast<const float*>(w), static_cast<const float*>(a));
+    case DType::F16:
+      return avx2::vec_dot_f16_f16(n, static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a));
+    case DType::BF16:
+      return avx2::vec_dot_bf16_bf16(n, static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a));
+    case DType::Q8_0:
+      return avx2::vec_dot_q8_0_q8_0(n, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q4_0:
+      return avx2::vec_dot_q4_0_q8_0(n, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q4_1:
+      return avx2::vec_dot_q4_1_q8_1(n, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::Q4_K:
+      return avx2::vec_dot_q4_K_q8_K(n, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q5_K:
+      return avx2::vec_dot_q5_K_q8_K(n, static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q6_K:
+      return avx2::vec_dot_q6_K_q8_K(n, static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(a));
+    default: ADD_FAILURE(); return 0;
+  }
+}
+
+// Converts float activations to the dot type with the scalar quantizers.
+std::vector<uint8_t> convert_activations(DType at, const std::vector<float>& x) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> out(row_bytes(at, n));
+  switch (at) {
+    case DType::F32: std::memcpy(out.data(), x.data(), n * 4); break;
+    case DType::F16: quantize_row_f16(x.data(), reinterpret_cast<uint16_t*>(out.data()), n); break;
+    case DType::BF16: quantize_row_bf16(x.data(), reinterpret_cast<uint16_t*>(out.data()), n); break;
+    case DType::Q8_0: quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(out.data()), n); break;
+    case DType::Q8_1: quantize_row_q8_1(x.data(), reinterpret_cast<BlockQ8_1*>(out.data()), n); break;
+    case DType::Q8_K: quantize_row_q8_K(x.data(), reinterpret_cast<BlockQ8_K*>(out.data()), n); break;
+    default: ADD_FAILURE();
+  }
+  return out;
+}
+
+TEST_P(QuantsDot, Avx2MatchesScalar) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  const DotCase c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.weight) * 31 + static_cast<uint32_t>(c.n));
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto w = random_weights(c.weight, 1, c.n, rng);
+    const auto a = convert_activations(c.act, random_floats(c.n, rng));
+    const float ref = scalar_dot(c.weight, c.n, w.data(), a.data());
+    const float simd = avx2_dot(c.weight, c.n, w.data(), a.data());
+    const double scale = abs_dot(c.weight, w.data(), c.act, a.data(), c.n);
+    EXPECT_NEAR(simd, ref, 1e-5 * scale + 1e-6) << dtype_name(c.weight) << " trial " << trial;
+    // And both agree with a double-precision dot of the dequantized values.
+    std::vector<float> wf(c.n), af(c.n);
+    dequantize_row(c.weight, w.data(), wf.data(), c.n);
+    dequantize_row(c.act, a.data(), af.data(), c.n);
+    double exact = 0;
+    if (c.weight == DType::Q4_1) {
+      // ggml's offset term is m * s with s the fp16-rounded block sum, so split it out the same way.
+      const auto* wb = reinterpret_cast<const BlockQ4_1*>(w.data());
+      const auto* ab = reinterpret_cast<const BlockQ8_1*>(a.data());
+      for (int64_t i = 0; i < c.n; ++i) {
+        const float m = fp16_to_fp32(wb[i / 32].m);
+        exact += static_cast<double>(wf[i] - m) * af[i];
+      }
+      for (int64_t b = 0; b < c.n / 32; ++b)
+        exact += static_cast<double>(fp16_to_fp32(wb[b].m)) * fp16_to_fp32(ab[b].s);
+    } else {
+      for (int64_t i = 0; i < c.n; ++i) exact += static_cast<double>(wf[i]) * af[i];
+    }
+    EXPECT_NEAR(ref, exact, 1e-5 * scale + 1e-6) << dtype_name(c.weight) << " trial " << trial;
+  }
+}
+
+TEST_P(QuantsDot, TileMatchesSingleDots) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  const DotCase c = GetParam();
+  std::mt19937 rng(99);
+  const auto w = random_weights(c.weight, 1, c.n, rng);
+  std::vector<std::vector<uint8_t>> acts;
+  const void* ptrs[avx2::kMaxTileTokens];
+  for (int t = 0; t < avx2::kMaxTileTokens; ++t) acts.push_back(convert_activations(c.act, random_floats(c.n, rng)));
+  for (int t = 0; t < avx2::kMaxTileTokens; ++t) ptrs[t] = acts[t].data();
+  using Tile = void (*)(int64_t, const void*, const void* const*, int, float*);
+  Tile tile = nullptr;
+  switch (c.weight) {
+    case DType::F32: tile = avx2::dot_tile_f32; break;
+    case DType::F16: tile = avx2::dot_tile_f16; break;
+    case DType::BF16: tile = avx2::dot_tile_bf16; break;
+    case DType::Q8_0: tile = avx2::dot_tile_q8_0; break;
+    case DType::Q4_0: tile = avx2::dot_tile_q4_0; break;
+    case DType::Q4_1: tile = avx2::dot_tile_q4_1; break;
+    case DType::Q4_K: tile = avx2::dot_tile_q4_K; break;
+    case DType::Q5_K: tile = avx2::dot_tile_q5_K; break;
+    case DType::Q6_K: tile = avx2::dot_tile_q6_K; break;
+    default: FAIL();
+  }
+  for (int n_tok = 1; n_tok <= avx2::kMaxTileTokens; ++n_tok) {
+    float out[avx2::kMaxTileTokens];
+    tile(c.n, w.data(), ptrs, n_tok, out);
+    for (int t = 0; t < n_tok; ++t) {
+      const float ref = scalar_dot(c.weight, c.n, w.data(), ptrs[t]);
+      const double scale = abs_dot(c.weight, w.data(), c.act, ptrs[t], c.n);
+      EXPECT_NEAR(out[t], ref, 1e-5 * scale + 1e-6) << "n_tok " << n_tok << " token " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Quants, QuantsDot,
+    ::testing::Values(DotCase{DType::F32, DType::F32, 517}, DotCase{DType::F16, DType::F16, 517},
+                      DotCase{DType::BF16, DType::BF16, 517}, DotCase{DType::Q8_0, DType::Q8_0, 544},
+                      DotCase{DType::Q4_0, DType::Q8_0, 544}, DotCase{DType::Q4_1, DType::Q8_1, 544},
+                      DotCase{DType::Q4_K, DType::Q8_K, 768}, DotCase{DType::Q5_K, DType::Q8_K, 768},
+                      DotCase{DType::Q6_K, DType::Q8_K, 768}),
+    [](const ::testing::TestParamInfo<DotCase>& info) { return std::string(dtype_name(info.param.weight)); });
+
+}  // namespace
+}  // namespace kvserve
