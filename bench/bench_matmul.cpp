@@ -1,0 +1,131 @@
+// Matmul throughput per weight dtype, as bytes of weights read per second, next to a STREAM-like
+// triad on the same thread pool: batch-1 decode should read weights at close to the triad bandwidth.
+//
+//   ./bench_matmul --benchmark_min_time=0.2
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/fp16.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quants.h"
+
+namespace {
+
+using namespace kvserve;
+
+// Random bytes with every fp16 scale / float element overwritten by a small sane value, so the timings
+// never see NaN/Inf or denormal arithmetic.
+std::vector<uint8_t> make_weights(DType type, int64_t rows, int64_t cols) {
+  std::mt19937 rng(42);
+  std::vector<uint8_t> data(row_bytes(type, cols) * rows);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const int64_t n = rows * cols;
+  const uint16_t small_half = fp32_to_fp16(0.01f);
+  auto set_half = [&](size_t offset) { std::memcpy(data.data() + offset, &small_half, 2); };
+  const size_t block_bytes = static_cast<size_t>(dtype_info(type).block_bytes);
+  const int64_t n_blocks = n / dtype_info(type).block_elems;
+  switch (type) {
+    case DType::F32: {
+      auto* f = reinterpret_cast<float*>(data.data());
+      for (int64_t i = 0; i < n; ++i) f[i] = 0.01f * static_cast<float>(i % 17);
+      break;
+    }
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) set_half(2 * i);
+      break;
+    case DType::BF16: {
+      const uint16_t v = fp32_to_bf16(0.01f);
+      for (int64_t i = 0; i < n; ++i) std::memcpy(data.data() + 2 * i, &v, 2);
+      break;
+    }
+    case DType::Q8_0:
+    case DType::Q4_0:
+      for (int64_t b = 0; b < n_blocks; ++b) set_half(b * block_bytes);
+      break;
+    case DType::Q4_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        set_half(b * block_bytes);
+        set_half(b * block_bytes + 2);
+      }
+      break;
+    case DType::Q6_K:
+      for (int64_t b = 0; b < n_blocks; ++b) set_half(b * block_bytes + offsetof(BlockQ6_K, d));
+      break;
+    default: break;
+  }
+  return data;
+}
+
+void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n_tokens) {
+  const auto data = make_weights(type, rows, cols);
+  Tensor w;
+  w.type = type;
+  w.ne = {cols, rows, 1, 1};
+  w.n_dims = 2;
+  w.data = data.data();
+  std::vector<float> x(n_tokens * cols), y(n_tokens * rows);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  for (auto& v : x) v = dist(rng);
+  for (auto _ : state) {
+    matmul(w, x.data(), n_tokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.bytes()));
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
+}
+
+// a = b + s * c over arrays far larger than the caches, split across the pool like matmul's rows.
+void BM_Triad(benchmark::State& state) {
+  const int64_t n = int64_t{32} << 20;  // 32M floats = 128 MiB per array
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  ThreadPool& pool = ThreadPool::global();
+  for (auto _ : state) {
+    pool.parallel_for(
+        n,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) a[i] = b[i] + 3.0f * c[i];
+        },
+        4096);
+    benchmark::DoNotOptimize(a.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * n * static_cast<int64_t>(sizeof(float)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::RegisterBenchmark("Triad", BM_Triad)->Unit(benchmark::kMillisecond)->UseRealTime();
+  const DType types[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                         DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}};  // rows x cols
+  for (DType type : types) {
+    for (const auto& shape : shapes) {
+      for (int64_t n_tokens : {1, 16}) {
+        const std::string name = "Matmul/" + std::string(dtype_name(type)) + "/" + std::to_string(shape[0]) + "x" +
+                                 std::to_string(shape[1]) + "/tokens:" + std::to_string(n_tokens);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, shape[0], shape[1], n_tokens)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
