@@ -166,6 +166,8 @@ TEST(GgufModels, ConfigMatchesReadmeTable) {
     EXPECT_FALSE(m->vocab.add_eos);
     EXPECT_TRUE(m->vocab.add_space_prefix);
     EXPECT_GT(m->weight_bytes(), 0u);
+    ASSERT_NE(m->tokenizer, nullptr);
+    EXPECT_EQ(m->tokenizer->n_vocab(), e.vocab);
 
     GGUFFile f(kGoldenModels + e.file);
     EXPECT_EQ(f.version(), 3u);

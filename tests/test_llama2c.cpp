@@ -102,6 +102,13 @@ TEST(Llama2c, VocabEqualsLlamaCppConversion) {
   EXPECT_EQ(a.add_space_prefix, b.add_space_prefix);
   EXPECT_EQ(a.pre, b.pre);
   EXPECT_EQ(a.tokens[410], "\xE2\x96\x81");  // " " → "▁"
+
+  // Same vocab → same tokenization ("Once upon a time" → [1, 403, 407, 261, 378] per the golden README).
+  auto g = load_gguf_model(kGguf);
+  ASSERT_NE(m->tokenizer, nullptr);
+  const auto ids = m->tokenizer->encode("Once upon a time", true, false);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(ids, g->tokenizer->encode("Once upon a time", true, false));
 }
 
 TEST(Llama2c, WeightsBitIdenticalToGguf) {

@@ -13,8 +13,6 @@
 
 namespace kvserve {
 
-std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab);  // load_model.cpp
-
 namespace {
 
 constexpr int kHeaderInts = 7;
@@ -238,7 +236,7 @@ std::unique_ptr<Model> load_llama2c_model(const std::string& path, const LoadOpt
                                                   : " (does not exist)");
   m->vocab = load_llama2c_vocab(tok_path, c.n_vocab);
   validate_model(*m);
-  m->tokenizer = make_tokenizer(m->vocab);
+  m->tokenizer = Tokenizer::create(m->vocab);
   if (opts.progress) opts.progress(1.0f);
   return m;
 }

@@ -12,9 +12,6 @@
 
 namespace kvserve {
 
-// Tokenizer::create, or null while no tokenizer is linked in (load_model.cpp; temporary).
-std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab);
-
 namespace {
 
 // What differs between supported architectures. Adding one (gemma, deepseek2, ...) means a row here
@@ -304,7 +301,7 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
 
   m->storage.push_back(file);
   validate_model(*m);
-  m->tokenizer = make_tokenizer(m->vocab);
+  m->tokenizer = Tokenizer::create(m->vocab);
   if (opts.progress) opts.progress(1.0f);
   return m;
 }

@@ -10,25 +10,12 @@
 
 namespace kvserve {
 
-// TODO(loaders): drop this weak declaration once src/model/load_hf.cpp is in the tree; until then a
-// build without it still links and load_model reports Hugging Face folders as unsupported.
-std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& opts) __attribute__((weak));
-
-// TODO(loaders): same for Tokenizer::create (tokenizer_*.cpp). The asm label names the static member
-// function's symbol so a weak reference to it can be tested for null; remove once it is linked in.
-std::unique_ptr<Tokenizer> tokenizer_create_if_linked(Vocab vocab) __asm__("_ZN7kvserve9Tokenizer6createENS_5VocabE")
-    __attribute__((weak));
-
-std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab) {
-  if (!tokenizer_create_if_linked) return nullptr;
-  return tokenizer_create_if_linked(vocab);
-}
+std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab) { return Tokenizer::create(vocab); }
 
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail("cannot open model '{}': {}", path, std::strerror(errno));
   if (S_ISDIR(st.st_mode)) {
-    if (!load_hf_model) fail("'{}' is a directory, but this build has no Hugging Face loader", path);
     return load_hf_model(path, opts);
   }
   char magic[4] = {};

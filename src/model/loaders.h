@@ -34,6 +34,10 @@ std::unique_ptr<Model> load_llama2c_model(const std::string& path, const LoadOpt
 Vocab load_llama2c_vocab(const std::string& path, int n_vocab);
 Vocab llama2c_vocab_from_memory(const uint8_t* data, size_t size, int n_vocab, const std::string& name);
 
+// Tokenizer::create(vocab). Kept as a loader entry point because load_hf.cpp calls it (it was a
+// stopgap while the tokenizer was not yet linked in); new code can call Tokenizer::create directly.
+std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab);
+
 // Hugging Face model folder (config.json, *.safetensors, tokenizer.json). Implemented in load_hf.cpp.
 std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& opts = {});
 
