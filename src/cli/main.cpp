@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kvserve: an LLM inference engine built around the KV cache"};
   app.require_subcommand(1);
   // Subcommands (each registered from its own cmd_*.cpp):
+  kvserve::cli::add_generate_command(app);
+  kvserve::cli::add_tokenize_command(app);
   kvserve::cli::add_kv_calc_command(app);
   try {
     app.parse(argc, argv);

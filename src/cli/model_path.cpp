@@ -8,7 +8,7 @@
 namespace kvserve::cli {
 
 namespace {
-constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct-Q4_1.gguf";
+constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 std::string default_model_path() {

@@ -14,7 +14,9 @@
 namespace kvserve {
 
 namespace {
-constexpr int kSpinIterations = 1 << 16;
+// Long enough to cover the gap between back-to-back kernels of one step, short enough not to steal a
+// shared core from other processes for long.
+constexpr int kSpinIterations = 1 << 12;
 std::unique_ptr<ThreadPool> g_pool;
 std::once_flag g_once;
 int g_requested = 0;
@@ -61,7 +63,15 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) KVSERVE_PAUSE();
+  // A worker may have been descheduled (more runnable threads than cores): spin briefly, then yield the
+  // core to it instead of burning our time slice.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      KVSERVE_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {

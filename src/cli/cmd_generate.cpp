@@ -1,0 +1,120 @@
+// kvserve generate: one prompt in, streamed text out, with timings.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/model_path.h"
+#include "cli/progress.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/generator.h"
+#include "model/chat_template.h"
+#include "model/model.h"
+
+namespace kvserve::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  std::string system;
+  bool chat = false;
+  bool json = false;
+  int threads = 0;
+  int context = 0;
+  SamplingParams sp;
+};
+
+void run_generate(const GenerateArgs& a) {
+  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  const std::string path = a.model.empty() ? default_model_path() : a.model;
+  LoadOptions lo;
+  lo.tokenizer_path = a.tokenizer;
+  ProgressBar bar("loading " + path, !a.json);
+  lo.progress = [&](float f) { bar.update(f); };
+  std::unique_ptr<Model> model = load_model(path, lo);
+  bar.done();
+
+  std::string text = a.prompt;
+  bool parse_special = false;
+  if (a.chat) {
+    std::vector<ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", a.prompt});
+    text = apply_chat_template(model->vocab, msgs, true);
+    parse_special = true;
+  }
+  const std::vector<int32_t> ids = model->tokenizer->encode(text, true, parse_special);
+
+  GeneratorOptions go;
+  if (a.context > 0) go.max_context = a.context;
+  Generator gen(*model, go);
+  const bool stream = !a.json;
+  GenerationResult r = gen.generate(ids, a.sp, [&](int32_t, const std::string& piece) {
+    if (stream) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  const double pp = r.prompt_seconds > 0 ? r.prompt_ids.size() / r.prompt_seconds : 0;
+  const double tg = r.generate_seconds > 0 ? r.generated_ids.size() / r.generate_seconds : 0;
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = path;
+    j["prompt"] = text;
+    j["prompt_ids"] = r.prompt_ids;
+    j["generated_ids"] = r.generated_ids;
+    j["text"] = r.text;
+    j["finish_reason"] = r.finish_reason;
+    j["timings"] = {{"prompt_seconds", r.prompt_seconds},
+                    {"generate_seconds", r.generate_seconds},
+                    {"prompt_tokens_per_second", pp},
+                    {"generate_tokens_per_second", tg},
+                    {"threads", ThreadPool::global().size()}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s | %d threads\n",
+                 r.prompt_ids.size(), pp, r.generated_ids.size(), tg, ThreadPool::global().size());
+  }
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  a->sp.temperature = 0.8f;
+  a->sp.top_k = 40;
+  a->sp.top_p = 0.95f;
+  a->sp.max_tokens = 128;
+  CLI::App* c = app.add_subcommand("generate", "Generate text from a prompt");
+  c->add_option("-m,--model", a->model, "GGUF file, Hugging Face folder or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
+  c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer.bin (default: beside the checkpoint)");
+  c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  c->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as a user message");
+  c->add_option("--system", a->system, "System message (with --chat)");
+  c->add_option("-n,--max-tokens", a->sp.max_tokens, "Maximum new tokens")->check(CLI::NonNegativeNumber);
+  c->add_option("--temperature,--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  c->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->capture_default_str();
+  c->add_option("--top-p", a->sp.top_p, "Top-p (1 = off)")->capture_default_str();
+  c->add_option("--min-p", a->sp.min_p, "Min-p (0 = off)");
+  c->add_option("--repeat-penalty", a->sp.repetition_penalty, "Repetition penalty (1 = off)");
+  c->add_option("--presence-penalty", a->sp.presence_penalty, "Presence penalty");
+  c->add_option("--frequency-penalty", a->sp.frequency_penalty, "Frequency penalty");
+  c->add_option("--seed", a->sp.seed, "Random seed (same seed, same output)")->each([a](const std::string&) {
+    a->sp.has_seed = true;
+  });
+  c->add_option("--stop", a->sp.stop, "Stop string (repeatable)");
+  c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence tokens");
+  c->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  c->add_option("-c,--context", a->context, "Context length (default: the model's)");
+  c->add_flag("--json", a->json, "Print one JSON object with ids, text and timings instead of streaming");
+  c->callback([a] { run_generate(*a); });
+}
+
+}  // namespace kvserve::cli
