@@ -2,6 +2,7 @@
 // files, and corrupted / hostile inputs (each must throw kvserve::Error naming the file, never crash).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -561,5 +562,25 @@ TEST(GgufCorruption, UnsupportedTensorTypeIsNamed) {
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find(tmp.path), std::string::npos) << e.what();
+  }
+}
+
+TEST(GgufCorruption, AbsurdBlockCountIsRejectedBeforeAllocating) {
+  // Found by fuzz_gguf: block_count = 2^30 made the loader allocate 2^30 LayerWeights.
+  auto bytes = read_bytes(kGoldenModels + "stories260K-F32.gguf");
+  const std::string key = "llama.block_count";
+  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  ASSERT_NE(it, bytes.end());
+  const size_t value_at = static_cast<size_t>(it - bytes.begin()) + key.size() + 4;
+  const uint32_t huge = 1u << 30;
+  std::memcpy(bytes.data() + value_at, &huge, 4);
+  auto f = std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "blocks.gguf");
+  try {
+    load_gguf_model(f);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block_count = 1073741824 but the file has only 48 tensors"),
+              std::string::npos)
+        << e.what();
   }
 }

@@ -276,6 +276,10 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     c.tied_output = true;
     m->output = m->tok_embd;
   }
+  // Each layer has at least 9 tensors; checking first keeps an absurd block_count from allocating.
+  if (static_cast<size_t>(c.n_layers) > f.tensors().size() / 9)
+    fail("{}: {}.block_count = {} but the file has only {} tensors", f.name(), c.arch, c.n_layers,
+         f.tensors().size());
   m->layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
