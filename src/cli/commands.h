@@ -7,5 +7,6 @@ namespace kvserve::cli {
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_kv_calc_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace kvserve::cli

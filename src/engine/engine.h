@@ -90,6 +90,12 @@ class Engine {
   void abort_request(const std::string& id);
   // Stop admitting; returns when every queued and running request has finished.
   void drain();
+  // Returns once every accepted request has finished and stats()/block_map()/check_invariants() show
+  // the idle engine (tests, and the server's shutdown path).
+  void wait_until_idle();
+  // Empty when, at the last moment the engine was idle, every block was free or cached and no sequence
+  // or request was left behind; otherwise what was wrong. Call after wait_until_idle().
+  std::string check_invariants() const;
 
   EngineStats stats() const;
   BlockMap block_map() const;

@@ -1,0 +1,168 @@
+// kvserve serve: the OpenAI-compatible HTTP server over one continuous-batching Engine.
+#include <pthread.h>
+
+#include <atomic>
+#include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/model_path.h"
+#include "cli/progress.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/engine_adapter.h"
+#include "server/http_server.h"
+
+namespace kvserve::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  bool share_prefix_cache = false;
+  std::string kv_cache_memory;
+  int block_size = 16;
+  int max_num_batched_tokens = 512;
+  int max_num_seqs = 64;
+  int64_t max_model_len = 0;
+  bool no_prefix_caching = false;
+  double prefix_cache_ttl = 0;
+  int threads = 0;
+  std::string served_model_name;
+};
+
+// "0.25" (a fraction of RAM), "1073741824", "512M", "2G", "1.5GiB" -> what EngineOptions expects.
+double parse_kv_cache_memory(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    fail("--kv-cache-memory: '{}' is not a number of bytes (K/M/G/T suffix allowed) or a fraction <= 1", text);
+  }
+  std::string suffix = text.substr(used);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (suffix.ends_with("IB")) suffix.resize(suffix.size() - 2);
+  else if (suffix.size() > 1 && suffix.ends_with("B")) suffix.pop_back();
+  double scale = 1;
+  if (suffix == "K") scale = 1024.0;
+  else if (suffix == "M") scale = 1024.0 * 1024;
+  else if (suffix == "G") scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!suffix.empty() && suffix != "B")
+    fail("--kv-cache-memory: unknown unit '{}' in '{}' (use K, M, G or T)", text.substr(used), text);
+  if (!(value > 0)) fail("--kv-cache-memory must be positive, got '{}'", text);
+  if (scale == 1 && value > 1 && value != static_cast<double>(static_cast<int64_t>(value)))
+    fail("--kv-cache-memory: '{}' is neither a fraction <= 1 nor a whole number of bytes", text);
+  return value * scale;
+}
+
+// What /v1/models reports by default: the model file's name without its extension.
+std::string default_served_name(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.has_filename() == false) p = p.parent_path();
+  std::string name = std::filesystem::is_directory(p) ? p.filename().string() : p.stem().string();
+  return name.empty() ? "kvserve" : name;
+}
+
+void run_serve(const ServeArgs& a) {
+  if (!server::http_server_available())
+    fail("this kvserve was built without cpp-httplib (install libcpp-httplib-dev and rebuild)");
+  // SIGINT/SIGTERM are blocked before any thread exists, so every thread inherits the mask and only the
+  // signal thread below receives them (with sigwait), outside of async-signal context.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A client that vanishes mid-write must fail the write, not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  const std::string path = a.model.empty() ? default_model_path() : a.model;
+  LoadOptions lo;
+  ProgressBar bar("loading " + path, true);
+  lo.progress = [&](float f) { bar.update(f); };
+  std::unique_ptr<Model> model = load_model(path, lo);
+  bar.done();
+
+  EngineOptions eo;
+  if (!a.kv_cache_memory.empty()) eo.kv_cache_memory = parse_kv_cache_memory(a.kv_cache_memory);
+  eo.block_size = a.block_size;
+  eo.max_num_batched_tokens = a.max_num_batched_tokens;
+  eo.max_num_seqs = a.max_num_seqs;
+  eo.max_model_len = a.max_model_len;
+  eo.enable_prefix_caching = !a.no_prefix_caching;
+  eo.prefix_cache_ttl_seconds = a.prefix_cache_ttl;
+  const std::string served_name = a.served_model_name.empty() ? default_served_name(path) : a.served_model_name;
+  eo.model_id = served_name + "@" + path;
+
+  Engine engine(*model, eo);
+  server::EngineAdapter backend(engine);
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_key = a.api_key;
+  so.share_prefix_cache = a.share_prefix_cache;
+  so.model_name = served_name;
+  server::HttpServer http(backend, so);
+  const int port = http.bind();
+  const EngineStats stats = engine.stats();
+  std::fprintf(stderr, "kvserve: serving '%s' on http://%s:%d (KV cache: %lld blocks of %d tokens, %d threads)%s\n",
+               served_name.c_str(), a.host.c_str(), port, static_cast<long long>(stats.num_blocks), a.block_size,
+               ThreadPool::global().size(), a.api_key.empty() ? "" : ", API key required");
+
+  std::atomic<bool> serving_ended{false};
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (!serving_ended)
+      std::fprintf(stderr, "kvserve: %s received, finishing in-flight requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http.stop();
+  });
+  // Returns once the listener is closed and every in-flight response has been written.
+  http.run();
+  serving_ended = true;
+  pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes it when run() ended on its own
+  signal_thread.join();
+  engine.drain();
+  std::fprintf(stderr, "kvserve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* c = app.add_subcommand("serve", "Serve an OpenAI-compatible API (and a web page) over HTTP");
+  c->add_option("-m,--model", a->model, "GGUF file, Hugging Face folder or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
+  c->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  c->add_option("--port", a->port, "Port to listen on (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  c->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  c->add_flag("--share-prefix-cache", a->share_prefix_cache,
+              "Let requests under different API keys reuse each other's cached prefixes");
+  c->add_option("--kv-cache-memory", a->kv_cache_memory,
+                "KV cache budget: bytes with K/M/G suffix, or a fraction (<= 1) of RAM (default 0.25)");
+  c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Token budget of one forward step")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per forward step")->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--max-model-len", a->max_model_len, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
+  c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Never reuse KV blocks across requests");
+  c->add_option("--prefix-cache-ttl", a->prefix_cache_ttl, "Seconds a cached prefix stays reusable (0 = forever)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("-t,--threads", a->threads, "Compute threads (default: all cores)");
+  c->add_option("--served-model-name", a->served_model_name, "Model name in the API (default: the model file's name)");
+  c->callback([a] { run_serve(*a); });
+}
+
+}  // namespace kvserve::cli

@@ -1,0 +1,544 @@
+#include "engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/stop_checker.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
+#include "kv/kv_storage.h"
+#include "model/stream_decoder.h"
+
+namespace kvserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Above this many blocks the per-block scans behind stats() and block_map() run at most every
+// kScanInterval instead of after every step: a decode step of a small model is well under a millisecond.
+constexpr int64_t kCheapScanBlocks = 16384;
+constexpr auto kScanInterval = std::chrono::milliseconds(50);
+// block_map() is a polled view (the web page); keep building it this long after the last call.
+constexpr auto kBlockMapInterest = std::chrono::seconds(5);
+
+// One choice (0..n-1) of a request: its sequence, sampler and detokenizer.
+struct Choice {
+  Choice(const SamplingParams& params, const Tokenizer& tokenizer)
+      : sampler(params), decoder(tokenizer), stops(params.stop) {}
+  SeqId seq = -1;  // -1 while choice 0 still computes the prompt this one will be forked from
+  Sampler sampler;
+  StreamDecoder decoder;
+  StopChecker stops;
+  int completion_tokens = 0;
+  bool finished = false;
+};
+
+struct ActiveRequest {
+  EngineRequest req;
+  int32_t owner = 0;  // block-map colour
+  std::vector<std::unique_ptr<Choice>> choices;
+  bool prompt_done = false;  // the prompt's logits have been seen (and n > 1 forked)
+  int cached_tokens = 0;
+  int num_unfinished = 0;
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(const Model& m, EngineOptions o);
+  ~Impl();
+
+  void run();
+  void admit(EngineRequest r);
+  void abort(const std::string& id, const std::string& reason, const std::string& error = {});
+  void step();
+  void on_prompt_or_decode_done(SeqId seq, const float* logits);
+  void fork_children(ActiveRequest& a);
+  void sample_choice(ActiveRequest& a, int index, float* logits);
+  void finish_choice(ActiveRequest& a, int index, const std::string& reason, RequestEvent ev,
+                     const std::string& error = {});
+  void reap_finished();
+  void publish(bool idle);
+
+  const Model& model;
+  EngineOptions opts;
+  int64_t max_model_len = 0;
+  int32_t n_vocab = 0;
+  std::unique_ptr<KVStorage> storage;
+  KVCacheView view;
+  std::unique_ptr<KVCacheManager> kv;
+  std::unique_ptr<Scheduler> scheduler;
+  ModelRunner runner;
+
+  // Shared with caller threads, under inbox_mu.
+  std::mutex inbox_mu;
+  std::condition_variable wake;     // the loop waits here when idle
+  std::condition_variable idle_cv;  // drain() / wait_until_idle() wait here
+  std::deque<EngineRequest> inbox;
+  std::vector<std::string> abort_inbox;
+  std::unordered_set<std::string> live_ids;  // accepted and not yet finished
+  bool stopping = false;
+  bool draining = false;
+  bool idle_published = true;  // the snapshot shows the engine with nothing to do
+
+  // Snapshot for stats() / block_map(), under snap_mu.
+  mutable std::mutex snap_mu;
+  EngineStats snap;
+  BlockMap snap_map;
+  std::string invariant_problem;
+  std::atomic<int64_t> block_map_wanted_until{0};  // Clock ticks
+  Clock::time_point last_scan{};
+
+  // Engine thread only.
+  std::unordered_map<std::string, std::unique_ptr<ActiveRequest>> active;
+  std::unordered_map<SeqId, std::pair<ActiveRequest*, int>> by_seq;
+  SeqId next_seq = 1;
+  int32_t next_owner = 0;
+  uint64_t prompt_tokens = 0, generation_tokens = 0, requests_finished = 0;
+  std::vector<float> logits, scratch;
+  std::thread thread;
+};
+
+Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), runner(m) {
+  const ModelConfig& c = model.config;
+  if (!model.tokenizer) fail("engine: the model has no tokenizer");
+  n_vocab = c.n_vocab;
+  max_model_len = opts.max_model_len > 0 ? opts.max_model_len : (c.n_ctx_train > 0 ? c.n_ctx_train : 2048);
+  if (opts.block_size <= 0) fail("engine: block size must be positive");
+  if (!(opts.kv_cache_memory > 0)) fail("engine: kv cache memory must be positive, got {}", opts.kv_cache_memory);
+
+  const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, opts.block_size);
+  const uint64_t budget = opts.kv_cache_memory > 1
+                              ? static_cast<uint64_t>(opts.kv_cache_memory)
+                              : static_cast<uint64_t>(opts.kv_cache_memory * static_cast<double>(total_ram_bytes()));
+  const int64_t affordable = blocks_for_budget(layout, budget);
+  // More blocks than every sequence at full context twice over would only hold cold prefixes, and the
+  // f32 storage is committed up front: a fraction of RAM for a tiny model would otherwise take gigabytes.
+  const int64_t blocks_per_seq = (max_model_len + opts.block_size - 1) / opts.block_size;
+  const int64_t useful = blocks_per_seq * std::max(opts.max_num_seqs, 1) * 2;
+  const int64_t num_blocks =
+      std::min<int64_t>({affordable, useful, std::numeric_limits<int32_t>::max()});
+  if (num_blocks < 1)
+    fail("engine: a KV budget of {} bytes holds no block ({} bytes each)", budget, layout.bytes_per_block());
+
+  storage = std::make_unique<KVStorage>(layout, static_cast<int32_t>(num_blocks));
+  for (int l = 0; l < c.n_layers; ++l) {
+    view.k_layers.push_back(storage->k_layer(l));
+    view.v_layers.push_back(storage->v_layer(l));
+  }
+  view.block_size = opts.block_size;
+  view.block_stride = storage->block_stride();
+  view.n_blocks = num_blocks;
+
+  KVCacheManagerConfig kc;
+  kc.num_blocks = static_cast<int32_t>(num_blocks);
+  kc.block_size = opts.block_size;
+  kc.enable_prefix_caching = opts.enable_prefix_caching;
+  kc.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
+  kc.model_id = opts.model_id;
+  kv = std::make_unique<KVCacheManager>(kc);
+  scheduler = std::make_unique<Scheduler>(
+      *kv, SchedulerConfig{opts.max_num_batched_tokens, opts.max_num_seqs, opts.enable_prefix_caching});
+
+  fmt::print(stderr, "kv cache: {} blocks of {} tokens = {} tokens, {:.1f} MiB f32{}\n", num_blocks, opts.block_size,
+             num_blocks * opts.block_size, static_cast<double>(storage->bytes()) / (1024.0 * 1024.0),
+             num_blocks < affordable ? fmt::format(" (budget allowed {} blocks; capped at 2 full contexts per sequence)", affordable)
+                                     : std::string());
+  publish(true);
+  thread = std::thread([this] { run(); });
+}
+
+Engine::Impl::~Impl() {
+  {
+    std::lock_guard lk(inbox_mu);
+    stopping = true;
+  }
+  wake.notify_all();
+  if (thread.joinable()) thread.join();
+}
+
+void Engine::Impl::run() {
+  for (;;) {
+    std::deque<EngineRequest> incoming;
+    std::vector<std::string> to_abort;
+    bool stop = false;
+    {
+      std::unique_lock lk(inbox_mu);
+      if (inbox.empty() && abort_inbox.empty() && !stopping && !scheduler->has_work()) {
+        lk.unlock();
+        publish(true);
+        lk.lock();
+        if (inbox.empty() && abort_inbox.empty() && !stopping) {
+          idle_published = true;
+          idle_cv.notify_all();
+          wake.wait(lk, [&] { return stopping || !inbox.empty() || !abort_inbox.empty(); });
+        }
+      }
+      incoming.swap(inbox);
+      to_abort.swap(abort_inbox);
+      stop = stopping;
+    }
+    for (EngineRequest& r : incoming) admit(std::move(r));
+    for (const std::string& id : to_abort) abort(id, "abort");
+    if (stop) {
+      std::vector<std::string> ids;
+      for (const auto& [id, a] : active) ids.push_back(id);
+      for (const std::string& id : ids) abort(id, "abort");
+      reap_finished();
+      publish(true);
+      std::lock_guard lk(inbox_mu);
+      idle_published = true;
+      idle_cv.notify_all();
+      return;
+    }
+    if (scheduler->has_work()) {
+      try {
+        step();
+      } catch (const std::exception& e) {
+        // A failed forward must not take the server down: fail what was in flight, keep serving.
+        fmt::print(stderr, "engine: step failed: {}\n", e.what());
+        std::vector<std::string> ids;
+        for (const auto& [id, a] : active) ids.push_back(id);
+        for (const std::string& id : ids) abort(id, "error", e.what());
+      }
+    }
+    reap_finished();
+    publish(false);
+  }
+}
+
+void Engine::Impl::admit(EngineRequest r) {
+  auto a = std::make_unique<ActiveRequest>();
+  a->owner = next_owner++;
+  a->num_unfinished = r.n;
+  for (int i = 0; i < r.n; ++i) {
+    SamplingParams p = r.params;
+    if (p.has_seed) p.seed += static_cast<uint64_t>(i);  // independent but reproducible choices
+    auto c = std::make_unique<Choice>(p, *model.tokenizer);
+    c->sampler.set_prompt(r.prompt_ids);
+    a->choices.push_back(std::move(c));
+  }
+  SequenceState s;
+  s.id = next_seq++;
+  s.tokens = r.prompt_ids;
+  s.num_prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
+  s.cache_salt = r.cache_salt;
+  a->choices[0]->seq = s.id;
+  by_seq[s.id] = {a.get(), 0};
+  scheduler->add_waiting(std::move(s));
+  prompt_tokens += r.prompt_ids.size();
+  a->req = std::move(r);
+  const std::string id = a->req.id;
+  active[id] = std::move(a);
+}
+
+void Engine::Impl::abort(const std::string& id, const std::string& reason, const std::string& error) {
+  auto it = active.find(id);
+  if (it == active.end()) return;  // already finished, or never known
+  ActiveRequest& a = *it->second;
+  for (int i = 0; i < static_cast<int>(a.choices.size()); ++i)
+    if (!a.choices[i]->finished) finish_choice(a, i, reason, RequestEvent{}, error);
+}
+
+void Engine::Impl::step() {
+  const SchedulerOutput out = scheduler->schedule();
+  if (out.empty()) return;
+  std::vector<BatchSequence> batch;
+  batch.reserve(out.chunks.size());
+  for (const ScheduledChunk& c : out.chunks) {
+    const SequenceState& s = *scheduler->find(c.seq);
+    BatchSequence b;
+    b.tokens = std::span<const int32_t>(s.tokens.data() + c.start, static_cast<size_t>(c.num_tokens));
+    b.pos0 = c.start;
+    b.block_table = kv->block_table(c.seq).ids();
+    b.want_logits = c.completes_sequence;
+    batch.push_back(b);
+  }
+  runner.forward(batch, view, logits);
+  scheduler->update_after_step(out);
+  int64_t row = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.completes_sequence) continue;
+    on_prompt_or_decode_done(c.seq, logits.data() + row * n_vocab);
+    ++row;
+  }
+}
+
+void Engine::Impl::on_prompt_or_decode_done(SeqId seq, const float* row) {
+  auto it = by_seq.find(seq);
+  if (it == by_seq.end()) return;
+  ActiveRequest& a = *it->second.first;
+  const int index = it->second.second;
+  if (!a.prompt_done) {
+    a.prompt_done = true;
+    a.cached_tokens = static_cast<int>(std::max<int64_t>(0, scheduler->find(seq)->num_cached_tokens));
+    fork_children(a);
+    // Every choice forked now samples its first token from the prompt's logits, each on its own copy
+    // (sampling edits logits in place).
+    for (int i = 0; i < static_cast<int>(a.choices.size()); ++i) {
+      Choice& c = *a.choices[i];
+      if (c.finished || c.seq < 0) continue;
+      const SequenceState* s = scheduler->find(c.seq);
+      if (!s || s->needs_tokens()) continue;  // a child that could not fork recomputes the prompt itself
+      scratch.assign(row, row + n_vocab);
+      sample_choice(a, i, scratch.data());
+    }
+    return;
+  }
+  scratch.assign(row, row + n_vocab);
+  sample_choice(a, index, scratch.data());
+}
+
+void Engine::Impl::fork_children(ActiveRequest& a) {
+  const SeqId parent = a.choices[0]->seq;
+  const SequenceState parent_state = *scheduler->find(parent);
+  for (int i = 1; i < static_cast<int>(a.choices.size()); ++i) {
+    Choice& c = *a.choices[i];
+    if (c.finished) continue;
+    SequenceState child = parent_state;
+    child.id = next_seq++;
+    c.seq = child.id;
+    by_seq[child.id] = {&a, i};
+    const ForkResult f = kv->fork(parent, child.id);
+    if (f) {
+      // The child's private copy of the partial last block must hold the prompt's K/V before the next
+      // forward writes into it.
+      if (f.copy) storage->copy_block(f.copy->src, f.copy->dst);
+      scheduler->add_running(std::move(child));
+    } else {
+      // No block for the copy right now: the child waits and computes the prompt on its own (mostly
+      // from the prefix cache) instead of holding up the parent.
+      child.num_cached_tokens = -1;
+      scheduler->add_waiting(std::move(child));
+    }
+  }
+}
+
+void Engine::Impl::sample_choice(ActiveRequest& a, int index, float* row) {
+  Choice& c = *a.choices[index];
+  SequenceState& s = *scheduler->find(c.seq);
+  const SamplingParams& params = a.req.params;
+  const int32_t id = c.sampler.sample(row, n_vocab);
+  c.sampler.accept(id);
+  s.tokens.push_back(id);
+  ++c.completion_tokens;
+  ++generation_tokens;
+
+  RequestEvent ev;
+  ev.index = index;
+  TokenInfo info;
+  info.id = id;
+  if (params.logprobs > 0) {
+    info.logprob = c.sampler.last_logprob();
+    for (const TokenLogprob& t : c.sampler.last_top_logprobs()) info.top.emplace_back(t.id, t.logprob);
+  }
+  ev.tokens.push_back(std::move(info));
+
+  std::string reason;
+  if (!params.ignore_eos && model.tokenizer->is_eog(id)) {
+    reason = "stop";
+  } else {
+    ev.text = c.stops.push(c.decoder.feed(id));
+    if (c.stops.stopped()) reason = "stop";
+  }
+  if (reason.empty() && (c.completion_tokens >= params.max_tokens || s.num_tokens() >= max_model_len))
+    reason = "length";
+  if (reason.empty()) {
+    if (a.req.on_event) a.req.on_event(ev);
+    return;
+  }
+  if (!c.stops.stopped()) {
+    ev.text += c.stops.push(c.decoder.flush());
+    ev.text += c.stops.flush();
+  }
+  finish_choice(a, index, reason, std::move(ev));
+}
+
+void Engine::Impl::finish_choice(ActiveRequest& a, int index, const std::string& reason, RequestEvent ev,
+                                 const std::string& error) {
+  Choice& c = *a.choices[index];
+  if (!a.prompt_done && a.choices[0]->seq >= 0)
+    if (const SequenceState* s = scheduler->find(a.choices[0]->seq))
+      a.cached_tokens = static_cast<int>(std::max<int64_t>(0, s->num_cached_tokens));
+  c.finished = true;
+  if (c.seq >= 0) {
+    // Freed now, not at the next step: a waiting request may need exactly these blocks.
+    scheduler->finish(c.seq);
+    by_seq.erase(c.seq);
+  }
+  ev.index = index;
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  ev.prompt_tokens = static_cast<int>(a.req.prompt_ids.size());
+  ev.completion_tokens = c.completion_tokens;
+  ev.cached_tokens = a.cached_tokens;
+  --a.num_unfinished;
+  if (a.req.on_event) a.req.on_event(ev);
+}
+
+void Engine::Impl::reap_finished() {
+  std::vector<std::string> done;
+  for (const auto& [id, a] : active)
+    if (a->num_unfinished == 0) done.push_back(id);
+  if (done.empty()) return;
+  for (const std::string& id : done) active.erase(id);
+  requests_finished += done.size();
+  std::lock_guard lk(inbox_mu);
+  for (const std::string& id : done) live_ids.erase(id);
+  idle_cv.notify_all();
+}
+
+void Engine::Impl::publish(bool idle) {
+  const auto now = Clock::now();
+  const BlockPool& pool = kv->pool();
+  const int32_t nb = pool.num_blocks();
+  const bool scan = idle || nb <= kCheapScanBlocks || now - last_scan >= kScanInterval;
+  const bool want_map =
+      scan && (idle || now.time_since_epoch().count() < block_map_wanted_until.load(std::memory_order_relaxed));
+
+  EngineStats st;
+  st.running = static_cast<int>(scheduler->running().size());
+  st.waiting = static_cast<int>(scheduler->waiting().size());
+  st.num_blocks = nb;
+  st.preemptions = scheduler->num_preemptions();
+  st.prefix_queries = scheduler->prefix_query_tokens();
+  st.prefix_hits = scheduler->prefix_hit_tokens();
+  st.prompt_tokens = prompt_tokens;
+  st.generation_tokens = generation_tokens;
+  st.requests_finished = requests_finished;
+  if (scan) {
+    last_scan = now;
+    for (int32_t b = 0; b < nb; ++b) {
+      const KVBlock& blk = pool.block(b);
+      if (blk.ref_count > 0) ++st.used_blocks;
+      else if (blk.hash) ++st.cached_blocks;
+      else ++st.free_blocks;
+    }
+  } else {
+    std::lock_guard lk(snap_mu);
+    st.used_blocks = nb - pool.num_free_blocks();
+    st.cached_blocks = snap.cached_blocks;
+    st.free_blocks = nb - st.used_blocks - st.cached_blocks;
+  }
+  st.kv_usage = nb > 0 ? static_cast<double>(st.used_blocks) / nb : 0.0;
+
+  BlockMap map;
+  if (want_map) {
+    map.owner.assign(nb, -1);
+    map.shared.assign(nb, 0);
+    for (int32_t b = 0; b < nb; ++b) {
+      const KVBlock& blk = pool.block(b);
+      if (blk.ref_count == 0 && blk.hash) map.owner[b] = -2;
+      map.shared[b] = blk.ref_count > 1 ? 1 : 0;
+    }
+    for (const auto& [seq, where] : by_seq) {
+      if (!kv->has_sequence(seq)) continue;
+      for (int32_t b : kv->block_table(seq).ids()) map.owner[b] = where.first->owner % 1000000;
+    }
+  }
+
+  std::string problem;
+  if (idle) {
+    // With nothing running, every block must be free or cached: anything else is a leak.
+    if (!kv->sequences().empty()) problem = fmt::format("{} sequences still hold blocks", kv->sequences().size());
+    else if (st.used_blocks != 0) problem = fmt::format("{} blocks in use with no sequence", st.used_blocks);
+    else if (!by_seq.empty() || !active.empty()) problem = "requests left behind";
+  }
+
+  std::lock_guard lk(snap_mu);
+  snap = st;
+  if (want_map) snap_map = std::move(map);
+  if (idle) invariant_problem = problem;
+}
+
+Engine::Engine(const Model& model, EngineOptions opts) : impl_(std::make_unique<Impl>(model, std::move(opts))) {}
+
+Engine::~Engine() = default;
+
+void Engine::add_request(EngineRequest req) {
+  Impl& m = *impl_;
+  req.params.validate();
+  if (req.id.empty()) fail("request id is empty");
+  if (req.n < 1) fail("n must be at least 1, got {}", req.n);
+  if (req.prompt_ids.empty()) fail("prompt is empty: at least one token is needed");
+  for (int32_t id : req.prompt_ids)
+    if (id < 0 || id >= m.n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, m.n_vocab);
+  const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
+  const int64_t total = n_prompt + req.params.max_tokens;
+  if (n_prompt >= m.max_model_len)
+    fail("prompt has {} tokens, the context holds {}", n_prompt, m.max_model_len);
+  if (total > m.max_model_len)
+    fail("prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens", n_prompt,
+         req.params.max_tokens, total, m.max_model_len);
+  if (total > m.kv->capacity_tokens())
+    fail("prompt + max_tokens = {} tokens exceeds the whole KV cache ({} tokens)", total, m.kv->capacity_tokens());
+  {
+    std::lock_guard lk(m.inbox_mu);
+    if (m.draining || m.stopping) fail("the engine is shutting down and accepts no new requests");
+    if (!m.live_ids.insert(req.id).second) fail("request id '{}' is already in use", req.id);
+    m.inbox.push_back(std::move(req));
+    m.idle_published = false;
+  }
+  m.wake.notify_one();
+}
+
+void Engine::abort_request(const std::string& id) {
+  {
+    std::lock_guard lk(impl_->inbox_mu);
+    impl_->abort_inbox.push_back(id);
+    impl_->idle_published = false;
+  }
+  impl_->wake.notify_one();
+}
+
+void Engine::drain() {
+  {
+    std::lock_guard lk(impl_->inbox_mu);
+    impl_->draining = true;
+  }
+  wait_until_idle();
+}
+
+void Engine::wait_until_idle() {
+  Impl& m = *impl_;
+  std::unique_lock lk(m.inbox_mu);
+  m.idle_cv.wait(lk, [&] { return m.live_ids.empty() && m.idle_published; });
+}
+
+std::string Engine::check_invariants() const {
+  std::lock_guard lk(impl_->snap_mu);
+  return impl_->invariant_problem;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lk(impl_->snap_mu);
+  return impl_->snap;
+}
+
+BlockMap Engine::block_map() const {
+  const auto until = Clock::now() + kBlockMapInterest;
+  impl_->block_map_wanted_until.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+  std::lock_guard lk(impl_->snap_mu);
+  return impl_->snap_map;
+}
+
+const Model& Engine::model() const { return impl_->model; }
+const EngineOptions& Engine::options() const { return impl_->opts; }
+
+}  // namespace kvserve

@@ -1,0 +1,96 @@
+#pragma once
+// Continuous batching in the vLLM v1 manner (DESIGN.md, "Scheduler contract"). There are no prefill and
+// decode phases: every sequence advances num_computed_tokens toward num_tokens(), and each step hands
+// out at most max_num_batched_tokens tokens over at most max_num_seqs sequences. Running sequences go
+// first (their decode token, or their next prompt chunk), then waiting ones are admitted in order,
+// starting from whatever prefix of them the prefix cache already holds. When blocks run out the newest
+// running sequence is preempted: blocks freed, recomputed from scratch later, back at the front of the
+// queue. The scheduler only decides and books blocks; the engine runs the forward and samples.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+
+namespace kvserve {
+
+struct SchedulerConfig {
+  int max_num_batched_tokens = 512;  // tokens per step over all sequences
+  int max_num_seqs = 64;             // running sequences
+  bool enable_prefix_caching = true;
+};
+
+// One sequence (one choice of a request) as the scheduler sees it.
+struct SequenceState {
+  SeqId id = 0;
+  std::vector<int32_t> tokens;     // prompt, then every sampled token
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0; // tokens whose K/V are in the cache
+  int64_t num_cached_tokens = -1;  // prefix-cache hit at first admission; -1 until admitted
+  std::string cache_salt;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // The forward step that completes num_tokens() yields the logits for the next token.
+  bool needs_tokens() const { return num_computed_tokens < num_tokens(); }
+};
+
+// tokens[start, start + num_tokens) of one sequence go into this step's forward.
+struct ScheduledChunk {
+  SeqId seq = 0;
+  int64_t start = 0;
+  int64_t num_tokens = 0;
+  bool completes_sequence = false;  // the chunk reaches num_tokens(): its logits give the next token
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;  // running ones first, then the newly admitted, in order
+  std::vector<SeqId> preempted;        // in the order they were preempted (newest first)
+  int64_t total_tokens = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(KVCacheManager& kv, SchedulerConfig config);
+
+  // Queues a new sequence at the back of the waiting queue (num_computed_tokens is reset).
+  SequenceState& add_waiting(SequenceState seq);
+  // Adds a sequence that already holds its blocks (a forked child) at the back of the running list.
+  SequenceState& add_running(SequenceState seq);
+
+  // Plans one step and books its blocks. Never drops a sequence: one that does not fit waits.
+  SchedulerOutput schedule();
+  // After the forward of `out` ran: advances num_computed_tokens and indexes newly full blocks in the
+  // prefix cache (only now are their K/V written).
+  void update_after_step(const SchedulerOutput& out);
+  // Removes a sequence wherever it is (finished or aborted) and frees its blocks at once.
+  void finish(SeqId seq);
+
+  SequenceState* find(SeqId seq);
+  const std::vector<SeqId>& running() const { return running_; }
+  const std::deque<SeqId>& waiting() const { return waiting_; }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+
+  uint64_t num_preemptions() const { return num_preemptions_; }
+  uint64_t prefix_query_tokens() const { return prefix_query_tokens_; }  // tokens looked up at admission
+  uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }      // of those, served by the cache
+
+ private:
+  SequenceState& get(SeqId seq);
+  // Frees the newest running sequence and puts it at the front of the waiting queue; returns its id.
+  SeqId preempt_newest();
+
+  KVCacheManager& kv_;
+  SchedulerConfig config_;
+  std::unordered_map<SeqId, std::unique_ptr<SequenceState>> seqs_;
+  std::vector<SeqId> running_;  // oldest first: the back is preempted first
+  std::deque<SeqId> waiting_;
+  uint64_t num_preemptions_ = 0;
+  uint64_t prefix_query_tokens_ = 0;
+  uint64_t prefix_hit_tokens_ = 0;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,303 @@
+// Engine: continuous batching gives every request exactly the tokens it gets alone (Generator), under
+// chunking, mixing and preemption; prefix caching reports hits and isolates salts; n > 1 forks with
+// reproducible seeds; aborts and errors; and after every run each block is free or cached.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "kv/kv_layout.h"
+
+using namespace kvserve;
+
+namespace {
+
+const std::string kShared = KVSERVE_SHARED_DIR;
+
+const Model& stories() {
+  static const std::unique_ptr<Model> model = [] {
+    LoadOptions opts;
+    opts.tokenizer_path = kShared + "/models/stories260K/tok512.bin";
+    return load_model(kShared + "/models/stories260K/stories260K.bin", opts);
+  }();
+  return *model;
+}
+
+struct ChoiceResult {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::string finish_reason;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  bool finished = false;
+};
+
+// Collects every event of every request; events arrive on the engine thread.
+class Collector {
+ public:
+  EngineRequest request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params, int n = 1,
+                        std::string salt = {}) {
+    EngineRequest r;
+    r.id = id;
+    r.prompt_ids = std::move(prompt);
+    r.params = params;
+    r.n = n;
+    r.cache_salt = std::move(salt);
+    r.on_event = [this, id](const RequestEvent& ev) {
+      std::lock_guard lk(mu_);
+      ChoiceResult& c = results_[id][ev.index];
+      for (const TokenInfo& t : ev.tokens) c.ids.push_back(t.id);
+      c.text += ev.text;
+      if (ev.finished) {
+        c.finished = true;
+        c.finish_reason = ev.finish_reason;
+        c.prompt_tokens = ev.prompt_tokens;
+        c.completion_tokens = ev.completion_tokens;
+        c.cached_tokens = ev.cached_tokens;
+      }
+      cv_.notify_all();
+    };
+    return r;
+  }
+  ChoiceResult get(const std::string& id, int index = 0) {
+    std::lock_guard lk(mu_);
+    return results_[id][index];
+  }
+  // Waits until request `id` choice 0 has at least `n` tokens.
+  void wait_tokens(const std::string& id, size_t n) {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, std::chrono::seconds(20), [&] { return results_[id][0].ids.size() >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::map<int, ChoiceResult>> results_;
+};
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
+  std::uniform_int_distribution<int32_t> tok(3, 511);
+  std::vector<int32_t> p(len);
+  p[0] = 1;  // BOS
+  for (int i = 1; i < len; ++i) p[i] = tok(rng);
+  return p;
+}
+
+EngineOptions small_options() {
+  EngineOptions o;
+  o.kv_cache_memory = 4.0 * 1024 * 1024;
+  o.block_size = 16;
+  o.max_num_batched_tokens = 48;  // forces prompt chunking and mixed prefill/decode steps
+  o.max_num_seqs = 16;
+  o.model_id = "stories260K";
+  return o;
+}
+
+uint64_t bytes_per_block(const Model& m, int block_size) {
+  const ModelConfig& c = m.config;
+  return KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, block_size).bytes_per_block();
+}
+
+GenerationResult alone(const std::vector<int32_t>& prompt, const SamplingParams& params) {
+  Generator g(stories(), {});
+  return g.generate(prompt, params);
+}
+
+void expect_all_blocks_free_or_cached(Engine& e) {
+  e.wait_until_idle();
+  EXPECT_EQ(e.check_invariants(), "");
+  const EngineStats st = e.stats();
+  EXPECT_EQ(st.used_blocks, 0);
+  EXPECT_EQ(st.free_blocks + st.cached_blocks, st.num_blocks);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+}
+
+// 8 concurrent greedy requests, each compared token for token with the single-sequence Generator.
+void run_batch_against_generator(EngineOptions opts, bool expect_preemption) {
+  std::mt19937 rng(1234);
+  SamplingParams params;
+  params.max_tokens = 40;
+  params.ignore_eos = true;  // full-length outputs exercise more decode steps
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(random_prompt(rng, 5 + 9 * i));
+
+  Engine engine(stories(), opts);
+  Collector col;
+  for (int i = 0; i < 8; ++i) engine.add_request(col.request("r" + std::to_string(i), prompts[i], params));
+  expect_all_blocks_free_or_cached(engine);
+
+  for (int i = 0; i < 8; ++i) {
+    const GenerationResult want = alone(prompts[i], params);
+    const ChoiceResult got = col.get("r" + std::to_string(i));
+    EXPECT_TRUE(got.finished);
+    EXPECT_EQ(got.ids, want.generated_ids) << "request " << i;
+    EXPECT_EQ(got.text, want.text) << "request " << i;
+    EXPECT_EQ(got.finish_reason, "length");
+    EXPECT_EQ(got.prompt_tokens, static_cast<int>(prompts[i].size()));
+    EXPECT_EQ(got.completion_tokens, 40);
+  }
+  const EngineStats st = engine.stats();
+  EXPECT_EQ(st.requests_finished, 8u);
+  EXPECT_EQ(st.generation_tokens, 8u * 40u);
+  if (expect_preemption) EXPECT_GT(st.preemptions, 0u);
+  else EXPECT_EQ(st.preemptions, 0u);
+}
+
+}  // namespace
+
+TEST(Engine, ConcurrentGreedyRequestsMatchGeneratorTokenForToken) {
+  run_batch_against_generator(small_options(), false);
+}
+
+TEST(Engine, TinyKVBudgetPreemptsAndEveryRequestStillCompletesIdentically) {
+  EngineOptions o = small_options();
+  // The longest request needs ceil((68 + 40) / 16) = 7 blocks; 10 blocks hold one or two at a time.
+  o.kv_cache_memory = static_cast<double>(bytes_per_block(stories(), o.block_size) * 10);
+  run_batch_against_generator(o, true);
+}
+
+TEST(Engine, PrefixCacheHitsSharedPrefixAndSaltIsolates) {
+  std::mt19937 rng(7);
+  const std::vector<int32_t> shared = random_prompt(rng, 64);
+  std::vector<int32_t> a = shared, b = shared;
+  for (int i = 0; i < 6; ++i) a.push_back(100 + i), b.push_back(200 + i);
+  SamplingParams params;
+  params.max_tokens = 12;
+
+  Engine engine(stories(), small_options());
+  Collector col;
+  engine.add_request(col.request("a", a, params, 1, "tenant"));
+  engine.wait_until_idle();
+  engine.add_request(col.request("b", b, params, 1, "tenant"));
+  engine.wait_until_idle();
+  engine.add_request(col.request("c", b, params, 1, "other-tenant"));
+  expect_all_blocks_free_or_cached(engine);
+
+  EXPECT_EQ(col.get("a").cached_tokens, 0);
+  EXPECT_GE(col.get("b").cached_tokens, 48);
+  EXPECT_EQ(col.get("c").cached_tokens, 0);
+  EXPECT_EQ(col.get("a").ids, alone(a, params).generated_ids);
+  EXPECT_EQ(col.get("b").ids, alone(b, params).generated_ids);
+  EXPECT_EQ(col.get("c").ids, col.get("b").ids);
+  const EngineStats st = engine.stats();
+  EXPECT_EQ(st.prefix_queries, a.size() + 2 * b.size());
+  EXPECT_EQ(st.prefix_hits, static_cast<uint64_t>(col.get("b").cached_tokens));
+  EXPECT_GT(st.cached_blocks, 0);
+}
+
+TEST(Engine, ParallelSamplingForksAndEachChoiceIsReproducible) {
+  std::mt19937 rng(99);
+  const std::vector<int32_t> prompt = random_prompt(rng, 21);  // partial last block: fork copies it
+  SamplingParams params;
+  params.temperature = 0.9f;
+  params.seed = 42;
+  params.has_seed = true;
+  params.max_tokens = 30;
+  params.ignore_eos = true;
+
+  Engine engine(stories(), small_options());
+  Collector col;
+  engine.add_request(col.request("n2", prompt, params, 2));
+  engine.wait_until_idle();
+  engine.add_request(col.request("again", prompt, params, 2));
+  expect_all_blocks_free_or_cached(engine);
+
+  const ChoiceResult c0 = col.get("n2", 0), c1 = col.get("n2", 1);
+  EXPECT_EQ(c0.ids.size(), 30u);
+  EXPECT_EQ(c1.ids.size(), 30u);
+  EXPECT_NE(c0.ids, c1.ids);
+  EXPECT_EQ(col.get("again", 0).ids, c0.ids);
+  EXPECT_EQ(col.get("again", 1).ids, c1.ids);
+  // Choice i samples exactly as one sequence with seed + i would.
+  SamplingParams p1 = params;
+  p1.seed = 43;
+  EXPECT_EQ(c0.ids, alone(prompt, params).generated_ids);
+  EXPECT_EQ(c1.ids, alone(prompt, p1).generated_ids);
+  EXPECT_EQ(c0.prompt_tokens, 21);
+  EXPECT_EQ(engine.stats().prompt_tokens, 42u);  // the prompt counted once per request, not per choice
+}
+
+TEST(Engine, AbortMidwayFreesBlocks) {
+  std::mt19937 rng(5);
+  SamplingParams params;
+  params.max_tokens = 400;
+  params.ignore_eos = true;
+  Engine engine(stories(), small_options());
+  Collector col;
+  engine.add_request(col.request("long", random_prompt(rng, 30), params));
+  col.wait_tokens("long", 3);
+  engine.abort_request("long");
+  engine.abort_request("unknown");  // harmless
+  expect_all_blocks_free_or_cached(engine);
+  const ChoiceResult r = col.get("long");
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.finish_reason, "abort");
+  EXPECT_LT(r.completion_tokens, 400);
+  EXPECT_EQ(r.completion_tokens, static_cast<int>(r.ids.size()));
+}
+
+TEST(Engine, RejectsRequestsThatCanNeverRun) {
+  EngineOptions o = small_options();
+  o.kv_cache_memory = static_cast<double>(bytes_per_block(stories(), o.block_size) * 4);  // 64 tokens
+  Engine engine(stories(), o);
+  Collector col;
+  const int64_t ctx = stories().config.n_ctx_train;
+  SamplingParams params;
+  params.max_tokens = 8;
+  std::vector<int32_t> too_long(static_cast<size_t>(ctx), 5);
+  EXPECT_THROW(engine.add_request(col.request("ctx", too_long, params)), Error);
+  params.max_tokens = static_cast<int>(ctx);
+  EXPECT_THROW(engine.add_request(col.request("ctx+max", {1, 5, 6}, params)), Error);
+  params.max_tokens = 70;  // 73 tokens fit the context but not the 64-token pool
+  EXPECT_THROW(engine.add_request(col.request("pool", {1, 5, 6}, params)), Error);
+  params.max_tokens = 4;
+  EXPECT_THROW(engine.add_request(col.request("empty", {}, params)), Error);
+  EXPECT_THROW(engine.add_request(col.request("vocab", {1, 100000}, params)), Error);
+  engine.add_request(col.request("ok", {1, 5, 6}, params));
+  EXPECT_THROW(engine.add_request(col.request("ok", {1, 5, 6}, params)), Error);  // duplicate id
+  expect_all_blocks_free_or_cached(engine);
+  EXPECT_TRUE(col.get("ok").finished);
+}
+
+TEST(Engine, StopStringEndsChoiceWithStopAndHidesIt) {
+  std::mt19937 rng(11);
+  const std::vector<int32_t> prompt = random_prompt(rng, 10);
+  SamplingParams params;
+  params.max_tokens = 40;
+  params.ignore_eos = true;
+  const GenerationResult free_run = alone(prompt, params);
+  ASSERT_GE(free_run.text.size(), 12u);
+  params.stop = {free_run.text.substr(8, 3)};
+  const GenerationResult want = alone(prompt, params);
+  Engine engine(stories(), small_options());
+  Collector col;
+  engine.add_request(col.request("s", prompt, params));
+  expect_all_blocks_free_or_cached(engine);
+  EXPECT_EQ(col.get("s").finish_reason, "stop");
+  EXPECT_EQ(col.get("s").text, want.text);
+  EXPECT_EQ(col.get("s").ids, want.generated_ids);
+}
+
+TEST(Engine, DestructorAbortsUnfinishedRequests) {
+  std::mt19937 rng(3);
+  SamplingParams params;
+  params.max_tokens = 400;
+  params.ignore_eos = true;
+  Collector col;
+  {
+    Engine engine(stories(), small_options());
+    engine.add_request(col.request("x", random_prompt(rng, 20), params));
+    col.wait_tokens("x", 1);
+  }
+  EXPECT_TRUE(col.get("x").finished);
+  EXPECT_EQ(col.get("x").finish_reason, "abort");
+}
