@@ -3,7 +3,8 @@
 #  1. installs the build dependencies with apt-get (only the missing ones;
 #     `apt-get update` only when something has to be installed and the package
 #     lists are missing or older than a day),
-#  2. fetches the default model (scripts/fetch_default_model.sh) into
+#  2. pip-installs the server test packages (scripts/requirements-test.txt),
+#  3. fetches the default model (scripts/fetch_default_model.sh) into
 #     ${KVSERVE_MODELS:-$HOME/.cache/kvserve/models}/.
 #
 # Run as root (no sudo needed then) or as a user with sudo.
@@ -43,6 +44,7 @@ PACKAGES=(
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
   libfmt-dev libspdlog-dev libpcre2-dev libxxhash-dev
   python3 python3-pip
+  chromium chromium-driver
 )
 
 is_installed() {
@@ -84,6 +86,16 @@ if ((${#MISSING[@]})); then
   fi
 else
   log "all build dependencies are installed"
+fi
+
+# The server's end-to-end tests (OpenAI SDK, pytest, selenium): small pure-python wheels.
+if python3 -c 'import openai, pytest, selenium' 2>/dev/null; then
+  log "python test packages present"
+else
+  log "running: python3 -m pip install -r $SCRIPT_DIR/requirements-test.txt"
+  # Debian's python marks itself externally managed (PEP 668).
+  python3 -m pip install --break-system-packages -r "$SCRIPT_DIR/requirements-test.txt" \
+    || python3 -m pip install -r "$SCRIPT_DIR/requirements-test.txt"
 fi
 
 if [[ $WITH_DEV_PY == 1 ]]; then

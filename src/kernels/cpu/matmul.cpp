@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/cpu/quants.h"
@@ -82,14 +83,7 @@ void check_matmul_args(const Tensor& w, const float* x, int64_t n_tokens, const 
          dtype_name(w.type), block);
 }
 
-bool hardware_has_avx2() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-  return false;
-#endif
-}
+bool hardware_has_avx2() { return cpu_has_avx2_fma_f16c(); }
 
 bool simd_allowed_by_env() {
   const char* v = std::getenv("KVSERVE_NO_SIMD");

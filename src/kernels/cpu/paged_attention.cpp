@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "kernels/cpu/paged_attention_impl.h"
 
@@ -107,8 +108,7 @@ void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end
 
 bool use_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool cpu_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!cpu_ok) return false;
+  if (!cpu_has_avx2_fma_f16c()) return false;
   // Read every call (cheap next to the kernel) so tests and benchmarks can flip it at run time.
   const char* no_simd = std::getenv("KVSERVE_NO_SIMD");
   return !(no_simd && std::strcmp(no_simd, "1") == 0);

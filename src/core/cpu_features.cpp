@@ -1,0 +1,37 @@
+#include "core/cpu_features.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace kvserve {
+namespace {
+
+bool detect() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const bool fma = ecx & (1u << 12);
+  const bool osxsave = ecx & (1u << 27);
+  const bool avx = ecx & (1u << 28);
+  const bool f16c = ecx & (1u << 29);
+  if (!(fma && osxsave && avx && f16c)) return false;
+  // XCR0 bits 1 (SSE) and 2 (AVX): the OS saves the YMM registers.
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0x6u) != 0x6u) return false;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return ebx & (1u << 5);  // AVX2
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool cpu_has_avx2_fma_f16c() {
+  static const bool ok = detect();
+  return ok;
+}
+
+}  // namespace kvserve
