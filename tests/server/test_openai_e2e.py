@@ -386,3 +386,33 @@ def test_load_with_preemption_and_disconnects(client):
     assert blocks["used_blocks"] == 0
     assert all(owner in (-1, -2) for owner in blocks["owner"]), "blocks still owned after every request ended"
     assert m['kvserve_kv_blocks{state="used"}'] == 0
+
+
+def test_256_concurrent_streaming_connections():
+    """256 clients hold a streaming connection open at once (more than --max-num-seqs: the rest wait in
+    the queue with their connection open); every one gets its tokens and [DONE]."""
+    n_clients = 256
+    barrier = __import__("threading").Barrier(n_clients)
+
+    def one(i):
+        url = urllib.parse.urlparse(BASE_URL)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=300)
+        body = json.dumps({"model": MODEL, "prompt": [FIRST_PLAIN_ID + i % 50, FIRST_PLAIN_ID + 7], "max_tokens": 8,
+                           "temperature": 0, "ignore_eos": True, "stream": True,
+                           "stream_options": {"include_usage": True}})
+        barrier.wait(timeout=120)  # every connection is opened before any is read
+        conn.request("POST", "/v1/completions", body=body,
+                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+        resp = conn.getresponse()
+        data = resp.read().decode()
+        conn.close()
+        return resp.status, data
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n_clients) as pool:
+        results = list(pool.map(one, range(n_clients), timeout=600))
+    for status, data in results:
+        assert status == 200, data
+        assert data.rstrip().endswith("data: [DONE]"), data[-200:]
+        assert '"completion_tokens":8' in data, data[-300:]
+    wait_idle()
+    assert block_map()["used_blocks"] == 0
