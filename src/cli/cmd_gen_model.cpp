@@ -1,0 +1,124 @@
+// kvserve gen-model: writes a random-weight llama-architecture GGUF with the shapes of a real model (or
+// any shapes), for benchmarks: weights N(0, stddev) with a seed, quantized to F32/F16/BF16/Q8_0/Q4_0/
+// Q4_1/Q4_K, norms 1, and the tokenizer metadata of a real GGUF (so prompts tokenize as they would).
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/random_model.h"
+
+namespace kvserve::cli {
+
+namespace {
+
+struct GenModelArgs {
+  std::string out;
+  std::string preset;
+  std::optional<int> hidden, layers, heads, kv_heads, ffn, head_dim, ctx, vocab_size;
+  std::optional<float> rope_base, rms_eps;
+  std::string type = "F16";
+  std::string vocab_from;
+  std::string name;
+  bool untied = false;
+  uint64_t seed = 0;
+  float stddev = 0.02f;
+  int threads = 0;
+};
+
+// The vocabulary used when none is given: llama-2-tiny-random's full Llama-2 SentencePiece vocabulary.
+std::string default_vocab() {
+  return std::string(KVSERVE_SOURCE_DIR) + "/../shared/models/llama-2-tiny-random/llama-2-tiny-random.gguf";
+}
+
+DType parse_type(std::string t) {
+  for (char& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::pair<const char*, DType> types[] = {{"F32", DType::F32},   {"F16", DType::F16},   {"BF16", DType::BF16},
+                                                 {"Q8_0", DType::Q8_0}, {"Q4_0", DType::Q4_0}, {"Q4_1", DType::Q4_1},
+                                                 {"Q4_K", DType::Q4_K}};
+  for (const auto& [name, type] : types)
+    if (t == name) return type;
+  fail("gen-model: unknown weight type '{}' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K)", t);
+}
+
+void run_gen_model(const GenModelArgs& a) {
+  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  RandomModelSpec s;
+  if (!a.preset.empty()) {
+    auto p = random_model_preset(a.preset);
+    if (!p) {
+      std::string names;
+      for (const std::string& n : random_model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+      fail("gen-model: unknown preset '{}' (known: {})", a.preset, names);
+    }
+    s = *p;
+  } else if (!a.hidden || !a.layers || !a.heads || !a.ffn) {
+    fail("gen-model: give --preset NAME, or at least --hidden, --layers, --heads and --ffn");
+  }
+  if (a.hidden) s.n_embd = *a.hidden;
+  if (a.layers) s.n_layers = *a.layers;
+  if (a.heads) s.n_heads = *a.heads;
+  s.n_kv_heads = a.kv_heads ? *a.kv_heads : (s.n_kv_heads > 0 ? s.n_kv_heads : s.n_heads);
+  if (a.ffn) s.n_ff = *a.ffn;
+  if (a.head_dim) s.head_dim = *a.head_dim;
+  if (a.ctx) s.n_ctx = *a.ctx;
+  if (a.vocab_size) s.vocab_size = *a.vocab_size;
+  if (a.rope_base) s.rope_base = *a.rope_base;
+  if (a.rms_eps) s.rms_eps = *a.rms_eps;
+  if (a.untied) s.tied_output = false;
+  if (!a.name.empty()) s.name = a.name;
+  s.weight_type = parse_type(a.type);
+  s.vocab_from = a.vocab_from.empty() ? default_vocab() : a.vocab_from;
+  s.seed = a.seed;
+  s.stddev = a.stddev;
+
+  RandomModelPlan plan = plan_random_model(s);
+  for (const std::string& note : plan.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
+  const double gib = static_cast<double>(plan.writer.file_size()) / (1024.0 * 1024 * 1024);
+  std::fprintf(stderr, "gen-model: %s, %.1fM parameters, vocab %d, %s weights, %.2f GiB\n", s.name.c_str(),
+               static_cast<double>(plan.n_params) / 1e6, plan.n_vocab, std::string(dtype_name(s.weight_type)).c_str(),
+               gib);
+  ProgressBar bar("writing " + a.out, true);
+  plan.writer.write(a.out, [&](float f) { bar.update(f); });
+  bar.done();
+  std::fprintf(stderr, "gen-model: wrote %s\n", a.out.c_str());
+}
+
+}  // namespace
+
+void add_gen_model_command(CLI::App& app) {
+  auto a = std::make_shared<GenModelArgs>();
+  CLI::App* c = app.add_subcommand("gen-model", "Write a random-weight llama GGUF with given shapes (for benchmarks)");
+  c->add_option("-o,--output", a->out, "Output .gguf file")->required();
+  c->add_option("--preset", a->preset, "Shapes of a real model: llama-3.2-1b, smollm2-135m (flags below override)");
+  c->add_option("--hidden", a->hidden, "Hidden size (embedding length)");
+  c->add_option("--layers", a->layers, "Number of layers");
+  c->add_option("--heads", a->heads, "Attention heads");
+  c->add_option("--kv-heads", a->kv_heads, "KV heads (default: --heads)");
+  c->add_option("--ffn", a->ffn, "Feed-forward size");
+  c->add_option("--head-dim", a->head_dim, "Head dimension (default: hidden / heads)");
+  c->add_option("--ctx", a->ctx, "Training context length written to the file (default 2048; presets 8192)");
+  c->add_option("--vocab-from", a->vocab_from,
+                "GGUF whose tokenizer metadata (and vocabulary) is copied (default: ../shared/models/"
+                "llama-2-tiny-random, the Llama-2 vocabulary)");
+  c->add_option("--vocab-size", a->vocab_size,
+                "Pad the vocabulary to this many tokens with unused [PAD] tokens (presets set the real size)");
+  c->add_option("--type", a->type, "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K (norms are F32)")
+      ->capture_default_str();
+  c->add_option("--rope-base", a->rope_base, "RoPE frequency base");
+  c->add_option("--rms-eps", a->rms_eps, "RMS norm epsilon");
+  c->add_flag("--untied", a->untied, "Write a separate output.weight instead of tying it to token_embd");
+  c->add_option("--name", a->name, "general.name");
+  c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+  c->add_option("--stddev", a->stddev, "Standard deviation of the weights")->capture_default_str();
+  c->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  c->callback([a] { run_gen_model(*a); });
+}
+
+}  // namespace kvserve::cli

@@ -1,0 +1,216 @@
+#include "kernels/cpu/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/fp16.h"
+
+namespace kvserve {
+
+void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float* xb = x + i * kQK4_0;
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK4_0; ++j) {
+      if (amax < std::fabs(xb[j])) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      const float x0 = xb[j] * id;
+      const float x1 = xb[kQK4_0 / 2 + j] * id;
+      const uint8_t q0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 8.5f))));
+      const uint8_t q1 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 8.5f))));
+      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_1; ++i) {
+    const float* xb = x + i * kQK4_1;
+    float min = xb[0], max = xb[0];
+    for (int j = 1; j < kQK4_1; ++j) {
+      min = std::min(min, xb[j]);
+      max = std::max(max, xb[j]);
+    }
+    const float d = (max - min) / 15.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    y[i].m = fp32_to_fp16(min);
+    for (int j = 0; j < kQK4_1 / 2; ++j) {
+      const float x0 = (xb[j] - min) * id;
+      const float x1 = (xb[kQK4_1 / 2 + j] - min) * id;
+      const uint8_t q0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 0.5f))));
+      const uint8_t q1 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 0.5f))));
+      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+namespace {
+
+// ggml's make_qkx2_quants: quantizes n values to [0, nmax] with a scale and a (non-positive) offset,
+// trying nstep+1 candidate scales around the min/max one and keeping the best weighted fit. Returns the
+// scale and stores -offset in *the_min.
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
+                       uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+  float min = x[0];
+  float max = x[0];
+  float sum_w = weights[0];
+  float sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    const float w = weights[i];
+    sum_w += w;
+    sum_x += w * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    *the_min = -min;
+    return 0.0f;
+  }
+  float iscale = static_cast<float>(nmax) / (max - min);
+  float scale = 1 / iscale;
+  float best_error = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = nearest_int(iscale * (x[i] - min));
+    L[i] = static_cast<uint8_t>(std::max(0, std::min(nmax, l)));
+    float diff = scale * L[i] + min - x[i];
+    diff = use_mad ? std::fabs(diff) : diff * diff;
+    best_error += weights[i] * diff;
+  }
+  if (nstep < 1) {
+    *the_min = -min;
+    return scale;
+  }
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      int l = nearest_int(iscale * (x[i] - min));
+      l = std::max(0, std::min(nmax, l));
+      Laux[i] = static_cast<uint8_t>(l);
+      const float w = weights[i];
+      sum_l += w * static_cast<float>(l);
+      sum_l2 += w * static_cast<float>(l) * static_cast<float>(l);
+      sum_xl += w * static_cast<float>(l) * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float cur_error = 0;
+      for (int i = 0; i < n; ++i) {
+        float diff = this_scale * Laux[i] + this_min - x[i];
+        diff = use_mad ? std::fabs(diff) : diff * diff;
+        cur_error += weights[i] * diff;
+      }
+      if (cur_error < best_error) {
+        for (int i = 0; i < n; ++i) L[i] = Laux[i];
+        best_error = cur_error;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+
+}  // namespace
+
+void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n) {
+  uint8_t L[kQK_K];
+  uint8_t Laux[32];
+  float weights[32];
+  float mins[kQK_K / 32];
+  float scales[kQK_K / 32];
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    float max_scale = 0;  // the min is subtracted, so scales are never negative
+    float max_min = 0;
+    for (int j = 0; j < kQK_K / 32; ++j) {
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+      const float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+      scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20, false);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    BlockQ4_K& b = y[i];
+    std::memset(b.scales, 0, sizeof(b.scales));
+    for (int j = 0; j < kQK_K / 32; ++j) {
+      const uint8_t ls = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+      const uint8_t lm = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+      if (j < 4) {
+        b.scales[j] = ls;
+        b.scales[j + 4] = lm;
+      } else {
+        b.scales[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+        b.scales[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+        b.scales[j - 0] |= static_cast<uint8_t>((lm >> 4) << 6);
+      }
+    }
+    b.d = fp32_to_fp16(max_scale / 63.0f);
+    b.dmin = fp32_to_fp16(max_min / 63.0f);
+    for (int j = 0; j < kQK_K / 32; ++j) {
+      uint8_t sc = 0, m = 0;
+      k_scale_min(j, b.scales, &sc, &m);
+      const float d = fp16_to_fp32(b.d) * sc;
+      if (d == 0.0f) continue;
+      const float dm = fp16_to_fp32(b.dmin) * m;
+      for (int ii = 0; ii < 32; ++ii) {
+        const int l = nearest_int((x[32 * j + ii] + dm) / d);
+        L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(15, l)));
+      }
+    }
+    uint8_t* q = b.qs;
+    for (int j = 0; j < kQK_K; j += 64) {
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+      q += 32;
+    }
+  }
+}
+
+bool can_quantize(DType type) {
+  switch (type) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q4_K: return true;
+    default: return false;
+  }
+}
+
+void quantize_row(DType type, const float* x, void* dst, int64_t n) {
+  switch (type) {
+    case DType::F32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
+    case DType::F16: quantize_row_f16(x, static_cast<uint16_t*>(dst), n); return;
+    case DType::BF16: quantize_row_bf16(x, static_cast<uint16_t*>(dst), n); return;
+    case DType::Q8_0: quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n); return;
+    case DType::Q4_0: quantize_row_q4_0(x, static_cast<BlockQ4_0*>(dst), n); return;
+    case DType::Q4_1: quantize_row_q4_1(x, static_cast<BlockQ4_1*>(dst), n); return;
+    case DType::Q4_K: quantize_row_q4_K(x, static_cast<BlockQ4_K*>(dst), n); return;
+    default: fail("quantizing to {} is not supported", dtype_name(type));
+  }
+}
+
+}  // namespace kvserve

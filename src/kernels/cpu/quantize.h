@@ -1,0 +1,27 @@
+#pragma once
+// Weight quantizers from float (what llama.cpp's quantize tool does for a tensor without an importance
+// matrix), for writing GGUF files: ggml's *_ref routines, scalar. Q8_0 is quantize_row_q8_0 in quants.h
+// (ggml uses the same routine for weights and activations); the types here had only dequantizers.
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/quants.h"
+
+namespace kvserve {
+
+// ggml's quantize_row_q4_0_ref: per block of 32, d = (signed value of largest magnitude) / -8,
+// q = min(15, (int)(x/d + 8.5)).
+void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);
+// ggml's quantize_row_q4_1_ref: per block of 32, d = (max - min) / 15, m = min.
+void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n);
+// ggml's quantize_row_q4_K_ref: per 32-element sub-block a weighted least-squares scale/min search
+// (make_qkx2_quants), scales and mins stored as 6 bits against fp16 super-block scales.
+void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n);
+
+// Quantizes one row of n elements (a multiple of the type's block size) of `type` into dst
+// (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K; throws Error otherwise.
+void quantize_row(DType type, const float* x, void* dst, int64_t n);
+// True when quantize_row supports `type`.
+bool can_quantize(DType type);
+
+}  // namespace kvserve

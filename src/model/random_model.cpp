@@ -1,0 +1,229 @@
+#include "model/random_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numbers>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/quantize.h"
+#include "model/gguf.h"
+
+namespace kvserve {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Fills x with n draws of N(0, stddev), from a stream that depends only on (seed, tensor, row).
+void normal_row(uint64_t seed, uint64_t tensor, int64_t row, float stddev, float* x, int64_t n) {
+  uint64_t state = seed * 0x100000001B3ull ^ (tensor << 40) ^ static_cast<uint64_t>(row);
+  splitmix64(state);
+  constexpr double kTwoPi = 2.0 * std::numbers::pi;
+  for (int64_t i = 0; i < n; i += 2) {
+    // Box-Muller on two uniforms in (0, 1].
+    const double u1 = (static_cast<double>(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1)) * stddev;
+    x[i] = static_cast<float>(r * std::cos(kTwoPi * u2));
+    if (i + 1 < n) x[i + 1] = static_cast<float>(r * std::sin(kTwoPi * u2));
+  }
+}
+
+// general.file_type values (llama_ftype) for an all-`t` file.
+uint32_t file_type_of(DType t) {
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q8_0: return 7;
+    case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
+    case DType::BF16: return 32;
+    default: return 0;
+  }
+}
+
+bool is_quantized(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
+
+}  // namespace
+
+void RandomModelSpec::validate() const {
+  auto positive = [](int v, const char* what) {
+    if (v <= 0) fail("random model: {} must be positive, got {}", what, v);
+  };
+  positive(n_embd, "hidden size");
+  positive(n_layers, "layer count");
+  positive(n_heads, "head count");
+  positive(n_kv_heads, "KV head count");
+  positive(n_ff, "FFN size");
+  positive(n_ctx, "context length");
+  if (n_heads % n_kv_heads != 0) fail("random model: {} heads is not a multiple of {} KV heads", n_heads, n_kv_heads);
+  if (head_dim == 0 && n_embd % n_heads != 0)
+    fail("random model: hidden size {} is not a multiple of {} heads (give a head dim)", n_embd, n_heads);
+  if (head_dim < 0 || (head_dim == 0 ? n_embd / n_heads : head_dim) % 2 != 0)
+    fail("random model: head dim must be even and positive");
+  if (!can_quantize(weight_type)) fail("random model: weight type {} is not supported", dtype_name(weight_type));
+  if (vocab_from.empty()) fail("random model: no vocabulary file given");
+  if (vocab_size < 0) fail("random model: vocab size {} is negative", vocab_size);
+  if (!(stddev > 0) || !(rms_eps > 0) || !(rope_base > 0)) fail("random model: stddev, rms eps and rope base must be positive");
+}
+
+std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
+  RandomModelSpec s;
+  if (name == "llama-3.2-1b") {
+    s.name = "Llama-3.2-1B (random weights)";
+    s.n_embd = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.n_ff = 8192;
+    s.n_ctx = 8192, s.rms_eps = 1e-5f, s.rope_base = 500000.0f, s.tied_output = true;
+    s.vocab_size = 128256;
+    return s;
+  }
+  if (name == "smollm2-135m") {
+    s.name = "SmolLM2-135M (random weights)";
+    s.n_embd = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.n_ff = 1536;
+    s.n_ctx = 8192, s.rms_eps = 1e-5f, s.rope_base = 100000.0f, s.tied_output = true;
+    s.vocab_size = 49152;
+    return s;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> random_model_preset_names() { return {"llama-3.2-1b", "smollm2-135m"}; }
+
+DType fallback_weight_type(DType wanted, int64_t cols) {
+  const DType chain[] = {wanted, DType::Q4_0, DType::Q8_0, DType::F16};
+  for (DType t : chain)
+    if (cols % dtype_info(t).block_elems == 0) return t;
+  return DType::F16;
+}
+
+RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
+  spec.validate();
+  RandomModelPlan plan;
+  GGUFWriter& w = plan.writer;
+  const int head_dim = spec.head_dim > 0 ? spec.head_dim : spec.n_embd / spec.n_heads;
+
+  // The vocabulary: every tokenizer.* key, padded when a larger vocab size is asked for.
+  auto vocab = std::make_shared<GGUFFile>(spec.vocab_from);
+  const GGUFValue* tokens = vocab->find("tokenizer.ggml.tokens");
+  if (!tokens || !tokens->is_array() || tokens->elem_type != GGUFType::STRING || tokens->strings.empty())
+    fail("{}: no tokenizer.ggml.tokens array: not a vocabulary file", spec.vocab_from);
+  const int n_file = static_cast<int>(tokens->strings.size());
+  const int n_vocab = spec.vocab_size > 0 ? spec.vocab_size : n_file;
+  if (n_vocab < n_file)
+    fail("vocab size {} is smaller than the {} tokens of {}", n_vocab, n_file, spec.vocab_from);
+  plan.n_vocab = n_vocab;
+
+  const std::string a = "llama.";
+  w.add_str("general.architecture", "llama");
+  w.add_str("general.name", spec.name);
+  w.add_str("general.description", "random weights N(0, " + std::to_string(spec.stddev) + "), seed " +
+                                         std::to_string(spec.seed) + ", written by kvserve gen-model");
+  w.add_u32("general.file_type", file_type_of(spec.weight_type));
+  if (is_quantized(spec.weight_type)) w.add_u32("general.quantization_version", 2);
+  w.add_u32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
+  w.add_u32(a + "context_length", static_cast<uint32_t>(spec.n_ctx));
+  w.add_u32(a + "embedding_length", static_cast<uint32_t>(spec.n_embd));
+  w.add_u32(a + "block_count", static_cast<uint32_t>(spec.n_layers));
+  w.add_u32(a + "feed_forward_length", static_cast<uint32_t>(spec.n_ff));
+  w.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.add_u32(a + "attention.head_count", static_cast<uint32_t>(spec.n_heads));
+  w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(spec.n_kv_heads));
+  if (head_dim * spec.n_heads != spec.n_embd) {
+    w.add_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.add_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps);
+  w.add_f32(a + "rope.freq_base", spec.rope_base);
+
+  const int n_pad = n_vocab - n_file;
+  for (const auto& [key, value] : vocab->metadata()) {
+    if (!key.starts_with("tokenizer.")) continue;
+    if (n_pad > 0 && key == "tokenizer.ggml.tokens") {
+      std::vector<std::string> t = value.strings;
+      for (int i = n_file; i < n_vocab; ++i) t.push_back("[PAD" + std::to_string(i) + "]");
+      w.add_str_array(key, t);
+    } else if (n_pad > 0 && key == "tokenizer.ggml.scores") {
+      std::vector<float> s = vocab->get_f32_array(key);
+      s.resize(static_cast<size_t>(n_vocab), -1000.0f);
+      w.add_f32_array(key, s);
+    } else if (n_pad > 0 && key == "tokenizer.ggml.token_type") {
+      std::vector<int32_t> t = vocab->get_i32_array(key);
+      t.resize(static_cast<size_t>(n_vocab), 5);  // LLAMA_TOKEN_TYPE_UNUSED
+      w.add_i32_array(key, t);
+    } else {
+      w.add_value(key, value);
+    }
+  }
+
+  // Tensors. Each gets its own random stream; norms are ones.
+  std::map<std::string, std::string> fallbacks;  // tensor kind -> note
+  uint64_t tensor_index = 0;
+  auto weight = [&](const std::string& name, int64_t cols, int64_t rows) {
+    const DType type = fallback_weight_type(spec.weight_type, cols);
+    if (type != spec.weight_type) {
+      const size_t dot = name.find('.', name.find('.') + 1);
+      const std::string kind = name.starts_with("blk.") ? "blk.*" + name.substr(dot) : name;
+      fallbacks[kind] = fmt::format("{}: rows of {} are not a multiple of {}'s block size, written as {}", kind, cols,
+                                    dtype_name(spec.weight_type), dtype_name(type));
+    }
+    const uint64_t index = tensor_index++;
+    const uint64_t seed = spec.seed;
+    const float stddev = spec.stddev;
+    const size_t row_size = row_bytes(type, cols);
+    plan.n_params += static_cast<uint64_t>(cols * rows);
+    w.add_tensor(name, type, {cols, rows}, [=](uint8_t* dst) {
+      ThreadPool::global().parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        std::vector<float> x(static_cast<size_t>(cols));
+        for (int64_t r = r0; r < r1; ++r) {
+          normal_row(seed, index, r, stddev, x.data(), cols);
+          quantize_row(type, x.data(), dst + static_cast<size_t>(r) * row_size, cols);
+        }
+      }, 16);
+    });
+  };
+  auto norm = [&](const std::string& name) {
+    ++tensor_index;
+    plan.n_params += static_cast<uint64_t>(spec.n_embd);
+    std::vector<uint8_t> ones(static_cast<size_t>(spec.n_embd) * sizeof(float));
+    const float one = 1.0f;
+    for (size_t i = 0; i < ones.size(); i += sizeof(float)) std::memcpy(ones.data() + i, &one, sizeof(float));
+    w.add_tensor(name, DType::F32, {spec.n_embd}, std::move(ones));
+  };
+
+  const int64_t q_dim = static_cast<int64_t>(spec.n_heads) * head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(spec.n_kv_heads) * head_dim;
+  weight("token_embd.weight", spec.n_embd, n_vocab);
+  norm("output_norm.weight");
+  if (!spec.tied_output) weight("output.weight", spec.n_embd, n_vocab);
+  for (int l = 0; l < spec.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    norm(p + "attn_norm.weight");
+    weight(p + "attn_q.weight", spec.n_embd, q_dim);
+    weight(p + "attn_k.weight", spec.n_embd, kv_dim);
+    weight(p + "attn_v.weight", spec.n_embd, kv_dim);
+    weight(p + "attn_output.weight", q_dim, spec.n_embd);
+    norm(p + "ffn_norm.weight");
+    weight(p + "ffn_gate.weight", spec.n_embd, spec.n_ff);
+    weight(p + "ffn_up.weight", spec.n_embd, spec.n_ff);
+    weight(p + "ffn_down.weight", spec.n_ff, spec.n_embd);
+  }
+  for (auto& [kind, note] : fallbacks) plan.notes.push_back(note);
+  return plan;
+}
+
+std::vector<std::string> write_random_model(const RandomModelSpec& spec, const std::string& path,
+                                            const std::function<void(float)>& progress) {
+  RandomModelPlan plan = plan_random_model(spec);
+  plan.writer.write(path, progress);
+  return plan.notes;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,61 @@
+#pragma once
+// Random-weight llama-architecture models for benchmarks and tests: the shapes of a real model (or any
+// others), weights drawn from N(0, stddev) with a seed and quantized to the chosen type, RMS-norm
+// weights 1, and the tokenizer metadata (and so the vocabulary size) copied from a real GGUF file.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/gguf_writer.h"
+
+namespace kvserve {
+
+struct RandomModelSpec {
+  std::string name = "kvserve-random";
+  int n_embd = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int n_ff = 0;
+  int head_dim = 0;  // 0 = n_embd / n_heads
+  int n_ctx = 2048;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+  bool tied_output = true;  // no output.weight: the output projection is token_embd
+  DType weight_type = DType::F16;
+  std::string vocab_from;  // GGUF file whose tokenizer.* metadata is copied (vocab-only files work)
+  int vocab_size = 0;      // 0 = the vocab file's; larger pads with "[PAD<i>]" unused tokens, as converters do
+  uint64_t seed = 0;
+  float stddev = 0.02f;
+
+  // Throws Error naming the first bad field.
+  void validate() const;
+};
+
+// Named shapes of real models: "llama-3.2-1b", "smollm2-135m". nullopt for an unknown name.
+std::optional<RandomModelSpec> random_model_preset(const std::string& name);
+std::vector<std::string> random_model_preset_names();
+
+struct RandomModelPlan {
+  GGUFWriter writer;               // metadata and tensors (data made while writing)
+  std::vector<std::string> notes;  // e.g. tensors written in a fallback type
+  int n_vocab = 0;
+  uint64_t n_params = 0;
+};
+
+// Everything needed to write the file. Weight data is generated (deterministically for a seed, whatever
+// the thread count) on ThreadPool::global() while GGUFWriter::write runs. Throws Error on a bad spec or
+// an unreadable vocabulary file.
+RandomModelPlan plan_random_model(const RandomModelSpec& spec);
+// plan_random_model + write; returns the notes.
+std::vector<std::string> write_random_model(const RandomModelSpec& spec, const std::string& path,
+                                            const std::function<void(float)>& progress = {});
+
+// The type a tensor with rows of `cols` elements gets when `wanted` does not fit (its block size does
+// not divide cols): Q4_K -> Q4_0 -> Q8_0 -> F16 ... the first that fits.
+DType fallback_weight_type(DType wanted, int64_t cols);
+
+}  // namespace kvserve

@@ -1,0 +1,339 @@
+// gen-model's random llama GGUFs (model/random_model.h, model/gguf_writer.h): the written file loads with
+// our loader and generates, its metadata round-trips (tokenizer keys copied from the vocabulary file,
+// padding), the same weights written as F32 / F16 / Q8_0 give near-identical logits, quantized types
+// fall back where the block size does not divide a row, and a seed gives the same bytes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
+#include "model/loaders.h"
+#include "model/model.h"
+#include "model/random_model.h"
+
+using namespace kvserve;
+
+namespace {
+
+const std::string kVocab = KVSERVE_SHARED_DIR "/models/llama-2-tiny-random/llama-2-tiny-random.gguf";
+
+RandomModelSpec tiny_spec(DType type) {
+  RandomModelSpec s;
+  s.name = "tiny-random";
+  s.n_embd = 64, s.n_layers = 2, s.n_heads = 4, s.n_kv_heads = 2, s.n_ff = 128, s.n_ctx = 256;
+  s.weight_type = type;
+  s.vocab_from = kVocab;
+  s.seed = 42;
+  return s;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() / ("kvserve-genmodel-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string write_tiny(const TempDir& dir, const RandomModelSpec& s, const std::string& name) {
+  const std::string path = dir.file(name);
+  write_random_model(s, path);
+  return path;
+}
+
+bool same_value(const GGUFValue& a, const GGUFValue& b, size_t elem_bytes) {
+  if (a.type != b.type || a.u64 != b.u64 || a.i64 != b.i64 || a.f64 != b.f64 || a.str != b.str) return false;
+  if (!a.is_array()) return true;
+  if (a.elem_type != b.elem_type || a.count != b.count || a.strings != b.strings) return false;
+  if (a.raw && b.raw && std::memcmp(a.raw, b.raw, elem_bytes * a.count) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST(GenModel, WrittenFileLoadsAndGenerates) {
+  TempDir dir;
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    RandomModelSpec s = tiny_spec(t);
+    if (t == DType::Q4_K) s.n_embd = 256, s.n_ff = 512;  // rows that Q4_K's 256-blocks divide
+    const std::string path = write_tiny(dir, s, std::string(dtype_name(t)) + ".gguf");
+    auto m = load_model(path);
+    EXPECT_EQ(m->format, "gguf");
+    EXPECT_EQ(m->config.n_embd, s.n_embd);
+    EXPECT_EQ(m->config.n_layers, 2);
+    EXPECT_EQ(m->config.n_heads, 4);
+    EXPECT_EQ(m->config.n_kv_heads, 2);
+    EXPECT_EQ(m->config.n_ff, s.n_ff);
+    EXPECT_EQ(m->config.n_ctx_train, 256);
+    EXPECT_EQ(m->config.n_vocab, 32000);
+    EXPECT_TRUE(m->config.tied_output);
+    EXPECT_EQ(m->layers[0].wq.type, t);
+    EXPECT_EQ(m->layers[1].w_down.type, t);
+    EXPECT_EQ(m->output_norm.type, DType::F32);
+
+    GeneratorOptions go;
+    go.max_context = 64;
+    Generator gen(*m, go);
+    SamplingParams sp;
+    sp.max_tokens = 5;
+    sp.ignore_eos = true;
+    const std::vector<int32_t> prompt = m->tokenizer->encode("Hello world", true, false);
+    ASSERT_GE(prompt.size(), 2u);
+    GenerationResult r = gen.generate(prompt, sp);
+    EXPECT_EQ(r.generated_ids.size(), 5u);
+    for (int32_t id : r.generated_ids) {
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, 32000);
+    }
+  }
+}
+
+TEST(GenModel, MetadataRoundTrips) {
+  TempDir dir;
+  RandomModelSpec s = tiny_spec(DType::F16);
+  s.rope_base = 500000.0f;
+  s.rms_eps = 1e-6f;
+  s.tied_output = false;
+  const std::string path = write_tiny(dir, s, "meta.gguf");
+  GGUFFile f(path);
+  GGUFFile v(kVocab);
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.get_str("general.architecture"), "llama");
+  EXPECT_EQ(f.get_str("general.name"), "tiny-random");
+  EXPECT_EQ(f.get_u32("general.file_type"), 1u);
+  EXPECT_EQ(f.get_u32("llama.embedding_length"), 64u);
+  EXPECT_EQ(f.get_u32("llama.block_count"), 2u);
+  EXPECT_EQ(f.get_u32("llama.attention.head_count"), 4u);
+  EXPECT_EQ(f.get_u32("llama.attention.head_count_kv"), 2u);
+  EXPECT_EQ(f.get_u32("llama.feed_forward_length"), 128u);
+  EXPECT_EQ(f.get_u32("llama.context_length"), 256u);
+  EXPECT_EQ(f.get_u32("llama.rope.dimension_count"), 16u);
+  EXPECT_EQ(f.get_u32("llama.vocab_size"), 32000u);
+  EXPECT_FLOAT_EQ(f.get_f32("llama.rope.freq_base"), 500000.0f);
+  EXPECT_FLOAT_EQ(f.get_f32("llama.attention.layer_norm_rms_epsilon"), 1e-6f);
+
+  // Every tokenizer key of the vocabulary file, unchanged and in the same order.
+  std::vector<std::string> want_keys, got_keys;
+  for (const auto& [k, val] : v.metadata())
+    if (k.starts_with("tokenizer.")) want_keys.push_back(k);
+  for (const auto& [k, val] : f.metadata())
+    if (k.starts_with("tokenizer.")) got_keys.push_back(k);
+  EXPECT_EQ(got_keys, want_keys);
+  for (const std::string& k : want_keys) {
+    const GGUFValue* a = v.find(k);
+    const GGUFValue* b = f.find(k);
+    ASSERT_NE(b, nullptr) << k;
+    const size_t elem = a->elem_type == GGUFType::FLOAT32 || a->elem_type == GGUFType::INT32 ||
+                                a->elem_type == GGUFType::UINT32
+                            ? 4
+                            : 1;
+    EXPECT_TRUE(same_value(*a, *b, elem)) << k;
+  }
+
+  // Tensors: names, shapes and types as llama.cpp's converter writes them.
+  auto tensor = [&](const std::string& name) {
+    const GGUFTensorInfo* t = f.find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    return t;
+  };
+  EXPECT_EQ(f.tensors().size(), 3u + 2 * 9);
+  const GGUFTensorInfo* emb = tensor("token_embd.weight");
+  EXPECT_EQ(emb->ne[0], 64);
+  EXPECT_EQ(emb->ne[1], 32000);
+  EXPECT_EQ(emb->type, DType::F16);
+  EXPECT_EQ(tensor("output.weight")->ne[1], 32000);
+  EXPECT_EQ(tensor("blk.1.attn_k.weight")->ne[1], 32);
+  EXPECT_EQ(tensor("blk.1.ffn_down.weight")->ne[0], 128);
+  const GGUFTensorInfo* norm = tensor("blk.0.ffn_norm.weight");
+  EXPECT_EQ(norm->type, DType::F32);
+  for (int i = 0; i < 64; ++i) {
+    float x;
+    std::memcpy(&x, norm->data + 4 * i, 4);
+    ASSERT_EQ(x, 1.0f);
+  }
+  for (const GGUFTensorInfo& t : f.tensors()) EXPECT_EQ(t.offset % f.alignment(), 0u) << t.name;
+
+  auto m = load_model(path);
+  EXPECT_FALSE(m->config.tied_output);
+  EXPECT_FLOAT_EQ(m->config.rope_base, 500000.0f);
+  const Vocab want = load_gguf_vocab(kVocab);
+  EXPECT_EQ(m->vocab.tokens, want.tokens);
+  EXPECT_EQ(m->vocab.bos_id, want.bos_id);
+  EXPECT_EQ(m->vocab.eos_id, want.eos_id);
+  EXPECT_EQ(m->tokenizer->encode("The quick brown fox", true, false),
+            Tokenizer::create(want)->encode("The quick brown fox", true, false));
+}
+
+TEST(GenModel, VocabularyPadding) {
+  RandomModelSpec s = tiny_spec(DType::F32);
+  s.vocab_size = 32010;
+  RandomModelPlan plan = plan_random_model(s);
+  EXPECT_EQ(plan.n_vocab, 32010);
+  const std::vector<uint8_t> bytes = plan.writer.to_bytes();
+  auto f = std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "padded");
+  const auto tokens = f->get_str_array("tokenizer.ggml.tokens");
+  ASSERT_EQ(tokens.size(), 32010u);
+  EXPECT_EQ(tokens[32000], "[PAD32000]");
+  EXPECT_EQ(tokens[32009], "[PAD32009]");
+  EXPECT_EQ(f->get_f32_array("tokenizer.ggml.scores").size(), 32010u);
+  EXPECT_EQ(f->get_f32_array("tokenizer.ggml.scores")[32005], -1000.0f);
+  EXPECT_EQ(f->get_i32_array("tokenizer.ggml.token_type")[32005], 5);
+  auto m = load_gguf_model(f);
+  EXPECT_EQ(m->config.n_vocab, 32010);
+  EXPECT_EQ(m->tok_embd.ne[1], 32010);
+  EXPECT_EQ(m->tokenizer->encode("Hello", true, false), load_model(kVocab)->tokenizer->encode("Hello", true, false));
+
+  s.vocab_size = 100;  // smaller than the file's vocabulary
+  EXPECT_THROW(plan_random_model(s), Error);
+}
+
+TEST(GenModel, F32F16AndQ8_0GiveNearIdenticalLogits) {
+  std::vector<std::vector<std::vector<float>>> logits;
+  std::vector<int32_t> ids;
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
+    RandomModelPlan plan = plan_random_model(tiny_spec(t));
+    const std::vector<uint8_t> bytes = plan.writer.to_bytes();
+    auto m = load_gguf_model(std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "tiny"));
+    if (ids.empty()) ids = m->tokenizer->encode("Once upon a time there was a little robot", true, false);
+    GeneratorOptions go;
+    go.max_context = 64;
+    Generator gen(*m, go);
+    logits.push_back(gen.teacher_forced_logits(ids, 1));
+  }
+  ASSERT_EQ(logits[0].size(), ids.size());
+  for (size_t k = 1; k < logits.size(); ++k) {
+    SCOPED_TRACE(k == 1 ? "F16 vs F32" : "Q8_0 vs F32");
+    double worst = 0, scale = 0;
+    int same_argmax = 0;
+    for (size_t p = 0; p < ids.size(); ++p) {
+      const auto& a = logits[0][p];
+      const auto& b = logits[k][p];
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t j = 0; j < a.size(); ++j) {
+        worst = std::max(worst, static_cast<double>(std::fabs(a[j] - b[j])));
+        scale = std::max(scale, static_cast<double>(std::fabs(a[j])));
+      }
+      same_argmax += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+    }
+    EXPECT_GT(scale, 0.1) << "logits should not be degenerate";
+    EXPECT_LT(worst, (k == 1 ? 0.01 : 0.03) * scale) << "max |logit difference| " << worst << " of max |logit| " << scale;
+    EXPECT_GE(same_argmax, static_cast<int>(ids.size()) - 1);
+  }
+}
+
+TEST(GenModel, QuantizedTypesFallBackWhereBlocksDoNotFit) {
+  EXPECT_EQ(fallback_weight_type(DType::Q4_K, 576), DType::Q4_0);
+  EXPECT_EQ(fallback_weight_type(DType::Q4_K, 1536), DType::Q4_K);
+  EXPECT_EQ(fallback_weight_type(DType::Q8_0, 48), DType::F16);
+  RandomModelSpec s = tiny_spec(DType::Q4_K);  // hidden 64, ffn 128: no row is a multiple of 256
+  RandomModelPlan plan = plan_random_model(s);
+  EXPECT_FALSE(plan.notes.empty());
+  const std::vector<uint8_t> bytes = plan.writer.to_bytes();
+  GGUFFile f(bytes.data(), bytes.size(), "fallback");
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, DType::Q4_0);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, DType::Q4_0);
+}
+
+TEST(GenModel, PresetsAndSeeds) {
+  auto p = random_model_preset("llama-3.2-1b");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->n_embd, 2048);
+  EXPECT_EQ(p->n_layers, 16);
+  EXPECT_EQ(p->n_heads, 32);
+  EXPECT_EQ(p->n_kv_heads, 8);
+  EXPECT_EQ(p->n_ff, 8192);
+  auto q = random_model_preset("smollm2-135m");
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->n_embd, 576);
+  EXPECT_EQ(q->n_layers, 30);
+  EXPECT_EQ(q->n_heads, 9);
+  EXPECT_EQ(q->n_kv_heads, 3);
+  EXPECT_EQ(q->n_ff, 1536);
+  EXPECT_FALSE(random_model_preset("gpt-5"));
+
+  // The smollm2-135m shapes with the real parameter count (134.5M with its 49152-token vocabulary).
+  q->vocab_from = kVocab;
+  q->weight_type = DType::Q8_0;
+  RandomModelPlan plan = plan_random_model(*q);
+  EXPECT_EQ(plan.n_vocab, 49152);
+  EXPECT_NEAR(static_cast<double>(plan.n_params) / 1e6, 134.5, 0.1);
+
+  RandomModelSpec s = tiny_spec(DType::Q8_0);
+  const std::vector<uint8_t> a = plan_random_model(s).writer.to_bytes();
+  const std::vector<uint8_t> b = plan_random_model(s).writer.to_bytes();
+  EXPECT_EQ(a, b);
+  s.seed = 43;
+  EXPECT_NE(plan_random_model(s).writer.to_bytes(), a);
+}
+
+TEST(GenModel, BadSpecsAreErrors) {
+  RandomModelSpec s = tiny_spec(DType::F16);
+  s.n_kv_heads = 3;  // 4 heads
+  EXPECT_THROW(plan_random_model(s), Error);
+  s = tiny_spec(DType::Q6_K);
+  EXPECT_THROW(plan_random_model(s), Error);
+  s = tiny_spec(DType::F16);
+  s.vocab_from = "/nonexistent.gguf";
+  EXPECT_THROW(plan_random_model(s), Error);
+  s = tiny_spec(DType::F16);
+  s.n_layers = 0;
+  EXPECT_THROW(plan_random_model(s), Error);
+}
+
+TEST(GGUFWriterTest, ScalarsArraysAndCopiedValuesRoundTrip) {
+  GGUFWriter w;
+  w.add_u8("a.u8", 7);
+  w.add_u32("a.u32", 123456);
+  w.add_i32("a.i32", -5);
+  w.add_u64("a.u64", 1ull << 40);
+  w.add_f32("a.f32", 1.5f);
+  w.add_bool("a.bool", true);
+  w.add_str("a.str", "héllo");
+  w.add_str_array("a.strs", {"x", "", "yz"});
+  w.add_f32_array("a.f32s", {1.0f, -2.0f});
+  w.add_i32_array("a.i32s", {3, -4, 5});
+  EXPECT_THROW(w.add_u32("a.u32", 1), Error);
+  w.add_tensor("t", DType::F32, {4, 2}, std::vector<uint8_t>(32, 0));
+  EXPECT_THROW(w.add_tensor("t", DType::F32, {4}, std::vector<uint8_t>(16, 0)), Error);
+  EXPECT_THROW(w.add_tensor("q", DType::Q8_0, {48}, std::vector<uint8_t>(51, 0)), Error);  // 48 % 32
+  EXPECT_THROW(w.add_tensor("r", DType::F32, {4}, std::vector<uint8_t>(15, 0)), Error);    // wrong size
+  const std::vector<uint8_t> bytes = w.to_bytes();
+  EXPECT_EQ(bytes.size(), w.file_size());
+  GGUFFile f(bytes.data(), bytes.size(), "writer");
+  EXPECT_EQ(f.get_u32("a.u32"), 123456u);
+  EXPECT_EQ(f.get_i32("a.i32"), -5);
+  EXPECT_EQ(f.get_u64("a.u64"), 1ull << 40);
+  EXPECT_FLOAT_EQ(f.get_f32("a.f32"), 1.5f);
+  EXPECT_TRUE(f.get_bool("a.bool"));
+  EXPECT_EQ(f.get_str("a.str"), "héllo");
+  EXPECT_EQ(f.get_str_array("a.strs"), (std::vector<std::string>{"x", "", "yz"}));
+  EXPECT_EQ(f.get_f32_array("a.f32s"), (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_EQ(f.get_i32_array("a.i32s"), (std::vector<int32_t>{3, -4, 5}));
+  ASSERT_EQ(f.tensors().size(), 1u);
+  EXPECT_EQ(f.tensors()[0].ne[1], 2);
+
+  // Copy every value into a second file: identical metadata section.
+  GGUFWriter w2;
+  for (const auto& [k, v] : f.metadata()) w2.add_value(k, v);
+  w2.add_tensor("t", DType::F32, {4, 2}, std::vector<uint8_t>(32, 0));
+  EXPECT_EQ(w2.to_bytes(), bytes);
+}

@@ -1,0 +1,148 @@
+// Weight quantizers from float (kernels/cpu/quantize.h): ggml's reference semantics on hand-made blocks,
+// round trips within the format's step, and Q4_K's scale search beating plain min/max quantization.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quants.h"
+
+using namespace kvserve;
+
+namespace {
+
+std::vector<float> gaussian(int64_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+double rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+double rms_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+  return std::sqrt(s / static_cast<double>(a.size()));
+}
+
+}  // namespace
+
+TEST(QuantizeWeights, Q4_0HandCheckedBlock) {
+  // Largest magnitude is -8 (negative): d = -8 / -8 = 1, so every integer in [-8, 7] is exact.
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>((j % 16) - 8);
+  BlockQ4_0 b{};
+  quantize_row_q4_0(x.data(), &b, 32);
+  EXPECT_EQ(fp16_to_fp32(b.d), 1.0f);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b.qs[j], static_cast<uint8_t>(j | (j << 4))) << j;
+  std::vector<float> y(32);
+  dequantize_row_q4_0(&b, y.data(), 32);
+  EXPECT_EQ(y, x);
+
+  // Largest magnitude positive: d = 8 / -8 = -1, so +8 maps to q = 0 and -7 to q = 15 (clamped range).
+  std::vector<float> p(32, 0.0f);
+  p[0] = 8.0f;
+  p[1] = -7.0f;
+  quantize_row_q4_0(p.data(), &b, 32);
+  EXPECT_EQ(fp16_to_fp32(b.d), -1.0f);
+  EXPECT_EQ(b.qs[0] & 0xF, 0);
+  EXPECT_EQ(b.qs[1] & 0xF, 15);
+  EXPECT_EQ(b.qs[2] & 0xF, 8);  // zero
+}
+
+TEST(QuantizeWeights, Q4_1HandCheckedBlock) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = 0.5f * static_cast<float>(j % 16) - 2.0f;  // min -2, step 0.5
+  BlockQ4_1 b{};
+  quantize_row_q4_1(x.data(), &b, 32);
+  EXPECT_EQ(fp16_to_fp32(b.d), 0.5f);
+  EXPECT_EQ(fp16_to_fp32(b.m), -2.0f);
+  std::vector<float> y(32);
+  dequantize_row_q4_1(&b, y.data(), 32);
+  EXPECT_EQ(y, x);
+}
+
+TEST(QuantizeWeights, ZeroRowsStayZero) {
+  const std::vector<float> zeros(256, 0.0f);
+  std::vector<float> y(256, 1.0f);
+  BlockQ4_0 q40[8];
+  quantize_row_q4_0(zeros.data(), q40, 256);
+  dequantize_row_q4_0(q40, y.data(), 256);
+  EXPECT_EQ(y, zeros);
+  BlockQ4_K q4k{};
+  quantize_row_q4_K(zeros.data(), &q4k, 256);
+  dequantize_row_q4_K(&q4k, y.data(), 256);
+  EXPECT_EQ(y, zeros);
+}
+
+TEST(QuantizeWeights, RoundTripsWithinHalfAStep) {
+  const int64_t n = 32 * 64;
+  const std::vector<float> x = gaussian(n, 1, 0.02f);
+  std::vector<BlockQ4_0> q40(static_cast<size_t>(n / 32));
+  std::vector<BlockQ4_1> q41(static_cast<size_t>(n / 32));
+  quantize_row_q4_0(x.data(), q40.data(), n);
+  quantize_row_q4_1(x.data(), q41.data(), n);
+  std::vector<float> y0(static_cast<size_t>(n)), y1(static_cast<size_t>(n));
+  dequantize_row_q4_0(q40.data(), y0.data(), n);
+  dequantize_row_q4_1(q41.data(), y1.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& b0 = q40[static_cast<size_t>(i / 32)];
+    const auto& b1 = q41[static_cast<size_t>(i / 32)];
+    // Half a step, plus the fp16 rounding of the scale (which moves every level by up to 8 * 2^-11 * d).
+    const float d0 = std::fabs(fp16_to_fp32(b0.d));
+    const float d1 = fp16_to_fp32(b1.d);
+    // Q4_0 clamps the side opposite the largest magnitude at 7 steps, so allow a whole step there.
+    EXPECT_LE(std::fabs(y0[i] - x[i]), d0 * (1.0f + 0.01f)) << i;
+    EXPECT_LE(std::fabs(y1[i] - x[i]), 0.5f * d1 + 0.01f * d1 + std::fabs(fp16_to_fp32(b1.m)) * 1e-3f) << i;
+  }
+}
+
+TEST(QuantizeWeights, Q4_KIsAccurateAndBeatsPlainMinMax) {
+  const int64_t n = 256 * 32;
+  const std::vector<float> x = gaussian(n, 7, 0.02f);
+  std::vector<BlockQ4_K> q(static_cast<size_t>(n / 256));
+  quantize_row_q4_K(x.data(), q.data(), n);
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row_q4_K(q.data(), y.data(), n);
+  for (const BlockQ4_K& b : q) {
+    EXPECT_GE(fp16_to_fp32(b.d), 0.0f);
+    EXPECT_GE(fp16_to_fp32(b.dmin), 0.0f);
+  }
+  const double err = rms_error(x, y) / rms(x);
+  // Plain per-32 min/max 4-bit quantization (Q4_1) of the same data, as a yardstick.
+  std::vector<BlockQ4_1> q41(static_cast<size_t>(n / 32));
+  quantize_row_q4_1(x.data(), q41.data(), n);
+  std::vector<float> y41(static_cast<size_t>(n));
+  dequantize_row_q4_1(q41.data(), y41.data(), n);
+  const double err41 = rms_error(x, y41) / rms(x);
+  EXPECT_LT(err, 0.15) << "relative RMS error of Q4_K";
+  EXPECT_LT(err, err41) << "Q4_K (with its scale search) should beat plain min/max 4-bit";
+}
+
+TEST(QuantizeWeights, RowDispatcherMatchesTheRoutines) {
+  const int64_t n = 256;
+  const std::vector<float> x = gaussian(n, 3);
+  std::vector<uint8_t> a(row_bytes(DType::Q8_0, n)), b(a.size());
+  quantize_row(DType::Q8_0, x.data(), a.data(), n);
+  quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(b.data()), n);
+  EXPECT_EQ(a, b);
+  std::vector<uint8_t> f16(row_bytes(DType::F16, n));
+  quantize_row(DType::F16, x.data(), f16.data(), n);
+  const auto* h = reinterpret_cast<const uint16_t*>(f16.data());
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h[i], fp32_to_fp16(x[static_cast<size_t>(i)]));
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K})
+    EXPECT_TRUE(can_quantize(t)) << dtype_name(t);
+  EXPECT_FALSE(can_quantize(DType::Q6_K));
+  std::vector<uint8_t> out(row_bytes(DType::Q6_K, n));
+  EXPECT_THROW(quantize_row(DType::Q6_K, x.data(), out.data(), n), Error);
+}
