@@ -9,5 +9,6 @@ void add_tokenize_command(CLI::App& app);
 void add_kv_calc_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_gen_model_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace kvserve::cli

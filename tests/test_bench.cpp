@@ -1,0 +1,371 @@
+// kvserve bench: the metric definitions (percentiles, interval unions, summaries), the SSE parser, prompt
+// generation, an offline run through the Engine on stories260K (library and `kvserve bench --json`),
+// and serving mode against a real `kvserve serve` started here. Only counts are checked, never timings.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_metrics.h"
+#include "bench/offline_bench.h"
+#include "bench/prompts.h"
+#include "bench/serving_bench.h"
+#include "bench/triad.h"
+#include "core/error.h"
+#include "model/model.h"
+
+extern char** environ;
+
+using namespace kvserve;
+using namespace kvserve::bench;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kStories = KVSERVE_SHARED_DIR "/models/stories260K/stories260K.bin";
+const std::string kTok = KVSERVE_SHARED_DIR "/models/stories260K/tok512.bin";
+
+const Model& stories() {
+  static const std::unique_ptr<Model> model = [] {
+    LoadOptions opts;
+    opts.tokenizer_path = kTok;
+    return load_model(kStories, opts);
+  }();
+  return *model;
+}
+
+// Runs a command, returns its stdout (stderr discarded) and exit status.
+std::string run_capture(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (!p) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
+// stories260K as `kvserve serve` can load it: serve has no --tokenizer flag, and a llama2.c checkpoint
+// finds tokenizer.bin beside itself, so a temporary folder holds links named that way.
+class StoriesFolder {
+ public:
+  StoriesFolder() {
+    dir_ = std::filesystem::temp_directory_path() / ("kvserve-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    std::error_code ec;
+    std::filesystem::create_symlink(std::filesystem::absolute(kStories), dir_ / "stories260K.bin", ec);
+    std::filesystem::create_symlink(std::filesystem::absolute(kTok), dir_ / "tokenizer.bin", ec);
+  }
+  ~StoriesFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string model() const { return (dir_ / "stories260K.bin").string(); }
+  std::string log() const { return (dir_ / "serve.log").string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// `kvserve serve` on a free port; SIGKILLed when the test ends.
+class Server {
+ public:
+  Server(const std::string& model, const std::string& log) : log_(log) {
+    std::vector<std::string> args = {KVSERVE_BINARY, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0",
+                                     "--max-num-seqs", "8", "--kv-cache-memory", "64M"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    if (posix_spawn(&pid_, KVSERVE_BINARY, &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~Server() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  int wait_for_port() {
+    const std::regex serving(R"(on http://127\.0\.0\.1:(\d+))");
+    for (int i = 0; i < 600 && pid_ > 0; ++i) {  // up to 30 s
+      std::ifstream in(log_);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      const std::string text = ss.str();
+      std::smatch m;
+      if (std::regex_search(text, m, serving)) return std::stoi(m[1]);
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return 0;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return 0;
+  }
+  bool alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace
+
+TEST(BenchMetrics, PercentilesInterpolateLikeNumpy) {
+  const std::vector<double> v = {4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(percentile(v, 0), 1);
+  EXPECT_DOUBLE_EQ(percentile(v, 50), 2.5);
+  EXPECT_DOUBLE_EQ(percentile(v, 90), 3.7);  // numpy.percentile([1,2,3,4], 90)
+  EXPECT_DOUBLE_EQ(percentile(v, 100), 4);
+  EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
+  EXPECT_DOUBLE_EQ(percentile({7}, 99), 7);
+  const LatencySummary s = summarize_ms({0.001, 0.003});
+  EXPECT_EQ(s.count, 2u);
+  EXPECT_DOUBLE_EQ(s.mean, 2.0);
+  EXPECT_DOUBLE_EQ(s.max, 3.0);
+}
+
+TEST(BenchMetrics, UnionOfIntervals) {
+  EXPECT_DOUBLE_EQ(union_length({}), 0);
+  EXPECT_DOUBLE_EQ(union_length({{0, 1}, {2, 3}}), 2);
+  EXPECT_DOUBLE_EQ(union_length({{0, 2}, {1, 3}, {1.5, 2.5}}), 3);
+  EXPECT_DOUBLE_EQ(union_length({{5, 6}, {0, 1}, {0.5, 1}}), 2);
+  EXPECT_DOUBLE_EQ(union_length({{1, 1}, {2, 1}}), 0);
+}
+
+TEST(BenchMetrics, SummaryOfHandMadeRecords) {
+  // Two requests one after the other (batch 1): prefill 1 s each, decode 4 tokens in 2 s each.
+  std::vector<RequestRecord> rs(3);
+  rs[0] = {0.0, 1.0, 3.0, {1.0, 1.5, 2.0, 2.5, 3.0}, 100, 5, 0, true, ""};
+  rs[1] = {3.0, 4.0, 6.0, {4.0, 4.5, 5.0, 5.5, 6.0}, 100, 5, 50, true, ""};
+  rs[2].error = "HTTP 500: boom";
+  const BenchSummary s = summarize(rs, 6.0);
+  EXPECT_EQ(s.requests, 3);
+  EXPECT_EQ(s.completed, 2);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.first_error, "HTTP 500: boom");
+  EXPECT_EQ(s.prompt_tokens, 200);
+  EXPECT_EQ(s.output_tokens, 10);
+  EXPECT_EQ(s.cached_tokens, 50);
+  EXPECT_DOUBLE_EQ(s.prefix_hit_rate, 0.25);
+  EXPECT_DOUBLE_EQ(s.prefill_tokens_per_s, 150.0 / 2.0);  // 100 + 50 computed tokens over 2 s
+  EXPECT_DOUBLE_EQ(s.decode_tokens_per_s, 8.0 / 4.0);
+  EXPECT_DOUBLE_EQ(s.requests_per_s, 2.0 / 6.0);
+  EXPECT_DOUBLE_EQ(s.output_tokens_per_s, 10.0 / 6.0);
+  EXPECT_DOUBLE_EQ(s.ttft.p50, 1000.0);
+  EXPECT_DOUBLE_EQ(s.tpot.mean, 500.0);
+  EXPECT_EQ(s.itl.count, 8u);
+  EXPECT_DOUBLE_EQ(s.itl.p99, 500.0);
+  EXPECT_DOUBLE_EQ(s.e2e.mean, 3000.0);
+  const json j = s.to_json();
+  EXPECT_EQ(j["completed"], 2);
+  EXPECT_EQ(j["ttft_ms"]["count"], 2);
+  EXPECT_FALSE(s.to_text().empty());
+}
+
+TEST(BenchSSE, EventsSplitAcrossReads) {
+  SSEParser p;
+  std::vector<std::string> got;
+  auto on = [&](const std::string& d) { got.push_back(d); };
+  const std::string stream = "data: {\"a\":1}\n\ndata:{\"b\":2}\r\n\r\n: comment\n\ndata: [DONE]\n\n";
+  for (char c : stream) p.feed(&c, 1, on);
+  EXPECT_EQ(got, (std::vector<std::string>{"{\"a\":1}", "{\"b\":2}", "[DONE]"}));
+}
+
+TEST(BenchPrompts, LengthsBosAndSharedPrefixes) {
+  PromptSpec s;
+  s.num_prompts = 6;
+  s.prompt_len = 20;
+  s.prefix_len = 8;
+  s.prefix_groups = 2;
+  s.seed = 3;
+  const std::vector<int32_t> pool = id_range_pool(10, 20);
+  const auto ps = make_prompts(s, pool, 1);
+  ASSERT_EQ(ps.size(), 6u);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ASSERT_EQ(ps[i].size(), 20u);
+    EXPECT_EQ(ps[i][0], 1);
+    for (size_t k = 1; k < 20; ++k) EXPECT_TRUE(ps[i][k] >= 10 && ps[i][k] < 20);
+    const auto& same_group = ps[i % 2];
+    EXPECT_TRUE(std::equal(ps[i].begin(), ps[i].begin() + 8, same_group.begin()));
+  }
+  EXPECT_NE(std::vector<int32_t>(ps[0].begin(), ps[0].begin() + 8), std::vector<int32_t>(ps[1].begin(), ps[1].begin() + 8));
+  EXPECT_EQ(make_prompts(s, pool, 1), ps);  // reproducible
+  s.prefix_len = 21;
+  EXPECT_THROW(make_prompts(s, pool, 1), Error);
+
+  const std::vector<int32_t> vp = token_pool(stories().vocab);
+  EXPECT_GT(vp.size(), 200u);
+  for (int32_t id : vp) {
+    EXPECT_NE(id, stories().vocab.bos_id);
+    EXPECT_NE(id, stories().vocab.eos_id);
+  }
+  EXPECT_EQ(ids_to_words({0, 1, 2}), "the of and");
+}
+
+TEST(BenchOffline, CountsAreRightOnStories260K) {
+  OfflineBenchOptions o;
+  o.prompts.num_prompts = 6;
+  o.prompts.prompt_len = 24;
+  o.output_len = 10;
+  o.batch = 3;
+  const OfflineBenchResult r = run_offline_bench(stories(), o);
+  const BenchSummary& s = r.summary;
+  EXPECT_EQ(s.requests, 6);
+  EXPECT_EQ(s.completed, 6);
+  EXPECT_EQ(s.failed, 0) << s.first_error;
+  EXPECT_EQ(s.output_tokens, 6 * 10);
+  EXPECT_EQ(s.prompt_tokens, 6 * 24);
+  EXPECT_EQ(s.ttft.count, 6u);
+  EXPECT_EQ(s.tpot.count, 6u);
+  EXPECT_EQ(s.e2e.count, 6u);
+  EXPECT_GE(s.itl.count, 6u);
+  EXPECT_LE(s.itl.count, 6u * 9);
+  EXPECT_GT(s.duration_s, 0);
+  EXPECT_GT(s.prefill_tokens_per_s, 0);
+  EXPECT_GT(s.decode_tokens_per_s, 0);
+  EXPECT_GT(s.output_tokens_per_s, 0);
+  EXPECT_LE(s.ttft.p50, s.ttft.p90);
+  EXPECT_LE(s.ttft.p90, s.ttft.p99);
+  EXPECT_EQ(r.engine_stats.preemptions, 0u);
+}
+
+TEST(BenchOffline, SharedPrefixesHitTheCache) {
+  OfflineBenchOptions o;
+  o.prompts.num_prompts = 5;
+  o.prompts.prompt_len = 48;
+  o.prompts.prefix_len = 32;  // two full blocks of 16
+  o.output_len = 4;
+  o.batch = 1;  // one at a time: every request after the first finds the prefix cached
+  const OfflineBenchResult r = run_offline_bench(stories(), o);
+  EXPECT_EQ(r.summary.completed, 5);
+  EXPECT_EQ(r.summary.cached_tokens, 4 * 32);
+  EXPECT_DOUBLE_EQ(r.summary.prefix_hit_rate, 4.0 * 32 / (5 * 48));
+
+  o.engine.enable_prefix_caching = false;
+  EXPECT_EQ(run_offline_bench(stories(), o).summary.cached_tokens, 0);
+
+  o.prompts.prompt_len = 600;  // beyond stories260K's 512-token context
+  EXPECT_THROW(run_offline_bench(stories(), o), Error);
+}
+
+TEST(BenchOffline, CommandPrintsSaneJson) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
+  int status = 0;
+  const std::string out = run_capture(std::string(KVSERVE_BINARY) + " bench -m " + kStories + " --tokenizer " + kTok +
+                                          " -n 4 --prompt-len 16 --output-len 8 --batch 2 --json",
+                                      &status);
+  ASSERT_EQ(status, 0) << out;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["mode"], "offline");
+  EXPECT_EQ(j["requests"], 4);
+  EXPECT_EQ(j["completed"], 4);
+  EXPECT_EQ(j["failed"], 0);
+  EXPECT_EQ(j["output_tokens"], 4 * 8);
+  EXPECT_EQ(j["prompt_tokens"], 4 * 16);
+  EXPECT_EQ(j["config"]["batch"], 2);
+  EXPECT_GT(j["weight_bytes_per_token"].get<double>(), 0);
+  for (const char* k : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"})
+    for (const char* p : {"p50", "p90", "p99"}) EXPECT_GE(j[k][p].get<double>(), 0) << k << " " << p;
+  for (const char* k : {"prefill_tokens_per_s", "decode_tokens_per_s", "requests_per_s", "output_tokens_per_s"})
+    EXPECT_GT(j[k].get<double>(), 0) << k;
+  EXPECT_EQ(j["prefix_hit_rate"], 0.0);
+}
+
+TEST(BenchTriad, MeasuresSomething) {
+  const TriadResult t = measure_triad(ThreadPool::global(), 1 << 20, 2);
+  EXPECT_GT(t.best_gb_s, 0);
+  EXPECT_GE(t.best_gb_s, t.median_gb_s);
+  EXPECT_EQ(t.array_bytes, 4 << 20);
+}
+
+TEST(BenchServing, CompletesEveryRequestAgainstKvserveServe) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
+  StoriesFolder folder;
+  Server server(folder.model(), folder.log());
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0) << "kvserve serve did not start";
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+
+  // Closed loop, token-id prompts drawn from the model's vocabulary, through the library.
+  ServingBenchOptions o;
+  o.url = url;
+  o.prompts.num_prompts = 8;
+  o.prompts.prompt_len = 20;
+  o.output_len = 6;
+  o.concurrency = 4;
+  o.token_pool = token_pool(stories().vocab);
+  o.bos = stories().vocab.bos_id;
+  o.timeout_s = 60;
+  const ServingBenchResult r = run_serving_bench(o);
+  EXPECT_EQ(r.model, "stories260K");
+  EXPECT_EQ(r.summary.completed, 8);
+  EXPECT_EQ(r.summary.failed, 0) << r.summary.first_error;
+  EXPECT_EQ(r.summary.output_tokens, 8 * 6);
+  EXPECT_EQ(r.summary.prompt_tokens, 8 * 20);
+  EXPECT_EQ(r.summary.ttft.count, 8u);
+  for (const RequestRecord& rec : r.records) {
+    EXPECT_TRUE(rec.ok) << rec.error;
+    EXPECT_GE(rec.first, rec.start);
+    EXPECT_GE(rec.end, rec.first);
+    EXPECT_GE(rec.chunk_times.size(), 1u);
+  }
+
+  // Poisson arrivals, text prompts, shared prefixes, through the command.
+  int status = 0;
+  const std::string out =
+      run_capture(std::string(KVSERVE_BINARY) + " bench --url " + url +
+                      " -n 6 --prompt-len 24 --output-len 5 --request-rate 50 -c 3 --text-prompts"
+                      " --prompts shared-prefix --json",
+                  &status);
+  ASSERT_EQ(status, 0) << out;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["mode"], "serving");
+  EXPECT_EQ(j["completed"], 6);
+  EXPECT_EQ(j["failed"], 0) << j.value("first_error", "");
+  EXPECT_EQ(j["output_tokens"], 6 * 5);
+  EXPECT_GT(j["prompt_tokens"].get<int>(), 6 * 12);  // the server's own count of the words
+  EXPECT_GT(j["ttft_ms"]["count"].get<int>(), 0);
+
+  // A server that is not there: every request fails, reported, no exception.
+  ServingBenchOptions bad = o;
+  bad.url = "http://127.0.0.1:1";
+  bad.model = "x";
+  bad.warmup = 0;
+  bad.prompts.num_prompts = 2;
+  const ServingBenchResult none = run_serving_bench(bad);
+  EXPECT_EQ(none.summary.failed, 2);
+  EXPECT_FALSE(none.summary.first_error.empty());
+  EXPECT_THROW(
+      [&] {
+        ServingBenchOptions u = o;
+        u.url = "localhost:8080";
+        run_serving_bench(u);
+      }(),
+      Error);
+  EXPECT_TRUE(server.alive());
+}
