@@ -160,8 +160,8 @@ TEST(BenchMetrics, UnionOfIntervals) {
 TEST(BenchMetrics, SummaryOfHandMadeRecords) {
   // Two requests one after the other (batch 1): prefill 1 s each, decode 4 tokens in 2 s each.
   std::vector<RequestRecord> rs(3);
-  rs[0] = {0.0, 1.0, 3.0, {1.0, 1.5, 2.0, 2.5, 3.0}, 100, 5, 0, true, ""};
-  rs[1] = {3.0, 4.0, 6.0, {4.0, 4.5, 5.0, 5.5, 6.0}, 100, 5, 50, true, ""};
+  rs[0] = {0.0, 1.0, 3.0, {1.0, 1.5, 2.0, 2.5, 3.0}, {}, 100, 5, 0, true, ""};
+  rs[1] = {3.0, 4.0, 6.0, {4.0, 4.5, 5.0, 5.5, 6.0}, {}, 100, 5, 50, true, ""};
   rs[2].error = "HTTP 500: boom";
   const BenchSummary s = summarize(rs, 6.0);
   EXPECT_EQ(s.requests, 3);
@@ -181,10 +181,22 @@ TEST(BenchMetrics, SummaryOfHandMadeRecords) {
   EXPECT_EQ(s.itl.count, 8u);
   EXPECT_DOUBLE_EQ(s.itl.p99, 500.0);
   EXPECT_DOUBLE_EQ(s.e2e.mean, 3000.0);
+  EXPECT_DOUBLE_EQ(s.steady_decode_tokens_per_s, 0);  // one after the other: never both decoding
   const json j = s.to_json();
   EXPECT_EQ(j["completed"], 2);
   EXPECT_EQ(j["ttft_ms"]["count"], 2);
   EXPECT_FALSE(s.to_text().empty());
+}
+
+TEST(BenchMetrics, SteadyDecodeCountsOnlyTheAllDecodingWindow) {
+  // Two overlapping requests: b's first token at 2 s, a ends at 4 s; in (2, 4] a delivers 4 tokens (one
+  // delivery of 2) and b 2.
+  std::vector<RequestRecord> rs(2);
+  rs[0] = {0.0, 1.0, 4.0, {1.0, 2.0, 2.5, 3.0, 4.0}, {1, 1, 1, 2, 1}, 10, 6, 0, true, ""};
+  rs[1] = {0.5, 2.0, 5.0, {2.0, 3.0, 4.0, 5.0}, {}, 10, 4, 0, true, ""};
+  const BenchSummary s = summarize(rs, 5.0);
+  EXPECT_DOUBLE_EQ(s.steady_decode_tokens_per_s, (1 + 2 + 1 + 1 + 1) / 2.0);
+  EXPECT_DOUBLE_EQ(s.decode_tokens_per_s, (5.0 + 3.0) / 4.0);  // union of [1, 4] and [2, 5]
 }
 
 TEST(BenchSSE, EventsSplitAcrossReads) {
@@ -248,6 +260,7 @@ TEST(BenchOffline, CountsAreRightOnStories260K) {
   EXPECT_GT(s.duration_s, 0);
   EXPECT_GT(s.prefill_tokens_per_s, 0);
   EXPECT_GT(s.decode_tokens_per_s, 0);
+  EXPECT_EQ(s.steady_decode_tokens_per_s, 0);  // 6 requests, 3 at a time: never all decoding together
   EXPECT_GT(s.output_tokens_per_s, 0);
   EXPECT_LE(s.ttft.p50, s.ttft.p90);
   EXPECT_LE(s.ttft.p90, s.ttft.p99);

@@ -84,6 +84,25 @@ BenchSummary summarize(const std::vector<RequestRecord>& records, double duratio
     s.output_tokens_per_s = static_cast<double>(s.output_tokens) / duration_s;
     s.total_tokens_per_s = static_cast<double>(s.prompt_tokens + s.output_tokens) / duration_s;
   }
+  // The window in which every completed request was past its first token and not yet finished.
+  double last_first = -1, first_end = -1;
+  bool all_started = s.completed > 0;
+  for (const RequestRecord& r : records) {
+    if (!r.ok) continue;
+    if (r.first < 0) all_started = false;
+    last_first = std::max(last_first, r.first);
+    first_end = first_end < 0 ? r.end : std::min(first_end, r.end);
+  }
+  if (all_started && first_end > last_first) {
+    int64_t steady = 0;
+    for (const RequestRecord& r : records) {
+      if (!r.ok) continue;
+      for (size_t i = 0; i < r.chunk_times.size(); ++i)
+        if (r.chunk_times[i] > last_first && r.chunk_times[i] <= first_end)
+          steady += i < r.chunk_tokens.size() ? r.chunk_tokens[i] : 1;
+    }
+    s.steady_decode_tokens_per_s = static_cast<double>(steady) / (first_end - last_first);
+  }
   const double prefill_time = union_length(prefill_iv);
   const double decode_time = union_length(decode_iv);
   if (prefill_time > 0) s.prefill_tokens_per_s = static_cast<double>(computed_prompt) / prefill_time;
@@ -113,6 +132,7 @@ nlohmann::json BenchSummary::to_json() const {
                       {"total_tokens_per_s", total_tokens_per_s},
                       {"prefill_tokens_per_s", prefill_tokens_per_s},
                       {"decode_tokens_per_s", decode_tokens_per_s},
+                      {"steady_decode_tokens_per_s", steady_decode_tokens_per_s},
                       {"prefix_hit_rate", prefix_hit_rate},
                       {"ttft_ms", ttft.to_json()},
                       {"tpot_ms", tpot.to_json()},
@@ -131,7 +151,8 @@ std::string BenchSummary::to_text() const {
   out += fmt::format("throughput:        {:.2f} req/s, {:.1f} output tok/s, {:.1f} total tok/s\n", requests_per_s,
                      output_tokens_per_s, total_tokens_per_s);
   out += fmt::format("prefill:           {:.1f} tok/s\n", prefill_tokens_per_s);
-  out += fmt::format("decode:            {:.1f} tok/s\n", decode_tokens_per_s);
+  out += fmt::format("decode:            {:.1f} tok/s ({:.1f} tok/s while all {} requests were decoding)\n",
+                     decode_tokens_per_s, steady_decode_tokens_per_s, completed);
   auto line = [&](const char* name, const LatencySummary& l) {
     out += fmt::format("{:<18} mean {:9.2f}  p50 {:9.2f}  p90 {:9.2f}  p99 {:9.2f}  (ms, n={})\n", name, l.mean, l.p50,
                        l.p90, l.p99, l.count);

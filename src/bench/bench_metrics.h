@@ -17,6 +17,7 @@ struct RequestRecord {
   double first = -1;                // first token arrived (-1: none)
   double end = 0;                   // last event (finished or failed)
   std::vector<double> chunk_times;  // arrival of each delivery that carried tokens (first included)
+  std::vector<int> chunk_tokens;    // tokens of each delivery (empty: one each)
   int prompt_tokens = 0;
   int output_tokens = 0;
   int cached_tokens = 0;  // prompt tokens served from the prefix cache
@@ -47,6 +48,10 @@ struct BenchSummary {
   double prefill_tokens_per_s = 0;
   // Tokens after each request's first over the time some request was decoding (union of [first, end]).
   double decode_tokens_per_s = 0;
+  // Tokens delivered while every request was decoding (after the last first token, up to the first
+  // request's end) over that window: the pure decode rate of the whole batch, with no prefill mixed in.
+  // 0 when the requests did not all overlap (e.g. more requests than --batch).
+  double steady_decode_tokens_per_s = 0;
   double prefix_hit_rate = 0;  // cached / prompt tokens
   LatencySummary ttft;         // time to first token
   LatencySummary tpot;         // per request: (end - first) / (output - 1)

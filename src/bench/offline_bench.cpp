@@ -28,6 +28,7 @@ class Tracker {
       if (!ev.tokens.empty()) {
         if (r.first < 0) r.first = now;
         r.chunk_times.push_back(now);
+        r.chunk_tokens.push_back(static_cast<int>(ev.tokens.size()));
         r.output_tokens += static_cast<int>(ev.tokens.size());
       }
       if (ev.finished) {

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""kvserve vs llama.cpp on the same GGUF file and thread count.
+
+llama.cpp runs in this process through llama-cpp-python's low-level bindings (llama_decode on a
+llama_batch, greedy argmax sampling in numpy); kvserve runs as `kvserve bench --json` (offline mode, the
+continuous-batching Engine). Runs alternate between the two (and which goes first alternates too), and
+each figure is the median over --repeats. Figures:
+
+  decode    batch 1: --gen-len tokens after a --prompt-len-token prompt (tok/s after the first token)
+  prefill   the same run's --prompt-len-token prompt (prompt tokens / time to first token)
+  batched   --n-seqs sequences of --batch-prompt-len prompt tokens then --batch-gen-len tokens each, all
+            in flight together: llama.cpp gets all prompts in one llama_batch (one seq id per sequence)
+            and then one token per sequence per llama_decode; kvserve gets --batch n-seqs with a token
+            budget that prefills them all in one step. Figure: decode tok/s over all sequences.
+
+The memory-bandwidth bound on decode is the STREAM triad bandwidth (measured in the same run with
+`kvserve bench --triad`, same thread count) divided by the weight bytes read per token (as kvserve
+counts them: every layer weight, the output projection, one embedding row); a batch of B sequences reads
+the weights once per step, so its weight-only bound is B times that.
+
+  python3 bench/compare_llamacpp.py -m model.gguf -t 2
+  python3 bench/compare_llamacpp.py -m model.gguf -t 2 --prompt-len 64 --gen-len 16 \\
+      --n-seqs 4 --batch-prompt-len 32 --batch-gen-len 16 --repeats 1
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+try:
+    import llama_cpp as L
+except ImportError:  # pragma: no cover
+    sys.exit("llama-cpp-python is not installed (python3 -m pip install llama-cpp-python)")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def find_kvserve():
+    for d in ("build-bench", "build", "build-ci"):
+        p = os.path.join(REPO, d, "kvserve")
+        if os.access(p, os.X_OK):
+            return p
+    return "kvserve"
+
+
+def kvserve_json(args, *extra):
+    cmd = [args.kvserve, "bench", "-t", str(args.threads), "--json", *extra]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return json.loads(out.stdout)
+
+
+def kvserve_run(args, n, prompt_len, gen_len, batch):
+    j = kvserve_json(args, "-m", args.model, "-n", str(n), "--prompt-len", str(prompt_len),
+                     "--output-len", str(gen_len), "--batch", str(batch),
+                     "--max-num-batched-tokens", str(max(512, n * prompt_len)), "--seed", str(args.seed))
+    if j["failed"]:
+        raise RuntimeError("kvserve bench failed: %s" % j.get("first_error"))
+    return j
+
+
+_log_cb = None
+
+
+class LlamaCpp:
+    def __init__(self, path, threads):
+        global _log_cb
+        _log_cb = L.llama_log_callback(lambda level, text, user: None)  # keep a reference
+        L.llama_log_set(_log_cb, ctypes.c_void_p())
+        L.llama_backend_init()
+        mp = L.llama_model_default_params()
+        self.model = L.llama_model_load_from_file(path.encode(), mp)
+        if not self.model:
+            raise RuntimeError("llama.cpp could not load " + path)
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.bos = L.llama_vocab_bos(self.vocab)
+        self.threads = threads
+        self.run(1, 16, 4, seed=12345)  # warm-up (page in the weights), as kvserve bench does
+
+    def close(self):
+        L.llama_model_free(self.model)
+
+    def run(self, n_seqs, prompt_len, gen_len, seed):
+        rng = np.random.default_rng(seed)
+        lo = min(100, self.n_vocab // 2)
+        prompts = rng.integers(lo, self.n_vocab, size=(n_seqs, prompt_len), dtype=np.int64)
+        if self.bos >= 0:
+            prompts[:, 0] = self.bos
+        cp = L.llama_context_default_params()
+        n_ctx = n_seqs * (prompt_len + gen_len) + 256
+        cp.n_ctx = n_ctx
+        cp.n_batch = max(512, n_seqs * prompt_len)
+        cp.n_ubatch = 512
+        cp.n_seq_max = n_seqs
+        cp.kv_unified = True
+        cp.n_threads = self.threads
+        cp.n_threads_batch = self.threads
+        cp.no_perf = True
+        ctx = L.llama_init_from_model(self.model, cp)
+        if not ctx:
+            raise RuntimeError("llama.cpp could not create a context")
+        batch = L.llama_batch_init(max(n_seqs * prompt_len, n_seqs), 0, n_seqs)
+        n_vocab = self.n_vocab
+
+        def argmax(i):
+            return int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).argmax())
+
+        try:
+            k = 0
+            last = []
+            for s in range(n_seqs):
+                for i in range(prompt_len):
+                    batch.token[k] = int(prompts[s, i])
+                    batch.pos[k] = i
+                    batch.n_seq_id[k] = 1
+                    batch.seq_id[k][0] = s
+                    batch.logits[k] = 1 if i == prompt_len - 1 else 0
+                    k += 1
+                last.append(k - 1)
+            batch.n_tokens = k
+            t0 = time.perf_counter()
+            if L.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed (prefill)")
+            nxt = [argmax(i) for i in last]
+            t1 = time.perf_counter()
+            for step in range(1, gen_len):
+                for s in range(n_seqs):
+                    batch.token[s] = nxt[s]
+                    batch.pos[s] = prompt_len + step - 1
+                    batch.n_seq_id[s] = 1
+                    batch.seq_id[s][0] = s
+                    batch.logits[s] = 1
+                batch.n_tokens = n_seqs
+                if L.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed (decode)")
+                nxt = [argmax(s) for s in range(n_seqs)]
+            t2 = time.perf_counter()
+        finally:
+            L.llama_batch_free(batch)
+            L.llama_free(ctx)
+        return {
+            "prefill_tokens_per_s": n_seqs * prompt_len / (t1 - t0),
+            "decode_tokens_per_s": n_seqs * (gen_len - 1) / (t2 - t1) if gen_len > 1 else 0.0,
+            "output_tokens_per_s": n_seqs * gen_len / (t2 - t0),
+            "ttft_ms": (t1 - t0) * 1000,
+        }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", required=True, help="GGUF file (e.g. from kvserve gen-model)")
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count(), help="threads for both (default: all)")
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--gen-len", type=int, default=128)
+    ap.add_argument("--n-seqs", type=int, default=16)
+    ap.add_argument("--batch-prompt-len", type=int, default=128)
+    ap.add_argument("--batch-gen-len", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kvserve", default=find_kvserve(), help="kvserve binary (default: build-bench/kvserve)")
+    ap.add_argument("--skip-batched", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = ap.parse_args()
+
+    triad = kvserve_json(args, "--triad")["triad"]
+    lc = LlamaCpp(args.model, args.threads)
+    cases = [("single", 1, args.prompt_len, args.gen_len)]
+    if not args.skip_batched:
+        cases.append(("batched", args.n_seqs, args.batch_prompt_len, args.batch_gen_len))
+    results = {name: {"kvserve": [], "llama.cpp": []} for name, *_ in cases}
+    weight_bytes = None
+    for r in range(args.repeats):
+        for name, n, plen, glen in cases:
+            order = ["kvserve", "llama.cpp"] if r % 2 == 0 else ["llama.cpp", "kvserve"]
+            for who in order:
+                if who == "kvserve":
+                    j = kvserve_run(args, n, plen, glen, n)
+                    weight_bytes = j["weight_bytes_per_token"]
+                    # Decode: the window where every sequence was decoding (kvserve adds requests one by one,
+                    # so early steps can mix prefill in); the same as llama.cpp's pure decode loop.
+                    decode = j.get("steady_decode_tokens_per_s") or j["decode_tokens_per_s"]
+                    results[name]["kvserve"].append({"prefill_tokens_per_s": j["prefill_tokens_per_s"],
+                                                     "decode_tokens_per_s": decode,
+                                                     "output_tokens_per_s": j["output_tokens_per_s"]})
+                else:
+                    results[name]["llama.cpp"].append(lc.run(n, plen, glen, args.seed + r))
+            print("repeat %d/%d %s done" % (r + 1, args.repeats, name), file=sys.stderr)
+    lc.close()
+    triad_after = kvserve_json(args, "--triad")["triad"]
+
+    def med(name, who, key):
+        return statistics.median(x[key] for x in results[name][who])
+
+    bw = max(triad["best_gb_s"], triad_after["best_gb_s"]) * 1e9
+    bound = bw / weight_bytes
+    rows = [
+        ("decode tok/s (batch 1, %d after %d)" % (args.gen_len, args.prompt_len), "single", "decode_tokens_per_s",
+         bound),
+        ("prefill tok/s (%d-token prompt)" % args.prompt_len, "single", "prefill_tokens_per_s", None),
+    ]
+    if not args.skip_batched:
+        rows.append(("batched decode tok/s (%d seqs, %d after %d)" % (args.n_seqs, args.batch_gen_len,
+                                                                    args.batch_prompt_len),
+                     "batched", "decode_tokens_per_s", bound * args.n_seqs))
+        rows.append(("batched output tok/s (incl. prefill)", "batched", "output_tokens_per_s", None))
+    out = {"model": args.model, "threads": args.threads, "repeats": args.repeats,
+           "triad_gb_s": bw / 1e9, "weight_bytes_per_token": weight_bytes,
+           "bandwidth_bound_decode_tokens_per_s": bound, "figures": [], "runs": results}
+    for label, case, key, b in rows:
+        k, l = med(case, "kvserve", key), med(case, "llama.cpp", key)
+        out["figures"].append({"figure": label, "kvserve": k, "llama.cpp": l, "ratio": k / l if l else None,
+                               "bound": b})
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    print("model %s, %d threads, median of %d alternating runs" % (args.model, args.threads, args.repeats))
+    print("triad %.1f GB/s, weights read per token %.1f MiB -> batch-1 decode bound %.1f tok/s"
+          % (bw / 1e9, weight_bytes / 2**20, bound))
+    print("%-48s %12s %12s %10s %14s" % ("figure", "kvserve", "llama.cpp", "kv/llama", "bound"))
+    for f in out["figures"]:
+        bstr = ("%.1f" % f["bound"]) if f["bound"] else "-"
+        print("%-48s %12.1f %12.1f %10.2f %14s" % (f["figure"], f["kvserve"], f["llama.cpp"], f["ratio"], bstr))
+    for f in out["figures"]:
+        if f["bound"]:
+            print("%s: kvserve at %.0f%% of the bound, llama.cpp at %.0f%%"
+                  % (f["figure"], 100 * f["kvserve"] / f["bound"], 100 * f["llama.cpp"] / f["bound"]))
+
+
+if __name__ == "__main__":
+    main()
