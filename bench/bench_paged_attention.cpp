@@ -1,0 +1,137 @@
+// Paged attention decode: one query token per sequence against contexts of 128 .. 16K tokens read through
+// a block table, for GQA shapes of real models. Reports the K/V bytes read per second (the kernel is
+// bandwidth-bound at long contexts: compare with bench_matmul's STREAM triad) and context tokens/s.
+//
+//   ./bench_paged_attention --benchmark_min_time=0.1
+//   ./bench_paged_attention --benchmark_filter='Llama3_1B/.*/4096'
+//
+// Variants:
+//   <shape>/scattered/<ctx>   blocks at random physical places (a long-running server's pool)
+//   <shape>/contiguous/<ctx>  blocks in order (a fresh pool)
+//   <shape>/batch16/<ctx>     16 sequences decoding one token each (one call per sequence, as the
+//                             model runner does in a batched decode step), scattered blocks
+//   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/paged_attention.h"
+
+namespace {
+
+using namespace kvserve;
+
+struct Shape {
+  const char* name;
+  int n_heads, n_kv_heads, head_dim;
+};
+
+constexpr Shape kShapes[] = {
+    {"Llama3_1B", 32, 8, 64},    // Llama-3.2-1B: 4 query heads per KV head
+    {"SmolLM2_135M", 9, 3, 64},  // SmolLM2-135M: 3 query heads per KV head
+    {"Llama3_8B", 32, 8, 128},   // Llama-3-8B: 4 per KV head, head_dim 128
+};
+
+enum class Variant { Scattered, Contiguous, Batch16, Reference };
+
+constexpr int kBlockSize = 16;
+
+// One layer's K/V pool holding `n_seqs` sequences of `ctx` tokens each, and their block tables.
+struct Pool {
+  std::vector<float> k, v;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<float> q, out;
+  int64_t block_stride = 0;
+};
+
+Pool make_pool(const Shape& s, int64_t ctx, int n_seqs, bool scattered) {
+  Pool p;
+  const int64_t blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
+  const int64_t n_blocks = blocks_per_seq * n_seqs;
+  p.block_stride = int64_t{s.n_kv_heads} * kBlockSize * s.head_dim;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  p.k.resize(static_cast<size_t>(n_blocks * p.block_stride));
+  p.v.resize(p.k.size());
+  for (float& x : p.k) x = uni(rng);
+  for (float& x : p.v) x = uni(rng);
+  std::vector<int32_t> phys(static_cast<size_t>(n_blocks));
+  std::iota(phys.begin(), phys.end(), 0);
+  if (scattered) std::shuffle(phys.begin(), phys.end(), rng);
+  for (int i = 0; i < n_seqs; ++i)
+    p.tables.emplace_back(phys.begin() + i * blocks_per_seq, phys.begin() + (i + 1) * blocks_per_seq);
+  p.q.resize(static_cast<size_t>(n_seqs) * s.n_heads * s.head_dim);
+  for (float& x : p.q) x = uni(rng);
+  p.out.resize(p.q.size());
+  return p;
+}
+
+void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
+  const int64_t ctx = state.range(0);
+  const int n_seqs = variant == Variant::Batch16 ? 16 : 1;
+  Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous);
+  ThreadPool& pool = ThreadPool::global();
+  PagedAttentionArgs a;
+  a.n_tokens = 1;
+  a.n_heads = s.n_heads;
+  a.n_kv_heads = s.n_kv_heads;
+  a.head_dim = s.head_dim;
+  a.block_size = kBlockSize;
+  a.pos0 = ctx - 1;  // the new token is the ctx-th: it attends to all ctx positions
+  a.k_cache = p.k.data();
+  a.v_cache = p.v.data();
+  a.block_stride = p.block_stride;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const size_t q_stride = static_cast<size_t>(s.n_heads) * s.head_dim;
+  for (auto _ : state) {
+    for (int i = 0; i < n_seqs; ++i) {
+      a.q = p.q.data() + i * q_stride;
+      a.out = p.out.data() + i * q_stride;
+      a.block_table = p.tables[static_cast<size_t>(i)].data();
+      if (variant == Variant::Reference)
+        paged_attention_ref(a);
+      else
+        paged_attention(a, pool);
+    }
+    benchmark::DoNotOptimize(p.out.data());
+    benchmark::ClobberMemory();
+  }
+  const int64_t kv_bytes = 2 * ctx * s.n_kv_heads * s.head_dim * static_cast<int64_t>(sizeof(float)) * n_seqs;
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
+  state.counters["ctx_tokens/s"] =
+      benchmark::Counter(static_cast<double>(ctx * n_seqs), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = variant == Variant::Reference ? 1 : pool.size();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::pair<const char*, Variant> variants[] = {{"scattered", Variant::Scattered},
+                                                      {"contiguous", Variant::Contiguous},
+                                                      {"batch16", Variant::Batch16},
+                                                      {"reference", Variant::Reference}};
+  for (const Shape& s : kShapes) {
+    for (const auto& [vname, v] : variants) {
+      const std::string name = std::string(s.name) + "/" + vname;
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_PagedDecode, s, v)
+                    ->Unit(benchmark::kMicrosecond)
+                    ->UseRealTime();
+      // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
+      const bool small = v == Variant::Batch16 || v == Variant::Reference;
+      for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
+        if (!small || ctx <= 4096) b->Arg(ctx);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
