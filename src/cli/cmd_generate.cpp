@@ -1,10 +1,12 @@
-// kvserve generate: one prompt in, streamed text out, with timings.
+// kvserve generate: one prompt in, streamed text out, with timings. Runs on the same paged KV cache as
+// `kvserve serve` (one sequence), sized by the same --kv-cache-memory and --block-size.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
 #include "cli/progress.h"
 #include "core/error.h"
@@ -26,10 +28,12 @@ struct GenerateArgs {
   bool json = false;
   int threads = 0;
   int context = 0;
+  KVCacheArgs kv_cache;
   SamplingParams sp;
 };
 
 void run_generate(const GenerateArgs& a) {
+  const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   LoadOptions lo;
@@ -52,7 +56,11 @@ void run_generate(const GenerateArgs& a) {
 
   GeneratorOptions go;
   if (a.context > 0) go.max_context = a.context;
+  go.kv_cache_memory = kv_cache_memory;
+  go.block_size = a.kv_cache.block_size;
+  go.enable_prefix_caching = false;  // one request: nothing to share, and half the blocks suffice
   Generator gen(*model, go);
+  std::fprintf(stderr, "%s\n", gen.kv_cache().summary().c_str());
   const bool stream = !a.json;
   GenerationResult r = gen.generate(ids, a.sp, [&](int32_t, const std::string& piece) {
     if (stream) {
@@ -71,6 +79,11 @@ void run_generate(const GenerateArgs& a) {
     j["generated_ids"] = r.generated_ids;
     j["text"] = r.text;
     j["finish_reason"] = r.finish_reason;
+    j["cached_tokens"] = r.cached_tokens;
+    j["kv_cache"] = {{"num_blocks", gen.kv_cache().num_blocks},
+                     {"block_size", gen.kv_cache().block_size},
+                     {"capacity_tokens", gen.kv_cache().capacity_tokens()},
+                     {"budget_bytes", gen.kv_cache().budget_bytes}};
     j["timings"] = {{"prompt_seconds", r.prompt_seconds},
                     {"generate_seconds", r.generate_seconds},
                     {"prompt_tokens_per_second", pp},
@@ -113,6 +126,7 @@ void add_generate_command(CLI::App& app) {
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence tokens");
   c->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   c->add_option("-c,--context", a->context, "Context length (default: the model's)");
+  add_kv_cache_options(*c, a->kv_cache);
   c->add_flag("--json", a->json, "Print one JSON object with ids, text and timings instead of streaming");
   c->callback([a] { run_generate(*a); });
 }

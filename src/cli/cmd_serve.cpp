@@ -2,7 +2,6 @@
 #include <pthread.h>
 
 #include <atomic>
-#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +10,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
 #include "cli/progress.h"
 #include "core/error.h"
@@ -30,8 +30,7 @@ struct ServeArgs {
   int port = 8080;
   std::string api_key;
   bool share_prefix_cache = false;
-  std::string kv_cache_memory;
-  int block_size = 16;
+  KVCacheArgs kv_cache;
   int max_num_batched_tokens = 512;
   int max_num_seqs = 64;
   int64_t max_model_len = 0;
@@ -40,32 +39,6 @@ struct ServeArgs {
   int threads = 0;
   std::string served_model_name;
 };
-
-// "0.25" (a fraction of RAM), "1073741824", "512M", "2G", "1.5GiB" -> what EngineOptions expects.
-double parse_kv_cache_memory(const std::string& text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    fail("--kv-cache-memory: '{}' is not a number of bytes (K/M/G/T suffix allowed) or a fraction <= 1", text);
-  }
-  std::string suffix = text.substr(used);
-  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (suffix.ends_with("IB")) suffix.resize(suffix.size() - 2);
-  else if (suffix.size() > 1 && suffix.ends_with("B")) suffix.pop_back();
-  double scale = 1;
-  if (suffix == "K") scale = 1024.0;
-  else if (suffix == "M") scale = 1024.0 * 1024;
-  else if (suffix == "G") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!suffix.empty() && suffix != "B")
-    fail("--kv-cache-memory: unknown unit '{}' in '{}' (use K, M, G or T)", text.substr(used), text);
-  if (!(value > 0)) fail("--kv-cache-memory must be positive, got '{}'", text);
-  if (scale == 1 && value > 1 && value != static_cast<double>(static_cast<int64_t>(value)))
-    fail("--kv-cache-memory: '{}' is neither a fraction <= 1 nor a whole number of bytes", text);
-  return value * scale;
-}
 
 // What /v1/models reports by default: the model file's name without its extension.
 std::string default_served_name(const std::string& path) {
@@ -88,6 +61,7 @@ void run_serve(const ServeArgs& a) {
   // A client that vanishes mid-write must fail the write, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
 
+  const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   LoadOptions lo;
@@ -97,8 +71,8 @@ void run_serve(const ServeArgs& a) {
   bar.done();
 
   EngineOptions eo;
-  if (!a.kv_cache_memory.empty()) eo.kv_cache_memory = parse_kv_cache_memory(a.kv_cache_memory);
-  eo.block_size = a.block_size;
+  eo.kv_cache_memory = kv_cache_memory;
+  eo.block_size = a.kv_cache.block_size;
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_num_seqs = a.max_num_seqs;
   eo.max_model_len = a.max_model_len;
@@ -119,7 +93,7 @@ void run_serve(const ServeArgs& a) {
   const int port = http.bind();
   const EngineStats stats = engine.stats();
   std::fprintf(stderr, "kvserve: serving '%s' on http://%s:%d (KV cache: %lld blocks of %d tokens, %d threads)%s\n",
-               served_name.c_str(), a.host.c_str(), port, static_cast<long long>(stats.num_blocks), a.block_size,
+               served_name.c_str(), a.host.c_str(), port, static_cast<long long>(stats.num_blocks), a.kv_cache.block_size,
                ThreadPool::global().size(), a.api_key.empty() ? "" : ", API key required");
 
   std::atomic<bool> serving_ended{false};
@@ -150,9 +124,7 @@ void add_serve_command(CLI::App& app) {
   c->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
   c->add_flag("--share-prefix-cache", a->share_prefix_cache,
               "Let requests under different API keys reuse each other's cached prefixes");
-  c->add_option("--kv-cache-memory", a->kv_cache_memory,
-                "KV cache budget: bytes with K/M/G suffix, or a fraction (<= 1) of RAM (default 0.25)");
-  c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 1024));
+  add_kv_cache_options(*c, a->kv_cache);
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Token budget of one forward step")
       ->capture_default_str()->check(CLI::PositiveNumber);
   c->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per forward step")->capture_default_str()->check(CLI::PositiveNumber);

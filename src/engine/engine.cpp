@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
-#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -16,11 +15,11 @@
 
 #include "core/error.h"
 #include "engine/model_runner.h"
+#include "engine/paged_kv_cache.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/stop_checker.h"
 #include "kv/kv_cache_manager.h"
-#include "kv/kv_layout.h"
 #include "kv/kv_storage.h"
 #include "model/stream_decoder.h"
 
@@ -119,46 +118,23 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   if (!model.tokenizer) fail("engine: the model has no tokenizer");
   n_vocab = c.n_vocab;
   max_model_len = opts.max_model_len > 0 ? opts.max_model_len : (c.n_ctx_train > 0 ? c.n_ctx_train : 2048);
-  if (opts.block_size <= 0) fail("engine: block size must be positive");
-  if (!(opts.kv_cache_memory > 0)) fail("engine: kv cache memory must be positive, got {}", opts.kv_cache_memory);
-
-  const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, opts.block_size);
-  const uint64_t budget = opts.kv_cache_memory > 1
-                              ? static_cast<uint64_t>(opts.kv_cache_memory)
-                              : static_cast<uint64_t>(opts.kv_cache_memory * static_cast<double>(total_ram_bytes()));
-  const int64_t affordable = blocks_for_budget(layout, budget);
-  // More blocks than every sequence at full context twice over would only hold cold prefixes, and the
-  // f32 storage is committed up front: a fraction of RAM for a tiny model would otherwise take gigabytes.
-  const int64_t blocks_per_seq = (max_model_len + opts.block_size - 1) / opts.block_size;
-  const int64_t useful = blocks_per_seq * std::max(opts.max_num_seqs, 1) * 2;
-  const int64_t num_blocks =
-      std::min<int64_t>({affordable, useful, std::numeric_limits<int32_t>::max()});
-  if (num_blocks < 1)
-    fail("engine: a KV budget of {} bytes holds no block ({} bytes each)", budget, layout.bytes_per_block());
-
-  storage = std::make_unique<KVStorage>(layout, static_cast<int32_t>(num_blocks));
-  for (int l = 0; l < c.n_layers; ++l) {
-    view.k_layers.push_back(storage->k_layer(l));
-    view.v_layers.push_back(storage->v_layer(l));
-  }
-  view.block_size = opts.block_size;
-  view.block_stride = storage->block_stride();
-  view.n_blocks = num_blocks;
-
-  KVCacheManagerConfig kc;
-  kc.num_blocks = static_cast<int32_t>(num_blocks);
-  kc.block_size = opts.block_size;
-  kc.enable_prefix_caching = opts.enable_prefix_caching;
-  kc.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
-  kc.model_id = opts.model_id;
-  kv = std::make_unique<KVCacheManager>(kc);
+  PagedKVCacheOptions ko;
+  ko.kv_cache_memory = opts.kv_cache_memory;
+  ko.block_size = opts.block_size;
+  ko.max_model_len = max_model_len;
+  ko.max_num_seqs = opts.max_num_seqs;
+  ko.enable_prefix_caching = opts.enable_prefix_caching;
+  ko.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
+  ko.model_id = opts.model_id;
+  ko.who = "engine";
+  PagedKVCache cache(c, ko);
+  fmt::print(stderr, "{}\n", cache.summary());
+  storage = std::move(cache.storage);
+  view = std::move(cache.view);
+  kv = std::move(cache.manager);
   scheduler = std::make_unique<Scheduler>(
       *kv, SchedulerConfig{opts.max_num_batched_tokens, opts.max_num_seqs, opts.enable_prefix_caching});
 
-  fmt::print(stderr, "kv cache: {} blocks of {} tokens = {} tokens, {:.1f} MiB f32{}\n", num_blocks, opts.block_size,
-             num_blocks * opts.block_size, static_cast<double>(storage->bytes()) / (1024.0 * 1024.0),
-             num_blocks < affordable ? fmt::format(" (budget allowed {} blocks; capped at 2 full contexts per sequence)", affordable)
-                                     : std::string());
   publish(true);
   thread = std::thread([this] { run(); });
 }

@@ -1,5 +1,6 @@
 #include "engine/generator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -8,42 +9,65 @@
 
 namespace kvserve {
 
-// Contiguous storage for one sequence: physical block i is logical block i.
-struct Generator::KV {
-  std::vector<std::vector<float>> k, v;
-  std::vector<int32_t> table;
-  KVCacheView view;
+namespace {
+
+// Frees the sequence's blocks however generate() ends (done, cancelled, or an exception), so that
+// between calls every block is free or cached.
+struct SequenceGuard {
+  SequenceGuard(KVCacheManager& m, SeqId s) : kv(m), seq(s) {}
+  SequenceGuard(const SequenceGuard&) = delete;
+  SequenceGuard& operator=(const SequenceGuard&) = delete;
+  ~SequenceGuard() {
+    if (kv.has_sequence(seq)) kv.free(seq);
+  }
+  KVCacheManager& kv;
+  const SeqId seq;
 };
 
+}  // namespace
+
 Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool)
-    : model_(model), opts_(opts), runner_(model, pool), kv_(std::make_unique<KV>()) {
+    : model_(model), opts_(opts), runner_(model, pool) {
   const ModelConfig& c = model.config;
   if (opts_.max_context <= 0) opts_.max_context = c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
-  const int64_t n_blocks = (opts_.max_context + opts_.block_size - 1) / opts_.block_size;
-  const int64_t stride = static_cast<int64_t>(c.n_kv_heads) * opts_.block_size * c.head_dim;
-  kv_->k.assign(c.n_layers, std::vector<float>(n_blocks * stride));
-  kv_->v.assign(c.n_layers, std::vector<float>(n_blocks * stride));
-  for (int l = 0; l < c.n_layers; ++l) {
-    kv_->view.k_layers.push_back(kv_->k[l].data());
-    kv_->view.v_layers.push_back(kv_->v[l].data());
-  }
-  kv_->view.block_size = opts_.block_size;
-  kv_->view.block_stride = stride;
-  kv_->view.n_blocks = n_blocks;
-  kv_->table.resize(n_blocks);
-  for (int64_t i = 0; i < n_blocks; ++i) kv_->table[i] = static_cast<int32_t>(i);
+  if (opts_.prefill_chunk <= 0) fail("generate: prefill chunk must be positive, got {}", opts_.prefill_chunk);
+  PagedKVCacheOptions ko;
+  ko.kv_cache_memory = opts_.kv_cache_memory;
+  ko.block_size = opts_.block_size;
+  ko.max_model_len = opts_.max_context;
+  ko.max_num_seqs = 1;
+  ko.enable_prefix_caching = opts_.enable_prefix_caching;
+  ko.who = "generate";
+  kv_ = std::make_unique<PagedKVCache>(c, ko);
 }
 
 Generator::~Generator() = default;
+
+void Generator::check_fits(int64_t n_prompt, int64_t n_tokens, const char* what) const {
+  const int64_t ctx = opts_.max_context;
+  if (n_prompt >= ctx) fail("prompt has {} tokens, the context holds {}", n_prompt, ctx);
+  if (n_tokens > ctx)
+    fail("prompt ({} tokens) + {} ({}) = {} tokens exceeds the context of {} tokens", n_prompt, what,
+         n_tokens - n_prompt, n_tokens, ctx);
+  const PagedKVCache& kv = *kv_;
+  if (n_tokens > kv.capacity_tokens())
+    fail("prompt ({} tokens) + {} ({}) = {} tokens does not fit in the KV cache: a budget of {} bytes ({}) "
+         "holds {} blocks of {} tokens = {} tokens; raise the KV cache memory (--kv-cache-memory)",
+         n_prompt, what, n_tokens - n_prompt, n_tokens, kv.budget_bytes, human_bytes(kv.budget_bytes), kv.num_blocks,
+         kv.block_size, kv.capacity_tokens());
+}
 
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
                                      const TokenCallback& on_token) {
   using clock = std::chrono::steady_clock;
   params.validate();
   if (prompt_ids.empty()) fail("prompt is empty: at least one token is needed");
+  const int32_t n_vocab = model_.config.n_vocab;
+  for (int32_t id : prompt_ids)
+    if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
+  const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
+  check_fits(n_prompt, n_prompt + params.max_tokens, "max_tokens");
   const int64_t ctx = opts_.max_context;
-  if (static_cast<int64_t>(prompt_ids.size()) >= ctx)
-    fail("prompt has {} tokens, the context holds {}", prompt_ids.size(), ctx);
 
   GenerationResult r;
   r.prompt_ids = prompt_ids;
@@ -51,21 +75,37 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   sampler.set_prompt(prompt_ids);
   StopChecker stops(params.stop);
   StreamDecoder decoder(*model_.tokenizer);
-  const int32_t n_vocab = model_.config.n_vocab;
   std::vector<float> logits;
-  std::span<const int32_t> table(kv_->table);
 
-  const auto t0 = clock::now();
-  int64_t pos = 0;
-  while (pos < static_cast<int64_t>(prompt_ids.size())) {
-    const int64_t n = std::min<int64_t>(opts_.prefill_chunk, static_cast<int64_t>(prompt_ids.size()) - pos);
+  KVCacheManager& kv = *kv_->manager;
+  const SequenceGuard guard{kv, next_seq_++};
+  const SeqId seq = guard.seq;
+  const CachedPrefix prefix = opts_.enable_prefix_caching ? kv.get_computed_blocks(prompt_ids) : CachedPrefix{};
+  r.cached_tokens = static_cast<int>(prefix.num_tokens);
+  // Every token whose K/V is (or is about to be) in the cache: the prompt, then each generated token.
+  std::vector<int32_t> tokens = prompt_ids;
+  tokens.reserve(prompt_ids.size() + static_cast<size_t>(params.max_tokens));
+  int64_t pos = prefix.num_tokens;  // tokens whose K/V are in the cache
+  // Runs tokens[pos, pos + n) through the model into fresh slots of the sequence.
+  auto forward = [&](int64_t n, bool want_logits) {
+    const bool first = !kv.has_sequence(seq);
+    if (!kv.allocate_slots(seq, n, first ? prefix : CachedPrefix{}))
+      fail("the KV cache has no free block for token {} ({} blocks of {} tokens in all)", pos + n, kv_->num_blocks,
+           kv_->block_size);
     BatchSequence s;
-    s.tokens = std::span<const int32_t>(prompt_ids.data() + pos, n);
+    s.tokens = std::span<const int32_t>(tokens.data() + pos, static_cast<size_t>(n));
     s.pos0 = pos;
-    s.block_table = table;
-    s.want_logits = pos + n == static_cast<int64_t>(prompt_ids.size());
+    s.block_table = kv.block_table(seq).ids();
+    s.want_logits = want_logits;
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
     pos += n;
+    if (opts_.enable_prefix_caching) kv.cache_blocks(seq, tokens, pos);
+  };
+
+  const auto t0 = clock::now();
+  while (pos < n_prompt) {
+    const int64_t n = std::min<int64_t>(opts_.prefill_chunk, n_prompt - pos);
+    forward(n, pos + n == n_prompt);
   }
   const auto t1 = clock::now();
   r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -87,12 +127,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
       break;
     }
     if (static_cast<int>(r.generated_ids.size()) >= params.max_tokens || pos + 1 >= ctx) break;
-    BatchSequence s;
-    s.tokens = std::span<const int32_t>(&r.generated_ids.back(), 1);
-    s.pos0 = pos;
-    s.block_table = table;
-    runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
-    ++pos;
+    tokens.push_back(id);
+    forward(1, true);
   }
   if (!stops.stopped()) {
     std::string rest = stops.push(decoder.flush());
@@ -105,18 +141,27 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
 }
 
 std::vector<std::vector<float>> Generator::teacher_forced_logits(const std::vector<int32_t>& ids, int prompt_len) {
+  const int64_t n_ids = static_cast<int64_t>(ids.size());
+  if (prompt_len < 1 || prompt_len > n_ids)
+    fail("teacher forcing: prompt length {} is not in [1, {}]", prompt_len, n_ids);
+  if (n_ids > opts_.max_context) fail("sequence longer than the context");
+  check_fits(prompt_len, n_ids, "forced tokens");
+  KVCacheManager& kv = *kv_->manager;
+  const SequenceGuard guard{kv, next_seq_++};
+  // The whole sequence gets its slots up front (no prefix reuse: every position's logits are wanted).
+  if (!kv.allocate_slots(guard.seq, n_ids)) fail("the KV cache has no room for {} tokens", n_ids);
+  const std::span<const int32_t> table = kv.block_table(guard.seq).ids();
+
   std::vector<std::vector<float>> out;
   std::vector<float> logits;
-  std::span<const int32_t> table(kv_->table);
-  if (static_cast<int64_t>(ids.size()) > opts_.max_context) fail("sequence longer than the context");
   // The prompt goes in as one batch (as the references do), then one token per step.
   BatchSequence s;
-  s.tokens = std::span<const int32_t>(ids.data(), prompt_len);
+  s.tokens = std::span<const int32_t>(ids.data(), static_cast<size_t>(prompt_len));
   s.pos0 = 0;
   s.block_table = table;
   runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
   out.push_back(logits);
-  for (size_t i = prompt_len; i < ids.size(); ++i) {
+  for (size_t i = static_cast<size_t>(prompt_len); i < ids.size(); ++i) {
     s.tokens = std::span<const int32_t>(ids.data() + i, 1);
     s.pos0 = static_cast<int64_t>(i);
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);

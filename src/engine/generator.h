@@ -1,6 +1,9 @@
 #pragma once
 // Single-request generation: prefill the prompt in chunks, then decode token by token, streaming text
 // through the stop-string checker. The server's scheduler batches many of these; the CLI runs one.
+// The K/V live in the same paged cache the Engine uses (PagedKVCache: blocks from a memory budget,
+// handed out by a KVCacheManager), one sequence at a time; with prefix caching on, a later generate()
+// on the same Generator starts from the full blocks an earlier prompt left in the cache.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -8,6 +11,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/paged_kv_cache.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -30,6 +34,10 @@ struct GeneratorOptions {
   int block_size = 16;
   int64_t max_context = 0;   // 0 = the model's training context
   int prefill_chunk = 512;   // prompt tokens per forward step
+  // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1), as EngineOptions (see
+  // parse_kv_cache_memory for the command-line spelling). Capped at what one sequence can use.
+  double kv_cache_memory = 0.25;
+  bool enable_prefix_caching = true;
 };
 
 class Generator {
@@ -43,12 +51,21 @@ class Generator {
   // Logits of every position of `ids` fed one token at a time (teacher forcing), for tests/perplexity.
   std::vector<std::vector<float>> teacher_forced_logits(const std::vector<int32_t>& ids, int prompt_len);
 
+  // The paged cache: block counts and budget (summary() is the start-up log line), and its manager,
+  // whose pool shows every block free or cached between calls.
+  const PagedKVCache& kv_cache() const { return *kv_; }
+  const KVCacheManager& kv_cache_manager() const { return *kv_->manager; }
+  int64_t max_context() const { return opts_.max_context; }
+
  private:
-  struct KV;
+  // Throws Error when a sequence of `n_tokens` (prompt + max_tokens) can never fit the cache.
+  void check_fits(int64_t n_prompt, int64_t n_tokens, const char* what) const;
+
   const Model& model_;
   GeneratorOptions opts_;
   ModelRunner runner_;
-  std::unique_ptr<KV> kv_;
+  std::unique_ptr<PagedKVCache> kv_;
+  SeqId next_seq_ = 1;
 };
 
 }  // namespace kvserve

@@ -1,0 +1,59 @@
+#pragma once
+// The paged KV cache of one model, built from a memory budget: the block count the budget buys (capped
+// at what the sequences could ever use), the f32 storage behind the blocks, the view the ModelRunner
+// reads through, and the KVCacheManager that hands the blocks out. Shared by the Engine (many sequences)
+// and the Generator (one), so `kvserve serve` and `kvserve generate` size their caches the same way.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/model_runner.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
+#include "kv/kv_storage.h"
+#include "model/model_config.h"
+
+namespace kvserve {
+
+struct PagedKVCacheOptions {
+  // Budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1), as EngineOptions::kv_cache_memory.
+  double kv_cache_memory = 0.25;
+  int block_size = 16;
+  int64_t max_model_len = 0;  // tokens one sequence can hold (already resolved, > 0)
+  int max_num_seqs = 1;       // sequences that run at once
+  bool enable_prefix_caching = true;
+  double prefix_cache_ttl_seconds = 0;
+  std::string model_id;
+  std::string_view who = "kv cache";  // prefix of error messages ("engine", "generate")
+};
+
+struct PagedKVCache {
+  PagedKVCache(const ModelConfig& config, const PagedKVCacheOptions& opts);
+
+  uint64_t budget_bytes = 0;       // the budget, resolved to bytes
+  int64_t affordable_blocks = 0;   // blocks the budget pays for
+  int32_t num_blocks = 0;          // blocks allocated (affordable, capped at what can be used)
+  int block_size = 16;
+  uint64_t bytes_per_block = 0;    // per the layout (f32 today)
+  uint64_t storage_bytes = 0;      // memory the storage holds
+  // The engine takes these three over; the figures above stay valid.
+  std::unique_ptr<KVStorage> storage;
+  KVCacheView view;
+  std::unique_ptr<KVCacheManager> manager;
+
+  int64_t capacity_tokens() const { return int64_t{num_blocks} * block_size; }
+  // "kv cache: 64 blocks of 16 tokens = 1024 tokens, 1.2 MiB f32 (budget 4.0 MiB)": the start-up log line.
+  std::string summary() const;
+};
+
+// "512 B", "20.0 KiB", "1.5 MiB", "2.0 GiB": a byte count for messages.
+std::string human_bytes(uint64_t bytes);
+
+// Turns a --kv-cache-memory value into what PagedKVCacheOptions::kv_cache_memory expects, by the rules of
+// resolve_kv_memory_budget (kv/kv_layout.h): a fraction of RAM ("0.5", "50%") or a byte size ("4096",
+// "512M", "2G", "1.5GiB"; KB/MB/GB are powers of 1000). Fractions are resolved to bytes here. Throws
+// Error naming the option on anything else, and on budgets of 0 or 1 byte.
+double parse_kv_cache_memory(std::string_view text);
+
+}  // namespace kvserve

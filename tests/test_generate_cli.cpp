@@ -1,0 +1,113 @@
+// `kvserve generate` end to end: the built binary on stories260K with an explicit paged KV cache gives
+// llama2.c's greedy ids, logs its block count, and fails cleanly when the budget is too small.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using nlohmann::json;
+
+namespace {
+
+const std::string kShared = KVSERVE_SHARED_DIR;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs `kvserve generate` on stories260K with the given extra arguments.
+CliRun generate(const std::string& args) {
+  const std::string err_path =
+      (std::filesystem::temp_directory_path() / ("kvserve_generate_cli_" + std::to_string(::getpid()) + ".err")).string();
+  const std::string cmd = std::string(KVSERVE_BINARY) + " generate -m " + kShared +
+                          "/models/stories260K/stories260K.bin --tokenizer " + kShared +
+                          "/models/stories260K/tok512.bin -t 1 " + args + " 2>" + err_path;
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  std::stringstream ss;
+  ss << e.rdbuf();
+  r.err = ss.str();
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+json golden(const std::string& prompt) {
+  std::ifstream f(kShared + "/golden/stories260K/greedy.jsonl");
+  std::string line;
+  while (std::getline(f, line)) {
+    json g = json::parse(line);
+    if (g["prompt"] == prompt) return g;
+  }
+  ADD_FAILURE() << "no golden for '" << prompt << "'";
+  return json::object();
+}
+
+}  // namespace
+
+TEST(GeneratorCli, JsonGreedyIdsMatchGoldenOnPagedCache) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const json g = golden("Once upon a time");
+  const auto want = g["generated_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(want.size(), 100u);
+  const CliRun r = generate("-p 'Once upon a time' --temperature 0 --ignore-eos -n 100 --json --kv-cache-memory 1M --block-size 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), g["prompt_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(want.begin(), want.begin() + 100));
+  EXPECT_EQ(j["cached_tokens"], 0);
+  EXPECT_EQ(j["kv_cache"]["block_size"], 8);
+  EXPECT_EQ(j["kv_cache"]["budget_bytes"], 1024 * 1024);
+  // stories260K: 5 layers x 4 KV heads x 8 dims x K,V x 4 bytes = 1280 bytes a token, 10240 a block of 8;
+  // 1 MiB buys 102 blocks, capped at one 512-token context = 64 blocks.
+  EXPECT_EQ(j["kv_cache"]["num_blocks"], 64);
+  EXPECT_NE(r.err.find("kv cache: 64 blocks of 8 tokens = 512 tokens"), std::string::npos) << r.err;
+}
+
+TEST(GeneratorCli, BudgetHoldingNoBlockExitsWithAMessage) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const CliRun r = generate("-p 'Once upon a time' -n 16 --json --kv-cache-memory 4K --block-size 8");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("4096 bytes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("holds no block"), std::string::npos) << r.err;
+}
+
+TEST(GeneratorCli, BudgetTooSmallForTheRequestExitsWithAMessage) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  // 20480 bytes = 2 blocks of 8 = 16 tokens: the prompt (5) + 64 new tokens cannot fit.
+  const CliRun r = generate("-p 'Once upon a time' -n 64 --json --kv-cache-memory 20480 --block-size 8");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("does not fit in the KV cache"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("20480 bytes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kv cache: 2 blocks of 8 tokens"), std::string::npos) << r.err;
+}
+
+TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const CliRun bad = generate("-p hi --kv-cache-memory lots");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--kv-cache-memory"), std::string::npos) << bad.err;
+  const CliRun ctx = generate("-p 'Once upon a time' -n 100 -c 32 --kv-cache-memory 1M");
+  EXPECT_NE(ctx.exit_code, 0);
+  EXPECT_NE(ctx.err.find("exceeds the context of 32 tokens"), std::string::npos) << ctx.err;
+  const CliRun block = generate("-p hi --block-size 0");
+  EXPECT_NE(block.exit_code, 0);
+}
