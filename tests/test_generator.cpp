@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -273,4 +275,53 @@ TEST(GeneratorKVCacheMemory, ParsesLikeServe) {
     const std::string msg = error_of([&] { parse_kv_cache_memory(bad); });
     EXPECT_NE(msg.find("--kv-cache-memory"), std::string::npos) << bad << ": " << msg;
   }
+}
+
+// Half-precision KV (serve's default is f16): the cache holds half the bytes per block, and the
+// teacher-forced logits stay close to the f32 cache's. Close, not equal: K and V are rounded to 11
+// (f16) or 8 (bf16) significant bits; over stories260K's 5 layers that moves logits (range ~20) by
+// well under the tolerance below, while a broken conversion (wrong rows, truncation to zero) moves
+// them by whole units.
+TEST(GeneratorPaged, HalfPrecisionKVCacheTracksF32Logits) {
+  const auto goldens = greedy_goldens();
+  ASSERT_FALSE(goldens.empty());
+  const json& g = goldens.front();
+  std::vector<int32_t> ids = g["prompt_ids"].get<std::vector<int32_t>>();
+  for (int32_t t : g["generated_ids"].get<std::vector<int32_t>>()) ids.push_back(t);
+  const int prompt_len = static_cast<int>(g["prompt_ids"].size());
+
+  auto logits_with = [&](KVCacheDType dtype, uint64_t* block_bytes) {
+    GeneratorOptions o;
+    o.kv_cache_memory = 4.0 * 1024 * 1024;
+    o.block_size = 16;
+    o.kv_cache_dtype = dtype;
+    Generator gen(stories(), o, one_thread());
+    *block_bytes = gen.kv_cache().bytes_per_block;
+    auto l = gen.teacher_forced_logits(ids, prompt_len);
+    expect_all_blocks_free_or_cached(gen);
+    return l;
+  };
+  uint64_t b32 = 0, b16 = 0, bb16 = 0;
+  const auto ref = logits_with(KVCacheDType::F32, &b32);
+  const auto f16 = logits_with(KVCacheDType::F16, &b16);
+  const auto bf16 = logits_with(KVCacheDType::BF16, &bb16);
+  EXPECT_EQ(b16 * 2, b32);
+  EXPECT_EQ(bb16 * 2, b32);
+  ASSERT_EQ(ref.size(), f16.size());
+  ASSERT_EQ(ref.size(), bf16.size());
+  float max_f16 = 0, max_bf16 = 0;
+  size_t argmax_same_f16 = 0;
+  for (size_t s = 0; s < ref.size(); ++s) {
+    for (size_t i = 0; i < ref[s].size(); ++i) {
+      max_f16 = std::max(max_f16, std::abs(ref[s][i] - f16[s][i]));
+      max_bf16 = std::max(max_bf16, std::abs(ref[s][i] - bf16[s][i]));
+    }
+    const auto am = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
+    argmax_same_f16 += am(ref[s]) == am(f16[s]);
+  }
+  EXPECT_LT(max_f16, 0.05f);
+  EXPECT_LT(max_bf16, 0.5f);
+  EXPECT_GT(max_f16, 0.0f);  // the f16 path really rounded
+  EXPECT_GE(argmax_same_f16 * 10, ref.size() * 9);
+  std::printf("kv f16: max |dlogit| %.4f, bf16: %.4f over %zu steps\n", max_f16, max_bf16, ref.size());
 }

@@ -1,9 +1,11 @@
 // KV layout figures, memory budgets and KVStorage's block layout.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_storage.h"
 
@@ -73,18 +75,63 @@ TEST(KVStorage, WritesIntoPagedLayoutAndCopiesBlocks) {
   EXPECT_EQ(st.bytes(), 2u * 2u * 5u * 24u * sizeof(float));
   const float k[6] = {1, 2, 3, 4, 5, 6}, v[6] = {-1, -2, -3, -4, -5, -6};
   st.write(1, 3, 2, k, v);
-  // [kv_head][slot][dim]: head 1, slot 2 starts at (1 * 4 + 2) * 3.
-  EXPECT_EQ(st.k_block(1, 3)[(0 * 4 + 2) * 3 + 0], 1);
-  EXPECT_EQ(st.k_block(1, 3)[(1 * 4 + 2) * 3 + 2], 6);
-  EXPECT_EQ(st.v_block(1, 3)[(1 * 4 + 2) * 3 + 0], -4);
-  EXPECT_EQ(st.k_layer(1) + 3 * st.block_stride(), st.k_block(1, 3));
-  EXPECT_EQ(st.k_block(0, 3)[(0 * 4 + 2) * 3], 0);  // other layer untouched
+  // [kv_head][slot][dim]: head 1, slot 2 of block 3 starts at 3 * stride + (1 * 4 + 2) * 3.
+  const float* k1 = static_cast<const float*>(st.k_layer(1));
+  const float* v1 = static_cast<const float*>(st.v_layer(1));
+  EXPECT_EQ(k1[3 * 24 + (0 * 4 + 2) * 3 + 0], 1);
+  EXPECT_EQ(k1[3 * 24 + (1 * 4 + 2) * 3 + 2], 6);
+  EXPECT_EQ(v1[3 * 24 + (1 * 4 + 2) * 3 + 0], -4);
+  EXPECT_EQ(static_cast<const float*>(st.k_layer(0))[3 * 24 + (0 * 4 + 2) * 3], 0);  // other layer untouched
   st.copy_block(3, 0);
-  EXPECT_EQ(st.k_block(1, 0)[(1 * 4 + 2) * 3 + 2], 6);
-  EXPECT_EQ(st.v_block(1, 0)[(1 * 4 + 2) * 3 + 0], -4);
-  EXPECT_THROW(st.write(0, 5, 0, k, v), Error);
-  EXPECT_THROW(st.write(0, 0, 4, k, v), Error);
-  EXPECT_THROW(st.write(0, 0, 0, k, nullptr), Error);
+  float rk[6], rv[6];
+  st.read(1, 0, 2, rk, rv);
+  EXPECT_EQ(std::vector<float>(rk, rk + 6), std::vector<float>(k, k + 6));
+  EXPECT_EQ(std::vector<float>(rv, rv + 6), std::vector<float>(v, v + 6));
+  EXPECT_ANY_THROW(st.write(2, 0, 0, k, v));
+  EXPECT_ANY_THROW(st.write(0, 5, 0, k, v));
+  EXPECT_ANY_THROW(st.write(0, 0, 4, k, v));
+  EXPECT_ANY_THROW(st.write(0, 0, 0, k, nullptr));
+}
+
+TEST(KVStorage, HalfPrecisionLayersRoundToNearestAndHalveTheBytes) {
+  KVLayout l = KVLayout::mha(3, 1, 4, KVCacheDType::F16, 2);
+  l.layer_dtypes[1] = KVCacheDType::BF16;
+  l.layer_dtypes[2] = KVCacheDType::F32;  // per layer, e.g. the last one kept at full precision
+  KVStorage st(l, 3);
+  EXPECT_EQ(st.bytes(), 2u * 3u * 8u * (2u + 2u + 4u));
+  EXPECT_EQ(st.bytes(), 3u * l.bytes_per_block());
+  EXPECT_EQ(st.dtype(1), KVCacheDType::BF16);
+  const float k[4] = {1.0f, 0.1f, -3.14159f, 65504.0f}, v[4] = {1e-3f, -2.5f, 1.0f / 3.0f, 7.0f};
+  for (int layer = 0; layer < 3; ++layer) {
+    st.write(layer, 2, 1, k, v);
+    float rk[4], rv[4];
+    st.read(layer, 2, 1, rk, rv);
+    for (int i = 0; i < 4; ++i) {
+      const float ek = layer == 0 ? fp16_to_fp32(fp32_to_fp16(k[i])) : layer == 1 ? bf16_to_fp32(fp32_to_bf16(k[i])) : k[i];
+      const float ev = layer == 0 ? fp16_to_fp32(fp32_to_fp16(v[i])) : layer == 1 ? bf16_to_fp32(fp32_to_bf16(v[i])) : v[i];
+      EXPECT_EQ(rk[i], ek) << layer << " " << i;
+      EXPECT_EQ(rv[i], ev) << layer << " " << i;
+    }
+  }
+  // f16 keeps 0.1 to ~1e-4 relative, bf16 to ~4e-3: rounded, not truncated.
+  float rk[4], rv[4];
+  st.read(0, 2, 1, rk, rv);
+  EXPECT_NEAR(rk[1], 0.1f, 0.1f * 5e-4f);
+  st.read(1, 2, 1, rk, rv);
+  EXPECT_NEAR(rk[1], 0.1f, 0.1f * 4e-3f);
+  st.copy_block(2, 0);
+  float ck[4], cv[4];
+  st.read(1, 0, 1, ck, cv);
+  EXPECT_EQ(std::vector<float>(ck, ck + 4), std::vector<float>(rk, rk + 4));
+}
+
+TEST(KVStorage, RefusesDtypesItCannotStoreYet) {
+  try {
+    KVStorage st(KVLayout::mha(2, 1, 4, KVCacheDType::INT8, 2), 2);
+    FAIL() << "int8 storage accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("int8"), std::string::npos) << e.what();
+  }
 }
 
 TEST(KVStorage, MlaKeepsOnlyTheLatent) {
@@ -95,5 +142,5 @@ TEST(KVStorage, MlaKeepsOnlyTheLatent) {
   EXPECT_EQ(st.v_layer(0), nullptr);
   std::vector<float> latent(8, 1.5f);
   st.write(0, 1, 1, latent.data(), nullptr);
-  EXPECT_EQ(st.k_block(0, 1)[8 + 7], 1.5f);
+  EXPECT_EQ(static_cast<const float*>(st.k_layer(0))[16 + 8 + 7], 1.5f);
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "core/fp16.h"
 #include "kernels/cpu/paged_attention.h"
 
 using namespace kvserve;
@@ -226,4 +227,57 @@ TEST(PagedAttention, RejectsBadShapes) {
   a.n_heads = 4;
   a.block_stride = 8;  // smaller than n_kv_heads * block_size * head_dim
   EXPECT_ANY_THROW(paged_attention_ref(a));
+}
+
+namespace {
+
+// The fixture's caches as f16 or bf16, and its dense K/V rounded the same way: attention over the
+// rounded values is what the half-precision paths must compute (in f32 arithmetic).
+struct HalfCaches {
+  std::vector<uint16_t> k, v;
+};
+
+HalfCaches to_half(Fixture& f, KVElemType type) {
+  auto round = [type](float x) -> uint16_t { return type == KVElemType::F16 ? fp32_to_fp16(x) : fp32_to_bf16(x); };
+  auto widen = [type](uint16_t h) { return type == KVElemType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h); };
+  HalfCaches h;
+  h.k.resize(f.k_cache.size());
+  h.v.resize(f.v_cache.size());
+  for (size_t i = 0; i < f.k_cache.size(); ++i) {
+    h.k[i] = round(f.k_cache[i]);
+    h.v[i] = round(f.v_cache[i]);
+  }
+  for (auto& x : f.k_dense) x = widen(round(x));
+  for (auto& x : f.v_dense) x = widen(round(x));
+  return h;
+}
+
+}  // namespace
+
+TEST(PagedAttention, HalfPrecisionCachesMatchDenseOverRoundedValues) {
+  std::mt19937 rng(321);
+  ThreadPool pool(2);
+  for (KVElemType type : {KVElemType::F16, KVElemType::BF16}) {
+    for (const Shape& shape : kShapes) {
+      for (int bs : {1, 16, 32}) {
+        for (auto [pos0, n] : {std::pair<int64_t, int>{0, 9}, {40, 1}, {63, 5}}) {
+          const Case c{shape, bs, pos0, n};
+          Fixture f = make_fixture(c, rng);
+          const HalfCaches h = to_half(f, type);
+          std::vector<float> out_fast(f.q.size(), -7.0f), out_ref(f.q.size(), -7.0f);
+          PagedAttentionArgs a = make_args(c, f, out_fast);
+          a.k_cache = h.k.data();
+          a.v_cache = h.v.data();
+          a.kv_type = type;
+          const auto want = dense_attention(c, f, a.scale);
+          paged_attention(a, pool);
+          expect_close(out_fast, want, type == KVElemType::F16 ? "fast f16" : "fast bf16", c);
+          a.out = out_ref.data();
+          paged_attention_ref(a);
+          expect_close(out_ref, want, type == KVElemType::F16 ? "ref f16" : "ref bf16", c);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
 }

@@ -148,11 +148,11 @@ std::string stream_request(int port, const std::string& body, std::chrono::secon
 TEST(ServerE2E, OpenAiSdkAgainstLiveServer) {
   skip_unless_ready(/*need_python=*/true);
   if (IsSkipped()) return;  // GTEST_SKIP in a helper only leaves the helper
-  // A KV budget of 2 MiB is ~1-2k tokens for tiny-gqa: 32 concurrent requests of up to ~350 tokens
+  // A KV budget of 1 MiB (f16, serve's default) is ~1k tokens for tiny-gqa: 32 concurrent requests of up to ~350 tokens
   // must preempt. KVSERVE_E2E_KV overrides it for other models.
   const char* kv = std::getenv("KVSERVE_E2E_KV");
   ServerProcess server({"--api-key", "e2e-key", "--served-model-name", "tiny-e2e", "--kv-cache-memory",
-                        kv && *kv ? kv : "2M", "--max-num-seqs", "32", "-t", "2"});
+                        kv && *kv ? kv : "1M", "--max-num-seqs", "32", "-t", "2"});
   ASSERT_TRUE(server.started());
   const int port = server.wait_for_port(120s);
   ASSERT_GT(port, 0) << "server did not start:\n" << server.log();

@@ -101,9 +101,9 @@ std::vector<RequestRecord> run_closed_loop(Engine& engine, const std::vector<std
 
 }  // namespace
 
-uint64_t kv_bytes_for_tokens(const Model& model, int64_t tokens, int block_size) {
+uint64_t kv_bytes_for_tokens(const Model& model, int64_t tokens, int block_size, KVCacheDType dtype) {
   const ModelConfig& c = model.config;
-  const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, block_size);
+  const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, dtype, block_size);
   const int64_t blocks = (tokens + block_size - 1) / block_size;
   return static_cast<uint64_t>(blocks) * layout.bytes_per_block();
 }
@@ -123,7 +123,8 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
     // Every in-flight sequence's blocks (one spare block each), twice over so finished prompts can stay
     // cached for shared prefixes, and never less than 16 MiB.
     const int64_t per_seq = o.prompts.prompt_len + o.output_len + eo.block_size;
-    const uint64_t need = 2 * kv_bytes_for_tokens(model, per_seq, eo.block_size) * static_cast<uint64_t>(o.batch);
+    const uint64_t need =
+        2 * kv_bytes_for_tokens(model, per_seq, eo.block_size, eo.kv_cache_dtype) * static_cast<uint64_t>(o.batch);
     eo.kv_cache_memory = static_cast<double>(std::max<uint64_t>(need, 16ull << 20));
   }
   Engine engine(model, eo);

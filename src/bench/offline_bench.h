@@ -33,6 +33,6 @@ struct OfflineBenchResult {
 OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptions& opts);
 
 // KV bytes of `tokens` tokens of cache for this model in the engine's (f32) layout.
-uint64_t kv_bytes_for_tokens(const Model& model, int64_t tokens, int block_size);
+uint64_t kv_bytes_for_tokens(const Model& model, int64_t tokens, int block_size, KVCacheDType dtype = KVCacheDType::F32);
 
 }  // namespace kvserve::bench

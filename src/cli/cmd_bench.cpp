@@ -51,6 +51,7 @@ struct BenchArgs {
   int max_num_batched_tokens = 512;
   int64_t max_model_len = 0;
   std::string kv_cache_memory;
+  std::string kv_cache_dtype = "f16";
   bool no_prefix_caching = false;
   // serving
   std::string served_model;
@@ -110,6 +111,8 @@ void run_offline(const BenchArgs& a) {
   o.engine.max_num_batched_tokens = a.max_num_batched_tokens;
   o.engine.max_model_len = a.max_model_len;
   o.engine.enable_prefix_caching = !a.no_prefix_caching;
+  o.engine.kv_cache_dtype = parse_kv_dtype(a.kv_cache_dtype);
+  if (!kv_dtype_supported(o.engine.kv_cache_dtype)) fail("--kv-cache-dtype: {} is not supported yet", a.kv_cache_dtype);
   if (!a.kv_cache_memory.empty()) o.engine.kv_cache_memory = static_cast<double>(resolve_kv_memory_budget(a.kv_cache_memory));
   std::optional<bench::TriadResult> triad;
   if (a.triad) triad = bench::measure_triad();
@@ -256,6 +259,8 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--max-model-len", a->max_model_len, "Offline: context length (default: the model's)");
   c->add_option("--kv-cache-memory", a->kv_cache_memory,
                 "Offline: KV budget, bytes (512M, 2G) or a RAM fraction (default: what the run needs)");
+  c->add_option("--kv-cache-dtype", a->kv_cache_dtype, "Offline: KV element type f32, f16, bf16 (f16 as llama.cpp)")
+      ->capture_default_str();
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Offline: never reuse KV blocks across requests");
   c->add_option("--served-model", a->served_model, "Serving: the 'model' field (default: first of GET /v1/models)");
   c->add_option("--api-key", a->api_key, "Serving: bearer token");

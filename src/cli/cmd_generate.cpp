@@ -34,6 +34,7 @@ struct GenerateArgs {
 
 void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
+  const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   LoadOptions lo;
@@ -58,6 +59,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.context > 0) go.max_context = a.context;
   go.kv_cache_memory = kv_cache_memory;
   go.block_size = a.kv_cache.block_size;
+  go.kv_cache_dtype = kv_cache_dtype;
   go.enable_prefix_caching = false;  // one request: nothing to share, and half the blocks suffice
   Generator gen(*model, go);
   std::fprintf(stderr, "%s\n", gen.kv_cache().summary().c_str());
@@ -83,7 +85,8 @@ void run_generate(const GenerateArgs& a) {
     j["kv_cache"] = {{"num_blocks", gen.kv_cache().num_blocks},
                      {"block_size", gen.kv_cache().block_size},
                      {"capacity_tokens", gen.kv_cache().capacity_tokens()},
-                     {"budget_bytes", gen.kv_cache().budget_bytes}};
+                     {"budget_bytes", gen.kv_cache().budget_bytes},
+                     {"dtype", gen.kv_cache().dtype_names}};
     j["timings"] = {{"prompt_seconds", r.prompt_seconds},
                     {"generate_seconds", r.generate_seconds},
                     {"prompt_tokens_per_second", pp},
@@ -126,6 +129,7 @@ void add_generate_command(CLI::App& app) {
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence tokens");
   c->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   c->add_option("-c,--context", a->context, "Context length (default: the model's)");
+  a->kv_cache.kv_cache_dtype = "f32";  // one sequence: memory is not the limit, keep the reference numerics
   add_kv_cache_options(*c, a->kv_cache);
   c->add_flag("--json", a->json, "Print one JSON object with ids, text and timings instead of streaming");
   c->callback([a] { run_generate(*a); });

@@ -62,6 +62,7 @@ void run_serve(const ServeArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);
 
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
+  const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   LoadOptions lo;
@@ -73,6 +74,7 @@ void run_serve(const ServeArgs& a) {
   EngineOptions eo;
   eo.kv_cache_memory = kv_cache_memory;
   eo.block_size = a.kv_cache.block_size;
+  eo.kv_cache_dtype = kv_cache_dtype;
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_num_seqs = a.max_num_seqs;
   eo.max_model_len = a.max_model_len;
@@ -124,6 +126,7 @@ void add_serve_command(CLI::App& app) {
   c->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
   c->add_flag("--share-prefix-cache", a->share_prefix_cache,
               "Let requests under different API keys reuse each other's cached prefixes");
+  a->kv_cache.kv_cache_dtype = "f16";  // half the memory of f32: twice the tokens, the concurrency serving needs
   add_kv_cache_options(*c, a->kv_cache);
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Token budget of one forward step")
       ->capture_default_str()->check(CLI::PositiveNumber);

@@ -1,5 +1,6 @@
 #include "cli/kv_cache_options.h"
 
+#include "core/error.h"
 #include "engine/paged_kv_cache.h"
 
 namespace kvserve::cli {
@@ -12,10 +13,22 @@ double KVCacheArgs::kv_cache_memory_value() const {
   return kv_cache_memory.empty() ? kDefaultKVCacheMemory : parse_kv_cache_memory(kv_cache_memory);
 }
 
+KVCacheDType KVCacheArgs::kv_cache_dtype_value() const {
+  KVCacheDType t;
+  try {
+    t = parse_kv_dtype(kv_cache_dtype);
+  } catch (const Error& e) {
+    fail("--kv-cache-dtype: {}", e.what());
+  }
+  if (!kv_dtype_supported(t)) fail("--kv-cache-dtype: {} is not supported yet (use f32, f16 or bf16)", kv_dtype_name(t));
+  return t;
+}
+
 void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
   c.add_option("--kv-cache-memory", a.kv_cache_memory,
                "KV cache budget: bytes (512M, 2G, 1.5GiB; KB/MB/GB are powers of 1000) or a fraction of RAM "
                "(0.5, 50%; default 0.25)");
+  c.add_option("--kv-cache-dtype", a.kv_cache_dtype, "KV cache element type: f32, f16 or bf16")->capture_default_str();
   c.add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 1024));
 }
 

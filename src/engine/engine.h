@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "kv/kv_layout.h"
 #include "model/model.h"
 
 namespace kvserve {
@@ -19,6 +20,7 @@ struct EngineOptions {
   // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1).
   double kv_cache_memory = 0.25;
   int block_size = 16;
+  KVCacheDType kv_cache_dtype = KVCacheDType::F32;
   int max_num_batched_tokens = 512;  // tokens per forward step
   int max_num_seqs = 64;             // sequences per step
   int64_t max_model_len = 0;         // 0 = the model's training context

@@ -32,6 +32,7 @@ using TokenCallback = std::function<bool(int32_t id, const std::string& text)>;
 
 struct GeneratorOptions {
   int block_size = 16;
+  KVCacheDType kv_cache_dtype = KVCacheDType::F32;  // f32 keeps the reference numerics
   int64_t max_context = 0;   // 0 = the model's training context
   int prefill_chunk = 512;   // prompt tokens per forward step
   // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1), as EngineOptions (see

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -32,6 +33,23 @@ void ModelRunner::ensure_scratch(int64_t n) {
 }
 
 namespace {
+// One K or V row into the cache, rounded to the cache's element type.
+void store_kv_row(KVElemType type, const float* src, int64_t n, void* base, int64_t elem_off) {
+  switch (type) {
+    case KVElemType::F32: std::copy_n(src, n, static_cast<float*>(base) + elem_off); break;
+    case KVElemType::F16: {
+      uint16_t* dst = static_cast<uint16_t*>(base) + elem_off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+      break;
+    }
+    case KVElemType::BF16: {
+      uint16_t* dst = static_cast<uint16_t*>(base) + elem_off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_bf16(src[i]);
+      break;
+    }
+  }
+}
+
 void add_bias(float* y, const Tensor& b, int64_t n_tokens, int64_t n) {
   if (!b.valid()) return;
   const float* bias = static_cast<const float*>(b.data);
@@ -80,8 +98,9 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     add_bias(v_.data(), L.bv, n_tokens, KD);
 
     // RoPE, then K/V into their cache slots.
-    float* kl = kv.k_layers[il];
-    float* vl = kv.v_layers[il];
+    void* kl = kv.k_layers[il];
+    void* vl = kv.v_layers[il];
+    const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
     int64_t t = 0;
     for (const auto& s : batch) {
       for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
@@ -92,8 +111,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         const int64_t slot = pos % kv.block_size;
         for (int64_t h = 0; h < KVH; ++h) {
           const int64_t off = block * kv.block_stride + (h * kv.block_size + slot) * D;
-          std::copy_n(k_.data() + t * KD + h * D, D, kl + off);
-          std::copy_n(v_.data() + t * KD + h * D, D, vl + off);
+          store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);
+          store_kv_row(kv_type, v_.data() + t * KD + h * D, D, vl, off);
         }
       }
     }
@@ -113,6 +132,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.pos0 = s.pos0;
       a.k_cache = kl;
       a.v_cache = vl;
+      a.kv_type = kv_type;
       a.block_stride = kv.block_stride;
       a.scale = attn_scale;
       paged_attention(a, pool_);

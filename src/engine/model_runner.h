@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/paged_attention.h"
 #include "model/model.h"
 
 namespace kvserve {
@@ -15,8 +16,9 @@ namespace kvserve {
 // Where the K/V of every layer lives: block b of layer l starts at k_layers[l] + b * block_stride, laid out
 // [kv_head][slot][head_dim] (see kernels/cpu/paged_attention.h).
 struct KVCacheView {
-  std::vector<float*> k_layers;
-  std::vector<float*> v_layers;
+  std::vector<void*> k_layers;  // elements of layer_types[l]
+  std::vector<void*> v_layers;
+  std::vector<KVElemType> layer_types;  // empty: every layer f32
   int block_size = 16;
   int64_t block_stride = 0;
   int64_t n_blocks = 0;

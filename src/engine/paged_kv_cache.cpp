@@ -14,14 +14,28 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   if (!(opts.kv_cache_memory > 0)) fail("{}: kv cache memory must be positive, got {}", who, opts.kv_cache_memory);
   if (opts.max_model_len <= 0) fail("{}: context length must be positive, got {}", who, opts.max_model_len);
 
-  const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, opts.block_size);
+  KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, opts.kv_dtype, opts.block_size);
+  if (!opts.layer_dtypes.empty()) {
+    if (static_cast<int>(opts.layer_dtypes.size()) != c.n_layers)
+      fail("{}: {} per-layer KV dtypes given for a model of {} layers", who, opts.layer_dtypes.size(), c.n_layers);
+    layout.layer_dtypes = opts.layer_dtypes;
+  }
+  for (const KVCacheDType t : layout.layer_dtypes)
+    if (!kv_dtype_supported(t))
+      fail("{}: KV cache dtype {} is not supported yet (use f32, f16 or bf16)", who, kv_dtype_name(t));
+  const bool uniform = std::all_of(layout.layer_dtypes.begin(), layout.layer_dtypes.end(),
+                                   [&](KVCacheDType t) { return t == layout.layer_dtypes.front(); });
+  for (size_t l = 0; l < layout.layer_dtypes.size() && (l == 0 || !uniform); ++l) {
+    if (l > 0) dtype_names.push_back(',');
+    dtype_names.append(kv_dtype_name(layout.layer_dtypes[l]));
+  }
   budget_bytes = opts.kv_cache_memory > 1
                      ? static_cast<uint64_t>(opts.kv_cache_memory)
                      : static_cast<uint64_t>(opts.kv_cache_memory * static_cast<double>(total_ram_bytes()));
   bytes_per_block = layout.bytes_per_block();
   affordable_blocks = blocks_for_budget(layout, budget_bytes);
   // More blocks than every sequence at full context twice over would only hold cold prefixes (once over
-  // when there is no prefix cache), and the f32 storage is committed up front: a fraction of RAM for a
+  // when there is no prefix cache), and the storage is committed up front: a fraction of RAM for a
   // tiny model would otherwise take gigabytes.
   const int64_t blocks_per_seq = (opts.max_model_len + opts.block_size - 1) / opts.block_size;
   const int64_t useful = blocks_per_seq * std::max(opts.max_num_seqs, 1) * (opts.enable_prefix_caching ? 2 : 1);
@@ -36,6 +50,10 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   for (int l = 0; l < c.n_layers; ++l) {
     view.k_layers.push_back(storage->k_layer(l));
     view.v_layers.push_back(storage->v_layer(l));
+    const KVCacheDType t = storage->dtype(l);
+    view.layer_types.push_back(t == KVCacheDType::F16    ? KVElemType::F16
+                               : t == KVCacheDType::BF16 ? KVElemType::BF16
+                                                         : KVElemType::F32);
   }
   view.block_size = opts.block_size;
   view.block_stride = storage->block_stride();
@@ -51,8 +69,8 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
 }
 
 std::string PagedKVCache::summary() const {
-  std::string s = fmt::format("kv cache: {} blocks of {} tokens = {} tokens, {} f32", num_blocks, block_size,
-                              capacity_tokens(), human_bytes(storage_bytes));
+  std::string s = fmt::format("kv cache: {} blocks of {} tokens = {} tokens, {} {}", num_blocks, block_size,
+                              capacity_tokens(), human_bytes(storage_bytes), dtype_names);
   if (num_blocks < affordable_blocks)
     s += fmt::format(" (budget {} allowed {} blocks; capped at what the context can use)", human_bytes(budget_bytes),
                      affordable_blocks);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "kv/kv_cache_manager.h"
@@ -20,6 +21,8 @@ struct PagedKVCacheOptions {
   // Budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1), as EngineOptions::kv_cache_memory.
   double kv_cache_memory = 0.25;
   int block_size = 16;
+  KVCacheDType kv_dtype = KVCacheDType::F32;   // every layer's K/V element type...
+  std::vector<KVCacheDType> layer_dtypes;      // ...unless given per layer (n_layers entries)
   int64_t max_model_len = 0;  // tokens one sequence can hold (already resolved, > 0)
   int max_num_seqs = 1;       // sequences that run at once
   bool enable_prefix_caching = true;
@@ -35,7 +38,8 @@ struct PagedKVCache {
   int64_t affordable_blocks = 0;   // blocks the budget pays for
   int32_t num_blocks = 0;          // blocks allocated (affordable, capped at what can be used)
   int block_size = 16;
-  uint64_t bytes_per_block = 0;    // per the layout (f32 today)
+  std::string dtype_names;         // "f16", or "f32,f16,...,f32" when layers differ
+  uint64_t bytes_per_block = 0;    // per the layout
   uint64_t storage_bytes = 0;      // memory the storage holds
   // The engine takes these three over; the figures above stay valid.
   std::unique_ptr<KVStorage> storage;

@@ -1,14 +1,22 @@
 #include "kv/kv_storage.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/fp16.h"
 
 namespace kvserve {
 
 KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
   layout_.validate();
   if (num_blocks <= 0) fail("kv storage: need at least one block, got {}", num_blocks);
+  for (int l = 0; l < layout_.n_layers; ++l) {
+    const KVCacheDType t = layout_.layer_dtypes[static_cast<size_t>(l)];
+    if (t != KVCacheDType::F32 && t != KVCacheDType::F16 && t != KVCacheDType::BF16)
+      fail("kv storage: layer {} asks for KV dtype {}, which cannot be stored yet (supported: f32, f16, bf16)", l,
+           kv_dtype_name(t));
+  }
   if (layout_.kind == AttentionKind::MLA) {
     n_heads_ = 1;
     head_dim_ = layout_.kv_lora_rank + layout_.rope_dim;
@@ -17,15 +25,26 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks) : layout_(layou
     head_dim_ = layout_.head_dim;
   }
   block_stride_ = int64_t{n_heads_} * layout_.block_size * head_dim_;
-  const size_t per_layer = static_cast<size_t>(block_stride_) * static_cast<size_t>(num_blocks);
-  k_.assign(static_cast<size_t>(layout_.n_layers), std::vector<float>(per_layer, 0.0f));
-  if (has_v()) v_.assign(static_cast<size_t>(layout_.n_layers), std::vector<float>(per_layer, 0.0f));
+  const size_t elems = static_cast<size_t>(block_stride_) * static_cast<size_t>(num_blocks);
+  k_.resize(static_cast<size_t>(layout_.n_layers));
+  if (has_v()) v_.resize(static_cast<size_t>(layout_.n_layers));
+  for (int l = 0; l < layout_.n_layers; ++l) {
+    k_[static_cast<size_t>(l)].assign(elems * elem_bytes(l), std::byte{0});
+    if (has_v()) v_[static_cast<size_t>(l)].assign(elems * elem_bytes(l), std::byte{0});
+  }
 }
+
+KVCacheDType KVStorage::dtype(int layer) const {
+  if (layer < 0 || layer >= layout_.n_layers) fail("kv storage: layer {} out of range [0, {})", layer, layout_.n_layers);
+  return layout_.layer_dtypes[static_cast<size_t>(layer)];
+}
+
+size_t KVStorage::elem_bytes(int layer) const { return dtype(layer) == KVCacheDType::F32 ? 4 : 2; }
 
 size_t KVStorage::bytes() const {
   size_t n = 0;
-  for (const auto& l : k_) n += l.size() * sizeof(float);
-  for (const auto& l : v_) n += l.size() * sizeof(float);
+  for (const auto& l : k_) n += l.size();
+  for (const auto& l : v_) n += l.size();
   return n;
 }
 
@@ -34,47 +53,87 @@ void KVStorage::check(int layer, int32_t block) const {
   if (block < 0 || block >= num_blocks_) fail("kv storage: block {} out of range [0, {})", block, num_blocks_);
 }
 
-float* KVStorage::k_layer(int layer) { return k_.at(static_cast<size_t>(layer)).data(); }
-const float* KVStorage::k_layer(int layer) const { return k_.at(static_cast<size_t>(layer)).data(); }
-float* KVStorage::v_layer(int layer) { return has_v() ? v_.at(static_cast<size_t>(layer)).data() : nullptr; }
-const float* KVStorage::v_layer(int layer) const { return has_v() ? v_.at(static_cast<size_t>(layer)).data() : nullptr; }
+void* KVStorage::k_layer(int layer) { return k_.at(static_cast<size_t>(layer)).data(); }
+const void* KVStorage::k_layer(int layer) const { return k_.at(static_cast<size_t>(layer)).data(); }
+void* KVStorage::v_layer(int layer) { return has_v() ? v_.at(static_cast<size_t>(layer)).data() : nullptr; }
+const void* KVStorage::v_layer(int layer) const {
+  return has_v() ? v_.at(static_cast<size_t>(layer)).data() : nullptr;
+}
 
-float* KVStorage::k_block(int layer, int32_t block) {
-  check(layer, block);
-  return k_layer(layer) + block * block_stride_;
+std::byte* KVStorage::row(std::vector<std::byte>& arr, int layer, int32_t block, int head, int slot) {
+  const int64_t elem = block * block_stride_ + (int64_t{head} * layout_.block_size + slot) * head_dim_;
+  return arr.data() + static_cast<size_t>(elem) * elem_bytes(layer);
 }
-const float* KVStorage::k_block(int layer, int32_t block) const {
-  check(layer, block);
-  return k_layer(layer) + block * block_stride_;
+const std::byte* KVStorage::row(const std::vector<std::byte>& arr, int layer, int32_t block, int head,
+                                int slot) const {
+  const int64_t elem = block * block_stride_ + (int64_t{head} * layout_.block_size + slot) * head_dim_;
+  return arr.data() + static_cast<size_t>(elem) * elem_bytes(layer);
 }
-float* KVStorage::v_block(int layer, int32_t block) {
-  check(layer, block);
-  return has_v() ? v_layer(layer) + block * block_stride_ : nullptr;
+
+namespace {
+
+void store_row(KVCacheDType t, const float* src, int n, std::byte* dst) {
+  if (t == KVCacheDType::F32) {
+    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+    return;
+  }
+  uint16_t* h = reinterpret_cast<uint16_t*>(dst);
+  if (t == KVCacheDType::F16) {
+    for (int i = 0; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
+  } else {
+    for (int i = 0; i < n; ++i) h[i] = fp32_to_bf16(src[i]);
+  }
 }
-const float* KVStorage::v_block(int layer, int32_t block) const {
-  check(layer, block);
-  return has_v() ? v_layer(layer) + block * block_stride_ : nullptr;
+
+void load_row(KVCacheDType t, const std::byte* src, int n, float* dst) {
+  if (t == KVCacheDType::F32) {
+    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+    return;
+  }
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+  if (t == KVCacheDType::F16) {
+    for (int i = 0; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+  } else {
+    for (int i = 0; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+  }
 }
+
+}  // namespace
 
 void KVStorage::write(int layer, int32_t block, int slot, const float* k, const float* v) {
   check(layer, block);
   if (slot < 0 || slot >= layout_.block_size) fail("kv storage: slot {} out of range [0, {})", slot, layout_.block_size);
   if (!k) fail("kv storage: write needs K values");
   if (has_v() != (v != nullptr)) fail("kv storage: V values must be given exactly when the layout has V");
-  const int bs = layout_.block_size;
-  float* kb = k_block(layer, block);
-  float* vb = has_v() ? v_block(layer, block) : nullptr;
+  const KVCacheDType t = dtype(layer);
   for (int h = 0; h < n_heads_; ++h) {
-    const size_t dst = (static_cast<size_t>(h) * bs + slot) * head_dim_;
-    std::copy_n(k + static_cast<size_t>(h) * head_dim_, head_dim_, kb + dst);
-    if (vb) std::copy_n(v + static_cast<size_t>(h) * head_dim_, head_dim_, vb + dst);
+    store_row(t, k + static_cast<size_t>(h) * head_dim_, head_dim_, row(k_[static_cast<size_t>(layer)], layer, block, h, slot));
+    if (v) store_row(t, v + static_cast<size_t>(h) * head_dim_, head_dim_, row(v_[static_cast<size_t>(layer)], layer, block, h, slot));
+  }
+}
+
+void KVStorage::read(int layer, int32_t block, int slot, float* k, float* v) const {
+  check(layer, block);
+  if (slot < 0 || slot >= layout_.block_size) fail("kv storage: slot {} out of range [0, {})", slot, layout_.block_size);
+  const KVCacheDType t = dtype(layer);
+  for (int h = 0; h < n_heads_; ++h) {
+    load_row(t, row(k_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_, k + static_cast<size_t>(h) * head_dim_);
+    if (has_v() && v)
+      load_row(t, row(v_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_, v + static_cast<size_t>(h) * head_dim_);
   }
 }
 
 void KVStorage::copy_block(int32_t src, int32_t dst) {
   for (int l = 0; l < layout_.n_layers; ++l) {
-    std::copy_n(k_block(l, src), block_stride_, k_block(l, dst));
-    if (has_v()) std::copy_n(v_block(l, src), block_stride_, v_block(l, dst));
+    check(l, src);
+    check(l, dst);
+    const size_t n = static_cast<size_t>(block_stride_) * elem_bytes(l);
+    auto& k = k_[static_cast<size_t>(l)];
+    std::memcpy(k.data() + static_cast<size_t>(dst) * n, k.data() + static_cast<size_t>(src) * n, n);
+    if (has_v()) {
+      auto& v = v_[static_cast<size_t>(l)];
+      std::memcpy(v.data() + static_cast<size_t>(dst) * n, v.data() + static_cast<size_t>(src) * n, n);
+    }
   }
 }
 

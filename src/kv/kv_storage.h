@@ -4,8 +4,9 @@
 // block_stride() its block_stride), so one query group reads its KV head's slots contiguously.
 //
 // MLA layouts store the per-token latent (kv_lora_rank + rope_dim values) as a single "head" in the K
-// array and have no V array. Values are kept in f32 whatever the layout's dtype: f16/bf16/quantized
-// storage will come with kernels that read it; the layout already sizes the budget for it.
+// array and have no V array. Each layer keeps its layout dtype: f32, f16 or bf16 (values are rounded to
+// nearest even on write; attention widens them back to f32 as it reads). fp8/int8/int4 need scales and
+// kernels that read them; a layout asking for them is refused here.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -25,35 +26,39 @@ class KVStorage {
   int head_dim() const { return head_dim_; }   // kv_lora_rank + rope_dim for MLA
   int block_size() const { return layout_.block_size; }
   bool has_v() const { return layout_.kind == AttentionKind::MHA; }
-  // Floats per block of one layer (n_kv_heads * block_size * head_dim).
+  // Elements per block of one layer (n_kv_heads * block_size * head_dim).
   int64_t block_stride() const { return block_stride_; }
   size_t bytes() const;  // memory actually held
+  KVCacheDType dtype(int layer) const;
 
-  float* k_layer(int layer);
-  const float* k_layer(int layer) const;
-  float* v_layer(int layer);  // nullptr for MLA
-  const float* v_layer(int layer) const;
-  float* k_block(int layer, int32_t block);
-  const float* k_block(int layer, int32_t block) const;
-  float* v_block(int layer, int32_t block);
-  const float* v_block(int layer, int32_t block) const;
+  // Start of a layer's K (V) array: elements of dtype(layer), block b at b * block_stride() elements.
+  void* k_layer(int layer);
+  const void* k_layer(int layer) const;
+  void* v_layer(int layer);  // nullptr for MLA
+  const void* v_layer(int layer) const;
 
   // Stores one token's K and V ([n_kv_heads][head_dim] each, as the projections produce them) into
-  // `slot` of `block` for every KV head. For MLA, k is the latent and v must be nullptr.
+  // `slot` of `block` for every KV head, converted to the layer's dtype. For MLA, k is the latent and v
+  // must be nullptr.
   void write(int layer, int32_t block, int slot, const float* k, const float* v);
+  // The inverse of write: the stored values widened to f32 (v ignored for MLA).
+  void read(int layer, int32_t block, int slot, float* k, float* v) const;
   // Copy-on-write after a fork: every layer's K and V of src into dst.
   void copy_block(int32_t src, int32_t dst);
 
  private:
   void check(int layer, int32_t block) const;
+  size_t elem_bytes(int layer) const;
+  std::byte* row(std::vector<std::byte>& arr, int layer, int32_t block, int head, int slot);
+  const std::byte* row(const std::vector<std::byte>& arr, int layer, int32_t block, int head, int slot) const;
 
   KVLayout layout_;
   int32_t num_blocks_;
   int n_heads_;
   int head_dim_;
   int64_t block_stride_;
-  std::vector<std::vector<float>> k_;  // per layer
-  std::vector<std::vector<float>> v_;  // per layer (empty for MLA)
+  std::vector<std::vector<std::byte>> k_;  // per layer
+  std::vector<std::vector<std::byte>> v_;  // per layer (empty for MLA)
 };
 
 }  // namespace kvserve

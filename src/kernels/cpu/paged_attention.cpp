@@ -9,6 +9,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve {
@@ -24,6 +25,8 @@ void validate(const PagedAttentionArgs& a) {
   if (a.block_size <= 0) fail("paged_attention: block_size {} must be positive", a.block_size);
   if (a.pos0 < 0) fail("paged_attention: pos0 {} is negative", a.pos0);
   const int64_t min_stride = int64_t{a.n_kv_heads} * a.block_size * a.head_dim;
+  if (a.block_stride % a.head_dim != 0)
+    fail("paged_attention: block_stride {} is not a multiple of head_dim {}", a.block_stride, a.head_dim);
   if (a.block_stride < min_stride)
     fail("paged_attention: block_stride {} is smaller than n_kv_heads*block_size*head_dim = {}", a.block_stride,
          min_stride);
@@ -34,17 +37,38 @@ void validate(const PagedAttentionArgs& a) {
 // Portable worker, also the body of the reference. One item = (token, kv head): the KV head's slots of
 // each block are read once and serve every query head of its group. Softmax is online per block: the
 // block's scores are computed, the running max moves once, and the accumulator is rescaled once.
+// Row `index` (hd elements) of a cache array as f32: the row itself for f32, else widened into `tmp`.
+const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
+  const int64_t off = index * hd;
+  switch (type) {
+    case KVElemType::F32: return static_cast<const float*>(base) + off;
+    case KVElemType::F16: {
+      const uint16_t* h = static_cast<const uint16_t*>(base) + off;
+      for (int d = 0; d < hd; ++d) tmp[d] = fp16_to_fp32(h[d]);
+      return tmp;
+    }
+    case KVElemType::BF16: {
+      const uint16_t* h = static_cast<const uint16_t*>(base) + off;
+      for (int d = 0; d < hd; ++d) tmp[d] = bf16_to_fp32(h[d]);
+      return tmp;
+    }
+  }
+  return nullptr;
+}
+
 void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end) {
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int bs = a.block_size;
-  // Scratch per thread: scores [group][block_size], accumulators [group][head_dim], max and sum per head.
+  // Scratch per thread: scores [group][block_size], accumulators [group][head_dim], max and sum per head,
+  // and one widened K or V row.
   thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(group) * (bs + hd + 2));
+  scratch.resize(static_cast<size_t>(group) * (bs + hd + 2) + hd);
   float* scores = scratch.data();
   float* acc = scores + static_cast<size_t>(group) * bs;
   float* run_max = acc + static_cast<size_t>(group) * hd;
   float* run_sum = run_max + group;
+  float* row = run_sum + group;
 
   for (int64_t item = begin; item < end; ++item) {
     const int64_t t = item / a.n_kv_heads;
@@ -58,13 +82,12 @@ void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end
     const int64_t n_blocks = last_pos / bs + 1;
     for (int64_t lb = 0; lb < n_blocks; ++lb) {
       const int64_t phys = a.block_table[lb];
-      const int64_t head_off = phys * a.block_stride + int64_t{kvh} * bs * hd;
-      const float* kb = a.k_cache + head_off;
-      const float* vb = a.v_cache + head_off;
+      // Rows are head_dim elements: the block's first row of this KV head, in rows.
+      const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd;
       const int n_valid = static_cast<int>(std::min<int64_t>(bs, last_pos + 1 - lb * bs));
 
       for (int s = 0; s < n_valid; ++s) {
-        const float* k = kb + static_cast<size_t>(s) * hd;
+        const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);
         for (int h = 0; h < group; ++h) {
           const float* qh = q + static_cast<size_t>(h) * hd;
           float dot = 0.0f;
@@ -90,7 +113,7 @@ void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end
         run_max[h] = new_max;
       }
       for (int s = 0; s < n_valid; ++s) {
-        const float* v = vb + static_cast<size_t>(s) * hd;
+        const float* v = load_row(a.v_cache, a.kv_type, row0 + s, hd, row);
         for (int h = 0; h < group; ++h) {
           const float p = scores[h * bs + s];
           float* acc_h = acc + static_cast<size_t>(h) * hd;

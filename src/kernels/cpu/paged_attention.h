@@ -11,6 +11,10 @@
 
 namespace kvserve {
 
+// Element type of the K/V cache. Half-precision elements are widened to f32 as a slot is read; all
+// arithmetic stays f32.
+enum class KVElemType { F32, F16, BF16 };
+
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [n_tokens][n_heads][head_dim]
   float* out = nullptr;      // [n_tokens][n_heads][head_dim]
@@ -21,9 +25,10 @@ struct PagedAttentionArgs {
   const int32_t* block_table = nullptr;  // logical block -> physical block
   int block_size = 16;
   int64_t pos0 = 0;  // query token i sits at position pos0 + i and attends to positions [0, pos0 + i]
-  const float* k_cache = nullptr;
-  const float* v_cache = nullptr;
-  int64_t block_stride = 0;  // floats per block
+  const void* k_cache = nullptr;  // elements of kv_type
+  const void* v_cache = nullptr;
+  KVElemType kv_type = KVElemType::F32;
+  int64_t block_stride = 0;  // elements per block
   float scale = 1.0f;        // usually 1/sqrt(head_dim)
 };
 

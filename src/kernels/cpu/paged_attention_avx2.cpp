@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/fp16.h"
 #include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve::detail {
@@ -38,6 +39,26 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
+// Row `index` (hd elements) as f32: the row itself for f32, else widened 8 at a time into `tmp`.
+inline const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
+  const int64_t off = index * hd;
+  if (type == KVElemType::F32) return static_cast<const float*>(base) + off;
+  const uint16_t* h = static_cast<const uint16_t*>(base) + off;
+  int d = 0;
+  if (type == KVElemType::F16) {
+    for (; d + 8 <= hd; d += 8)
+      _mm256_storeu_ps(tmp + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d))));
+    for (; d < hd; ++d) tmp[d] = fp16_to_fp32(h[d]);
+  } else {
+    for (; d + 8 <= hd; d += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d)));
+      _mm256_storeu_ps(tmp + d, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; d < hd; ++d) tmp[d] = bf16_to_fp32(h[d]);
+  }
+  return tmp;
+}
+
 inline void scale_in_place(float* x, float c, int n) {
   const __m256 vc = _mm256_set1_ps(c);
   int d = 0;
@@ -52,11 +73,12 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
   const int hd = a.head_dim;
   const int bs = a.block_size;
   thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(group) * (bs + hd + 2));
+  scratch.resize(static_cast<size_t>(group) * (bs + hd + 2) + hd);
   float* scores = scratch.data();
   float* acc = scores + static_cast<size_t>(group) * bs;
   float* run_max = acc + static_cast<size_t>(group) * hd;
   float* run_sum = run_max + group;
+  float* row = run_sum + group;  // one widened K or V row
 
   for (int64_t item = begin; item < end; ++item) {
     const int64_t t = item / a.n_kv_heads;
@@ -70,13 +92,11 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
     const int64_t n_blocks = last_pos / bs + 1;
     for (int64_t lb = 0; lb < n_blocks; ++lb) {
       const int64_t phys = a.block_table[lb];
-      const int64_t head_off = phys * a.block_stride + int64_t{kvh} * bs * hd;
-      const float* kb = a.k_cache + head_off;
-      const float* vb = a.v_cache + head_off;
+      const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd;
       const int n_valid = static_cast<int>(std::min<int64_t>(bs, last_pos + 1 - lb * bs));
 
       for (int s = 0; s < n_valid; ++s) {
-        const float* k = kb + static_cast<size_t>(s) * hd;
+        const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);
         for (int h = 0; h < group; ++h) scores[h * bs + s] = dot(q + static_cast<size_t>(h) * hd, k, hd) * a.scale;
       }
       for (int h = 0; h < group; ++h) {
@@ -95,7 +115,7 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
       }
       // V slot chunk loaded once, accumulated into every head of the group.
       for (int s = 0; s < n_valid; ++s) {
-        const float* v = vb + static_cast<size_t>(s) * hd;
+        const float* v = load_row(a.v_cache, a.kv_type, row0 + s, hd, row);
         int d = 0;
         for (; d + 8 <= hd; d += 8) {
           const __m256 vv = _mm256_loadu_ps(v + d);
