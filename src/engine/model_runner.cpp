@@ -117,10 +117,11 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       }
     }
 
-    // Attention, one sequence at a time (each reads only its own blocks).
+    // Attention: each sequence reads only its own blocks; all of them share one parallel pass.
+    attn_args_.clear();
     t = 0;
     for (const auto& s : batch) {
-      PagedAttentionArgs a;
+      PagedAttentionArgs& a = attn_args_.emplace_back();
       a.q = q_.data() + t * QD;
       a.out = attn_.data() + t * QD;
       a.n_tokens = static_cast<int>(s.tokens.size());
@@ -135,9 +136,9 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.kv_type = kv_type;
       a.block_stride = kv.block_stride;
       a.scale = attn_scale;
-      paged_attention(a, pool_);
       t += static_cast<int64_t>(s.tokens.size());
     }
+    paged_attention_batch(attn_args_, pool_);
 
     matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
     add_inplace(x_.data(), tmp_.data(), n_tokens * E);

@@ -43,6 +43,7 @@ class ModelRunner {
 
  private:
   void ensure_scratch(int64_t n_tokens);
+  std::vector<PagedAttentionArgs> attn_args_;  // one per sequence of the step
 
   const Model& model_;
   ThreadPool& pool_;

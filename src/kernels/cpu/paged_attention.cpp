@@ -155,6 +155,34 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool) {
   });
 }
 
+void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool& pool) {
+  if (batch.size() == 1) return paged_attention(batch[0], pool);
+  // Prefix sums of each sequence's items; a range [b, e) of the flattened items may span sequences.
+  std::vector<int64_t> first(batch.size() + 1, 0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    validate(batch[i]);
+    first[i + 1] = first[i] + int64_t{batch[i].n_tokens} * batch[i].n_kv_heads;
+  }
+  const int64_t n_items = first.back();
+  if (n_items == 0) return;
+  const bool avx2 = use_avx2();
+  const std::vector<int64_t>& starts = first;
+  pool.parallel_for(n_items, [&](int64_t b, int64_t e) {
+    size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), b) - starts.begin()) - 1;
+    while (b < e) {
+      const int64_t end_here = std::min(e, starts[s + 1]);
+      if (end_here > b) {
+        if (avx2)
+          detail::paged_attention_items_avx2(batch[s], b - starts[s], end_here - starts[s]);
+        else
+          attend_items_scalar(batch[s], b - starts[s], end_here - starts[s]);
+      }
+      b = end_here;
+      ++s;
+    }
+  });
+}
+
 void paged_attention_ref(const PagedAttentionArgs& a) {
   validate(a);
   if (a.n_tokens == 0) return;

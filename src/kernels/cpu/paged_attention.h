@@ -6,6 +6,7 @@
 // block the layout is [kv_head][slot][head_dim] (block_stride = n_kv_heads * block_size * head_dim), so
 // a query group reads its KV head's slots contiguously.
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
 
@@ -34,6 +35,10 @@ struct PagedAttentionArgs {
 
 // Fast path (AVX2 when available), parallel over (token, kv head) pairs.
 void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool = ThreadPool::global());
+// Several sequences' chunks in one parallel pass (a batched step): the work items of all of them are
+// spread over the pool at once instead of one dispatch per sequence. Same results as calling
+// paged_attention on each.
+void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool& pool = ThreadPool::global());
 // Scalar reference with the same online-softmax algorithm.
 void paged_attention_ref(const PagedAttentionArgs& a);
 
