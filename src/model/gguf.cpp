@@ -16,24 +16,6 @@ constexpr int kMaxArrayNesting = 8;
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr uint64_t kMaxNameLength = 65535;
 
-size_t scalar_size(GGUFType t) {
-  switch (t) {
-    case GGUFType::UINT8:
-    case GGUFType::INT8:
-    case GGUFType::BOOL: return 1;
-    case GGUFType::UINT16:
-    case GGUFType::INT16: return 2;
-    case GGUFType::UINT32:
-    case GGUFType::INT32:
-    case GGUFType::FLOAT32: return 4;
-    case GGUFType::UINT64:
-    case GGUFType::INT64:
-    case GGUFType::FLOAT64: return 8;
-    case GGUFType::STRING:
-    case GGUFType::ARRAY: return 0;
-  }
-  return 0;
-}
 
 bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GGUFType::FLOAT64); }
 
@@ -123,7 +105,7 @@ void read_array(Reader& r, GGUFValue& v, const std::string& key, const std::stri
   // 12-byte nested array header. A count that cannot fit in what is left is rejected before allocating.
   const size_t elem_min = v.elem_type == GGUFType::STRING  ? 8
                           : v.elem_type == GGUFType::ARRAY ? 12
-                                                           : scalar_size(v.elem_type);
+                                                           : gguf_scalar_size(v.elem_type);
   if (v.count > r.remaining() / elem_min)
     fail("{}: metadata '{}' at offset {}: array of {} {} elements needs at least {} bytes, only {} remain", file,
          key, count_at, v.count, gguf_type_name(v.elem_type),
@@ -158,7 +140,7 @@ T load_le(const uint8_t* p) {
 }
 
 bool array_elem_as_int(const GGUFValue& v, size_t i, int64_t& out) {
-  const uint8_t* p = v.raw + i * scalar_size(v.elem_type);
+  const uint8_t* p = v.raw + i * gguf_scalar_size(v.elem_type);
   switch (v.elem_type) {
     case GGUFType::UINT8: out = load_le<uint8_t>(p); return true;
     case GGUFType::INT8: out = load_le<int8_t>(p); return true;
@@ -470,6 +452,25 @@ std::optional<std::vector<float>> GGUFFile::find_f32_array(std::string_view key)
 std::optional<std::vector<int32_t>> GGUFFile::find_i32_array(std::string_view key) const {
   if (!has(key)) return std::nullopt;
   return get_i32_array(key);
+}
+
+size_t gguf_scalar_size(GGUFType t) {
+  switch (t) {
+    case GGUFType::UINT8:
+    case GGUFType::INT8:
+    case GGUFType::BOOL: return 1;
+    case GGUFType::UINT16:
+    case GGUFType::INT16: return 2;
+    case GGUFType::UINT32:
+    case GGUFType::INT32:
+    case GGUFType::FLOAT32: return 4;
+    case GGUFType::UINT64:
+    case GGUFType::INT64:
+    case GGUFType::FLOAT64: return 8;
+    case GGUFType::STRING:
+    case GGUFType::ARRAY: return 0;
+  }
+  return 0;
 }
 
 }  // namespace kvserve

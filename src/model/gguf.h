@@ -4,6 +4,7 @@
 // names the file, the byte offset or tensor, and what was expected — never a crash or a huge
 // allocation. Tensor data is not copied: TensorInfo::data points into the mapped file.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,6 +36,8 @@ enum class GGUFType : uint32_t {
 };
 
 std::string_view gguf_type_name(GGUFType t);
+// Bytes of one value of a fixed-size type; 0 for STRING and ARRAY.
+size_t gguf_scalar_size(GGUFType t);
 
 struct GGUFValue {
   GGUFType type = GGUFType::UINT8;

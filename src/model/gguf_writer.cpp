@@ -35,23 +35,6 @@ void put_string(std::vector<uint8_t>& b, std::string_view s) {
   put_bytes(b, s.data(), s.size());
 }
 
-size_t scalar_bytes(GGUFType t) {
-  switch (t) {
-    case GGUFType::UINT8:
-    case GGUFType::INT8:
-    case GGUFType::BOOL: return 1;
-    case GGUFType::UINT16:
-    case GGUFType::INT16: return 2;
-    case GGUFType::UINT32:
-    case GGUFType::INT32:
-    case GGUFType::FLOAT32: return 4;
-    case GGUFType::UINT64:
-    case GGUFType::INT64:
-    case GGUFType::FLOAT64: return 8;
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 GGUFWriter::GGUFWriter(uint32_t alignment) : alignment_(alignment) {
@@ -140,7 +123,7 @@ void GGUFWriter::put_value(const GGUFValue& v) {
       } else if (v.elem_type == GGUFType::ARRAY) {
         for (const GGUFValue& item : v.items) put_value(item);  // nested: each item carries its own header
       } else {
-        const size_t n = scalar_bytes(v.elem_type) * static_cast<size_t>(v.count);
+        const size_t n = gguf_scalar_size(v.elem_type) * static_cast<size_t>(v.count);
         if (n > 0 && v.raw == nullptr) fail("GGUF writer: numeric array without data");
         put_bytes(kv_, v.raw, n);
       }
