@@ -149,11 +149,12 @@ TEST(ServerFormat, MetricsText) {
   s.used_blocks = 2;
   s.cached_blocks = 1;
   s.preemptions = 3;
+  s.prefix_evictions = 9;
   const std::string text = m.render(s);
   for (const char* line :
        {"kvserve_kv_cache_usage_ratio 0.25\n", "kvserve_kv_blocks{state=\"free\"} 5\n", "kvserve_kv_blocks{state=\"used\"} 2\n",
         "kvserve_kv_blocks{state=\"cached\"} 1\n", "kvserve_preemptions_total 3\n", "kvserve_prefix_cache_queries_total 0\n",
-        "kvserve_prefix_cache_hits_total 0\n", "kvserve_requests_running 0\n", "kvserve_requests_waiting 0\n",
+        "kvserve_prefix_cache_hits_total 0\n", "kvserve_prefix_cache_evictions_total 9\n", "kvserve_requests_running 0\n", "kvserve_requests_waiting 0\n",
         "kvserve_prompt_tokens_total 0\n", "kvserve_generation_tokens_total 0\n",
         "kvserve_time_to_first_token_seconds_count 1\n", "kvserve_time_per_output_token_seconds_count 1\n",
         "kvserve_e2e_request_latency_seconds_count 1\n", "# TYPE kvserve_preemptions_total counter\n"})

@@ -396,6 +396,7 @@ void Engine::Impl::publish(bool idle) {
   st.preemptions = scheduler->num_preemptions();
   st.prefix_queries = scheduler->prefix_query_tokens();
   st.prefix_hits = scheduler->prefix_hit_tokens();
+  st.prefix_evictions = kv->stats().evictions;
   st.prompt_tokens = prompt_tokens;
   st.generation_tokens = generation_tokens;
   st.requests_finished = requests_finished;

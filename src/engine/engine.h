@@ -68,6 +68,7 @@ struct EngineStats {
   int64_t cached_blocks = 0; // free but still holding a cached prefix (reusable)
   double kv_usage = 0;       // used / total
   uint64_t prefix_queries = 0, prefix_hits = 0;  // in tokens
+  uint64_t prefix_evictions = 0;  // cached blocks reused for new data (LRU)
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0, generation_tokens = 0;
   uint64_t requests_finished = 0;

@@ -74,6 +74,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   gauge(out, "kvserve_kv_blocks_total", "KV cache blocks in the pool.", static_cast<double>(s.num_blocks));
   counter(out, "kvserve_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", s.prefix_queries);
   counter(out, "kvserve_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", s.prefix_hits);
+  counter(out, "kvserve_prefix_cache_evictions_total", "Cached prefix blocks evicted (reused for new data).",
+          s.prefix_evictions);
   counter(out, "kvserve_preemptions_total", "Requests preempted for lack of KV blocks.", s.preemptions);
   gauge(out, "kvserve_requests_running", "Requests being computed.", s.running);
   gauge(out, "kvserve_requests_waiting", "Requests queued for admission.", s.waiting);

@@ -382,6 +382,7 @@ def test_load_with_preemption_and_disconnects(client):
     m = wait_idle()
     print(f"preemptions during load: {m['kvserve_preemptions_total'] - preemptions_before:.0f}")
     assert m["kvserve_preemptions_total"] > preemptions_before, "the KV budget did not force any preemption"
+    assert m["kvserve_prefix_cache_evictions_total"] > 0, "a full pool under load must evict cached prefixes"
     blocks = block_map()
     assert blocks["used_blocks"] == 0
     assert all(owner in (-1, -2) for owner in blocks["owner"]), "blocks still owned after every request ended"
