@@ -111,6 +111,8 @@ TEST(GoldenStories260K, TokenizeJsonl) {
 //   activation that sits on an 8-bit rounding boundary can round the other way, and one such flip moves
 //   that step's logits by up to a few 1e-2; everywhere else the numbers agree to float rounding. (The
 //   float-activation set differs by 0.1-0.2 at almost every step, so this pins the numeric choice.)
+//   BF16 activations keep only 8 bits, so its flips are the most frequent (67% of steps within 1e-3 with
+//   the batch-invariant tiles of quants_avx2.cpp).
 // - free-running greedy ids identical up to the first step whose reference margin is below `tol`.
 struct GgufCase {
   std::string stem;
@@ -167,7 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"stories260K-Q8_0", 0.3f, 0.25f}, GgufCase{"stories260K-Q4_0", 0.3f, 0.25f},
                       GgufCase{"stories260K-Q4_1", 0.3f, 0.25f}, GgufCase{"tiny-mha", 1e-2f, 0.5f},
                       GgufCase{"tiny-gqa", 1e-2f, 0.8f}, GgufCase{"tiny-mqa", 1e-2f, 0.5f},
-                      GgufCase{"tiny-qwen2", 1e-2f, 0.5f}, GgufCase{"tiny-gqa-BF16", 2e-2f, 0.7f},
+                      GgufCase{"tiny-qwen2", 1e-2f, 0.5f}, GgufCase{"tiny-gqa-BF16", 2e-2f, 0.65f},
                       GgufCase{"tiny-gqa-Q8_0", 0.2f, 0.25f}, GgufCase{"tiny-gqa-Q6_K", 0.2f, 0.25f},
                       GgufCase{"tiny-gqa-Q5_K_M", 0.2f, 0.25f}, GgufCase{"tiny-gqa-Q4_K_M", 0.2f, 0.25f},
                       GgufCase{"tiny-gqa-Q4_1", 0.2f, 0.25f}, GgufCase{"tiny-gqa-Q4_0", 0.2f, 0.25f},

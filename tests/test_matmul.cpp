@@ -92,6 +92,38 @@ TEST_P(MatmulTypes, LargeRowCountSplitsAcrossThreads) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-5 * scale[i] + 1e-6) << i;
 }
 
+// Batch invariance: a token's outputs are bit-identical whether it is multiplied alone or among others
+// (in any tile position). The engine relies on it: a request's greedy tokens must not depend on what it
+// was batched with, nor on whether its prefix K/V came from the cache.
+TEST_P(MatmulTypes, EachTokenIsBitIdenticalAloneOrInABatch) {
+  const DType type = GetParam();
+  const int64_t n_in = dtype_info(type).block_elems == 256 ? 768 : 224;  // odd block counts too
+  const int64_t n_out = 19;
+  ThreadPool pool(2);
+  std::mt19937 rng(static_cast<uint32_t>(type) + 77);
+  const auto data = random_weights(type, n_out, n_in, rng);
+  const Tensor w = make_tensor(type, n_out, n_in, data);
+  const int64_t n_tokens = 11;  // tiles of 4, 4 and 3
+  const auto x = random_floats(n_tokens * n_in, rng);
+  for (bool simd : {true, false}) {
+    set_simd_enabled(simd);
+    std::vector<float> batch(n_tokens * n_out);
+    matmul(w, x.data(), n_tokens, batch.data(), pool);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::vector<float> alone(n_out);
+      matmul(w, x.data() + t * n_in, 1, alone.data(), pool);
+      for (int64_t r = 0; r < n_out; ++r)
+        ASSERT_EQ(batch[t * n_out + r], alone[r]) << dtype_name(type) << " token " << t << " row " << r << " simd " << simd;
+      std::vector<float> pair(2 * n_out);  // as the second token of a 2-token tile
+      std::vector<float> two(x.begin() + ((t + 1) % n_tokens) * n_in, x.begin() + ((t + 1) % n_tokens + 1) * n_in);
+      two.insert(two.end(), x.begin() + t * n_in, x.begin() + (t + 1) * n_in);
+      matmul(w, two.data(), 2, pair.data(), pool);
+      for (int64_t r = 0; r < n_out; ++r) ASSERT_EQ(pair[n_out + r], alone[r]) << dtype_name(type) << " token " << t;
+    }
+  }
+  set_simd_enabled(true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                            DType::Q4_K, DType::Q5_K, DType::Q6_K),

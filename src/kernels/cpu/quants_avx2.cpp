@@ -46,8 +46,16 @@ inline __m256i dot_u8_i8_weighted(__m256i x, __m256i y, __m256i weights) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), weights);
 }
 
-// Runs body(block_index, acc) over nb blocks with S independent accumulator sets (S > 1 breaks the FMA
-// dependency chain when there is only one token) and writes the horizontal sums to out[0..T).
+// Accumulator sets of the 32-element tiles (2 breaks the FMA dependency chain of a single token) and of
+// the float tiles (4 x 8 lanes: ggml's F16/F32 dot order, which keeps us closest to llama.cpp). The same
+// for every tile size on purpose: a token's result must not depend on how many tokens
+// share its tile, or the same request would give other logits (and, at near-ties, other greedy tokens)
+// depending on what it was batched with, or whether its prefix came from the cache.
+constexpr int kAccumulatorSets = 2;
+constexpr int kFloatAccumulatorSets = 4;
+
+// Runs body(block_index, acc) over nb blocks with S independent accumulator sets and writes the
+// horizontal sums to out[0..T). Per token, the arithmetic does not depend on T.
 template <int T, int S, typename Body>
 inline void accumulate_blocks(int64_t nb, Body&& body, float* out) {
   __m256 acc[S][T];
@@ -74,7 +82,7 @@ inline void cast_rows(const void* const* a, const Block* (&rows)[T]) {
 // Float-like rows: LoadW/LoadA turn 8 elements at an index into __m256.
 template <int T, typename Elem, typename Load, typename ToFloat>
 inline void tile_float(int64_t n, const Elem* w, const void* const* a, float* out, Load load, ToFloat to_float) {
-  constexpr int S = T == 1 ? 4 : (T == 2 ? 2 : 1);
+  constexpr int S = kFloatAccumulatorSets;
   const Elem* rows[T];
   cast_rows<Elem, T>(a, rows);
   accumulate_blocks<T, S>(
@@ -118,7 +126,7 @@ void tile_bf16(int64_t n, const void* w, const void* const* a, float* out) {
 
 template <int T>
 void tile_q8_0(int64_t n, const void* w, const void* const* a, float* out) {
-  constexpr int S = T == 1 ? 2 : 1;
+  constexpr int S = kAccumulatorSets;
   const auto* wb = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* rows[T];
   cast_rows<BlockQ8_0, T>(a, rows);
@@ -147,7 +155,7 @@ inline __m256i unpack_nibbles_32(const uint8_t* qs) {
 
 template <int T>
 void tile_q4_0(int64_t n, const void* w, const void* const* a, float* out) {
-  constexpr int S = T == 1 ? 2 : 1;
+  constexpr int S = kAccumulatorSets;
   const auto* wb = static_cast<const BlockQ4_0*>(w);
   const BlockQ8_0* rows[T];
   cast_rows<BlockQ8_0, T>(a, rows);
@@ -168,7 +176,7 @@ void tile_q4_0(int64_t n, const void* w, const void* const* a, float* out) {
 
 template <int T>
 void tile_q4_1(int64_t n, const void* w, const void* const* a, float* out) {
-  constexpr int S = T == 1 ? 2 : 1;
+  constexpr int S = kAccumulatorSets;
   const auto* wb = static_cast<const BlockQ4_1*>(w);
   const BlockQ8_1* rows[T];
   cast_rows<BlockQ8_1, T>(a, rows);
