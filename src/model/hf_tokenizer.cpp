@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "model/json_file.h"
 #include "model/loaders.h"
 
 namespace kvserve {
@@ -43,18 +44,6 @@ const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
       {{kQwen2Regex}, "qwen2"},
   };
   return table;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail("'{}' is not valid JSON: {}", path, e.what());
-  }
 }
 
 bool file_exists(const std::string& path) {
@@ -163,7 +152,7 @@ void template_specials(const json& post, std::string* first, std::string* last) 
 
 Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& tokenizer_config_path,
                                 const std::string& config_path) {
-  const json tj = read_json(path);
+  const json tj = read_json_file(path);
   if (!tj.is_object()) fail("'{}': not a JSON object", path);
   const json model = tj.value("model", json::object());
   const std::string model_type = type_of(model);
@@ -302,8 +291,8 @@ Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& toke
   }
 
   // Special tokens and flags: tokenizer_config.json, then config.json ids, then the post-processor.
-  json tcfg = file_exists(tokenizer_config_path) ? read_json(tokenizer_config_path) : json::object();
-  json cfg = file_exists(config_path) ? read_json(config_path) : json::object();
+  json tcfg = file_exists(tokenizer_config_path) ? read_json_file(tokenizer_config_path) : json::object();
+  json cfg = file_exists(config_path) ? read_json_file(config_path) : json::object();
   if (!tcfg.is_object()) fail("'{}': not a JSON object", tokenizer_config_path);
   if (!cfg.is_object()) fail("'{}': not a JSON object", config_path);
   auto resolve = [&](const char* tcfg_key, const char* cfg_key) -> int32_t {

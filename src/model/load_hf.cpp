@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "model/hf_tokenizer.h"
+#include "model/json_file.h"
 #include "model/loaders.h"
 #include "model/safetensors.h"
 
@@ -75,18 +76,6 @@ class ConfigReader {
   const json& j_;
   std::string path_;
 };
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail("'{}' is not valid JSON: {}", path, e.what());
-  }
-}
 
 void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
   auto it = j.find("rope_scaling");

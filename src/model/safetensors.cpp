@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/json_file.h"
 
 namespace kvserve {
 
@@ -174,22 +175,6 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   t.data = st->data;
   return t;
 }
-
-namespace {
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail("'{}' is not valid JSON: {}", path, e.what());
-  }
-}
-
-}  // namespace
 
 SafetensorsModel::SafetensorsModel(const std::string& dir) : dir_(dir) {
   namespace fs = std::filesystem;
