@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "kv/kv_layout.h"
+#include "stories_model.h"
 
 using namespace kvserve;
 
@@ -23,14 +24,7 @@ namespace {
 
 const std::string kShared = KVSERVE_SHARED_DIR;
 
-const Model& stories() {
-  static const std::unique_ptr<Model> model = [] {
-    LoadOptions opts;
-    opts.tokenizer_path = kShared + "/models/stories260K/tok512.bin";
-    return load_model(kShared + "/models/stories260K/stories260K.bin", opts);
-  }();
-  return *model;
-}
+const Model& stories() { return test::stories260k(); }
 
 struct ChoiceResult {
   std::vector<int32_t> ids;

@@ -17,6 +17,7 @@
 #include "engine/generator.h"
 #include "engine/paged_kv_cache.h"
 #include "kv/kv_layout.h"
+#include "stories_model.h"
 #include "model/model.h"
 
 using namespace kvserve;
@@ -26,14 +27,7 @@ namespace {
 
 const std::string kShared = KVSERVE_SHARED_DIR;
 
-const Model& stories() {
-  static const std::unique_ptr<Model> model = [] {
-    LoadOptions opts;
-    opts.tokenizer_path = kShared + "/models/stories260K/tok512.bin";
-    return load_model(kShared + "/models/stories260K/stories260K.bin", opts);
-  }();
-  return *model;
-}
+const Model& stories() { return test::stories260k(); }
 
 std::vector<json> greedy_goldens() {
   std::ifstream f(kShared + "/golden/stories260K/greedy.jsonl");

@@ -16,8 +16,8 @@
 #include "bench/serving_bench.h"
 #include "bench/triad.h"
 #include "cli/commands.h"
+#include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
-#include "cli/progress.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kv/kv_layout.h"
@@ -93,13 +93,9 @@ void print_json(const nlohmann::json& j) {
 }
 
 void run_offline(const BenchArgs& a) {
-  const std::string path = a.model.empty() ? default_model_path() : a.model;
-  LoadOptions lo;
-  lo.tokenizer_path = a.tokenizer;
-  ProgressBar bar("loading " + path, !a.json);
-  lo.progress = [&](float f) { bar.update(f); };
-  std::unique_ptr<Model> model = load_model(path, lo);
-  bar.done();
+  // Flags fail before the (possibly long) load.
+  const KVCacheDType kv_cache_dtype = parse_kv_cache_dtype_flag(a.kv_cache_dtype);
+  std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json);
 
   bench::OfflineBenchOptions o;
   o.prompts = prompt_spec(a);
@@ -111,8 +107,7 @@ void run_offline(const BenchArgs& a) {
   o.engine.max_num_batched_tokens = a.max_num_batched_tokens;
   o.engine.max_model_len = a.max_model_len;
   o.engine.enable_prefix_caching = !a.no_prefix_caching;
-  o.engine.kv_cache_dtype = parse_kv_dtype(a.kv_cache_dtype);
-  if (!kv_dtype_supported(o.engine.kv_cache_dtype)) fail("--kv-cache-dtype: {} is not supported yet", a.kv_cache_dtype);
+  o.engine.kv_cache_dtype = kv_cache_dtype;
   if (!a.kv_cache_memory.empty()) o.engine.kv_cache_memory = static_cast<double>(resolve_kv_memory_budget(a.kv_cache_memory));
   std::optional<bench::TriadResult> triad;
   if (a.triad) triad = bench::measure_triad();
@@ -121,7 +116,7 @@ void run_offline(const BenchArgs& a) {
   const size_t wbytes = model->weight_bytes();
   nlohmann::json j = r.summary.to_json();
   j["mode"] = "offline";
-  j["model"] = path;
+  j["model"] = model->path;
   j["threads"] = ThreadPool::global().size();
   j["config"] = {{"num_prompts", a.num_prompts}, {"prompt_len", a.prompt_len}, {"output_len", a.output_len},
                  {"prompts", a.prompts},         {"prefix_len", o.prompts.prefix_len},
@@ -142,7 +137,7 @@ void run_offline(const BenchArgs& a) {
     return;
   }
   std::printf("offline bench: %s, %d threads, %d prompts of %d tokens (%s), %d output tokens, batch %d\n",
-              path.c_str(), ThreadPool::global().size(), a.num_prompts, a.prompt_len, a.prompts.c_str(), a.output_len,
+              model->path.c_str(), ThreadPool::global().size(), a.num_prompts, a.prompt_len, a.prompts.c_str(), a.output_len,
               a.batch);
   std::printf("%s", r.summary.to_text().c_str());
   std::printf("weights read per token: %.1f MiB; preemptions: %llu\n", static_cast<double>(wbytes) / (1 << 20),

@@ -8,7 +8,6 @@
 #include "cli/commands.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
-#include "cli/progress.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
@@ -36,13 +35,7 @@ void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
-  const std::string path = a.model.empty() ? default_model_path() : a.model;
-  LoadOptions lo;
-  lo.tokenizer_path = a.tokenizer;
-  ProgressBar bar("loading " + path, !a.json);
-  lo.progress = [&](float f) { bar.update(f); };
-  std::unique_ptr<Model> model = load_model(path, lo);
-  bar.done();
+  std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json);
 
   std::string text = a.prompt;
   bool parse_special = false;
@@ -75,7 +68,7 @@ void run_generate(const GenerateArgs& a) {
   const double tg = r.generate_seconds > 0 ? r.generated_ids.size() / r.generate_seconds : 0;
   if (a.json) {
     nlohmann::json j;
-    j["model"] = path;
+    j["model"] = model->path;
     j["prompt"] = text;
     j["prompt_ids"] = r.prompt_ids;
     j["generated_ids"] = r.generated_ids;

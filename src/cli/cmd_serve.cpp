@@ -12,7 +12,6 @@
 #include "cli/commands.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
-#include "cli/progress.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -64,12 +63,7 @@ void run_serve(const ServeArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
-  const std::string path = a.model.empty() ? default_model_path() : a.model;
-  LoadOptions lo;
-  ProgressBar bar("loading " + path, true);
-  lo.progress = [&](float f) { bar.update(f); };
-  std::unique_ptr<Model> model = load_model(path, lo);
-  bar.done();
+  std::unique_ptr<Model> model = load_cli_model(a.model, "", true);
 
   EngineOptions eo;
   eo.kv_cache_memory = kv_cache_memory;
@@ -80,8 +74,8 @@ void run_serve(const ServeArgs& a) {
   eo.max_model_len = a.max_model_len;
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.prefix_cache_ttl_seconds = a.prefix_cache_ttl;
-  const std::string served_name = a.served_model_name.empty() ? default_served_name(path) : a.served_model_name;
-  eo.model_id = served_name + "@" + path;
+  const std::string served_name = a.served_model_name.empty() ? default_served_name(model->path) : a.served_model_name;
+  eo.model_id = served_name + "@" + model->path;
 
   Engine engine(*model, eo);
   server::EngineAdapter backend(engine);

@@ -13,10 +13,12 @@ double KVCacheArgs::kv_cache_memory_value() const {
   return kv_cache_memory.empty() ? kDefaultKVCacheMemory : parse_kv_cache_memory(kv_cache_memory);
 }
 
-KVCacheDType KVCacheArgs::kv_cache_dtype_value() const {
+KVCacheDType KVCacheArgs::kv_cache_dtype_value() const { return parse_kv_cache_dtype_flag(kv_cache_dtype); }
+
+KVCacheDType parse_kv_cache_dtype_flag(const std::string& text) {
   KVCacheDType t;
   try {
-    t = parse_kv_dtype(kv_cache_dtype);
+    t = parse_kv_dtype(text);
   } catch (const Error& e) {
     fail("--kv-cache-dtype: {}", e.what());
   }

@@ -20,6 +20,9 @@ struct KVCacheArgs {
   KVCacheDType kv_cache_dtype_value() const;
 };
 
+// --kv-cache-dtype's value (f32, f16, bf16); throws Error naming the flag otherwise.
+KVCacheDType parse_kv_cache_dtype_flag(const std::string& text);
+
 void add_kv_cache_options(CLI::App& command, KVCacheArgs& args);
 
 }  // namespace kvserve::cli

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cli/progress.h"
 #include "core/error.h"
 
 namespace kvserve::cli {
@@ -25,6 +26,17 @@ std::string default_model_path() {
   if (!std::filesystem::exists(path))
     fail("default model not found at {} — run scripts/setup.sh to install it, or pass -m MODEL", path.string());
   return path.string();
+}
+
+std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress) {
+  const std::string path = model_arg.empty() ? default_model_path() : model_arg;
+  LoadOptions lo;
+  lo.tokenizer_path = tokenizer;
+  ProgressBar bar("loading " + path, progress);
+  lo.progress = [&](float f) { bar.update(f); };
+  std::unique_ptr<Model> model = load_model(path, lo);
+  bar.done();
+  return model;
 }
 
 }  // namespace kvserve::cli

@@ -1,5 +1,8 @@
 #pragma once
+#include <memory>
 #include <string>
+
+#include "model/model.h"
 
 namespace kvserve::cli {
 
@@ -7,5 +10,9 @@ namespace kvserve::cli {
 // ($KVSERVE_MODELS or ~/.cache/kvserve/models) that scripts/setup.sh installs. Throws Error telling
 // the user how to install it when it is missing.
 std::string default_model_path();
+
+// Loads `model_arg` (or the default model when empty), with a progress bar on stderr when asked.
+// `tokenizer` is a llama.cpp-format tokenizer.bin for llama2.c checkpoints (empty: beside the file).
+std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress);
 
 }  // namespace kvserve::cli
