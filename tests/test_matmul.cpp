@@ -124,6 +124,33 @@ TEST_P(MatmulTypes, EachTokenIsBitIdenticalAloneOrInABatch) {
   set_simd_enabled(true);
 }
 
+// Q/K/V-style fusion: one conversion and one parallel pass over the stacked rows must give exactly what
+// separate calls give, including row counts that split tiles and thread ranges across the weights.
+TEST_P(MatmulTypes, SharedInputMatchesSeparateCalls) {
+  const DType type = GetParam();
+  const int64_t n_in = dtype_info(type).block_elems == 256 ? 512 : 96;
+  const int64_t rows[] = {37, 5, 21};
+  ThreadPool pool(2);
+  std::mt19937 rng(static_cast<uint32_t>(type) + 5);
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<Tensor> ws;
+  for (int64_t r : rows) data.push_back(random_weights(type, r, n_in, rng));
+  for (size_t i = 0; i < data.size(); ++i) ws.push_back(make_tensor(type, rows[i], n_in, data[i]));
+  for (int64_t n_tokens : {1, 6}) {
+    const auto x = random_floats(n_tokens * n_in, rng);
+    std::vector<std::vector<float>> fused(3), separate(3);
+    std::vector<MatmulOutput> outs;
+    for (size_t i = 0; i < 3; ++i) {
+      fused[i].assign(n_tokens * rows[i], -1.0f);
+      separate[i].resize(n_tokens * rows[i]);
+      matmul(ws[i], x.data(), n_tokens, separate[i].data(), pool);
+      outs.push_back({&ws[i], fused[i].data()});
+    }
+    matmul_shared_input(outs, x.data(), n_tokens, pool);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(fused[i], separate[i]) << dtype_name(type) << " weight " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                            DType::Q4_K, DType::Q5_K, DType::Q6_K),
@@ -188,6 +215,22 @@ TEST(MatmulErrors, RejectsBadShapesAndTypes) {
   empty.data = nullptr;
   EXPECT_THROW(matmul(empty, x.data(), 1, y.data()), Error);
   EXPECT_THROW(dequantize_row(DType::Q4_0, data.data(), y.data(), 33), Error);
+}
+
+TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
+  std::mt19937 rng(3);
+  const int64_t n_in = 64, n_tokens = 3;
+  const auto a = random_weights(DType::Q8_0, 16, n_in, rng);
+  const auto b = random_weights(DType::F16, 8, n_in, rng);
+  const Tensor wa = make_tensor(DType::Q8_0, 16, n_in, a), wb = make_tensor(DType::F16, 8, n_in, b);
+  const auto x = random_floats(n_tokens * n_in, rng);
+  std::vector<float> ya(n_tokens * 16), yb(n_tokens * 8), ea(ya.size()), eb(yb.size());
+  const MatmulOutput outs[] = {{&wa, ya.data()}, {&wb, yb.data()}};
+  matmul_shared_input(outs, x.data(), n_tokens);
+  matmul(wa, x.data(), n_tokens, ea.data());
+  matmul(wb, x.data(), n_tokens, eb.data());
+  EXPECT_EQ(ya, ea);
+  EXPECT_EQ(yb, eb);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
 #include "random_weights.h"
@@ -387,10 +388,53 @@ TEST_P(QuantsDot, Avx2MatchesScalar) {
   }
 }
 
+// Multi-row tiles of the 32-element block types: every (rows, tokens) shape gives each (row, token) pair
+// the scalar reference's value to float rounding, and bit-for-bit the same value as the 1 x 1 tile
+// (batch invariance: a token's logits must not depend on what it is batched with).
+void check_block32_tiles(const DotCase& c, std::mt19937& rng) {
+  constexpr int kRows = avx2::kMaxTileRows;
+  constexpr int kTok = avx2::kMaxBlock32Tokens;
+  const auto w = random_weights(c.weight, kRows, c.n, rng);
+  const size_t stride = w.size() / kRows;
+  std::vector<std::vector<uint8_t>> blocks;
+  ActPack32 pack;
+  pack.reset(c.act, c.n, kTok);
+  for (int t = 0; t < kTok; ++t) {
+    blocks.push_back(convert_activations(c.act, random_floats(c.n, rng)));
+    pack.pack(t, blocks.back().data());
+  }
+  PackedActs32 acts[kTok];
+  for (int t = 0; t < kTok; ++t) acts[t] = pack.token(t);
+  const auto tile = avx2::block32_tile(c.weight);
+  float single[kRows][kTok];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < kTok; ++t) {
+      tile(c.n, w.data() + r * stride, stride, 1, &acts[t], 1, &single[r][t]);
+      const float ref = scalar_dot(c.weight, c.n, w.data() + r * stride, blocks[t].data());
+      const double scale = abs_dot(c.weight, w.data() + r * stride, c.act, blocks[t].data(), c.n);
+      EXPECT_NEAR(single[r][t], ref, 1e-5 * scale + 1e-6) << "row " << r << " token " << t;
+    }
+  for (int n_rows = 1; n_rows <= kRows; ++n_rows)
+    for (int n_tok = 1; n_tok <= kTok; ++n_tok)
+      for (int r0 = 0; r0 + n_rows <= kRows; ++r0)
+        for (int t0 = 0; t0 + n_tok <= kTok; ++t0) {
+          float out[kRows * kTok];
+          tile(c.n, w.data() + r0 * stride, stride, n_rows, acts + t0, n_tok, out);
+          for (int r = 0; r < n_rows; ++r)
+            for (int t = 0; t < n_tok; ++t)
+              EXPECT_EQ(out[r * n_tok + t], single[r0 + r][t0 + t])
+                  << n_rows << " x " << n_tok << " tile at row " << r0 + r << " token " << t0 + t;
+        }
+}
+
 TEST_P(QuantsDot, TileMatchesSingleDots) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
   const DotCase c = GetParam();
   std::mt19937 rng(99);
+  if (has_block32_tile(c.weight)) {
+    check_block32_tiles(c, rng);
+    return;
+  }
   const auto w = random_weights(c.weight, 1, c.n, rng);
   std::vector<std::vector<uint8_t>> acts;
   const void* ptrs[avx2::kMaxTileTokens];
@@ -402,9 +446,6 @@ TEST_P(QuantsDot, TileMatchesSingleDots) {
     case DType::F32: tile = avx2::dot_tile_f32; break;
     case DType::F16: tile = avx2::dot_tile_f16; break;
     case DType::BF16: tile = avx2::dot_tile_bf16; break;
-    case DType::Q8_0: tile = avx2::dot_tile_q8_0; break;
-    case DType::Q4_0: tile = avx2::dot_tile_q4_0; break;
-    case DType::Q4_1: tile = avx2::dot_tile_q4_1; break;
     case DType::Q4_K: tile = avx2::dot_tile_q4_K; break;
     case DType::Q5_K: tile = avx2::dot_tile_q5_K; break;
     case DType::Q6_K: tile = avx2::dot_tile_q6_K; break;

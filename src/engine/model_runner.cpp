@@ -90,9 +90,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     const float* attn_norm = static_cast<const float*>(L.attn_norm.data);
     for (int64_t t = 0; t < n_tokens; ++t) rmsnorm(x_.data() + t * E, attn_norm, xn_.data() + t * E, E, c.rms_eps);
 
-    matmul(L.wq, xn_.data(), n_tokens, q_.data(), pool_);
-    matmul(L.wk, xn_.data(), n_tokens, k_.data(), pool_);
-    matmul(L.wv, xn_.data(), n_tokens, v_.data(), pool_);
+    const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+    matmul_shared_input(qkv, xn_.data(), n_tokens, pool_);
     add_bias(q_.data(), L.bq, n_tokens, QD);
     add_bias(k_.data(), L.bk, n_tokens, KD);
     add_bias(v_.data(), L.bv, n_tokens, KD);
@@ -146,8 +145,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     // Feed-forward (SwiGLU).
     const float* ffn_norm = static_cast<const float*>(L.ffn_norm.data);
     for (int64_t i = 0; i < n_tokens; ++i) rmsnorm(x_.data() + i * E, ffn_norm, xn_.data() + i * E, E, c.rms_eps);
-    matmul(L.w_gate, xn_.data(), n_tokens, gate_.data(), pool_);
-    matmul(L.w_up, xn_.data(), n_tokens, up_.data(), pool_);
+    const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+    matmul_shared_input(gate_up, xn_.data(), n_tokens, pool_);
     silu_mul(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
     matmul(L.w_down, gate_.data(), n_tokens, tmp_.data(), pool_);
     add_inplace(x_.data(), tmp_.data(), n_tokens * E);

@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
@@ -27,7 +28,7 @@ struct DotKind {
   DType act_type;          // dot type of the activations; F32 means x is used as it is
   ConvertFn convert;       // nullptr for F32
   ScalarDotFn scalar_dot;
-  TileFn avx2_tile;
+  TileFn avx2_tile;        // nullptr for the types with block32 tiles
 };
 
 template <typename W, typename A, float (*Dot)(int64_t, const W*, const A*)>
@@ -52,13 +53,13 @@ DotKind dot_kind(DType weight_type) {
               scalar_dot_erased<uint16_t, uint16_t, vec_dot_bf16_bf16>, avx2::dot_tile_bf16};
     case DType::Q8_0:
       return {DType::Q8_0, convert_erased<BlockQ8_0, quantize_row_q8_0>,
-              scalar_dot_erased<BlockQ8_0, BlockQ8_0, vec_dot_q8_0_q8_0>, avx2::dot_tile_q8_0};
+              scalar_dot_erased<BlockQ8_0, BlockQ8_0, vec_dot_q8_0_q8_0>, nullptr};
     case DType::Q4_0:
       return {DType::Q8_0, convert_erased<BlockQ8_0, quantize_row_q8_0>,
-              scalar_dot_erased<BlockQ4_0, BlockQ8_0, vec_dot_q4_0_q8_0>, avx2::dot_tile_q4_0};
+              scalar_dot_erased<BlockQ4_0, BlockQ8_0, vec_dot_q4_0_q8_0>, nullptr};
     case DType::Q4_1:
       return {DType::Q8_1, convert_erased<BlockQ8_1, quantize_row_q8_1>,
-              scalar_dot_erased<BlockQ4_1, BlockQ8_1, vec_dot_q4_1_q8_1>, avx2::dot_tile_q4_1};
+              scalar_dot_erased<BlockQ4_1, BlockQ8_1, vec_dot_q4_1_q8_1>, nullptr};
     case DType::Q4_K:
       return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ4_K, BlockQ8_K, vec_dot_q4_K_q8_K>, avx2::dot_tile_q4_K};
@@ -101,6 +102,103 @@ constexpr int64_t kRowGrain = 16;
 // Below this many activation elements, converting on one thread beats waking the pool.
 constexpr int64_t kParallelConvertElems = 1 << 15;
 
+// Rows per tile for a token group: with few tokens more rows keep several FMA chains and weight streams
+// going; with 3-4 tokens 2 rows keep the 8 accumulators and unpacked blocks in the 16 registers.
+int block32_tile_rows(int n_tok) { return n_tok <= 2 ? avx2::kMaxTileRows : 2; }
+
+// The activations of one call, converted once to the weights' dot type.
+struct ConvertedActs {
+  DotKind kind;
+  bool block32 = false;          // the AVX2 block32 tiles read `pack`; everything else reads `rows`
+  const uint8_t* rows = nullptr;  // n_tokens rows of row_bytes (x itself for F32)
+  size_t row_bytes = 0;
+  const ActPack32* pack = nullptr;
+  int64_t n_tokens = 0;
+};
+
+bool use_block32(DType weight_type) { return cpu_has_avx2() && has_block32_tile(weight_type); }
+
+// Reuses thread-local buffers so decode does not allocate; matmuls are issued from one thread at a time.
+ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens,
+                                  ThreadPool& pool) {
+  thread_local std::vector<uint8_t> scratch;
+  thread_local ActPack32 pack;
+  ConvertedActs a;
+  a.kind = dot_kind(weight_type);
+  a.block32 = use_block32(weight_type);
+  a.row_bytes = row_bytes(a.kind.act_type, n_in);
+  a.rows = reinterpret_cast<const uint8_t*>(x);
+  a.n_tokens = n_tokens;
+  if (a.kind.convert == nullptr) return a;
+  scratch.resize(a.row_bytes * static_cast<size_t>(n_tokens));
+  uint8_t* dst = scratch.data();
+  if (a.block32) pack.reset(a.kind.act_type, n_in, n_tokens);
+  auto convert_tokens = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      a.kind.convert(x + t * n_in, dst + t * a.row_bytes, n_in);
+      if (a.block32) pack.pack(t, dst + t * a.row_bytes);
+    }
+  };
+  if (n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
+    pool.parallel_for(n_tokens, convert_tokens);
+  } else {
+    convert_tokens(0, n_tokens);
+  }
+  a.rows = dst;
+  if (a.block32) a.pack = &pack;
+  return a;
+}
+
+// y rows [row_begin, row_end) for every token. A chunk of weight rows that fits in L2 is multiplied with
+// every group of tokens before moving on, so each weight byte comes from memory once per call.
+void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
+  const int64_t n_in = w.cols();
+  const int64_t n_out = w.rows();
+  const int64_t n_tokens = a.n_tokens;
+  const size_t w_row_bytes = w.row_size();
+  const int64_t chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / w_row_bytes), 1, kMaxChunkRows);
+  if (a.block32) {
+    const avx2::Block32TileFn tile = avx2::block32_tile(w.type);
+    constexpr int kTok = avx2::kMaxBlock32Tokens;
+    for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
+      const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTok) {
+        const int n_tok = static_cast<int>(std::min<int64_t>(kTok, n_tokens - t0));
+        PackedActs32 acts[kTok];
+        for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
+        const int tile_rows = block32_tile_rows(n_tok);
+        for (int64_t r = chunk; r < chunk_end; r += tile_rows) {
+          const int n_rows = static_cast<int>(std::min<int64_t>(tile_rows, chunk_end - r));
+          float out[avx2::kMaxTileRows * kTok];
+          tile(n_in, w.row(r), w_row_bytes, n_rows, acts, n_tok, out);
+          for (int i = 0; i < n_rows; ++i)
+            for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r + i] = out[i * n_tok + t];
+        }
+      }
+    }
+    return;
+  }
+  const TileFn tile = cpu_has_avx2() ? a.kind.avx2_tile : nullptr;
+  for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
+    const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += avx2::kMaxTileTokens) {
+      const int n_tok = static_cast<int>(std::min<int64_t>(avx2::kMaxTileTokens, n_tokens - t0));
+      const void* act_rows[avx2::kMaxTileTokens];
+      for (int t = 0; t < n_tok; ++t) act_rows[t] = a.rows + (t0 + t) * a.row_bytes;
+      for (int64_t r = chunk; r < chunk_end; ++r) {
+        const void* w_row = w.row(r);
+        float out[avx2::kMaxTileTokens];
+        if (tile != nullptr) {
+          tile(n_in, w_row, act_rows, n_tok, out);
+        } else {
+          for (int t = 0; t < n_tok; ++t) out[t] = a.kind.scalar_dot(n_in, w_row, act_rows[t]);
+        }
+        for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r] = out[t];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool cpu_has_avx2() {
@@ -113,53 +211,38 @@ void set_simd_enabled(bool enabled) { g_simd_enabled.store(enabled, std::memory_
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
   check_matmul_args(w, x, n_tokens, y);
   if (n_tokens == 0) return;
-  const DotKind kind = dot_kind(w.type);
-  const int64_t n_in = w.cols();
-  const int64_t n_out = w.rows();
-
-  // Activations in the dot type, one row per token.
-  const size_t act_row_bytes = row_bytes(kind.act_type, n_in);
-  const uint8_t* acts = reinterpret_cast<const uint8_t*>(x);
-  if (kind.convert != nullptr) {
-    // Reused across calls so decode does not allocate; matmul is called from one thread at a time.
-    thread_local std::vector<uint8_t> scratch;
-    scratch.resize(act_row_bytes * static_cast<size_t>(n_tokens));
-    uint8_t* dst = scratch.data();
-    auto convert_tokens = [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) kind.convert(x + t * n_in, dst + t * act_row_bytes, n_in);
-    };
-    if (n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
-      pool.parallel_for(n_tokens, convert_tokens);
-    } else {
-      convert_tokens(0, n_tokens);
-    }
-    acts = dst;
-  }
-
-  const size_t w_row_bytes = w.row_size();
-  const int64_t chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / w_row_bytes), 1, kMaxChunkRows);
-  const TileFn tile = cpu_has_avx2() ? kind.avx2_tile : nullptr;
-
+  const ConvertedActs acts = convert_activations(w.type, x, w.cols(), n_tokens, pool);
   pool.parallel_for(
-      n_out,
-      [&](int64_t row_begin, int64_t row_end) {
-        for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
-          const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
-          for (int64_t t0 = 0; t0 < n_tokens; t0 += avx2::kMaxTileTokens) {
-            const int n_tok = static_cast<int>(std::min<int64_t>(avx2::kMaxTileTokens, n_tokens - t0));
-            const void* act_rows[avx2::kMaxTileTokens];
-            for (int t = 0; t < n_tok; ++t) act_rows[t] = acts + (t0 + t) * act_row_bytes;
-            for (int64_t r = chunk; r < chunk_end; ++r) {
-              const void* w_row = w.row(r);
-              float out[avx2::kMaxTileTokens];
-              if (tile != nullptr) {
-                tile(n_in, w_row, act_rows, n_tok, out);
-              } else {
-                for (int t = 0; t < n_tok; ++t) out[t] = kind.scalar_dot(n_in, w_row, act_rows[t]);
-              }
-              for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r] = out[t];
-            }
-          }
+      w.rows(), [&](int64_t begin, int64_t end) { multiply_rows(w, acts, y, begin, end); }, kRowGrain);
+}
+
+void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  if (outputs.empty()) return;
+  const Tensor& first = *outputs[0].w;
+  bool fusable = true;
+  int64_t total_rows = 0;
+  for (const MatmulOutput& o : outputs) {
+    if (o.w == nullptr) fail("matmul_shared_input: null weight");
+    check_matmul_args(*o.w, x, n_tokens, o.y);
+    fusable = fusable && o.w->type == first.type && o.w->cols() == first.cols();
+    total_rows += o.w->rows();
+  }
+  if (n_tokens == 0) return;
+  if (!fusable) {
+    for (const MatmulOutput& o : outputs) matmul(*o.w, x, n_tokens, o.y, pool);
+    return;
+  }
+  const ConvertedActs acts = convert_activations(first.type, x, first.cols(), n_tokens, pool);
+  pool.parallel_for(
+      total_rows,
+      [&](int64_t begin, int64_t end) {
+        // [begin, end) indexes the weights' rows stacked in order; give each weight its overlap.
+        int64_t offset = 0;
+        for (const MatmulOutput& o : outputs) {
+          const int64_t rows = o.w->rows();
+          const int64_t b = std::max(begin, offset), e = std::min(end, offset + rows);
+          if (b < e) multiply_rows(*o.w, acts, o.y, b - offset, e - offset);
+          offset += rows;
         }
       },
       kRowGrain);

@@ -4,6 +4,7 @@
 // Q8_0 for Q8_0/Q4_0, Q8_1 for Q4_1, Q8_K for K-quants, plain F32 for F32) and products use integer or
 // mixed dots. See ../shared/golden/gguf/README.md, "Numerics".
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -14,6 +15,16 @@ namespace kvserve {
 // where n_in = w.cols(), n_out = w.rows(). Each weight block is read once for all tokens of the call
 // (tiled over tokens), rows are split across the pool's threads.
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool = ThreadPool::global());
+
+// Several weights applied to the same activations (Q/K/V, gate/up): when they share a type and row length
+// the activations are converted once and all their rows are split across the pool in one pass; results
+// are bit-identical to separate matmul calls.
+struct MatmulOutput {
+  const Tensor* w;
+  float* y;  // n_tokens x w->rows()
+};
+void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens,
+                         ThreadPool& pool = ThreadPool::global());
 
 // Same result computed by the plain scalar reference path (dequantize + scalar dot, same activation
 // rounding), for tests.

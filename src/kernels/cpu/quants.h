@@ -121,7 +121,8 @@ float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 
-// ---- AVX2 versions (quants_avx2.cpp); call only when cpu_has_avx2() ----
+// ---- AVX2 versions (quants_avx2.cpp; the Q8_0/Q4_0/Q4_1 ones in block32_tiles.cpp run the
+// block32 tiles); call only when cpu_has_avx2() ----
 namespace avx2 {
 float vec_dot_f32_f32(int64_t n, const float* w, const float* a);
 float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a);
@@ -133,15 +134,12 @@ float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 
-// Multi-token tiles: out[t] = dot(w, a[t]) for t < n_tok (1..kMaxTileTokens), each weight block loaded
+// Multi-token tiles (the 32-element block types have multi-row tiles in block32_tiles.h): out[t] = dot(w, a[t]) for t < n_tok (1..kMaxTileTokens), each weight block loaded
 // once and used for every token. `a` holds n_tok pointers to converted activation rows.
 inline constexpr int kMaxTileTokens = 4;
 void dot_tile_f32(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_f16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_bf16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
-void dot_tile_q8_0(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
-void dot_tile_q4_0(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
-void dot_tile_q4_1(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q4_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q5_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q6_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);

@@ -33,25 +33,16 @@ inline float bfloat_to_float(uint16_t h) {
   return f;
 }
 
-// Sums of products of 32 signed int8 pairs, as 8 int32 lanes. maddubs needs an unsigned operand, so
-// move x's sign onto y: |x| * (y * sign(x)). |x| <= 128 and |y| <= 127 keeps each pair sum < 2^15.
-inline __m256i dot_i8_abs_x(__m256i abs_x, __m256i x, __m256i y) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_x, _mm256_sign_epi8(y, x)), ones);
-}
-
 // Unsigned x (u8) times signed y, summed in pairs to 16 int16 and then with the given int16 weights
 // into 8 int32 lanes.
 inline __m256i dot_u8_i8_weighted(__m256i x, __m256i y, __m256i weights) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), weights);
 }
 
-// Accumulator sets of the 32-element tiles (2 breaks the FMA dependency chain of a single token) and of
-// the float tiles (4 x 8 lanes: ggml's F16/F32 dot order, which keeps us closest to llama.cpp). The same
-// for every tile size on purpose: a token's result must not depend on how many tokens
-// share its tile, or the same request would give other logits (and, at near-ties, other greedy tokens)
-// depending on what it was batched with, or whether its prefix came from the cache.
-constexpr int kAccumulatorSets = 2;
+// Accumulator sets of the float tiles (4 x 8 lanes: ggml's F16/F32 dot order, which keeps us closest to
+// llama.cpp). The same for every tile size on purpose: a token's result must not depend on how many
+// tokens share its tile, or the same request would give other logits (and, at near-ties, other greedy
+// tokens) depending on what it was batched with, or whether its prefix came from the cache.
 constexpr int kFloatAccumulatorSets = 4;
 
 // Runs body(block_index, acc) over nb blocks with S independent accumulator sets and writes the
@@ -120,83 +111,6 @@ void tile_bf16(int64_t n, const void* w, const void* const* a, float* out) {
         return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
       },
       [](uint16_t v) { return bfloat_to_float(v); });
-}
-
-// ---------------------------------------------------------------- 32-element blocks
-
-template <int T>
-void tile_q8_0(int64_t n, const void* w, const void* const* a, float* out) {
-  constexpr int S = kAccumulatorSets;
-  const auto* wb = static_cast<const BlockQ8_0*>(w);
-  const BlockQ8_0* rows[T];
-  cast_rows<BlockQ8_0, T>(a, rows);
-  accumulate_blocks<T, S>(
-      n / kQK8_0,
-      [&](int64_t i, __m256* acc) {
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[i].qs));
-        const __m256i abs_x = _mm256_sign_epi8(x, x);
-        const float dw = half_to_float(wb[i].d);
-        for (int t = 0; t < T; ++t) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
-          const __m256 sum = _mm256_cvtepi32_ps(dot_i8_abs_x(abs_x, x, y));
-          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * half_to_float(rows[t][i].d)), sum, acc[t]);
-        }
-      },
-      out);
-}
-
-// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high nibbles
-// (elements 16..31) in the high lane.
-inline __m256i unpack_nibbles_32(const uint8_t* qs) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-template <int T>
-void tile_q4_0(int64_t n, const void* w, const void* const* a, float* out) {
-  constexpr int S = kAccumulatorSets;
-  const auto* wb = static_cast<const BlockQ4_0*>(w);
-  const BlockQ8_0* rows[T];
-  cast_rows<BlockQ8_0, T>(a, rows);
-  accumulate_blocks<T, S>(
-      n / kQK4_0,
-      [&](int64_t i, __m256* acc) {
-        const __m256i x = _mm256_sub_epi8(unpack_nibbles_32(wb[i].qs), _mm256_set1_epi8(8));  // -8..7
-        const __m256i abs_x = _mm256_sign_epi8(x, x);
-        const float dw = half_to_float(wb[i].d);
-        for (int t = 0; t < T; ++t) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
-          const __m256 sum = _mm256_cvtepi32_ps(dot_i8_abs_x(abs_x, x, y));
-          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * half_to_float(rows[t][i].d)), sum, acc[t]);
-        }
-      },
-      out);
-}
-
-template <int T>
-void tile_q4_1(int64_t n, const void* w, const void* const* a, float* out) {
-  constexpr int S = kAccumulatorSets;
-  const auto* wb = static_cast<const BlockQ4_1*>(w);
-  const BlockQ8_1* rows[T];
-  cast_rows<BlockQ8_1, T>(a, rows);
-  float offsets[T] = {};  // sum of m_w * s_a: the min term needs no per-element work
-  const __m256i ones = _mm256_set1_epi16(1);
-  accumulate_blocks<T, S>(
-      n / kQK4_1,
-      [&](int64_t i, __m256* acc) {
-        const __m256i x = unpack_nibbles_32(wb[i].qs);  // 0..15, so maddubs can take it unsigned
-        const float dw = half_to_float(wb[i].d);
-        const float mw = half_to_float(wb[i].m);
-        for (int t = 0; t < T; ++t) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
-          const __m256 sum = _mm256_cvtepi32_ps(dot_u8_i8_weighted(x, y, ones));
-          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * half_to_float(rows[t][i].d)), sum, acc[t]);
-          offsets[t] += mw * half_to_float(rows[t][i].s);
-        }
-      },
-      out);
-  for (int t = 0; t < T; ++t) out[t] += offsets[t];
 }
 
 // ---------------------------------------------------------------- K-quants (256-element blocks)
@@ -379,9 +293,6 @@ static_assert(kMaxTileTokens == 4, "KVSERVE_TILE_DISPATCH handles 1..4 tokens");
 KVSERVE_TILE_DISPATCH(f32)
 KVSERVE_TILE_DISPATCH(f16)
 KVSERVE_TILE_DISPATCH(bf16)
-KVSERVE_TILE_DISPATCH(q8_0)
-KVSERVE_TILE_DISPATCH(q4_0)
-KVSERVE_TILE_DISPATCH(q4_1)
 KVSERVE_TILE_DISPATCH(q4_K)
 KVSERVE_TILE_DISPATCH(q5_K)
 KVSERVE_TILE_DISPATCH(q6_K)
@@ -400,9 +311,6 @@ float single(void (*tile)(int64_t, const void*, const void* const*, int, float*)
 float vec_dot_f32_f32(int64_t n, const float* w, const float* a) { return single(dot_tile_f32, n, w, a); }
 float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_f16, n, w, a); }
 float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_bf16, n, w, a); }
-float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) { return single(dot_tile_q8_0, n, w, a); }
-float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) { return single(dot_tile_q4_0, n, w, a); }
-float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a) { return single(dot_tile_q4_1, n, w, a); }
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) { return single(dot_tile_q4_K, n, w, a); }
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) { return single(dot_tile_q5_K, n, w, a); }
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) { return single(dot_tile_q6_K, n, w, a); }

@@ -1,0 +1,91 @@
+#include "kernels/cpu/block32_tiles.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/cpu/quants.h"
+
+namespace kvserve {
+
+void ActPack32::reset(DType act_type, int64_t n, int64_t n_tokens) {
+  if (act_type != DType::Q8_0 && act_type != DType::Q8_1)
+    fail("ActPack32: activation type {} is not Q8_0 or Q8_1", dtype_name(act_type));
+  if (n < 0 || n % 32 != 0 || n_tokens < 0) fail("ActPack32: bad shape {} x {}", n_tokens, n);
+  act_type_ = act_type;
+  n_ = n;
+  qs_stride_ = (n + 31) / 32 * 32;
+  // 31 spare bytes so the first row can start on a 32-byte boundary.
+  qs_storage_.resize(static_cast<size_t>(qs_stride_ * n_tokens + 31));
+  const auto addr = reinterpret_cast<uintptr_t>(qs_storage_.data());
+  qs_ = qs_storage_.data() + ((32 - addr % 32) % 32);
+  d_.resize(static_cast<size_t>(n / 32 * n_tokens));
+  if (act_type == DType::Q8_1) s_.resize(d_.size());
+}
+
+void ActPack32::pack(int64_t t, const void* blocks) {
+  const int64_t nb = n_ / 32;
+  int8_t* qs = qs_ + t * qs_stride_;
+  float* d = d_.data() + t * nb;
+  if (act_type_ == DType::Q8_0) {
+    const auto* b = static_cast<const BlockQ8_0*>(blocks);
+    for (int64_t i = 0; i < nb; ++i) {
+      std::memcpy(qs + 32 * i, b[i].qs, 32);
+      d[i] = fp16_to_fp32(b[i].d);
+    }
+  } else {
+    const auto* b = static_cast<const BlockQ8_1*>(blocks);
+    float* s = s_.data() + t * nb;
+    for (int64_t i = 0; i < nb; ++i) {
+      std::memcpy(qs + 32 * i, b[i].qs, 32);
+      d[i] = fp16_to_fp32(b[i].d);
+      s[i] = fp16_to_fp32(b[i].s);
+    }
+  }
+}
+
+PackedActs32 ActPack32::token(int64_t t) const {
+  const int64_t nb = n_ / 32;
+  return {qs_ + t * qs_stride_, d_.data() + t * nb, act_type_ == DType::Q8_1 ? s_.data() + t * nb : nullptr};
+}
+
+bool has_block32_tile(DType weight_type) {
+  return weight_type == DType::Q8_0 || weight_type == DType::Q4_0 || weight_type == DType::Q4_1;
+}
+
+namespace avx2 {
+namespace {
+float single_dot(DType weight_type, DType act_type, int64_t n, const void* w, const void* a) {
+  ActPack32 pack;
+  pack.reset(act_type, n, 1);
+  pack.pack(0, a);
+  const PackedActs32 acts = pack.token(0);
+  float out = 0.0f;
+  block32_tile(weight_type)(n, static_cast<const uint8_t*>(w), 0, 1, &acts, 1, &out);
+  return out;
+}
+}  // namespace
+
+// The one-row, one-token case of the tiles (declared in quants.h with the other AVX2 dots). Defined in
+// this portable file because ActPack32's vectors must not be instantiated in an AVX2-compiled one.
+float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
+  return single_dot(DType::Q8_0, DType::Q8_0, n, w, a);
+}
+float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
+  return single_dot(DType::Q4_0, DType::Q8_0, n, w, a);
+}
+float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a) {
+  return single_dot(DType::Q4_1, DType::Q8_1, n, w, a);
+}
+
+Block32TileFn block32_tile(DType weight_type) {
+  switch (weight_type) {
+    case DType::Q8_0: return tile_q8_0;
+    case DType::Q4_0: return tile_q4_0;
+    case DType::Q4_1: return tile_q4_1;
+    default: fail("block32_tile: weight type {} has no 32-block tile", dtype_name(weight_type));
+  }
+}
+}  // namespace avx2
+
+}  // namespace kvserve
