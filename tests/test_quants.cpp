@@ -388,6 +388,30 @@ TEST_P(QuantsDot, Avx2MatchesScalar) {
   }
 }
 
+// The AVX2 activation quantizers must be bit-identical to the scalar ones (golden numerics), including
+// exact .5 ties (roundf rounds them away from zero), zero blocks and the int8 order after packing.
+TEST(QuantsActivations, Avx2Q8QuantizersMatchScalarBitForBit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  std::mt19937 rng(17);
+  const int64_t n = 32 * 40;
+  std::vector<float> x = random_floats(n, rng);
+  for (int j = 0; j < 32; ++j) x[j] = (j == 0) ? 127.0f : static_cast<float>(j % 7) - 3.5f;  // d = 1: ties
+  for (int j = 32; j < 64; ++j) x[j] = 0.0f;                                                    // d = 0
+  for (int j = 64; j < 96; ++j) x[j] = (j == 64) ? -254.0f : 0.5f * static_cast<float>(j - 80);  // d = 2
+  for (int64_t j = 96; j < n; ++j) x[j] *= static_cast<float>(1 + j % 5) * 3.0f;
+  std::vector<BlockQ8_0> a0(n / 32), b0(n / 32);
+  quantize_row_q8_0(x.data(), a0.data(), n);
+  avx2::quantize_row_q8_0(x.data(), b0.data(), n);
+  EXPECT_EQ(std::memcmp(a0.data(), b0.data(), a0.size() * sizeof(BlockQ8_0)), 0);
+  std::vector<BlockQ8_1> a1(n / 32), b1(n / 32);
+  quantize_row_q8_1(x.data(), a1.data(), n);
+  avx2::quantize_row_q8_1(x.data(), b1.data(), n);
+  EXPECT_EQ(std::memcmp(a1.data(), b1.data(), a1.size() * sizeof(BlockQ8_1)), 0);
+  // The ties really are ties: 2.5 -> 3 and -3.5 -> -4 in the first block.
+  EXPECT_EQ(b0[0].qs[6], 3);   // 6 % 7 - 3.5 = 2.5
+  EXPECT_EQ(b0[0].qs[7], -4);  // 0 - 3.5
+}
+
 // Multi-row tiles of the 32-element block types: every (rows, tokens) shape gives each (row, token) pair
 // the scalar reference's value to float rounding, and bit-for-bit the same value as the 1 x 1 tile
 // (batch invariance: a token's logits must not depend on what it is batched with).

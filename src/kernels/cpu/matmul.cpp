@@ -41,7 +41,7 @@ void convert_erased(const float* x, void* dst, int64_t n) {
   Quantize(x, static_cast<A*>(dst), n);
 }
 
-DotKind dot_kind(DType weight_type) {
+DotKind dot_kind(DType weight_type, bool simd) {
   switch (weight_type) {
     case DType::F32:
       return {DType::F32, nullptr, scalar_dot_erased<float, float, vec_dot_f32_f32>, avx2::dot_tile_f32};
@@ -52,13 +52,13 @@ DotKind dot_kind(DType weight_type) {
       return {DType::BF16, convert_erased<uint16_t, quantize_row_bf16>,
               scalar_dot_erased<uint16_t, uint16_t, vec_dot_bf16_bf16>, avx2::dot_tile_bf16};
     case DType::Q8_0:
-      return {DType::Q8_0, convert_erased<BlockQ8_0, quantize_row_q8_0>,
+      return {DType::Q8_0, simd ? convert_erased<BlockQ8_0, avx2::quantize_row_q8_0> : convert_erased<BlockQ8_0, quantize_row_q8_0>,
               scalar_dot_erased<BlockQ8_0, BlockQ8_0, vec_dot_q8_0_q8_0>, nullptr};
     case DType::Q4_0:
-      return {DType::Q8_0, convert_erased<BlockQ8_0, quantize_row_q8_0>,
+      return {DType::Q8_0, simd ? convert_erased<BlockQ8_0, avx2::quantize_row_q8_0> : convert_erased<BlockQ8_0, quantize_row_q8_0>,
               scalar_dot_erased<BlockQ4_0, BlockQ8_0, vec_dot_q4_0_q8_0>, nullptr};
     case DType::Q4_1:
-      return {DType::Q8_1, convert_erased<BlockQ8_1, quantize_row_q8_1>,
+      return {DType::Q8_1, simd ? convert_erased<BlockQ8_1, avx2::quantize_row_q8_1> : convert_erased<BlockQ8_1, quantize_row_q8_1>,
               scalar_dot_erased<BlockQ4_1, BlockQ8_1, vec_dot_q4_1_q8_1>, nullptr};
     case DType::Q4_K:
       return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
@@ -124,7 +124,7 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
   thread_local std::vector<uint8_t> scratch;
   thread_local ActPack32 pack;
   ConvertedActs a;
-  a.kind = dot_kind(weight_type);
+  a.kind = dot_kind(weight_type, cpu_has_avx2());
   a.block32 = use_block32(weight_type);
   a.row_bytes = row_bytes(a.kind.act_type, n_in);
   a.rows = reinterpret_cast<const uint8_t*>(x);
@@ -250,7 +250,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, 
 
 void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   check_matmul_args(w, x, n_tokens, y);
-  const DotKind kind = dot_kind(w.type);
+  const DotKind kind = dot_kind(w.type, /*simd=*/false);
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   // Independent of the integer dot kernels: round the activations exactly as matmul does, dequantize both

@@ -134,6 +134,10 @@ float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 
+// Activation quantizers bit-identical to the scalar ones above (same scale, roundf rounding).
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
+
 // Multi-token tiles (the 32-element block types have multi-row tiles in block32_tiles.h): out[t] = dot(w, a[t]) for t < n_tok (1..kMaxTileTokens), each weight block loaded
 // once and used for every token. `a` holds n_tok pointers to converted activation rows.
 inline constexpr int kMaxTileTokens = 4;

@@ -316,3 +316,74 @@ float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) { ret
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) { return single(dot_tile_q6_K, n, w, a); }
 
 }  // namespace kvserve::avx2
+
+namespace kvserve::avx2 {
+
+namespace {
+
+// roundf (half away from zero) on 8 lanes, bit-exact: truncate, then step away from zero when the
+// dropped fraction (exact in float for |x| < 2^23) is at least one half.
+inline __m256 round_half_away(__m256 v) {
+  const __m256 truncated = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 frac = _mm256_andnot_ps(sign_mask, _mm256_sub_ps(v, truncated));
+  const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign_mask), _mm256_set1_ps(1.0f));  // +-1 with v's sign
+  const __m256 away = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  return _mm256_add_ps(truncated, _mm256_and_ps(away, step));
+}
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline uint16_t float_to_half(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
+// One 32-element block: the quants into qs, returns d (unrounded) and the quant sum in *sum.
+inline float quantize_block_32(const float* x, int8_t* qs, int* sum) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    // Operand order as std::max(amax, |x|): a NaN element leaves amax alone, like the scalar quantizer.
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign_mask, v[k]), amax);
+  }
+  const float d = hmax(amax) / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m256 mul = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int k = 0; k < 4; ++k) q[k] = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v[k], mul)));
+  // int32 -> int8 with the lanes back in order (packs interleave the 128-bit halves).
+  const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
+  const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), bytes);
+  if (sum != nullptr) {
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+    *sum = _mm_cvtsi128_si32(s4);
+  }
+  return d;
+}
+
+}  // namespace
+
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) y[i].d = float_to_half(quantize_block_32(x + i * kQK8_0, y[i].qs, nullptr));
+}
+
+void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_1; ++i) {
+    int sum = 0;
+    const float d = quantize_block_32(x + i * kQK8_1, y[i].qs, &sum);
+    y[i].d = float_to_half(d);
+    y[i].s = float_to_half(static_cast<float>(sum) * d);
+  }
+}
+
+}  // namespace kvserve::avx2
