@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/fp16.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/interleaved_q4.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
 
@@ -73,6 +75,12 @@ void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
   w.ne = {cols, rows, 1, 1};
   w.n_dims = 2;
   w.data = data.data();
+  // As load_model does: Q4_0/Q4_1 run on their 8-row interleaved copy.
+  std::shared_ptr<uint8_t[]> interleaved;
+  if (has_interleaved_layout(type) && cpu_has_avx2()) {
+    interleaved = interleave_rows(w);
+    w.interleaved = interleaved.get();
+  }
   std::vector<float> x(n_tokens * cols), y(n_tokens * rows);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;

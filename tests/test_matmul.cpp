@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/interleaved_q4.h"
 #include "kernels/cpu/matmul.h"
 #include "random_weights.h"
 
@@ -18,12 +20,24 @@ namespace {
 using testing::random_floats;
 using testing::random_weights;
 
+// Interleaved copies made by make_tensor live until the test binary exits (a few KiB each).
+std::vector<std::shared_ptr<uint8_t[]>>& interleaved_keepalive() {
+  static std::vector<std::shared_ptr<uint8_t[]>> buffers;
+  return buffers;
+}
+
+// Like a loaded model's weights: Q4_0/Q4_1 tensors also get their 8-row interleaved copy, so every test
+// here runs the interleaved kernels (grouped rows) and the one-row tiles (the rows past the last 8).
 Tensor make_tensor(DType type, int64_t n_out, int64_t n_in, const std::vector<uint8_t>& data) {
   Tensor t;  // name left empty: assigning a literal trips a GCC 12 -Wrestrict false positive at -O3
   t.type = type;
   t.ne = {n_in, n_out, 1, 1};
   t.n_dims = 2;
   t.data = data.data();
+  if (has_interleaved_layout(type) && n_out >= kInterleaveRows) {
+    interleaved_keepalive().push_back(interleave_rows(t));
+    t.interleaved = interleaved_keepalive().back().get();
+  }
   return t;
 }
 

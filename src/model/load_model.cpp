@@ -7,12 +7,15 @@
 #include "core/error.h"
 #include "model/loaders.h"
 #include "model/model.h"
+#include "model/weight_repack.h"
 
 namespace kvserve {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab) { return Tokenizer::create(vocab); }
 
-std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+namespace {
+
+std::unique_ptr<Model> load_model_file(const std::string& path, const LoadOptions& opts) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail("cannot open model '{}': {}", path, std::strerror(errno));
   if (S_ISDIR(st.st_mode)) {
@@ -27,6 +30,14 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     fail("cannot open model '{}': {}", path, std::strerror(errno));
   }
   return load_llama2c_model(path, opts);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+  std::unique_ptr<Model> m = load_model_file(path, opts);
+  repack_weights_for_cpu(*m);
+  return m;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/cpu/block32_tiles.h"
+#include "kernels/cpu/interleaved_q4.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
@@ -149,6 +150,37 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
   return a;
 }
 
+// Interleaved rows [row_begin, row_end) (within the grouped rows): whole groups of 8 are computed; a group
+// cut by the range edge is computed whole into a scratch tile and only the range's rows are stored.
+void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
+  const int64_t n_in = w.cols();
+  const int64_t n_out = w.rows();
+  const size_t group_bytes = static_cast<size_t>(n_in / 32) * interleaved_block_bytes(w.type);
+  const auto gemm = w.type == DType::Q4_0 ? avx2::gemm_interleaved_q4_0 : avx2::gemm_interleaved_q4_1;
+  const int64_t chunk_groups = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / group_bytes));
+  const int64_t g_begin = row_begin / kInterleaveRows;
+  const int64_t g_end = (row_end + kInterleaveRows - 1) / kInterleaveRows;
+  constexpr int kTok = avx2::kMaxBlock32Tokens;
+  const auto* base = static_cast<const uint8_t*>(w.interleaved);
+  for (int64_t chunk = g_begin; chunk < g_end; chunk += chunk_groups) {
+    const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTok) {
+      const int n_tok = static_cast<int>(std::min<int64_t>(kTok, a.n_tokens - t0));
+      PackedActs32 acts[kTok];
+      for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
+      for (int64_t g = chunk; g < chunk_end; ++g) {
+        float out[kInterleaveRows * kTok];
+        gemm(n_in, base + g * group_bytes, acts, n_tok, out);
+        const int64_t r0 = g * kInterleaveRows;
+        const int i_begin = static_cast<int>(std::max<int64_t>(0, row_begin - r0));
+        const int i_end = static_cast<int>(std::min<int64_t>(kInterleaveRows, row_end - r0));
+        for (int i = i_begin; i < i_end; ++i)
+          for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r0 + i] = out[i * n_tok + t];
+      }
+    }
+  }
+}
+
 // y rows [row_begin, row_end) for every token. A chunk of weight rows that fits in L2 is multiplied with
 // every group of tokens before moving on, so each weight byte comes from memory once per call.
 void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
@@ -157,6 +189,14 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   const int64_t n_tokens = a.n_tokens;
   const size_t w_row_bytes = w.row_size();
   const int64_t chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / w_row_bytes), 1, kMaxChunkRows);
+  if (a.block32 && w.interleaved != nullptr) {
+    // Rows below the last multiple of 8 always go through the interleaved kernel (a row's numerics must
+    // not depend on how rows were split across threads); the rest through the one-row tiles below.
+    const int64_t n_grouped = n_out / kInterleaveRows * kInterleaveRows;
+    if (row_begin < std::min(row_end, n_grouped)) multiply_groups(w, a, y, row_begin, std::min(row_end, n_grouped));
+    row_begin = std::max(row_begin, n_grouped);
+    if (row_begin >= row_end) return;
+  }
   if (a.block32) {
     const avx2::Block32TileFn tile = avx2::block32_tile(w.type);
     constexpr int kTok = avx2::kMaxBlock32Tokens;

@@ -1,0 +1,83 @@
+// AVX2 kernels of interleaved_q4.h. Compiled with -mavx2 -mfma -mf16c; only called after cpu_has_avx2().
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/interleaved_q4.h"
+
+namespace kvserve::avx2 {
+
+namespace {
+
+inline __m256i broadcast_4_bytes(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Quants are 0..15 and activations -127..127, so each maddubs pair sum is within +-3810 and the 8 of
+// them that make up a block's int16 partial sums stay within +-30480: exact, no saturation.
+template <bool kQ4_1, int T>
+void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out) {
+  constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
+  constexpr size_t kRecordBytes = kScaleBytes + 128;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec = group + i * kRecordBytes;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+    const uint8_t* qs = rec + kScaleBytes;
+    __m256i sum16[T];
+    for (int t = 0; t < T; ++t) sum16[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 4; ++h) {
+      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * h));
+      const __m256i low = _mm256_and_si256(packed, low_mask);                         // elements 4h..4h+3
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);  // 16+4h..16+4h+3
+      for (int t = 0; t < T; ++t) {
+        const int8_t* y = acts[t].qs + 32 * i;
+        const __m256i p_low = _mm256_maddubs_epi16(low, broadcast_4_bytes(y + 4 * h));
+        const __m256i p_high = _mm256_maddubs_epi16(high, broadcast_4_bytes(y + 16 + 4 * h));
+        sum16[t] = _mm256_add_epi16(sum16[t], _mm256_add_epi16(p_low, p_high));
+      }
+    }
+    __m256 mw;
+    if constexpr (kQ4_1) mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)));
+    for (int t = 0; t < T; ++t) {
+      __m256i isum = _mm256_madd_epi16(sum16[t], ones);  // lane r: row r's sum of q * y over the block
+      if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * acts[t].qsum[i]));
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(acts[t].d + i));
+      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
+      if constexpr (kQ4_1) acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts[t].s + i), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float lanes[kInterleaveRows];
+    _mm256_store_ps(lanes, acc[t]);
+    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[r];
+  }
+}
+
+template <bool kQ4_1>
+void gemm_any(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
+  static_assert(kMaxBlock32Tokens == 4, "dispatch below covers 1..4 tokens");
+  switch (n_tok) {
+    case 1: gemm_fixed<kQ4_1, 1>(n / 32, group, acts, out); break;
+    case 2: gemm_fixed<kQ4_1, 2>(n / 32, group, acts, out); break;
+    case 3: gemm_fixed<kQ4_1, 3>(n / 32, group, acts, out); break;
+    default: gemm_fixed<kQ4_1, 4>(n / 32, group, acts, out); break;
+  }
+}
+
+}  // namespace
+
+void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
+  gemm_any<false>(n, group, acts, n_tok, out);
+}
+
+void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
+  gemm_any<true>(n, group, acts, n_tok, out);
+}
+
+}  // namespace kvserve::avx2
