@@ -2,6 +2,7 @@
 // scripts/make_smollm2_golden.py). Runs whenever scripts/setup.sh has installed the model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -65,8 +66,11 @@ TEST(SmolLM2, GreedyAndLogitsMatchLlamaCpp) {
   // The reference is a newer llama.cpp (0.3.36's, with repacked kernels) than the one behind
   // ../shared/golden: same 8-bit activation numerics but other summation orders, and over 30 layers the
   // rounding-boundary flips add up: teacher-forced top-5 logits (range ~20) stay within `tol`, and greedy
-  // ids are identical up to the first step whose reference margin is below `margin`.
-  const float tol = std::getenv("KVSERVE_DEBUG_GOLDEN") ? 10.0f : 1.5f;
+  // ids are identical up to the first step whose reference margin is below `margin`. The median
+  // difference per prompt (~0.15) catches a systematic error that the loose max would let through;
+  // changing only summation orders moved the max between 1.4 and 1.8 on 'def fibonacci(n):'.
+  const float tol = std::getenv("KVSERVE_DEBUG_GOLDEN") ? 10.0f : 2.0f;
+  const float median_tol = 0.3f;
   const float margin = 0.1f;
   for (const json& g : read_jsonl(kGolden + "greedy.jsonl")) {
     const std::string prompt = g["prompt"];
@@ -77,15 +81,19 @@ TEST(SmolLM2, GreedyAndLogitsMatchLlamaCpp) {
     seq.insert(seq.end(), want.begin(), want.end() - 1);
     const auto logits = gen.teacher_forced_logits(seq, static_cast<int>(prompt_ids.size()));
     size_t first_low_margin = want.size();
+    std::vector<float> diffs;
     for (size_t s = 0; s < want.size(); ++s) {
       const auto& top = g["step_logits_top"][s];
       if (top[0][1].get<float>() - top[1][1].get<float>() < margin) first_low_margin = std::min(first_low_margin, s);
       for (const auto& p : top) {
         const float d = std::fabs(logits[s][p[0].get<int>()] - p[1].get<float>());
         ASSERT_LE(d, tol) << "'" << prompt << "' step " << s;
+        diffs.push_back(d);
         if (std::getenv("KVSERVE_DEBUG_GOLDEN")) std::printf("%zu:%.3f ", s, d);
       }
     }
+    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
+    EXPECT_LE(diffs[diffs.size() / 2], median_tol) << "'" << prompt << "' median |logit difference|";
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = static_cast<int>(want.size());
