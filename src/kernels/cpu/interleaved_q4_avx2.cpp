@@ -29,18 +29,20 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
     const uint8_t* rec = group + i * kRecordBytes;
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
     const uint8_t* qs = rec + kScaleBytes;
-    __m256i sum16[T];
-    for (int t = 0; t < T; ++t) sum16[t] = _mm256_setzero_si256();
+    // All 8 quant vectors first (vector g: elements 4g..4g+3 of each row), then one token at a time, so
+    // the live set stays within the 16 registers (8 quants, one running sum, a broadcast, a product).
+    __m256i q[8];
     for (int h = 0; h < 4; ++h) {
       const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * h));
-      const __m256i low = _mm256_and_si256(packed, low_mask);                         // elements 4h..4h+3
-      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);  // 16+4h..16+4h+3
-      for (int t = 0; t < T; ++t) {
-        const int8_t* y = acts[t].qs + 32 * i;
-        const __m256i p_low = _mm256_maddubs_epi16(low, broadcast_4_bytes(y + 4 * h));
-        const __m256i p_high = _mm256_maddubs_epi16(high, broadcast_4_bytes(y + 16 + 4 * h));
-        sum16[t] = _mm256_add_epi16(sum16[t], _mm256_add_epi16(p_low, p_high));
-      }
+      q[h] = _mm256_and_si256(packed, low_mask);                              // elements 4h..4h+3
+      q[h + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);  // 16+4h..16+4h+3
+    }
+    __m256i sum16[T];
+    for (int t = 0; t < T; ++t) {
+      const int8_t* y = acts[t].qs + 32 * i;
+      __m256i s = _mm256_maddubs_epi16(q[0], broadcast_4_bytes(y));
+      for (int g = 1; g < 8; ++g) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[g], broadcast_4_bytes(y + 4 * g)));
+      sum16[t] = s;
     }
     __m256 mw;
     if constexpr (kQ4_1) mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)));
