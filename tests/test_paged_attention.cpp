@@ -313,3 +313,29 @@ TEST(PagedAttention, BatchOfSequencesEqualsOneCallEach) {
     }
   }
 }
+
+TEST(PagedAttention, EachTokenOfAChunkIsBitIdenticalToItAlone) {
+  // The AVX2 worker shares K/V reads among up to 4 tokens of a chunk; a token's output must not depend on
+  // that grouping (nor on thread ranges), so prefill and decode of the same position agree exactly.
+  std::mt19937 rng(4);
+  for (const Shape shape : {Shape{8, 2, 32}, Shape{9, 3, 64}, Shape{4, 4, 16}}) {
+    const Case c{shape, 16, 21, 11};  // positions 21..31 cross a block boundary mid-chunk
+    const Fixture f = make_fixture(c, rng);
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      std::vector<float> chunk(f.q.size(), -7.0f);
+      paged_attention(make_args(c, f, chunk), pool);
+      const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+      for (int t = 0; t < c.n_tokens; ++t) {
+        std::vector<float> alone(row, -9.0f);
+        PagedAttentionArgs a = make_args(c, f, alone);
+        a.q = f.q.data() + t * row;
+        a.n_tokens = 1;
+        a.pos0 = c.pos0 + t;
+        paged_attention(a, pool);
+        for (int64_t i = 0; i < row; ++i)
+          ASSERT_EQ(chunk[t * row + i], alone[i]) << "heads " << shape.n_heads << " token " << t << " threads " << threads;
+      }
+    }
+  }
+}

@@ -68,71 +68,120 @@ inline void scale_in_place(float* x, float c, int n) {
 
 }  // namespace
 
+namespace {
+
+// Query tokens of one sequence that share a pass over their KV head's blocks: each K/V slot is widened
+// and loaded once for all of them. Every token's arithmetic is the same as alone (its scores, block
+// maxima, rescales and V sums happen in the same order), so grouping never changes a result.
+constexpr int kTokenGroup = 4;
+
+void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, float* scratch_base) {
+  const int group = a.n_heads / a.n_kv_heads;
+  const int hd = a.head_dim;
+  const int bs = a.block_size;
+  const int rows_per_tok = group;  // query heads per token in this KV group
+  float* scores = scratch_base;                                           // [n_tok][group][bs]
+  float* acc = scores + static_cast<size_t>(kTokenGroup) * group * bs;     // [n_tok][group][hd]
+  float* run_max = acc + static_cast<size_t>(kTokenGroup) * group * hd;   // [n_tok][group]
+  float* run_sum = run_max + kTokenGroup * group;                          // [n_tok][group]
+  float* row = run_sum + kTokenGroup * group;                              // one widened K or V row
+
+  const float* q[kTokenGroup];
+  int64_t last_pos[kTokenGroup];
+  for (int i = 0; i < n_tok; ++i) {
+    last_pos[i] = a.pos0 + t_begin + i;
+    q[i] = a.q + ((t_begin + i) * a.n_heads + int64_t{kvh} * group) * hd;
+  }
+  std::fill(acc, acc + static_cast<size_t>(n_tok) * group * hd, 0.0f);
+  std::fill(run_max, run_max + n_tok * group, -std::numeric_limits<float>::infinity());
+  std::fill(run_sum, run_sum + n_tok * group, 0.0f);
+
+  const int64_t n_blocks = last_pos[n_tok - 1] / bs + 1;
+  for (int64_t lb = 0; lb < n_blocks; ++lb) {
+    const int64_t phys = a.block_table[lb];
+    const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd;
+    int n_valid[kTokenGroup];
+    int first_tok = n_tok;  // tokens before it do not reach this block (positions are increasing)
+    for (int i = n_tok - 1; i >= 0; --i) {
+      n_valid[i] = static_cast<int>(std::clamp<int64_t>(last_pos[i] + 1 - lb * bs, 0, bs));
+      if (n_valid[i] > 0) first_tok = i;
+    }
+    const int max_valid = n_valid[n_tok - 1];
+
+    for (int s = 0; s < max_valid; ++s) {
+      const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);
+      for (int i = first_tok; i < n_tok; ++i) {
+        if (s >= n_valid[i]) continue;
+        for (int h = 0; h < rows_per_tok; ++h)
+          scores[(i * group + h) * bs + s] = dot(q[i] + static_cast<size_t>(h) * hd, k, hd) * a.scale;
+      }
+    }
+    for (int i = first_tok; i < n_tok; ++i) {
+      for (int h = 0; h < group; ++h) {
+        const int hh = i * group + h;
+        float* sc = scores + static_cast<size_t>(hh) * bs;
+        const float block_max = *std::max_element(sc, sc + n_valid[i]);
+        const float new_max = std::max(run_max[hh], block_max);
+        const float correction = std::exp(run_max[hh] - new_max);
+        if (correction != 1.0f) scale_in_place(acc + static_cast<size_t>(hh) * hd, correction, hd);
+        float sum = run_sum[hh] * correction;
+        for (int s = 0; s < n_valid[i]; ++s) {
+          sc[s] = std::exp(sc[s] - new_max);
+          sum += sc[s];
+        }
+        run_sum[hh] = sum;
+        run_max[hh] = new_max;
+      }
+    }
+    // V slot loaded once, accumulated into every head of every token that reaches it.
+    for (int s = 0; s < max_valid; ++s) {
+      const float* v = load_row(a.v_cache, a.kv_type, row0 + s, hd, row);
+      for (int i = first_tok; i < n_tok; ++i) {
+        if (s >= n_valid[i]) continue;
+        int d = 0;
+        for (; d + 8 <= hd; d += 8) {
+          const __m256 vv = _mm256_loadu_ps(v + d);
+          for (int h = 0; h < group; ++h) {
+            const int hh = i * group + h;
+            float* acc_d = acc + static_cast<size_t>(hh) * hd + d;
+            _mm256_storeu_ps(acc_d, _mm256_fmadd_ps(_mm256_set1_ps(scores[hh * bs + s]), vv, _mm256_loadu_ps(acc_d)));
+          }
+        }
+        for (; d < hd; ++d) {
+          for (int h = 0; h < group; ++h) {
+            const int hh = i * group + h;
+            acc[static_cast<size_t>(hh) * hd + d] += scores[hh * bs + s] * v[d];
+          }
+        }
+      }
+    }
+  }
+  for (int i = 0; i < n_tok; ++i) {
+    for (int h = 0; h < group; ++h) {
+      const int hh = i * group + h;
+      float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
+      scale_in_place(acc + static_cast<size_t>(hh) * hd, 1.0f / run_sum[hh], hd);
+      std::copy(acc + static_cast<size_t>(hh) * hd, acc + static_cast<size_t>(hh + 1) * hd, o);
+    }
+  }
+}
+
+}  // namespace
+
 void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end) {
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int bs = a.block_size;
   thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(group) * (bs + hd + 2) + hd);
-  float* scores = scratch.data();
-  float* acc = scores + static_cast<size_t>(group) * bs;
-  float* run_max = acc + static_cast<size_t>(group) * hd;
-  float* run_sum = run_max + group;
-  float* row = run_sum + group;  // one widened K or V row
-
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t t = item / a.n_kv_heads;
-    const int kvh = static_cast<int>(item % a.n_kv_heads);
-    const int64_t last_pos = a.pos0 + t;
-    const float* q = a.q + (t * a.n_heads + int64_t{kvh} * group) * hd;
-    std::fill(acc, acc + static_cast<size_t>(group) * hd, 0.0f);
-    std::fill(run_max, run_max + group, -std::numeric_limits<float>::infinity());
-    std::fill(run_sum, run_sum + group, 0.0f);
-
-    const int64_t n_blocks = last_pos / bs + 1;
-    for (int64_t lb = 0; lb < n_blocks; ++lb) {
-      const int64_t phys = a.block_table[lb];
-      const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd;
-      const int n_valid = static_cast<int>(std::min<int64_t>(bs, last_pos + 1 - lb * bs));
-
-      for (int s = 0; s < n_valid; ++s) {
-        const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);
-        for (int h = 0; h < group; ++h) scores[h * bs + s] = dot(q + static_cast<size_t>(h) * hd, k, hd) * a.scale;
-      }
-      for (int h = 0; h < group; ++h) {
-        float* sc = scores + h * bs;
-        const float block_max = *std::max_element(sc, sc + n_valid);
-        const float new_max = std::max(run_max[h], block_max);
-        const float correction = std::exp(run_max[h] - new_max);
-        if (correction != 1.0f) scale_in_place(acc + static_cast<size_t>(h) * hd, correction, hd);
-        float sum = run_sum[h] * correction;
-        for (int s = 0; s < n_valid; ++s) {
-          sc[s] = std::exp(sc[s] - new_max);
-          sum += sc[s];
-        }
-        run_sum[h] = sum;
-        run_max[h] = new_max;
-      }
-      // V slot chunk loaded once, accumulated into every head of the group.
-      for (int s = 0; s < n_valid; ++s) {
-        const float* v = load_row(a.v_cache, a.kv_type, row0 + s, hd, row);
-        int d = 0;
-        for (; d + 8 <= hd; d += 8) {
-          const __m256 vv = _mm256_loadu_ps(v + d);
-          for (int h = 0; h < group; ++h) {
-            float* acc_d = acc + static_cast<size_t>(h) * hd + d;
-            _mm256_storeu_ps(acc_d, _mm256_fmadd_ps(_mm256_set1_ps(scores[h * bs + s]), vv, _mm256_loadu_ps(acc_d)));
-          }
-        }
-        for (; d < hd; ++d) {
-          for (int h = 0; h < group; ++h) acc[static_cast<size_t>(h) * hd + d] += scores[h * bs + s] * v[d];
-        }
-      }
-    }
-    for (int h = 0; h < group; ++h) {
-      float* o = a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd;
-      scale_in_place(acc + static_cast<size_t>(h) * hd, 1.0f / run_sum[h], hd);
-      std::copy(acc + static_cast<size_t>(h) * hd, acc + static_cast<size_t>(h + 1) * hd, o);
+  scratch.resize(static_cast<size_t>(kTokenGroup) * group * (bs + hd + 2) + hd);
+  // Items are token * n_kv_heads + kv_head; for each KV head, the range's tokens go in groups.
+  const int64_t nkv = a.n_kv_heads;
+  for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) {
+    const int64_t t_first = (begin - kvh + nkv - 1) / nkv;  // first t with t * nkv + kvh >= begin
+    const int64_t t_end = (end - kvh + nkv - 1) / nkv;      // first t with t * nkv + kvh >= end
+    for (int64_t t = std::max<int64_t>(0, t_first); t < t_end; t += kTokenGroup) {
+      const int n_tok = static_cast<int>(std::min<int64_t>(kTokenGroup, t_end - t));
+      attend_token_group(a, t, n_tok, kvh, scratch.data());
     }
   }
 }
