@@ -15,7 +15,7 @@
 #include "core/fp16.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/interleaved_q4.h"
+#include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
 
@@ -75,7 +75,7 @@ void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
   w.ne = {cols, rows, 1, 1};
   w.n_dims = 2;
   w.data = data.data();
-  // As load_model does: Q4_0/Q4_1 run on their 8-row interleaved copy.
+  // As load_model does: Q4_0/Q4_1/Q8_0 run on their 8-row interleaved copy.
   std::shared_ptr<uint8_t[]> interleaved;
   if (has_interleaved_layout(type) && cpu_has_avx2()) {
     interleaved = interleave_rows(w);

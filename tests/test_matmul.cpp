@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/interleaved_q4.h"
+#include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "random_weights.h"
 
@@ -26,7 +26,7 @@ std::vector<std::shared_ptr<uint8_t[]>>& interleaved_keepalive() {
   return buffers;
 }
 
-// Like a loaded model's weights: Q4_0/Q4_1 tensors also get their 8-row interleaved copy, so every test
+// Like a loaded model's weights: Q4_0/Q4_1/Q8_0 tensors also get their 8-row interleaved copy, so every test
 // here runs the interleaved kernels (grouped rows) and the one-row tiles (the rows past the last 8).
 Tensor make_tensor(DType type, int64_t n_out, int64_t n_in, const std::vector<uint8_t>& data) {
   Tensor t;  // name left empty: assigning a literal trips a GCC 12 -Wrestrict false positive at -O3

@@ -1,6 +1,6 @@
 #pragma once
-// Load-time repacking of matmul weights into the layouts the CPU kernels run fastest on (today: Q4_0 and
-// Q4_1 interleaved 8 rows at a time, kernels/cpu/interleaved_q4.h). The original tensor data stays
+// Load-time repacking of matmul weights into the layouts the CPU kernels run fastest on (today: Q4_0, Q4_1 and
+// Q8_0 interleaved 8 rows at a time, kernels/cpu/interleaved_rows.h). The original tensor data stays
 // for embedding lookups and the scalar paths.
 #include "model/model.h"
 

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/cpu/block32_tiles.h"
-#include "kernels/cpu/interleaved_q4.h"
+#include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
@@ -156,7 +156,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   const size_t group_bytes = static_cast<size_t>(n_in / 32) * interleaved_block_bytes(w.type);
-  const auto gemm = w.type == DType::Q4_0 ? avx2::gemm_interleaved_q4_0 : avx2::gemm_interleaved_q4_1;
+  const auto gemm = w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
+                    : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
+                                            : avx2::gemm_interleaved_q8_0;
   const int64_t chunk_groups = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / group_bytes));
   const int64_t g_begin = row_begin / kInterleaveRows;
   const int64_t g_end = (row_end + kInterleaveRows - 1) / kInterleaveRows;

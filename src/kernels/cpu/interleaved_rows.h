@@ -1,5 +1,5 @@
 #pragma once
-// Q4_0 / Q4_1 weights repacked 8 rows at a time for the AVX2 "x8" kernels.
+// Q4_0 / Q4_1 / Q8_0 weights repacked 8 rows at a time for the AVX2 "x8" kernels.
 //
 // Why: on the CPUs we run on, a one-row dot spends most of its instructions per 32-element block on
 // work that is not multiplying (sign fix-ups, madd, int->float, scale, FMA, and a horizontal sum at the
@@ -12,9 +12,11 @@
 //   8 x fp16 d              (16 bytes, row order)
 //   8 x fp16 m              (16 bytes, Q4_1 only)
 //   4 x 32 bytes of quants: vector h, row r holds that row's qs[4h .. 4h+3], i.e. elements 4h..4h+3 in
-//                           the low nibbles and 16+4h..16+4h+3 in the high nibbles.
+//                           the low nibbles and 16+4h..16+4h+3 in the high nibbles (Q4_0 / Q4_1);
+//   8 x 32 bytes of quants: vector h, row r holds elements 4h..4h+3 (Q8_0).
 // Q4_0 keeps its quants unsigned (0..15); the -8 offset is applied exactly through the activation block
-// sums. Rows past the last multiple of 8 stay in the original tensor.
+// sums. Q8_0's signed quants still need the sign trick per product, but the scale, convert and FMA are
+// shared by 8 rows. Rows past the last multiple of 8 stay in the original tensor.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,7 +34,7 @@ bool has_interleaved_layout(DType type);
 // Bytes of one (group, block) record.
 size_t interleaved_block_bytes(DType type);
 
-// Repacks rows [0, rows / 8 * 8) of a Q4_0 or Q4_1 tensor.
+// Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1 or Q8_0 tensor.
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w);
 
 namespace avx2 {
@@ -41,6 +43,7 @@ namespace avx2 {
 // it does not depend on n_tok.
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out);
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out);
+void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out);
 }  // namespace avx2
 
 }  // namespace kvserve

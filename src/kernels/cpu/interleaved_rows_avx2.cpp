@@ -1,9 +1,9 @@
-// AVX2 kernels of interleaved_q4.h. Compiled with -mavx2 -mfma -mf16c; only called after cpu_has_avx2().
+// AVX2 kernels of interleaved_rows.h. Compiled with -mavx2 -mfma -mf16c; only called after cpu_has_avx2().
 #include <immintrin.h>
 
 #include <cstring>
 
-#include "kernels/cpu/interleaved_q4.h"
+#include "kernels/cpu/interleaved_rows.h"
 
 namespace kvserve::avx2 {
 
@@ -61,6 +61,38 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
   }
 }
 
+// Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 127 * 127, too
+// large to add two in int16: one madd per vector). Quant vectors are read from the record per token.
+template <int T>
+void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out) {
+  constexpr size_t kRecordBytes = 16 + 256;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec = group + i * kRecordBytes;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+    const uint8_t* qs = rec + 16;
+    for (int t = 0; t < T; ++t) {
+      const int8_t* y = acts[t].qs + 32 * i;
+      __m256i isum = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
+        const __m256i pairs =
+            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(broadcast_4_bytes(y + 4 * g), w));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+      }
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(acts[t].d + i));
+      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float lanes[kInterleaveRows];
+    _mm256_store_ps(lanes, acc[t]);
+    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[r];
+  }
+}
+
 template <bool kQ4_1>
 void gemm_any(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
   static_assert(kMaxBlock32Tokens == 4, "dispatch below covers 1..4 tokens");
@@ -73,6 +105,15 @@ void gemm_any(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_t
 }
 
 }  // namespace
+
+void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
+  switch (n_tok) {
+    case 1: gemm_q8_0_fixed<1>(n / 32, group, acts, out); break;
+    case 2: gemm_q8_0_fixed<2>(n / 32, group, acts, out); break;
+    case 3: gemm_q8_0_fixed<3>(n / 32, group, acts, out); break;
+    default: gemm_q8_0_fixed<4>(n / 32, group, acts, out); break;
+  }
+}
 
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
   gemm_any<false>(n, group, acts, n_tok, out);
