@@ -15,7 +15,7 @@ struct Tensor {
   std::array<int64_t, 4> ne{1, 1, 1, 1};
   int n_dims = 0;
   const void* data = nullptr;
-  // Rows [0, rows / 8 * 8) repacked 8 at a time for the AVX2 kernels (kernels/cpu/interleaved_q4.h), or
+  // Rows [0, rows / 8 * 8) repacked 8 at a time for the AVX2 kernels (kernels/cpu/interleaved_rows.h), or
   // nullptr. `data` stays the source of truth for every other use.
   const void* interleaved = nullptr;
 

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "kernels/cpu/interleaved_q4.h"
+#include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 
 namespace kvserve {
