@@ -147,7 +147,10 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     for (int64_t i = 0; i < n_tokens; ++i) rmsnorm(x_.data() + i * E, ffn_norm, xn_.data() + i * E, E, c.rms_eps);
     const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
     matmul_shared_input(gate_up, xn_.data(), n_tokens, pool_);
-    silu_mul(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
+    // Elementwise (results do not depend on the split); one thread would leave the other core idle.
+    pool_.parallel_for(
+        n_tokens * c.n_ff,
+        [&](int64_t b, int64_t e) { silu_mul(gate_.data() + b, up_.data() + b, gate_.data() + b, e - b); }, 4096);
     matmul(L.w_down, gate_.data(), n_tokens, tmp_.data(), pool_);
     add_inplace(x_.data(), tmp_.data(), n_tokens * E);
   }
