@@ -13,7 +13,9 @@
 
 #include "core/thread_pool.h"
 #include "core/fp16.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/paged_attention_impl.h"
 
 using namespace kvserve;
 
@@ -338,4 +340,17 @@ TEST(PagedAttention, EachTokenOfAChunkIsBitIdenticalToItAlone) {
       }
     }
   }
+}
+
+TEST(PagedAttention, Avx2SoftmaxExpIsWithinAMillionthOfStdExp) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  double worst = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f * static_cast<float>(i) / 200000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(kvserve::detail::exp_nonpositive_avx2(x) - want) / want);
+  }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_EQ(kvserve::detail::exp_nonpositive_avx2(0.0f), 1.0f);
+  EXPECT_LT(kvserve::detail::exp_nonpositive_avx2(-1000.0f), 1e-37f);
 }

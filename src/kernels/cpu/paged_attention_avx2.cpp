@@ -66,7 +66,46 @@ inline void scale_in_place(float* x, float c, int n) {
   for (; d < n; ++d) x[d] *= c;
 }
 
+// e^x on 8 lanes for x <= 0 (scores minus their running max), relative error below 1e-6 (tested against
+// std::exp): x = n ln2 + f with |f| <= ln2/2 (Cody-Waite split of ln2), e^f by its degree-7 Taylor
+// polynomial, times 2^n built in the exponent bits. Inputs below -87 give e^-87 (~1.6e-38) instead of a
+// denormal: such a weight is 0 next to the block maximum's e^0 = 1 either way.
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), f);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
+  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
+
+// sc[s] = e^(sc[s] - max) for s < n, all through exp_nonpositive (the tail via a padded copy), and returns
+// their sum added to `sum` in index order.
+inline float exp_block(float* sc, int n, float max, float sum) {
+  const __m256 vmax = _mm256_set1_ps(max);
+  int s = 0;
+  for (; s + 8 <= n; s += 8) _mm256_storeu_ps(sc + s, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), vmax)));
+  if (s < n) {
+    alignas(32) float tail[8];
+    for (int j = 0; j < 8; ++j) tail[j] = s + j < n ? sc[s + j] : max;
+    _mm256_store_ps(tail, exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), vmax)));
+    for (int j = 0; s + j < n; ++j) sc[s + j] = tail[j];
+  }
+  for (int j = 0; j < n; ++j) sum += sc[j];
+  return sum;
+}
+
 }  // namespace
+
+float exp_nonpositive_avx2(float x) {
+  alignas(32) float v[8];
+  _mm256_store_ps(v, exp_nonpositive(_mm256_set1_ps(x)));
+  return v[0];
+}
 
 namespace {
 
@@ -124,12 +163,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         const float new_max = std::max(run_max[hh], block_max);
         const float correction = std::exp(run_max[hh] - new_max);
         if (correction != 1.0f) scale_in_place(acc + static_cast<size_t>(hh) * hd, correction, hd);
-        float sum = run_sum[hh] * correction;
-        for (int s = 0; s < n_valid[i]; ++s) {
-          sc[s] = std::exp(sc[s] - new_max);
-          sum += sc[s];
-        }
-        run_sum[hh] = sum;
+        run_sum[hh] = exp_block(sc, n_valid[i], new_max, run_sum[hh] * correction);
         run_max[hh] = new_max;
       }
     }

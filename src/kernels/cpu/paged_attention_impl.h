@@ -12,4 +12,7 @@ namespace kvserve::detail {
 // head of that KV head's group for that token. Arguments are already validated.
 void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end);
 
+// The AVX2 worker's softmax exponential on one value (for tests): e^x for x <= 0.
+float exp_nonpositive_avx2(float x);
+
 }  // namespace kvserve::detail
