@@ -66,6 +66,34 @@ inline void scale_in_place(float* x, float c, int n) {
   for (; d < n; ++d) x[d] *= c;
 }
 
+// acc[d] += p[s] * rows[s][d] for s = 0..n-1 in order, 32 lanes of acc in registers at a time.
+inline void accumulate_rows(float* acc, const float* const* rows, const float* p, int n, int hd) {
+  int d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8);
+    __m256 a2 = _mm256_loadu_ps(acc + d + 16), a3 = _mm256_loadu_ps(acc + d + 24);
+    for (int s = 0; s < n; ++s) {
+      const __m256 ps = _mm256_set1_ps(p[s]);
+      const float* r = rows[s] + d;
+      a0 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r), a0);
+      a1 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 8), a1);
+      a2 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 16), a2);
+      a3 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 24), a3);
+    }
+    _mm256_storeu_ps(acc + d, a0);
+    _mm256_storeu_ps(acc + d + 8, a1);
+    _mm256_storeu_ps(acc + d + 16, a2);
+    _mm256_storeu_ps(acc + d + 24, a3);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a0 = _mm256_loadu_ps(acc + d);
+    for (int s = 0; s < n; ++s) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[s]), _mm256_loadu_ps(rows[s] + d), a0);
+    _mm256_storeu_ps(acc + d, a0);
+  }
+  for (; d < hd; ++d)
+    for (int s = 0; s < n; ++s) acc[d] = std::fma(p[s], rows[s][d], acc[d]);
+}
+
 // e^x on 8 lanes for x <= 0 (scores minus their running max), relative error below 1e-6 (tested against
 // std::exp): x = n ln2 + f with |f| <= ln2/2 (Cody-Waite split of ln2), e^f by its degree-7 Taylor
 // polynomial, times 2^n built in the exponent bits. Inputs below -87 give e^-87 (~1.6e-38) instead of a
@@ -123,7 +151,11 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   float* acc = scores + static_cast<size_t>(kTokenGroup) * group * bs;     // [n_tok][group][hd]
   float* run_max = acc + static_cast<size_t>(kTokenGroup) * group * hd;   // [n_tok][group]
   float* run_sum = run_max + kTokenGroup * group;                          // [n_tok][group]
-  float* row = run_sum + kTokenGroup * group;                              // one widened K or V row
+  float* row = run_sum + kTokenGroup * group;                              // one widened K row
+  float* v_block = row + hd;                                               // [bs][hd] widened V rows
+  thread_local std::vector<const float*> v_rows_storage;
+  v_rows_storage.resize(bs);
+  const float** v_rows = v_rows_storage.data();
 
   const float* q[kTokenGroup];
   int64_t last_pos[kTokenGroup];
@@ -167,26 +199,14 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         run_max[hh] = new_max;
       }
     }
-    // V slot loaded once, accumulated into every head of every token that reaches it.
-    for (int s = 0; s < max_valid; ++s) {
-      const float* v = load_row(a.v_cache, a.kv_type, row0 + s, hd, row);
-      for (int i = first_tok; i < n_tok; ++i) {
-        if (s >= n_valid[i]) continue;
-        int d = 0;
-        for (; d + 8 <= hd; d += 8) {
-          const __m256 vv = _mm256_loadu_ps(v + d);
-          for (int h = 0; h < group; ++h) {
-            const int hh = i * group + h;
-            float* acc_d = acc + static_cast<size_t>(hh) * hd + d;
-            _mm256_storeu_ps(acc_d, _mm256_fmadd_ps(_mm256_set1_ps(scores[hh * bs + s]), vv, _mm256_loadu_ps(acc_d)));
-          }
-        }
-        for (; d < hd; ++d) {
-          for (int h = 0; h < group; ++h) {
-            const int hh = i * group + h;
-            acc[static_cast<size_t>(hh) * hd + d] += scores[hh * bs + s] * v[d];
-          }
-        }
+    // The block's V rows widened once; then each (token, head) adds p_s * V_s in slot order with its
+    // output row held in registers (same arithmetic per element as one slot at a time, fewer loads and
+    // stores).
+    for (int s = 0; s < max_valid; ++s) v_rows[s] = load_row(a.v_cache, a.kv_type, row0 + s, hd, v_block + s * hd);
+    for (int i = first_tok; i < n_tok; ++i) {
+      for (int h = 0; h < group; ++h) {
+        const int hh = i * group + h;
+        accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs, n_valid[i], hd);
       }
     }
   }
@@ -207,7 +227,7 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
   const int hd = a.head_dim;
   const int bs = a.block_size;
   thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(kTokenGroup) * group * (bs + hd + 2) + hd);
+  scratch.resize(static_cast<size_t>(kTokenGroup) * group * (bs + hd + 2) + hd + static_cast<size_t>(bs) * hd);
   // Items are token * n_kv_heads + kv_head; for each KV head, the range's tokens go in groups.
   const int64_t nkv = a.n_kv_heads;
   for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) {
