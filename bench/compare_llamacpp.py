@@ -42,11 +42,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def find_kvserve():
-    for d in ("build-bench", "build", "build-ci"):
-        p = os.path.join(REPO, d, "kvserve")
-        if os.access(p, os.X_OK):
-            return p
-    return "kvserve"
+    # The newest of the repo's builds, so a stale bench build never stands in for the current code.
+    found = [os.path.join(REPO, d, "kvserve") for d in ("build", "build-bench", "build-ci")]
+    found = [p for p in found if os.access(p, os.X_OK)]
+    return max(found, key=os.path.getmtime) if found else "kvserve"
 
 
 def kvserve_json(args, *extra):
@@ -163,7 +162,7 @@ def main():
     ap.add_argument("--batch-gen-len", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kvserve", default=find_kvserve(), help="kvserve binary (default: build-bench/kvserve)")
+    ap.add_argument("--kvserve", default=find_kvserve(), help="kvserve binary (default: the newest of build/, build-bench/, build-ci/)")
     ap.add_argument("--skip-batched", action="store_true")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()

@@ -28,11 +28,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def find_kvserve():
-    for d in ("build-bench", "build", "build-ci"):
-        p = os.path.join(REPO, d, "kvserve")
-        if os.access(p, os.X_OK):
-            return p
-    return "kvserve"
+    # The newest of the repo's builds, so a stale bench build never stands in for the current code.
+    found = [os.path.join(REPO, d, "kvserve") for d in ("build", "build-bench", "build-ci")]
+    found = [p for p in found if os.access(p, os.X_OK)]
+    return max(found, key=os.path.getmtime) if found else "kvserve"
 
 
 def free_port():
