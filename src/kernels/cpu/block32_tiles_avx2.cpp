@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/avx2_inline.h"
 #include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/quants.h"
 
@@ -10,15 +11,8 @@ namespace kvserve::avx2 {
 
 namespace {
 
-// Local copies on purpose (see quants_avx2.cpp): nothing AVX2-compiled may come from a shared inline.
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+using avx2_inline::half_to_float;
+using avx2_inline::hsum;
 
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high nibbles
 // (elements 16..31) in the high lane.

@@ -3,16 +3,23 @@
 
 #include <cstring>
 
+#include "kernels/cpu/avx2_inline.h"
 #include "kernels/cpu/interleaved_rows.h"
 
 namespace kvserve::avx2 {
 
 namespace {
 
-inline __m256i broadcast_4_bytes(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
+using avx2_inline::broadcast_4_bytes;
+
+// out[r * T + t] = lane r of acc[t].
+template <int T>
+inline void store_row_lanes(const __m256 (&acc)[T], float* out) {
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float lanes[kInterleaveRows];
+    _mm256_store_ps(lanes, acc[t]);
+    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[r];
+  }
 }
 
 // Quants are 0..15 and activations -127..127, so each maddubs pair sum is within +-3810 and the 8 of
@@ -54,11 +61,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
       if constexpr (kQ4_1) acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts[t].s + i), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    alignas(32) float lanes[kInterleaveRows];
-    _mm256_store_ps(lanes, acc[t]);
-    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[r];
-  }
+  store_row_lanes<T>(acc, out);
 }
 
 // Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 127 * 127, too
@@ -86,11 +89,7 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts,
       acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    alignas(32) float lanes[kInterleaveRows];
-    _mm256_store_ps(lanes, acc[t]);
-    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[r];
-  }
+  store_row_lanes<T>(acc, out);
 }
 
 template <bool kQ4_1>

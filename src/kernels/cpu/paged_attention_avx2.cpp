@@ -10,20 +10,14 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/cpu/avx2_inline.h"
 #include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve::detail {
 
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
+using avx2_inline::hsum;
 
 inline float dot(const float* a, const float* b, int n) {
   __m256 s0 = _mm256_setzero_ps();

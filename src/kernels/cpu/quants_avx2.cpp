@@ -10,22 +10,16 @@
 
 #include <cstring>
 
+#include "kernels/cpu/avx2_inline.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve::avx2 {
 
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2_inline::half_to_float;
+using avx2_inline::hsum;
 
-// Local helpers only: an inline function from a shared header instantiated in this AVX2-compiled file
-// could be the copy the linker keeps for every caller, and would then run AVX2 code on any CPU.
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 inline float bfloat_to_float(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
