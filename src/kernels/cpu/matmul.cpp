@@ -1,7 +1,9 @@
 // Weight x activation products. Activations are converted once per call to the weight type's dot type
 // (llama.cpp CPU numerics), then output rows are split across the pool; inside a thread's range a chunk
-// of weight rows is multiplied with every group of up to 4 tokens while it is still in cache, and each
-// tile kernel loads a weight block once for all tokens of its group.
+// of weight rows is multiplied with every group of up to 4 tokens while it is still in cache. Kernels, by
+// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q8_0, interleaved_rows.h), multi-row tiles over
+// packed activations (same types, rows past the last 8; block32_tiles.h), one-row tiles (other types,
+// quants.h), scalar dots (no AVX2).
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>

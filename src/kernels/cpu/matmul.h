@@ -13,7 +13,8 @@ namespace kvserve {
 
 // y[t * n_out + r] = sum_k W[r][k] * x[t * n_in + k] for t in [0, n_tokens), r in [0, n_out),
 // where n_in = w.cols(), n_out = w.rows(). Each weight block is read once for all tokens of the call
-// (tiled over tokens), rows are split across the pool's threads.
+// (tiled over tokens and, for the 32-element block types, over rows), rows are split across the pool's
+// threads. Each (row, token) result is the same whatever the batch or split (batch invariance).
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool = ThreadPool::global());
 
 // Several weights applied to the same activations (Q/K/V, gate/up): when they share a type and row length
