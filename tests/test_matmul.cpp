@@ -231,6 +231,23 @@ TEST(MatmulErrors, RejectsBadShapesAndTypes) {
   EXPECT_THROW(dequantize_row(DType::Q4_0, data.data(), y.data(), 33), Error);
 }
 
+// Enough activation elements that the conversion itself is split across the pool (prefill-sized): the
+// packed activations written by the workers must land in the caller's buffers.
+TEST_P(MatmulTypes, PrefillSizedBatchConvertsInParallel) {
+  const DType type = GetParam();
+  const int64_t n_in = 1024, n_out = 24, n_tokens = 40;  // 40960 elements >= the parallel threshold
+  ThreadPool pool(2);
+  std::mt19937 rng(static_cast<uint32_t>(type) + 9);
+  const auto data = random_weights(type, n_out, n_in, rng);
+  const Tensor w = make_tensor(type, n_out, n_in, data);
+  const auto x = random_floats(n_tokens * n_in, rng);
+  std::vector<float> ref(n_tokens * n_out), got(n_tokens * n_out, NAN);
+  matmul_ref(w, x.data(), n_tokens, ref.data());
+  matmul(w, x.data(), n_tokens, got.data(), pool);
+  const auto scale = abs_products(w, x, n_tokens);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-5 * scale[i] + 1e-6) << dtype_name(type) << " " << i;
+}
+
 TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
   std::mt19937 rng(3);
   const int64_t n_in = 64, n_tokens = 3;

@@ -125,7 +125,10 @@ bool use_block32(DType weight_type) { return cpu_has_avx2() && has_block32_tile(
 ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens,
                                   ThreadPool& pool) {
   thread_local std::vector<uint8_t> scratch;
-  thread_local ActPack32 pack;
+  thread_local ActPack32 caller_pack;
+  // A name, not the thread_local itself, goes into the lambda below: on a pool worker `caller_pack`
+  // would mean that worker's own (empty) instance.
+  ActPack32& pack = caller_pack;
   ConvertedActs a;
   a.kind = dot_kind(weight_type, cpu_has_avx2());
   a.block32 = use_block32(weight_type);
