@@ -28,6 +28,8 @@
 #include "bench/triad.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "run_command.h"
+#include "stories_model.h"
 
 extern char** environ;
 
@@ -41,29 +43,7 @@ namespace {
 const std::string kStories = KVSERVE_SHARED_DIR "/models/stories260K/stories260K.bin";
 const std::string kTok = KVSERVE_SHARED_DIR "/models/stories260K/tok512.bin";
 
-const Model& stories() {
-  static const std::unique_ptr<Model> model = [] {
-    LoadOptions opts;
-    opts.tokenizer_path = kTok;
-    return load_model(kStories, opts);
-  }();
-  return *model;
-}
-
-// Runs a command, returns its stdout (stderr discarded) and exit status.
-std::string run_capture(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (!p) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  *status = ::pclose(p);
-  return out;
-}
+const Model& stories() { return test::stories260k(); }
 
 // stories260K as `kvserve serve` can load it: serve has no --tokenizer flag, and a llama2.c checkpoint
 // finds tokenizer.bin beside itself, so a temporary folder holds links named that way.
@@ -288,10 +268,9 @@ TEST(BenchOffline, SharedPrefixesHitTheCache) {
 
 TEST(BenchOffline, CommandPrintsSaneJson) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
-  int status = 0;
-  const std::string out = run_capture(std::string(KVSERVE_BINARY) + " bench -m " + kStories + " --tokenizer " + kTok +
-                                          " -n 4 --prompt-len 16 --output-len 8 --batch 2 --json",
-                                      &status);
+  const auto [status, out, err] = test::run_command(std::string(KVSERVE_BINARY) + " bench -m " + kStories +
+                                                    " --tokenizer " + kTok +
+                                                    " -n 4 --prompt-len 16 --output-len 8 --batch 2 --json");
   ASSERT_EQ(status, 0) << out;
   const json j = json::parse(out);
   EXPECT_EQ(j["mode"], "offline");
@@ -349,12 +328,10 @@ TEST(BenchServing, CompletesEveryRequestAgainstKvserveServe) {
   }
 
   // Poisson arrivals, text prompts, shared prefixes, through the command.
-  int status = 0;
-  const std::string out =
-      run_capture(std::string(KVSERVE_BINARY) + " bench --url " + url +
-                      " -n 6 --prompt-len 24 --output-len 5 --request-rate 50 -c 3 --text-prompts"
-                      " --prompts shared-prefix --json",
-                  &status);
+  const auto [status, out, err] =
+      test::run_command(std::string(KVSERVE_BINARY) + " bench --url " + url +
+                        " -n 6 --prompt-len 24 --output-len 5 --request-rate 50 -c 3 --text-prompts"
+                        " --prompts shared-prefix --json");
   ASSERT_EQ(status, 0) << out;
   const json j = json::parse(out);
   EXPECT_EQ(j["mode"], "serving");

@@ -1,17 +1,13 @@
 // `kvserve generate` end to end: the built binary on stories260K with an explicit paged KV cache gives
 // llama2.c's greedy ids, logs its block count, and fails cleanly when the budget is too small.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "run_command.h"
 
 using nlohmann::json;
 
@@ -19,33 +15,14 @@ namespace {
 
 const std::string kShared = KVSERVE_SHARED_DIR;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using kvserve::test::CommandResult;
 
 // Runs `kvserve generate` on stories260K with the given extra arguments.
-CliRun generate(const std::string& args) {
-  const std::string err_path =
-      (std::filesystem::temp_directory_path() / ("kvserve_generate_cli_" + std::to_string(::getpid()) + ".err")).string();
-  const std::string cmd = std::string(KVSERVE_BINARY) + " generate -m " + kShared +
-                          "/models/stories260K/stories260K.bin --tokenizer " + kShared +
-                          "/models/stories260K/tok512.bin -t 1 " + args + " 2>" + err_path;
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  std::filesystem::remove(err_path);
-  return r;
+CommandResult generate(const std::string& args) {
+  return kvserve::test::run_command(std::string(KVSERVE_BINARY) + " generate -m " + kShared +
+                                        "/models/stories260K/stories260K.bin --tokenizer " + kShared +
+                                        "/models/stories260K/tok512.bin -t 1 " + args,
+                                    /*capture_stderr=*/true);
 }
 
 json golden(const std::string& prompt) {
@@ -66,7 +43,7 @@ TEST(GeneratorCli, JsonGreedyIdsMatchGoldenOnPagedCache) {
   const json g = golden("Once upon a time");
   const auto want = g["generated_ids"].get<std::vector<int32_t>>();
   ASSERT_GE(want.size(), 100u);
-  const CliRun r = generate("-p 'Once upon a time' --temperature 0 --ignore-eos -n 100 --json --kv-cache-memory 1M --block-size 8");
+  const CommandResult r = generate("-p 'Once upon a time' --temperature 0 --ignore-eos -n 100 --json --kv-cache-memory 1M --block-size 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
   EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), g["prompt_ids"].get<std::vector<int32_t>>());
@@ -82,7 +59,7 @@ TEST(GeneratorCli, JsonGreedyIdsMatchGoldenOnPagedCache) {
 
 TEST(GeneratorCli, BudgetHoldingNoBlockExitsWithAMessage) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
-  const CliRun r = generate("-p 'Once upon a time' -n 16 --json --kv-cache-memory 4K --block-size 8");
+  const CommandResult r = generate("-p 'Once upon a time' -n 16 --json --kv-cache-memory 4K --block-size 8");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
@@ -93,7 +70,7 @@ TEST(GeneratorCli, BudgetHoldingNoBlockExitsWithAMessage) {
 TEST(GeneratorCli, BudgetTooSmallForTheRequestExitsWithAMessage) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
   // 20480 bytes = 2 blocks of 8 = 16 tokens: the prompt (5) + 64 new tokens cannot fit.
-  const CliRun r = generate("-p 'Once upon a time' -n 64 --json --kv-cache-memory 20480 --block-size 8");
+  const CommandResult r = generate("-p 'Once upon a time' -n 64 --json --kv-cache-memory 20480 --block-size 8");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("does not fit in the KV cache"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("20480 bytes"), std::string::npos) << r.err;
@@ -102,12 +79,12 @@ TEST(GeneratorCli, BudgetTooSmallForTheRequestExitsWithAMessage) {
 
 TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
-  const CliRun bad = generate("-p hi --kv-cache-memory lots");
+  const CommandResult bad = generate("-p hi --kv-cache-memory lots");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--kv-cache-memory"), std::string::npos) << bad.err;
-  const CliRun ctx = generate("-p 'Once upon a time' -n 100 -c 32 --kv-cache-memory 1M");
+  const CommandResult ctx = generate("-p 'Once upon a time' -n 100 -c 32 --kv-cache-memory 1M");
   EXPECT_NE(ctx.exit_code, 0);
   EXPECT_NE(ctx.err.find("exceeds the context of 32 tokens"), std::string::npos) << ctx.err;
-  const CliRun block = generate("-p hi --block-size 0");
+  const CommandResult block = generate("-p hi --block-size 0");
   EXPECT_NE(block.exit_code, 0);
 }

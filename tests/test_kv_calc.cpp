@@ -1,9 +1,6 @@
 // kv-calc figures for well-known models, config.json parsing, and the built CLI end to end.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,6 +8,7 @@
 
 #include "core/error.h"
 #include "kv/kv_calc.h"
+#include "run_command.h"
 
 using namespace kvserve;
 
@@ -46,22 +44,8 @@ KVCalcFigures figures(const KVModelShape& s, int64_t seq_len, KVCacheDType dtype
   return compute_kv_figures(r);
 }
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-RunResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(KVSERVE_BINARY) + " " + args + " 2>/dev/null";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+test::CommandResult run_cli(const std::string& args) {
+  return test::run_command(std::string(KVSERVE_BINARY) + " " + args);
 }
 
 }  // namespace
@@ -141,7 +125,7 @@ TEST(KVCalc, ReadsHuggingFaceConfigs) {
 }
 
 TEST(KVCalc, CliPrintsJsonFigures) {
-  RunResult r = run_cli("kv-calc --layers 80 --heads 64 --kv-heads 64 --head-dim 128 --seq-len 4096 --batch 32 "
+  test::CommandResult r = run_cli("kv-calc --layers 80 --heads 64 --kv-heads 64 --head-dim 128 --seq-len 4096 --batch 32 "
                         "--kv-dtype f16 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   nlohmann::json j = nlohmann::json::parse(r.out);
@@ -173,7 +157,7 @@ TEST(KVCalc, CliReadsConfigJson) {
   const auto path = dir / "config.json";
   std::ofstream(path) << R"({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
       "hidden_size": 8192, "max_position_embeddings": 131072})";
-  RunResult r = run_cli("kv-calc --config " + path.string() + " --json");  // seq len from the config
+  test::CommandResult r = run_cli("kv-calc --config " + path.string() + " --json");  // seq len from the config
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["bytes_per_request"].get<uint64_t>(), 42'949'672'960ull);
@@ -197,7 +181,7 @@ TEST(KVCalc, ReadsGgufHyperParameters) {
   const std::string path = std::string(KVSERVE_SHARED_DIR) + "/golden/gguf/models/tiny-gqa-Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   // tiny-gqa: 2 layers, 4 query / 2 KV heads of 64, context 512 -> 2*2*64*2 B * 2 layers = 1 KiB/token.
-  RunResult r = run_cli("kv-calc -m " + path + " --json");
+  test::CommandResult r = run_cli("kv-calc -m " + path + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["attention"], "GQA");
