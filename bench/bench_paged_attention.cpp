@@ -8,8 +8,9 @@
 // Variants:
 //   <shape>/scattered/<ctx>   blocks at random physical places (a long-running server's pool)
 //   <shape>/contiguous/<ctx>  blocks in order (a fresh pool)
-//   <shape>/batch16/<ctx>     16 sequences decoding one token each (one call per sequence, as the
-//                             model runner does in a batched decode step), scattered blocks
+//   <shape>/batch16/<ctx>     16 sequences decoding one token each, one call per sequence, scattered
+//   <shape>/batch16_f16/<ctx> the same 16 sequences with an f16 cache (the engine's default) in one
+//                             paged_attention_batch call, as the model runner makes in a decode step
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
 #include <benchmark/benchmark.h>
 
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -39,13 +41,14 @@ constexpr Shape kShapes[] = {
     {"Llama3_8B", 32, 8, 128},   // Llama-3-8B: 4 per KV head, head_dim 128
 };
 
-enum class Variant { Scattered, Contiguous, Batch16, Reference };
+enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, Reference };
 
 constexpr int kBlockSize = 16;
 
 // One layer's K/V pool holding `n_seqs` sequences of `ctx` tokens each, and their block tables.
 struct Pool {
   std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;  // the same values rounded to f16
   std::vector<std::vector<int32_t>> tables;
   std::vector<float> q, out;
   int64_t block_stride = 0;
@@ -62,6 +65,8 @@ Pool make_pool(const Shape& s, int64_t ctx, int n_seqs, bool scattered) {
   p.v.resize(p.k.size());
   for (float& x : p.k) x = uni(rng);
   for (float& x : p.v) x = uni(rng);
+  for (float x : p.k) p.k16.push_back(fp32_to_fp16(x));
+  for (float x : p.v) p.v16.push_back(fp32_to_fp16(x));
   std::vector<int32_t> phys(static_cast<size_t>(n_blocks));
   std::iota(phys.begin(), phys.end(), 0);
   if (scattered) std::shuffle(phys.begin(), phys.end(), rng);
@@ -75,7 +80,8 @@ Pool make_pool(const Shape& s, int64_t ctx, int n_seqs, bool scattered) {
 
 void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   const int64_t ctx = state.range(0);
-  const int n_seqs = variant == Variant::Batch16 ? 16 : 1;
+  const bool batch16 = variant == Variant::Batch16 || variant == Variant::Batch16F16;
+  const int n_seqs = batch16 ? 16 : 1;
   Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous);
   ThreadPool& pool = ThreadPool::global();
   PagedAttentionArgs a;
@@ -90,7 +96,25 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   a.block_stride = p.block_stride;
   a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const size_t q_stride = static_cast<size_t>(s.n_heads) * s.head_dim;
+  std::vector<PagedAttentionArgs> batch;
+  if (variant == Variant::Batch16F16) {
+    a.k_cache = p.k16.data();
+    a.v_cache = p.v16.data();
+    a.kv_type = KVElemType::F16;
+    for (int i = 0; i < n_seqs; ++i) {
+      a.q = p.q.data() + i * q_stride;
+      a.out = p.out.data() + i * q_stride;
+      a.block_table = p.tables[static_cast<size_t>(i)].data();
+      batch.push_back(a);
+    }
+  }
   for (auto _ : state) {
+    if (!batch.empty()) {
+      paged_attention_batch(batch, pool);
+      benchmark::DoNotOptimize(p.out.data());
+      benchmark::ClobberMemory();
+      continue;
+    }
     for (int i = 0; i < n_seqs; ++i) {
       a.q = p.q.data() + i * q_stride;
       a.out = p.out.data() + i * q_stride;
@@ -103,7 +127,8 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
     benchmark::DoNotOptimize(p.out.data());
     benchmark::ClobberMemory();
   }
-  const int64_t kv_bytes = 2 * ctx * s.n_kv_heads * s.head_dim * static_cast<int64_t>(sizeof(float)) * n_seqs;
+  const int64_t elem_bytes = variant == Variant::Batch16F16 ? 2 : 4;
+  const int64_t kv_bytes = 2 * ctx * s.n_kv_heads * s.head_dim * elem_bytes * n_seqs;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
   state.counters["ctx_tokens/s"] =
       benchmark::Counter(static_cast<double>(ctx * n_seqs), benchmark::Counter::kIsIterationInvariantRate);
@@ -116,6 +141,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, Variant> variants[] = {{"scattered", Variant::Scattered},
                                                       {"contiguous", Variant::Contiguous},
                                                       {"batch16", Variant::Batch16},
+                                                      {"batch16_f16", Variant::Batch16F16},
                                                       {"reference", Variant::Reference}};
   for (const Shape& s : kShapes) {
     for (const auto& [vname, v] : variants) {
@@ -124,7 +150,7 @@ int main(int argc, char** argv) {
                     ->Unit(benchmark::kMicrosecond)
                     ->UseRealTime();
       // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
-      const bool small = v == Variant::Batch16 || v == Variant::Reference;
+      const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Reference;
       for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
         if (!small || ctx <= 4096) b->Arg(ctx);
     }

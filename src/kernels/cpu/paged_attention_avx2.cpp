@@ -33,6 +33,43 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
+// Lane j: the sum of the 8 lanes of a_j, always added in the same tree ((0+1)+(2+3))+((4+5)+(6+7)), so
+// a lane's result never depends on the other vectors.
+inline __m256 sum_lanes_of_8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+                             __m256 a7) {
+  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));  // [lo 0..3 | hi 0..3]
+  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+// Lane j: q . k_j for the 8 consecutive rows k_j = k + j * hd (hd a multiple of 8). One FMA chain per
+// row and one transpose-reduce for all 8, instead of a horizontal sum per row.
+inline __m256 dot_8_rows(const float* q, const float* k, int hd) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int d = 0; d < hd; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + d), a0);
+    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + hd + d), a1);
+    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * hd + d), a2);
+    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * hd + d), a3);
+    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 4 * hd + d), a4);
+    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 5 * hd + d), a5);
+    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 6 * hd + d), a6);
+    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 7 * hd + d), a7);
+  }
+  return sum_lanes_of_8(a0, a1, a2, a3, a4, a5, a6, a7);
+}
+
+inline size_t kv_elem_bytes(KVElemType type) { return type == KVElemType::F32 ? 4 : 2; }
+
+// Asks for rows [first, first + n) of a cache array ahead of use: a sequence's blocks sit anywhere in the
+// pool, so the hardware prefetcher cannot see the next one coming.
+inline void prefetch_rows(const void* base, KVElemType type, int64_t first, int n, int hd) {
+  const size_t bytes = static_cast<size_t>(n) * hd * kv_elem_bytes(type);
+  const char* p = static_cast<const char*>(base) + static_cast<size_t>(first) * hd * kv_elem_bytes(type);
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 // Row `index` (hd elements) as f32: the row itself for f32, else widened 8 at a time into `tmp`.
 inline const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
   const int64_t off = index * hd;
@@ -136,17 +173,22 @@ namespace {
 // maxima, rescales and V sums happen in the same order), so grouping never changes a result.
 constexpr int kTokenGroup = 4;
 
+// Score rows and the widened K block are padded to whole groups of 8 slots.
+inline int round_up_8(int n) { return (n + 7) / 8 * 8; }
+
 void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, float* scratch_base) {
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int bs = a.block_size;
+  const int bs8 = round_up_8(bs);
   const int rows_per_tok = group;  // query heads per token in this KV group
-  float* scores = scratch_base;                                           // [n_tok][group][bs]
-  float* acc = scores + static_cast<size_t>(kTokenGroup) * group * bs;     // [n_tok][group][hd]
+  float* scores = scratch_base;                                           // [n_tok][group][bs8]
+  float* acc = scores + static_cast<size_t>(kTokenGroup) * group * bs8;    // [n_tok][group][hd]
   float* run_max = acc + static_cast<size_t>(kTokenGroup) * group * hd;   // [n_tok][group]
   float* run_sum = run_max + kTokenGroup * group;                          // [n_tok][group]
   float* row = run_sum + kTokenGroup * group;                              // one widened K row
   float* v_block = row + hd;                                               // [bs][hd] widened V rows
+  float* k_block = v_block + static_cast<size_t>(bs) * hd;                 // [bs8][hd] widened K rows
   thread_local std::vector<const float*> v_rows_storage;
   v_rows_storage.resize(bs);
   const float** v_rows = v_rows_storage.data();
@@ -172,19 +214,45 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       if (n_valid[i] > 0) first_tok = i;
     }
     const int max_valid = n_valid[n_tok - 1];
+    if (lb + 1 < n_blocks) {
+      const int next_rows = static_cast<int>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - (lb + 1) * bs));
+      const int64_t next_row0 = (a.block_table[lb + 1] * a.block_stride + int64_t{kvh} * bs * hd) / hd;
+      prefetch_rows(a.k_cache, a.kv_type, next_row0, next_rows, hd);
+      prefetch_rows(a.v_cache, a.kv_type, next_row0, next_rows, hd);
+    }
 
-    for (int s = 0; s < max_valid; ++s) {
-      const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);
+    if (hd % 8 == 0) {
+      // The block's K rows widened once (zero rows pad the last group of 8), then 8 scores per dot_8_rows.
+      const int rows8 = round_up_8(max_valid);
+      for (int s = 0; s < max_valid; ++s) {
+        float* dst = k_block + static_cast<size_t>(s) * hd;
+        const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, dst);
+        if (k != dst) std::copy(k, k + hd, dst);
+      }
+      std::fill(k_block + static_cast<size_t>(max_valid) * hd, k_block + static_cast<size_t>(rows8) * hd, 0.0f);
+      const __m256 vscale = _mm256_set1_ps(a.scale);
       for (int i = first_tok; i < n_tok; ++i) {
-        if (s >= n_valid[i]) continue;
-        for (int h = 0; h < rows_per_tok; ++h)
-          scores[(i * group + h) * bs + s] = dot(q[i] + static_cast<size_t>(h) * hd, k, hd) * a.scale;
+        for (int h = 0; h < rows_per_tok; ++h) {
+          float* sc = scores + static_cast<size_t>(i * group + h) * bs8;
+          const float* qh = q[i] + static_cast<size_t>(h) * hd;
+          for (int s = 0; s < n_valid[i]; s += 8)
+            _mm256_storeu_ps(sc + s, _mm256_mul_ps(dot_8_rows(qh, k_block + static_cast<size_t>(s) * hd, hd), vscale));
+        }
+      }
+    } else {
+      for (int s = 0; s < max_valid; ++s) {
+        const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);
+        for (int i = first_tok; i < n_tok; ++i) {
+          if (s >= n_valid[i]) continue;
+          for (int h = 0; h < rows_per_tok; ++h)
+            scores[(i * group + h) * bs8 + s] = dot(q[i] + static_cast<size_t>(h) * hd, k, hd) * a.scale;
+        }
       }
     }
     for (int i = first_tok; i < n_tok; ++i) {
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
-        float* sc = scores + static_cast<size_t>(hh) * bs;
+        float* sc = scores + static_cast<size_t>(hh) * bs8;
         const float block_max = *std::max_element(sc, sc + n_valid[i]);
         const float new_max = std::max(run_max[hh], block_max);
         const float correction = std::exp(run_max[hh] - new_max);
@@ -200,7 +268,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     for (int i = first_tok; i < n_tok; ++i) {
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
-        accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs, n_valid[i], hd);
+        accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs8, n_valid[i],
+                        hd);
       }
     }
   }
@@ -221,7 +290,8 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
   const int hd = a.head_dim;
   const int bs = a.block_size;
   thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(kTokenGroup) * group * (bs + hd + 2) + hd + static_cast<size_t>(bs) * hd);
+  scratch.resize(static_cast<size_t>(kTokenGroup) * group * (round_up_8(bs) + hd + 2) + hd +
+                 static_cast<size_t>(bs + round_up_8(bs)) * hd);
   // Items are token * n_kv_heads + kv_head; for each KV head, the range's tokens go in groups.
   const int64_t nkv = a.n_kv_heads;
   for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) {
