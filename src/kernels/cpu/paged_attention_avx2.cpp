@@ -97,24 +97,19 @@ inline void scale_in_place(float* x, float c, int n) {
   for (; d < n; ++d) x[d] *= c;
 }
 
-// acc[d] += p[s] * rows[s][d] for s = 0..n-1 in order, 32 lanes of acc in registers at a time.
+// acc[d] += p[s] * rows[s][d] for s = 0..n-1 in order, 64 lanes of acc in registers at a time (8
+// independent FMA chains: fewer would wait on the FMA latency).
 inline void accumulate_rows(float* acc, const float* const* rows, const float* p, int n, int hd) {
   int d = 0;
-  for (; d + 32 <= hd; d += 32) {
-    __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8);
-    __m256 a2 = _mm256_loadu_ps(acc + d + 16), a3 = _mm256_loadu_ps(acc + d + 24);
+  for (; d + 64 <= hd; d += 64) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(acc + d + 8 * j);
     for (int s = 0; s < n; ++s) {
       const __m256 ps = _mm256_set1_ps(p[s]);
       const float* r = rows[s] + d;
-      a0 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r), a0);
-      a1 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 8), a1);
-      a2 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 16), a2);
-      a3 = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 24), a3);
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 8 * j), a[j]);
     }
-    _mm256_storeu_ps(acc + d, a0);
-    _mm256_storeu_ps(acc + d + 8, a1);
-    _mm256_storeu_ps(acc + d + 16, a2);
-    _mm256_storeu_ps(acc + d + 24, a3);
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
   }
   for (; d + 8 <= hd; d += 8) {
     __m256 a0 = _mm256_loadu_ps(acc + d);
@@ -143,19 +138,41 @@ inline __m256 exp_nonpositive(__m256 x) {
 }
 
 // sc[s] = e^(sc[s] - max) for s < n, all through exp_nonpositive (the tail via a padded copy), and returns
-// their sum added to `sum` in index order.
+// `sum` plus their sum (8 lanes summed across vectors, then the lanes in a fixed tree: the same order for
+// a given n whatever else is in the batch).
 inline float exp_block(float* sc, int n, float max, float sum) {
   const __m256 vmax = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
   int s = 0;
-  for (; s + 8 <= n; s += 8) _mm256_storeu_ps(sc + s, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), vmax)));
+  for (; s + 8 <= n; s += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), vmax));
+    _mm256_storeu_ps(sc + s, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
   if (s < n) {
     alignas(32) float tail[8];
     for (int j = 0; j < 8; ++j) tail[j] = s + j < n ? sc[s + j] : max;
-    _mm256_store_ps(tail, exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), vmax)));
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), vmax));
+    _mm256_store_ps(tail, e);
     for (int j = 0; s + j < n; ++j) sc[s + j] = tail[j];
+    const __m256 live = _mm256_cmp_ps(_mm256_set_ps(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_ps(static_cast<float>(n - s)),
+                                      _CMP_LT_OQ);
+    vsum = _mm256_add_ps(vsum, _mm256_and_ps(e, live));
   }
-  for (int j = 0; j < n; ++j) sum += sc[j];
-  return sum;
+  return sum + hsum(vsum);
+}
+
+// max of x[0..n), n >= 1.
+inline float max_of(const float* x, int n) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int s = 0;
+  for (; s + 8 <= n; s += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + s));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  float r = _mm_cvtss_f32(h);
+  for (; s < n; ++s) r = std::max(r, x[s]);
+  return r;
 }
 
 }  // namespace
@@ -253,9 +270,9 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
         float* sc = scores + static_cast<size_t>(hh) * bs8;
-        const float block_max = *std::max_element(sc, sc + n_valid[i]);
-        const float new_max = std::max(run_max[hh], block_max);
-        const float correction = std::exp(run_max[hh] - new_max);
+        const float new_max = std::max(run_max[hh], max_of(sc, n_valid[i]));
+        // exp(0) is exactly 1: skip the call when the maximum did not move.
+        const float correction = new_max > run_max[hh] ? std::exp(run_max[hh] - new_max) : 1.0f;
         if (correction != 1.0f) scale_in_place(acc + static_cast<size_t>(hh) * hd, correction, hd);
         run_sum[hh] = exp_block(sc, n_valid[i], new_max, run_sum[hh] * correction);
         run_max[hh] = new_max;
