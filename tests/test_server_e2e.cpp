@@ -39,10 +39,10 @@ bool python_has_sdk() { return std::system("python3 -c 'import openai, pytest' >
 // The server process, with its stderr captured in a file; SIGKILLed if the test forgets to stop it.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::vector<std::string>& extra_args) {
+  explicit ServerProcess(const std::vector<std::string>& extra_args, const std::string& model = e2e_model()) {
     log_path_ = std::filesystem::temp_directory_path() / ("kvserve-e2e-" + std::to_string(::getpid()) + "-" +
                                                           std::to_string(counter_++) + ".log");
-    std::vector<std::string> args = {KVSERVE_BINARY, "serve", "-m", e2e_model(), "--host", "127.0.0.1", "--port", "0"};
+    std::vector<std::string> args = {KVSERVE_BINARY, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -186,6 +186,29 @@ TEST(ServerE2E, SigtermFinishesInFlightStreamsThenExitsZero) {
   EXPECT_EQ(status, 0) << server.log();
   EXPECT_NE(response.find("\"completion_tokens\":200"), std::string::npos) << response;
   EXPECT_NE(response.find("data: [DONE]"), std::string::npos) << response;
+}
+
+TEST(ServerE2E, ServesALlama2cCheckpointWithItsTokenizerNamedOnTheCommandLine) {
+  // stories260K's tokenizer is tok512.bin, not the tokenizer.bin the loader looks for beside the checkpoint.
+  skip_unless_ready(/*need_python=*/false);
+  if (IsSkipped()) return;
+  const std::string dir = KVSERVE_SHARED_DIR "/models/stories260K";
+  if (!std::filesystem::exists(dir + "/stories260K.bin")) GTEST_SKIP() << "no stories260K in " << dir;
+  {
+    ServerProcess without({"-t", "1"}, dir + "/stories260K.bin");
+    ASSERT_TRUE(without.started());
+    EXPECT_EQ(without.wait_for_port(60s), 0) << "served without a tokenizer:\n" << without.log();
+    EXPECT_NE(without.log().find("tokenizer"), std::string::npos) << without.log();
+  }
+  ServerProcess server({"--tokenizer", dir + "/tok512.bin", "-t", "1"}, dir + "/stories260K.bin");
+  ASSERT_TRUE(server.started());
+  const int port = server.wait_for_port(60s);
+  ASSERT_GT(port, 0) << "server did not start:\n" << server.log();
+  const std::string response =
+      stream_request(port, R"({"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true})", 60s);
+  EXPECT_NE(response.find("HTTP/1.1 200"), std::string::npos) << response;
+  EXPECT_NE(response.find("\"completion_tokens\":8"), std::string::npos) << response;
+  EXPECT_EQ(server.terminate(60s), 0) << server.log();
 }
 
 }  // namespace
