@@ -342,6 +342,40 @@ TEST(PagedAttention, EachTokenOfAChunkIsBitIdenticalToItAlone) {
   }
 }
 
+TEST(PagedAttention, ContextPartitionsSpreadOverThreadsGiveTheSameBits) {
+  // With fewer (token, KV head) items than threads can share (MQA, or 3 KV heads on 2 threads), each
+  // token's context partitions (128 positions) are computed on different threads and folded after. The
+  // result must be the one thread's (no split), the same inside a large batch (no split either), and
+  // match dense attention.
+  std::mt19937 rng(11);
+  for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{4, 2, 12}}) {
+    for (auto [pos0, n] : {std::pair<int64_t, int>{700, 1}, {300, 2}, {127, 1}, {128, 1}, {250, 3}}) {
+      const Case c{shape, 16, pos0, n};
+      const Fixture f = make_fixture(c, rng);
+      std::vector<float> one(f.q.size(), -7.0f);
+      {
+        ThreadPool pool(1);
+        paged_attention(make_args(c, f, one), pool);
+      }
+      const PagedAttentionArgs probe = make_args(c, f, one);
+      expect_close(one, dense_attention(c, f, probe.scale), "one thread", c);
+      for (int threads : {2, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> split(f.q.size(), -9.0f);
+        paged_attention(make_args(c, f, split), pool);
+        ASSERT_EQ(split, one) << "heads " << shape.n_heads << "/" << shape.n_kv_heads << " pos0 " << pos0 << " threads "
+                              << threads;
+      }
+      ThreadPool pool(2);
+      std::vector<std::vector<float>> outs(8, std::vector<float>(f.q.size(), -5.0f));
+      std::vector<PagedAttentionArgs> batch;
+      for (auto& o : outs) batch.push_back(make_args(c, f, o));
+      paged_attention_batch(batch, pool);
+      for (const auto& o : outs) ASSERT_EQ(o, one) << "in a batch: heads " << shape.n_heads << " pos0 " << pos0;
+    }
+  }
+}
+
 TEST(PagedAttention, Avx2SoftmaxExpIsWithinAMillionthOfStdExp) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
   double worst = 0;

@@ -140,23 +140,62 @@ bool use_avx2() {
 #endif
 }
 
-}  // namespace
+// Fewer (token, KV head) items than this per thread leave threads idle (3 KV heads on 2 threads: 2/1):
+// then each item's context partitions become the work units instead.
+constexpr int64_t kMinItemsPerThread = 4;
 
-void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool) {
-  validate(a);
-  if (a.n_tokens == 0) return;
-  const int64_t n_items = int64_t{a.n_tokens} * a.n_kv_heads;
-  const bool avx2 = use_avx2();
-  pool.parallel_for(n_items, [&](int64_t b, int64_t e) {
-    if (avx2)
-      detail::paged_attention_items_avx2(a, b, e);
-    else
-      attend_items_scalar(a, b, e);
+// The split path: every (sequence, token, KV head, partition) is a unit computed in one parallel pass
+// into a partials buffer, then each (sequence, token, KV head) folds its partitions in a second pass.
+void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& pool) {
+  struct Item {
+    size_t seq;
+    int64_t t;
+    int kvh;
+    int64_t n_parts;
+    size_t offset;  // floats into the partials buffer
+  };
+  struct Unit {
+    size_t item;
+    int64_t part;
+  };
+  std::vector<Item> items;
+  std::vector<Unit> units;
+  size_t floats = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const PagedAttentionArgs& a = batch[s];
+    const size_t part_floats = static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) {
+        const int64_t n_parts = detail::partition_count(a, t);
+        for (int64_t p = 0; p < n_parts; ++p) units.push_back({items.size(), p});
+        items.push_back({s, t, kvh, n_parts, floats});
+        floats += static_cast<size_t>(n_parts) * part_floats;
+      }
+    }
+  }
+  std::vector<float> partials(floats);
+  pool.parallel_for(static_cast<int64_t>(units.size()), [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const Item& it = items[static_cast<size_t>(units[static_cast<size_t>(u)].item)];
+      const PagedAttentionArgs& a = batch[it.seq];
+      const int64_t p = units[static_cast<size_t>(u)].part;
+      const size_t part_floats = static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
+      detail::paged_attention_partition_avx2(a, it.t, it.kvh, p, partials.data() + it.offset + static_cast<size_t>(p) * part_floats);
+    }
+  });
+  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Item& it = items[static_cast<size_t>(i)];
+      detail::paged_attention_merge_avx2(batch[it.seq], it.t, it.kvh, partials.data() + it.offset);
+    }
   });
 }
 
+}  // namespace
+
+void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool) { paged_attention_batch({&a, 1}, pool); }
+
 void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool& pool) {
-  if (batch.size() == 1) return paged_attention(batch[0], pool);
   // Prefix sums of each sequence's items; a range [b, e) of the flattened items may span sequences.
   std::vector<int64_t> first(batch.size() + 1, 0);
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -166,6 +205,7 @@ void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool
   const int64_t n_items = first.back();
   if (n_items == 0) return;
   const bool avx2 = use_avx2();
+  if (avx2 && pool.size() > 1 && n_items < kMinItemsPerThread * pool.size()) return attend_split_avx2(batch, pool);
   const std::vector<int64_t>& starts = first;
   pool.parallel_for(n_items, [&](int64_t b, int64_t e) {
     size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), b) - starts.begin()) - 1;

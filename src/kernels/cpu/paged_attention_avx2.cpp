@@ -33,33 +33,6 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-// Lane j: the sum of the 8 lanes of a_j, always added in the same tree ((0+1)+(2+3))+((4+5)+(6+7)), so
-// a lane's result never depends on the other vectors.
-inline __m256 sum_lanes_of_8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
-                             __m256 a7) {
-  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));  // [lo 0..3 | hi 0..3]
-  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
-// Lane j: q . k_j for the 8 consecutive rows k_j = k + j * hd (hd a multiple of 8). One FMA chain per
-// row and one transpose-reduce for all 8, instead of a horizontal sum per row.
-inline __m256 dot_8_rows(const float* q, const float* k, int hd) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  for (int d = 0; d < hd; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + d);
-    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + d), a0);
-    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + hd + d), a1);
-    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * hd + d), a2);
-    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * hd + d), a3);
-    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 4 * hd + d), a4);
-    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 5 * hd + d), a5);
-    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 6 * hd + d), a6);
-    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 7 * hd + d), a7);
-  }
-  return sum_lanes_of_8(a0, a1, a2, a3, a4, a5, a6, a7);
-}
-
 inline size_t kv_elem_bytes(KVElemType type) { return type == KVElemType::F32 ? 4 : 2; }
 
 // Asks for rows [first, first + n) of a cache array ahead of use: a sequence's blocks sit anywhere in the
@@ -193,35 +166,88 @@ constexpr int kTokenGroup = 4;
 // Score rows and the widened K block are padded to whole groups of 8 slots.
 inline int round_up_8(int n) { return (n + 7) / 8 * 8; }
 
-void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, float* scratch_base) {
+// One (token, query head)'s softmax state over the partitions folded so far, or over one partition:
+// running max, sum of e^(score - max), and the unnormalized output row.
+struct SoftmaxState {
+  float* max;
+  float* sum;
+  float* acc;  // hd values
+};
+
+// Folds partition state `p` into `into` (a plain copy for the first partition). Partitions are always
+// folded left to right through this one function, on one thread or after a split across threads, so
+// a token's output never depends on how the work was spread.
+inline void fold_partition(const SoftmaxState& into, bool first, float p_max, float p_sum, const float* p_acc, int hd) {
+  if (first) {
+    *into.max = p_max;
+    *into.sum = p_sum;
+    std::copy(p_acc, p_acc + hd, into.acc);
+    return;
+  }
+  const float new_max = std::max(*into.max, p_max);
+  const float a = new_max > *into.max ? std::exp(*into.max - new_max) : 1.0f;
+  const float b = new_max > p_max ? std::exp(p_max - new_max) : 1.0f;
+  *into.sum = *into.sum * a + p_sum * b;
+  *into.max = new_max;
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int d = 0;
+  for (; d + 8 <= hd; d += 8)
+    _mm256_storeu_ps(into.acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(p_acc + d), vb,
+                                                   _mm256_mul_ps(_mm256_loadu_ps(into.acc + d), va)));
+  for (; d < hd; ++d) into.acc[d] = std::fma(p_acc[d], b, into.acc[d] * a);
+}
+
+// out = acc / sum, the way every path finishes a row.
+inline void write_output(float* acc, float sum, int hd, float* out) {
+  scale_in_place(acc, 1.0f / sum, hd);
+  std::copy(acc, acc + hd, out);
+}
+
+// Tokens [t_begin, t_begin + n_tok) of one KV head over the partitions [part_begin, part_end) of their
+// context (each token stops at its own last block). Within a partition the softmax is online per block;
+// at each partition end a token's state either goes to `partials` (one token, one partition: the split
+// path writes [group][hd + 2] = acc, max, sum) or is folded into the running merge and, after the last
+// partition, written to a.out.
+void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, int64_t part_begin,
+                        int64_t part_end, float* scratch_base, float* partials) {
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int bs = a.block_size;
   const int bs8 = round_up_8(bs);
+  const int64_t bpp = partition_blocks(bs);
   const int rows_per_tok = group;  // query heads per token in this KV group
-  float* scores = scratch_base;                                           // [n_tok][group][bs8]
-  float* acc = scores + static_cast<size_t>(kTokenGroup) * group * bs8;    // [n_tok][group][hd]
-  float* run_max = acc + static_cast<size_t>(kTokenGroup) * group * hd;   // [n_tok][group]
-  float* run_sum = run_max + kTokenGroup * group;                          // [n_tok][group]
-  float* row = run_sum + kTokenGroup * group;                              // one widened K row
-  float* v_block = row + hd;                                               // [bs][hd] widened V rows
-  float* k_block = v_block + static_cast<size_t>(bs) * hd;                 // [bs8][hd] widened K rows
+  const size_t n_rows = static_cast<size_t>(kTokenGroup) * group;
+  float* scores = scratch_base;                                // [n_tok][group][bs8]
+  float* acc = scores + n_rows * bs8;                          // [n_tok][group][hd]
+  float* run_max = acc + n_rows * hd;                          // [n_tok][group]
+  float* run_sum = run_max + n_rows;                           // [n_tok][group]
+  float* v_block = run_sum + n_rows;                           // [bs][hd] widened V rows
+  float* k_block = v_block + static_cast<size_t>(bs) * hd;     // [bs8][hd] widened K rows
+  float* merged_acc = k_block + static_cast<size_t>(bs8) * hd;  // [n_tok][group][hd] folded partitions
+  float* merged_max = merged_acc + n_rows * hd;                // [n_tok][group]
+  float* merged_sum = merged_max + n_rows;                     // [n_tok][group]
   thread_local std::vector<const float*> v_rows_storage;
   v_rows_storage.resize(bs);
   const float** v_rows = v_rows_storage.data();
 
   const float* q[kTokenGroup];
   int64_t last_pos[kTokenGroup];
+  int64_t last_block[kTokenGroup];
   for (int i = 0; i < n_tok; ++i) {
     last_pos[i] = a.pos0 + t_begin + i;
+    last_block[i] = last_pos[i] / bs;
     q[i] = a.q + ((t_begin + i) * a.n_heads + int64_t{kvh} * group) * hd;
   }
-  std::fill(acc, acc + static_cast<size_t>(n_tok) * group * hd, 0.0f);
-  std::fill(run_max, run_max + n_tok * group, -std::numeric_limits<float>::infinity());
-  std::fill(run_sum, run_sum + n_tok * group, 0.0f);
+  auto reset = [&](int i) {
+    std::fill(acc + static_cast<size_t>(i) * group * hd, acc + static_cast<size_t>(i + 1) * group * hd, 0.0f);
+    std::fill(run_max + i * group, run_max + (i + 1) * group, -std::numeric_limits<float>::infinity());
+    std::fill(run_sum + i * group, run_sum + (i + 1) * group, 0.0f);
+  };
+  for (int i = 0; i < n_tok; ++i) reset(i);
 
-  const int64_t n_blocks = last_pos[n_tok - 1] / bs + 1;
-  for (int64_t lb = 0; lb < n_blocks; ++lb) {
+  const int64_t lb_begin = part_begin * bpp;
+  const int64_t lb_end = std::min(part_end * bpp, last_block[n_tok - 1] + 1);
+  for (int64_t lb = lb_begin; lb < lb_end; ++lb) {
     const int64_t phys = a.block_table[lb];
     const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd;
     int n_valid[kTokenGroup];
@@ -231,39 +257,27 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       if (n_valid[i] > 0) first_tok = i;
     }
     const int max_valid = n_valid[n_tok - 1];
-    if (lb + 1 < n_blocks) {
+    if (lb + 1 < lb_end) {
       const int next_rows = static_cast<int>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - (lb + 1) * bs));
       const int64_t next_row0 = (a.block_table[lb + 1] * a.block_stride + int64_t{kvh} * bs * hd) / hd;
       prefetch_rows(a.k_cache, a.kv_type, next_row0, next_rows, hd);
       prefetch_rows(a.v_cache, a.kv_type, next_row0, next_rows, hd);
     }
 
-    if (hd % 8 == 0) {
-      // The block's K rows widened once (zero rows pad the last group of 8), then 8 scores per dot_8_rows.
-      const int rows8 = round_up_8(max_valid);
-      for (int s = 0; s < max_valid; ++s) {
-        float* dst = k_block + static_cast<size_t>(s) * hd;
-        const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, dst);
-        if (k != dst) std::copy(k, k + hd, dst);
-      }
-      std::fill(k_block + static_cast<size_t>(max_valid) * hd, k_block + static_cast<size_t>(rows8) * hd, 0.0f);
-      const __m256 vscale = _mm256_set1_ps(a.scale);
-      for (int i = first_tok; i < n_tok; ++i) {
-        for (int h = 0; h < rows_per_tok; ++h) {
-          float* sc = scores + static_cast<size_t>(i * group + h) * bs8;
-          const float* qh = q[i] + static_cast<size_t>(h) * hd;
-          for (int s = 0; s < n_valid[i]; s += 8)
-            _mm256_storeu_ps(sc + s, _mm256_mul_ps(dot_8_rows(qh, k_block + static_cast<size_t>(s) * hd, hd), vscale));
-        }
-      }
-    } else {
-      for (int s = 0; s < max_valid; ++s) {
-        const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);
-        for (int i = first_tok; i < n_tok; ++i) {
-          if (s >= n_valid[i]) continue;
-          for (int h = 0; h < rows_per_tok; ++h)
-            scores[(i * group + h) * bs8 + s] = dot(q[i] + static_cast<size_t>(h) * hd, k, hd) * a.scale;
-        }
+    // The block's K rows (widened once unless already f32) are read for every query head of every token.
+    // Each score is one dot with its own horizontal sum: a transposed 8-score reduction is faster but
+    // sums in another order, and llama.cpp's goldens on F16 activations match this order measurably more
+    // often.
+    const float* k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
+    if (a.kv_type != KVElemType::F32) {
+      for (int s = 0; s < max_valid; ++s) load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
+      k_rows = k_block;
+    }
+    for (int i = first_tok; i < n_tok; ++i) {
+      for (int h = 0; h < rows_per_tok; ++h) {
+        float* sc = scores + static_cast<size_t>(i * group + h) * bs8;
+        const float* qh = q[i] + static_cast<size_t>(h) * hd;
+        for (int s = 0; s < n_valid[i]; ++s) sc[s] = dot(qh, k_rows + static_cast<size_t>(s) * hd, hd) * a.scale;
       }
     }
     for (int i = first_tok; i < n_tok; ++i) {
@@ -289,26 +303,46 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
                         hd);
       }
     }
-  }
-  for (int i = 0; i < n_tok; ++i) {
-    for (int h = 0; h < group; ++h) {
-      const int hh = i * group + h;
-      float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
-      scale_in_place(acc + static_cast<size_t>(hh) * hd, 1.0f / run_sum[hh], hd);
-      std::copy(acc + static_cast<size_t>(hh) * hd, acc + static_cast<size_t>(hh + 1) * hd, o);
+    // A token's partition ends here at the partition boundary or at its own last block.
+    for (int i = first_tok; i < n_tok; ++i) {
+      if ((lb + 1) % bpp != 0 && lb != last_block[i]) continue;
+      const int64_t part = lb / bpp;
+      for (int h = 0; h < group; ++h) {
+        const int hh = i * group + h;
+        const float* part_acc = acc + static_cast<size_t>(hh) * hd;
+        if (partials != nullptr) {
+          float* dst = partials + static_cast<size_t>(h) * (hd + 2);
+          std::copy(part_acc, part_acc + hd, dst);
+          dst[hd] = run_max[hh];
+          dst[hd + 1] = run_sum[hh];
+          continue;
+        }
+        const SoftmaxState merged{merged_max + hh, merged_sum + hh, merged_acc + static_cast<size_t>(hh) * hd};
+        fold_partition(merged, part == 0, run_max[hh], run_sum[hh], part_acc, hd);
+        if (lb == last_block[i]) {
+          float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
+          write_output(merged.acc, *merged.sum, hd, o);
+        }
+      }
+      reset(i);
     }
   }
+}
+
+size_t scratch_floats(const PagedAttentionArgs& a) {
+  const size_t group = static_cast<size_t>(a.n_heads / a.n_kv_heads);
+  const size_t hd = static_cast<size_t>(a.head_dim);
+  const size_t bs = static_cast<size_t>(a.block_size);
+  const size_t bs8 = static_cast<size_t>(round_up_8(a.block_size));
+  const size_t n_rows = kTokenGroup * group;
+  return n_rows * (bs8 + hd + 2) + (bs + bs8) * hd + n_rows * (hd + 2);
 }
 
 }  // namespace
 
 void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end) {
-  const int group = a.n_heads / a.n_kv_heads;
-  const int hd = a.head_dim;
-  const int bs = a.block_size;
   thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(kTokenGroup) * group * (round_up_8(bs) + hd + 2) + hd +
-                 static_cast<size_t>(bs + round_up_8(bs)) * hd);
+  scratch.resize(scratch_floats(a));
   // Items are token * n_kv_heads + kv_head; for each KV head, the range's tokens go in groups.
   const int64_t nkv = a.n_kv_heads;
   for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) {
@@ -316,8 +350,31 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
     const int64_t t_end = (end - kvh + nkv - 1) / nkv;      // first t with t * nkv + kvh >= end
     for (int64_t t = std::max<int64_t>(0, t_first); t < t_end; t += kTokenGroup) {
       const int n_tok = static_cast<int>(std::min<int64_t>(kTokenGroup, t_end - t));
-      attend_token_group(a, t, n_tok, kvh, scratch.data());
+      const int64_t n_parts = partition_count(a, t + n_tok - 1);
+      attend_token_group(a, t, n_tok, kvh, 0, n_parts, scratch.data(), nullptr);
     }
+  }
+}
+
+void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial) {
+  thread_local std::vector<float> scratch;
+  scratch.resize(scratch_floats(a));
+  attend_token_group(a, t, 1, kvh, part, part + 1, scratch.data(), partial);
+}
+
+void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials) {
+  const int group = a.n_heads / a.n_kv_heads;
+  const int hd = a.head_dim;
+  const int64_t n_parts = partition_count(a, t);
+  thread_local std::vector<float> merged;
+  merged.resize(static_cast<size_t>(hd) + 2);
+  for (int h = 0; h < group; ++h) {
+    const SoftmaxState state{merged.data() + hd, merged.data() + hd + 1, merged.data()};
+    for (int64_t p = 0; p < n_parts; ++p) {
+      const float* src = partials + (static_cast<size_t>(p) * group + h) * (hd + 2);
+      fold_partition(state, p == 0, src[hd], src[hd + 1], src, hd);
+    }
+    write_output(state.acc, *state.sum, hd, a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd);
   }
 }
 

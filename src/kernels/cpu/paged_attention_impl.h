@@ -2,15 +2,33 @@
 // Internal to the paged attention kernel: the per-range workers that paged_attention() dispatches to.
 // The AVX2 worker lives in its own translation unit (compiled with -mavx2 -mfma) so nothing in the
 // portable file can pick up AVX2 instructions by accident.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu/paged_attention.h"
 
 namespace kvserve::detail {
 
+// The AVX2 worker splits each token's context into partitions of partition_blocks(block_size) blocks: the
+// softmax runs online inside a partition and partitions are folded left to right, so one token's
+// partitions can also be computed on different threads (decode with few KV heads) and merged after,
+// with the same arithmetic.
+inline constexpr int64_t kPartitionTokens = 128;
+inline int64_t partition_blocks(int block_size) { return std::max<int64_t>(1, kPartitionTokens / block_size); }
+// Partitions of token t's context (positions [0, pos0 + t]).
+inline int64_t partition_count(const PagedAttentionArgs& a, int64_t t) {
+  return (a.pos0 + t) / a.block_size / partition_blocks(a.block_size) + 1;
+}
+
 // Computes the outputs of work items [begin, end), item = token * n_kv_heads + kv_head: every query
 // head of that KV head's group for that token. Arguments are already validated.
 void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end);
+
+// Split path: partition `part` of token t's context for KV head kvh, written to `partial` as
+// [group][head_dim + 2] (unnormalized output row, max, sum); then the merge folds token t's
+// partition_count partials ([part][group][head_dim + 2]) and writes its outputs.
+void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
+void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 
 // The AVX2 worker's softmax exponential on one value (for tests): e^x for x <= 0.
 float exp_nonpositive_avx2(float x);
