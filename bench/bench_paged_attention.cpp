@@ -12,6 +12,9 @@
 //   <shape>/batch16_f16/<ctx> the same 16 sequences with an f16 cache (the engine's default) in one
 //                             paged_attention_batch call, as the model runner makes in a decode step
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
+//
+// MQA_8x64 (one KV head) is where a single sequence has fewer items than threads: its context
+// partitions are spread over the pool (paged_attention.cpp, the split path).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -39,6 +42,7 @@ constexpr Shape kShapes[] = {
     {"Llama3_1B", 32, 8, 64},    // Llama-3.2-1B: 4 query heads per KV head
     {"SmolLM2_135M", 9, 3, 64},  // SmolLM2-135M: 3 query heads per KV head
     {"Llama3_8B", 32, 8, 128},   // Llama-3-8B: 4 per KV head, head_dim 128
+    {"MQA_8x64", 8, 1, 64},      // multi-query: one KV head for 8 query heads
 };
 
 enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, Reference };
