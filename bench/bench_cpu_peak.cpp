@@ -90,10 +90,18 @@ void BM_Peak(benchmark::State& state, PeakOp op) {
   // Per step: vector instructions issued and multiply-adds done.
   double ops = 0, macs = 0;
   switch (op) {
-    case PeakOp::Maddubs: ops = 8, macs = 8 * 32; break;
-    case PeakOp::MaddubsAdd: ops = 16, macs = 8 * 32; break;
-    case PeakOp::Fma: ops = 12, macs = 12 * 8; break;
-    case PeakOp::FmaAdd: ops = 16, macs = 8 * 8; break;
+    case PeakOp::Maddubs:
+      ops = 8, macs = 8 * 32;
+      break;
+    case PeakOp::MaddubsAdd:
+      ops = 16, macs = 8 * 32;
+      break;
+    case PeakOp::Fma:
+      ops = 12, macs = 12 * 8;
+      break;
+    case PeakOp::FmaAdd:
+      ops = 16, macs = 8 * 8;
+      break;
   }
   const double steps = static_cast<double>(state.iterations()) * kSteps;
   state.counters["MAC/s"] = benchmark::Counter(steps * macs, benchmark::Counter::kIsRate);

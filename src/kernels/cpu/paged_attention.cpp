@@ -41,7 +41,8 @@ void validate(const PagedAttentionArgs& a) {
 const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
   const int64_t off = index * hd;
   switch (type) {
-    case KVElemType::F32: return static_cast<const float*>(base) + off;
+    case KVElemType::F32:
+      return static_cast<const float*>(base) + off;
     case KVElemType::F16: {
       const uint16_t* h = static_cast<const uint16_t*>(base) + off;
       for (int d = 0; d < hd; ++d) tmp[d] = fp16_to_fp32(h[d]);
@@ -180,7 +181,8 @@ void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& po
       const PagedAttentionArgs& a = batch[it.seq];
       const int64_t p = units[static_cast<size_t>(u)].part;
       const size_t part_floats = static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
-      detail::paged_attention_partition_avx2(a, it.t, it.kvh, p, partials.data() + it.offset + static_cast<size_t>(p) * part_floats);
+      detail::paged_attention_partition_avx2(a, it.t, it.kvh, p,
+                                             partials.data() + it.offset + static_cast<size_t>(p) * part_floats);
     }
   });
   pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {

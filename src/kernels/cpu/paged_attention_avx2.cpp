@@ -128,8 +128,8 @@ inline float exp_block(float* sc, int n, float max, float sum) {
     const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), vmax));
     _mm256_store_ps(tail, e);
     for (int j = 0; s + j < n; ++j) sc[s + j] = tail[j];
-    const __m256 live = _mm256_cmp_ps(_mm256_set_ps(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_ps(static_cast<float>(n - s)),
-                                      _CMP_LT_OQ);
+    const __m256 live =
+        _mm256_cmp_ps(_mm256_set_ps(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_ps(static_cast<float>(n - s)), _CMP_LT_OQ);
     vsum = _mm256_add_ps(vsum, _mm256_and_ps(e, live));
   }
   return sum + hsum(vsum);
@@ -192,8 +192,8 @@ inline void fold_partition(const SoftmaxState& into, bool first, float p_max, fl
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int d = 0;
   for (; d + 8 <= hd; d += 8)
-    _mm256_storeu_ps(into.acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(p_acc + d), vb,
-                                                   _mm256_mul_ps(_mm256_loadu_ps(into.acc + d), va)));
+    _mm256_storeu_ps(into.acc + d,
+                     _mm256_fmadd_ps(_mm256_loadu_ps(p_acc + d), vb, _mm256_mul_ps(_mm256_loadu_ps(into.acc + d), va)));
   for (; d < hd; ++d) into.acc[d] = std::fma(p_acc[d], b, into.acc[d] * a);
 }
 
@@ -217,15 +217,15 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   const int64_t bpp = partition_blocks(bs);
   const int rows_per_tok = group;  // query heads per token in this KV group
   const size_t n_rows = static_cast<size_t>(kTokenGroup) * group;
-  float* scores = scratch_base;                                // [n_tok][group][bs8]
-  float* acc = scores + n_rows * bs8;                          // [n_tok][group][hd]
-  float* run_max = acc + n_rows * hd;                          // [n_tok][group]
-  float* run_sum = run_max + n_rows;                           // [n_tok][group]
-  float* v_block = run_sum + n_rows;                           // [bs][hd] widened V rows
-  float* k_block = v_block + static_cast<size_t>(bs) * hd;     // [bs8][hd] widened K rows
+  float* scores = scratch_base;                                 // [n_tok][group][bs8]
+  float* acc = scores + n_rows * bs8;                           // [n_tok][group][hd]
+  float* run_max = acc + n_rows * hd;                           // [n_tok][group]
+  float* run_sum = run_max + n_rows;                            // [n_tok][group]
+  float* v_block = run_sum + n_rows;                            // [bs][hd] widened V rows
+  float* k_block = v_block + static_cast<size_t>(bs) * hd;      // [bs8][hd] widened K rows
   float* merged_acc = k_block + static_cast<size_t>(bs8) * hd;  // [n_tok][group][hd] folded partitions
-  float* merged_max = merged_acc + n_rows * hd;                // [n_tok][group]
-  float* merged_sum = merged_max + n_rows;                     // [n_tok][group]
+  float* merged_max = merged_acc + n_rows * hd;                 // [n_tok][group]
+  float* merged_sum = merged_max + n_rows;                      // [n_tok][group]
   thread_local std::vector<const float*> v_rows_storage;
   v_rows_storage.resize(bs);
   const float** v_rows = v_rows_storage.data();
@@ -268,10 +268,12 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     // Each score is one dot with its own horizontal sum: a transposed 8-score reduction is faster but
     // sums in another order, and llama.cpp's goldens on F16 activations match this order measurably more
     // often.
-    const float* k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
-    if (a.kv_type != KVElemType::F32) {
-      for (int s = 0; s < max_valid; ++s) load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
-      k_rows = k_block;
+    const float* k_rows = k_block;
+    if (a.kv_type == KVElemType::F32) {
+      k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
+    } else {
+      for (int s = 0; s < max_valid; ++s)
+        load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
     }
     for (int i = first_tok; i < n_tok; ++i) {
       for (int h = 0; h < rows_per_tok; ++h) {
