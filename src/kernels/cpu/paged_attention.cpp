@@ -145,6 +145,11 @@ bool use_avx2() {
 // then each item's context partitions become the work units instead.
 constexpr int64_t kMinItemsPerThread = 4;
 
+// Floats of one partition's partial for one (token, KV head): [group][head_dim + 2].
+size_t partial_floats(const PagedAttentionArgs& a) {
+  return static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
+}
+
 // The split path: every (sequence, token, KV head, partition) is a unit computed in one parallel pass
 // into a partials buffer, then each (sequence, token, KV head) folds its partitions in a second pass.
 void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& pool) {
@@ -152,37 +157,42 @@ void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& po
     size_t seq;
     int64_t t;
     int kvh;
-    int64_t n_parts;
     size_t offset;  // floats into the partials buffer
   };
   struct Unit {
     size_t item;
     int64_t part;
   };
-  std::vector<Item> items;
-  std::vector<Unit> units;
+  // Reused across calls (a decode step makes one per layer); the lambdas below see them through these
+  // references, never through the thread_local names, which on a pool worker would mean its own copies.
+  thread_local std::vector<Item> items_storage;
+  thread_local std::vector<Unit> units_storage;
+  thread_local std::vector<float> partials_storage;
+  std::vector<Item>& items = items_storage;
+  std::vector<Unit>& units = units_storage;
+  std::vector<float>& partials = partials_storage;
+  items.clear();
+  units.clear();
   size_t floats = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
     const PagedAttentionArgs& a = batch[s];
-    const size_t part_floats = static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
     for (int64_t t = 0; t < a.n_tokens; ++t) {
       for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) {
         const int64_t n_parts = detail::partition_count(a, t);
         for (int64_t p = 0; p < n_parts; ++p) units.push_back({items.size(), p});
-        items.push_back({s, t, kvh, n_parts, floats});
-        floats += static_cast<size_t>(n_parts) * part_floats;
+        items.push_back({s, t, kvh, floats});
+        floats += static_cast<size_t>(n_parts) * partial_floats(a);
       }
     }
   }
-  std::vector<float> partials(floats);
+  partials.resize(floats);
   pool.parallel_for(static_cast<int64_t>(units.size()), [&](int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) {
-      const Item& it = items[static_cast<size_t>(units[static_cast<size_t>(u)].item)];
+      const Unit& unit = units[static_cast<size_t>(u)];
+      const Item& it = items[unit.item];
       const PagedAttentionArgs& a = batch[it.seq];
-      const int64_t p = units[static_cast<size_t>(u)].part;
-      const size_t part_floats = static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
-      detail::paged_attention_partition_avx2(a, it.t, it.kvh, p,
-                                             partials.data() + it.offset + static_cast<size_t>(p) * part_floats);
+      float* dst = partials.data() + it.offset + static_cast<size_t>(unit.part) * partial_floats(a);
+      detail::paged_attention_partition_avx2(a, it.t, it.kvh, unit.part, dst);
     }
   });
   pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
