@@ -1,7 +1,8 @@
 // AVX2/FMA worker of paged attention; compiled with -mavx2 -mfma and only called after a CPUID check.
 // Same algorithm as the portable worker in paged_attention.cpp: per (token, kv head), the KV head's
 // slots of each block are read once for every query head of its group, with an online softmax that
-// rescales the accumulators once per block.
+// rescales the accumulators once per block; in addition a token's context is cut into partitions that
+// are folded left to right (paged_attention_impl.h), so the partitions can also run on different threads.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -163,9 +164,6 @@ namespace {
 // maxima, rescales and V sums happen in the same order), so grouping never changes a result.
 constexpr int kTokenGroup = 4;
 
-// Score rows and the widened K block are padded to whole groups of 8 slots.
-inline int round_up_8(int n) { return (n + 7) / 8 * 8; }
-
 // One (token, query head)'s softmax state over the partitions folded so far, or over one partition:
 // running max, sum of e^(score - max), and the unnormalized output row.
 struct SoftmaxState {
@@ -213,19 +211,18 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int bs = a.block_size;
-  const int bs8 = round_up_8(bs);
   const int64_t bpp = partition_blocks(bs);
   const int rows_per_tok = group;  // query heads per token in this KV group
   const size_t n_rows = static_cast<size_t>(kTokenGroup) * group;
-  float* scores = scratch_base;                                 // [n_tok][group][bs8]
-  float* acc = scores + n_rows * bs8;                           // [n_tok][group][hd]
-  float* run_max = acc + n_rows * hd;                           // [n_tok][group]
-  float* run_sum = run_max + n_rows;                            // [n_tok][group]
-  float* v_block = run_sum + n_rows;                            // [bs][hd] widened V rows
-  float* k_block = v_block + static_cast<size_t>(bs) * hd;      // [bs8][hd] widened K rows
-  float* merged_acc = k_block + static_cast<size_t>(bs8) * hd;  // [n_tok][group][hd] folded partitions
-  float* merged_max = merged_acc + n_rows * hd;                 // [n_tok][group]
-  float* merged_sum = merged_max + n_rows;                      // [n_tok][group]
+  float* scores = scratch_base;                                // [n_tok][group][bs]
+  float* acc = scores + n_rows * bs;                           // [n_tok][group][hd]
+  float* run_max = acc + n_rows * hd;                          // [n_tok][group]
+  float* run_sum = run_max + n_rows;                           // [n_tok][group]
+  float* v_block = run_sum + n_rows;                           // [bs][hd] widened V rows
+  float* k_block = v_block + static_cast<size_t>(bs) * hd;     // [bs][hd] widened K rows
+  float* merged_acc = k_block + static_cast<size_t>(bs) * hd;  // [n_tok][group][hd] folded partitions
+  float* merged_max = merged_acc + n_rows * hd;                // [n_tok][group]
+  float* merged_sum = merged_max + n_rows;                     // [n_tok][group]
   thread_local std::vector<const float*> v_rows_storage;
   v_rows_storage.resize(bs);
   const float** v_rows = v_rows_storage.data();
@@ -277,7 +274,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     }
     for (int i = first_tok; i < n_tok; ++i) {
       for (int h = 0; h < rows_per_tok; ++h) {
-        float* sc = scores + static_cast<size_t>(i * group + h) * bs8;
+        float* sc = scores + static_cast<size_t>(i * group + h) * bs;
         const float* qh = q[i] + static_cast<size_t>(h) * hd;
         for (int s = 0; s < n_valid[i]; ++s) sc[s] = dot(qh, k_rows + static_cast<size_t>(s) * hd, hd) * a.scale;
       }
@@ -285,7 +282,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     for (int i = first_tok; i < n_tok; ++i) {
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
-        float* sc = scores + static_cast<size_t>(hh) * bs8;
+        float* sc = scores + static_cast<size_t>(hh) * bs;
         const float new_max = std::max(run_max[hh], max_of(sc, n_valid[i]));
         // exp(0) is exactly 1: skip the call when the maximum did not move.
         const float correction = new_max > run_max[hh] ? std::exp(run_max[hh] - new_max) : 1.0f;
@@ -301,7 +298,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     for (int i = first_tok; i < n_tok; ++i) {
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
-        accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs8, n_valid[i],
+        accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs, n_valid[i],
                         hd);
       }
     }
@@ -335,9 +332,8 @@ size_t scratch_floats(const PagedAttentionArgs& a) {
   const size_t group = static_cast<size_t>(a.n_heads / a.n_kv_heads);
   const size_t hd = static_cast<size_t>(a.head_dim);
   const size_t bs = static_cast<size_t>(a.block_size);
-  const size_t bs8 = static_cast<size_t>(round_up_8(a.block_size));
   const size_t n_rows = kTokenGroup * group;
-  return n_rows * (bs8 + hd + 2) + (bs + bs8) * hd + n_rows * (hd + 2);
+  return n_rows * (bs + hd + 2) + 2 * bs * hd + n_rows * (hd + 2);
 }
 
 }  // namespace
