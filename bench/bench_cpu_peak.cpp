@@ -87,22 +87,9 @@ void BM_Peak(benchmark::State& state, PeakOp op) {
     return;
   }
   for (auto _ : state) benchmark::DoNotOptimize(run_peak(op, kSteps));
-  // Per step: vector instructions issued and multiply-adds done.
-  double ops = 0, macs = 0;
-  switch (op) {
-    case PeakOp::Maddubs:
-      ops = 8, macs = 8 * 32;
-      break;
-    case PeakOp::MaddubsAdd:
-      ops = 16, macs = 8 * 32;
-      break;
-    case PeakOp::Fma:
-      ops = 12, macs = 12 * 8;
-      break;
-    case PeakOp::FmaAdd:
-      ops = 16, macs = 8 * 8;
-      break;
-  }
+  // Per step of each PeakOp: vector instructions issued and multiply-adds done.
+  constexpr struct { double ops, macs; } kPerStep[] = {{8, 8 * 32}, {16, 8 * 32}, {12, 12 * 8}, {16, 8 * 8}};
+  const auto [ops, macs] = kPerStep[static_cast<int>(op)];
   const double steps = static_cast<double>(state.iterations()) * kSteps;
   state.counters["MAC/s"] = benchmark::Counter(steps * macs, benchmark::Counter::kIsRate);
   state.counters["vec_ops/s"] = benchmark::Counter(steps * ops, benchmark::Counter::kIsRate);
