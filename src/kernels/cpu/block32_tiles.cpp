@@ -21,7 +21,7 @@ void ActPack32::reset(DType act_type, int64_t n, int64_t n_tokens) {
   qs_ = qs_storage_.data() + ((32 - addr % 32) % 32);
   d_.resize(static_cast<size_t>(n / 32 * n_tokens));
   if (act_type == DType::Q8_1) s_.resize(d_.size());
-  if (act_type == DType::Q8_0) qsum_.resize(d_.size());
+  if (act_type == DType::Q8_0) q4_offset_.resize(d_.size());
 }
 
 void ActPack32::pack(int64_t t, const void* blocks) {
@@ -30,13 +30,13 @@ void ActPack32::pack(int64_t t, const void* blocks) {
   float* d = d_.data() + t * nb;
   if (act_type_ == DType::Q8_0) {
     const auto* b = static_cast<const BlockQ8_0*>(blocks);
-    int32_t* qsum = qsum_.data() + t * nb;
+    int32_t* q4_offset = q4_offset_.data() + t * nb;
     for (int64_t i = 0; i < nb; ++i) {
       std::memcpy(qs + 32 * i, b[i].qs, 32);
       d[i] = fp16_to_fp32(b[i].d);
       int32_t sum = 0;
       for (int j = 0; j < 32; ++j) sum += b[i].qs[j];
-      qsum[i] = sum;
+      q4_offset[i] = 8 * sum;
     }
   } else {
     const auto* b = static_cast<const BlockQ8_1*>(blocks);
@@ -52,7 +52,7 @@ void ActPack32::pack(int64_t t, const void* blocks) {
 PackedActs32 ActPack32::token(int64_t t) const {
   const int64_t nb = n_ / 32;
   return {qs_ + t * qs_stride_, d_.data() + t * nb, act_type_ == DType::Q8_1 ? s_.data() + t * nb : nullptr,
-          act_type_ == DType::Q8_0 ? qsum_.data() + t * nb : nullptr};
+          act_type_ == DType::Q8_0 ? q4_offset_.data() + t * nb : nullptr};
 }
 
 bool has_block32_tile(DType weight_type) {

@@ -26,7 +26,7 @@ struct PackedActs32 {
   const int8_t* qs;  // n quants, 32-byte aligned
   const float* d;    // n / 32 block scales
   const float* s;    // n / 32 block sums d * sum(qs) as stored by Q8_1 (fp16-rounded), or nullptr for Q8_0
-  const int32_t* qsum;  // n / 32 integer sums of qs (Q8_0 only, for Q4_0's exact -8 offset), or nullptr
+  const int32_t* q4_offset;  // n / 32 values 8 * sum(qs) (Q8_0 only: Q4_0's exact -8 offset), or nullptr
 };
 
 // Owns the packed activations of n_tokens rows of n elements.
@@ -46,7 +46,7 @@ class ActPack32 {
   int8_t* qs_ = nullptr;  // 32-byte aligned start inside qs_storage_
   std::vector<float> d_;
   std::vector<float> s_;
-  std::vector<int32_t> qsum_;
+  std::vector<int32_t> q4_offset_;
 };
 
 // True for the weight types handled here.

@@ -12,18 +12,32 @@ namespace {
 
 using avx2_inline::broadcast_4_bytes;
 
+// Hides how a value was computed from the optimizer. Integer adds are associative, so GCC rebalances a
+// chain of T x 8 maddubs/add into trees, computes all products first and spills them; an opaque running
+// sum keeps each product consumed right after it is made.
+template <typename V>
+inline void opaque(V& v) {
+  asm("" : "+x"(v));
+}
+
 // out[r * T + t] = lane r of acc[t].
 template <int T>
 inline void store_row_lanes(const __m256 (&acc)[T], float* out) {
-  for (int t = 0; t < T; ++t) {
-    alignas(32) float lanes[kInterleaveRows];
-    _mm256_store_ps(lanes, acc[t]);
-    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[r];
-  }
+  alignas(32) float lanes[T][kInterleaveRows];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) _mm256_store_ps(lanes[t], acc[t]);
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[t][r];
 }
 
 // Quants are 0..15 and activations -127..127, so each maddubs pair sum is within +-3810 and the 8 of
-// them that make up a block's int16 partial sums stay within +-30480: exact, no saturation.
+// them that make up a block's int16 partial sums stay within +-30480: exact, no saturation, and the same
+// whatever order they are added in.
+//
+// Register budget (16 ymm): T running block sums, T accumulators, one quant vector, a broadcast and a
+// product. A block is therefore walked as its 4 packed vectors twice (low nibbles, then high nibbles,
+// re-read from L1) with every token consuming a quant vector as soon as it is unpacked; unpacking all 8
+// first made GCC spill most of the 8 x T products to the stack (two 128-bit stores each on Zen 1).
 template <bool kQ4_1, int T>
 void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out) {
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
@@ -31,62 +45,71 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[T];
+#pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec = group + i * kRecordBytes;
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-    const uint8_t* qs = rec + kScaleBytes;
-    // All 8 quant vectors first (vector g: elements 4g..4g+3 of each row), then one token at a time, so
-    // the live set stays within the 16 registers (8 quants, one running sum, a broadcast, a product).
-    __m256i q[8];
-    for (int h = 0; h < 4; ++h) {
-      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * h));
-      q[h] = _mm256_and_si256(packed, low_mask);                              // elements 4h..4h+3
-      q[h + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);  // 16+4h..16+4h+3
-    }
+    const auto* qs = reinterpret_cast<const __m256i*>(rec + kScaleBytes);
     __m256i sum16[T];
-    for (int t = 0; t < T; ++t) {
-      const int8_t* y = acts[t].qs + 32 * i;
-      __m256i s = _mm256_maddubs_epi16(q[0], broadcast_4_bytes(y));
-      for (int g = 1; g < 8; ++g) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[g], broadcast_4_bytes(y + 4 * g)));
-      sum16[t] = s;
+    // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i packed = _mm256_loadu_si256(qs + g % 4);
+      const __m256i q = _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
+      const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const __m256i p = _mm256_maddubs_epi16(q, broadcast_4_bytes(acts[t].qs + 32 * i + elem));
+        sum16[t] = g == 0 ? p : _mm256_add_epi16(sum16[t], p);
+        opaque(sum16[t]);
+      }
     }
-    __m256 mw;
-    if constexpr (kQ4_1) mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)));
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       __m256i isum = _mm256_madd_epi16(sum16[t], ones);  // lane r: row r's sum of q * y over the block
-      if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * acts[t].qsum[i]));
+      if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(acts[t].q4_offset[i]));
       const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(acts[t].d + i));
       acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
-      if constexpr (kQ4_1) acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts[t].s + i), acc[t]);
+      if constexpr (kQ4_1) {
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)));
+        acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts[t].s + i), acc[t]);
+      }
     }
   }
   store_row_lanes<T>(acc, out);
 }
 
-// Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 127 * 127, too
-// large to add two in int16: one madd per vector). Quant vectors are read from the record per token.
+// Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127, too
+// large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
 template <int T>
 void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out) {
   constexpr size_t kRecordBytes = 16 + 256;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[T];
+#pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec = group + i * kRecordBytes;
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-    const uint8_t* qs = rec + 16;
-    for (int t = 0; t < T; ++t) {
-      const int8_t* y = acts[t].qs + 32 * i;
-      __m256i isum = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
-        const __m256i pairs =
-            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(broadcast_4_bytes(y + 4 * g), w));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+    const auto* qs = reinterpret_cast<const __m256i*>(rec + 16);
+    __m256i isum[T];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i w = _mm256_loadu_si256(qs + g);
+      const __m256i w_abs = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + 4 * g);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(y, w)), ones);
+        isum[t] = g == 0 ? p : _mm256_add_epi32(isum[t], p);
+        opaque(isum[t]);
       }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
       const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(acts[t].d + i));
-      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
+      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[t]), acc[t]);
     }
   }
   store_row_lanes<T>(acc, out);
