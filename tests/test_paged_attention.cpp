@@ -388,3 +388,76 @@ TEST(PagedAttention, Avx2SoftmaxExpIsWithinAMillionthOfStdExp) {
   EXPECT_EQ(kvserve::detail::exp_nonpositive_avx2(0.0f), 1.0f);
   EXPECT_LT(kvserve::detail::exp_nonpositive_avx2(-1000.0f), 1e-37f);
 }
+
+namespace {
+
+// One score in the AVX2 worker's documented order, scalar: lane l of two FMA chains (16-wide steps, an
+// 8-wide tail into the first), the chains added lane by lane, then lanes (l + l+4), (.0 + .2), (.1 + .3),
+// and those two added; then times scale.
+float ordered_score(const float* q, const float* k, int hd, float scale) {
+  float s0[8] = {}, s1[8] = {};
+  int d = 0;
+  for (; d + 16 <= hd; d += 16)
+    for (int l = 0; l < 8; ++l) {
+      s0[l] = std::fma(q[d + l], k[d + l], s0[l]);
+      s1[l] = std::fma(q[d + 8 + l], k[d + 8 + l], s1[l]);
+    }
+  if (d < hd)
+    for (int l = 0; l < 8; ++l) s0[l] = std::fma(q[d + l], k[d + l], s0[l]);
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = s0[l] + s1[l];
+  float x[4];
+  for (int l = 0; l < 4; ++l) x[l] = v[l] + v[l + 4];
+  const float y0 = x[0] + x[2], y1 = x[1] + x[3];
+  return (y0 + y1) * scale;
+}
+
+}  // namespace
+
+// The scores are summed in exactly one order whatever the cache type, head count or slot count: the
+// 8-slot reduction and the in-register widening must give the bits of the scalar order above.
+TEST(PagedAttention, Avx2ScoresFollowTheDocumentedSummationOrderBitForBit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const KVElemType type : {KVElemType::F32, KVElemType::F16, KVElemType::BF16}) {
+    for (const int hd : {8, 16, 24, 64, 72, 128}) {
+      for (const int n_heads : {1, 2, 3, 4, 5, 8}) {
+        for (const int n : {1, 5, 8, 13, 16, 32}) {
+          const int64_t row0 = 3;
+          std::vector<float> q(static_cast<size_t>(n_heads) * hd);
+          for (float& x : q) x = nd(rng);
+          const size_t k_elems = static_cast<size_t>(row0 + n) * hd;
+          std::vector<float> k_f32(k_elems);
+          std::vector<uint16_t> k_half(k_elems);
+          for (size_t i = 0; i < k_elems; ++i) {
+            const float x = nd(rng) * 3.0f;
+            k_half[i] = type == KVElemType::BF16 ? fp32_to_bf16(x) : fp32_to_fp16(x);
+            k_f32[i] = type == KVElemType::F32 ? x
+                       : type == KVElemType::BF16 ? bf16_to_fp32(k_half[i])
+                                                  : fp16_to_fp32(k_half[i]);
+          }
+          const void* cache = type == KVElemType::F32 ? static_cast<const void*>(k_f32.data()) : k_half.data();
+          const int stride = n + 3;
+          std::vector<float> got(static_cast<size_t>(n_heads) * stride, -7.0f);
+          const float scale = 0.125f + 0.01f * static_cast<float>(hd);
+          kvserve::detail::attention_block_scores_avx2(q.data(), n_heads, hd, cache, type, row0, n, scale, got.data(),
+                                                       stride);
+          for (int h = 0; h < n_heads; ++h) {
+            for (int s = 0; s < stride; ++s) {
+              const float g = got[static_cast<size_t>(h) * stride + s];
+              if (s >= n) {
+                ASSERT_EQ(g, -7.0f) << "wrote past the slots";
+                continue;
+              }
+              const float want = ordered_score(q.data() + static_cast<size_t>(h) * hd,
+                                               k_f32.data() + static_cast<size_t>(row0 + s) * hd, hd, scale);
+              ASSERT_EQ(g, want) << "type " << static_cast<int>(type) << " hd " << hd << " heads " << n_heads
+                                 << " n " << n << " head " << h << " slot " << s;
+            }
+          }
+        }
+      }
+    }
+  }
+}

@@ -34,6 +34,110 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
+// 8 consecutive cache elements as f32.
+template <KVElemType kType>
+inline __m256 load8(const void* base, size_t index) {
+  if constexpr (kType == KVElemType::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + index);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
+    if constexpr (kType == KVElemType::F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// For HN query heads (rows hd apart from q) against one K row: out[h] = the 8-lane vector that dot()
+// would reduce, accumulated in dot()'s order (16-wide steps into two chains, an 8-wide tail into the
+// first). The K row is widened in registers once for all HN heads.
+template <KVElemType kType, int HN>
+inline void slot_partials(const float* q, int hd, const void* k_base, size_t k_index, __m256* out) {
+  __m256 s0[HN], s1[HN];
+  for (int h = 0; h < HN; ++h) s0[h] = s1[h] = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    const __m256 k0 = load8<kType>(k_base, k_index + d);
+    const __m256 k1 = load8<kType>(k_base, k_index + d + 8);
+    for (int h = 0; h < HN; ++h) {
+      s0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + d), k0, s0[h]);
+      s1[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + d + 8), k1, s1[h]);
+    }
+  }
+  if (d < hd) {
+    const __m256 k0 = load8<kType>(k_base, k_index + d);
+    for (int h = 0; h < HN; ++h) s0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + d), k0, s0[h]);
+  }
+  for (int h = 0; h < HN; ++h) out[h] = _mm256_add_ps(s0[h], s1[h]);
+}
+
+// Lane j = hsum(v[j]) for 8 vectors at once, with exactly hsum's additions: (x_i + x_i+4), then
+// (.0 + .2) and (.1 + .3), then those two. So a score is the same bits as one dot() at a time.
+inline __m256 hsum8(const __m256 (&v)[8]) {
+  __m256 t[4];
+  for (int j = 0; j < 4; ++j)
+    t[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[j], v[j + 4], 0x20), _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+  // t[j] = [4 lanes of slot j | 4 lanes of slot j + 4]
+  const __m256 u01 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 u23 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // u01 = [2 lanes of slot 0, 2 of slot 1 | slot 4, slot 5]; u23 likewise for slots 2, 3 | 6, 7
+  return _mm256_add_ps(_mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// sc[h * sc_stride + s] = dot(q_h, K row (row0 + s)) * scale for HN heads and slots s < n, hd % 8 == 0.
+template <KVElemType kType, int HN>
+void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0, int n, float scale, float* sc,
+                        int sc_stride) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int s0 = 0; s0 < n; s0 += 8) {
+    const int sn = std::min(8, n - s0);
+    __m256 part[HN][8];
+    for (int j = 0; j < sn; ++j) {
+      __m256 out[HN];
+      slot_partials<kType, HN>(q, hd, k_base, static_cast<size_t>(row0 + s0 + j) * hd, out);
+      for (int h = 0; h < HN; ++h) part[h][j] = out[h];
+    }
+    for (int h = 0; h < HN; ++h) {
+      for (int j = sn; j < 8; ++j) part[h][j] = _mm256_setzero_ps();
+      const __m256 r = _mm256_mul_ps(hsum8(part[h]), vscale);
+      float* dst = sc + static_cast<size_t>(h) * sc_stride + s0;
+      if (sn == 8) {
+        _mm256_storeu_ps(dst, r);
+      } else {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, r);
+        std::copy(lanes, lanes + sn, dst);
+      }
+    }
+  }
+}
+
+template <KVElemType kType>
+void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base, int64_t row0, int n, float scale,
+                        float* sc, int sc_stride) {
+  for (int h = 0; h < n_heads; h += 4) {
+    const float* qh = q + static_cast<size_t>(h) * hd;
+    float* sch = sc + static_cast<size_t>(h) * sc_stride;
+    switch (std::min(4, n_heads - h)) {
+      case 1: block_scores_heads<kType, 1>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
+      case 2: block_scores_heads<kType, 2>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
+      case 3: block_scores_heads<kType, 3>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
+      default: block_scores_heads<kType, 4>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
+    }
+  }
+}
+
+// Scores of n_heads consecutive query heads against K rows [row0, row0 + n) straight from the cache.
+void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVElemType type, int64_t row0, int n,
+                  float scale, float* sc, int sc_stride) {
+  switch (type) {
+    case KVElemType::F32: block_scores_typed<KVElemType::F32>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride); break;
+    case KVElemType::F16: block_scores_typed<KVElemType::F16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride); break;
+    case KVElemType::BF16: block_scores_typed<KVElemType::BF16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride); break;
+  }
+}
+
 inline size_t kv_elem_bytes(KVElemType type) { return type == KVElemType::F32 ? 4 : 2; }
 
 // Asks for rows [first, first + n) of a cache array ahead of use: a sequence's blocks sit anywhere in the
@@ -151,6 +255,11 @@ inline float max_of(const float* x, int n) {
 
 }  // namespace
 
+void attention_block_scores_avx2(const float* q, int n_heads, int hd, const void* k_cache, KVElemType type,
+                                 int64_t row0, int n, float scale, float* scores, int stride) {
+  block_scores(q, n_heads, hd, k_cache, type, row0, n, scale, scores, stride);
+}
+
 float exp_nonpositive_avx2(float x) {
   alignas(32) float v[8];
   _mm256_store_ps(v, exp_nonpositive(_mm256_set1_ps(x)));
@@ -212,7 +321,6 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   const int hd = a.head_dim;
   const int bs = a.block_size;
   const int64_t bpp = partition_blocks(bs);
-  const int rows_per_tok = group;  // query heads per token in this KV group
   const size_t n_rows = static_cast<size_t>(kTokenGroup) * group;
   float* scores = scratch_base;                                // [n_tok][group][bs]
   float* acc = scores + n_rows * bs;                           // [n_tok][group][hd]
@@ -261,22 +369,28 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       prefetch_rows(a.v_cache, a.kv_type, next_row0, next_rows, hd);
     }
 
-    // The block's K rows (widened once unless already f32) are read for every query head of every token.
-    // Each score is one dot with its own horizontal sum: a transposed 8-score reduction is faster but
-    // sums in another order, and llama.cpp's goldens on F16 activations match this order measurably more
-    // often.
-    const float* k_rows = k_block;
-    if (a.kv_type == KVElemType::F32) {
-      k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
+    // Each score is summed in one fixed order (dot() then hsum()): another reduction order (a hadd tree
+    // over 8 scores) matched llama.cpp's goldens on F16 activations measurably less often. block_scores
+    // keeps that order while widening each K row in registers once for a token's query heads and reducing
+    // 8 slots together; other head sizes widen the block into k_block first.
+    if (hd % 8 == 0) {
+      for (int i = first_tok; i < n_tok; ++i)
+        block_scores(q[i], group, hd, a.k_cache, a.kv_type, row0, n_valid[i], a.scale,
+                     scores + static_cast<size_t>(i * group) * bs, bs);
     } else {
-      for (int s = 0; s < max_valid; ++s)
-        load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
-    }
-    for (int i = first_tok; i < n_tok; ++i) {
-      for (int h = 0; h < rows_per_tok; ++h) {
-        float* sc = scores + static_cast<size_t>(i * group + h) * bs;
-        const float* qh = q[i] + static_cast<size_t>(h) * hd;
-        for (int s = 0; s < n_valid[i]; ++s) sc[s] = dot(qh, k_rows + static_cast<size_t>(s) * hd, hd) * a.scale;
+      const float* k_rows = k_block;
+      if (a.kv_type == KVElemType::F32) {
+        k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
+      } else {
+        for (int s = 0; s < max_valid; ++s)
+          load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
+      }
+      for (int i = first_tok; i < n_tok; ++i) {
+        for (int h = 0; h < group; ++h) {
+          float* sc = scores + static_cast<size_t>(i * group + h) * bs;
+          const float* qh = q[i] + static_cast<size_t>(h) * hd;
+          for (int s = 0; s < n_valid[i]; ++s) sc[s] = dot(qh, k_rows + static_cast<size_t>(s) * hd, hd) * a.scale;
+        }
       }
     }
     for (int i = first_tok; i < n_tok; ++i) {

@@ -30,6 +30,11 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
 void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
 void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 
+// The AVX2 worker's scores (for tests): scores[h * stride + s] = q_h . K row (row0 + s) * scale for h <
+// n_heads (query rows hd apart) and s < n; hd must be a multiple of 8.
+void attention_block_scores_avx2(const float* q, int n_heads, int hd, const void* k_cache, KVElemType type,
+                                 int64_t row0, int n, float scale, float* scores, int stride);
+
 // The AVX2 worker's softmax exponential on one value (for tests): e^x for x <= 0.
 float exp_nonpositive_avx2(float x);
 
