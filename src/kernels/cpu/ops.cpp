@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/matmul.h"
+
 namespace kvserve {
 
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
@@ -62,10 +64,18 @@ void Rope::apply(float* x, int n_heads, int64_t pos) const {
   }
 }
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  if (cpu_has_avx2()) {
+    avx2::silu_mul(gate, up, out, n);
+  } else {
+    silu_mul_ref(gate, up, out, n);
   }
 }
 

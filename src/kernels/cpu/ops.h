@@ -26,8 +26,14 @@ class Rope {
   std::vector<float> freq_mul_;  // per rotated pair: 1, or the context-scaling factor
 };
 
-// out[i] = silu(gate[i]) * up[i]
+// out[i] = silu(gate[i]) * up[i]; out may be gate. The AVX2 path's exp is within 2 ulp of std::exp, the
+// same kind of approximation llama.cpp's ggml_v_silu makes.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+// The scalar reference (std::exp), used where AVX2 is off and by the tests.
+void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n);
+namespace avx2 {
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+}
 
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t n);

@@ -1,0 +1,57 @@
+// AVX2 elementwise kernels of ops.h. Compiled with -mavx2 -mfma -mf16c; only called after cpu_has_avx2().
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/cpu/ops.h"
+
+namespace kvserve::avx2 {
+
+namespace {
+
+// exp(x) for x in [kExpLow, kExpHigh], where 2^n stays a normal float: Cephes' expf (n = round(x / ln 2),
+// x - n ln 2 in two parts so the reduction is exact to float precision, degree-6 polynomial), within
+// 2 ulp of std::exp. Lanes outside the range are left to the caller.
+constexpr float kExpLow = -87.0f;
+constexpr float kExpHigh = 88.0f;
+
+inline __m256 exp_in_range(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
+
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 low = _mm256_set1_ps(kExpLow);
+  const __m256 high = _mm256_set1_ps(kExpHigh);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 neg = _mm256_sub_ps(_mm256_setzero_ps(), g);
+    // Ordered compares are false for NaN, so a NaN lane also takes the scalar path.
+    const __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(neg, low, _CMP_GE_OQ), _mm256_cmp_ps(neg, high, _CMP_LE_OQ));
+    if (_mm256_movemask_ps(in_range) != 0xFF) {
+      // Large |gate| (or NaN/inf): rare, so the exact scalar formula rather than a second vector path.
+      silu_mul_ref(gate + i, up + i, out + i, 8);
+      continue;
+    }
+    const __m256 e = exp_in_range(neg);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) silu_mul_ref(gate + i, up + i, out + i, n - i);
+}
+
+}  // namespace kvserve::avx2
