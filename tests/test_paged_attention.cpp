@@ -151,6 +151,7 @@ const Shape kShapes[] = {
     {2, 2, 4},     // tiny head
     {4, 2, 12},    // head_dim not a multiple of 8
     {8, 2, 128},   // large head
+    {6, 2, 40},    // 3 heads per KV head, head_dim a multiple of 8 but not of 32
 };
 
 }  // namespace

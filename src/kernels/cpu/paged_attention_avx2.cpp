@@ -198,6 +198,66 @@ inline void accumulate_rows(float* acc, const float* const* rows, const float* p
     for (int s = 0; s < n; ++s) acc[d] = std::fma(p[s], rows[s][d], acc[d]);
 }
 
+// acc_h[d] += p_h[s] * V[row0 + s][d] for HN heads (acc rows hd apart, weights p_stride apart) and
+// s = 0..n-1 in order, lanes [d0, d0 + 8 * NV) held in registers. Each V vector is widened once for all
+// HN heads; every element still gets the same FMAs in the same order as accumulate_rows.
+template <KVElemType kType, int HN, int NV>
+inline void accumulate_heads_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base,
+                                   int64_t row0, int n, int d0) {
+  __m256 a[HN][NV];
+  for (int h = 0; h < HN; ++h)
+    for (int j = 0; j < NV; ++j) a[h][j] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j);
+  for (int s = 0; s < n; ++s) {
+    __m256 ps[HN];
+    for (int h = 0; h < HN; ++h) ps[h] = _mm256_set1_ps(p[static_cast<size_t>(h) * p_stride + s]);
+    const size_t index = static_cast<size_t>(row0 + s) * hd + d0;
+    for (int j = 0; j < NV; ++j) {
+      const __m256 v = load8<kType>(v_base, index + 8 * j);
+      for (int h = 0; h < HN; ++h) a[h][j] = _mm256_fmadd_ps(ps[h], v, a[h][j]);
+    }
+  }
+  for (int h = 0; h < HN; ++h)
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j, a[h][j]);
+}
+
+// Chunks as wide as the registers allow for HN heads (about 8 to 12 accumulators: enough independent
+// FMA chains), then 8-lane steps; hd % 8 == 0.
+template <KVElemType kType, int HN>
+inline void accumulate_heads(float* acc, int hd, const float* p, int p_stride, const void* v_base, int64_t row0,
+                             int n) {
+  constexpr int kNV = HN == 1 ? 8 : HN == 4 ? 2 : 4;
+  int d = 0;
+  for (; d + 8 * kNV <= hd; d += 8 * kNV)
+    accumulate_heads_chunk<kType, HN, kNV>(acc, hd, p, p_stride, v_base, row0, n, d);
+  for (; d < hd; d += 8) accumulate_heads_chunk<kType, HN, 1>(acc, hd, p, p_stride, v_base, row0, n, d);
+}
+
+template <KVElemType kType>
+void block_values_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
+                        int64_t row0, int n) {
+  for (int h = 0; h < n_heads; h += 4) {
+    float* acch = acc + static_cast<size_t>(h) * hd;
+    const float* ph = p + static_cast<size_t>(h) * p_stride;
+    switch (std::min(4, n_heads - h)) {
+      case 1: accumulate_heads<kType, 1>(acch, hd, ph, p_stride, v_base, row0, n); break;
+      case 2: accumulate_heads<kType, 2>(acch, hd, ph, p_stride, v_base, row0, n); break;
+      case 3: accumulate_heads<kType, 3>(acch, hd, ph, p_stride, v_base, row0, n); break;
+      default: accumulate_heads<kType, 4>(acch, hd, ph, p_stride, v_base, row0, n); break;
+    }
+  }
+}
+
+// acc rows of n_heads consecutive heads += their softmax weights times V rows [row0, row0 + n), read
+// straight from the cache; hd % 8 == 0.
+void block_values(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base, KVElemType type,
+                  int64_t row0, int n) {
+  switch (type) {
+    case KVElemType::F32: block_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, row0, n); break;
+    case KVElemType::F16: block_values_typed<KVElemType::F16>(acc, n_heads, hd, p, p_stride, v_base, row0, n); break;
+    case KVElemType::BF16: block_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, row0, n); break;
+  }
+}
+
 // e^x on 8 lanes for x <= 0 (scores minus their running max), relative error below 1e-6 (tested against
 // std::exp): x = n ln2 + f with |f| <= ln2/2 (Cody-Waite split of ln2), e^f by its degree-7 Taylor
 // polynomial, times 2^n built in the exponent bits. Inputs below -87 give e^-87 (~1.6e-38) instead of a
@@ -405,15 +465,23 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         run_max[hh] = new_max;
       }
     }
-    // The block's V rows widened once; then each (token, head) adds p_s * V_s in slot order with its
-    // output row held in registers (same arithmetic per element as one slot at a time, fewer loads and
-    // stores).
-    for (int s = 0; s < max_valid; ++s) v_rows[s] = load_row(a.v_cache, a.kv_type, row0 + s, hd, v_block + s * hd);
-    for (int i = first_tok; i < n_tok; ++i) {
-      for (int h = 0; h < group; ++h) {
-        const int hh = i * group + h;
-        accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs, n_valid[i],
-                        hd);
+    // Each (token, head) adds p_s * V_s in slot order with its output row held in registers (same
+    // arithmetic per element as one slot at a time). With hd % 8 == 0 and up to 4 query heads per KV head
+    // the V rows are widened in registers once per token for all its heads; with more heads (MQA) one
+    // widening pass into v_block is shared by enough of them to be cheaper (measured: bench
+    // paged_attention MQA_8x64), and other head sizes always take it.
+    if (hd % 8 == 0 && group <= 4) {
+      for (int i = first_tok; i < n_tok; ++i)
+        block_values(acc + static_cast<size_t>(i * group) * hd, group, hd, scores + static_cast<size_t>(i * group) * bs,
+                     bs, a.v_cache, a.kv_type, row0, n_valid[i]);
+    } else {
+      for (int s = 0; s < max_valid; ++s) v_rows[s] = load_row(a.v_cache, a.kv_type, row0 + s, hd, v_block + s * hd);
+      for (int i = first_tok; i < n_tok; ++i) {
+        for (int h = 0; h < group; ++h) {
+          const int hh = i * group + h;
+          accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs,
+                          n_valid[i], hd);
+        }
       }
     }
     // A token's partition ends here at the partition boundary or at its own last block.
