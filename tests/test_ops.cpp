@@ -64,7 +64,8 @@ TEST(Ops, SiluMulAvx2MatchesScalarReference) {
     g.push_back(x);
   for (float x : {INFINITY, -INFINITY, NAN}) g.push_back(x);
   for (size_t i = 0; i < g.size(); ++i) u.push_back(0.5f + 0.25f * static_cast<float>(i % 7));
-  for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{17}, static_cast<int64_t>(g.size())}) {
+  for (int64_t len :
+       {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{17}, static_cast<int64_t>(g.size())}) {
     std::vector<float> want(len), got(len);
     silu_mul_ref(g.data(), u.data(), want.data(), len);
     avx2::silu_mul(g.data(), u.data(), got.data(), len);

@@ -120,10 +120,18 @@ void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base,
     const float* qh = q + static_cast<size_t>(h) * hd;
     float* sch = sc + static_cast<size_t>(h) * sc_stride;
     switch (std::min(4, n_heads - h)) {
-      case 1: block_scores_heads<kType, 1>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
-      case 2: block_scores_heads<kType, 2>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
-      case 3: block_scores_heads<kType, 3>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
-      default: block_scores_heads<kType, 4>(qh, hd, k_base, row0, n, scale, sch, sc_stride); break;
+      case 1:
+        block_scores_heads<kType, 1>(qh, hd, k_base, row0, n, scale, sch, sc_stride);
+        break;
+      case 2:
+        block_scores_heads<kType, 2>(qh, hd, k_base, row0, n, scale, sch, sc_stride);
+        break;
+      case 3:
+        block_scores_heads<kType, 3>(qh, hd, k_base, row0, n, scale, sch, sc_stride);
+        break;
+      default:
+        block_scores_heads<kType, 4>(qh, hd, k_base, row0, n, scale, sch, sc_stride);
+        break;
     }
   }
 }
@@ -132,9 +140,15 @@ void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base,
 void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVElemType type, int64_t row0, int n,
                   float scale, float* sc, int sc_stride) {
   switch (type) {
-    case KVElemType::F32: block_scores_typed<KVElemType::F32>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride); break;
-    case KVElemType::F16: block_scores_typed<KVElemType::F16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride); break;
-    case KVElemType::BF16: block_scores_typed<KVElemType::BF16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride); break;
+    case KVElemType::F32:
+      block_scores_typed<KVElemType::F32>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride);
+      break;
+    case KVElemType::F16:
+      block_scores_typed<KVElemType::F16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride);
+      break;
+    case KVElemType::BF16:
+      block_scores_typed<KVElemType::BF16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride);
+      break;
   }
 }
 
@@ -202,8 +216,8 @@ inline void accumulate_rows(float* acc, const float* const* rows, const float* p
 // s = 0..n-1 in order, lanes [d0, d0 + 8 * NV) held in registers. Each V vector is widened once for all
 // HN heads; every element still gets the same FMAs in the same order as accumulate_rows.
 template <KVElemType kType, int HN, int NV>
-inline void accumulate_heads_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base,
-                                   int64_t row0, int n, int d0) {
+inline void accumulate_heads_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base, int64_t row0,
+                                   int n, int d0) {
   __m256 a[HN][NV];
   for (int h = 0; h < HN; ++h)
     for (int j = 0; j < NV; ++j) a[h][j] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j);
@@ -233,16 +247,24 @@ inline void accumulate_heads(float* acc, int hd, const float* p, int p_stride, c
 }
 
 template <KVElemType kType>
-void block_values_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
-                        int64_t row0, int n) {
+void block_values_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base, int64_t row0,
+                        int n) {
   for (int h = 0; h < n_heads; h += 4) {
     float* acch = acc + static_cast<size_t>(h) * hd;
     const float* ph = p + static_cast<size_t>(h) * p_stride;
     switch (std::min(4, n_heads - h)) {
-      case 1: accumulate_heads<kType, 1>(acch, hd, ph, p_stride, v_base, row0, n); break;
-      case 2: accumulate_heads<kType, 2>(acch, hd, ph, p_stride, v_base, row0, n); break;
-      case 3: accumulate_heads<kType, 3>(acch, hd, ph, p_stride, v_base, row0, n); break;
-      default: accumulate_heads<kType, 4>(acch, hd, ph, p_stride, v_base, row0, n); break;
+      case 1:
+        accumulate_heads<kType, 1>(acch, hd, ph, p_stride, v_base, row0, n);
+        break;
+      case 2:
+        accumulate_heads<kType, 2>(acch, hd, ph, p_stride, v_base, row0, n);
+        break;
+      case 3:
+        accumulate_heads<kType, 3>(acch, hd, ph, p_stride, v_base, row0, n);
+        break;
+      default:
+        accumulate_heads<kType, 4>(acch, hd, ph, p_stride, v_base, row0, n);
+        break;
     }
   }
 }
@@ -252,9 +274,15 @@ void block_values_typed(float* acc, int n_heads, int hd, const float* p, int p_s
 void block_values(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base, KVElemType type,
                   int64_t row0, int n) {
   switch (type) {
-    case KVElemType::F32: block_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, row0, n); break;
-    case KVElemType::F16: block_values_typed<KVElemType::F16>(acc, n_heads, hd, p, p_stride, v_base, row0, n); break;
-    case KVElemType::BF16: block_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, row0, n); break;
+    case KVElemType::F32:
+      block_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, row0, n);
+      break;
+    case KVElemType::F16:
+      block_values_typed<KVElemType::F16>(acc, n_heads, hd, p, p_stride, v_base, row0, n);
+      break;
+    case KVElemType::BF16:
+      block_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, row0, n);
+      break;
   }
 }
 
@@ -479,8 +507,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       for (int i = first_tok; i < n_tok; ++i) {
         for (int h = 0; h < group; ++h) {
           const int hh = i * group + h;
-          accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs,
-                          n_valid[i], hd);
+          accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs, n_valid[i],
+                          hd);
         }
       }
     }
