@@ -81,6 +81,29 @@ TEST(Ops, SiluMulAvx2MatchesScalarReference) {
           << "gate " << g[i] << " up " << u[i];
     }
   }
+  // Each element's value depends on that element only: the same bits at every offset and row length
+  // (a batch's tokens sit at arbitrary offsets of one flattened array), next to out-of-range neighbours too.
+  {
+    std::vector<float> gm;
+    for (int k = 0; k < 64; ++k) gm.push_back(20.0f * std::sin(1.7f * static_cast<float>(k) + 0.3f));
+    gm[5] = 95.0f;
+    gm[20] = -100.0f;
+    gm[33] = NAN;
+    std::vector<float> um(gm.size(), 1.5f);
+    for (size_t i = 0; i < gm.size(); ++i) {
+      float alone;
+      avx2::silu_mul(gm.data() + i, um.data() + i, &alone, 1);
+      for (size_t off = 0; off <= i; ++off) {
+        std::vector<float> o(gm.size() - off);
+        avx2::silu_mul(gm.data() + off, um.data() + off, o.data(), static_cast<int64_t>(o.size()));
+        if (std::isnan(alone)) {
+          EXPECT_TRUE(std::isnan(o[i - off]));
+        } else {
+          EXPECT_EQ(o[i - off], alone) << "element " << i << " at offset " << i - off;
+        }
+      }
+    }
+  }
   // In place (out == gate), as the forward pass calls it.
   std::vector<float> inplace(g.begin(), g.begin() + 1000), want(1000);
   silu_mul_ref(g.data(), u.data(), want.data(), 1000);

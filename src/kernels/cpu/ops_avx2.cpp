@@ -1,6 +1,7 @@
 // AVX2 elementwise kernels of ops.h. Compiled with -mavx2 -mfma -mf16c; only called after cpu_has_avx2().
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
@@ -33,25 +34,44 @@ inline __m256 exp_in_range(__m256 x) {
 
 }  // namespace
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 low = _mm256_set1_ps(kExpLow);
-  const __m256 high = _mm256_set1_ps(kExpHigh);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 neg = _mm256_sub_ps(_mm256_setzero_ps(), g);
-    // Ordered compares are false for NaN, so a NaN lane also takes the scalar path.
-    const __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(neg, low, _CMP_GE_OQ), _mm256_cmp_ps(neg, high, _CMP_LE_OQ));
-    if (_mm256_movemask_ps(in_range) != 0xFF) {
-      // Large |gate| (or NaN/inf): rare, so the exact scalar formula rather than a second vector path.
-      silu_mul_ref(gate + i, up + i, out + i, 8);
-      continue;
-    }
-    const __m256 e = exp_in_range(neg);
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+// Every element goes through exactly one of two formulas chosen by its own value (the vector one in
+// range, the scalar one outside it or for NaN), never by its neighbours or its position: so a token's
+// output is the same bits alone or at any offset in a batch, whatever the row length.
+namespace {
+
+inline void silu_mul_8(const float* gate, const float* up, float* out) {
+  const __m256 g = _mm256_loadu_ps(gate);
+  const __m256 neg = _mm256_sub_ps(_mm256_setzero_ps(), g);
+  // Ordered compares are false for NaN, so a NaN lane also takes the scalar formula.
+  const __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(neg, _mm256_set1_ps(kExpLow), _CMP_GE_OQ),
+                                        _mm256_cmp_ps(neg, _mm256_set1_ps(kExpHigh), _CMP_LE_OQ));
+  const __m256 e = exp_in_range(_mm256_and_ps(neg, in_range));  // out-of-range lanes: e^0, replaced below
+  const __m256 r = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), _mm256_loadu_ps(up));
+  const int mask = _mm256_movemask_ps(in_range);
+  if (mask == 0xFF) {
+    _mm256_storeu_ps(out, r);
+    return;
   }
-  if (i < n) silu_mul_ref(gate + i, up + i, out + i, n - i);
+  // Patched in a copy: out may be gate, whose lanes the scalar formula still reads.
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, r);
+  for (int j = 0; j < 8; ++j)
+    if ((mask >> j & 1) == 0) silu_mul_ref(gate + j, up + j, lanes + j, 1);
+  std::copy(lanes, lanes + 8, out);
+}
+
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) silu_mul_8(gate + i, up + i, out + i);
+  if (i < n) {
+    float g[8] = {}, u[8] = {}, o[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    silu_mul_8(g, u, o);
+    std::copy(o, o + (n - i), out + i);
+  }
 }
 
 }  // namespace kvserve::avx2
