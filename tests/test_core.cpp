@@ -23,6 +23,27 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPool, DynamicParallelForCoversEveryIndexOnceInGrainMultiples) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 64, 1000, 4099}) {
+      for (int64_t grain : {1, 4, 16}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> calls{0};
+        std::atomic<bool> aligned{true};
+        pool.parallel_for_dynamic(n, [&](int64_t b, int64_t e) {
+          if (b % grain != 0 || (e != n && e % grain != 0) || b >= e) aligned = false;
+          calls++;
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        }, grain);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+        EXPECT_TRUE(aligned.load()) << "n=" << n << " grain=" << grain;
+        EXPECT_LE(calls.load(), std::max<int64_t>(1, threads * ThreadPool::kPiecesPerThread)) << "n=" << n;
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, RunGivesEachThreadItsIndex) {
   ThreadPool pool(4);
   for (int rep = 0; rep < 200; ++rep) {

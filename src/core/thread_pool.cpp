@@ -90,6 +90,25 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t n_chunks = (n + grain - 1) / grain;
+  if (n_threads_ == 1 || n_chunks == 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t target = int64_t{n_threads_} * kPiecesPerThread;
+  const int64_t piece = ((n_chunks + target - 1) / target) * grain;
+  const int64_t n_pieces = (n + piece - 1) / piece;
+  std::atomic<int64_t> next{0};
+  run([&](int, int) {
+    for (int64_t p = next.fetch_add(1, std::memory_order_relaxed); p < n_pieces;
+         p = next.fetch_add(1, std::memory_order_relaxed))
+      fn(p * piece, std::min(n, (p + 1) * piece));
+  });
+}
+
 ThreadPool& ThreadPool::global() {
   std::call_once(g_once, [] {
     int n = g_requested > 0 ? g_requested : static_cast<int>(std::thread::hardware_concurrency());

@@ -26,6 +26,13 @@ class ThreadPool {
   // Splits [0, n) into at most size() contiguous ranges, each a multiple of `grain` (except the last).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
+  // Like parallel_for, but [0, n) is cut into about kPiecesPerThread pieces per thread (multiples of
+  // `grain`) that threads take in order as they finish the previous one, so a thread slowed down by
+  // the host or by its share of the work does not hold the others up. fn may run several times on one
+  // thread; which thread runs a piece must not matter to its result.
+  void parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  static constexpr int64_t kPiecesPerThread = 4;
+
   // The process-wide pool. Its size is set once by set_global_threads (default: hardware threads).
   static ThreadPool& global();
   static void set_global_threads(int n);

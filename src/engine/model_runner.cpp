@@ -148,7 +148,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
     matmul_shared_input(gate_up, xn_.data(), n_tokens, pool_);
     // Elementwise (results do not depend on the split); one thread would leave the other core idle.
-    pool_.parallel_for(
+    pool_.parallel_for_dynamic(
         n_tokens * c.n_ff,
         [&](int64_t b, int64_t e) { silu_mul(gate_.data() + b, up_.data() + b, gate_.data() + b, e - b); }, 4096);
     matmul(L.w_down, gate_.data(), n_tokens, tmp_.data(), pool_);

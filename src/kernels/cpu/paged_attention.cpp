@@ -186,7 +186,7 @@ void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& po
     }
   }
   partials.resize(floats);
-  pool.parallel_for(static_cast<int64_t>(units.size()), [&](int64_t b, int64_t e) {
+  pool.parallel_for_dynamic(static_cast<int64_t>(units.size()), [&](int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) {
       const Unit& unit = units[static_cast<size_t>(u)];
       const Item& it = items[unit.item];
@@ -195,7 +195,7 @@ void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& po
       detail::paged_attention_partition_avx2(a, it.t, it.kvh, unit.part, dst);
     }
   });
-  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
+  pool.parallel_for_dynamic(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const Item& it = items[static_cast<size_t>(i)];
       detail::paged_attention_merge_avx2(batch[it.seq], it.t, it.kvh, partials.data() + it.offset);
@@ -219,7 +219,7 @@ void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool
   const bool avx2 = use_avx2();
   if (avx2 && pool.size() > 1 && n_items < kMinItemsPerThread * pool.size()) return attend_split_avx2(batch, pool);
   const std::vector<int64_t>& starts = first;
-  pool.parallel_for(n_items, [&](int64_t b, int64_t e) {
+  pool.parallel_for_dynamic(n_items, [&](int64_t b, int64_t e) {
     size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), b) - starts.begin()) - 1;
     while (b < e) {
       const int64_t end_here = std::min(e, starts[s + 1]);
