@@ -75,22 +75,14 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
-  if (n <= 0) return;
-  grain = std::max<int64_t>(1, grain);
-  const int64_t n_chunks = (n + grain - 1) / grain;
-  if (n_threads_ == 1 || n_chunks == 1) {
-    fn(0, n);
-    return;
-  }
-  run([&](int ti, int nt) {
-    const int64_t per = (n_chunks + nt - 1) / nt;
-    const int64_t b = std::min(n, ti * per * grain);
-    const int64_t e = std::min(n, (ti + 1) * per * grain);
-    if (b < e) fn(b, e);
-  });
+  split(n, fn, grain, /*dynamic=*/false);
 }
 
 void ThreadPool::parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+  split(n, fn, grain, /*dynamic=*/true);
+}
+
+void ThreadPool::split(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain, bool dynamic) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_chunks = (n + grain - 1) / grain;
@@ -98,13 +90,14 @@ void ThreadPool::parallel_for_dynamic(int64_t n, const std::function<void(int64_
     fn(0, n);
     return;
   }
-  const int64_t target = int64_t{n_threads_} * kPiecesPerThread;
+  const int64_t target = int64_t{n_threads_} * (dynamic ? kPiecesPerThread : 1);
   const int64_t piece = ((n_chunks + target - 1) / target) * grain;
   const int64_t n_pieces = (n + piece - 1) / piece;
   std::atomic<int64_t> next{0};
-  run([&](int, int) {
-    for (int64_t p = next.fetch_add(1, std::memory_order_relaxed); p < n_pieces;
-         p = next.fetch_add(1, std::memory_order_relaxed))
+  run([&](int ti, int) {
+    // Static: piece ti belongs to thread ti. Dynamic: the next piece goes to whichever thread asks first.
+    for (int64_t p = dynamic ? next.fetch_add(1, std::memory_order_relaxed) : ti; p < n_pieces;
+         p = dynamic ? next.fetch_add(1, std::memory_order_relaxed) : n_pieces)
       fn(p * piece, std::min(n, (p + 1) * piece));
   });
 }

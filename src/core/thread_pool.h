@@ -39,6 +39,7 @@ class ThreadPool {
 
  private:
   void worker(int index);
+  void split(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain, bool dynamic);
 
   int n_threads_;
   std::vector<std::thread> threads_;
