@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "core/large_buffer.h"
 #include "core/thread_pool.h"
 
 using namespace kvserve;
@@ -53,6 +55,29 @@ TEST(ThreadPool, RunGivesEachThreadItsIndex) {
       seen[ti]++;
     });
     for (auto& s : seen) ASSERT_EQ(s.load(), 1);
+  }
+}
+
+TEST(LargeBuffer, ZeroFilledAlignedAndWritableOnBothPaths) {
+  // Below one huge page: the heap, 64-byte aligned. From one huge page up: a 2 MiB aligned mapping whose
+  // size is not a multiple of the huge page (the tail of the last page must still be ours).
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kHugePageBytes - 1, kHugePageBytes,
+                       3 * kHugePageBytes + 12345}) {
+    std::shared_ptr<uint8_t[]> buf = allocate_large_buffer(bytes);
+    ASSERT_NE(buf, nullptr) << bytes;
+    const auto addr = reinterpret_cast<uintptr_t>(buf.get());
+    EXPECT_EQ(addr % 64, 0u) << bytes;
+    if (bytes >= kHugePageBytes) {
+      EXPECT_EQ(addr % kHugePageBytes, 0u) << bytes;
+    }
+    const size_t n = std::max<size_t>(bytes, 1);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i += 997) nonzero += buf[i] != 0;
+    nonzero += buf[n - 1] != 0;
+    EXPECT_EQ(nonzero, 0u) << bytes;
+    buf[0] = 1;
+    buf[n - 1] = 2;
+    EXPECT_EQ(buf[n - 1], 2) << bytes;
   }
 }
 

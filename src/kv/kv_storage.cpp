@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/large_buffer.h"
 
 namespace kvserve {
 
@@ -25,49 +26,47 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks) : layout_(layou
     head_dim_ = layout_.head_dim;
   }
   block_stride_ = int64_t{n_heads_} * layout_.block_size * head_dim_;
+  // One zeroed allocation for every layer's K and V, on huge pages when large: attention reads blocks
+  // anywhere in the pool, and on 4 KiB pages most block reads would start with a TLB miss.
   const size_t elems = static_cast<size_t>(block_stride_) * static_cast<size_t>(num_blocks);
-  k_.resize(static_cast<size_t>(layout_.n_layers));
-  if (has_v()) v_.resize(static_cast<size_t>(layout_.n_layers));
+  auto array_bytes = [&](int l) { return elems * elem_bytes(l); };
+  const int arrays = has_v() ? 2 : 1;
+  bytes_ = 0;
+  for (int l = 0; l < layout_.n_layers; ++l) bytes_ += arrays * array_bytes(l);
+  memory_ = allocate_large_buffer(bytes_);
+  auto* next = reinterpret_cast<std::byte*>(memory_.get());
   for (int l = 0; l < layout_.n_layers; ++l) {
-    k_[static_cast<size_t>(l)].assign(elems * elem_bytes(l), std::byte{0});
-    if (has_v()) v_[static_cast<size_t>(l)].assign(elems * elem_bytes(l), std::byte{0});
+    k_.push_back(next);
+    next += array_bytes(l);
+    v_.push_back(has_v() ? next : nullptr);
+    if (has_v()) next += array_bytes(l);
   }
 }
 
 KVCacheDType KVStorage::dtype(int layer) const {
-  if (layer < 0 || layer >= layout_.n_layers) fail("kv storage: layer {} out of range [0, {})", layer, layout_.n_layers);
+  if (layer < 0 || layer >= layout_.n_layers)
+    fail("kv storage: layer {} out of range [0, {})", layer, layout_.n_layers);
   return layout_.layer_dtypes[static_cast<size_t>(layer)];
 }
 
 size_t KVStorage::elem_bytes(int layer) const { return dtype(layer) == KVCacheDType::F32 ? 4 : 2; }
 
-size_t KVStorage::bytes() const {
-  size_t n = 0;
-  for (const auto& l : k_) n += l.size();
-  for (const auto& l : v_) n += l.size();
-  return n;
-}
+size_t KVStorage::bytes() const { return bytes_; }
 
 void KVStorage::check(int layer, int32_t block) const {
-  if (layer < 0 || layer >= layout_.n_layers) fail("kv storage: layer {} out of range [0, {})", layer, layout_.n_layers);
+  if (layer < 0 || layer >= layout_.n_layers)
+    fail("kv storage: layer {} out of range [0, {})", layer, layout_.n_layers);
   if (block < 0 || block >= num_blocks_) fail("kv storage: block {} out of range [0, {})", block, num_blocks_);
 }
 
-void* KVStorage::k_layer(int layer) { return k_.at(static_cast<size_t>(layer)).data(); }
-const void* KVStorage::k_layer(int layer) const { return k_.at(static_cast<size_t>(layer)).data(); }
-void* KVStorage::v_layer(int layer) { return has_v() ? v_.at(static_cast<size_t>(layer)).data() : nullptr; }
-const void* KVStorage::v_layer(int layer) const {
-  return has_v() ? v_.at(static_cast<size_t>(layer)).data() : nullptr;
-}
+void* KVStorage::k_layer(int layer) { return k_.at(static_cast<size_t>(layer)); }
+const void* KVStorage::k_layer(int layer) const { return k_.at(static_cast<size_t>(layer)); }
+void* KVStorage::v_layer(int layer) { return v_.at(static_cast<size_t>(layer)); }
+const void* KVStorage::v_layer(int layer) const { return v_.at(static_cast<size_t>(layer)); }
 
-std::byte* KVStorage::row(std::vector<std::byte>& arr, int layer, int32_t block, int head, int slot) {
+std::byte* KVStorage::row(std::byte* arr, int layer, int32_t block, int head, int slot) const {
   const int64_t elem = block * block_stride_ + (int64_t{head} * layout_.block_size + slot) * head_dim_;
-  return arr.data() + static_cast<size_t>(elem) * elem_bytes(layer);
-}
-const std::byte* KVStorage::row(const std::vector<std::byte>& arr, int layer, int32_t block, int head,
-                                int slot) const {
-  const int64_t elem = block * block_stride_ + (int64_t{head} * layout_.block_size + slot) * head_dim_;
-  return arr.data() + static_cast<size_t>(elem) * elem_bytes(layer);
+  return arr + static_cast<size_t>(elem) * elem_bytes(layer);
 }
 
 namespace {
@@ -102,24 +101,31 @@ void load_row(KVCacheDType t, const std::byte* src, int n, float* dst) {
 
 void KVStorage::write(int layer, int32_t block, int slot, const float* k, const float* v) {
   check(layer, block);
-  if (slot < 0 || slot >= layout_.block_size) fail("kv storage: slot {} out of range [0, {})", slot, layout_.block_size);
+  if (slot < 0 || slot >= layout_.block_size)
+    fail("kv storage: slot {} out of range [0, {})", slot, layout_.block_size);
   if (!k) fail("kv storage: write needs K values");
   if (has_v() != (v != nullptr)) fail("kv storage: V values must be given exactly when the layout has V");
   const KVCacheDType t = dtype(layer);
   for (int h = 0; h < n_heads_; ++h) {
-    store_row(t, k + static_cast<size_t>(h) * head_dim_, head_dim_, row(k_[static_cast<size_t>(layer)], layer, block, h, slot));
-    if (v) store_row(t, v + static_cast<size_t>(h) * head_dim_, head_dim_, row(v_[static_cast<size_t>(layer)], layer, block, h, slot));
+    store_row(t, k + static_cast<size_t>(h) * head_dim_, head_dim_,
+              row(k_[static_cast<size_t>(layer)], layer, block, h, slot));
+    if (v)
+      store_row(t, v + static_cast<size_t>(h) * head_dim_, head_dim_,
+                row(v_[static_cast<size_t>(layer)], layer, block, h, slot));
   }
 }
 
 void KVStorage::read(int layer, int32_t block, int slot, float* k, float* v) const {
   check(layer, block);
-  if (slot < 0 || slot >= layout_.block_size) fail("kv storage: slot {} out of range [0, {})", slot, layout_.block_size);
+  if (slot < 0 || slot >= layout_.block_size)
+    fail("kv storage: slot {} out of range [0, {})", slot, layout_.block_size);
   const KVCacheDType t = dtype(layer);
   for (int h = 0; h < n_heads_; ++h) {
-    load_row(t, row(k_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_, k + static_cast<size_t>(h) * head_dim_);
+    load_row(t, row(k_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_,
+             k + static_cast<size_t>(h) * head_dim_);
     if (has_v() && v)
-      load_row(t, row(v_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_, v + static_cast<size_t>(h) * head_dim_);
+      load_row(t, row(v_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_,
+               v + static_cast<size_t>(h) * head_dim_);
   }
 }
 
@@ -128,11 +134,11 @@ void KVStorage::copy_block(int32_t src, int32_t dst) {
     check(l, src);
     check(l, dst);
     const size_t n = static_cast<size_t>(block_stride_) * elem_bytes(l);
-    auto& k = k_[static_cast<size_t>(l)];
-    std::memcpy(k.data() + static_cast<size_t>(dst) * n, k.data() + static_cast<size_t>(src) * n, n);
+    std::byte* k = k_[static_cast<size_t>(l)];
+    std::memcpy(k + static_cast<size_t>(dst) * n, k + static_cast<size_t>(src) * n, n);
     if (has_v()) {
-      auto& v = v_[static_cast<size_t>(l)];
-      std::memcpy(v.data() + static_cast<size_t>(dst) * n, v.data() + static_cast<size_t>(src) * n, n);
+      std::byte* v = v_[static_cast<size_t>(l)];
+      std::memcpy(v + static_cast<size_t>(dst) * n, v + static_cast<size_t>(src) * n, n);
     }
   }
 }

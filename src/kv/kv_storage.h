@@ -9,6 +9,7 @@
 // kernels that read them; a layout asking for them is refused here.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kv/kv_layout.h"
@@ -49,16 +50,17 @@ class KVStorage {
  private:
   void check(int layer, int32_t block) const;
   size_t elem_bytes(int layer) const;
-  std::byte* row(std::vector<std::byte>& arr, int layer, int32_t block, int head, int slot);
-  const std::byte* row(const std::vector<std::byte>& arr, int layer, int32_t block, int head, int slot) const;
+  std::byte* row(std::byte* arr, int layer, int32_t block, int head, int slot) const;
 
   KVLayout layout_;
   int32_t num_blocks_;
   int n_heads_;
   int head_dim_;
   int64_t block_stride_;
-  std::vector<std::vector<std::byte>> k_;  // per layer
-  std::vector<std::vector<std::byte>> v_;  // per layer (empty for MLA)
+  std::shared_ptr<uint8_t[]> memory_;  // every layer's K and V arrays
+  size_t bytes_ = 0;
+  std::vector<std::byte*> k_;  // per layer, into memory_
+  std::vector<std::byte*> v_;  // per layer (nullptr for MLA)
 };
 
 }  // namespace kvserve

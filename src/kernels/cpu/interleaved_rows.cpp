@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/large_buffer.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
@@ -53,7 +54,7 @@ std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
   if (!w.valid() || w.cols() % 32 != 0) fail("interleave_rows: tensor '{}' has no data or a bad row length", w.name);
   const int64_t groups = w.rows() / kInterleaveRows;
   const size_t bytes = static_cast<size_t>(groups) * static_cast<size_t>(w.cols() / 32) * interleaved_block_bytes(w.type);
-  std::shared_ptr<uint8_t[]> out(new uint8_t[bytes > 0 ? bytes : 1]);
+  std::shared_ptr<uint8_t[]> out = allocate_large_buffer(bytes);
   switch (w.type) {
     case DType::Q4_0: interleave<BlockQ4_0>(w, out.get()); break;
     case DType::Q4_1: interleave<BlockQ4_1>(w, out.get()); break;

@@ -1,0 +1,23 @@
+#pragma once
+// Zero-filled memory for the big, long-lived arrays the kernels stream through every step: repacked
+// weights and the KV pool.
+//
+// Why not operator new: a decode step reads every weight byte once, and attention reads KV blocks that
+// sit anywhere in the pool. On 4 KiB pages that is one TLB miss per page touched, and the hardware
+// prefetchers stop at each page edge. Buffers of at least kHugePageBytes are therefore mapped 2 MiB
+// aligned and advised as transparent huge pages (MADV_HUGEPAGE: most distributions only back a mapping
+// with huge pages when asked, /sys/kernel/mm/transparent_hugepage/enabled = madvise). Where the kernel
+// says no, the memory is still valid, on small pages. Smaller buffers come from the heap.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace kvserve {
+
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// `bytes` zero bytes (at least 1), 64-byte aligned; 2 MiB aligned and huge-page advised from
+// kHugePageBytes up. Throws Error when the memory cannot be had.
+std::shared_ptr<uint8_t[]> allocate_large_buffer(size_t bytes);
+
+}  // namespace kvserve
