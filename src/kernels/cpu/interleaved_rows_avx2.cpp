@@ -12,6 +12,19 @@ namespace {
 
 using avx2_inline::broadcast_4_bytes;
 
+// A group's records are read front to back, and in decode (one token) a record takes only a few ns to
+// multiply: the hardware prefetchers alone keep too few lines in flight, so the core waits on memory
+// about as long as it computes. Asking for the record 2 KiB ahead as each one is taken measured 1.05-1.10x
+// on 1B-shaped Q4_0/Q8_0 decode (bigger distances or whole groups at once were slower). Prefetches past
+// the end of the weights are harmless: they never fault.
+constexpr size_t kPrefetchAhead = 2048;
+
+template <size_t kRecordBytes>
+inline void prefetch_ahead(const uint8_t* rec) {
+  for (size_t off = 0; off < kRecordBytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchAhead + off), _MM_HINT_T0);
+}
+
 // Hides how a value was computed from the optimizer. Integer adds are associative, so GCC rebalances a
 // chain of T x 8 maddubs/add into trees, computes all products first and spills them; an opaque running
 // sum keeps each product consumed right after it is made.
@@ -49,6 +62,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec = group + i * kRecordBytes;
+    prefetch_ahead<kRecordBytes>(rec);
     const auto* qs = reinterpret_cast<const __m256i*>(rec + kScaleBytes);
     __m256i sum16[T];
     // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
@@ -91,6 +105,7 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts,
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec = group + i * kRecordBytes;
+    prefetch_ahead<kRecordBytes>(rec);
     const auto* qs = reinterpret_cast<const __m256i*>(rec + 16);
     __m256i isum[T];
 #pragma GCC unroll 8
