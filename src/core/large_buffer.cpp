@@ -36,7 +36,8 @@ uint8_t* map_huge_aligned(size_t bytes) {
 std::shared_ptr<uint8_t[]> allocate_large_buffer(size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (bytes < kHugePageBytes) {
-    auto* p = new (std::align_val_t{64}) uint8_t[bytes]();
+    auto* p = new (std::align_val_t{64}, std::nothrow) uint8_t[bytes]();
+    if (p == nullptr) fail("cannot allocate {} bytes", bytes);
     return std::shared_ptr<uint8_t[]>(p, [](uint8_t* q) { ::operator delete[](q, std::align_val_t{64}); });
   }
   const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
