@@ -94,11 +94,12 @@ struct PrefetchStream {
   int lines_per_step = 0;
 
   PrefetchStream() = default;
+  // Spreads `bytes` from `first_byte` over `steps` calls of step(), rounding up.
   PrefetchStream(const void* base, size_t first_byte, size_t bytes, int steps)
-      : p(static_cast<const char*>(base) + first_byte),
-        end(p + bytes),
-        lines_per_step(static_cast<int>((bytes / 64 + static_cast<size_t>(std::max(steps, 1)) - 1) /
-                                        static_cast<size_t>(std::max(steps, 1)))) {}
+      : p(static_cast<const char*>(base) + first_byte), end(p + bytes) {
+    const size_t n = static_cast<size_t>(std::max(steps, 1));
+    lines_per_step = static_cast<int>((bytes / 64 + n - 1) / n);
+  }
   void step() {
     for (int i = 0; i < lines_per_step && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T0);
   }
