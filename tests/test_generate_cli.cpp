@@ -43,7 +43,8 @@ TEST(GeneratorCli, JsonGreedyIdsMatchGoldenOnPagedCache) {
   const json g = golden("Once upon a time");
   const auto want = g["generated_ids"].get<std::vector<int32_t>>();
   ASSERT_GE(want.size(), 100u);
-  const CommandResult r = generate("-p 'Once upon a time' --temperature 0 --ignore-eos -n 100 --json --kv-cache-memory 1M --block-size 8");
+  const CommandResult r =
+      generate("-p 'Once upon a time' --temperature 0 --ignore-eos -n 100 --json --kv-cache-memory 1M --block-size 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
   EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), g["prompt_ids"].get<std::vector<int32_t>>());
@@ -87,4 +88,27 @@ TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   EXPECT_NE(ctx.err.find("exceeds the context of 32 tokens"), std::string::npos) << ctx.err;
   const CommandResult block = generate("-p hi --block-size 0");
   EXPECT_NE(block.exit_code, 0);
+}
+
+// `kvserve tokenize` needs only a GGUF's vocabulary: vocab-only files and architectures the engine does
+// not run (BERT) tokenize too; llama2.c checkpoints still go through their tokenizer.bin.
+TEST(TokenizeCli, VocabOnlyGgufAndLlama2c) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const std::string bin = KVSERVE_BINARY;
+  const CommandResult bert = kvserve::test::run_command(bin + " tokenize -m " + kShared +
+                                                        "/models/vocab/ggml-vocab-bert-bge.gguf 'Hello world'");
+  ASSERT_EQ(bert.exit_code, 0);
+  EXPECT_EQ(json::parse(bert.out), json({101, 7592, 2088, 102}));
+  const CommandResult gpt2 = kvserve::test::run_command(bin + " tokenize --no-bos -m " + kShared +
+                                                        "/models/vocab/ggml-vocab-gpt-2.gguf 'Hello world'");
+  ASSERT_EQ(gpt2.exit_code, 0);
+  EXPECT_EQ(json::parse(gpt2.out), json({15496, 995}));
+  const CommandResult stories =
+      kvserve::test::run_command(bin + " tokenize -m " + kShared + "/models/stories260K/stories260K.bin --tokenizer " +
+                                 kShared + "/models/stories260K/tok512.bin 'Once upon a time'");
+  ASSERT_EQ(stories.exit_code, 0);
+  EXPECT_EQ(json::parse(stories.out), json({1, 403, 407, 261, 378}));
+  const CommandResult missing = kvserve::test::run_command(bin + " tokenize -m /nonexistent.gguf hi", true);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("/nonexistent.gguf"), std::string::npos) << missing.err;
 }

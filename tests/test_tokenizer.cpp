@@ -94,7 +94,6 @@ class TokenizerVocabTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(TokenizerVocabTest, MatchesLlamaCppExactly) {
   const std::string path = GetParam();
   Vocab vocab = load_gguf_vocab(path);
-  if (vocab.kind == Vocab::Kind::WPM) GTEST_SKIP() << "WPM (BERT) tokenizer not implemented";
   auto tok = Tokenizer::create(std::move(vocab));
   const auto cases = read_vocab_cases(path);
   ASSERT_FALSE(cases.empty());
@@ -123,7 +122,9 @@ INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerVocabTest, ::testing::ValuesIn(voca
 TEST_P(TokenizerVocabTest, DecodeInvertsEncode) {
   const std::string path = GetParam();
   Vocab vocab = load_gguf_vocab(path);
-  if (vocab.kind == Vocab::Kind::WPM) GTEST_SKIP() << "WPM (BERT) tokenizer not implemented";
+  // WordPiece is lossy by design (lowercase, accents dropped, words rejoined by single spaces):
+  // WordPieceDecodeGivesNormalizedWords covers it.
+  if (vocab.kind == Vocab::Kind::WPM) return;
   auto tok = Tokenizer::create(std::move(vocab));
   const bool byte_complete = tok->vocab().kind == Vocab::Kind::BPE ||
                              std::find(tok->vocab().tokens.begin(), tok->vocab().tokens.end(), "<0xE4>") !=

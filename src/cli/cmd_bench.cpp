@@ -164,7 +164,7 @@ void run_serving(const BenchArgs& a) {
   if (!a.model.empty()) {
     // Only the vocabulary is needed: which ids are ordinary tokens, and BOS.
     Vocab v;
-    if (std::filesystem::is_regular_file(a.model) && GGUFFile(a.model).has("tokenizer.ggml.tokens")) {
+    if (is_gguf_file(a.model) && GGUFFile(a.model).has("tokenizer.ggml.tokens")) {
       v = load_gguf_vocab(a.model);
     } else {
       LoadOptions lo;

@@ -10,6 +10,7 @@
 #include "cli/model_path.h"
 #include "model/loaders.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 
 namespace kvserve::cli {
 
@@ -27,16 +28,23 @@ void run_tokenize(const TokenizeArgs& a) {
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   std::string text = a.text;
   if (!a.text_given) text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  LoadOptions lo;
-  lo.tokenizer_path = a.tokenizer;
-  std::unique_ptr<Model> model = load_model(path, lo);
+  // A GGUF file needs only its vocabulary (so vocab-only files and architectures the engine does not
+  // run, such as BERT, tokenize too); other formats load the model for theirs.
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (is_gguf_file(path)) {
+    tokenizer = Tokenizer::create(load_gguf_vocab(path));
+  } else {
+    LoadOptions lo;
+    lo.tokenizer_path = a.tokenizer;
+    tokenizer = std::move(load_model(path, lo)->tokenizer);
+  }
   // --no-bos: no special tokens added and special-token text treated as plain text (llama.cpp's
   // tokenizer tests use add_special=false, parse_special=false).
-  const auto ids = model->tokenizer->encode(text, !a.no_bos, !a.no_bos);
+  const auto ids = tokenizer->encode(text, !a.no_bos, !a.no_bos);
   nlohmann::json j = ids;
   if (a.pieces) {
     nlohmann::json p = nlohmann::json::array();
-    for (int32_t id : ids) p.push_back(model->tokenizer->token_to_piece(id, true));
+    for (int32_t id : ids) p.push_back(tokenizer->token_to_piece(id, true));
     j = {{"ids", ids}, {"pieces", p}};
   }
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

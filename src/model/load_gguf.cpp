@@ -193,8 +193,8 @@ Vocab vocab_from_gguf(const GGUFFile& f) {
     if (p == "chatglm-bpe" || p == "glm4") v.bos_id = -1;
   } else if (model == "bert") {
     v.kind = Vocab::Kind::WPM;
-    v.bos_id = 101, v.eos_id = -1, v.unk_id = 100, v.pad_id = 0;
-    v.add_bos = true, v.add_eos = false, v.add_space_prefix = false;
+    v.bos_id = 101, v.eos_id = -1, v.unk_id = 100, v.pad_id = 0, v.sep_id = 102;
+    v.add_bos = true, v.add_eos = false, v.add_sep = true, v.add_space_prefix = false;
   } else {
     fail("{}: unsupported tokenizer model '{}' (supported: llama, gpt2, bert)", f.name(), model);
   }
@@ -238,8 +238,10 @@ Vocab vocab_from_gguf(const GGUFFile& f) {
   special("tokenizer.ggml.eot_token_id", v.eot_id);
   special("tokenizer.ggml.unknown_token_id", v.unk_id);
   special("tokenizer.ggml.padding_token_id", v.pad_id);
+  special("tokenizer.ggml.seperator_token_id", v.sep_id);  // sic: llama.cpp's key
   if (auto b = f.find_bool("tokenizer.ggml.add_bos_token")) v.add_bos = *b;
   if (auto b = f.find_bool("tokenizer.ggml.add_eos_token")) v.add_eos = *b;
+  if (auto b = f.find_bool("tokenizer.ggml.add_sep_token")) v.add_sep = *b;
   if (auto b = f.find_bool("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = *b;
   v.chat_template = f.find_str("tokenizer.chat_template").value_or("");
 

@@ -13,6 +13,17 @@ namespace kvserve {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const Vocab& vocab) { return Tokenizer::create(vocab); }
 
+bool is_gguf_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  char magic[4] = {};
+  FILE* fp = std::fopen(path.c_str(), "rb");
+  if (!fp) return false;
+  const size_t got = std::fread(magic, 1, 4, fp);
+  std::fclose(fp);
+  return got == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
 namespace {
 
 std::unique_ptr<Model> load_model_file(const std::string& path, const LoadOptions& opts) {
@@ -21,14 +32,12 @@ std::unique_ptr<Model> load_model_file(const std::string& path, const LoadOption
   if (S_ISDIR(st.st_mode)) {
     return load_hf_model(path, opts);
   }
-  char magic[4] = {};
   if (FILE* fp = std::fopen(path.c_str(), "rb")) {
-    const size_t got = std::fread(magic, 1, 4, fp);
     std::fclose(fp);
-    if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf_model(path, opts);
   } else {
     fail("cannot open model '{}': {}", path, std::strerror(errno));
   }
+  if (is_gguf_file(path)) return load_gguf_model(path, opts);
   return load_llama2c_model(path, opts);
 }
 
@@ -51,16 +60,16 @@ struct ShapeCheck {
     size_t i = 0;
     for (int64_t d : dims) want[i++] = d;
     if (t.ne != want) {
-      fail("{}: tensor '{}' has shape [{}, {}, {}, {}], expected [{}, {}, {}, {}] from the model config", m.path,
-           name, t.ne[0], t.ne[1], t.ne[2], t.ne[3], want[0], want[1], want[2], want[3]);
+      fail("{}: tensor '{}' has shape [{}, {}, {}, {}], expected [{}, {}, {}, {}] from the model config", m.path, name,
+           t.ne[0], t.ne[1], t.ne[2], t.ne[3], want[0], want[1], want[2], want[3]);
     }
     const auto info = dtype_info(static_cast<uint32_t>(t.type));
     if (!info) fail("{}: tensor '{}' has unknown type id {}", m.path, name, static_cast<uint32_t>(t.type));
     // Norm weights and biases are added/multiplied element-wise in F32.
     if (norm && t.type != DType::F32)
       fail("{}: tensor '{}' has type {}, expected F32 for a norm weight or bias", m.path, name, info->name);
-    if (!info->supported) fail("{}: unsupported tensor type {} ({}) for '{}'", m.path, info->name,
-                               static_cast<uint32_t>(t.type), name);
+    if (!info->supported)
+      fail("{}: unsupported tensor type {} ({}) for '{}'", m.path, info->name, static_cast<uint32_t>(t.type), name);
     if (t.ne[0] % info->block_elems != 0)
       fail("{}: tensor '{}' of type {} has row length {}, not a multiple of its block size {}", m.path, name,
            info->name, t.ne[0], info->block_elems);
@@ -89,8 +98,7 @@ void validate_model(const Model& m) {
   const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
   s.check(m.tok_embd, "token_embd.weight", {c.n_embd, c.n_vocab}, false);
   s.check(m.output_norm, "output_norm.weight", {c.n_embd}, true);
-  s.check(m.output, c.tied_output ? "token_embd.weight (tied output)" : "output.weight", {c.n_embd, c.n_vocab},
-          false);
+  s.check(m.output, c.tied_output ? "token_embd.weight (tied output)" : "output.weight", {c.n_embd, c.n_vocab}, false);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = m.layers[static_cast<size_t>(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -117,8 +125,8 @@ size_t Model::weight_bytes() const {
   // one row (also when tied: the output matmul already counts the whole matrix).
   size_t total = bytes(output_norm) + bytes(output) + (tok_embd.valid() ? tok_embd.row_size() : 0);
   for (const LayerWeights& L : layers) {
-    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.ffn_norm, &L.w_gate,
-                            &L.w_up, &L.w_down})
+    for (const Tensor* t :
+         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down})
       total += bytes(*t);
   }
   return total;

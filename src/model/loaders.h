@@ -16,6 +16,9 @@ std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOption
 // Same, from an already parsed file (e.g. one parsed from memory). The Model keeps `file` alive.
 std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, const LoadOptions& opts = {});
 
+// True when `path` is a regular file that starts with the GGUF magic.
+bool is_gguf_file(const std::string& path);
+
 // The vocabulary of a GGUF file, with llama.cpp's defaults for absent keys. Works on vocab-only files
 // (no tensors, no architecture hyper-parameters).
 Vocab load_gguf_vocab(const std::string& path);

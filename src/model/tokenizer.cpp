@@ -33,16 +33,18 @@ std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
     case Vocab::Kind::BPE:
       return make_bpe_tokenizer(std::move(vocab));
     case Vocab::Kind::WPM:
-      break;
+      return make_wpm_tokenizer(std::move(vocab));
   }
-  fail("WPM (BERT) vocabularies are not supported by this tokenizer");
+  fail("unknown vocabulary kind {}", static_cast<int>(vocab.kind));
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) const {
   std::string text;
-  // SPM text starts with the dummy-prefix space the encoder added; the reference decoders drop it from
-  // the first piece after BOS (or from the very first piece when there is no BOS).
-  const bool strip_dummy_space = vocab_.kind == Vocab::Kind::SPM && vocab_.add_space_prefix;
+  // SPM text starts with the dummy-prefix space the encoder added, and WordPiece text with the "▁" of
+  // the first word; the reference decoders drop it from the first piece after BOS (or from the very
+  // first piece when there is no BOS).
+  const bool strip_dummy_space =
+      (vocab_.kind == Vocab::Kind::SPM && vocab_.add_space_prefix) || vocab_.kind == Vocab::Kind::WPM;
   const size_t first_text_index = (!ids.empty() && bos() >= 0 && ids[0] == bos()) ? 1 : 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string piece = token_to_piece(ids[i], special);

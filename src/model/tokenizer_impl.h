@@ -1,5 +1,5 @@
 #pragma once
-// Internals shared by the SPM and BPE tokenizers (not part of the public tokenizer.h interface): token
+// Internals shared by the SPM, BPE and WPM tokenizers (not part of the public tokenizer.h interface): token
 // lookup by text, special-token partitioning (llama.cpp's tokenizer_st_partition), EOG set, pieces.
 #include <cstdint>
 #include <string>
@@ -59,5 +59,6 @@ class VocabTokenizer : public Tokenizer {
 
 std::unique_ptr<Tokenizer> make_spm_tokenizer(Vocab vocab);
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab vocab);
+std::unique_ptr<Tokenizer> make_wpm_tokenizer(Vocab vocab);
 
 }  // namespace kvserve

@@ -1,6 +1,7 @@
 #pragma once
-// The few Unicode helpers the tokenizers need: UTF-8 decoding with llama.cpp's error handling, and
-// GPT-2's byte <-> printable-character table used by byte-level BPE vocabularies.
+// The few Unicode helpers the tokenizers need: UTF-8 decoding with llama.cpp's error handling, GPT-2's
+// byte <-> printable-character table used by byte-level BPE vocabularies, and the character properties
+// the WordPiece (BERT) pre-tokenizer splits and normalizes by (unicode_props.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -31,5 +32,18 @@ int symbol_to_byte(uint32_t cpt);
 // Number of bytes at the end of `bytes` that start an incomplete UTF-8 sequence (0 when the text ends
 // on a character boundary, or when the tail is malformed and can never complete).
 size_t incomplete_utf8_tail(std::string_view bytes);
+
+// Character properties, as llama.cpp's unicode tables give them (generated from the Unicode database by
+// scripts/gen_unicode_tables.py).
+bool is_whitespace(uint32_t cpt);       // Unicode White_Space
+bool is_control(uint32_t cpt);          // general category Cc, Cf, Co or Cs (not unassigned Cn)
+bool is_punctuation(uint32_t cpt);      // general category P*
+bool is_ascii_symbol(uint32_t cpt);     // general category S* below U+007F: $ + < = > ^ ` | ~
+bool is_cjk_ideograph(uint32_t cpt);    // the CJK blocks BERT's BasicTokenizer splits one by one
+bool is_nonspacing_mark(uint32_t cpt);  // general category Mn (combining accents)
+// Appends the canonical decomposition (NFD) of `cpt`, or `cpt` itself when it has none.
+void append_nfd(uint32_t cpt, std::vector<uint32_t>& out);
+// First code point of the lowercase form of `cpt`.
+uint32_t to_lower(uint32_t cpt);
 
 }  // namespace kvserve::unicode

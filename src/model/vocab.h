@@ -29,8 +29,10 @@ struct Vocab {
   int32_t eot_id = -1;  // end-of-turn, e.g. <|im_end|>; -1 when none
   int32_t unk_id = -1;
   int32_t pad_id = -1;
+  int32_t sep_id = -1;  // BERT's [SEP], appended after the text with add_special when add_sep
   bool add_bos = true;
   bool add_eos = false;
+  bool add_sep = false;
   bool add_space_prefix = true;  // SPM dummy prefix
   std::string chat_template;     // Jinja source from the file, may be empty
 };
