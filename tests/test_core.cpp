@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <vector>
 
@@ -44,6 +46,46 @@ TEST(ThreadPool, DynamicParallelForCoversEveryIndexOnceInGrainMultiples) {
       }
     }
   }
+}
+
+TEST(ThreadPool, BalancedParallelForCoversEveryIndexOnceInChunks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 64, 1000, 4099}) {
+      for (int64_t chunk : {1, 4, 16, 5000}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<bool> aligned{true};
+        pool.parallel_for_balanced(n, [&](int64_t b, int64_t e) {
+          if (b % chunk != 0 || (e != n && e % chunk != 0) || b >= e) aligned = false;
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        }, chunk);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+        EXPECT_TRUE(aligned.load()) << "threads=" << threads << " n=" << n << " chunk=" << chunk;
+      }
+    }
+  }
+}
+
+// The caller's share stalls after its first chunk until the worker, done with its own share, has taken a
+// chunk from the back of the caller's: without stealing the caller would wait out the 10 s deadline.
+TEST(ThreadPool, BalancedParallelForLetsAFreeThreadTakeTheOthersChunks) {
+  ThreadPool pool(2);
+  constexpr int64_t kN = 64;  // chunks of 1: the caller's share is [0, 32), the worker's [32, 64)
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::atomic<int>> hits(kN);
+  std::atomic<bool> stolen{false};
+  std::atomic<int> caller_chunks{0};
+  pool.parallel_for_balanced(kN, [&](int64_t b, int64_t e) {
+    const bool on_caller = std::this_thread::get_id() == caller;
+    if (!on_caller && b < kN / 2) stolen = true;
+    if (on_caller && b < kN / 2 && caller_chunks++ > 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!stolen && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    }
+    for (int64_t i = b; i < e; ++i) hits[i]++;
+  }, 1);
+  EXPECT_TRUE(stolen.load());
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
 }
 
 TEST(ThreadPool, RunGivesEachThreadItsIndex) {

@@ -22,7 +22,8 @@ std::once_flag g_once;
 int g_requested = 0;
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), claims_(std::make_unique<ShareClaims[]>(n_threads_)) {
   threads_.reserve(n_threads_ - 1);
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -99,6 +100,47 @@ void ThreadPool::split(int64_t n, const std::function<void(int64_t, int64_t)>& f
     for (int64_t p = dynamic ? next.fetch_add(1, std::memory_order_relaxed) : ti; p < n_pieces;
          p = dynamic ? next.fetch_add(1, std::memory_order_relaxed) : n_pieces)
       fn(p * piece, std::min(n, (p + 1) * piece));
+  });
+}
+
+namespace {
+
+constexpr uint64_t pack_claims(uint32_t front, uint32_t back) { return (uint64_t{back} << 32) | front; }
+
+// Takes one chunk index from the front (owner) or the back (helper) of a share; -1 when it is empty.
+int64_t claim_chunk(std::atomic<uint64_t>& range, bool from_front) {
+  uint64_t cur = range.load(std::memory_order_relaxed);
+  for (;;) {
+    const auto front = static_cast<uint32_t>(cur), back = static_cast<uint32_t>(cur >> 32);
+    if (front >= back) return -1;
+    const uint64_t next = from_front ? pack_claims(front + 1, back) : pack_claims(front, back - 1);
+    if (range.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return from_front ? front : back - 1;
+  }
+}
+
+}  // namespace
+
+void ThreadPool::parallel_for_balanced(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t chunk) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  const int64_t n_chunks = (n + chunk - 1) / chunk;
+  if (n_threads_ == 1 || n_chunks == 1 || n_chunks > int64_t{UINT32_MAX}) {
+    split(n, fn, chunk, /*dynamic=*/false);
+    return;
+  }
+  const int64_t per_thread = (n_chunks + n_threads_ - 1) / n_threads_;
+  for (int i = 0; i < n_threads_; ++i) {
+    const auto first = static_cast<uint32_t>(std::min(n_chunks, i * per_thread));
+    const auto last = static_cast<uint32_t>(std::min(n_chunks, (i + 1) * per_thread));
+    claims_[i].range.store(pack_claims(first, last), std::memory_order_relaxed);
+  }
+  run([&](int ti, int nt) {
+    auto run_chunk = [&](int64_t c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); };
+    for (int64_t c; (c = claim_chunk(claims_[ti].range, /*from_front=*/true)) >= 0;) run_chunk(c);
+    for (int k = 1; k < nt; ++k) {
+      auto& other = claims_[(ti + k) % nt].range;
+      for (int64_t c; (c = claim_chunk(other, /*from_front=*/false)) >= 0;) run_chunk(c);
+    }
   });
 }
 

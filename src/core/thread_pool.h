@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -33,6 +34,14 @@ class ThreadPool {
   void parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
   static constexpr int64_t kPiecesPerThread = 4;
 
+  // Like parallel_for (thread i starts on the i-th contiguous share and walks it front to back, so a
+  // streaming kernel keeps one sequential stream per thread), but each share is taken `chunk` elements
+  // at a time, and a thread that finishes its own share takes chunks from the back of the others'. The
+  // host slowing one core down then costs a short tail, not the whole difference. Chunk edges are
+  // multiples of `chunk` (a single thread gets the whole range at once); fn's result must not depend on
+  // which thread runs it.
+  void parallel_for_balanced(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t chunk);
+
   // The process-wide pool. Its size is set once by set_global_threads (default: hardware threads).
   static ThreadPool& global();
   static void set_global_threads(int n);
@@ -47,6 +56,12 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  // parallel_for_balanced's per-share claim counters, [front chunk, back chunk) packed in one word so a
+  // claim from either end is one compare-and-swap; one cache line each so owners do not contend.
+  struct alignas(64) ShareClaims {
+    std::atomic<uint64_t> range{0};
+  };
+  std::unique_ptr<ShareClaims[]> claims_;
 };
 
 }  // namespace kvserve

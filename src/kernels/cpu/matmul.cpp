@@ -100,8 +100,12 @@ std::atomic<bool> g_simd_enabled{true};
 // comfortable share of L2.
 constexpr size_t kChunkBytes = 256 * 1024;
 constexpr int64_t kMaxChunkRows = 64;
-// Output rows per scheduling unit: every thread gets a contiguous multiple of this.
+// Output rows per scheduling unit: balancing chunks are multiples of this.
 constexpr int64_t kRowGrain = 16;
+// Rows are handed to threads in chunks of about this many weight bytes (parallel_for_balanced): small
+// enough that the thread the host slows down leaves a short tail, large enough that a claim (one
+// compare-and-swap) is noise next to streaming the chunk.
+constexpr size_t kBalanceChunkBytes = 32 * 1024;
 // Below this many activation elements, converting on one thread beats waking the pool.
 constexpr int64_t kParallelConvertElems = 1 << 15;
 
@@ -246,6 +250,12 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   }
 }
 
+// Rows per balancing chunk for weights of w_row_bytes: a multiple of kRowGrain.
+int64_t balance_chunk_rows(size_t w_row_bytes) {
+  const auto rows = static_cast<int64_t>(kBalanceChunkBytes / std::max<size_t>(1, w_row_bytes));
+  return std::max<int64_t>(kRowGrain, rows / kRowGrain * kRowGrain);
+}
+
 }  // namespace
 
 bool cpu_has_avx2() {
@@ -259,8 +269,9 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadP
   check_matmul_args(w, x, n_tokens, y);
   if (n_tokens == 0) return;
   const ConvertedActs acts = convert_activations(w.type, x, w.cols(), n_tokens, pool);
-  pool.parallel_for(
-      w.rows(), [&](int64_t begin, int64_t end) { multiply_rows(w, acts, y, begin, end); }, kRowGrain);
+  pool.parallel_for_balanced(
+      w.rows(), [&](int64_t begin, int64_t end) { multiply_rows(w, acts, y, begin, end); },
+      balance_chunk_rows(w.row_size()));
 }
 
 void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens, ThreadPool& pool) {
@@ -280,7 +291,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, 
     return;
   }
   const ConvertedActs acts = convert_activations(first.type, x, first.cols(), n_tokens, pool);
-  pool.parallel_for(
+  pool.parallel_for_balanced(
       total_rows,
       [&](int64_t begin, int64_t end) {
         // [begin, end) indexes the weights' rows stacked in order; give each weight its overlap.
@@ -292,7 +303,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, 
           offset += rows;
         }
       },
-      kRowGrain);
+      balance_chunk_rows(first.row_size()));
 }
 
 void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
