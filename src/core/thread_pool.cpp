@@ -107,14 +107,25 @@ namespace {
 
 constexpr uint64_t pack_claims(uint32_t front, uint32_t back) { return (uint64_t{back} << 32) | front; }
 
-// Takes one chunk index from the front (owner) or the back (helper) of a share; -1 when it is empty.
-int64_t claim_chunk(std::atomic<uint64_t>& range, bool from_front) {
+// Chunks [first, last) of a share, taken by one claim.
+struct ChunkSpan {
+  int64_t first = 0, last = 0;
+  bool empty() const { return first >= last; }
+};
+
+// Takes a quarter of what is left of a share (at least one chunk) from its front (the owner) or its back
+// (a thread done with its own share): big pieces while much is left keep the claims (and the calls of
+// fn) few, one-chunk pieces at the end keep the threads' finishing times within about a chunk.
+ChunkSpan claim_chunks(std::atomic<uint64_t>& range, bool from_front) {
   uint64_t cur = range.load(std::memory_order_relaxed);
   for (;;) {
     const auto front = static_cast<uint32_t>(cur), back = static_cast<uint32_t>(cur >> 32);
-    if (front >= back) return -1;
-    const uint64_t next = from_front ? pack_claims(front + 1, back) : pack_claims(front, back - 1);
-    if (range.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return from_front ? front : back - 1;
+    if (front >= back) return {};
+    const uint32_t take = std::max<uint32_t>(1, (back - front) / 4);
+    const uint64_t next = from_front ? pack_claims(front + take, back) : pack_claims(front, back - take);
+    if (range.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      return from_front ? ChunkSpan{front, int64_t{front} + take} : ChunkSpan{int64_t{back} - take, back};
+    }
   }
 }
 
@@ -135,11 +146,11 @@ void ThreadPool::parallel_for_balanced(int64_t n, const std::function<void(int64
     claims_[i].range.store(pack_claims(first, last), std::memory_order_relaxed);
   }
   run([&](int ti, int nt) {
-    auto run_chunk = [&](int64_t c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); };
-    for (int64_t c; (c = claim_chunk(claims_[ti].range, /*from_front=*/true)) >= 0;) run_chunk(c);
+    auto run_span = [&](ChunkSpan piece) { fn(piece.first * chunk, std::min(n, piece.last * chunk)); };
+    for (ChunkSpan p; !(p = claim_chunks(claims_[ti].range, /*from_front=*/true)).empty();) run_span(p);
     for (int k = 1; k < nt; ++k) {
       auto& other = claims_[(ti + k) % nt].range;
-      for (int64_t c; (c = claim_chunk(other, /*from_front=*/false)) >= 0;) run_chunk(c);
+      for (ChunkSpan p; !(p = claim_chunks(other, /*from_front=*/false)).empty();) run_span(p);
     }
   });
 }

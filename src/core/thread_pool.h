@@ -35,11 +35,11 @@ class ThreadPool {
   static constexpr int64_t kPiecesPerThread = 4;
 
   // Like parallel_for (thread i starts on the i-th contiguous share and walks it front to back, so a
-  // streaming kernel keeps one sequential stream per thread), but each share is taken `chunk` elements
-  // at a time, and a thread that finishes its own share takes chunks from the back of the others'. The
-  // host slowing one core down then costs a short tail, not the whole difference. Chunk edges are
-  // multiples of `chunk` (a single thread gets the whole range at once); fn's result must not depend on
-  // which thread runs it.
+  // streaming kernel keeps one sequential stream per thread), but each share is taken in pieces of
+  // whole `chunk`s, a quarter of what is left at a time, and a thread that finishes its own share takes
+  // pieces from the back of the others'. The host slowing one core down then costs about a chunk of
+  // tail, not the whole difference. Range edges are multiples of `chunk` (a single thread gets the whole
+  // range at once); fn's result must not depend on which thread runs it or how the range was cut.
   void parallel_for_balanced(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t chunk);
 
   // The process-wide pool. Its size is set once by set_global_threads (default: hardware threads).
