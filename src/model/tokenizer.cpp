@@ -22,6 +22,21 @@ bool is_llama_cpp_eog_text(std::string_view text) {
 
 }  // namespace
 
+std::string unescape_spaces(std::string_view token_text) {
+  static constexpr std::string_view kEscapedSpace = "\xE2\x96\x81";
+  std::string piece;
+  piece.reserve(token_text.size());
+  for (size_t i = 0; i < token_text.size();) {
+    if (token_text.substr(i, kEscapedSpace.size()) == kEscapedSpace) {
+      piece += ' ';
+      i += kEscapedSpace.size();
+    } else {
+      piece += token_text[i++];
+    }
+  }
+  return piece;
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
   if (vocab.tokens.empty()) fail("vocabulary has no tokens");
   if (!vocab.token_types.empty() && vocab.token_types.size() != vocab.tokens.size()) {

@@ -57,6 +57,10 @@ class VocabTokenizer : public Tokenizer {
   std::unordered_set<int32_t> eog_ids_;
 };
 
+// Token text with every "▁" (U+2581, how SentencePiece and GGUF WordPiece vocabularies write a space)
+// turned back into ' '.
+std::string unescape_spaces(std::string_view token_text);
+
 std::unique_ptr<Tokenizer> make_spm_tokenizer(Vocab vocab);
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab vocab);
 std::unique_ptr<Tokenizer> make_wpm_tokenizer(Vocab vocab);

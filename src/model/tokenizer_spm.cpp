@@ -60,19 +60,7 @@ class SpmTokenizer final : public VocabTokenizer {
   }
 
  protected:
-  std::string normal_piece(const std::string& token_text) const override {
-    std::string piece;
-    piece.reserve(token_text.size());
-    for (size_t i = 0; i < token_text.size();) {
-      if (token_text.compare(i, kEscapedSpace.size(), kEscapedSpace) == 0) {
-        piece += ' ';
-        i += kEscapedSpace.size();
-      } else {
-        piece += token_text[i++];
-      }
-    }
-    return piece;
-  }
+  std::string normal_piece(const std::string& token_text) const override { return unescape_spaces(token_text); }
 
  private:
   struct Symbol {

@@ -43,19 +43,7 @@ class WpmTokenizer final : public VocabTokenizer {
   }
 
  protected:
-  std::string normal_piece(const std::string& token_text) const override {
-    std::string piece;
-    piece.reserve(token_text.size());
-    for (size_t i = 0; i < token_text.size();) {
-      if (token_text.compare(i, kWordPrefix.size(), kWordPrefix) == 0) {
-        piece += ' ';
-        i += kWordPrefix.size();
-      } else {
-        piece += token_text[i++];
-      }
-    }
-    return piece;
-  }
+  std::string normal_piece(const std::string& token_text) const override { return unescape_spaces(token_text); }
 
  private:
   static std::vector<std::string> split_words(std::string_view text) {
