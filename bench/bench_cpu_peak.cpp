@@ -130,14 +130,14 @@ void BM_Kernel(benchmark::State& state, DType type, int n_tok) {
     }
     pack.pack(t, blocks.data());
   }
-  PackedActs32 acts[avx2::kMaxBlock32Tokens];
+  PackedActs32 acts[avx2::kMaxInterleavedTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = pack.token(t);
   const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                     : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                           : avx2::gemm_interleaved_q8_0;
-  float out[kInterleaveRows * avx2::kMaxBlock32Tokens];
+  float out[kInterleaveRows * avx2::kMaxInterleavedTokens];
   for (auto _ : state) {
-    gemm(n, group.data(), acts, n_tok, out);
+    gemm(n, group.data(), acts, n_tok, out, kInterleaveRows);
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Peak/fma+add", BM_Peak, PeakOp::FmaAdd);
 #endif
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    for (int t : {1, 4}) {
+    for (int t : {1, 4, 5, 6}) {
       const std::string name = "Kernel/" + std::string(dtype_name(type)) + "/t" + std::to_string(t);
       benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, t);
     }

@@ -93,6 +93,8 @@ void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.bytes()));
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens * rows * cols),
+                                               benchmark::Counter::kIsRate);
 }
 
 // a = b + s * c over arrays far larger than the caches, split across the pool like matmul's rows.
@@ -119,7 +121,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Triad", BM_Triad)->Unit(benchmark::kMillisecond)->UseRealTime();
   const DType types[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}};  // rows x cols
+  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};  // rows x cols
   for (DType type : types) {
     for (const auto& shape : shapes) {
       for (int64_t n_tokens : {1, 16}) {

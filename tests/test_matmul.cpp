@@ -117,7 +117,7 @@ TEST_P(MatmulTypes, EachTokenIsBitIdenticalAloneOrInABatch) {
   std::mt19937 rng(static_cast<uint32_t>(type) + 77);
   const auto data = random_weights(type, n_out, n_in, rng);
   const Tensor w = make_tensor(type, n_out, n_in, data);
-  const int64_t n_tokens = 11;  // tiles of 4, 4 and 3
+  const int64_t n_tokens = 11;  // passes of 4, 4 and 3 (6 and 5 in the Q4 interleaved kernels)
   const auto x = random_floats(n_tokens * n_in, rng);
   for (bool simd : {true, false}) {
     set_simd_enabled(simd);

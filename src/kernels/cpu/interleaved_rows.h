@@ -38,12 +38,21 @@ size_t interleaved_block_bytes(DType type);
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w);
 
 namespace avx2 {
-// out[r * n_tok + t] for the 8 rows of one group (data = that group's first block record) and n_tok
-// (1..kMaxBlock32Tokens) tokens. Each (row, token) value is one lane summed over the blocks in order, so
-// it does not depend on n_tok.
-void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out);
-void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out);
-void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out);
+// Tokens one interleaved kernel call multiplies: 6 running int16 block sums and 6 float accumulators
+// plus the unpacked quants, a broadcast and a product fill the 16 ymm registers; every token past the
+// first shares the group's load and unpack.
+inline constexpr int kMaxInterleavedTokens = 6;
+
+// For the 8 rows of one group (data = that group's first block record) and n_tok
+// (1..kMaxInterleavedTokens) tokens: out[t * out_stride + r] = row r . token t, stored as one 8-float
+// vector per token. Each (row, token) value is one lane summed over the blocks in order, so it does not
+// depend on n_tok.
+void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
+                           int64_t out_stride);
+void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
+                           int64_t out_stride);
+void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
+                           int64_t out_stride);
 }  // namespace avx2
 
 }  // namespace kvserve

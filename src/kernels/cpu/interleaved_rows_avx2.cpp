@@ -33,14 +33,11 @@ inline void opaque(V& v) {
   asm("" : "+x"(v));
 }
 
-// out[r * T + t] = lane r of acc[t].
+// out[t * stride + r] = lane r of acc[t]: each token's 8 rows are adjacent in the output.
 template <int T>
-inline void store_row_lanes(const __m256 (&acc)[T], float* out) {
-  alignas(32) float lanes[T][kInterleaveRows];
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) _mm256_store_ps(lanes[t], acc[t]);
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < kInterleaveRows; ++r) out[r * T + t] = lanes[t][r];
+inline void store_tokens(const __m256 (&acc)[T], float* out, int64_t stride) {
+#pragma GCC unroll 6
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * stride, acc[t]);
 }
 
 // Quants are 0..15 and activations -127..127, so each maddubs pair sum is within +-3810 and the 8 of
@@ -48,17 +45,17 @@ inline void store_row_lanes(const __m256 (&acc)[T], float* out) {
 // whatever order they are added in.
 //
 // Register budget (16 ymm): T running block sums, T accumulators, one quant vector, a broadcast and a
-// product. A block is therefore walked as its 4 packed vectors twice (low nibbles, then high nibbles,
+// product (T = 6 leaves the mask to a memory operand; an accumulator spilled is touched once per block). A block is therefore walked as its 4 packed vectors twice (low nibbles, then high nibbles,
 // re-read from L1) with every token consuming a quant vector as soon as it is unpacked; unpacking all 8
 // first made GCC spill most of the 8 x T products to the stack (two 128-bit stores each on Zen 1).
 template <bool kQ4_1, int T>
-void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out) {
+void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out, int64_t stride) {
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
   constexpr size_t kRecordBytes = kScaleBytes + 128;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[T];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec = group + i * kRecordBytes;
@@ -71,7 +68,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
       const __m256i packed = _mm256_loadu_si256(qs + g % 4);
       const __m256i q = _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
       const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
         const __m256i p = _mm256_maddubs_epi16(q, broadcast_4_bytes(acts[t].qs + 32 * i + elem));
         sum16[t] = g == 0 ? p : _mm256_add_epi16(sum16[t], p);
@@ -79,7 +76,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < T; ++t) {
       __m256i isum = _mm256_madd_epi16(sum16[t], ones);  // lane r: row r's sum of q * y over the block
       if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(acts[t].q4_offset[i]));
@@ -91,17 +88,17 @@ void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, floa
       }
     }
   }
-  store_row_lanes<T>(acc, out);
+  store_tokens<T>(acc, out, stride);
 }
 
 // Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127, too
 // large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
 template <int T>
-void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out) {
+void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out, int64_t stride) {
   constexpr size_t kRecordBytes = 16 + 256;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[T];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec = group + i * kRecordBytes;
@@ -112,7 +109,7 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts,
     for (int g = 0; g < 8; ++g) {
       const __m256i w = _mm256_loadu_si256(qs + g);
       const __m256i w_abs = _mm256_sign_epi8(w, w);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
         const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + 4 * g);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(y, w)), ones);
@@ -121,43 +118,50 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts,
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < T; ++t) {
       const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(acts[t].d + i));
       acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[t]), acc[t]);
     }
   }
-  store_row_lanes<T>(acc, out);
+  store_tokens<T>(acc, out, stride);
 }
 
 template <bool kQ4_1>
-void gemm_any(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
-  static_assert(kMaxBlock32Tokens == 4, "dispatch below covers 1..4 tokens");
+void gemm_any(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out, int64_t stride) {
+  static_assert(kMaxInterleavedTokens == 6, "dispatch below covers 1..6 tokens");
   switch (n_tok) {
-    case 1: gemm_fixed<kQ4_1, 1>(n / 32, group, acts, out); break;
-    case 2: gemm_fixed<kQ4_1, 2>(n / 32, group, acts, out); break;
-    case 3: gemm_fixed<kQ4_1, 3>(n / 32, group, acts, out); break;
-    default: gemm_fixed<kQ4_1, 4>(n / 32, group, acts, out); break;
+    case 1: gemm_fixed<kQ4_1, 1>(n / 32, group, acts, out, stride); break;
+    case 2: gemm_fixed<kQ4_1, 2>(n / 32, group, acts, out, stride); break;
+    case 3: gemm_fixed<kQ4_1, 3>(n / 32, group, acts, out, stride); break;
+    case 4: gemm_fixed<kQ4_1, 4>(n / 32, group, acts, out, stride); break;
+    case 5: gemm_fixed<kQ4_1, 5>(n / 32, group, acts, out, stride); break;
+    default: gemm_fixed<kQ4_1, 6>(n / 32, group, acts, out, stride); break;
   }
 }
 
 }  // namespace
 
-void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
+void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
+                           int64_t out_stride) {
   switch (n_tok) {
-    case 1: gemm_q8_0_fixed<1>(n / 32, group, acts, out); break;
-    case 2: gemm_q8_0_fixed<2>(n / 32, group, acts, out); break;
-    case 3: gemm_q8_0_fixed<3>(n / 32, group, acts, out); break;
-    default: gemm_q8_0_fixed<4>(n / 32, group, acts, out); break;
+    case 1: gemm_q8_0_fixed<1>(n / 32, group, acts, out, out_stride); break;
+    case 2: gemm_q8_0_fixed<2>(n / 32, group, acts, out, out_stride); break;
+    case 3: gemm_q8_0_fixed<3>(n / 32, group, acts, out, out_stride); break;
+    case 4: gemm_q8_0_fixed<4>(n / 32, group, acts, out, out_stride); break;
+    case 5: gemm_q8_0_fixed<5>(n / 32, group, acts, out, out_stride); break;
+    default: gemm_q8_0_fixed<6>(n / 32, group, acts, out, out_stride); break;
   }
 }
 
-void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
-  gemm_any<false>(n, group, acts, n_tok, out);
+void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
+                           int64_t out_stride) {
+  gemm_any<false>(n, group, acts, n_tok, out, out_stride);
 }
 
-void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out) {
-  gemm_any<true>(n, group, acts, n_tok, out);
+void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
+                           int64_t out_stride) {
+  gemm_any<true>(n, group, acts, n_tok, out, out_stride);
 }
 
 }  // namespace kvserve::avx2

@@ -159,8 +159,9 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
   return a;
 }
 
-// Interleaved rows [row_begin, row_end) (within the grouped rows): whole groups of 8 are computed; a group
-// cut by the range edge is computed whole into a scratch tile and only the range's rows are stored.
+// Interleaved rows [row_begin, row_end) (within the grouped rows). A group inside the range stores
+// straight into y; a group cut by the range edge is computed whole into a scratch tile and only the
+// range's rows are copied.
 void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
@@ -171,22 +172,30 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t chunk_groups = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / group_bytes));
   const int64_t g_begin = row_begin / kInterleaveRows;
   const int64_t g_end = (row_end + kInterleaveRows - 1) / kInterleaveRows;
-  constexpr int kTok = avx2::kMaxBlock32Tokens;
+  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  // Tokens per pass over a chunk: Q4's 6-token kernel does ~1.1x the work per ns of its 4-token one (the
+  // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
+  // per-token sign fix-ups fill the registers: bench_cpu_peak Kernel/*).
+  const int64_t pass_tokens = w.type == DType::Q8_0 ? 4 : kTok;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   for (int64_t chunk = g_begin; chunk < g_end; chunk += chunk_groups) {
     const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTok) {
-      const int n_tok = static_cast<int>(std::min<int64_t>(kTok, a.n_tokens - t0));
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens) {
+      const int n_tok = static_cast<int>(std::min(pass_tokens, a.n_tokens - t0));
       PackedActs32 acts[kTok];
       for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
       for (int64_t g = chunk; g < chunk_end; ++g) {
-        float out[kInterleaveRows * kTok];
-        gemm(n_in, base + g * group_bytes, acts, n_tok, out);
         const int64_t r0 = g * kInterleaveRows;
+        if (r0 >= row_begin && r0 + kInterleaveRows <= row_end) {
+          gemm(n_in, base + g * group_bytes, acts, n_tok, y + t0 * n_out + r0, n_out);
+          continue;
+        }
+        float out[kInterleaveRows * kTok];
+        gemm(n_in, base + g * group_bytes, acts, n_tok, out, kInterleaveRows);
         const int i_begin = static_cast<int>(std::max<int64_t>(0, row_begin - r0));
         const int i_end = static_cast<int>(std::min<int64_t>(kInterleaveRows, row_end - r0));
-        for (int i = i_begin; i < i_end; ++i)
-          for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r0 + i] = out[i * n_tok + t];
+        for (int t = 0; t < n_tok; ++t)
+          for (int i = i_begin; i < i_end; ++i) y[(t0 + t) * n_out + r0 + i] = out[t * kInterleaveRows + i];
       }
     }
   }
