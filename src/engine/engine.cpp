@@ -66,7 +66,7 @@ struct Engine::Impl {
   void admit(EngineRequest r);
   void abort(const std::string& id, const std::string& reason, const std::string& error = {});
   void step();
-  void on_prompt_or_decode_done(SeqId seq, const float* logits);
+  void on_prompt_or_decode_done(SeqId seq, float* logits);
   void fork_children(ActiveRequest& a);
   void sample_choice(ActiveRequest& a, int index, float* logits);
   void finish_choice(ActiveRequest& a, int index, const std::string& reason, RequestEvent ev,
@@ -256,7 +256,7 @@ void Engine::Impl::step() {
   }
 }
 
-void Engine::Impl::on_prompt_or_decode_done(SeqId seq, const float* row) {
+void Engine::Impl::on_prompt_or_decode_done(SeqId seq, float* row) {
   auto it = by_seq.find(seq);
   if (it == by_seq.end()) return;
   ActiveRequest& a = *it->second.first;
@@ -277,8 +277,8 @@ void Engine::Impl::on_prompt_or_decode_done(SeqId seq, const float* row) {
     }
     return;
   }
-  scratch.assign(row, row + n_vocab);
-  sample_choice(a, index, scratch.data());
+  // A decode row belongs to this sequence alone and is not read again: sample on it in place.
+  sample_choice(a, index, row);
 }
 
 void Engine::Impl::fork_children(ActiveRequest& a) {

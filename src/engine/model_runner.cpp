@@ -84,6 +84,16 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       }
   }
 
+  // A position's rotation angles are the same in every layer and for q and k.
+  const int64_t n_rot = rope_.n_rot();
+  rope_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
+  {
+    int64_t t = 0;
+    for (const auto& s : batch)
+      for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
+        rope_.angles(s.pos0 + static_cast<int64_t>(i), rope_cos_sin_.data() + t * n_rot);
+  }
+
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = model_.layers[il];
@@ -104,8 +114,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     for (const auto& s : batch) {
       for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
         const int64_t pos = s.pos0 + static_cast<int64_t>(i);
-        rope_.apply(q_.data() + t * QD, static_cast<int>(H), pos);
-        rope_.apply(k_.data() + t * KD, static_cast<int>(KVH), pos);
+        rope_.rotate(q_.data() + t * QD, static_cast<int>(H), rope_cos_sin_.data() + t * n_rot);
+        rope_.rotate(k_.data() + t * KD, static_cast<int>(KVH), rope_cos_sin_.data() + t * n_rot);
         const int64_t block = s.block_table[pos / kv.block_size];
         const int64_t slot = pos % kv.block_size;
         for (int64_t h = 0; h < KVH; ++h) {

@@ -49,6 +49,7 @@ class ModelRunner {
   ThreadPool& pool_;
   Rope rope_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
+  std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
 };
 
 }  // namespace kvserve
