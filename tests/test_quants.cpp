@@ -412,6 +412,42 @@ TEST(QuantsActivations, Avx2Q8QuantizersMatchScalarBitForBit) {
   EXPECT_EQ(b0[0].qs[7], -4);  // 0 - 3.5
 }
 
+// F16C's conversion against the scalar one (the KV cache's f16 stores and F16-weight activations):
+// the same bits for normals, halfway ties, values that round up into the next binade or to infinity,
+// f16 subnormals and underflow, zeros and infinities; NaN stays NaN with its sign.
+TEST(QuantsActivations, Avx2F16ConversionMatchesScalarBitForBit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  std::mt19937 rng(23);
+  std::vector<float> x = random_floats(1000, rng);
+  for (float& v : x) v *= 37.0f;
+  const float specials[] = {0.0f,       -0.0f,     1.0f,        1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-23f,
+                            1.0f + 3 * 0x1p-11f,   65504.0f,    65519.0f,        65520.0f,
+                            -65520.0f,  1e6f,      0x1p-14f,    0x1p-24f,        0x1p-25f,
+                            0x1.8p-25f, 0x1p-26f,  -0x1.4p-20f, 0x1.ffcp-15f,    INFINITY,
+                            -INFINITY,  NAN,       -NAN,        1e-30f,          2047.5f};
+  x.insert(x.end(), std::begin(specials), std::end(specials));
+  // Random bit patterns cover exponents the scaled normals above do not.
+  for (int i = 0; i < 4000; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  for (int64_t len : {int64_t{0}, int64_t{5}, static_cast<int64_t>(x.size())}) {
+    std::vector<uint16_t> want(len), got(len);
+    quantize_row_f16(x.data(), want.data(), len);
+    avx2::quantize_row_f16(x.data(), got.data(), len);
+    for (int64_t i = 0; i < len; ++i) {
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(fp16_to_fp32(got[i]))) << i;
+        EXPECT_EQ(got[i] & 0x8000, want[i] & 0x8000) << i;
+      } else {
+        EXPECT_EQ(got[i], want[i]) << "x = " << x[i];
+      }
+    }
+  }
+}
+
 // Multi-row tiles of the 32-element block types: every (rows, tokens) shape gives each (row, token) pair
 // the scalar reference's value to float rounding, and bit-for-bit the same value as the 1 x 1 tile
 // (batch invariance: a token's logits must not depend on what it is batched with).

@@ -7,6 +7,7 @@
 #include "core/fp16.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 
@@ -39,7 +40,11 @@ void store_kv_row(KVElemType type, const float* src, int64_t n, void* base, int6
     case KVElemType::F32: std::copy_n(src, n, static_cast<float*>(base) + elem_off); break;
     case KVElemType::F16: {
       uint16_t* dst = static_cast<uint16_t*>(base) + elem_off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+      if (cpu_has_avx2()) {
+        avx2::quantize_row_f16(src, dst, n);
+      } else {
+        quantize_row_f16(src, dst, n);
+      }
       break;
     }
     case KVElemType::BF16: {

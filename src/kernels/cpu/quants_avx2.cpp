@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "core/fp16.h"
 #include "kernels/cpu/avx2_inline.h"
 #include "kernels/cpu/quants.h"
 
@@ -366,6 +367,14 @@ inline float quantize_block_32(const float* x, int8_t* qs, int* sum) {
 }
 
 }  // namespace
+
+void quantize_row_f16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
 
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK8_0; ++i) y[i].d = float_to_half(quantize_block_32(x + i * kQK8_0, y[i].qs, nullptr));
