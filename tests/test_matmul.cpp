@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quants.h"
 #include "random_weights.h"
 
 namespace kvserve {
@@ -262,6 +263,71 @@ TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
   matmul(wb, x.data(), n_tokens, eb.data());
   EXPECT_EQ(ya, ea);
   EXPECT_EQ(yb, eb);
+}
+
+// The interleaved kernels called directly, for every token count they take: each token's 8 outputs land
+// at out + t * stride (and nowhere else) with the same bits as that token multiplied alone.
+TEST(InterleavedKernels, EveryTokenCountStoresEachTokensRowsAtItsStride) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  constexpr int64_t kStride = 13;  // not a multiple of 8: stores must not assume alignment
+  const int64_t n_in = 160;
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    std::mt19937 rng(static_cast<uint32_t>(type) + 5);
+    const auto data = random_weights(type, kInterleaveRows, n_in, rng);
+    const Tensor w = make_tensor(type, kInterleaveRows, n_in, data);
+    const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
+    ActPack32 pack;
+    pack.reset(act_type, n_in, kTok);
+    std::vector<std::vector<uint8_t>> rows;
+    for (int t = 0; t < kTok; ++t) {
+      const auto x = random_floats(n_in, rng);
+      rows.emplace_back(row_bytes(act_type, n_in));
+      if (act_type == DType::Q8_1) {
+        quantize_row_q8_1(x.data(), reinterpret_cast<BlockQ8_1*>(rows.back().data()), n_in);
+      } else {
+        quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(rows.back().data()), n_in);
+      }
+      pack.pack(t, rows.back().data());
+    }
+    PackedActs32 acts[kTok];
+    for (int t = 0; t < kTok; ++t) acts[t] = pack.token(t);
+    const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
+                      : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
+                                            : avx2::gemm_interleaved_q8_0;
+    const auto* group = static_cast<const uint8_t*>(w.interleaved);
+    float alone[kTok][kInterleaveRows];
+    for (int t = 0; t < kTok; ++t) gemm(n_in, group, &acts[t], 1, alone[t], kInterleaveRows);
+    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+      std::vector<float> out(kStride * kTok, -7.0f);
+      gemm(n_in, group, acts, n_tok, out.data(), kStride);
+      for (int t = 0; t < kTok; ++t)
+        for (int64_t i = 0; i < kStride; ++i) {
+          const float got = out[t * kStride + i];
+          if (t < n_tok && i < kInterleaveRows) {
+            EXPECT_EQ(got, alone[t][i]) << dtype_name(type) << " n_tok " << n_tok << " token " << t << " row " << i;
+          } else {
+            EXPECT_EQ(got, -7.0f) << dtype_name(type) << " n_tok " << n_tok << " wrote past token " << t << "'s rows";
+          }
+        }
+    }
+    // And the single-token result is the dot product itself.
+    for (int t = 0; t < kTok; ++t) {
+      std::vector<float> act(n_in);
+      dequantize_row(act_type, rows[t].data(), act.data(), n_in);
+      std::vector<float> wrow(n_in);
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        dequantize_row(type, w.row(r), wrow.data(), n_in);
+        double dot = 0, mag = 0;
+        for (int64_t k = 0; k < n_in; ++k) {
+          dot += static_cast<double>(wrow[k]) * act[k];
+          mag += std::fabs(static_cast<double>(wrow[k]) * act[k]);
+        }
+        // Q4_1's offset term uses the fp16-rounded block sum, as ggml does: a looser bound there.
+        EXPECT_NEAR(alone[t][r], dot, (type == DType::Q4_1 ? 2e-3 : 1e-5) * mag + 1e-5) << dtype_name(type);
+      }
+    }
+  }
 }
 
 }  // namespace

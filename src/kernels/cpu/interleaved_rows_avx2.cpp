@@ -45,9 +45,10 @@ inline void store_tokens(const __m256 (&acc)[T], float* out, int64_t stride) {
 // whatever order they are added in.
 //
 // Register budget (16 ymm): T running block sums, T accumulators, one quant vector, a broadcast and a
-// product (T = 6 leaves the mask to a memory operand; an accumulator spilled is touched once per block). A block is therefore walked as its 4 packed vectors twice (low nibbles, then high nibbles,
-// re-read from L1) with every token consuming a quant vector as soon as it is unpacked; unpacking all 8
-// first made GCC spill most of the 8 x T products to the stack (two 128-bit stores each on Zen 1).
+// product (at T = 6 one accumulator is spilled, touched once per block). A block is therefore walked as
+// its 4 packed vectors twice (low nibbles, then high nibbles, re-read from L1) with every token consuming
+// a quant vector as soon as it is unpacked; unpacking all 8 first made GCC spill most of the 8 x T
+// products to the stack (two 128-bit stores each on Zen 1).
 template <bool kQ4_1, int T>
 void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out, int64_t stride) {
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;

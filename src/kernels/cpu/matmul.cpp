@@ -49,7 +49,8 @@ DotKind dot_kind(DType weight_type, bool simd) {
     case DType::F32:
       return {DType::F32, nullptr, scalar_dot_erased<float, float, vec_dot_f32_f32>, avx2::dot_tile_f32};
     case DType::F16:
-      return {DType::F16, simd ? convert_erased<uint16_t, avx2::quantize_row_f16> : convert_erased<uint16_t, quantize_row_f16>,
+      return {DType::F16,
+              simd ? convert_erased<uint16_t, avx2::quantize_row_f16> : convert_erased<uint16_t, quantize_row_f16>,
               scalar_dot_erased<uint16_t, uint16_t, vec_dot_f16_f16>, avx2::dot_tile_f16};
     case DType::BF16:
       return {DType::BF16, convert_erased<uint16_t, quantize_row_bf16>,
