@@ -35,7 +35,9 @@ TEST(Ops, RopeMatchesReferenceBothStyles) {
       for (int i = 0; i < 2 * hd; ++i) x[i] = std::sin(0.3f * i + 1);
       std::vector<float> h0(x.begin(), x.begin() + hd), h1(x.begin() + hd, x.end());
       Rope rope(hd, hd, 10000.0f, neox ? RopeStyle::NeoX : RopeStyle::Interleaved, RopeScaling{});
-      rope.apply(x.data(), 2, pos);
+      std::vector<float> cos_sin(rope.n_rot());
+      rope.angles(pos, cos_sin.data());
+      rope.rotate(x.data(), 2, cos_sin.data());
       rope_ref(h0, hd, pos, 10000.0f, neox);
       rope_ref(h1, hd, pos, 10000.0f, neox);
       for (int i = 0; i < hd; ++i) {

@@ -1,7 +1,6 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
-#include <vector>
 
 #include "kernels/cpu/matmul.h"
 
@@ -77,12 +76,6 @@ void Rope::rotate(float* x, int n_heads, const float* cos_sin) const {
       v[b] = x0 * s + x1 * c;
     }
   }
-}
-
-void Rope::apply(float* x, int n_heads, int64_t pos) const {
-  std::vector<float> cos_sin(static_cast<size_t>(n_rot_));
-  angles(pos, cos_sin.data());
-  rotate(x, n_heads, cos_sin.data());
 }
 
 void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {

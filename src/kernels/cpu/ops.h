@@ -16,9 +16,8 @@ void rmsnorm(const float* x, const float* w, float* out, int n, float eps);
 class Rope {
  public:
   Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling);
-  void apply(float* x, int n_heads, int64_t pos) const;
-  // The same rotation in two steps, so a forward pass computes a position's cos/sin once for all layers
-  // and for q and k: angles() fills n_rot() floats (cos, sin of each rotated pair), rotate() applies them.
+  // In two steps, so a forward pass computes a position's cos/sin once for all layers and for q and k:
+  // angles() fills n_rot() floats (cos, sin of each rotated pair), rotate() applies them to n_heads heads.
   void angles(int64_t pos, float* cos_sin) const;
   void rotate(float* x, int n_heads, const float* cos_sin) const;
   int n_rot() const { return n_rot_; }
