@@ -2,15 +2,15 @@
 // the int8 (vpmaddubsw) and f32 (FMA) inner loops run into once weights are in cache. Single thread,
 // operands in registers or L1, so memory never limits.
 //
-//   Peak/maddubs        vpmaddubsw alone, 8 independent chains: the int8 multiply ceiling
-//   Peak/maddubs+add    vpmaddubsw then vpaddw into an accumulator: the Q4 kernels' inner step
-//   Peak/fma            vfmadd231ps, 12 independent chains: the f32 ceiling (attention, F32/F16 weights)
-//   Peak/fma+add        one FMA and one independent integer add per step: do different ops share a limit?
+//   Peak/maddubs        vpmaddubsw alone: the int8 multiply ceiling
+//   Peak/maddubs+X      8 vpmaddubsw and 8 independent X per step: does X compete with the multiplies for
+//                       the same pipes? (add: no; madd, sign, fma: yes, to different degrees)
+//   Peak/fma            vfmadd231ps alone: the f32 ceiling (attention, F32/F16 weights)
 //   Kernel/<type>/t<T>  the interleaved 8-row kernel (Q4_0/Q4_1/Q8_0) on one L1-resident 8-row group
 //
 // Counters: MAC/s (int8 or f32 multiply-adds) and vec_ops/s (vector instructions issued). On the
-// 2-core CI machine (AMD EPYC under KVM) every 256-bit op, whatever its kind, issues at ~1.2 per ns per
-// core, so a kernel's speed is its vector instruction count: see README "CPU kernels".
+// 2-core machine this project runs on (Zen 3 under KVM) vpmaddubsw, vpmaddwd and FMA each issue 2 per
+// cycle and share those two pipes; vpaddw issues beside them for free: see README "CPU kernels".
 //
 //   ./bench_cpu_peak
 #include <benchmark/benchmark.h>
@@ -39,57 +39,41 @@ constexpr int64_t kSteps = 1 << 16;  // inner repetitions per benchmark iteratio
 
 #if defined(__x86_64__)
 
-enum class PeakOp { Maddubs, MaddubsAdd, Fma, FmaAdd };
-
-// Returns something derived from every chain so the compiler cannot drop any of them.
-__attribute__((target("avx2,fma"))) __attribute__((noinline)) int run_peak(PeakOp op, int64_t steps) {
-  __m256i y = _mm256_set1_epi8(3);
-  __m256i w[8], acc[8];
-  __m256 f[12];
-  for (int i = 0; i < 8; ++i) {
-    w[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
-    acc[i] = _mm256_setzero_si256();
+// Each step issues 8 instructions of the first kind and, for the pairs, 8 of the second, into distinct
+// destination registers from two constant sources: no dependency chains, so the step's time is set by
+// how many of each the core can issue per cycle. (Written in asm: with intrinsics GCC kept every case's
+// registers live at once and spilled, which made an earlier version of this benchmark report a third
+// of the real vpmaddubsw rate.)
+#define KV_X8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define KV_X8B(M) M(8) M(9) M(10) M(11) M(12) M(13) M(8) M(9)
+#define KV_MADDUBS(i) "vpmaddubsw %%ymm14, %%ymm15, %%ymm" #i "\n\t"
+#define KV_ADDW(i) "vpaddw %%ymm14, %%ymm15, %%ymm" #i "\n\t"
+#define KV_FMA(i) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #i "\n\t"
+#define KV_MADDWD(i) "vpmaddwd %%ymm14, %%ymm15, %%ymm" #i "\n\t"
+#define KV_SIGN(i) "vpsignb %%ymm14, %%ymm15, %%ymm" #i "\n\t"
+#define KV_PEAK_LOOP(name, body)                                                                               \
+  __attribute__((noinline)) void name(int64_t steps) {                                                        \
+    asm volatile("vpxor %%ymm14, %%ymm14, %%ymm14\n\tvpxor %%ymm15, %%ymm15, %%ymm15\n\t"                    \
+                 "1:\n\t" body "dec %0\n\tjnz 1b\n\t"                                                         \
+                 : "+r"(steps)                                                                                \
+                 :                                                                                            \
+                 : "memory", "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", \
+                   "ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15");                                    \
   }
-  for (int i = 0; i < 12; ++i) f[i] = _mm256_set1_ps(1.0f + 1e-3f * static_cast<float>(i));
-  __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
-  const __m256i one = _mm256_set1_epi32(1);
-  for (int64_t s = 0; s < steps; ++s) {
-    switch (op) {
-      case PeakOp::Maddubs:
-        for (int i = 0; i < 8; ++i) w[i] = _mm256_maddubs_epi16(w[i], y);
-        break;
-      case PeakOp::MaddubsAdd:
-        for (int i = 0; i < 8; ++i) acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(w[i], y));
-        break;
-      case PeakOp::Fma:
-        for (int i = 0; i < 12; ++i) f[i] = _mm256_fmadd_ps(f[i], m, c);
-        break;
-      case PeakOp::FmaAdd:
-        for (int i = 0; i < 8; ++i) {
-          f[i] = _mm256_fmadd_ps(f[i], m, c);
-          acc[i] = _mm256_add_epi32(acc[i], one);
-        }
-        break;
-    }
-    // Opaque to the optimizer: the loop body cannot be hoisted or folded.
-    asm volatile("" : "+x"(y), "+x"(m));
-  }
-  __m256i r = _mm256_setzero_si256();
-  for (int i = 0; i < 8; ++i) r = _mm256_xor_si256(r, _mm256_xor_si256(w[i], acc[i]));
-  __m256 fs = f[0];
-  for (int i = 1; i < 12; ++i) fs = _mm256_add_ps(fs, f[i]);
-  return _mm256_extract_epi32(r, 0) ^ static_cast<int>(_mm256_cvtss_f32(fs));
-}
+KV_PEAK_LOOP(peak_maddubs, KV_X8(KV_MADDUBS))
+KV_PEAK_LOOP(peak_maddubs_add, KV_X8(KV_MADDUBS) KV_X8B(KV_ADDW))
+KV_PEAK_LOOP(peak_maddubs_madd, KV_X8(KV_MADDUBS) KV_X8B(KV_MADDWD))
+KV_PEAK_LOOP(peak_maddubs_sign, KV_X8(KV_MADDUBS) KV_X8B(KV_SIGN))
+KV_PEAK_LOOP(peak_maddubs_fma, KV_X8(KV_MADDUBS) KV_X8B(KV_FMA))
+KV_PEAK_LOOP(peak_fma, KV_X8(KV_FMA))
 
-void BM_Peak(benchmark::State& state, PeakOp op) {
+// ops: vector instructions per step; macs: multiply-adds per step (int8 or f32).
+void BM_Peak(benchmark::State& state, void (*loop)(int64_t), double ops, double macs) {
   if (!cpu_has_avx2_fma_f16c()) {
     state.SkipWithError("needs AVX2/FMA");
     return;
   }
-  for (auto _ : state) benchmark::DoNotOptimize(run_peak(op, kSteps));
-  // Per step of each PeakOp: vector instructions issued and multiply-adds done.
-  constexpr struct { double ops, macs; } kPerStep[] = {{8, 8 * 32}, {16, 8 * 32}, {12, 12 * 8}, {16, 8 * 8}};
-  const auto [ops, macs] = kPerStep[static_cast<int>(op)];
+  for (auto _ : state) loop(kSteps);
   const double steps = static_cast<double>(state.iterations()) * kSteps;
   state.counters["MAC/s"] = benchmark::Counter(steps * macs, benchmark::Counter::kIsRate);
   state.counters["vec_ops/s"] = benchmark::Counter(steps * ops, benchmark::Counter::kIsRate);
@@ -97,9 +81,9 @@ void BM_Peak(benchmark::State& state, PeakOp op) {
 
 #endif  // __x86_64__
 
-// One 8-row interleaved group of `n` columns (random quants, sane scales) times T packed activation rows,
-// repeated: the kernel's own speed with everything in L1.
-void BM_Kernel(benchmark::State& state, DType type, int n_tok) {
+// n_groups interleaved 8-row groups of `n` columns (random quants, sane scales) times T packed activation
+// rows, repeated: the kernel's own speed with everything in L1.
+void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok) {
   if (!cpu_has_avx2_fma_f16c()) {
     state.SkipWithError("needs AVX2/FMA");
     return;
@@ -109,9 +93,9 @@ void BM_Kernel(benchmark::State& state, DType type, int n_tok) {
   const size_t block_bytes = interleaved_block_bytes(type);
   const size_t scale_bytes = type == DType::Q4_1 ? 32 : 16;
   std::mt19937 rng(1);
-  std::vector<uint8_t> group(static_cast<size_t>(nb) * block_bytes);
+  std::vector<uint8_t> group(static_cast<size_t>(n_groups * nb) * block_bytes);
   for (auto& b : group) b = static_cast<uint8_t>(rng());
-  for (int64_t i = 0; i < nb; ++i) {
+  for (int64_t i = 0; i < n_groups * nb; ++i) {
     auto* scales = reinterpret_cast<uint16_t*>(group.data() + i * block_bytes);
     for (size_t j = 0; j < scale_bytes / 2; ++j) scales[j] = fp32_to_fp16(0.01f);
   }
@@ -135,13 +119,13 @@ void BM_Kernel(benchmark::State& state, DType type, int n_tok) {
   const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                     : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                           : avx2::gemm_interleaved_q8_0;
-  float out[kInterleaveRows * avx2::kMaxInterleavedTokens];
+  float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
   for (auto _ : state) {
-    gemm(n, group.data(), acts, n_tok, out, kInterleaveRows);
+    gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups);
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }
-  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n * kInterleaveRows * n_tok,
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n * kInterleaveRows * n_groups * n_tok,
                                                benchmark::Counter::kIsRate);
 }
 
@@ -149,15 +133,20 @@ void BM_Kernel(benchmark::State& state, DType type, int n_tok) {
 
 int main(int argc, char** argv) {
 #if defined(__x86_64__)
-  benchmark::RegisterBenchmark("Peak/maddubs", BM_Peak, PeakOp::Maddubs);
-  benchmark::RegisterBenchmark("Peak/maddubs+add", BM_Peak, PeakOp::MaddubsAdd);
-  benchmark::RegisterBenchmark("Peak/fma", BM_Peak, PeakOp::Fma);
-  benchmark::RegisterBenchmark("Peak/fma+add", BM_Peak, PeakOp::FmaAdd);
+  benchmark::RegisterBenchmark("Peak/maddubs", BM_Peak, peak_maddubs, 8, 8 * 32);
+  benchmark::RegisterBenchmark("Peak/maddubs+add", BM_Peak, peak_maddubs_add, 16, 8 * 32);
+  benchmark::RegisterBenchmark("Peak/maddubs+madd", BM_Peak, peak_maddubs_madd, 16, 8 * 32);
+  benchmark::RegisterBenchmark("Peak/maddubs+sign", BM_Peak, peak_maddubs_sign, 16, 8 * 32);
+  benchmark::RegisterBenchmark("Peak/maddubs+fma", BM_Peak, peak_maddubs_fma, 16, 8 * 32 + 8 * 8);
+  benchmark::RegisterBenchmark("Peak/fma", BM_Peak, peak_fma, 8, 8 * 8);
 #endif
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    for (int t : {1, 4, 5, 6}) {
-      const std::string name = "Kernel/" + std::string(dtype_name(type)) + "/t" + std::to_string(t);
-      benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, t);
+    for (int g : {1, 2}) {
+      for (int t : {1, 4, 5, 6}) {
+        const std::string name =
+            "Kernel/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t);
+      }
     }
   }
   benchmark::Initialize(&argc, argv);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -265,17 +266,19 @@ TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
   EXPECT_EQ(yb, eb);
 }
 
-// The interleaved kernels called directly, for every token count they take: each token's 8 outputs land
-// at out + t * stride (and nowhere else) with the same bits as that token multiplied alone.
-TEST(InterleavedKernels, EveryTokenCountStoresEachTokensRowsAtItsStride) {
+// The interleaved kernels called directly, for every group and token count they take: each token's 8
+// outputs per group land at out + t * stride + 8 * g (and nowhere else) with the same bits as that group
+// and token multiplied alone.
+TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
   constexpr int kTok = avx2::kMaxInterleavedTokens;
-  constexpr int64_t kStride = 13;  // not a multiple of 8: stores must not assume alignment
+  constexpr int kGroups = avx2::kMaxInterleavedGroups;
+  constexpr int64_t kStride = 8 * kGroups + 3;  // not a multiple of 8: stores must not assume alignment
   const int64_t n_in = 160;
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 5);
-    const auto data = random_weights(type, kInterleaveRows, n_in, rng);
-    const Tensor w = make_tensor(type, kInterleaveRows, n_in, data);
+    const auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
+    const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
     const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
     ActPack32 pack;
     pack.reset(act_type, n_in, kTok);
@@ -295,28 +298,36 @@ TEST(InterleavedKernels, EveryTokenCountStoresEachTokensRowsAtItsStride) {
     const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                       : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                             : avx2::gemm_interleaved_q8_0;
-    const auto* group = static_cast<const uint8_t*>(w.interleaved);
-    float alone[kTok][kInterleaveRows];
-    for (int t = 0; t < kTok; ++t) gemm(n_in, group, &acts[t], 1, alone[t], kInterleaveRows);
-    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-      std::vector<float> out(kStride * kTok, -7.0f);
-      gemm(n_in, group, acts, n_tok, out.data(), kStride);
+    const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
+    const size_t group_bytes = static_cast<size_t>(n_in / 32) * interleaved_block_bytes(type);
+    float alone[kGroups][kTok][kInterleaveRows];
+    for (int g = 0; g < kGroups; ++g)
       for (int t = 0; t < kTok; ++t)
-        for (int64_t i = 0; i < kStride; ++i) {
-          const float got = out[t * kStride + i];
-          if (t < n_tok && i < kInterleaveRows) {
-            EXPECT_EQ(got, alone[t][i]) << dtype_name(type) << " n_tok " << n_tok << " token " << t << " row " << i;
-          } else {
-            EXPECT_EQ(got, -7.0f) << dtype_name(type) << " n_tok " << n_tok << " wrote past token " << t << "'s rows";
+        gemm(n_in, first_group + g * group_bytes, 1, &acts[t], 1, alone[g][t], kInterleaveRows);
+    for (int n_groups = 1; n_groups <= kGroups; ++n_groups) {
+      for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+        std::vector<float> out(kStride * kTok, -7.0f);
+        gemm(n_in, first_group, n_groups, acts, n_tok, out.data(), kStride);
+        for (int t = 0; t < kTok; ++t)
+          for (int64_t i = 0; i < kStride; ++i) {
+            const float got = out[t * kStride + i];
+            const std::string where = std::string(dtype_name(type)) + " groups " + std::to_string(n_groups) +
+                                      " n_tok " + std::to_string(n_tok) + " token " + std::to_string(t) +
+                                      " lane " + std::to_string(i);
+            if (t < n_tok && i < kInterleaveRows * n_groups) {
+              EXPECT_EQ(got, alone[i / kInterleaveRows][t][i % kInterleaveRows]) << where;
+            } else {
+              EXPECT_EQ(got, -7.0f) << where << ": written outside the token's rows";
+            }
           }
-        }
+      }
     }
     // And the single-token result is the dot product itself.
     for (int t = 0; t < kTok; ++t) {
       std::vector<float> act(n_in);
       dequantize_row(act_type, rows[t].data(), act.data(), n_in);
       std::vector<float> wrow(n_in);
-      for (int r = 0; r < kInterleaveRows; ++r) {
+      for (int r = 0; r < kGroups * kInterleaveRows; ++r) {
         dequantize_row(type, w.row(r), wrow.data(), n_in);
         double dot = 0, mag = 0;
         for (int64_t k = 0; k < n_in; ++k) {
@@ -324,7 +335,9 @@ TEST(InterleavedKernels, EveryTokenCountStoresEachTokensRowsAtItsStride) {
           mag += std::fabs(static_cast<double>(wrow[k]) * act[k]);
         }
         // Q4_1's offset term uses the fp16-rounded block sum, as ggml does: a looser bound there.
-        EXPECT_NEAR(alone[t][r], dot, (type == DType::Q4_1 ? 2e-3 : 1e-5) * mag + 1e-5) << dtype_name(type);
+        EXPECT_NEAR(alone[r / kInterleaveRows][t][r % kInterleaveRows], dot,
+                    (type == DType::Q4_1 ? 2e-3 : 1e-5) * mag + 1e-5)
+            << dtype_name(type);
       }
     }
   }

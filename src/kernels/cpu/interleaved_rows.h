@@ -38,21 +38,25 @@ size_t interleaved_block_bytes(DType type);
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w);
 
 namespace avx2 {
-// Tokens one interleaved kernel call multiplies: 6 running int16 block sums and 6 float accumulators
-// plus the unpacked quants, a broadcast and a product fill the 16 ymm registers; every token past the
-// first shares the group's load and unpack.
+// Tokens one interleaved kernel call multiplies: every token past the first shares the groups' loads and
+// nibble unpacking; 6 tokens x 2 groups of running int16 block sums plus the unpacked quants, a
+// broadcast and a product fill the 16 ymm registers.
 inline constexpr int kMaxInterleavedTokens = 6;
 
-// For the 8 rows of one group (data = that group's first block record) and n_tok
-// (1..kMaxInterleavedTokens) tokens: out[t * out_stride + r] = row r . token t, stored as one 8-float
-// vector per token. Each (row, token) value is one lane summed over the blocks in order, so it does not
-// depend on n_tok.
-void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
-                           int64_t out_stride);
-void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
-                           int64_t out_stride);
-void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
-                           int64_t out_stride);
+// Groups of 8 rows one kernel call takes: 2 groups share each broadcast activation (see the .cpp).
+inline constexpr int kMaxInterleavedGroups = 2;
+
+// For n_groups (1..kMaxInterleavedGroups) consecutive groups of 8 rows (group = the first group's first
+// block record; the next group follows it) and n_tok (1..kMaxInterleavedTokens) tokens:
+// out[t * out_stride + 8 * g + r] = row r of group g . token t, stored as one 8-float vector per group
+// and token. Each (row, token) value is one lane summed over the blocks in order, so it depends on
+// neither n_tok nor n_groups.
+void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride);
+void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride);
+void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride);
 }  // namespace avx2
 
 }  // namespace kvserve

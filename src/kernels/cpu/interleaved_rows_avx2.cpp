@@ -44,52 +44,79 @@ inline void store_tokens(const __m256 (&acc)[T], float* out, int64_t stride) {
 // them that make up a block's int16 partial sums stay within +-30480: exact, no saturation, and the same
 // whatever order they are added in.
 //
-// Register budget (16 ymm): T running block sums, T accumulators, one quant vector, a broadcast and a
-// product (at T = 6 one accumulator is spilled, touched once per block). A block is therefore walked as
-// its 4 packed vectors twice (low nibbles, then high nibbles, re-read from L1) with every token consuming
-// a quant vector as soon as it is unpacked; unpacking all 8 first made GCC spill most of the 8 x T
-// products to the stack (two 128-bit stores each on Zen 1).
-template <bool kQ4_1, int T>
-void gemm_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out, int64_t stride) {
+// R groups of 8 rows (consecutive in memory, group_bytes apart) times T tokens: each broadcast
+// activation feeds R multiplies and each unpacked quant vector T. At R = 2, T = 6 the 12 running block
+// sums, 2 quant vectors, a broadcast and a product fill the 16 ymm registers; the float accumulators
+// are touched once per block and GCC keeps them on the stack, which costs nothing measurable. This
+// core issues 2 vpmaddubsw per cycle, but with R = 1 the broadcasts, unpacking and per-block float work
+// around them held it to ~1 (bench_cpu_peak Kernel/*: R = 2 does ~1.15x the MAC/s of R = 1 at T = 4-6).
+// Every (row, token) value is summed over the blocks in order with the same operations whatever R and T
+// are, so results are bit-identical across them.
+//
+// A block is walked as its 4 packed vectors twice (low nibbles, then high nibbles, re-read from L1) with
+// every token consuming a quant vector as soon as it is unpacked; unpacking all 8 first made GCC spill
+// most of the 8 x T products to the stack.
+template <bool kQ4_1, int R, int T>
+void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
+                int64_t stride) {
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
   constexpr size_t kRecordBytes = kScaleBytes + 128;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[T];
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 6
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec = group + i * kRecordBytes;
-    prefetch_ahead<kRecordBytes>(rec);
-    const auto* qs = reinterpret_cast<const __m256i*>(rec + kScaleBytes);
-    __m256i sum16[T];
+    const uint8_t* rec[R];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      rec[r] = group + r * group_bytes + i * kRecordBytes;
+      prefetch_ahead<kRecordBytes>(rec[r]);
+    }
+    __m256i sum16[R][T];
     // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      const __m256i packed = _mm256_loadu_si256(qs + g % 4);
-      const __m256i q = _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
+      __m256i q[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kScaleBytes) + g % 4);
+        q[r] = _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
+      }
       const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
-        const __m256i p = _mm256_maddubs_epi16(q, broadcast_4_bytes(acts[t].qs + 32 * i + elem));
-        sum16[t] = g == 0 ? p : _mm256_add_epi16(sum16[t], p);
-        opaque(sum16[t]);
+        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + elem);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_maddubs_epi16(q[r], y);
+          sum16[r][t] = g == 0 ? p : _mm256_add_epi16(sum16[r][t], p);
+          opaque(sum16[r][t]);
+        }
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
 #pragma GCC unroll 6
     for (int t = 0; t < T; ++t) {
-      __m256i isum = _mm256_madd_epi16(sum16[t], ones);  // lane r: row r's sum of q * y over the block
-      if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(acts[t].q4_offset[i]));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(acts[t].d + i));
-      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
-      if constexpr (kQ4_1) {
-        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16)));
-        acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts[t].s + i), acc[t]);
+      const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+        __m256i isum = _mm256_madd_epi16(sum16[r][t], ones);  // lane j: row j's sum of q * y over the block
+        if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(acts[t].q4_offset[i]));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
+        if constexpr (kQ4_1) {
+          const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 16)));
+          acc[r][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts[t].s + i), acc[r][t]);
+        }
       }
     }
   }
-  store_tokens<T>(acc, out, stride);
+#pragma GCC unroll 6
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + t * stride + r * kInterleaveRows, acc[r][t]);
 }
 
 // Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127, too
@@ -128,23 +155,43 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts,
   store_tokens<T>(acc, out, stride);
 }
 
-template <bool kQ4_1>
-void gemm_any(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out, int64_t stride) {
+template <bool kQ4_1, int R>
+void gemm_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
+                 float* out, int64_t stride) {
   static_assert(kMaxInterleavedTokens == 6, "dispatch below covers 1..6 tokens");
   switch (n_tok) {
-    case 1: gemm_fixed<kQ4_1, 1>(n / 32, group, acts, out, stride); break;
-    case 2: gemm_fixed<kQ4_1, 2>(n / 32, group, acts, out, stride); break;
-    case 3: gemm_fixed<kQ4_1, 3>(n / 32, group, acts, out, stride); break;
-    case 4: gemm_fixed<kQ4_1, 4>(n / 32, group, acts, out, stride); break;
-    case 5: gemm_fixed<kQ4_1, 5>(n / 32, group, acts, out, stride); break;
-    default: gemm_fixed<kQ4_1, 6>(n / 32, group, acts, out, stride); break;
+    case 1: gemm_fixed<kQ4_1, R, 1>(nb, group, group_bytes, acts, out, stride); break;
+    case 2: gemm_fixed<kQ4_1, R, 2>(nb, group, group_bytes, acts, out, stride); break;
+    case 3: gemm_fixed<kQ4_1, R, 3>(nb, group, group_bytes, acts, out, stride); break;
+    case 4: gemm_fixed<kQ4_1, R, 4>(nb, group, group_bytes, acts, out, stride); break;
+    case 5: gemm_fixed<kQ4_1, R, 5>(nb, group, group_bytes, acts, out, stride); break;
+    default: gemm_fixed<kQ4_1, R, 6>(nb, group, group_bytes, acts, out, stride); break;
+  }
+}
+
+template <bool kQ4_1>
+void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
+              int64_t stride) {
+  const int64_t nb = n / 32;
+  const size_t group_bytes = static_cast<size_t>(nb) * (kQ4_1 ? 32 + 128 : 16 + 128);
+  if (n_groups == 2) {
+    gemm_tokens<kQ4_1, 2>(nb, group, group_bytes, acts, n_tok, out, stride);
+  } else {
+    gemm_tokens<kQ4_1, 1>(nb, group, group_bytes, acts, n_tok, out, stride);
   }
 }
 
 }  // namespace
 
-void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
-                           int64_t out_stride) {
+void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  if (n_groups == 2) {
+    // Q8_0's kernel takes one group: run the second one after it.
+    gemm_interleaved_q8_0(n, group, 1, acts, n_tok, out, out_stride);
+    gemm_interleaved_q8_0(n, group + static_cast<size_t>(n / 32) * (16 + 256), 1, acts, n_tok,
+                          out + kInterleaveRows, out_stride);
+    return;
+  }
   switch (n_tok) {
     case 1: gemm_q8_0_fixed<1>(n / 32, group, acts, out, out_stride); break;
     case 2: gemm_q8_0_fixed<2>(n / 32, group, acts, out, out_stride); break;
@@ -155,14 +202,14 @@ void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, const PackedActs32* 
   }
 }
 
-void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
-                           int64_t out_stride) {
-  gemm_any<false>(n, group, acts, n_tok, out, out_stride);
+void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  gemm_any<false>(n, group, n_groups, acts, n_tok, out, out_stride);
 }
 
-void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
-                           int64_t out_stride) {
-  gemm_any<true>(n, group, acts, n_tok, out, out_stride);
+void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  gemm_any<true>(n, group, n_groups, acts, n_tok, out, out_stride);
 }
 
 }  // namespace kvserve::avx2

@@ -188,11 +188,15 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       for (int64_t g = chunk; g < chunk_end; ++g) {
         const int64_t r0 = g * kInterleaveRows;
         if (r0 >= row_begin && r0 + kInterleaveRows <= row_end) {
-          gemm(n_in, base + g * group_bytes, acts, n_tok, y + t0 * n_out + r0, n_out);
+          // Two groups per call when both lie inside the range: they share each broadcast activation.
+          // Decode (one token) keeps one group per call: it waits on memory, not on the kernel.
+          const bool pair = n_tok > 1 && g + 1 < chunk_end && r0 + 2 * kInterleaveRows <= row_end;
+          gemm(n_in, base + g * group_bytes, pair ? 2 : 1, acts, n_tok, y + t0 * n_out + r0, n_out);
+          g += pair ? 1 : 0;
           continue;
         }
         float out[kInterleaveRows * kTok];
-        gemm(n_in, base + g * group_bytes, acts, n_tok, out, kInterleaveRows);
+        gemm(n_in, base + g * group_bytes, 1, acts, n_tok, out, kInterleaveRows);
         const int i_begin = static_cast<int>(std::max<int64_t>(0, row_begin - r0));
         const int i_end = static_cast<int>(std::min<int64_t>(kInterleaveRows, row_end - r0));
         for (int t = 0; t < n_tok; ++t)
