@@ -33,13 +33,6 @@ inline void opaque(V& v) {
   asm("" : "+x"(v));
 }
 
-// out[t * stride + r] = lane r of acc[t]: each token's 8 rows are adjacent in the output.
-template <int T>
-inline void store_tokens(const __m256 (&acc)[T], float* out, int64_t stride) {
-#pragma GCC unroll 6
-  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * stride, acc[t]);
-}
-
 // Quants are 0..15 and activations -127..127, so each maddubs pair sum is within +-3810 and the 8 of
 // them that make up a block's int16 partial sums stay within +-30480: exact, no saturation, and the same
 // whatever order they are added in.
@@ -121,38 +114,71 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
 
 // Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127, too
 // large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
-template <int T>
-void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, const PackedActs32* acts, float* out, int64_t stride) {
+// R groups as in the Q4 kernels above.
+template <int R, int T>
+void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
+                     int64_t stride) {
   constexpr size_t kRecordBytes = 16 + 256;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[T];
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 6
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec = group + i * kRecordBytes;
-    prefetch_ahead<kRecordBytes>(rec);
-    const auto* qs = reinterpret_cast<const __m256i*>(rec + 16);
-    __m256i isum[T];
+    const uint8_t* rec[R];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      rec[r] = group + r * group_bytes + i * kRecordBytes;
+      prefetch_ahead<kRecordBytes>(rec[r]);
+    }
+    __m256i isum[R][T];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      const __m256i w = _mm256_loadu_si256(qs + g);
-      const __m256i w_abs = _mm256_sign_epi8(w, w);
+      __m256i w[R], w_abs[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        w[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16) + g);
+        w_abs[r] = _mm256_sign_epi8(w[r], w[r]);
+      }
 #pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
         const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + 4 * g);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(y, w)), ones);
-        isum[t] = g == 0 ? p : _mm256_add_epi32(isum[t], p);
-        opaque(isum[t]);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs[r], _mm256_sign_epi8(y, w[r])), ones);
+          isum[r][t] = g == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+          opaque(isum[r][t]);
+        }
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
 #pragma GCC unroll 6
     for (int t = 0; t < T; ++t) {
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(acts[t].d + i));
-      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+      }
     }
   }
-  store_tokens<T>(acc, out, stride);
+#pragma GCC unroll 6
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + t * stride + r * kInterleaveRows, acc[r][t]);
+}
+
+template <int R>
+void gemm_q8_0_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
+                      float* out, int64_t stride) {
+  switch (n_tok) {
+    case 1: gemm_q8_0_fixed<R, 1>(nb, group, group_bytes, acts, out, stride); break;
+    case 2: gemm_q8_0_fixed<R, 2>(nb, group, group_bytes, acts, out, stride); break;
+    case 3: gemm_q8_0_fixed<R, 3>(nb, group, group_bytes, acts, out, stride); break;
+    case 4: gemm_q8_0_fixed<R, 4>(nb, group, group_bytes, acts, out, stride); break;
+    case 5: gemm_q8_0_fixed<R, 5>(nb, group, group_bytes, acts, out, stride); break;
+    default: gemm_q8_0_fixed<R, 6>(nb, group, group_bytes, acts, out, stride); break;
+  }
 }
 
 template <bool kQ4_1, int R>
@@ -185,20 +211,12 @@ void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32*
 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride) {
+  const int64_t nb = n / 32;
+  const size_t group_bytes = static_cast<size_t>(nb) * (16 + 256);
   if (n_groups == 2) {
-    // Q8_0's kernel takes one group: run the second one after it.
-    gemm_interleaved_q8_0(n, group, 1, acts, n_tok, out, out_stride);
-    gemm_interleaved_q8_0(n, group + static_cast<size_t>(n / 32) * (16 + 256), 1, acts, n_tok,
-                          out + kInterleaveRows, out_stride);
-    return;
-  }
-  switch (n_tok) {
-    case 1: gemm_q8_0_fixed<1>(n / 32, group, acts, out, out_stride); break;
-    case 2: gemm_q8_0_fixed<2>(n / 32, group, acts, out, out_stride); break;
-    case 3: gemm_q8_0_fixed<3>(n / 32, group, acts, out, out_stride); break;
-    case 4: gemm_q8_0_fixed<4>(n / 32, group, acts, out, out_stride); break;
-    case 5: gemm_q8_0_fixed<5>(n / 32, group, acts, out, out_stride); break;
-    default: gemm_q8_0_fixed<6>(n / 32, group, acts, out, out_stride); break;
+    gemm_q8_0_tokens<2>(nb, group, group_bytes, acts, n_tok, out, out_stride);
+  } else {
+    gemm_q8_0_tokens<1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
   }
 }
 
