@@ -11,6 +11,7 @@
 //   <shape>/batch16/<ctx>     16 sequences decoding one token each, one call per sequence, scattered
 //   <shape>/batch16_f16/<ctx> the same 16 sequences with an f16 cache (the engine's default) in one
 //                             paged_attention_batch call, as the model runner makes in a decode step
+//   <shape>/single_f16/<ctx>  one sequence with an f16 cache, scattered: the engine's batch-1 decode
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
 //
 // MQA_8x64 (one KV head) is where a single sequence has fewer items than threads: its context
@@ -45,7 +46,7 @@ constexpr Shape kShapes[] = {
     {"MQA_8x64", 8, 1, 64},      // multi-query: one KV head for 8 query heads
 };
 
-enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, Reference };
+enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, SingleF16, Reference };
 
 constexpr int kBlockSize = 16;
 
@@ -101,7 +102,7 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const size_t q_stride = static_cast<size_t>(s.n_heads) * s.head_dim;
   std::vector<PagedAttentionArgs> batch;
-  if (variant == Variant::Batch16F16) {
+  if (variant == Variant::Batch16F16 || variant == Variant::SingleF16) {
     a.k_cache = p.k16.data();
     a.v_cache = p.v16.data();
     a.kv_type = KVElemType::F16;
@@ -131,7 +132,7 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
     benchmark::DoNotOptimize(p.out.data());
     benchmark::ClobberMemory();
   }
-  const int64_t elem_bytes = variant == Variant::Batch16F16 ? 2 : 4;
+  const int64_t elem_bytes = variant == Variant::Batch16F16 || variant == Variant::SingleF16 ? 2 : 4;
   const int64_t kv_bytes = 2 * ctx * s.n_kv_heads * s.head_dim * elem_bytes * n_seqs;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
   state.counters["ctx_tokens/s"] =
@@ -146,6 +147,7 @@ int main(int argc, char** argv) {
                                                       {"contiguous", Variant::Contiguous},
                                                       {"batch16", Variant::Batch16},
                                                       {"batch16_f16", Variant::Batch16F16},
+                                                      {"single_f16", Variant::SingleF16},
                                                       {"reference", Variant::Reference}};
   for (const Shape& s : kShapes) {
     for (const auto& [vname, v] : variants) {
