@@ -33,6 +33,25 @@ inline void opaque(V& v) {
   asm("" : "+x"(v));
 }
 
+// The R groups' records of block i (groups group_bytes apart), each prefetched ahead.
+template <size_t kRecordBytes, int R>
+inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, const uint8_t* (&rec)[R]) {
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+    rec[r] = group + r * group_bytes + i * kRecordBytes;
+    prefetch_ahead<kRecordBytes>(rec[r]);
+  }
+}
+
+// out[t * stride + 8 * r + lane] = lane of acc[r][t]: each token's 8 * R rows are adjacent in the output.
+template <int R, int T>
+inline void store_groups(const __m256 (&acc)[R][T], float* out, int64_t stride) {
+#pragma GCC unroll 6
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + t * stride + r * kInterleaveRows, acc[r][t]);
+}
+
 // Quants are 0..15 and activations -127..127, so each maddubs pair sum is within +-3810 and the 8 of
 // them that make up a block's int16 partial sums stay within +-30480: exact, no saturation, and the same
 // whatever order they are added in.
@@ -63,11 +82,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      rec[r] = group + r * group_bytes + i * kRecordBytes;
-      prefetch_ahead<kRecordBytes>(rec[r]);
-    }
+    block_records<kRecordBytes>(group, group_bytes, i, rec);
     __m256i sum16[R][T];
     // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
 #pragma GCC unroll 8
@@ -106,10 +121,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
       }
     }
   }
-#pragma GCC unroll 6
-  for (int t = 0; t < T; ++t)
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + t * stride + r * kInterleaveRows, acc[r][t]);
+  store_groups<R, T>(acc, out, stride);
 }
 
 // Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127, too
@@ -127,11 +139,7 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      rec[r] = group + r * group_bytes + i * kRecordBytes;
-      prefetch_ahead<kRecordBytes>(rec[r]);
-    }
+    block_records<kRecordBytes>(group, group_bytes, i, rec);
     __m256i isum[R][T];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -162,10 +170,7 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
       }
     }
   }
-#pragma GCC unroll 6
-  for (int t = 0; t < T; ++t)
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + t * stride + r * kInterleaveRows, acc[r][t]);
+  store_groups<R, T>(acc, out, stride);
 }
 
 template <int R>
