@@ -33,6 +33,11 @@ inline void opaque(V& v) {
   asm("" : "+x"(v));
 }
 
+// Bytes of one (group, block) record (interleaved_rows.h): fp16 scales (and Q4_1 mins), then quants.
+template <bool kQ4_1>
+constexpr size_t kQ4RecordBytes = (kQ4_1 ? 32 : 16) + 128;
+constexpr size_t kQ8_0RecordBytes = 16 + 256;
+
 // The R groups' records of block i (groups group_bytes apart), each prefetched ahead.
 template <size_t kRecordBytes, int R>
 inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, const uint8_t* (&rec)[R]) {
@@ -72,7 +77,7 @@ template <bool kQ4_1, int R, int T>
 void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                 int64_t stride) {
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
-  constexpr size_t kRecordBytes = kScaleBytes + 128;
+  constexpr size_t kRecordBytes = kQ4RecordBytes<kQ4_1>;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
@@ -130,7 +135,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
 template <int R, int T>
 void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                      int64_t stride) {
-  constexpr size_t kRecordBytes = 16 + 256;
+  constexpr size_t kRecordBytes = kQ8_0RecordBytes;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
 #pragma GCC unroll 2
@@ -204,7 +209,7 @@ template <bool kQ4_1>
 void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
               int64_t stride) {
   const int64_t nb = n / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * (kQ4_1 ? 32 + 128 : 16 + 128);
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ4RecordBytes<kQ4_1>;
   if (n_groups == 2) {
     gemm_tokens<kQ4_1, 2>(nb, group, group_bytes, acts, n_tok, out, stride);
   } else {
@@ -217,7 +222,7 @@ void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32*
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride) {
   const int64_t nb = n / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * (16 + 256);
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ8_0RecordBytes;
   if (n_groups == 2) {
     gemm_q8_0_tokens<2>(nb, group, group_bytes, acts, n_tok, out, out_stride);
   } else {
