@@ -299,7 +299,7 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
                       : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                             : avx2::gemm_interleaved_q8_0;
     const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
-    const size_t group_bytes = static_cast<size_t>(n_in / 32) * interleaved_block_bytes(type);
+    const size_t group_bytes = interleaved_group_bytes(type, n_in);
     float alone[kGroups][kTok][kInterleaveRows];
     for (int g = 0; g < kGroups; ++g)
       for (int t = 0; t < kTok; ++t)
@@ -339,6 +339,63 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
                     (type == DType::Q4_1 ? 2e-3 : 1e-5) * mag + 1e-5)
             << dtype_name(type);
       }
+    }
+  }
+}
+
+// Q4_K's interleaved kernel (Q8_K activation rows) under the same contract: every group and token
+// count stores each token's rows at its stride with the bits of that group and token alone, and a
+// single token's value is the dot product of the dequantized row and activations.
+TEST(InterleavedKernels, Q4KEveryGroupAndTokenCountMatchesAloneAndTheDotProduct) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  constexpr int kGroups = avx2::kMaxInterleavedGroups;
+  constexpr int64_t kStride = 8 * kGroups + 3;
+  const int64_t n_in = 3 * kQK_K;
+  std::mt19937 rng(41);
+  const auto data = random_weights(DType::Q4_K, kGroups * kInterleaveRows, n_in, rng);
+  const Tensor w = make_tensor(DType::Q4_K, kGroups * kInterleaveRows, n_in, data);
+  std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
+  const BlockQ8_K* acts[kTok];
+  for (int t = 0; t < kTok; ++t) {
+    const auto x = random_floats(n_in, rng);
+    quantize_row_q8_K(x.data(), rows[t].data(), n_in);
+    acts[t] = rows[t].data();
+  }
+  const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
+  const size_t group_bytes = interleaved_group_bytes(DType::Q4_K, n_in);
+  float alone[kGroups][kTok][kInterleaveRows];
+  for (int g = 0; g < kGroups; ++g)
+    for (int t = 0; t < kTok; ++t)
+      avx2::gemm_interleaved_q4_K(n_in, first_group + g * group_bytes, 1, &acts[t], 1, alone[g][t], kInterleaveRows);
+  for (int n_groups = 1; n_groups <= kGroups; ++n_groups) {
+    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+      std::vector<float> out(kStride * kTok, -7.0f);
+      avx2::gemm_interleaved_q4_K(n_in, first_group, n_groups, acts, n_tok, out.data(), kStride);
+      for (int t = 0; t < kTok; ++t)
+        for (int64_t i = 0; i < kStride; ++i) {
+          const float got = out[t * kStride + i];
+          const std::string where = "groups " + std::to_string(n_groups) + " n_tok " + std::to_string(n_tok) +
+                                    " token " + std::to_string(t) + " lane " + std::to_string(i);
+          if (t < n_tok && i < kInterleaveRows * n_groups) {
+            EXPECT_EQ(got, alone[i / kInterleaveRows][t][i % kInterleaveRows]) << where;
+          } else {
+            EXPECT_EQ(got, -7.0f) << where << ": written outside the token's rows";
+          }
+        }
+    }
+  }
+  for (int t = 0; t < kTok; ++t) {
+    std::vector<float> act(n_in), wrow(n_in);
+    dequantize_row(DType::Q8_K, rows[t].data(), act.data(), n_in);
+    for (int r = 0; r < kGroups * kInterleaveRows; ++r) {
+      dequantize_row(DType::Q4_K, w.row(r), wrow.data(), n_in);
+      double dot = 0, mag = 0;
+      for (int64_t k = 0; k < n_in; ++k) {
+        dot += static_cast<double>(wrow[k]) * act[k];
+        mag += std::fabs(static_cast<double>(wrow[k]) * act[k]);
+      }
+      EXPECT_NEAR(alone[r / kInterleaveRows][t][r % kInterleaveRows], dot, 1e-5 * mag + 1e-5) << "row " << r;
     }
   }
 }

@@ -26,8 +26,8 @@ size_t repack_weights_for_cpu(Model& model) {
   size_t bytes = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
     targets[i]->interleaved = buffers[i].get();
-    bytes += static_cast<size_t>(targets[i]->rows() / kInterleaveRows) * static_cast<size_t>(targets[i]->cols() / 32) *
-             interleaved_block_bytes(targets[i]->type);
+    bytes += static_cast<size_t>(targets[i]->rows() / kInterleaveRows) *
+             interleaved_group_bytes(targets[i]->type, targets[i]->cols());
     model.storage.push_back(std::move(buffers[i]));
   }
   return bytes;

@@ -10,7 +10,7 @@
 namespace kvserve {
 
 bool has_interleaved_layout(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0;
+  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K;
 }
 
 size_t interleaved_block_bytes(DType type) {
@@ -18,8 +18,13 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q4_0: return kInterleaveRows * sizeof(BlockQ4_0);
     case DType::Q4_1: return kInterleaveRows * sizeof(BlockQ4_1);
     case DType::Q8_0: return kInterleaveRows * sizeof(BlockQ8_0);
+    case DType::Q4_K: return kQ4KRecordBytes;
     default: fail("interleaved layout: type {} has none", dtype_name(type));
   }
+}
+
+size_t interleaved_group_bytes(DType type, int64_t n_cols) {
+  return static_cast<size_t>(n_cols / dtype_info(type).block_elems) * interleaved_block_bytes(type);
 }
 
 namespace {
@@ -47,17 +52,45 @@ void interleave(const Tensor& w, uint8_t* dst) {
     }
   }
 }
+// Q4_K: the 6-bit scales and mins unpacked to one byte each (scales[s * 8 + r], mins[s * 8 + r]), so
+// the kernel gets a sub-block's 8 row scales with one shuffle instead of per-row bit surgery.
+void interleave_q4_K(const Tensor& w, uint8_t* dst) {
+  const int64_t nb = w.cols() / kQK_K;
+  const int64_t groups = w.rows() / kInterleaveRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    const BlockQ4_K* rows[kInterleaveRows];
+    for (int r = 0; r < kInterleaveRows; ++r)
+      rows[r] = reinterpret_cast<const BlockQ4_K*>(w.row(g * kInterleaveRows + r));
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        const BlockQ4_K& b = rows[r][i];
+        std::memcpy(dst + 2 * r, &b.d, 2);
+        std::memcpy(dst + 16 + 2 * r, &b.dmin, 2);
+        for (int s = 0; s < 8; ++s) {
+          uint8_t scale, min;
+          k_scale_min(s, b.scales, &scale, &min);
+          dst[32 + 8 * s + r] = scale;
+          dst[96 + 8 * s + r] = min;
+        }
+        for (int h = 0; h < kQK_K / 8; ++h) std::memcpy(dst + 160 + 32 * h + 4 * r, b.qs + 4 * h, 4);
+      }
+      dst += kQ4KRecordBytes;
+    }
+  }
+}
 }  // namespace
 
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
   if (!has_interleaved_layout(w.type)) fail("interleave_rows: tensor '{}' is {}", w.name, dtype_name(w.type));
-  if (!w.valid() || w.cols() % 32 != 0) fail("interleave_rows: tensor '{}' has no data or a bad row length", w.name);
+  if (!w.valid() || w.cols() % dtype_info(w.type).block_elems != 0)
+    fail("interleave_rows: tensor '{}' has no data or a bad row length", w.name);
   const int64_t groups = w.rows() / kInterleaveRows;
-  const size_t bytes = static_cast<size_t>(groups) * static_cast<size_t>(w.cols() / 32) * interleaved_block_bytes(w.type);
+  const size_t bytes = static_cast<size_t>(groups) * interleaved_group_bytes(w.type, w.cols());
   std::shared_ptr<uint8_t[]> out = allocate_large_buffer(bytes);
   switch (w.type) {
     case DType::Q4_0: interleave<BlockQ4_0>(w, out.get()); break;
     case DType::Q4_1: interleave<BlockQ4_1>(w, out.get()); break;
+    case DType::Q4_K: interleave_q4_K(w, out.get()); break;
     default: interleave<BlockQ8_0>(w, out.get()); break;
   }
   return out;

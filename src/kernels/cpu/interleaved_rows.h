@@ -1,5 +1,5 @@
 #pragma once
-// Q4_0 / Q4_1 / Q8_0 weights repacked 8 rows at a time for the AVX2 "x8" kernels.
+// Q4_0 / Q4_1 / Q8_0 / Q4_K weights repacked 8 rows at a time for the AVX2 "x8" kernels.
 //
 // Why: on the CPUs we run on, a one-row dot spends most of its instructions per 32-element block on
 // work that is not multiplying (sign fix-ups, madd, int->float, scale, FMA, and a horizontal sum at the
@@ -14,6 +14,11 @@
 //   4 x 32 bytes of quants: vector h, row r holds that row's qs[4h .. 4h+3], i.e. elements 4h..4h+3 in
 //                           the low nibbles and 16+4h..16+4h+3 in the high nibbles (Q4_0 / Q4_1);
 //   8 x 32 bytes of quants: vector h, row r holds elements 4h..4h+3 (Q8_0).
+// Q4_K (256-element blocks), per group and block, 1184 bytes (the rows' own 8 x 144 plus 32):
+//   8 x fp16 d, 8 x fp16 dmin (row order), 64 bytes of sub-block scales (byte 8s + r: row r's scale of
+//   sub-block s, 6 bits unpacked), 64 bytes of sub-block mins (same order), then 32 x 32 bytes of
+//   quants: vector h, row r holds that row's qs[4h .. 4h+3] (low nibbles: sub-block 2 (h / 8), high
+//   nibbles: sub-block 2 (h / 8) + 1, elements 4 (h % 8) .. +3 of each).
 // Q4_0 keeps its quants unsigned (0..15); the -8 offset is applied exactly through the activation block
 // sums. Q8_0's signed quants still need the sign trick per product, but the scale, convert and FMA are
 // shared by 8 rows. Rows past the last multiple of 8 stay in the original tensor.
@@ -23,10 +28,13 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/block32_tiles.h"
+#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 
 inline constexpr int kInterleaveRows = 8;
+
+inline constexpr size_t kQ4KRecordBytes = 16 + 16 + 64 + 64 + 1024;
 
 // True for the types that have an interleaved layout.
 bool has_interleaved_layout(DType type);
@@ -34,7 +42,10 @@ bool has_interleaved_layout(DType type);
 // Bytes of one (group, block) record.
 size_t interleaved_block_bytes(DType type);
 
-// Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1 or Q8_0 tensor.
+// Bytes of one group of 8 rows of n_cols columns.
+size_t interleaved_group_bytes(DType type, int64_t n_cols);
+
+// Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0 or Q4_K tensor.
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w);
 
 namespace avx2 {
@@ -56,6 +67,9 @@ void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride);
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride);
+// Q4_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract.
+void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride);
 }  // namespace avx2
 

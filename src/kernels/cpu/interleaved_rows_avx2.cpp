@@ -1,6 +1,7 @@
 // AVX2 kernels of interleaved_rows.h. Compiled with -mavx2 -mfma -mf16c; only called after cpu_has_avx2().
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/avx2_inline.h"
@@ -217,6 +218,117 @@ void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32*
   }
 }
 
+// Q4_K x Q8_K, R groups of 8 rows times T tokens per 256-element block:
+//   row . y = d * dy * sum_s scale_s * (sum over sub-block s of q * y) - dmin * dy * sum_s min_s * ysum_s
+// Each 32-element sub-block is 8 maddubs per (group, token) into int16 sums as in the Q4 kernels above
+// (pair sums <= 2 * 15 * 127, 16 of them <= 30480: exact), then one madd by the 8 rows' scales (a
+// shuffle of the record's unpacked scale bytes into [scale, scale] int16 pairs) into int32 (<= 63 *
+// 30480 * 2 per sub-block, 8 sub-blocks: far from overflow). The min term takes the Q8_K sums of 32
+// elements as int16 pairs against the rows' mins, 4 madds per block and token. Every (row, token) is
+// computed with the same operations in the same order whatever R and T are.
+template <int R, int T>
+void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
+                     float* out, int64_t stride) {
+  constexpr size_t kRecordBytes = kQ4KRecordBytes;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j
+  // of 16 bytes holding sub-blocks 2k and 2k + 1, broadcast to both halves.
+  const __m256i scale_pick[2] = {
+      _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
+                       4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1),
+      _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,  //
+                       12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1)};
+  // [min of sub-block 2k, min of 2k + 1] per row, from the same 16-byte layout.
+  const __m256i min_pick = _mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
+                                            4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1);
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[R];
+    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    __m256i isum[R][T];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        __m256i sum16[R][T];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+          __m256i q[R];
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r) {
+            const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 160) + 8 * k + g);
+            q[r] = _mm256_and_si256(e == 0 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
+          }
+#pragma GCC unroll 6
+          for (int t = 0; t < T; ++t) {
+            const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) {
+              const __m256i p = _mm256_maddubs_epi16(q[r], y);
+              sum16[r][t] = g == 0 ? p : _mm256_add_epi16(sum16[r][t], p);
+              opaque(sum16[r][t]);
+            }
+          }
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          const __m256i scales = _mm256_shuffle_epi8(
+              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 32) + k)),
+              scale_pick[e]);
+#pragma GCC unroll 6
+          for (int t = 0; t < T; ++t) {
+            const __m256i p = _mm256_madd_epi16(sum16[r][t], scales);
+            isum[r][t] = k == 0 && e == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+          }
+        }
+      }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& y = acts[t][i];
+      // ysum[s] = sum of y over sub-block s, as int16 (|sum| <= 32 * 128), pairs [2k, 2k + 1] in int32 k.
+      alignas(16) int32_t ysum_pairs[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(ysum_pairs),
+                      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
+      const __m256 dy = _mm256_set1_ps(y.d);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m256i mins = _mm256_shuffle_epi8(
+              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 96) + k)),
+              min_pick);
+          msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins, _mm256_set1_epi32(ysum_pairs[k])));
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 16)));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+        acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(msum), acc[r][t]);
+      }
+    }
+  }
+  store_groups<R, T>(acc, out, stride);
+}
+
+template <int R>
+void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
+                      float* out, int64_t stride) {
+  switch (n_tok) {
+    case 1: gemm_q4_K_fixed<R, 1>(nb, group, group_bytes, acts, out, stride); break;
+    case 2: gemm_q4_K_fixed<R, 2>(nb, group, group_bytes, acts, out, stride); break;
+    case 3: gemm_q4_K_fixed<R, 3>(nb, group, group_bytes, acts, out, stride); break;
+    case 4: gemm_q4_K_fixed<R, 4>(nb, group, group_bytes, acts, out, stride); break;
+    case 5: gemm_q4_K_fixed<R, 5>(nb, group, group_bytes, acts, out, stride); break;
+    default: gemm_q4_K_fixed<R, 6>(nb, group, group_bytes, acts, out, stride); break;
+  }
+}
+
 }  // namespace
 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
@@ -238,6 +350,20 @@ void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride) {
   gemm_any<true>(n, group, n_groups, acts, n_tok, out, out_stride);
+}
+
+void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ4KRecordBytes;
+  if (n_groups == 2) {
+    // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
+    // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3.
+    for (int t0 = 0; t0 < n_tok; t0 += 3)
+      gemm_q4_K_tokens<2>(nb, group, group_bytes, acts + t0, std::min(3, n_tok - t0), out + t0 * out_stride, out_stride);
+  } else {
+    gemm_q4_K_tokens<1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
+  }
 }
 
 }  // namespace kvserve::avx2

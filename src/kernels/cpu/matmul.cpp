@@ -1,7 +1,7 @@
 // Weight x activation products. Activations are converted once per call to the weight type's dot type
 // (llama.cpp CPU numerics), then output rows are split across the pool; inside a thread's range a chunk
 // of weight rows is multiplied with every group of up to 4 tokens while it is still in cache. Kernels, by
-// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q8_0, interleaved_rows.h), multi-row tiles over
+// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q8_0/Q4_K, interleaved_rows.h), multi-row tiles over
 // packed activations (same types, rows past the last 8; block32_tiles.h), one-row tiles (other types,
 // quants.h), scalar dots (no AVX2).
 #include "kernels/cpu/matmul.h"
@@ -166,10 +166,23 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
 void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
-  const size_t group_bytes = static_cast<size_t>(n_in / 32) * interleaved_block_bytes(w.type);
-  const auto gemm = w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
+  const size_t group_bytes = interleaved_group_bytes(w.type, n_in);
+  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  // One kernel call: n_groups groups from `group` times tokens [t0, t0 + n_tok).
+  const auto gemm = [&](const uint8_t* group, int n_groups, int64_t t0, int n_tok, float* out, int64_t stride) {
+    if (w.type == DType::Q4_K) {
+      const BlockQ8_K* rows[kTok];
+      for (int t = 0; t < n_tok; ++t) rows[t] = reinterpret_cast<const BlockQ8_K*>(a.rows + (t0 + t) * a.row_bytes);
+      avx2::gemm_interleaved_q4_K(n_in, group, n_groups, rows, n_tok, out, stride);
+      return;
+    }
+    PackedActs32 acts[kTok];
+    for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
+    const auto fn = w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                     : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                             : avx2::gemm_interleaved_q8_0;
+    fn(n_in, group, n_groups, acts, n_tok, out, stride);
+  };
   // An even number of groups per chunk (when more than one fits), so batched passes pair every group:
   // down-projection rows of 8192 columns fit 7 per chunk, and the odd one ran alone at ~0.85x the rate.
   constexpr int64_t kPair = avx2::kMaxInterleavedGroups;
@@ -177,7 +190,6 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t chunk_groups = fit >= kPair ? fit / kPair * kPair : 1;
   const int64_t g_begin = row_begin / kInterleaveRows;
   const int64_t g_end = (row_end + kInterleaveRows - 1) / kInterleaveRows;
-  constexpr int kTok = avx2::kMaxInterleavedTokens;
   // Tokens per pass over a chunk: Q4's 6-token kernel does ~1.1x the work per ns of its 4-token one (the
   // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
   // per-token sign fix-ups fill the registers: bench_cpu_peak Kernel/*).
@@ -187,20 +199,18 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens) {
       const int n_tok = static_cast<int>(std::min(pass_tokens, a.n_tokens - t0));
-      PackedActs32 acts[kTok];
-      for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
       for (int64_t g = chunk; g < chunk_end; ++g) {
         const int64_t r0 = g * kInterleaveRows;
         if (r0 >= row_begin && r0 + kInterleaveRows <= row_end) {
           // Two groups per call when both lie inside the range: they share each broadcast activation.
           // Decode (one token) keeps one group per call: it waits on memory, not on the kernel.
           const bool pair = n_tok > 1 && g + 1 < chunk_end && r0 + 2 * kInterleaveRows <= row_end;
-          gemm(n_in, base + g * group_bytes, pair ? 2 : 1, acts, n_tok, y + t0 * n_out + r0, n_out);
+          gemm(base + g * group_bytes, pair ? 2 : 1, t0, n_tok, y + t0 * n_out + r0, n_out);
           g += pair ? 1 : 0;
           continue;
         }
         float out[kInterleaveRows * kTok];
-        gemm(n_in, base + g * group_bytes, 1, acts, n_tok, out, kInterleaveRows);
+        gemm(base + g * group_bytes, 1, t0, n_tok, out, kInterleaveRows);
         const int i_begin = static_cast<int>(std::max<int64_t>(0, row_begin - r0));
         const int i_end = static_cast<int>(std::min<int64_t>(kInterleaveRows, row_end - r0));
         for (int t = 0; t < n_tok; ++t)
@@ -218,7 +228,9 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   const int64_t n_tokens = a.n_tokens;
   const size_t w_row_bytes = w.row_size();
   const int64_t chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / w_row_bytes), 1, kMaxChunkRows);
-  if (a.block32 && w.interleaved != nullptr) {
+  // Q4_K's interleaved kernel reads the Q8_K rows themselves; the others the block32 pack.
+  const bool interleaved = w.interleaved != nullptr && (a.block32 || (w.type == DType::Q4_K && cpu_has_avx2()));
+  if (interleaved) {
     // Rows below the last multiple of 8 always go through the interleaved kernel (a row's numerics must
     // not depend on how rows were split across threads); the rest through the one-row tiles below.
     const int64_t n_grouped = n_out / kInterleaveRows * kInterleaveRows;
