@@ -81,18 +81,20 @@ void BM_Peak(benchmark::State& state, void (*loop)(int64_t), double ops, double 
 
 #endif  // __x86_64__
 
-// Q4_K's interleaved kernel against Q8_K rows, as BM_Kernel below.
-void BM_KernelQ4K(benchmark::State& state, int n_groups, int n_tok) {
+// The K-quant interleaved kernels against Q8_K rows, as BM_Kernel below.
+void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok) {
   constexpr int64_t n = 2048;
   const int64_t nb = n / kQK_K;
+  const size_t record = interleaved_block_bytes(type);
   std::mt19937 rng(1);
-  std::vector<uint8_t> group(static_cast<size_t>(n_groups * nb) * kQ4KRecordBytes);
+  std::vector<uint8_t> group(static_cast<size_t>(n_groups * nb) * record);
   for (auto& b : group) b = static_cast<uint8_t>(rng());
   for (int64_t i = 0; i < n_groups * nb; ++i) {
-    uint8_t* rec = group.data() + i * kQ4KRecordBytes;
+    uint8_t* rec = group.data() + i * record;
     auto* scales = reinterpret_cast<uint16_t*>(rec);
-    for (int j = 0; j < 16; ++j) scales[j] = fp32_to_fp16(0.01f);
-    for (int j = 32; j < 160; ++j) rec[j] &= 63;
+    for (int j = 0; j < (type == DType::Q4_K ? 16 : 8); ++j) scales[j] = fp32_to_fp16(0.01f);
+    if (type == DType::Q4_K)
+      for (int j = 32; j < 160; ++j) rec[j] &= 63;
   }
   std::vector<BlockQ8_K> rows(static_cast<size_t>(n_tok * nb));
   for (auto& b : rows) {
@@ -108,7 +110,8 @@ void BM_KernelQ4K(benchmark::State& state, int n_groups, int n_tok) {
   for (int t = 0; t < n_tok; ++t) acts[t] = rows.data() + t * nb;
   float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
   for (auto _ : state) {
-    avx2::gemm_interleaved_q4_K(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups);
+    (type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q6_K)(n, group.data(), n_groups, acts,
+                                                                                     n_tok, out, kInterleaveRows * n_groups);
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }
@@ -123,8 +126,8 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok) {
     state.SkipWithError("needs AVX2/FMA");
     return;
   }
-  if (type == DType::Q4_K) {
-    BM_KernelQ4K(state, n_groups, n_tok);
+  if (type == DType::Q4_K || type == DType::Q6_K) {
+    BM_KernelKQuant(state, type, n_groups, n_tok);
     return;
   }
   constexpr int64_t n = 2048;
@@ -179,7 +182,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Peak/maddubs+fma", BM_Peak, peak_maddubs_fma, 16, 8 * 32 + 8 * 8);
   benchmark::RegisterBenchmark("Peak/fma", BM_Peak, peak_fma, 8, 8 * 8);
 #endif
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     for (int g : {1, 2}) {
       for (int t : {1, 2, 3, 4, 5, 6}) {
         const std::string name =

@@ -343,18 +343,22 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
   }
 }
 
-// Q4_K's interleaved kernel (Q8_K activation rows) under the same contract: every group and token
+// The K-quant interleaved kernels (Q8_K activation rows) under the same contract: every group and token
 // count stores each token's rows at its stride with the bits of that group and token alone, and a
 // single token's value is the dot product of the dequantized row and activations.
-TEST(InterleavedKernels, Q4KEveryGroupAndTokenCountMatchesAloneAndTheDotProduct) {
+class InterleavedKQuants : public ::testing::TestWithParam<DType> {};
+
+TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  const DType type = GetParam();
+  const auto gemm = type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q6_K;
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
   constexpr int64_t kStride = 8 * kGroups + 3;
   const int64_t n_in = 3 * kQK_K;
   std::mt19937 rng(41);
-  const auto data = random_weights(DType::Q4_K, kGroups * kInterleaveRows, n_in, rng);
-  const Tensor w = make_tensor(DType::Q4_K, kGroups * kInterleaveRows, n_in, data);
+  const auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
+  const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
   std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
   const BlockQ8_K* acts[kTok];
   for (int t = 0; t < kTok; ++t) {
@@ -363,19 +367,19 @@ TEST(InterleavedKernels, Q4KEveryGroupAndTokenCountMatchesAloneAndTheDotProduct)
     acts[t] = rows[t].data();
   }
   const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
-  const size_t group_bytes = interleaved_group_bytes(DType::Q4_K, n_in);
+  const size_t group_bytes = interleaved_group_bytes(type, n_in);
   float alone[kGroups][kTok][kInterleaveRows];
   for (int g = 0; g < kGroups; ++g)
     for (int t = 0; t < kTok; ++t)
-      avx2::gemm_interleaved_q4_K(n_in, first_group + g * group_bytes, 1, &acts[t], 1, alone[g][t], kInterleaveRows);
+      gemm(n_in, first_group + g * group_bytes, 1, &acts[t], 1, alone[g][t], kInterleaveRows);
   for (int n_groups = 1; n_groups <= kGroups; ++n_groups) {
     for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
       std::vector<float> out(kStride * kTok, -7.0f);
-      avx2::gemm_interleaved_q4_K(n_in, first_group, n_groups, acts, n_tok, out.data(), kStride);
+      gemm(n_in, first_group, n_groups, acts, n_tok, out.data(), kStride);
       for (int t = 0; t < kTok; ++t)
         for (int64_t i = 0; i < kStride; ++i) {
           const float got = out[t * kStride + i];
-          const std::string where = "groups " + std::to_string(n_groups) + " n_tok " + std::to_string(n_tok) +
+          const std::string where = std::string(dtype_name(type)) + " groups " + std::to_string(n_groups) + " n_tok " + std::to_string(n_tok) +
                                     " token " + std::to_string(t) + " lane " + std::to_string(i);
           if (t < n_tok && i < kInterleaveRows * n_groups) {
             EXPECT_EQ(got, alone[i / kInterleaveRows][t][i % kInterleaveRows]) << where;
@@ -389,16 +393,20 @@ TEST(InterleavedKernels, Q4KEveryGroupAndTokenCountMatchesAloneAndTheDotProduct)
     std::vector<float> act(n_in), wrow(n_in);
     dequantize_row(DType::Q8_K, rows[t].data(), act.data(), n_in);
     for (int r = 0; r < kGroups * kInterleaveRows; ++r) {
-      dequantize_row(DType::Q4_K, w.row(r), wrow.data(), n_in);
+      dequantize_row(type, w.row(r), wrow.data(), n_in);
       double dot = 0, mag = 0;
       for (int64_t k = 0; k < n_in; ++k) {
         dot += static_cast<double>(wrow[k]) * act[k];
         mag += std::fabs(static_cast<double>(wrow[k]) * act[k]);
       }
-      EXPECT_NEAR(alone[r / kInterleaveRows][t][r % kInterleaveRows], dot, 1e-5 * mag + 1e-5) << "row " << r;
+      EXPECT_NEAR(alone[r / kInterleaveRows][t][r % kInterleaveRows], dot, 1e-5 * mag + 1e-5)
+          << dtype_name(type) << " row " << r;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q6_K),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
 }  // namespace kvserve

@@ -10,7 +10,8 @@
 namespace kvserve {
 
 bool has_interleaved_layout(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K;
+  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K ||
+         type == DType::Q6_K;
 }
 
 size_t interleaved_block_bytes(DType type) {
@@ -19,6 +20,7 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q4_1: return kInterleaveRows * sizeof(BlockQ4_1);
     case DType::Q8_0: return kInterleaveRows * sizeof(BlockQ8_0);
     case DType::Q4_K: return kQ4KRecordBytes;
+    case DType::Q6_K: return kQ6KRecordBytes;
     default: fail("interleaved layout: type {} has none", dtype_name(type));
   }
 }
@@ -78,6 +80,34 @@ void interleave_q4_K(const Tensor& w, uint8_t* dst) {
     }
   }
 }
+// Q6_K: quants as unsigned 6-bit values (q + 32), low 4 bits in nibble vectors laid out as Q4_K's and
+// the top 2 bits of two nibble vectors in one byte vector (interleaved_rows.h).
+void interleave_q6_K(const Tensor& w, uint8_t* dst) {
+  const int64_t nb = w.cols() / kQK_K;
+  const int64_t groups = w.rows() / kInterleaveRows;
+  // Element of nibble vector h, byte i: low nibble (e = 0) or high nibble (e = 1).
+  const auto element = [](int h, int i, int e) { return 64 * (h / 8) + 32 * e + 4 * (h % 8) + i; };
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(w.row(g * kInterleaveRows + r))[i];
+        int8_t q[kQK_K];
+        unpack_q6_K(b, q);
+        std::memcpy(dst + 2 * r, &b.d, 2);
+        for (int s = 0; s < kQK_K / 16; ++s) std::memcpy(dst + 16 + 8 * s + r, &b.scales[s], 1);
+        for (int h = 0; h < kQK_K / 8; ++h)
+          for (int k = 0; k < 4; ++k) {
+            const int lo = q[element(h, k, 0)] + 32, hi = q[element(h, k, 1)] + 32;
+            dst[144 + 32 * h + 4 * r + k] = static_cast<uint8_t>((lo & 0xF) | (hi & 0xF) << 4);
+            uint8_t& top = dst[144 + 1024 + 32 * (h / 2) + 4 * r + k];
+            if (h % 2 == 0) top = 0;
+            top = static_cast<uint8_t>(top | ((lo >> 4) | (hi >> 4) << 2) << (4 * (h % 2)));
+          }
+      }
+      dst += kQ6KRecordBytes;
+    }
+  }
+}
 }  // namespace
 
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
@@ -91,6 +121,7 @@ std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
     case DType::Q4_0: interleave<BlockQ4_0>(w, out.get()); break;
     case DType::Q4_1: interleave<BlockQ4_1>(w, out.get()); break;
     case DType::Q4_K: interleave_q4_K(w, out.get()); break;
+    case DType::Q6_K: interleave_q6_K(w, out.get()); break;
     default: interleave<BlockQ8_0>(w, out.get()); break;
   }
   return out;

@@ -329,6 +329,128 @@ void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
   }
 }
 
+// Q6_K x Q8_K, R groups of 8 rows times T tokens per 256-element block, quants unsigned (q + 32):
+//   row . y = d * dy * (sum_s scale_s * (sum over sub-block s of q * y) - 32 * sum_s scale_s * ysum_s)
+// with 16-element sub-blocks and the Q8_K sums of 16 as ysum_s. Quants reach 63, so a maddubs pair sum
+// is up to 2 * 63 * 128 and only two fit an int16 lane: each pair of maddubs is madd'ed by the rows'
+// scales (int8, sign-extended into [scale, scale] int16 pairs) into int32. All integer, exact; every
+// (row, token) gets the same operations in the same order whatever R and T are.
+template <int R, int T>
+void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
+                     float* out, int64_t stride) {
+  constexpr size_t kRecordBytes = kQ6KRecordBytes;
+  constexpr size_t kNibbles = 144, kTops = 144 + 1024;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i top_mask = _mm256_set1_epi8(0x30);
+  // From 16 scale bytes (sub-blocks 2m and 2m + 1, rows in order) broadcast to both 128-bit halves, the
+  // byte goes to the high half of each int16 (then an arithmetic shift by 8 sign-extends it). Lane j of
+  // half L is row 4L + j: [scale, scale] of sub-block 2m + e, or [scale of 2m, scale of 2m + 1].
+  const __m256i scale_pick[2] = {
+      _mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,  //
+                       -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7),
+      _mm256_setr_epi8(-1, 8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11,  //
+                       -1, 12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15)};
+  const __m256i pair_pick = _mm256_setr_epi8(-1, 0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11,  //
+                                             -1, 4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15);
+  const auto scales16 = [](const uint8_t* sixteen, __m256i pick) {
+    return _mm256_srai_epi16(
+        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sixteen))),
+                            pick),
+        8);
+  };
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[R];
+    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    __m256i isum[R][T];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        // Elements 64k + 32e .. +31: sub-block 4k + 2e (g = 0..3), then 4k + 2e + 1 (g = 4..7).
+#pragma GCC unroll 4
+        for (int gp = 0; gp < 4; ++gp) {
+          __m256i sum16[R][T];
+#pragma GCC unroll 2
+          for (int gg = 0; gg < 2; ++gg) {
+            const int g = 2 * gp + gg;
+            const int h = 8 * k + g;
+            const int shift = 4 * (h % 2) + 2 * e;  // of this vector's top bits in its top byte
+            __m256i q[R];
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) {
+              const __m256i nib = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kNibbles) + h);
+              const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kTops) + h / 2);
+              const __m256i low = _mm256_and_si256(e == 0 ? nib : _mm256_srli_epi16(nib, 4), low_mask);
+              const __m256i high = shift < 4    ? _mm256_slli_epi16(top, 4 - shift)
+                                   : shift == 4 ? top
+                                                : _mm256_srli_epi16(top, shift - 4);
+              q[r] = _mm256_or_si256(low, _mm256_and_si256(high, top_mask));
+            }
+#pragma GCC unroll 6
+            for (int t = 0; t < T; ++t) {
+              const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+#pragma GCC unroll 2
+              for (int r = 0; r < R; ++r) {
+                const __m256i p = _mm256_maddubs_epi16(q[r], y);
+                sum16[r][t] = gg == 0 ? p : _mm256_add_epi16(sum16[r][t], p);
+                opaque(sum16[r][t]);
+              }
+            }
+          }
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r) {
+            const __m256i sc = scales16(rec[r] + 16 + 16 * (2 * k + e), scale_pick[gp / 2]);
+#pragma GCC unroll 6
+            for (int t = 0; t < T; ++t) {
+              const __m256i p = _mm256_madd_epi16(sum16[r][t], sc);
+              isum[r][t] = k == 0 && e == 0 && gp == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+            }
+          }
+        }
+      }
+    }
+    // The -32 offset: sum_s scale_s * ysum_s, pairs of sub-blocks at a time.
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      __m256i osum[T];
+#pragma GCC unroll 8
+      for (int m = 0; m < 8; ++m) {
+        const __m256i sc = scales16(rec[r] + 16 + 16 * m, pair_pick);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; ++t) {
+          int32_t ysums;
+          std::memcpy(&ysums, acts[t][i].bsums + 2 * m, 4);
+          const __m256i p = _mm256_madd_epi16(sc, _mm256_set1_epi32(ysums));
+          osum[t] = m == 0 ? p : _mm256_add_epi32(osum[t], p);
+        }
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+#pragma GCC unroll 6
+      for (int t = 0; t < T; ++t) {
+        const __m256i total = _mm256_sub_epi32(isum[r][t], _mm256_slli_epi32(osum[t], 5));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(acts[t][i].d)), _mm256_cvtepi32_ps(total),
+                                    acc[r][t]);
+      }
+    }
+  }
+  store_groups<R, T>(acc, out, stride);
+}
+
+template <int R>
+void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
+                      float* out, int64_t stride) {
+  switch (n_tok) {
+    case 1: gemm_q6_K_fixed<R, 1>(nb, group, group_bytes, acts, out, stride); break;
+    case 2: gemm_q6_K_fixed<R, 2>(nb, group, group_bytes, acts, out, stride); break;
+    default: gemm_q6_K_fixed<R, 3>(nb, group, group_bytes, acts, out, stride); break;
+  }
+}
+
 }  // namespace
 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
@@ -364,6 +486,18 @@ void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const 
   } else {
     gemm_q4_K_tokens<1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
   }
+}
+
+void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
+  // One group and up to 3 tokens per pass: the unpacked quants, the pair sums and the int32 sums of more
+  // spill (bench_cpu_peak Kernel/Q6_K: g1/t3 beats g2 at any token count and g1/t4..6).
+  for (int g = 0; g < n_groups; ++g)
+    for (int t0 = 0; t0 < n_tok; t0 += 3)
+      gemm_q6_K_tokens<1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(3, n_tok - t0),
+                          out + t0 * out_stride + g * kInterleaveRows, out_stride);
 }
 
 }  // namespace kvserve::avx2

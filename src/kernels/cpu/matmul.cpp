@@ -1,7 +1,7 @@
 // Weight x activation products. Activations are converted once per call to the weight type's dot type
 // (llama.cpp CPU numerics), then output rows are split across the pool; inside a thread's range a chunk
 // of weight rows is multiplied with every group of up to 4 tokens while it is still in cache. Kernels, by
-// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q8_0/Q4_K, interleaved_rows.h), multi-row tiles over
+// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K, interleaved_rows.h), multi-row tiles over
 // packed activations (same types, rows past the last 8; block32_tiles.h), one-row tiles (other types,
 // quants.h), scalar dots (no AVX2).
 #include "kernels/cpu/matmul.h"
@@ -170,10 +170,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   // One kernel call: n_groups groups from `group` times tokens [t0, t0 + n_tok).
   const auto gemm = [&](const uint8_t* group, int n_groups, int64_t t0, int n_tok, float* out, int64_t stride) {
-    if (w.type == DType::Q4_K) {
+    if (w.type == DType::Q4_K || w.type == DType::Q6_K) {
       const BlockQ8_K* rows[kTok];
       for (int t = 0; t < n_tok; ++t) rows[t] = reinterpret_cast<const BlockQ8_K*>(a.rows + (t0 + t) * a.row_bytes);
-      avx2::gemm_interleaved_q4_K(n_in, group, n_groups, rows, n_tok, out, stride);
+      (w.type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q6_K)(n_in, group, n_groups, rows,
+                                                                                          n_tok, out, stride);
       return;
     }
     PackedActs32 acts[kTok];
@@ -228,8 +229,8 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   const int64_t n_tokens = a.n_tokens;
   const size_t w_row_bytes = w.row_size();
   const int64_t chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / w_row_bytes), 1, kMaxChunkRows);
-  // Q4_K's interleaved kernel reads the Q8_K rows themselves; the others the block32 pack.
-  const bool interleaved = w.interleaved != nullptr && (a.block32 || (w.type == DType::Q4_K && cpu_has_avx2()));
+  // The K-quant interleaved kernels read the Q8_K rows themselves; the others the block32 pack.
+  const bool interleaved = w.interleaved != nullptr && (a.block32 || (a.kind.act_type == DType::Q8_K && cpu_has_avx2()));
   if (interleaved) {
     // Rows below the last multiple of 8 always go through the interleaved kernel (a row's numerics must
     // not depend on how rows were split across threads); the rest through the one-row tiles below.

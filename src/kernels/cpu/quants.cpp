@@ -34,7 +34,8 @@ void unpack_q5_K(const BlockQ5_K& b, uint8_t* q) {
   }
 }
 
-// Signed quant values -32..31 of one Q6_K block in element order.
+}  // namespace
+
 void unpack_q6_K(const BlockQ6_K& b, int8_t* q) {
   for (int half = 0; half < 2; ++half) {
     const uint8_t* ql = b.ql + 64 * half;
@@ -48,8 +49,6 @@ void unpack_q6_K(const BlockQ6_K& b, int8_t* q) {
     }
   }
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------- dequantization
 

@@ -71,6 +71,9 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// Signed quant values -32..31 of one Q6_K block in element order.
+void unpack_q6_K(const BlockQ6_K& b, int8_t* q);
+
 // Unpacks sub-block j's (0..7) 6-bit scale and min from a Q4_K/Q5_K scales[12] array.
 inline void k_scale_min(int j, const uint8_t* packed, uint8_t* scale, uint8_t* min) {
   if (j < 4) {
