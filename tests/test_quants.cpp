@@ -412,6 +412,43 @@ TEST(QuantsActivations, Avx2Q8QuantizersMatchScalarBitForBit) {
   EXPECT_EQ(b0[0].qs[7], -4);  // 0 - 3.5
 }
 
+// quantize_row_q8_K feeds every K-quant matmul: the AVX2 one must give the scalar one's bytes, scale and
+// block sums for ordinary blocks, all-zero blocks, a negative extreme, ties for the extreme (the first
+// one sets the sign), exact .5 rounding ties, infinities and NaNs.
+TEST(QuantsActivations, Avx2Q8KQuantizerMatchesScalarBitForBit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  std::mt19937 rng(29);
+  const int64_t n = 256 * 12;
+  std::vector<float> x = random_floats(n, rng);
+  for (int64_t j = 0; j < n; ++j) x[j] *= static_cast<float>(1 + j % 7) * 2.5f;
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);                  // block 1: zeros
+  x[512 + 77] = -40.0f;                                               // block 2: negative extreme
+  x[768 + 5] = 1000.0f;                                               // block 3: +1000 first, then -1000
+  x[768 + 200] = -1000.0f;
+  x[1024 + 9] = -1000.0f;                                             // block 4: -1000 first, then +1000
+  x[1024 + 100] = 1000.0f;
+  for (int j = 0; j < 256; ++j)                                       // block 5: scale 1, .5 ties
+    x[1280 + j] = j == 0 ? -127.0f : static_cast<float>(j % 9) - 4.5f;
+  x[1536 + 3] = INFINITY;                                             // block 6: an infinity
+  x[1792 + 17] = NAN;                                                 // block 7: a NaN among normals
+  for (int j = 0; j < 256; ++j) x[2048 + j] = (j % 2) ? NAN : 0.0f;   // block 8: NaNs and zeros
+  for (int j = 0; j < 256; ++j) x[2304 + j] = 1e-30f * static_cast<float>(j - 128);  // block 9: tiny values
+  std::vector<BlockQ8_K> a(n / 256), b(n / 256);
+  quantize_row_q8_K(x.data(), a.data(), n);
+  avx2::quantize_row_q8_K(x.data(), b.data(), n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a[i].d, &b[i].d, sizeof(float)), 0) << "block " << i;
+    EXPECT_EQ(std::memcmp(a[i].qs, b[i].qs, sizeof(a[i].qs)), 0) << "block " << i;
+    EXPECT_EQ(std::memcmp(a[i].bsums, b[i].bsums, sizeof(a[i].bsums)), 0) << "block " << i;
+  }
+  // The cases are what they claim: the sign of the first extreme decides, and ties round to even.
+  EXPECT_EQ(b[3].qs[5], -127);
+  EXPECT_EQ(b[4].qs[9], -127);
+  EXPECT_EQ(b[4].qs[100], 127);
+  EXPECT_EQ(b[5].qs[1], -4);  // -3.5 -> -4
+  EXPECT_EQ(b[5].qs[2], -2);  // -2.5 -> -2 (to even, not away from zero)
+}
+
 // F16C's conversion against the scalar one (the KV cache's f16 stores and F16-weight activations):
 // the same bits for normals, halfway ties, values that round up into the next binade or to infinity,
 // f16 subnormals and underflow, zeros and infinities; NaN stays NaN with its sign.

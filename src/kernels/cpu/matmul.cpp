@@ -65,13 +65,13 @@ DotKind dot_kind(DType weight_type, bool simd) {
       return {DType::Q8_1, simd ? convert_erased<BlockQ8_1, avx2::quantize_row_q8_1> : convert_erased<BlockQ8_1, quantize_row_q8_1>,
               scalar_dot_erased<BlockQ4_1, BlockQ8_1, vec_dot_q4_1_q8_1>, nullptr};
     case DType::Q4_K:
-      return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
+      return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ4_K, BlockQ8_K, vec_dot_q4_K_q8_K>, avx2::dot_tile_q4_K};
     case DType::Q5_K:
-      return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
+      return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ5_K, BlockQ8_K, vec_dot_q5_K_q8_K>, avx2::dot_tile_q5_K};
     case DType::Q6_K:
-      return {DType::Q8_K, convert_erased<BlockQ8_K, quantize_row_q8_K>,
+      return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ6_K, BlockQ8_K, vec_dot_q6_K_q8_K>, avx2::dot_tile_q6_K};
     default:
       fail("matmul: weight type {} is not supported", dtype_name(weight_type));

@@ -140,6 +140,9 @@ float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 // Activation quantizers bit-identical to the scalar ones above (same scale, roundf rounding).
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
+// Bit-identical to the scalar quantize_row_q8_K for every input (nearest_int's add-and-mask rounding,
+// the first element of largest magnitude sets the scale, int8 wrap-around as the scalar cast).
+void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n);
 // F16C rounding (nearest, ties to even): the same bits as quantize_row_f16 for every non-NaN input;
 // a NaN stays a NaN of the same sign (its payload may differ).
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n);

@@ -366,6 +366,9 @@ inline float quantize_block_32(const float* x, int8_t* qs, int* sum) {
   return d;
 }
 
+// A block whose largest magnitude is 0 (all zeros or NaNs): the scalar quantizer's answer.
+inline void quantize_row_q8_K_scalar_block(const float* x, BlockQ8_K* y) { kvserve::quantize_row_q8_K(x, y, kQK_K); }
+
 }  // namespace
 
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n) {
@@ -386,6 +389,59 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
     const float d = quantize_block_32(x + i * kQK8_1, y[i].qs, &sum);
     y[i].d = float_to_half(d);
     y[i].s = float_to_half(static_cast<float>(sum) * d);
+  }
+}
+
+void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 magic = _mm256_set1_ps(12582912.f);  // nearest_int's 1.5 * 2^23
+  const __m256i mantissa = _mm256_set1_epi32(0x007fffff);
+  const __m256i bias = _mm256_set1_epi32(0x00400000);
+  const __m256i max_q = _mm256_set1_epi32(127);
+  const __m256i low_byte = _mm256_set1_epi32(0xff);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* xb = x + i * kQK_K;
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < kQK_K / 8; ++k)
+      // Operand order as the scalar `ax > amax`: a NaN element leaves amax alone.
+      amax = _mm256_max_ps(_mm256_andnot_ps(sign_mask, _mm256_loadu_ps(xb + 8 * k)), amax);
+    const float am = hmax(amax);
+    if (am == 0.0f) {
+      quantize_row_q8_K_scalar_block(xb, y + i);
+      continue;
+    }
+    // The scale comes from the first element of largest magnitude, with its sign, as in the scalar one.
+    int first = -1;
+    const __m256 target = _mm256_set1_ps(am);
+    for (int k = 0; k < kQK_K / 8 && first < 0; ++k) {
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign_mask, _mm256_loadu_ps(xb + 8 * k)), target, _CMP_EQ_OQ));
+      if (hit != 0) first = 8 * k + __builtin_ctz(static_cast<unsigned>(hit));
+    }
+    const float iscale = -127.0f / xb[first];
+    const __m256 scale = _mm256_set1_ps(iscale);
+    for (int k = 0; k < kQK_K / 32; ++k) {
+      __m256i q[4];
+      for (int j = 0; j < 4; ++j) {
+        __m256 prod = _mm256_mul_ps(scale, _mm256_loadu_ps(xb + 32 * k + 8 * j));
+        // nearest_int rounds the product to float and then adds: no fused multiply-add here.
+        asm("" : "+x"(prod));
+        const __m256i bits = _mm256_castps_si256(_mm256_add_ps(prod, magic));
+        const __m256i v = _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(bits, mantissa), bias), max_q);
+        q[j] = _mm256_and_si256(v, low_byte);  // the int8 cast keeps the low byte
+      }
+      const __m256i q01 = _mm256_packus_epi32(q[0], q[1]);
+      const __m256i q23 = _mm256_packus_epi32(q[2], q[3]);
+      const __m256i bytes =
+          _mm256_permutevar8x32_epi32(_mm256_packus_epi16(q01, q23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + 32 * k), bytes);
+      // Sums of 16 quants: byte pairs, then 4-lane int32 sums, one 128-bit half per 16 elements.
+      const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes), _mm256_set1_epi16(1));
+      const __m256i sum8 = _mm256_hadd_epi32(sum4, sum4);
+      const __m256i sum16 = _mm256_hadd_epi32(sum8, sum8);
+      y[i].bsums[2 * k] = static_cast<int16_t>(_mm256_cvtsi256_si32(sum16));
+      y[i].bsums[2 * k + 1] = static_cast<int16_t>(_mm256_extract_epi32(sum16, 4));
+    }
+    y[i].d = 1.0f / iscale;
   }
 }
 
