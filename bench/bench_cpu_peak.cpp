@@ -92,8 +92,9 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
   for (int64_t i = 0; i < n_groups * nb; ++i) {
     uint8_t* rec = group.data() + i * record;
     auto* scales = reinterpret_cast<uint16_t*>(rec);
-    for (int j = 0; j < (type == DType::Q4_K ? 16 : 8); ++j) scales[j] = fp32_to_fp16(0.01f);
-    if (type == DType::Q4_K)
+    const bool scale_min = type == DType::Q4_K || type == DType::Q5_K;
+    for (int j = 0; j < (scale_min ? 16 : 8); ++j) scales[j] = fp32_to_fp16(0.01f);
+    if (scale_min)
       for (int j = 32; j < 160; ++j) rec[j] &= 63;
   }
   std::vector<BlockQ8_K> rows(static_cast<size_t>(n_tok * nb));
@@ -110,8 +111,10 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
   for (int t = 0; t < n_tok; ++t) acts[t] = rows.data() + t * nb;
   float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
   for (auto _ : state) {
-    (type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q6_K)(n, group.data(), n_groups, acts,
-                                                                                     n_tok, out, kInterleaveRows * n_groups);
+    const auto fn = type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
+                    : type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
+                                          : avx2::gemm_interleaved_q6_K;
+    fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups);
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }
@@ -126,7 +129,7 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok) {
     state.SkipWithError("needs AVX2/FMA");
     return;
   }
-  if (type == DType::Q4_K || type == DType::Q6_K) {
+  if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) {
     BM_KernelKQuant(state, type, n_groups, n_tok);
     return;
   }
@@ -182,7 +185,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Peak/maddubs+fma", BM_Peak, peak_maddubs_fma, 16, 8 * 32 + 8 * 8);
   benchmark::RegisterBenchmark("Peak/fma", BM_Peak, peak_fma, 8, 8 * 8);
 #endif
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int g : {1, 2}) {
       for (int t : {1, 2, 3, 4, 5, 6}) {
         const std::string name =

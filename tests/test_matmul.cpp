@@ -91,6 +91,42 @@ TEST_P(MatmulTypes, MatchesReferenceForManyShapes) {
   }
 }
 
+// The largest quants against the largest activations: the K-quant kernels' int16 sums sit closest to
+// overflow there (Q5_K: 4 maddubs pair sums of 31 * 127 * 2 per int16 lane, Q6_K: 2 of 63 * 127 * 2).
+// Every quant bit is set; the activations are all +-1, so each Q8_K quant is +-127.
+TEST(MatmulKQuants, LargestQuantsAndActivationsDoNotOverflow) {
+  ThreadPool pool(2);
+  std::mt19937 rng(9);
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t n_in = 2 * kQK_K, n_out = 16;
+    auto data = random_weights(type, n_out, n_in, rng);
+    const size_t block = dtype_info(type).block_bytes;
+    for (size_t b = 0; b < data.size() / block; ++b) {
+      uint8_t* p = data.data() + b * block;
+      if (type == DType::Q4_K) std::memset(p + offsetof(BlockQ4_K, qs), 0xFF, sizeof(BlockQ4_K::qs));
+      if (type == DType::Q5_K) {
+        std::memset(p + offsetof(BlockQ5_K, qs), 0xFF, sizeof(BlockQ5_K::qs));
+        std::memset(p + offsetof(BlockQ5_K, qh), 0xFF, sizeof(BlockQ5_K::qh));
+      }
+      if (type == DType::Q6_K) {
+        std::memset(p + offsetof(BlockQ6_K, ql), 0xFF, sizeof(BlockQ6_K::ql));
+        std::memset(p + offsetof(BlockQ6_K, qh), 0xFF, sizeof(BlockQ6_K::qh));
+      }
+    }
+    const Tensor w = make_tensor(type, n_out, n_in, data);
+    for (float sign : {1.0f, -1.0f}) {
+      const int64_t n_tokens = 7;
+      std::vector<float> x(n_tokens * n_in, sign);
+      std::vector<float> ref(n_tokens * n_out), got(n_tokens * n_out, NAN);
+      matmul_ref(w, x.data(), n_tokens, ref.data());
+      matmul(w, x.data(), n_tokens, got.data(), pool);
+      const auto scale = abs_products(w, x, n_tokens);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], ref[i], 2e-5 * scale[i] + 1e-6) << dtype_name(type) << " sign " << sign << " i " << i;
+    }
+  }
+}
+
 TEST_P(MatmulTypes, LargeRowCountSplitsAcrossThreads) {
   const DType type = GetParam();
   const int64_t n_in = dtype_info(type).block_elems == 256 ? 256 : 64;
@@ -351,7 +387,9 @@ class InterleavedKQuants : public ::testing::TestWithParam<DType> {};
 TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
   const DType type = GetParam();
-  const auto gemm = type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q6_K;
+  const auto gemm = type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
+                    : type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
+                                          : avx2::gemm_interleaved_q6_K;
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
   constexpr int64_t kStride = 8 * kGroups + 3;
@@ -405,7 +443,7 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

@@ -11,7 +11,7 @@ namespace kvserve {
 
 bool has_interleaved_layout(DType type) {
   return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K ||
-         type == DType::Q6_K;
+         type == DType::Q5_K || type == DType::Q6_K;
 }
 
 size_t interleaved_block_bytes(DType type) {
@@ -20,6 +20,7 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q4_1: return kInterleaveRows * sizeof(BlockQ4_1);
     case DType::Q8_0: return kInterleaveRows * sizeof(BlockQ8_0);
     case DType::Q4_K: return kQ4KRecordBytes;
+    case DType::Q5_K: return kQ5KRecordBytes;
     case DType::Q6_K: return kQ6KRecordBytes;
     default: fail("interleaved layout: type {} has none", dtype_name(type));
   }
@@ -54,18 +55,22 @@ void interleave(const Tensor& w, uint8_t* dst) {
     }
   }
 }
-// Q4_K: the 6-bit scales and mins unpacked to one byte each (scales[s * 8 + r], mins[s * 8 + r]), so
-// the kernel gets a sub-block's 8 row scales with one shuffle instead of per-row bit surgery.
-void interleave_q4_K(const Tensor& w, uint8_t* dst) {
+// Q4_K and Q5_K: the 6-bit scales and mins unpacked to one byte each (scales[s * 8 + r], mins[s * 8 +
+// r]), so the kernel gets a sub-block's 8 row scales with one shuffle instead of per-row bit surgery.
+// Q5_K's 5th bits follow in bit planes (interleaved_rows.h).
+template <typename Block>
+void interleave_k_scale_min(const Tensor& w, uint8_t* dst) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   const int64_t nb = w.cols() / kQK_K;
   const int64_t groups = w.rows() / kInterleaveRows;
   for (int64_t g = 0; g < groups; ++g) {
-    const BlockQ4_K* rows[kInterleaveRows];
-    for (int r = 0; r < kInterleaveRows; ++r)
-      rows[r] = reinterpret_cast<const BlockQ4_K*>(w.row(g * kInterleaveRows + r));
+    const Block* rows[kInterleaveRows];
+    for (int r = 0; r < kInterleaveRows; ++r) rows[r] = reinterpret_cast<const Block*>(w.row(g * kInterleaveRows + r));
     for (int64_t i = 0; i < nb; ++i) {
+      if constexpr (kQ5) std::memset(dst + kQ4KRecordBytes, 0, 256);
       for (int r = 0; r < kInterleaveRows; ++r) {
-        const BlockQ4_K& b = rows[r][i];
+        const Block& b = rows[r][i];
         std::memcpy(dst + 2 * r, &b.d, 2);
         std::memcpy(dst + 16 + 2 * r, &b.dmin, 2);
         for (int s = 0; s < 8; ++s) {
@@ -74,9 +79,21 @@ void interleave_q4_K(const Tensor& w, uint8_t* dst) {
           dst[32 + 8 * s + r] = scale;
           dst[96 + 8 * s + r] = min;
         }
+        // Q5_K's qs hold the low 4 bits in Q4_K's order: nibble vector h = 8j + v, byte k of row r holds
+        // elements 64j + 4v + k (low nibble) and 64j + 32 + 4v + k (high nibble).
         for (int h = 0; h < kQK_K / 8; ++h) std::memcpy(dst + 160 + 32 * h + 4 * r, b.qs + 4 * h, 4);
+        if constexpr (kQ5) {
+          uint8_t q[kQK_K];
+          unpack_q5_K(b, q);
+          for (int h = 0; h < kQK_K / 8; ++h)
+            for (int k = 0; k < 4; ++k)
+              for (int e = 0; e < 2; ++e) {
+                const int element = 64 * (h / 8) + 32 * e + 4 * (h % 8) + k;
+                dst[kQ4KRecordBytes + 32 * (h % 8) + 4 * r + k] |= static_cast<uint8_t>((q[element] >> 4) << (2 * (h / 8) + e));
+              }
+        }
       }
-      dst += kQ4KRecordBytes;
+      dst += kRecordBytes;
     }
   }
 }
@@ -120,7 +137,8 @@ std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
   switch (w.type) {
     case DType::Q4_0: interleave<BlockQ4_0>(w, out.get()); break;
     case DType::Q4_1: interleave<BlockQ4_1>(w, out.get()); break;
-    case DType::Q4_K: interleave_q4_K(w, out.get()); break;
+    case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, out.get()); break;
+    case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, out.get()); break;
     case DType::Q6_K: interleave_q6_K(w, out.get()); break;
     default: interleave<BlockQ8_0>(w, out.get()); break;
   }

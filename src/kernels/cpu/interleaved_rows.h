@@ -1,5 +1,5 @@
 #pragma once
-// Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights repacked 8 rows at a time for the AVX2 "x8" kernels.
+// Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights repacked 8 rows at a time for the AVX2 "x8" kernels.
 //
 // Why: on the CPUs we run on, a one-row dot spends most of its instructions per 32-element block on
 // work that is not multiplying (sign fix-ups, madd, int->float, scale, FMA, and a horizontal sum at the
@@ -19,6 +19,9 @@
 //   sub-block s, 6 bits unpacked), 64 bytes of sub-block mins (same order), then 32 x 32 bytes of
 //   quants: vector h, row r holds that row's qs[4h .. 4h+3] (low nibbles: sub-block 2 (h / 8), high
 //   nibbles: sub-block 2 (h / 8) + 1, elements 4 (h % 8) .. +3 of each).
+// Q5_K, per group and block, 1440 bytes (the rows' own 8 x 176 plus 32): Q4_K's record with the quants'
+//   low 4 bits as its nibbles, then 8 x 32 bytes of their 5th bits: vector g, row r, byte k holds in
+//   bit 2j + e that of nibble vector 8j + g's byte k, low nibble (e = 0) or high (e = 1).
 // Q6_K, per group and block, 1680 bytes (the rows' own 8 x 210): 8 x fp16 d, 128 bytes of int8
 //   sub-block scales (byte 8s + r: row r's scale of 16-element sub-block s), 32 x 32 bytes of the
 //   quants' (q + 32, 0..63) low 4 bits laid out as Q4_K's nibbles, then 16 x 32 bytes of their top 2
@@ -40,6 +43,7 @@ namespace kvserve {
 inline constexpr int kInterleaveRows = 8;
 
 inline constexpr size_t kQ4KRecordBytes = 16 + 16 + 64 + 64 + 1024;
+inline constexpr size_t kQ5KRecordBytes = kQ4KRecordBytes + 256;
 inline constexpr size_t kQ6KRecordBytes = 16 + 128 + 1024 + 512;
 
 // True for the types that have an interleaved layout.
@@ -51,7 +55,7 @@ size_t interleaved_block_bytes(DType type);
 // Bytes of one group of 8 rows of n_cols columns.
 size_t interleaved_group_bytes(DType type, int64_t n_cols);
 
-// Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0, Q4_K or Q6_K tensor.
+// Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K tensor.
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w);
 
 namespace avx2 {
@@ -74,8 +78,10 @@ void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride);
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride);
-// Q4_K and Q6_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract.
+// Q4_K, Q5_K and Q6_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract.
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride);
+void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride);
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride);

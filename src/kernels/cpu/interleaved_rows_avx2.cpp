@@ -226,11 +226,16 @@ void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32*
 // 30480 * 2 per sub-block, 8 sub-blocks: far from overflow). The min term takes the Q8_K sums of 32
 // elements as int16 pairs against the rows' mins, 4 madds per block and token. Every (row, token) is
 // computed with the same operations in the same order whatever R and T are.
-template <int R, int T>
+//
+// Q5_K (kQ5) is the same with each quant's 5th bit moved from its bit plane to bit 4 (one shift and
+// mask per vector, shared by the tokens) and OR'ed in. Quants reach 31, so a maddubs pair sum reaches
+// 2 * 31 * 127 and only 4 fit in int16 (<= 31496): each sub-block is madd'ed by its scales in two halves.
+template <bool kQ5, int R, int T>
 void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
                      float* out, int64_t stride) {
-  constexpr size_t kRecordBytes = kQ4KRecordBytes;
+  constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
   // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j
   // of 16 bytes holding sub-blocks 2k and 2k + 1, broadcast to both halves.
   const __m256i scale_pick[2] = {
@@ -262,6 +267,13 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
           for (int r = 0; r < R; ++r) {
             const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 160) + 8 * k + g);
             q[r] = _mm256_and_si256(e == 0 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
+            if constexpr (kQ5) {
+              // Bit 2k + e of each byte to bit 4 (16-bit shifts by <= 4 keep each byte's bit 4 its own).
+              const __m256i planes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kQ4KRecordBytes) + g);
+              const int bit = 2 * k + e;
+              const __m256i moved = bit < 4 ? _mm256_slli_epi16(planes, 4 - bit) : _mm256_srli_epi16(planes, bit - 4);
+              q[r] = _mm256_or_si256(q[r], _mm256_and_si256(moved, bit4));
+            }
           }
 #pragma GCC unroll 6
           for (int t = 0; t < T; ++t) {
@@ -269,20 +281,22 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
             for (int r = 0; r < R; ++r) {
               const __m256i p = _mm256_maddubs_epi16(q[r], y);
-              sum16[r][t] = g == 0 ? p : _mm256_add_epi16(sum16[r][t], p);
+              sum16[r][t] = g == 0 || (kQ5 && g == 4) ? p : _mm256_add_epi16(sum16[r][t], p);
               opaque(sum16[r][t]);
             }
           }
-        }
+          if (g == 7 || (kQ5 && g == 3)) {
 #pragma GCC unroll 2
-        for (int r = 0; r < R; ++r) {
-          const __m256i scales = _mm256_shuffle_epi8(
-              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 32) + k)),
-              scale_pick[e]);
+            for (int r = 0; r < R; ++r) {
+              const __m256i scales = _mm256_shuffle_epi8(
+                  _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 32) + k)),
+                  scale_pick[e]);
 #pragma GCC unroll 6
-          for (int t = 0; t < T; ++t) {
-            const __m256i p = _mm256_madd_epi16(sum16[r][t], scales);
-            isum[r][t] = k == 0 && e == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+              for (int t = 0; t < T; ++t) {
+                const __m256i p = _mm256_madd_epi16(sum16[r][t], scales);
+                isum[r][t] = k == 0 && e == 0 && g == (kQ5 ? 3 : 7) ? p : _mm256_add_epi32(isum[r][t], p);
+              }
+            }
           }
         }
       }
@@ -316,16 +330,40 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   store_groups<R, T>(acc, out, stride);
 }
 
-template <int R>
+template <bool kQ5, int R>
 void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
                       float* out, int64_t stride) {
   switch (n_tok) {
-    case 1: gemm_q4_K_fixed<R, 1>(nb, group, group_bytes, acts, out, stride); break;
-    case 2: gemm_q4_K_fixed<R, 2>(nb, group, group_bytes, acts, out, stride); break;
-    case 3: gemm_q4_K_fixed<R, 3>(nb, group, group_bytes, acts, out, stride); break;
-    case 4: gemm_q4_K_fixed<R, 4>(nb, group, group_bytes, acts, out, stride); break;
-    case 5: gemm_q4_K_fixed<R, 5>(nb, group, group_bytes, acts, out, stride); break;
-    default: gemm_q4_K_fixed<R, 6>(nb, group, group_bytes, acts, out, stride); break;
+    case 1: gemm_q4_K_fixed<kQ5, R, 1>(nb, group, group_bytes, acts, out, stride); break;
+    case 2: gemm_q4_K_fixed<kQ5, R, 2>(nb, group, group_bytes, acts, out, stride); break;
+    case 3: gemm_q4_K_fixed<kQ5, R, 3>(nb, group, group_bytes, acts, out, stride); break;
+    case 4: gemm_q4_K_fixed<kQ5, R, 4>(nb, group, group_bytes, acts, out, stride); break;
+    case 5: gemm_q4_K_fixed<kQ5, R, 5>(nb, group, group_bytes, acts, out, stride); break;
+    default: gemm_q4_K_fixed<kQ5, R, 6>(nb, group, group_bytes, acts, out, stride); break;
+  }
+}
+
+// Q4_K and Q5_K calls.
+template <bool kQ5>
+void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                      float* out, int64_t out_stride) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * (kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes);
+  if constexpr (kQ5) {
+    // Q5_K's bit-plane work per vector leaves no room for a second group: one group and up to 4 tokens
+    // per pass (bench_cpu_peak Kernel/Q5_K: g1/t4 ~1.05-1.1x g1/t3, t5, t6 and ~1.4x g2 at any count).
+    for (int g = 0; g < n_groups; ++g)
+      for (int t0 = 0; t0 < n_tok; t0 += 4)
+        gemm_q4_K_tokens<true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(4, n_tok - t0),
+                                  out + t0 * out_stride + g * kInterleaveRows, out_stride);
+  } else if (n_groups == 2) {
+    // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
+    // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3.
+    for (int t0 = 0; t0 < n_tok; t0 += 3)
+      gemm_q4_K_tokens<kQ5, 2>(nb, group, group_bytes, acts + t0, std::min(3, n_tok - t0), out + t0 * out_stride,
+                               out_stride);
+  } else {
+    gemm_q4_K_tokens<kQ5, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
   }
 }
 
@@ -476,16 +514,12 @@ void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const 
 
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride) {
-  const int64_t nb = n / kQK_K;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ4KRecordBytes;
-  if (n_groups == 2) {
-    // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
-    // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3.
-    for (int t0 = 0; t0 < n_tok; t0 += 3)
-      gemm_q4_K_tokens<2>(nb, group, group_bytes, acts + t0, std::min(3, n_tok - t0), out + t0 * out_stride, out_stride);
-  } else {
-    gemm_q4_K_tokens<1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
-  }
+  gemm_k_scale_min<false>(n, group, n_groups, acts, n_tok, out, out_stride);
+}
+
+void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  gemm_k_scale_min<true>(n, group, n_groups, acts, n_tok, out, out_stride);
 }
 
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,

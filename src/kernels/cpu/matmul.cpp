@@ -1,7 +1,7 @@
 // Weight x activation products. Activations are converted once per call to the weight type's dot type
 // (llama.cpp CPU numerics), then output rows are split across the pool; inside a thread's range a chunk
 // of weight rows is multiplied with every group of up to 4 tokens while it is still in cache. Kernels, by
-// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K, interleaved_rows.h), multi-row tiles over
+// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K, interleaved_rows.h), multi-row tiles over
 // packed activations (same types, rows past the last 8; block32_tiles.h), one-row tiles (other types,
 // quants.h), scalar dots (no AVX2).
 #include "kernels/cpu/matmul.h"
@@ -170,11 +170,13 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   // One kernel call: n_groups groups from `group` times tokens [t0, t0 + n_tok).
   const auto gemm = [&](const uint8_t* group, int n_groups, int64_t t0, int n_tok, float* out, int64_t stride) {
-    if (w.type == DType::Q4_K || w.type == DType::Q6_K) {
+    if (w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K) {
       const BlockQ8_K* rows[kTok];
       for (int t = 0; t < n_tok; ++t) rows[t] = reinterpret_cast<const BlockQ8_K*>(a.rows + (t0 + t) * a.row_bytes);
-      (w.type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q6_K)(n_in, group, n_groups, rows,
-                                                                                          n_tok, out, stride);
+      const auto fn = w.type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
+                      : w.type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
+                                              : avx2::gemm_interleaved_q6_K;
+      fn(n_in, group, n_groups, rows, n_tok, out, stride);
       return;
     }
     PackedActs32 acts[kTok];

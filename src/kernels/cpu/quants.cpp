@@ -22,7 +22,8 @@ void unpack_q4_K(const BlockQ4_K& b, uint8_t* q) {
   }
 }
 
-// Quant values 0..31 of one Q5_K block in element order.
+}  // namespace
+
 void unpack_q5_K(const BlockQ5_K& b, uint8_t* q) {
   for (int j = 0; j < kQK_K / 64; ++j) {
     const uint8_t* qs = b.qs + 32 * j;
@@ -33,8 +34,6 @@ void unpack_q5_K(const BlockQ5_K& b, uint8_t* q) {
     }
   }
 }
-
-}  // namespace
 
 void unpack_q6_K(const BlockQ6_K& b, int8_t* q) {
   for (int half = 0; half < 2; ++half) {

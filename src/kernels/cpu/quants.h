@@ -71,6 +71,8 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// Quant values 0..31 of one Q5_K block in element order.
+void unpack_q5_K(const BlockQ5_K& b, uint8_t* q);
 // Signed quant values -32..31 of one Q6_K block in element order.
 void unpack_q6_K(const BlockQ6_K& b, int8_t* q);
 
