@@ -71,10 +71,10 @@ bool same_value(const GGUFValue& a, const GGUFValue& b, size_t elem_bytes) {
 
 TEST(GenModel, WrittenFileLoadsAndGenerates) {
   TempDir dir;
-  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     RandomModelSpec s = tiny_spec(t);
-    if (t == DType::Q4_K) s.n_embd = 256, s.n_ff = 512;  // rows that Q4_K's 256-blocks divide
+    if (dtype_info(t).block_elems == 256) s.n_embd = 256, s.n_ff = 512;  // rows that the K-quants' 256-blocks divide
     const std::string path = write_tiny(dir, s, std::string(dtype_name(t)) + ".gguf");
     auto m = load_model(path);
     EXPECT_EQ(m->format, "gguf");
@@ -289,7 +289,7 @@ TEST(GenModel, BadSpecsAreErrors) {
   RandomModelSpec s = tiny_spec(DType::F16);
   s.n_kv_heads = 3;  // 4 heads
   EXPECT_THROW(plan_random_model(s), Error);
-  s = tiny_spec(DType::Q6_K);
+  s = tiny_spec(DType::Q5_0);  // no quantizer for it
   EXPECT_THROW(plan_random_model(s), Error);
   s = tiny_spec(DType::F16);
   s.vocab_from = "/nonexistent.gguf";

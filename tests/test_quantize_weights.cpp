@@ -83,6 +83,49 @@ TEST(QuantizeWeights, ZeroRowsStayZero) {
   quantize_row_q4_K(zeros.data(), &q4k, 256);
   dequantize_row_q4_K(&q4k, y.data(), 256);
   EXPECT_EQ(y, zeros);
+  BlockQ5_K q5k{};
+  quantize_row_q5_K(zeros.data(), &q5k, 256);
+  dequantize_row_q5_K(&q5k, y.data(), 256);
+  EXPECT_EQ(y, zeros);
+  BlockQ6_K q6k{};
+  quantize_row_q6_K(zeros.data(), &q6k, 256);
+  dequantize_row_q6_K(&q6k, y.data(), 256);
+  EXPECT_EQ(y, zeros);
+}
+
+// More bits, less error: on the same data Q6_K < Q5_K < Q4_K in relative RMS error, each within what
+// its bit width allows (a uniform b-bit grid over a Gaussian's range gives roughly 2^-b relative error).
+// A quant packed into the wrong place would dequantize to garbage and fail the bounds.
+TEST(QuantizeWeights, Q5_KAndQ6_KAreAccurateAndOrderedByBits) {
+  const int64_t n = 256 * 32;
+  const std::vector<float> x = gaussian(n, 11, 0.02f);
+  std::vector<float> y4(static_cast<size_t>(n)), y5(y4.size()), y6(y4.size());
+  std::vector<BlockQ4_K> q4(static_cast<size_t>(n / 256));
+  std::vector<BlockQ5_K> q5(q4.size());
+  std::vector<BlockQ6_K> q6(q4.size());
+  quantize_row_q4_K(x.data(), q4.data(), n);
+  quantize_row_q5_K(x.data(), q5.data(), n);
+  quantize_row_q6_K(x.data(), q6.data(), n);
+  dequantize_row_q4_K(q4.data(), y4.data(), n);
+  dequantize_row_q5_K(q5.data(), y5.data(), n);
+  dequantize_row_q6_K(q6.data(), y6.data(), n);
+  const double e4 = rms_error(x, y4) / rms(x), e5 = rms_error(x, y5) / rms(x), e6 = rms_error(x, y6) / rms(x);
+  EXPECT_LT(e5, 0.07) << "Q5_K";
+  EXPECT_LT(e6, 0.035) << "Q6_K";
+  EXPECT_LT(e5, 0.6 * e4) << "Q5_K against Q4_K";
+  EXPECT_LT(e6, 0.6 * e5) << "Q6_K against Q5_K";
+  // Q6_K's quants are signed around 0 with the extreme's sign folded into d: a lone spike comes back
+  // close, and its zero neighbours stay near zero.
+  std::vector<float> spike(256, 0.0f);
+  spike[37] = -3.0f;
+  spike[200] = 0.5f;
+  BlockQ6_K b{};
+  quantize_row_q6_K(spike.data(), &b, 256);
+  std::vector<float> back(256);
+  dequantize_row_q6_K(&b, back.data(), 256);
+  EXPECT_NEAR(back[37], -3.0f, 0.05f);
+  EXPECT_NEAR(back[200], 0.5f, 0.02f);
+  EXPECT_EQ(back[0], 0.0f);
 }
 
 TEST(QuantizeWeights, RoundTripsWithinHalfAStep) {
@@ -140,9 +183,14 @@ TEST(QuantizeWeights, RowDispatcherMatchesTheRoutines) {
   quantize_row(DType::F16, x.data(), f16.data(), n);
   const auto* h = reinterpret_cast<const uint16_t*>(f16.data());
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h[i], fp32_to_fp16(x[static_cast<size_t>(i)]));
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K})
     EXPECT_TRUE(can_quantize(t)) << dtype_name(t);
-  EXPECT_FALSE(can_quantize(DType::Q6_K));
-  std::vector<uint8_t> out(row_bytes(DType::Q6_K, n));
-  EXPECT_THROW(quantize_row(DType::Q6_K, x.data(), out.data(), n), Error);
+  std::vector<uint8_t> k5(row_bytes(DType::Q5_K, n)), k5_direct(k5.size());
+  quantize_row(DType::Q5_K, x.data(), k5.data(), n);
+  quantize_row_q5_K(x.data(), reinterpret_cast<BlockQ5_K*>(k5_direct.data()), n);
+  EXPECT_EQ(k5, k5_direct);
+  EXPECT_FALSE(can_quantize(DType::Q5_0));
+  std::vector<uint8_t> out(row_bytes(DType::Q5_0, n));
+  EXPECT_THROW(quantize_row(DType::Q5_0, x.data(), out.data(), n), Error);
 }

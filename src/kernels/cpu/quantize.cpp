@@ -130,59 +130,185 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
   return scale;
 }
 
-}  // namespace
+// ggml's make_qx_quants with rmse_type 1 and no importance weights: symmetric quants in [-nmax, nmax)
+// stored as l + nmax, scale chosen among 19 candidates around -nmax / (signed extreme) to maximise the
+// x^2-weighted fit. Returns the scale (negative when the extreme is positive, as in ggml).
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  constexpr float kGroupMaxEps = 1e-15f;
+  if (amax < kGroupMaxEps) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  const auto quant = [&](float iscale, int i) { return std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i]))); };
+  float iscale = static_cast<float>(-nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = quant(iscale, i);
+    L[i] = static_cast<int8_t>(l + nmax);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * static_cast<float>(l);
+    suml2 += w * static_cast<float>(l) * static_cast<float>(l);
+  }
+  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = quant(iscale, i);
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * static_cast<float>(l);
+      suml2 += w * static_cast<float>(l) * static_cast<float>(l);
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax + quant(iscale, i));
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
 
-void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n) {
-  uint8_t L[kQK_K];
+// The part of ggml's quantize_row_q4_K_ref / q5_K_ref the two share: per 32-element sub-block a
+// weighted scale/min search (make_qkx2_quants with the type's nmax and search range), the scales and
+// mins as 6 bits against fp16 super-block scales, then every value requantized against the stored
+// scales into L (0..nmax).
+struct KScaleMin {
+  uint16_t d = 0, dmin = 0;
+  uint8_t scales[kKScaleSize] = {};
+  uint8_t L[kQK_K] = {};
+};
+
+void quantize_k_scale_min(const float* x, int nmax, float rmin, int nstep, KScaleMin& out) {
   uint8_t Laux[32];
   float weights[32];
   float mins[kQK_K / 32];
   float scales[kQK_K / 32];
+  float max_scale = 0;  // the min is subtracted, so scales are never negative
+  float max_min = 0;
+  for (int j = 0; j < kQK_K / 32; ++j) {
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+    const float av_x = std::sqrt(sum_x2 / 32);
+    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+    scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, out.L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  std::memset(out.scales, 0, sizeof(out.scales));
+  for (int j = 0; j < kQK_K / 32; ++j) {
+    const uint8_t ls = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+    const uint8_t lm = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+    if (j < 4) {
+      out.scales[j] = ls;
+      out.scales[j + 4] = lm;
+    } else {
+      out.scales[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+      out.scales[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+      out.scales[j - 0] |= static_cast<uint8_t>((lm >> 4) << 6);
+    }
+  }
+  out.d = fp32_to_fp16(max_scale / 63.0f);
+  out.dmin = fp32_to_fp16(max_min / 63.0f);
+  for (int j = 0; j < kQK_K / 32; ++j) {
+    uint8_t sc = 0, m = 0;
+    k_scale_min(j, out.scales, &sc, &m);
+    const float d = fp16_to_fp32(out.d) * sc;
+    if (d == 0.0f) continue;
+    const float dm = fp16_to_fp32(out.dmin) * m;
+    for (int ii = 0; ii < 32; ++ii) {
+      const int l = nearest_int((x[32 * j + ii] + dm) / d);
+      out.L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(nmax, l)));
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n) {
+  KScaleMin k;
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float max_scale = 0;  // the min is subtracted, so scales are never negative
-    float max_min = 0;
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      float sum_x2 = 0;
-      for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-      const float av_x = std::sqrt(sum_x2 / 32);
-      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-      scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20, false);
-      max_scale = std::max(max_scale, scales[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
-    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    quantize_k_scale_min(x, 15, -1.0f, 20, k);
     BlockQ4_K& b = y[i];
-    std::memset(b.scales, 0, sizeof(b.scales));
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      const uint8_t ls = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
-      const uint8_t lm = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
-      if (j < 4) {
-        b.scales[j] = ls;
-        b.scales[j + 4] = lm;
-      } else {
-        b.scales[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
-        b.scales[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-        b.scales[j - 0] |= static_cast<uint8_t>((lm >> 4) << 6);
-      }
-    }
-    b.d = fp32_to_fp16(max_scale / 63.0f);
-    b.dmin = fp32_to_fp16(max_min / 63.0f);
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      uint8_t sc = 0, m = 0;
-      k_scale_min(j, b.scales, &sc, &m);
-      const float d = fp16_to_fp32(b.d) * sc;
-      if (d == 0.0f) continue;
-      const float dm = fp16_to_fp32(b.dmin) * m;
-      for (int ii = 0; ii < 32; ++ii) {
-        const int l = nearest_int((x[32 * j + ii] + dm) / d);
-        L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(15, l)));
-      }
-    }
+    b.d = k.d;
+    b.dmin = k.dmin;
+    std::memcpy(b.scales, k.scales, sizeof(b.scales));
     uint8_t* q = b.qs;
     for (int j = 0; j < kQK_K; j += 64) {
-      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(k.L[j + l] | (k.L[j + l + 32] << 4));
       q += 32;
+    }
+  }
+}
+
+void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n) {
+  KScaleMin k;
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    quantize_k_scale_min(x, 31, -0.5f, 15, k);
+    BlockQ5_K& b = y[i];
+    b.d = k.d;
+    b.dmin = k.dmin;
+    std::memcpy(b.scales, k.scales, sizeof(b.scales));
+    std::memset(b.qh, 0, sizeof(b.qh));
+    // 64 elements per 32 qs bytes: the low 4 bits as Q4_K, the 5th in qh bit planes 2j and 2j + 1.
+    for (int j = 0; j < kQK_K / 64; ++j)
+      for (int l = 0; l < 32; ++l) {
+        const int lo = k.L[64 * j + l], hi = k.L[64 * j + 32 + l];
+        b.qs[32 * j + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+        b.qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * j)) | ((hi >> 4) << (2 * j + 1)));
+      }
+  }
+}
+
+void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n) {
+  int8_t L[kQK_K];
+  float scales[kQK_K / 16];
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    BlockQ6_K& b = y[i];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < kQK_K / 16; ++ib) {
+      scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+      if (std::fabs(scales[ib]) > max_abs_scale) {
+        max_abs_scale = std::fabs(scales[ib]);
+        max_scale = scales[ib];
+      }
+    }
+    if (max_abs_scale < 1e-15f) {
+      std::memset(&b, 0, sizeof(b));
+      continue;
+    }
+    const float iscale = -128.0f / max_scale;
+    b.d = fp32_to_fp16(1 / iscale);
+    for (int ib = 0; ib < kQK_K / 16; ++ib) b.scales[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      const float d = fp16_to_fp32(b.d) * b.scales[j];
+      if (d == 0.0f) continue;
+      for (int ii = 0; ii < 16; ++ii) {
+        const int l = nearest_int(x[16 * j + ii] / d);
+        L[16 * j + ii] = static_cast<int8_t>(std::max(-32, std::min(31, l)) + 32);
+      }
+    }
+    // Per 128 elements: 64 ql bytes (elements l and l + 64 in ql[l], l + 32 and l + 96 in ql[l + 32]) and
+    // 32 qh bytes holding the top 2 bits of elements l, l + 32, l + 64, l + 96.
+    for (int j = 0; j < kQK_K / 128; ++j) {
+      const int8_t* q = L + 128 * j;
+      for (int l = 0; l < 32; ++l) {
+        b.ql[64 * j + l] = static_cast<uint8_t>((q[l] & 0xF) | ((q[l + 64] & 0xF) << 4));
+        b.ql[64 * j + l + 32] = static_cast<uint8_t>((q[l + 32] & 0xF) | ((q[l + 96] & 0xF) << 4));
+        b.qh[32 * j + l] = static_cast<uint8_t>((q[l] >> 4) | ((q[l + 32] >> 4) << 2) | ((q[l + 64] >> 4) << 4) |
+                                                ((q[l + 96] >> 4) << 6));
+      }
     }
   }
 }
@@ -195,7 +321,9 @@ bool can_quantize(DType type) {
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_1:
-    case DType::Q4_K: return true;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return true;
     default: return false;
   }
 }
@@ -209,6 +337,8 @@ void quantize_row(DType type, const float* x, void* dst, int64_t n) {
     case DType::Q4_0: quantize_row_q4_0(x, static_cast<BlockQ4_0*>(dst), n); return;
     case DType::Q4_1: quantize_row_q4_1(x, static_cast<BlockQ4_1*>(dst), n); return;
     case DType::Q4_K: quantize_row_q4_K(x, static_cast<BlockQ4_K*>(dst), n); return;
+    case DType::Q5_K: quantize_row_q5_K(x, static_cast<BlockQ5_K*>(dst), n); return;
+    case DType::Q6_K: quantize_row_q6_K(x, static_cast<BlockQ6_K*>(dst), n); return;
     default: fail("quantizing to {} is not supported", dtype_name(type));
   }
 }

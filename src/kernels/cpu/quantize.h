@@ -17,9 +17,14 @@ void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n);
 // ggml's quantize_row_q4_K_ref: per 32-element sub-block a weighted least-squares scale/min search
 // (make_qkx2_quants), scales and mins stored as 6 bits against fp16 super-block scales.
 void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n);
+// ggml's quantize_row_q5_K_ref: Q4_K's search with 5-bit quants (nmax 31, a narrower search range).
+void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n);
+// ggml's quantize_row_q6_K_ref: per 16-element sub-block a symmetric x^2-weighted scale search
+// (make_qx_quants), scales as int8 against an fp16 super-block scale, quants -32..31.
+void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
 
 // Quantizes one row of n elements (a multiple of the type's block size) of `type` into dst
-// (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K; throws Error otherwise.
+// (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; throws Error otherwise.
 void quantize_row(DType type, const float* x, void* dst, int64_t n);
 // True when quantize_row supports `type`.
 bool can_quantize(DType type);
