@@ -14,6 +14,7 @@
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
+#include "core/cpu_features.h"
 #include "random_weights.h"
 
 namespace kvserve {
@@ -376,6 +377,59 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
             << dtype_name(type);
       }
     }
+  }
+}
+
+// The vpdpbusd kernels (AVX512-VNNI) against the AVX2 ones: the same exact integer block sums and the
+// same float operations, so the same bits, for every group and token count and for the extreme quants
+// (Q8_0's -128 and 127, Q4's 0 and 15, activations at +-127).
+TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
+  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
+  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  constexpr int kGroups = avx2::kMaxInterleavedGroups;
+  constexpr int64_t kStride = 8 * kGroups + 1;
+  const int64_t n_in = 256;
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    std::mt19937 rng(static_cast<uint32_t>(type) + 31);
+    auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
+    // Row 0: the extreme quant bytes (every nibble 0xF or every byte -128 / 127 alternating).
+    const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1 ? 4 : 2;
+    for (int64_t b = 0; b < n_in / 32; ++b)
+      for (size_t k = quant_off; k < block; ++k)
+        data[b * block + k] = type == DType::Q8_0 ? static_cast<uint8_t>(k % 2 ? 0x80 : 0x7F) : 0xFF;
+    const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
+    const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
+    ActPack32 pack;
+    pack.reset(act_type, n_in, kTok);
+    std::vector<std::vector<uint8_t>> rows;
+    for (int t = 0; t < kTok; ++t) {
+      auto x = random_floats(n_in, rng);
+      if (t == 0) std::fill(x.begin(), x.end(), -1.0f);  // every quant -127 (Q8_0) or -127 (Q8_1)
+      rows.emplace_back(row_bytes(act_type, n_in));
+      if (act_type == DType::Q8_1) {
+        quantize_row_q8_1(x.data(), reinterpret_cast<BlockQ8_1*>(rows.back().data()), n_in);
+      } else {
+        quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(rows.back().data()), n_in);
+      }
+      pack.pack(t, rows.back().data());
+    }
+    PackedActs32 acts[kTok];
+    for (int t = 0; t < kTok; ++t) acts[t] = pack.token(t);
+    const auto avx2_gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
+                           : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
+                                                 : avx2::gemm_interleaved_q8_0;
+    const auto vnni_gemm = type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+                           : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
+                                                 : avx512vnni::gemm_interleaved_q8_0;
+    const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
+    for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
+      for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+        std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
+        avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride);
+        vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride);
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+            << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
+      }
   }
 }
 

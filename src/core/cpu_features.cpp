@@ -1,5 +1,8 @@
 #include "core/cpu_features.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -31,6 +34,28 @@ bool detect() {
 
 bool cpu_has_avx2_fma_f16c() {
   static const bool ok = detect();
+  return ok;
+}
+
+bool cpu_has_avx512_vnni() {
+  static const bool ok = [] {
+    const char* off = std::getenv("KVSERVE_NO_VNNI");
+    if (off != nullptr && off[0] != '\0' && std::strcmp(off, "0") != 0) return false;
+    if (!cpu_has_avx2_fma_f16c()) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool f = ebx & (1u << 16), bw = ebx & (1u << 30), vl = ebx & (1u << 31);
+    const bool vnni = ecx & (1u << 11);
+    if (!(f && bw && vl && vnni)) return false;
+    // XCR0 bits 5-7: opmask, upper halves of ZMM0-15, ZMM16-31.
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & 0xE6u) == 0xE6u;
+#else
+    return false;
+#endif
+  }();
   return ok;
 }
 

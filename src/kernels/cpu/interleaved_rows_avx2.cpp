@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/avx2_inline.h"
+#include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
 
 namespace kvserve::avx2 {
@@ -12,211 +13,6 @@ namespace kvserve::avx2 {
 namespace {
 
 using avx2_inline::broadcast_4_bytes;
-
-// A group's records are read front to back, and in decode (one token) a record takes only a few ns to
-// multiply: the hardware prefetchers alone keep too few lines in flight, so the core waits on memory
-// about as long as it computes. Asking for the record 2 KiB ahead as each one is taken measured 1.19x on
-// 1B-shaped Q4_0 decode and ~1.09x on Q8_0 (4 KiB was no better; whole 8-row groups at once were 0.8x).
-// Prefetches past the end of the weights are harmless: they never fault.
-constexpr size_t kPrefetchAhead = 2048;
-
-template <size_t kRecordBytes>
-inline void prefetch_ahead(const uint8_t* rec) {
-  for (size_t off = 0; off < kRecordBytes; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchAhead + off), _MM_HINT_T0);
-}
-
-// Hides how a value was computed from the optimizer. Integer adds are associative, so GCC rebalances a
-// chain of T x 8 maddubs/add into trees, computes all products first and spills them; an opaque running
-// sum keeps each product consumed right after it is made.
-template <typename V>
-inline void opaque(V& v) {
-  asm("" : "+x"(v));
-}
-
-// Bytes of one (group, block) record (interleaved_rows.h): fp16 scales (and Q4_1 mins), then quants.
-template <bool kQ4_1>
-constexpr size_t kQ4RecordBytes = (kQ4_1 ? 32 : 16) + 128;
-constexpr size_t kQ8_0RecordBytes = 16 + 256;
-
-// The R groups' records of block i (groups group_bytes apart), each prefetched ahead.
-template <size_t kRecordBytes, int R>
-inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, const uint8_t* (&rec)[R]) {
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r) {
-    rec[r] = group + r * group_bytes + i * kRecordBytes;
-    prefetch_ahead<kRecordBytes>(rec[r]);
-  }
-}
-
-// out[t * stride + 8 * r + lane] = lane of acc[r][t]: each token's 8 * R rows are adjacent in the output.
-template <int R, int T>
-inline void store_groups(const __m256 (&acc)[R][T], float* out, int64_t stride) {
-#pragma GCC unroll 6
-  for (int t = 0; t < T; ++t)
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + t * stride + r * kInterleaveRows, acc[r][t]);
-}
-
-// Quants are 0..15 and activations -127..127, so each maddubs pair sum is within +-3810 and the 8 of
-// them that make up a block's int16 partial sums stay within +-30480: exact, no saturation, and the same
-// whatever order they are added in.
-//
-// R groups of 8 rows (consecutive in memory, group_bytes apart) times T tokens: each broadcast
-// activation feeds R multiplies and each unpacked quant vector T. At R = 2, T = 6 the 12 running block
-// sums, 2 quant vectors, a broadcast and a product fill the 16 ymm registers; the float accumulators
-// are touched once per block and GCC keeps them on the stack, which costs nothing measurable. This
-// core issues 2 vpmaddubsw per cycle, but with R = 1 the broadcasts, unpacking and per-block float work
-// around them held it to ~1 (bench_cpu_peak Kernel/*: R = 2 does ~1.15x the MAC/s of R = 1 at T = 4-6).
-// Every (row, token) value is summed over the blocks in order with the same operations whatever R and T
-// are, so results are bit-identical across them.
-//
-// A block is walked as its 4 packed vectors twice (low nibbles, then high nibbles, re-read from L1) with
-// every token consuming a quant vector as soon as it is unpacked; unpacking all 8 first made GCC spill
-// most of the 8 x T products to the stack.
-template <bool kQ4_1, int R, int T>
-void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                int64_t stride) {
-  constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
-  constexpr size_t kRecordBytes = kQ4RecordBytes<kQ4_1>;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R][T];
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 6
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec);
-    __m256i sum16[R][T];
-    // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      __m256i q[R];
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kScaleBytes) + g % 4);
-        q[r] = _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
-      }
-      const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
-#pragma GCC unroll 6
-      for (int t = 0; t < T; ++t) {
-        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + elem);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_maddubs_epi16(q[r], y);
-          sum16[r][t] = g == 0 ? p : _mm256_add_epi16(sum16[r][t], p);
-          opaque(sum16[r][t]);
-        }
-      }
-    }
-#pragma GCC unroll 6
-    for (int t = 0; t < T; ++t) {
-      const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
-        __m256i isum = _mm256_madd_epi16(sum16[r][t], ones);  // lane j: row j's sum of q * y over the block
-        if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(acts[t].q4_offset[i]));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
-        if constexpr (kQ4_1) {
-          const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 16)));
-          acc[r][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts[t].s + i), acc[r][t]);
-        }
-      }
-    }
-  }
-  store_groups<R, T>(acc, out, stride);
-}
-
-// Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127, too
-// large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
-// R groups as in the Q4 kernels above.
-template <int R, int T>
-void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                     int64_t stride) {
-  constexpr size_t kRecordBytes = kQ8_0RecordBytes;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R][T];
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 6
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec);
-    __m256i isum[R][T];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      __m256i w[R], w_abs[R];
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        w[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16) + g);
-        w_abs[r] = _mm256_sign_epi8(w[r], w[r]);
-      }
-#pragma GCC unroll 6
-      for (int t = 0; t < T; ++t) {
-        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + 4 * g);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs[r], _mm256_sign_epi8(y, w[r])), ones);
-          isum[r][t] = g == 0 ? p : _mm256_add_epi32(isum[r][t], p);
-          opaque(isum[r][t]);
-        }
-      }
-    }
-#pragma GCC unroll 6
-    for (int t = 0; t < T; ++t) {
-      const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
-      }
-    }
-  }
-  store_groups<R, T>(acc, out, stride);
-}
-
-template <int R>
-void gemm_q8_0_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
-                      float* out, int64_t stride) {
-  switch (n_tok) {
-    case 1: gemm_q8_0_fixed<R, 1>(nb, group, group_bytes, acts, out, stride); break;
-    case 2: gemm_q8_0_fixed<R, 2>(nb, group, group_bytes, acts, out, stride); break;
-    case 3: gemm_q8_0_fixed<R, 3>(nb, group, group_bytes, acts, out, stride); break;
-    case 4: gemm_q8_0_fixed<R, 4>(nb, group, group_bytes, acts, out, stride); break;
-    case 5: gemm_q8_0_fixed<R, 5>(nb, group, group_bytes, acts, out, stride); break;
-    default: gemm_q8_0_fixed<R, 6>(nb, group, group_bytes, acts, out, stride); break;
-  }
-}
-
-template <bool kQ4_1, int R>
-void gemm_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
-                 float* out, int64_t stride) {
-  static_assert(kMaxInterleavedTokens == 6, "dispatch below covers 1..6 tokens");
-  switch (n_tok) {
-    case 1: gemm_fixed<kQ4_1, R, 1>(nb, group, group_bytes, acts, out, stride); break;
-    case 2: gemm_fixed<kQ4_1, R, 2>(nb, group, group_bytes, acts, out, stride); break;
-    case 3: gemm_fixed<kQ4_1, R, 3>(nb, group, group_bytes, acts, out, stride); break;
-    case 4: gemm_fixed<kQ4_1, R, 4>(nb, group, group_bytes, acts, out, stride); break;
-    case 5: gemm_fixed<kQ4_1, R, 5>(nb, group, group_bytes, acts, out, stride); break;
-    default: gemm_fixed<kQ4_1, R, 6>(nb, group, group_bytes, acts, out, stride); break;
-  }
-}
-
-template <bool kQ4_1>
-void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
-              int64_t stride) {
-  const int64_t nb = n / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ4RecordBytes<kQ4_1>;
-  if (n_groups == 2) {
-    gemm_tokens<kQ4_1, 2>(nb, group, group_bytes, acts, n_tok, out, stride);
-  } else {
-    gemm_tokens<kQ4_1, 1>(nb, group, group_bytes, acts, n_tok, out, stride);
-  }
-}
 
 // Q4_K x Q8_K, R groups of 8 rows times T tokens per 256-element block:
 //   row . y = d * dy * sum_s scale_s * (sum over sub-block s of q * y) - dmin * dy * sum_s min_s * ysum_s
@@ -493,23 +289,17 @@ void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride) {
-  const int64_t nb = n / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ8_0RecordBytes;
-  if (n_groups == 2) {
-    gemm_q8_0_tokens<2>(nb, group, group_bytes, acts, n_tok, out, out_stride);
-  } else {
-    gemm_q8_0_tokens<1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
-  }
+  gemm_q8_0_any<false>(n, group, n_groups, acts, n_tok, out, out_stride);
 }
 
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride) {
-  gemm_any<false>(n, group, n_groups, acts, n_tok, out, out_stride);
+  gemm_any<false, false>(n, group, n_groups, acts, n_tok, out, out_stride);
 }
 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride) {
-  gemm_any<true>(n, group, n_groups, acts, n_tok, out, out_stride);
+  gemm_any<false, true>(n, group, n_groups, acts, n_tok, out, out_stride);
 }
 
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,

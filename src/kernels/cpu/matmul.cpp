@@ -168,6 +168,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t n_out = w.rows();
   const size_t group_bytes = interleaved_group_bytes(w.type, n_in);
   constexpr int kTok = avx2::kMaxInterleavedTokens;
+  const bool vnni = cpu_has_avx512_vnni();
   // One kernel call: n_groups groups from `group` times tokens [t0, t0 + n_tok).
   const auto gemm = [&](const uint8_t* group, int n_groups, int64_t t0, int n_tok, float* out, int64_t stride) {
     if (w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K) {
@@ -181,9 +182,12 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     }
     PackedActs32 acts[kTok];
     for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
-    const auto fn = w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
-                    : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
-                                            : avx2::gemm_interleaved_q8_0;
+    const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+                            : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
+                                                    : avx512vnni::gemm_interleaved_q8_0)
+                         : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
+                            : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
+                                                    : avx2::gemm_interleaved_q8_0);
     fn(n_in, group, n_groups, acts, n_tok, out, stride);
   };
   // An even number of groups per chunk (when more than one fits), so batched passes pair every group:
@@ -196,7 +200,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // Tokens per pass over a chunk: Q4's 6-token kernel does ~1.1x the work per ns of its 4-token one (the
   // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
   // per-token sign fix-ups fill the registers: bench_cpu_peak Kernel/*).
-  const int64_t pass_tokens = w.type == DType::Q8_0 ? 4 : kTok;
+  // With vpdpbusd Q8_0 needs no sign fix-ups and takes 6 like Q4.
+  const int64_t pass_tokens = w.type == DType::Q8_0 && !vnni ? 4 : kTok;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   for (int64_t chunk = g_begin; chunk < g_end; chunk += chunk_groups) {
     const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);
