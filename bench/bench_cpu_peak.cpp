@@ -82,7 +82,7 @@ void BM_Peak(benchmark::State& state, void (*loop)(int64_t), double ops, double 
 #endif  // __x86_64__
 
 // The K-quant interleaved kernels against Q8_K rows, as BM_Kernel below.
-void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok) {
+void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni) {
   constexpr int64_t n = 2048;
   const int64_t nb = n / kQK_K;
   const size_t record = interleaved_block_bytes(type);
@@ -111,8 +111,8 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
   for (int t = 0; t < n_tok; ++t) acts[t] = rows.data() + t * nb;
   float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
   for (auto _ : state) {
-    const auto fn = type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
-                    : type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
+    const auto fn = type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
+                    : type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
                                           : avx2::gemm_interleaved_q6_K;
     fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups);
     benchmark::DoNotOptimize(out);
@@ -124,13 +124,13 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
 
 // n_groups interleaved 8-row groups of `n` columns (random quants, sane scales) times T packed activation
 // rows, repeated: the kernel's own speed with everything in L1.
-void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok) {
+void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni) {
   if (!cpu_has_avx2_fma_f16c()) {
     state.SkipWithError("needs AVX2/FMA");
     return;
   }
   if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) {
-    BM_KernelKQuant(state, type, n_groups, n_tok);
+    BM_KernelKQuant(state, type, n_groups, n_tok, vnni);
     return;
   }
   constexpr int64_t n = 2048;
@@ -161,9 +161,12 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok) {
   }
   PackedActs32 acts[avx2::kMaxInterleavedTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = pack.token(t);
-  const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
-                    : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
-                                          : avx2::gemm_interleaved_q8_0;
+  const auto gemm = vnni ? (type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+                            : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
+                                                  : avx512vnni::gemm_interleaved_q8_0)
+                         : (type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
+                            : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
+                                                  : avx2::gemm_interleaved_q8_0);
   float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
   for (auto _ : state) {
     gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups);
@@ -190,7 +193,10 @@ int main(int argc, char** argv) {
       for (int t : {1, 2, 3, 4, 5, 6}) {
         const std::string name =
             "Kernel/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t, false);
+        // KernelVnni/*: the vpdpbusd versions, where the CPU has AVX512-VNNI (Q6_K has none).
+        if (cpu_has_avx512_vnni() && type != DType::Q6_K)
+          benchmark::RegisterBenchmark(("KernelVnni" + name.substr(6)).c_str(), BM_Kernel, type, g, t, true);
       }
     }
   }

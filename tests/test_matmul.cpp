@@ -497,6 +497,46 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   }
 }
 
+// Q4_K and Q5_K with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
+// (where the AVX2 kernels' int16 sums are closest to overflowing) and one token of the largest
+// activations.
+TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
+  const DType type = GetParam();
+  if (type == DType::Q6_K) GTEST_SKIP() << "Q6_K has no vpdpbusd kernel";
+  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
+  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  constexpr int kGroups = avx2::kMaxInterleavedGroups;
+  constexpr int64_t kStride = 8 * kGroups + 1;
+  const int64_t n_in = 2 * kQK_K;
+  std::mt19937 rng(43);
+  auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
+  for (int64_t b = 0; b < n_in / kQK_K; ++b) {  // row 0: every quant at its largest
+    uint8_t* p = data.data() + b * dtype_info(type).block_bytes;
+    if (type == DType::Q4_K) std::memset(p + offsetof(BlockQ4_K, qs), 0xFF, sizeof(BlockQ4_K::qs));
+    if (type == DType::Q5_K) std::memset(p + offsetof(BlockQ5_K, qh), 0xFF, sizeof(BlockQ5_K::qh) + sizeof(BlockQ5_K::qs));
+  }
+  const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
+  std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
+  const BlockQ8_K* acts[kTok];
+  for (int t = 0; t < kTok; ++t) {
+    auto x = random_floats(n_in, rng);
+    if (t == 0) std::fill(x.begin(), x.end(), -1.0f);
+    quantize_row_q8_K(x.data(), rows[t].data(), n_in);
+    acts[t] = rows[t].data();
+  }
+  const auto avx2_gemm = type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q5_K;
+  const auto vnni_gemm = type == DType::Q4_K ? avx512vnni::gemm_interleaved_q4_K : avx512vnni::gemm_interleaved_q5_K;
+  const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
+  for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
+    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+      std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
+      avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride);
+      vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 

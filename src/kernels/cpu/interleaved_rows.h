@@ -87,7 +87,7 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride);
 }  // namespace avx2
 
-// The Q4_0 / Q4_1 / Q8_0 kernels above with vpdpbusd, bit-identical to them; only after
+// The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K kernels above with vpdpbusd, bit-identical to them; only after
 // cpu_has_avx512_vnni().
 namespace avx512vnni {
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
@@ -95,6 +95,10 @@ void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride);
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride);
+void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride);
+void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride);
 }  // namespace avx512vnni
 

@@ -1,6 +1,8 @@
-// The Q4_0 / Q4_1 / Q8_0 interleaved kernels with vpdpbusd (AVX512-VNNI on 256-bit registers, EVEX
+// The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K interleaved kernels with vpdpbusd (AVX512-VNNI on 256-bit registers, EVEX
 // encoded). Compiled with -mavx512f -mavx512vl -mavx512bw -mavx512vnni on top of the AVX2 flags; only
-// called after cpu_has_avx512_vnni(). Bit-identical to the AVX2 versions (interleaved_q32_kernels.h).
+// called after cpu_has_avx512_vnni(). Bit-identical to the AVX2 versions (interleaved_q32_kernels.h,
+// interleaved_kquant_kernels.h).
+#include "kernels/cpu/interleaved_kquant_kernels.h"
 #include "kernels/cpu/interleaved_q32_kernels.h"
 
 namespace kvserve::avx512vnni {
@@ -18,6 +20,16 @@ void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride) {
   gemm_any<true, true>(n, group, n_groups, acts, n_tok, out, out_stride);
+}
+
+void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  gemm_k_scale_min<true, false>(n, group, n_groups, acts, n_tok, out, out_stride);
+}
+
+void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride) {
+  gemm_k_scale_min<true, true>(n, group, n_groups, acts, n_tok, out, out_stride);
 }
 
 }  // namespace kvserve::avx512vnni

@@ -174,8 +174,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     if (w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K) {
       const BlockQ8_K* rows[kTok];
       for (int t = 0; t < n_tok; ++t) rows[t] = reinterpret_cast<const BlockQ8_K*>(a.rows + (t0 + t) * a.row_bytes);
-      const auto fn = w.type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
-                      : w.type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
+      const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
+                      : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
                                               : avx2::gemm_interleaved_q6_K;
       fn(n_in, group, n_groups, rows, n_tok, out, stride);
       return;
@@ -200,8 +200,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // Tokens per pass over a chunk: Q4's 6-token kernel does ~1.1x the work per ns of its 4-token one (the
   // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
   // per-token sign fix-ups fill the registers: bench_cpu_peak Kernel/*).
-  // With vpdpbusd Q8_0 needs no sign fix-ups and takes 6 like Q4.
-  const int64_t pass_tokens = w.type == DType::Q8_0 && !vnni ? 4 : kTok;
+  // (With vpdpbusd, Q8_0 at 4 tokens is still ~1.05x its 6: KernelVnni/Q8_0/g2.)
+  const int64_t pass_tokens = w.type == DType::Q8_0 ? 4 : kTok;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   for (int64_t chunk = g_begin; chunk < g_end; chunk += chunk_groups) {
     const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);

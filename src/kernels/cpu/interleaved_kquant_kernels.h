@@ -1,0 +1,323 @@
+#pragma once
+// The 8-row interleaved Q4_K / Q5_K / Q6_K kernels (interleaved_rows.h), against Q8_K activation rows.
+// Included, like interleaved_q32_kernels.h and for the same reason with internal linkage, by
+// interleaved_rows_avx2.cpp (kVnni = false) and interleaved_rows_avx512vnni.cpp (kVnni = true, Q4_K and
+// Q5_K: bit-identical results).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/interleaved_q32_kernels.h"
+#include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/quants.h"
+
+namespace kvserve {
+namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
+
+// Q4_K x Q8_K, R groups of 8 rows times T tokens per 256-element block:
+//   row . y = d * dy * sum_s scale_s * (sum over sub-block s of q * y) - dmin * dy * sum_s min_s * ysum_s
+// Each 32-element sub-block is 8 maddubs per (group, token) into int16 sums as in the Q4 kernels
+// (pair sums <= 2 * 15 * 127, 16 of them <= 30480: exact), then one madd by the 8 rows' scales (a
+// shuffle of the record's unpacked scale bytes into [scale, scale] int16 pairs) into int32 (<= 63 *
+// 30480 * 2 per sub-block, 8 sub-blocks: far from overflow). The min term takes the Q8_K sums of 32
+// elements as int16 pairs against the rows' mins, 4 madds per block and token. Every (row, token) is
+// computed with the same operations in the same order whatever R and T are.
+//
+// Q5_K (kQ5) is the same with each quant's 5th bit moved from its bit plane to bit 4 (one shift and
+// mask per vector, shared by the tokens) and OR'ed in. Quants reach 31, so a maddubs pair sum reaches
+// 2 * 31 * 127 and only 4 fit in int16 (<= 31496): each sub-block is madd'ed by its scales in two halves.
+//
+// With vpdpbusd (kVnni) each sub-block's 8 products per lane go straight into int32 and are multiplied by
+// the rows' scales (vpmulld, exact): the same integers as the int16 route, so the same bits.
+template <bool kVnni, bool kQ5, int R, int T>
+void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
+                     float* out, int64_t stride) {
+  constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j
+  // of 16 bytes holding sub-blocks 2k and 2k + 1, broadcast to both halves.
+  const __m256i scale_pick[2] = {
+      _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
+                       4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1),
+      _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,  //
+                       12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1)};
+  // [min of sub-block 2k, min of 2k + 1] per row, from the same 16-byte layout.
+  const __m256i min_pick = _mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
+                                            4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1);
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[R];
+    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    __m256i isum[R][T];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        __m256i sum16[R][T];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+          __m256i q[R];
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r) {
+            const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 160) + 8 * k + g);
+            q[r] = _mm256_and_si256(e == 0 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
+            if constexpr (kQ5) {
+              // Bit 2k + e of each byte to bit 4 (16-bit shifts by <= 4 keep each byte's bit 4 its own).
+              const __m256i planes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kQ4KRecordBytes) + g);
+              const int bit = 2 * k + e;
+              const __m256i moved = bit < 4 ? _mm256_slli_epi16(planes, 4 - bit) : _mm256_srli_epi16(planes, bit - 4);
+              q[r] = _mm256_or_si256(q[r], _mm256_and_si256(moved, bit4));
+            }
+          }
+#pragma GCC unroll 6
+          for (int t = 0; t < T; ++t) {
+            const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) {
+              if constexpr (kVnni) {
+                sum16[r][t] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sum16[r][t], q[r], y);
+              } else {
+                const __m256i p = _mm256_maddubs_epi16(q[r], y);
+                sum16[r][t] = g == 0 || (kQ5 && g == 4) ? p : _mm256_add_epi16(sum16[r][t], p);
+                opaque(sum16[r][t]);
+              }
+            }
+          }
+          if (kVnni && g == 7) {
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) {
+              const __m256i scales = _mm256_cvtepu8_epi32(
+                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 32 + 8 * (2 * k + e))));
+#pragma GCC unroll 6
+              for (int t = 0; t < T; ++t) {
+                const __m256i p = _mm256_mullo_epi32(sum16[r][t], scales);
+                isum[r][t] = k == 0 && e == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+              }
+            }
+          }
+          if (!kVnni && (g == 7 || (kQ5 && g == 3))) {
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) {
+              const __m256i scales = _mm256_shuffle_epi8(
+                  _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 32) + k)),
+                  scale_pick[e]);
+#pragma GCC unroll 6
+              for (int t = 0; t < T; ++t) {
+                const __m256i p = _mm256_madd_epi16(sum16[r][t], scales);
+                isum[r][t] = k == 0 && e == 0 && g == (kQ5 ? 3 : 7) ? p : _mm256_add_epi32(isum[r][t], p);
+              }
+            }
+          }
+        }
+      }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& y = acts[t][i];
+      // ysum[s] = sum of y over sub-block s, as int16 (|sum| <= 32 * 128), pairs [2k, 2k + 1] in int32 k.
+      alignas(16) int32_t ysum_pairs[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(ysum_pairs),
+                      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
+      const __m256 dy = _mm256_set1_ps(y.d);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m256i mins = _mm256_shuffle_epi8(
+              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 96) + k)),
+              min_pick);
+          msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins, _mm256_set1_epi32(ysum_pairs[k])));
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 16)));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+        acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(msum), acc[r][t]);
+      }
+    }
+  }
+  store_groups<R, T>(acc, out, stride);
+}
+
+template <bool kVnni, bool kQ5, int R>
+void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
+                      float* out, int64_t stride) {
+  switch (n_tok) {
+    case 1: gemm_q4_K_fixed<kVnni, kQ5, R, 1>(nb, group, group_bytes, acts, out, stride); break;
+    case 2: gemm_q4_K_fixed<kVnni, kQ5, R, 2>(nb, group, group_bytes, acts, out, stride); break;
+    case 3: gemm_q4_K_fixed<kVnni, kQ5, R, 3>(nb, group, group_bytes, acts, out, stride); break;
+    case 4: gemm_q4_K_fixed<kVnni, kQ5, R, 4>(nb, group, group_bytes, acts, out, stride); break;
+    case 5: gemm_q4_K_fixed<kVnni, kQ5, R, 5>(nb, group, group_bytes, acts, out, stride); break;
+    default: gemm_q4_K_fixed<kVnni, kQ5, R, 6>(nb, group, group_bytes, acts, out, stride); break;
+  }
+}
+
+// Q4_K and Q5_K calls.
+template <bool kVnni, bool kQ5>
+void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                      float* out, int64_t out_stride) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * (kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes);
+  if constexpr (kQ5) {
+    // Q5_K's bit-plane work per vector leaves no room for a second group: one group and up to 4 tokens
+    // per pass (bench_cpu_peak Kernel/Q5_K: g1/t4 ~1.05-1.1x g1/t3, t5, t6 and ~1.4x g2 at any count).
+    for (int g = 0; g < n_groups; ++g)
+      for (int t0 = 0; t0 < n_tok; t0 += 4)
+        gemm_q4_K_tokens<kVnni, true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(4, n_tok - t0),
+                                  out + t0 * out_stride + g * kInterleaveRows, out_stride);
+  } else if (n_groups == 2) {
+    // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
+    // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3.
+    for (int t0 = 0; t0 < n_tok; t0 += 3)
+      gemm_q4_K_tokens<kVnni, kQ5, 2>(nb, group, group_bytes, acts + t0, std::min(3, n_tok - t0), out + t0 * out_stride,
+                               out_stride);
+  } else {
+    gemm_q4_K_tokens<kVnni, kQ5, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
+  }
+}
+
+// Q6_K x Q8_K, R groups of 8 rows times T tokens per 256-element block, quants unsigned (q + 32):
+//   row . y = d * dy * (sum_s scale_s * (sum over sub-block s of q * y) - 32 * sum_s scale_s * ysum_s)
+// with 16-element sub-blocks and the Q8_K sums of 16 as ysum_s. Quants reach 63, so a maddubs pair sum
+// is up to 2 * 63 * 128 and only two fit an int16 lane: each pair of maddubs is madd'ed by the rows'
+// scales (int8, sign-extended into [scale, scale] int16 pairs) into int32. All integer, exact; every
+// (row, token) gets the same operations in the same order whatever R and T are.
+template <int R, int T>
+void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
+                     float* out, int64_t stride) {
+  constexpr size_t kRecordBytes = kQ6KRecordBytes;
+  constexpr size_t kNibbles = 144, kTops = 144 + 1024;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i top_mask = _mm256_set1_epi8(0x30);
+  // From 16 scale bytes (sub-blocks 2m and 2m + 1, rows in order) broadcast to both 128-bit halves, the
+  // byte goes to the high half of each int16 (then an arithmetic shift by 8 sign-extends it). Lane j of
+  // half L is row 4L + j: [scale, scale] of sub-block 2m + e, or [scale of 2m, scale of 2m + 1].
+  const __m256i scale_pick[2] = {
+      _mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,  //
+                       -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7),
+      _mm256_setr_epi8(-1, 8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11,  //
+                       -1, 12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15)};
+  const __m256i pair_pick = _mm256_setr_epi8(-1, 0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11,  //
+                                             -1, 4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15);
+  const auto scales16 = [](const uint8_t* sixteen, __m256i pick) {
+    return _mm256_srai_epi16(
+        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sixteen))),
+                            pick),
+        8);
+  };
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[R];
+    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    __m256i isum[R][T];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        // Elements 64k + 32e .. +31: sub-block 4k + 2e (g = 0..3), then 4k + 2e + 1 (g = 4..7).
+#pragma GCC unroll 4
+        for (int gp = 0; gp < 4; ++gp) {
+          __m256i sum16[R][T];
+#pragma GCC unroll 2
+          for (int gg = 0; gg < 2; ++gg) {
+            const int g = 2 * gp + gg;
+            const int h = 8 * k + g;
+            const int shift = 4 * (h % 2) + 2 * e;  // of this vector's top bits in its top byte
+            __m256i q[R];
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) {
+              const __m256i nib = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kNibbles) + h);
+              const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kTops) + h / 2);
+              const __m256i low = _mm256_and_si256(e == 0 ? nib : _mm256_srli_epi16(nib, 4), low_mask);
+              const __m256i high = shift < 4    ? _mm256_slli_epi16(top, 4 - shift)
+                                   : shift == 4 ? top
+                                                : _mm256_srli_epi16(top, shift - 4);
+              q[r] = _mm256_or_si256(low, _mm256_and_si256(high, top_mask));
+            }
+#pragma GCC unroll 6
+            for (int t = 0; t < T; ++t) {
+              const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+#pragma GCC unroll 2
+              for (int r = 0; r < R; ++r) {
+                const __m256i p = _mm256_maddubs_epi16(q[r], y);
+                sum16[r][t] = gg == 0 ? p : _mm256_add_epi16(sum16[r][t], p);
+                opaque(sum16[r][t]);
+              }
+            }
+          }
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r) {
+            const __m256i sc = scales16(rec[r] + 16 + 16 * (2 * k + e), scale_pick[gp / 2]);
+#pragma GCC unroll 6
+            for (int t = 0; t < T; ++t) {
+              const __m256i p = _mm256_madd_epi16(sum16[r][t], sc);
+              isum[r][t] = k == 0 && e == 0 && gp == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+            }
+          }
+        }
+      }
+    }
+    // The -32 offset: sum_s scale_s * ysum_s, pairs of sub-blocks at a time.
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      __m256i osum[T];
+#pragma GCC unroll 8
+      for (int m = 0; m < 8; ++m) {
+        const __m256i sc = scales16(rec[r] + 16 + 16 * m, pair_pick);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; ++t) {
+          int32_t ysums;
+          std::memcpy(&ysums, acts[t][i].bsums + 2 * m, 4);
+          const __m256i p = _mm256_madd_epi16(sc, _mm256_set1_epi32(ysums));
+          osum[t] = m == 0 ? p : _mm256_add_epi32(osum[t], p);
+        }
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+#pragma GCC unroll 6
+      for (int t = 0; t < T; ++t) {
+        const __m256i total = _mm256_sub_epi32(isum[r][t], _mm256_slli_epi32(osum[t], 5));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(acts[t][i].d)), _mm256_cvtepi32_ps(total),
+                                    acc[r][t]);
+      }
+    }
+  }
+  store_groups<R, T>(acc, out, stride);
+}
+
+template <int R>
+void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
+                      float* out, int64_t stride) {
+  switch (n_tok) {
+    case 1: gemm_q6_K_fixed<R, 1>(nb, group, group_bytes, acts, out, stride); break;
+    case 2: gemm_q6_K_fixed<R, 2>(nb, group, group_bytes, acts, out, stride); break;
+    default: gemm_q6_K_fixed<R, 3>(nb, group, group_bytes, acts, out, stride); break;
+  }
+}
+
+[[maybe_unused]] void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                   float* out, int64_t out_stride) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
+  // One group and up to 3 tokens per pass: the unpacked quants, the pair sums and the int32 sums of more
+  // spill (bench_cpu_peak Kernel/Q6_K: g1/t3 beats g2 at any token count and g1/t4..6).
+  for (int g = 0; g < n_groups; ++g)
+    for (int t0 = 0; t0 < n_tok; t0 += 3)
+      gemm_q6_K_tokens<1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(3, n_tok - t0),
+                          out + t0 * out_stride + g * kInterleaveRows, out_stride);
+}
+
+
+}  // namespace
+}  // namespace kvserve
