@@ -3,18 +3,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
-#include "core/cpu_features.h"
 #include "random_weights.h"
 
 namespace kvserve {
@@ -303,6 +304,40 @@ TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
   EXPECT_EQ(yb, eb);
 }
 
+// Weights of kGroups interleaved 8-row groups and kMaxInterleavedTokens packed activation rows, for
+// calling the Q4_0 / Q4_1 / Q8_0 interleaved kernels directly.
+struct Q32KernelCase {
+  std::vector<uint8_t> data;
+  Tensor w;
+  ActPack32 pack;
+  std::vector<std::vector<uint8_t>> rows;
+  PackedActs32 acts[avx2::kMaxInterleavedTokens];
+
+  // edit_weights may change the raw blocks before the repack; token 0's activations are all -1 when
+  // extreme_token0 (every quant at -127).
+  Q32KernelCase(DType type, int64_t n_in, std::mt19937& rng, const std::function<void(std::vector<uint8_t>&)>& edit_weights = {},
+                bool extreme_token0 = false) {
+    constexpr int kTok = avx2::kMaxInterleavedTokens;
+    data = random_weights(type, avx2::kMaxInterleavedGroups * kInterleaveRows, n_in, rng);
+    if (edit_weights) edit_weights(data);
+    w = make_tensor(type, avx2::kMaxInterleavedGroups * kInterleaveRows, n_in, data);
+    const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
+    pack.reset(act_type, n_in, kTok);
+    for (int t = 0; t < kTok; ++t) {
+      auto x = random_floats(n_in, rng);
+      if (t == 0 && extreme_token0) std::fill(x.begin(), x.end(), -1.0f);
+      rows.emplace_back(row_bytes(act_type, n_in));
+      if (act_type == DType::Q8_1) {
+        quantize_row_q8_1(x.data(), reinterpret_cast<BlockQ8_1*>(rows.back().data()), n_in);
+      } else {
+        quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(rows.back().data()), n_in);
+      }
+      pack.pack(t, rows.back().data());
+    }
+    for (int t = 0; t < kTok; ++t) acts[t] = pack.token(t);
+  }
+};
+
 // The interleaved kernels called directly, for every group and token count they take: each token's 8
 // outputs per group land at out + t * stride + 8 * g (and nowhere else) with the same bits as that group
 // and token multiplied alone.
@@ -314,24 +349,9 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
   const int64_t n_in = 160;
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 5);
-    const auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
-    const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
-    const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
-    ActPack32 pack;
-    pack.reset(act_type, n_in, kTok);
-    std::vector<std::vector<uint8_t>> rows;
-    for (int t = 0; t < kTok; ++t) {
-      const auto x = random_floats(n_in, rng);
-      rows.emplace_back(row_bytes(act_type, n_in));
-      if (act_type == DType::Q8_1) {
-        quantize_row_q8_1(x.data(), reinterpret_cast<BlockQ8_1*>(rows.back().data()), n_in);
-      } else {
-        quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(rows.back().data()), n_in);
-      }
-      pack.pack(t, rows.back().data());
-    }
-    PackedActs32 acts[kTok];
-    for (int t = 0; t < kTok; ++t) acts[t] = pack.token(t);
+    Q32KernelCase c(type, n_in, rng);
+    const Tensor& w = c.w;
+    const PackedActs32* acts = c.acts;
     const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                       : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                             : avx2::gemm_interleaved_q8_0;
@@ -362,7 +382,7 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
     // And the single-token result is the dot product itself.
     for (int t = 0; t < kTok; ++t) {
       std::vector<float> act(n_in);
-      dequantize_row(act_type, rows[t].data(), act.data(), n_in);
+      dequantize_row(type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0, c.rows[t].data(), act.data(), n_in);
       std::vector<float> wrow(n_in);
       for (int r = 0; r < kGroups * kInterleaveRows; ++r) {
         dequantize_row(type, w.row(r), wrow.data(), n_in);
@@ -391,30 +411,16 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
   const int64_t n_in = 256;
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 31);
-    auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
-    // Row 0: the extreme quant bytes (every nibble 0xF or every byte -128 / 127 alternating).
-    const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1 ? 4 : 2;
-    for (int64_t b = 0; b < n_in / 32; ++b)
-      for (size_t k = quant_off; k < block; ++k)
-        data[b * block + k] = type == DType::Q8_0 ? static_cast<uint8_t>(k % 2 ? 0x80 : 0x7F) : 0xFF;
-    const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
-    const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
-    ActPack32 pack;
-    pack.reset(act_type, n_in, kTok);
-    std::vector<std::vector<uint8_t>> rows;
-    for (int t = 0; t < kTok; ++t) {
-      auto x = random_floats(n_in, rng);
-      if (t == 0) std::fill(x.begin(), x.end(), -1.0f);  // every quant -127 (Q8_0) or -127 (Q8_1)
-      rows.emplace_back(row_bytes(act_type, n_in));
-      if (act_type == DType::Q8_1) {
-        quantize_row_q8_1(x.data(), reinterpret_cast<BlockQ8_1*>(rows.back().data()), n_in);
-      } else {
-        quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(rows.back().data()), n_in);
-      }
-      pack.pack(t, rows.back().data());
-    }
-    PackedActs32 acts[kTok];
-    for (int t = 0; t < kTok; ++t) acts[t] = pack.token(t);
+    // Row 0: the extreme quant bytes (every nibble 0xF, or bytes -128 and 127 alternating).
+    const auto extreme_row0 = [&](std::vector<uint8_t>& data) {
+      const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1 ? 4 : 2;
+      for (int64_t b = 0; b < n_in / 32; ++b)
+        for (size_t k = quant_off; k < block; ++k)
+          data[b * block + k] = type == DType::Q8_0 ? static_cast<uint8_t>(k % 2 ? 0x80 : 0x7F) : 0xFF;
+    };
+    Q32KernelCase c(type, n_in, rng, extreme_row0, true);
+    const Tensor& w = c.w;
+    const PackedActs32* acts = c.acts;
     const auto avx2_gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                            : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                                  : avx2::gemm_interleaved_q8_0;

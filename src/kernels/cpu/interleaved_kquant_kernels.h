@@ -150,14 +150,9 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 template <bool kVnni, bool kQ5, int R>
 void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
                       float* out, int64_t stride) {
-  switch (n_tok) {
-    case 1: gemm_q4_K_fixed<kVnni, kQ5, R, 1>(nb, group, group_bytes, acts, out, stride); break;
-    case 2: gemm_q4_K_fixed<kVnni, kQ5, R, 2>(nb, group, group_bytes, acts, out, stride); break;
-    case 3: gemm_q4_K_fixed<kVnni, kQ5, R, 3>(nb, group, group_bytes, acts, out, stride); break;
-    case 4: gemm_q4_K_fixed<kVnni, kQ5, R, 4>(nb, group, group_bytes, acts, out, stride); break;
-    case 5: gemm_q4_K_fixed<kVnni, kQ5, R, 5>(nb, group, group_bytes, acts, out, stride); break;
-    default: gemm_q4_K_fixed<kVnni, kQ5, R, 6>(nb, group, group_bytes, acts, out, stride); break;
-  }
+  with_token_count<6>(n_tok, [&]<int T>() {
+    gemm_q4_K_fixed<kVnni, kQ5, R, T>(nb, group, group_bytes, acts, out, stride);
+  });
 }
 
 // Q4_K and Q5_K calls.
@@ -299,11 +294,9 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 template <int R>
 void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
                       float* out, int64_t stride) {
-  switch (n_tok) {
-    case 1: gemm_q6_K_fixed<R, 1>(nb, group, group_bytes, acts, out, stride); break;
-    case 2: gemm_q6_K_fixed<R, 2>(nb, group, group_bytes, acts, out, stride); break;
-    default: gemm_q6_K_fixed<R, 3>(nb, group, group_bytes, acts, out, stride); break;
-  }
+  with_token_count<3>(n_tok, [&]<int T>() {
+    gemm_q6_K_fixed<R, T>(nb, group, group_bytes, acts, out, stride);
+  });
 }
 
 [[maybe_unused]] void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,

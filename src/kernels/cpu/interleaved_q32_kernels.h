@@ -37,6 +37,19 @@ inline void prefetch_ahead(const uint8_t* rec) {
     _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchAhead + off), _MM_HINT_T0);
 }
 
+// Calls f.template operator()<T>() with T = n_tok as a compile-time constant, 1..kMax (larger counts
+// get kMax): every token count has its own fully unrolled kernel.
+template <int kMax, typename F>
+inline void with_token_count(int n_tok, F&& f) {
+  if constexpr (kMax > 1) {
+    if (n_tok < kMax) {
+      with_token_count<kMax - 1>(n_tok, f);
+      return;
+    }
+  }
+  f.template operator()<kMax>();
+}
+
 // Hides how a value was computed from the optimizer. Integer adds are associative, so GCC rebalances a
 // chain of T x 8 maddubs/add into trees, computes all products first and spills them; an opaque running
 // sum keeps each product consumed right after it is made.
@@ -210,28 +223,17 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 template <bool kVnni, int R>
 void gemm_q8_0_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
                       float* out, int64_t stride) {
-  switch (n_tok) {
-    case 1: gemm_q8_0_fixed<kVnni, R, 1>(nb, group, group_bytes, acts, out, stride); break;
-    case 2: gemm_q8_0_fixed<kVnni, R, 2>(nb, group, group_bytes, acts, out, stride); break;
-    case 3: gemm_q8_0_fixed<kVnni, R, 3>(nb, group, group_bytes, acts, out, stride); break;
-    case 4: gemm_q8_0_fixed<kVnni, R, 4>(nb, group, group_bytes, acts, out, stride); break;
-    case 5: gemm_q8_0_fixed<kVnni, R, 5>(nb, group, group_bytes, acts, out, stride); break;
-    default: gemm_q8_0_fixed<kVnni, R, 6>(nb, group, group_bytes, acts, out, stride); break;
-  }
+  with_token_count<6>(n_tok, [&]<int T>() {
+    gemm_q8_0_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride);
+  });
 }
 
 template <bool kVnni, bool kQ4_1, int R>
 void gemm_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
                  float* out, int64_t stride) {
-  static_assert(avx2::kMaxInterleavedTokens == 6, "dispatch below covers 1..6 tokens");
-  switch (n_tok) {
-    case 1: gemm_fixed<kVnni, kQ4_1, R, 1>(nb, group, group_bytes, acts, out, stride); break;
-    case 2: gemm_fixed<kVnni, kQ4_1, R, 2>(nb, group, group_bytes, acts, out, stride); break;
-    case 3: gemm_fixed<kVnni, kQ4_1, R, 3>(nb, group, group_bytes, acts, out, stride); break;
-    case 4: gemm_fixed<kVnni, kQ4_1, R, 4>(nb, group, group_bytes, acts, out, stride); break;
-    case 5: gemm_fixed<kVnni, kQ4_1, R, 5>(nb, group, group_bytes, acts, out, stride); break;
-    default: gemm_fixed<kVnni, kQ4_1, R, 6>(nb, group, group_bytes, acts, out, stride); break;
-  }
+  with_token_count<6>(n_tok, [&]<int T>() {
+    gemm_fixed<kVnni, kQ4_1, R, T>(nb, group, group_bytes, acts, out, stride);
+  });
 }
 
 template <bool kVnni, bool kQ4_1>
