@@ -169,7 +169,7 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
                                                   : avx2::gemm_interleaved_q8_0);
   float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
   for (auto _ : state) {
-    gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups);
+    gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }

@@ -68,29 +68,38 @@ std::vector<uint8_t> make_weights(DType type, int64_t rows, int64_t cols) {
   return data;
 }
 
-void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n_tokens) {
+// copies > 1: that many separate copies of the weights, multiplied in turn, so that (at 128 MiB and more
+// in all) every call reads its weights from memory as a model's layers do, not from the L3 cache.
+void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int copies) {
   const auto data = make_weights(type, rows, cols);
-  Tensor w;
-  w.type = type;
-  w.ne = {cols, rows, 1, 1};
-  w.n_dims = 2;
-  w.data = data.data();
-  // As load_model does: Q4_0/Q4_1/Q8_0 run on their 8-row interleaved copy.
-  std::shared_ptr<uint8_t[]> interleaved;
-  if (has_interleaved_layout(type) && cpu_has_avx2()) {
-    interleaved = interleave_rows(w);
-    w.interleaved = interleaved.get();
+  std::vector<Tensor> ws(copies);
+  std::vector<std::shared_ptr<uint8_t[]>> interleaved(copies);
+  std::vector<std::vector<uint8_t>> plain(copies);
+  for (int c = 0; c < copies; ++c) {
+    Tensor& w = ws[c];
+    w.type = type;
+    w.ne = {cols, rows, 1, 1};
+    w.n_dims = 2;
+    plain[c] = data;
+    w.data = plain[c].data();
+    // As load_model does: the types with an 8-row interleaved layout run on that copy.
+    if (has_interleaved_layout(type) && cpu_has_avx2()) {
+      interleaved[c] = interleave_rows(w);
+      w.interleaved = interleaved[c].get();
+    }
   }
   std::vector<float> x(n_tokens * cols), y(n_tokens * rows);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
   for (auto& v : x) v = dist(rng);
+  int next = 0;
   for (auto _ : state) {
-    matmul(w, x.data(), n_tokens, y.data());
+    matmul(ws[next], x.data(), n_tokens, y.data());
+    next = (next + 1) % copies;
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.bytes()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(ws[0].bytes()));
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
   state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens * rows * cols),
@@ -127,7 +136,12 @@ int main(int argc, char** argv) {
       for (int64_t n_tokens : {1, 16}) {
         const std::string name = "Matmul/" + std::string(dtype_name(type)) + "/" + std::to_string(shape[0]) + "x" +
                                  std::to_string(shape[1]) + "/tokens:" + std::to_string(n_tokens);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, shape[0], shape[1], n_tokens)
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, shape[0], shape[1], n_tokens, 1)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+        const auto bytes = static_cast<int64_t>(row_bytes(type, shape[1])) * shape[0];
+        const int copies = static_cast<int>((int64_t{128} << 20) / bytes + 1);
+        benchmark::RegisterBenchmark((name + "/cold").c_str(), BM_Matmul, type, shape[0], shape[1], n_tokens, copies)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }

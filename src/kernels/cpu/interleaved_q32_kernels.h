@@ -63,13 +63,19 @@ template <bool kQ4_1>
 constexpr size_t kQ4RecordBytes = (kQ4_1 ? 32 : 16) + 128;
 constexpr size_t kQ8_0RecordBytes = 16 + 256;
 
-// The R groups' records of block i (groups group_bytes apart), each prefetched ahead.
+// The R groups' records of block i (groups group_bytes apart), each prefetched ahead; and block i's share
+// of the far stream, into L2 (the caller's next weights, needed only after this call and its repeats).
 template <size_t kRecordBytes, int R>
-inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, const uint8_t* (&rec)[R]) {
+inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, const uint8_t* (&rec)[R],
+                          const uint8_t* far = nullptr) {
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r) {
     rec[r] = group + r * group_bytes + i * kRecordBytes;
     prefetch_ahead<kRecordBytes>(rec[r]);
+  }
+  if (far != nullptr) {
+    for (size_t off = 0; off < avx2::kFarPrefetchBytesPerBlock; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(far + i * avx2::kFarPrefetchBytesPerBlock + off), _MM_HINT_T1);
   }
 }
 
@@ -100,7 +106,7 @@ inline void store_groups(const __m256 (&acc)[R][T], float* out, int64_t stride) 
 // most of the 8 x T products to the stack.
 template <bool kVnni, bool kQ4_1, int R, int T>
 void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                int64_t stride) {
+                int64_t stride, const uint8_t* far) {
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
   constexpr size_t kRecordBytes = kQ4RecordBytes<kQ4_1>;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
@@ -112,7 +118,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    block_records<kRecordBytes>(group, group_bytes, i, rec, far);
     __m256i sum16[R][T];
     // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
 #pragma GCC unroll 8
@@ -164,7 +170,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
 // R groups as in the Q4 kernels above.
 template <bool kVnni, int R, int T>
 void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                     int64_t stride) {
+                     int64_t stride, const uint8_t* far) {
   constexpr size_t kRecordBytes = kQ8_0RecordBytes;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
@@ -174,7 +180,7 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    block_records<kRecordBytes>(group, group_bytes, i, rec, far);
     __m256i isum[R][T];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -222,41 +228,41 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 
 template <bool kVnni, int R>
 void gemm_q8_0_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
-                      float* out, int64_t stride) {
+                      float* out, int64_t stride, const uint8_t* far) {
   with_token_count<6>(n_tok, [&]<int T>() {
-    gemm_q8_0_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride);
+    gemm_q8_0_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride, far);
   });
 }
 
 template <bool kVnni, bool kQ4_1, int R>
 void gemm_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
-                 float* out, int64_t stride) {
+                 float* out, int64_t stride, const uint8_t* far) {
   with_token_count<6>(n_tok, [&]<int T>() {
-    gemm_fixed<kVnni, kQ4_1, R, T>(nb, group, group_bytes, acts, out, stride);
+    gemm_fixed<kVnni, kQ4_1, R, T>(nb, group, group_bytes, acts, out, stride, far);
   });
 }
 
 template <bool kVnni, bool kQ4_1>
 void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
-              int64_t stride) {
+              int64_t stride, const uint8_t* far) {
   const int64_t nb = n / 32;
   const size_t group_bytes = static_cast<size_t>(nb) * kQ4RecordBytes<kQ4_1>;
   if (n_groups == 2) {
-    gemm_tokens<kVnni, kQ4_1, 2>(nb, group, group_bytes, acts, n_tok, out, stride);
+    gemm_tokens<kVnni, kQ4_1, 2>(nb, group, group_bytes, acts, n_tok, out, stride, far);
   } else {
-    gemm_tokens<kVnni, kQ4_1, 1>(nb, group, group_bytes, acts, n_tok, out, stride);
+    gemm_tokens<kVnni, kQ4_1, 1>(nb, group, group_bytes, acts, n_tok, out, stride, far);
   }
 }
 
 template <bool kVnni>
 void gemm_q8_0_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
-                   int64_t out_stride) {
+                   int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / 32;
   const size_t group_bytes = static_cast<size_t>(nb) * kQ8_0RecordBytes;
   if (n_groups == 2) {
-    gemm_q8_0_tokens<kVnni, 2>(nb, group, group_bytes, acts, n_tok, out, out_stride);
+    gemm_q8_0_tokens<kVnni, 2>(nb, group, group_bytes, acts, n_tok, out, out_stride, far);
   } else {
-    gemm_q8_0_tokens<kVnni, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
+    gemm_q8_0_tokens<kVnni, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride, far);
   }
 }
 

@@ -67,17 +67,24 @@ inline constexpr int kMaxInterleavedTokens = 6;
 // Groups of 8 rows one kernel call takes: 2 groups share each broadcast activation (see the .cpp).
 inline constexpr int kMaxInterleavedGroups = 2;
 
+// Bytes of the far prefetch stream (below) asked for per 32-column block: two cache lines.
+inline constexpr size_t kFarPrefetchBytesPerBlock = 128;
+
 // For n_groups (1..kMaxInterleavedGroups) consecutive groups of 8 rows (group = the first group's first
 // block record; the next group follows it) and n_tok (1..kMaxInterleavedTokens) tokens:
 // out[t * out_stride + 8 * g + r] = row r of group g . token t, stored as one 8-float vector per group
 // and token. Each (row, token) value is one lane summed over the blocks in order, so it depends on
 // neither n_tok nor n_groups.
+// prefetch (may be null): a far stream asked into L2 while the kernel runs, kFarPrefetchBytesPerBlock per
+// 32-column block (n / 32 * kFarPrefetchBytesPerBlock bytes from prefetch on). The caller passes its next
+// weights, so that a call repeated over the same weights for more tokens spreads the next weights' memory
+// reads over all its repeats. Only a hint: any address, never dereferenced.
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 // Q4_K, Q5_K and Q6_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract.
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride);
@@ -91,11 +98,11 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
 // cpu_has_avx512_vnni().
 namespace avx512vnni {
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride);
 void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
