@@ -34,6 +34,10 @@ void ModelRunner::ensure_scratch(int64_t n) {
 }
 
 namespace {
+// RoPE and the K/V stores take about a microsecond per token (1B shapes): fewer than twice this many
+// tokens are not worth waking the pool for.
+constexpr int64_t kRopeGrainTokens = 8;
+
 // One K or V row into the cache, rounded to the cache's element type.
 void store_kv_row(KVElemType type, const float* src, int64_t n, void* base, int64_t elem_off) {
   switch (type) {
@@ -92,11 +96,15 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   // A position's rotation angles are the same in every layer and for q and k.
   const int64_t n_rot = rope_.n_rot();
   rope_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
+  kv_offset_.resize(static_cast<size_t>(n_tokens));
   {
     int64_t t = 0;
     for (const auto& s : batch)
-      for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
-        rope_.angles(s.pos0 + static_cast<int64_t>(i), rope_cos_sin_.data() + t * n_rot);
+      for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+        const int64_t pos = s.pos0 + static_cast<int64_t>(i);
+        rope_.angles(pos, rope_cos_sin_.data() + t * n_rot);
+        kv_offset_[t] = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
+      }
   }
 
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -115,25 +123,25 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     void* kl = kv.k_layers[il];
     void* vl = kv.v_layers[il];
     const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
-    int64_t t = 0;
-    for (const auto& s : batch) {
-      for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
-        const int64_t pos = s.pos0 + static_cast<int64_t>(i);
-        rope_.rotate(q_.data() + t * QD, static_cast<int>(H), rope_cos_sin_.data() + t * n_rot);
-        rope_.rotate(k_.data() + t * KD, static_cast<int>(KVH), rope_cos_sin_.data() + t * n_rot);
-        const int64_t block = s.block_table[pos / kv.block_size];
-        const int64_t slot = pos % kv.block_size;
-        for (int64_t h = 0; h < KVH; ++h) {
-          const int64_t off = block * kv.block_stride + (h * kv.block_size + slot) * D;
-          store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);
-          store_kv_row(kv_type, v_.data() + t * KD + h * D, D, vl, off);
-        }
-      }
-    }
+    // Tokens are independent here (distinct cache slots), so prefill spreads them over the pool.
+    pool_.parallel_for(
+        n_tokens,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            rope_.rotate(q_.data() + t * QD, static_cast<int>(H), rope_cos_sin_.data() + t * n_rot);
+            rope_.rotate(k_.data() + t * KD, static_cast<int>(KVH), rope_cos_sin_.data() + t * n_rot);
+            for (int64_t h = 0; h < KVH; ++h) {
+              const int64_t off = kv_offset_[t] + h * kv.block_size * D;
+              store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);
+              store_kv_row(kv_type, v_.data() + t * KD + h * D, D, vl, off);
+            }
+          }
+        },
+        kRopeGrainTokens);
 
     // Attention: each sequence reads only its own blocks; all of them share one parallel pass.
     attn_args_.clear();
-    t = 0;
+    int64_t t = 0;
     for (const auto& s : batch) {
       PagedAttentionArgs& a = attn_args_.emplace_back();
       a.q = q_.data() + t * QD;

@@ -50,6 +50,7 @@ class ModelRunner {
   Rope rope_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
+  std::vector<int64_t> kv_offset_;   // per token of the batch: element offset of its K/V slot (head 0), any layer
 };
 
 }  // namespace kvserve

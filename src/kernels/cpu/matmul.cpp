@@ -169,27 +169,39 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const size_t group_bytes = interleaved_group_bytes(w.type, n_in);
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   const bool vnni = cpu_has_avx512_vnni();
-  // One kernel call: n_groups groups from `group` times tokens [t0, t0 + n_tok).
-  const auto gemm = [&](const uint8_t* group, int n_groups, int64_t t0, int n_tok, float* out, int64_t stride,
+  const bool k_quant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
+  // The kernels' activation operands for tokens [t0, t0 + n_tok), made once per pass over a chunk (made
+  // per call, ActPack32::token's by-value copies cost ~3% of batched decode in store-forwarding stalls).
+  struct PassActs {
+    PackedActs32 packed[kTok];
+    const BlockQ8_K* q8_k[kTok];
+  };
+  const auto pass_acts = [&](int64_t t0, int n_tok, PassActs& p) {
+    for (int t = 0; t < n_tok; ++t) {
+      if (k_quant) {
+        p.q8_k[t] = reinterpret_cast<const BlockQ8_K*>(a.rows + (t0 + t) * a.row_bytes);
+      } else {
+        p.packed[t] = a.pack->token(t0 + t);
+      }
+    }
+  };
+  // One kernel call: n_groups groups from `group` times the pass's n_tok tokens.
+  const auto gemm = [&](const uint8_t* group, int n_groups, const PassActs& p, int n_tok, float* out, int64_t stride,
                         const uint8_t* far) {
-    if (w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K) {
-      const BlockQ8_K* rows[kTok];
-      for (int t = 0; t < n_tok; ++t) rows[t] = reinterpret_cast<const BlockQ8_K*>(a.rows + (t0 + t) * a.row_bytes);
+    if (k_quant) {
       const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
                       : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
                                               : avx2::gemm_interleaved_q6_K;
-      fn(n_in, group, n_groups, rows, n_tok, out, stride);
+      fn(n_in, group, n_groups, p.q8_k, n_tok, out, stride);
       return;
     }
-    PackedActs32 acts[kTok];
-    for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
     const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                             : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                     : avx512vnni::gemm_interleaved_q8_0)
                          : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                             : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                                     : avx2::gemm_interleaved_q8_0);
-    fn(n_in, group, n_groups, acts, n_tok, out, stride, far);
+    fn(n_in, group, n_groups, p.packed, n_tok, out, stride, far);
   };
   // An even number of groups per chunk (when more than one fits), so batched passes pair every group:
   // down-projection rows of 8192 columns fit 7 per chunk, and the odd one ran alone at ~0.85x the rate.
@@ -208,8 +220,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // rate (both cores together at about the triad bandwidth) and the later ones not at all: instead every
   // call asks for its share of the next chunk into L2, so the reads are spread over all the passes
   // (1B-shaped, 16 sequences: 1.09x batched decode at Q4_0, 1.20x at Q8_0; prefill unchanged).
-  const bool spread = a.n_tokens > pass_tokens && w.type != DType::Q4_K && w.type != DType::Q5_K &&
-                      w.type != DType::Q6_K;
+  const bool spread = a.n_tokens > pass_tokens && !k_quant;
   const size_t far_per_call = static_cast<size_t>(n_in / 32) * avx2::kFarPrefetchBytesPerBlock;
   for (int64_t chunk = g_begin; chunk < g_end; chunk += chunk_groups) {
     const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);
@@ -226,18 +237,20 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     };
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens) {
       const int n_tok = static_cast<int>(std::min(pass_tokens, a.n_tokens - t0));
+      PassActs pass;
+      pass_acts(t0, n_tok, pass);
       for (int64_t g = chunk; g < chunk_end; ++g) {
         const int64_t r0 = g * kInterleaveRows;
         if (r0 >= row_begin && r0 + kInterleaveRows <= row_end) {
           // Two groups per call when both lie inside the range: they share each broadcast activation.
           // Decode (one token) keeps one group per call: it waits on memory, not on the kernel.
           const bool pair = n_tok > 1 && g + 1 < chunk_end && r0 + 2 * kInterleaveRows <= row_end;
-          gemm(base + g * group_bytes, pair ? 2 : 1, t0, n_tok, y + t0 * n_out + r0, n_out, far());
+          gemm(base + g * group_bytes, pair ? 2 : 1, pass, n_tok, y + t0 * n_out + r0, n_out, far());
           g += pair ? 1 : 0;
           continue;
         }
         float out[kInterleaveRows * kTok];
-        gemm(base + g * group_bytes, 1, t0, n_tok, out, kInterleaveRows, nullptr);
+        gemm(base + g * group_bytes, 1, pass, n_tok, out, kInterleaveRows, nullptr);
         const int i_begin = static_cast<int>(std::max<int64_t>(0, row_begin - r0));
         const int i_end = static_cast<int>(std::min<int64_t>(kInterleaveRows, row_end - r0));
         for (int t = 0; t < n_tok; ++t)
