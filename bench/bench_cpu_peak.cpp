@@ -114,7 +114,7 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
     const auto fn = type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
                     : type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
                                           : avx2::gemm_interleaved_q6_K;
-    fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups);
+    fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }

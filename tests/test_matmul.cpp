@@ -470,11 +470,11 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   float alone[kGroups][kTok][kInterleaveRows];
   for (int g = 0; g < kGroups; ++g)
     for (int t = 0; t < kTok; ++t)
-      gemm(n_in, first_group + g * group_bytes, 1, &acts[t], 1, alone[g][t], kInterleaveRows);
+      gemm(n_in, first_group + g * group_bytes, 1, &acts[t], 1, alone[g][t], kInterleaveRows, nullptr);
   for (int n_groups = 1; n_groups <= kGroups; ++n_groups) {
     for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
       std::vector<float> out(kStride * kTok, -7.0f);
-      gemm(n_in, first_group, n_groups, acts, n_tok, out.data(), kStride);
+      gemm(n_in, first_group, n_groups, acts, n_tok, out.data(), kStride, first_group + group_bytes);
       for (int t = 0; t < kTok; ++t)
         for (int64_t i = 0; i < kStride; ++i) {
           const float got = out[t * kStride + i];
@@ -537,8 +537,8 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
   for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
     for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
       std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
-      avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride);
-      vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride);
+      avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride, nullptr);
+      vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride, first_group);
       ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
           << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
     }

@@ -33,7 +33,7 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved
 // the rows' scales (vpmulld, exact): the same integers as the int16 route, so the same bits.
 template <bool kVnni, bool kQ5, int R, int T>
 void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
-                     float* out, int64_t stride) {
+                     float* out, int64_t stride, const uint8_t* far) {
   constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
@@ -54,7 +54,7 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    block_records<kRecordBytes, R, kQK_K>(group, group_bytes, i, rec, far);
     __m256i isum[R][T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
@@ -149,16 +149,16 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 
 template <bool kVnni, bool kQ5, int R>
 void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
-                      float* out, int64_t stride) {
+                      float* out, int64_t stride, const uint8_t* far) {
   with_token_count<6>(n_tok, [&]<int T>() {
-    gemm_q4_K_fixed<kVnni, kQ5, R, T>(nb, group, group_bytes, acts, out, stride);
+    gemm_q4_K_fixed<kVnni, kQ5, R, T>(nb, group, group_bytes, acts, out, stride, far);
   });
 }
 
 // Q4_K and Q5_K calls.
 template <bool kVnni, bool kQ5>
 void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                      float* out, int64_t out_stride) {
+                      float* out, int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / kQK_K;
   const size_t group_bytes = static_cast<size_t>(nb) * (kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes);
   if constexpr (kQ5) {
@@ -167,15 +167,16 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
     for (int g = 0; g < n_groups; ++g)
       for (int t0 = 0; t0 < n_tok; t0 += 4)
         gemm_q4_K_tokens<kVnni, true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(4, n_tok - t0),
-                                  out + t0 * out_stride + g * kInterleaveRows, out_stride);
+                                  out + t0 * out_stride + g * kInterleaveRows, out_stride,
+                                  g == 0 && t0 == 0 ? far : nullptr);
   } else if (n_groups == 2) {
     // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
     // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3.
     for (int t0 = 0; t0 < n_tok; t0 += 3)
       gemm_q4_K_tokens<kVnni, kQ5, 2>(nb, group, group_bytes, acts + t0, std::min(3, n_tok - t0), out + t0 * out_stride,
-                               out_stride);
+                               out_stride, t0 == 0 ? far : nullptr);
   } else {
-    gemm_q4_K_tokens<kVnni, kQ5, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride);
+    gemm_q4_K_tokens<kVnni, kQ5, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride, far);
   }
 }
 
@@ -187,7 +188,7 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
 // (row, token) gets the same operations in the same order whatever R and T are.
 template <int R, int T>
 void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
-                     float* out, int64_t stride) {
+                     float* out, int64_t stride, const uint8_t* far) {
   constexpr size_t kRecordBytes = kQ6KRecordBytes;
   constexpr size_t kNibbles = 144, kTops = 144 + 1024;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
@@ -215,7 +216,7 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec);
+    block_records<kRecordBytes, R, kQK_K>(group, group_bytes, i, rec, far);
     __m256i isum[R][T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
@@ -293,14 +294,14 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 
 template <int R>
 void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
-                      float* out, int64_t stride) {
+                      float* out, int64_t stride, const uint8_t* far) {
   with_token_count<3>(n_tok, [&]<int T>() {
-    gemm_q6_K_fixed<R, T>(nb, group, group_bytes, acts, out, stride);
+    gemm_q6_K_fixed<R, T>(nb, group, group_bytes, acts, out, stride, far);
   });
 }
 
 [[maybe_unused]] void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                   float* out, int64_t out_stride) {
+                   float* out, int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / kQK_K;
   const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
   // One group and up to 3 tokens per pass: the unpacked quants, the pair sums and the int32 sums of more
@@ -308,7 +309,8 @@ void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
   for (int g = 0; g < n_groups; ++g)
     for (int t0 = 0; t0 < n_tok; t0 += 3)
       gemm_q6_K_tokens<1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(3, n_tok - t0),
-                          out + t0 * out_stride + g * kInterleaveRows, out_stride);
+                          out + t0 * out_stride + g * kInterleaveRows, out_stride,
+                          g == 0 && t0 == 0 ? far : nullptr);
 }
 
 

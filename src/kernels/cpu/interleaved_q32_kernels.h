@@ -65,7 +65,9 @@ constexpr size_t kQ8_0RecordBytes = 16 + 256;
 
 // The R groups' records of block i (groups group_bytes apart), each prefetched ahead; and block i's share
 // of the far stream, into L2 (the caller's next weights, needed only after this call and its repeats).
-template <size_t kRecordBytes, int R>
+// kBlockCols: columns per block (32, or 256 for the K-quants), so the far stream runs at the same bytes
+// per column for every type.
+template <size_t kRecordBytes, int R, int kBlockCols = 32>
 inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, const uint8_t* (&rec)[R],
                           const uint8_t* far = nullptr) {
 #pragma GCC unroll 2
@@ -74,8 +76,9 @@ inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, c
     prefetch_ahead<kRecordBytes>(rec[r]);
   }
   if (far != nullptr) {
-    for (size_t off = 0; off < avx2::kFarPrefetchBytesPerBlock; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(far + i * avx2::kFarPrefetchBytesPerBlock + off), _MM_HINT_T1);
+    constexpr size_t kFarBytes = avx2::kFarPrefetchBytesPerBlock * (kBlockCols / 32);
+    for (size_t off = 0; off < kFarBytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(far + i * kFarBytes + off), _MM_HINT_T1);
   }
 }
 

@@ -85,13 +85,14 @@ void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-// Q4_K, Q5_K and Q6_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract.
+// Q4_K, Q5_K and Q6_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract (the far
+// stream is the same n / 32 * kFarPrefetchBytesPerBlock bytes).
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx2
 
 // The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K kernels above with vpdpbusd, bit-identical to them; only after
@@ -104,9 +105,9 @@ void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride);
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512vnni
 
 }  // namespace kvserve
