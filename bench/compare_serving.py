@@ -74,6 +74,7 @@ def measure(args, url):
 
 
 def run_server(cmd, url, args, name):
+    os.makedirs(args.log_dir, exist_ok=True)
     log = open(os.path.join(args.log_dir, name + ".log"), "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
