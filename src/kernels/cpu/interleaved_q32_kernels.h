@@ -139,7 +139,9 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
 #pragma GCC unroll 2
         for (int r = 0; r < R; ++r) {
           if constexpr (kVnni) {
-            sum16[r][t] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sum16[r][t], q[r], y);
+            // Q4_0's -8 * sum(y) starts the int32 sum, so no subtraction per (group, token) later.
+            const __m256i start = kQ4_1 ? _mm256_setzero_si256() : _mm256_set1_epi32(-acts[t].q4_offset[i]);
+            sum16[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : sum16[r][t], q[r], y);
           } else {
             const __m256i p = _mm256_maddubs_epi16(q[r], y);
             sum16[r][t] = g == 0 ? p : _mm256_add_epi16(sum16[r][t], p);
@@ -156,7 +158,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
         // Lane j: row j's sum of q * y over the block (vpdpbusd summed it in int32 already).
         __m256i isum = kVnni ? sum16[r][t] : _mm256_madd_epi16(sum16[r][t], ones);
-        if constexpr (!kQ4_1) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(acts[t].q4_offset[i]));
+        if constexpr (!kQ4_1 && !kVnni) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(acts[t].q4_offset[i]));
         acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
         if constexpr (kQ4_1) {
           const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 16)));
@@ -201,7 +203,9 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
         for (int r = 0; r < R; ++r) {
           if constexpr (kVnni) {
-            isum[r][t] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : isum[r][t], w_abs[r], y);
+            // 128 * sum(y) = 16 * (Q4_0's offset 8 * sum(y)), exact in int32, taken off from the start.
+            const __m256i start = _mm256_set1_epi32(-16 * acts[t].q4_offset[i]);
+            isum[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : isum[r][t], w_abs[r], y);
           } else {
             const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs[r], _mm256_sign_epi8(y, w[r])), ones);
             isum[r][t] = g == 0 ? p : _mm256_add_epi32(isum[r][t], p);
@@ -213,12 +217,6 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 6
     for (int t = 0; t < T; ++t) {
       const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
-      // 128 * sum(y) = 16 * (Q4_0's offset 8 * sum(y)); exact in int32.
-      if constexpr (kVnni) {
-        const __m256i offset = _mm256_set1_epi32(16 * acts[t].q4_offset[i]);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; ++r) isum[r][t] = _mm256_sub_epi32(isum[r][t], offset);
-      }
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
