@@ -228,12 +228,12 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     // The next chunk's groups, within the weights (the rows past row_end are most likely this thread's
     // next range).
     const int64_t next_end = std::min(n_out / kInterleaveRows, chunk_end + chunk_groups);
-    const uint8_t* far_next = base + chunk_end * group_bytes;
-    const uint8_t* const far_end = base + std::max(chunk_end, next_end) * group_bytes;
+    const size_t far_bytes = static_cast<size_t>(std::max<int64_t>(0, next_end - chunk_end)) * group_bytes;
+    size_t far_done = 0;
     const auto far = [&]() -> const uint8_t* {
-      if (!spread || far_next >= far_end) return nullptr;
-      const uint8_t* p = far_next;
-      far_next += far_per_call;
+      if (!spread || far_done >= far_bytes) return nullptr;
+      const uint8_t* p = base + chunk_end * group_bytes + far_done;
+      far_done += far_per_call;
       return p;
     };
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens) {
