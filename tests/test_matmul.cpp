@@ -338,6 +338,25 @@ struct Q32KernelCase {
   }
 };
 
+// The AVX2 and VNNI versions of one interleaved kernel (Acts: PackedActs32 or const BlockQ8_K*) on the same
+// groups and tokens, for every group and token count: the same bits. The VNNI one also gets a far
+// prefetch stream, which must not change anything.
+template <typename Fn, typename Acts>
+void expect_vnni_bit_identical(Fn avx2_gemm, Fn vnni_gemm, int64_t n_in, const uint8_t* first_group, const Acts* acts,
+                               DType type) {
+  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  constexpr int kGroups = avx2::kMaxInterleavedGroups;
+  constexpr int64_t kStride = 8 * kGroups + 1;
+  for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
+    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+      std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
+      avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride, nullptr);
+      vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride, first_group);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
+    }
+}
+
 // The interleaved kernels called directly, for every group and token count they take: each token's 8
 // outputs per group land at out + t * stride + 8 * g (and nowhere else) with the same bits as that group
 // and token multiplied alone.
@@ -406,9 +425,6 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
 // (Q8_0's -128 and 127, Q4's 0 and 15, activations at +-127).
 TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
-  constexpr int kTok = avx2::kMaxInterleavedTokens;
-  constexpr int kGroups = avx2::kMaxInterleavedGroups;
-  constexpr int64_t kStride = 8 * kGroups + 1;
   const int64_t n_in = 256;
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 31);
@@ -428,15 +444,7 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
     const auto vnni_gemm = type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                            : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                  : avx512vnni::gemm_interleaved_q8_0;
-    const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
-    for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
-      for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-        std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
-        avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride, nullptr);
-        vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride, first_group);
-        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-            << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
-      }
+    expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
   }
 }
 
@@ -513,7 +521,6 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
-  constexpr int64_t kStride = 8 * kGroups + 1;
   const int64_t n_in = 2 * kQK_K;
   std::mt19937 rng(43);
   auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
@@ -533,15 +540,7 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
   }
   const auto avx2_gemm = type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q5_K;
   const auto vnni_gemm = type == DType::Q4_K ? avx512vnni::gemm_interleaved_q4_K : avx512vnni::gemm_interleaved_q5_K;
-  const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
-  for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
-    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-      std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
-      avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride, nullptr);
-      vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride, first_group);
-      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-          << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
-    }
+  expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K),
