@@ -1,5 +1,6 @@
 // Matmul throughput per weight dtype, as bytes of weights read per second, next to a STREAM-like
-// triad on the same thread pool: batch-1 decode should read weights at close to the triad bandwidth.
+// triad and a plain read on the same thread pool: batch-1 decode should read weights at close to the
+// triad bandwidth.
 //
 //   ./bench_matmul --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -124,10 +125,33 @@ void BM_Triad(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * n * static_cast<int64_t>(sizeof(float)));
 }
 
+// Reads only (what a matvec does with its weights): a sum over one 256 MiB array split across the pool.
+// Integer sums, so the compiler vectorizes them; the loop is far faster than memory on any AVX2 core.
+void BM_Read(benchmark::State& state) {
+  const int64_t n = int64_t{64} << 20;  // 64M uint32 = 256 MiB
+  std::vector<uint32_t> a(n, 1);
+  ThreadPool& pool = ThreadPool::global();
+  std::vector<uint32_t> sums(static_cast<size_t>(pool.size()) * 16);
+  for (auto _ : state) {
+    pool.parallel_for(
+        n,
+        [&](int64_t begin, int64_t end) {
+          uint32_t s = 0;
+          for (int64_t i = begin; i < end; ++i) s += a[i];
+          sums[static_cast<size_t>(begin * pool.size() / n) * 16] += s;
+        },
+        4096);
+    benchmark::DoNotOptimize(sums.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * n * static_cast<int64_t>(sizeof(uint32_t)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Triad", BM_Triad)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("Read", BM_Read)->Unit(benchmark::kMillisecond)->UseRealTime();
   const DType types[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};  // rows x cols
@@ -145,6 +169,20 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }
+    }
+  }
+  // SmolLM2-135M's shapes (the default model, Q4_1): per-call costs that do not scale with the weights
+  // (waking the pool, the first misses of a call) weigh more on these small matrices.
+  const int64_t small_shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}};
+  for (DType type : {DType::Q4_1, DType::Q8_0}) {
+    for (const auto& shape : small_shapes) {
+      const std::string name = "Matmul/" + std::string(dtype_name(type)) + "/" + std::to_string(shape[0]) + "x" +
+                               std::to_string(shape[1]) + "/tokens:1";
+      const auto bytes = static_cast<int64_t>(row_bytes(type, shape[1])) * shape[0];
+      const int copies = static_cast<int>((int64_t{128} << 20) / bytes + 1);
+      benchmark::RegisterBenchmark((name + "/cold").c_str(), BM_Matmul, type, shape[0], shape[1], 1, copies)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
     }
   }
   benchmark::Initialize(&argc, argv);

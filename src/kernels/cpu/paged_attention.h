@@ -1,6 +1,7 @@
 #pragma once
 // Attention of a chunk of query tokens of one sequence against its K/V in the paged cache, read through
-// the sequence's block table with flash-style online softmax (no full score matrix).
+// the sequence's block table with a flash-style softmax (online across 128-position partitions; no full
+// score matrix).
 //
 // Cache layout of one layer: block b starts at k_cache + b * block_stride (same for V), and inside a
 // block the layout is [kv_head][slot][head_dim] (block_stride = n_kv_heads * block_size * head_dim), so

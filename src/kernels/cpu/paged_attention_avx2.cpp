@@ -1,8 +1,10 @@
 // AVX2/FMA worker of paged attention; compiled with -mavx2 -mfma and only called after a CPUID check.
-// Same algorithm as the portable worker in paged_attention.cpp: per (token, kv head), the KV head's
-// slots of each block are read once for every query head of its group, with an online softmax that
-// rescales the accumulators once per block; in addition a token's context is cut into partitions that
-// are folded left to right (paged_attention_impl.h), so the partitions can also run on different threads.
+// Per (token, kv head), the KV head's slots are read once for every query head of its group. A token's
+// context is cut into partitions of 128 positions (paged_attention_impl.h): inside one, all scores
+// first, then one softmax normalized as llama.cpp's is, then the V rows weighted into an output row held
+// in registers; partitions are folded left to right, so they can also run on different threads. (The
+// portable worker in paged_attention.cpp, the reference, rescales online per block: the same values to
+// rounding.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -91,20 +93,38 @@ inline __m256 hsum8(const __m256 (&v)[8]) {
 struct PrefetchStream {
   const char* p = nullptr;
   const char* end = nullptr;
+  const char* p2 = nullptr;  // a second range, streamed after the first
+  const char* end2 = nullptr;
   int lines_per_step = 0;
 
   PrefetchStream() = default;
-  // Spreads `bytes` from `first_byte` over `steps` calls of step(), rounding up.
-  PrefetchStream(const void* base, size_t first_byte, size_t bytes, int steps)
-      : p(static_cast<const char*>(base) + first_byte), end(p + bytes) {
+  // Spreads `bytes` from `first_byte` of `base`, then `bytes2` from `first_byte2` of `base2`, over `steps`
+  // calls of step(), rounding up.
+  PrefetchStream(const void* base, size_t first_byte, size_t bytes, const void* base2, size_t first_byte2,
+                 size_t bytes2, int steps)
+      : p(static_cast<const char*>(base) + first_byte),
+        end(p + bytes),
+        p2(static_cast<const char*>(base2) + first_byte2),
+        end2(p2 + bytes2) {
     const size_t n = static_cast<size_t>(std::max(steps, 1));
-    lines_per_step = static_cast<int>((bytes / 64 + n - 1) / n);
+    lines_per_step = static_cast<int>(((bytes + bytes2) / 64 + n - 1) / n);
   }
   void step() {
-    for (int i = 0; i < lines_per_step && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T0);
+    for (int i = 0; i < lines_per_step; ++i) {
+      if (p < end) {
+        _mm_prefetch(p, _MM_HINT_T0);
+        p += 64;
+      } else if (p2 < end2) {
+        _mm_prefetch(p2, _MM_HINT_T0);
+        p2 += 64;
+      } else {
+        return;
+      }
+    }
   }
   void finish() {
     for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+    for (; p2 < end2; p2 += 64) _mm_prefetch(p2, _MM_HINT_T0);
   }
 };
 
@@ -229,82 +249,6 @@ inline void accumulate_rows(float* acc, const float* const* rows, const float* p
     for (int s = 0; s < n; ++s) acc[d] = std::fma(p[s], rows[s][d], acc[d]);
 }
 
-// acc_h[d] += p_h[s] * V[row0 + s][d] for HN heads (acc rows hd apart, weights p_stride apart) and
-// s = 0..n-1 in order, lanes [d0, d0 + 8 * NV) held in registers. Each V vector is widened once for all
-// HN heads; every element still gets the same FMAs in the same order as accumulate_rows.
-template <KVElemType kType, int HN, int NV>
-inline void accumulate_heads_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base, int64_t row0,
-                                   int n, int d0, PrefetchStream* pf) {
-  __m256 a[HN][NV];
-  for (int h = 0; h < HN; ++h)
-    for (int j = 0; j < NV; ++j) a[h][j] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j);
-  for (int s = 0; s < n; ++s) {
-    if (pf != nullptr) pf->step();
-    __m256 ps[HN];
-    for (int h = 0; h < HN; ++h) ps[h] = _mm256_set1_ps(p[static_cast<size_t>(h) * p_stride + s]);
-    const size_t index = static_cast<size_t>(row0 + s) * hd + d0;
-    for (int j = 0; j < NV; ++j) {
-      const __m256 v = load8<kType>(v_base, index + 8 * j);
-      for (int h = 0; h < HN; ++h) a[h][j] = _mm256_fmadd_ps(ps[h], v, a[h][j]);
-    }
-  }
-  for (int h = 0; h < HN; ++h)
-    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j, a[h][j]);
-}
-
-// Chunks as wide as the registers allow for HN heads (about 8 to 12 accumulators: enough independent
-// FMA chains), then 8-lane steps; hd % 8 == 0.
-template <KVElemType kType, int HN>
-inline void accumulate_heads(float* acc, int hd, const float* p, int p_stride, const void* v_base, int64_t row0,
-                             int n, PrefetchStream* pf) {
-  constexpr int kNV = HN == 1 ? 8 : HN == 4 ? 2 : 4;
-  int d = 0;
-  for (; d + 8 * kNV <= hd; d += 8 * kNV)
-    accumulate_heads_chunk<kType, HN, kNV>(acc, hd, p, p_stride, v_base, row0, n, d, d == 0 ? pf : nullptr);
-  for (; d < hd; d += 8)
-    accumulate_heads_chunk<kType, HN, 1>(acc, hd, p, p_stride, v_base, row0, n, d, d == 0 ? pf : nullptr);
-}
-
-template <KVElemType kType>
-void block_values_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base, int64_t row0,
-                        int n, PrefetchStream* pf) {
-  for (int h = 0; h < n_heads; h += 4) {
-    float* acch = acc + static_cast<size_t>(h) * hd;
-    const float* ph = p + static_cast<size_t>(h) * p_stride;
-    switch (std::min(4, n_heads - h)) {
-      case 1:
-        accumulate_heads<kType, 1>(acch, hd, ph, p_stride, v_base, row0, n, h == 0 ? pf : nullptr);
-        break;
-      case 2:
-        accumulate_heads<kType, 2>(acch, hd, ph, p_stride, v_base, row0, n, h == 0 ? pf : nullptr);
-        break;
-      case 3:
-        accumulate_heads<kType, 3>(acch, hd, ph, p_stride, v_base, row0, n, h == 0 ? pf : nullptr);
-        break;
-      default:
-        accumulate_heads<kType, 4>(acch, hd, ph, p_stride, v_base, row0, n, h == 0 ? pf : nullptr);
-        break;
-    }
-  }
-}
-
-// acc rows of n_heads consecutive heads += their softmax weights times V rows [row0, row0 + n), read
-// straight from the cache; hd % 8 == 0.
-void block_values(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base, KVElemType type,
-                  int64_t row0, int n, PrefetchStream* pf) {
-  switch (type) {
-    case KVElemType::F32:
-      block_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, row0, n, pf);
-      break;
-    case KVElemType::F16:
-      block_values_typed<KVElemType::F16>(acc, n_heads, hd, p, p_stride, v_base, row0, n, pf);
-      break;
-    case KVElemType::BF16:
-      block_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, row0, n, pf);
-      break;
-  }
-}
-
 // e^x on 8 lanes for x <= 0 (scores minus their running max), relative error below 1e-6 (tested against
 // std::exp): x = n ln2 + f with |f| <= ln2/2 (Cody-Waite split of ln2), e^f by its degree-7 Taylor
 // polynomial, times 2^n built in the exponent bits. Inputs below -87 give e^-87 (~1.6e-38) instead of a
@@ -376,21 +320,22 @@ float exp_nonpositive_avx2(float x) {
 namespace {
 
 // Query tokens of one sequence that share a pass over their KV head's blocks: each K/V slot is widened
-// and loaded once for all of them. Every token's arithmetic is the same as alone (its scores, block
-// maxima, rescales and V sums happen in the same order), so grouping never changes a result.
+// and loaded once for all of them. Every token's arithmetic is the same as alone (its scores, partition
+// maxima, sums and V sums happen in the same order), so grouping never changes a result.
 constexpr int kTokenGroup = 4;
 
 // One (token, query head)'s softmax state over the partitions folded so far, or over one partition:
-// running max, sum of e^(score - max), and the unnormalized output row.
+// max score, sum of e^(score - max), and the output row normalized by that sum.
 struct SoftmaxState {
   float* max;
   float* sum;
   float* acc;  // hd values
 };
 
-// Folds partition state `p` into `into` (a plain copy for the first partition). Partitions are always
-// folded left to right through this one function, on one thread or after a split across threads, so
-// a token's output never depends on how the work was spread.
+// Folds partition state `p` into `into` (a plain copy for the first partition): the two normalized rows
+// weighted by their shares of the combined sum. Partitions are always folded left to right through this
+// one function, on one thread or after a split across threads, so a token's output never depends on how
+// the work was spread.
 inline void fold_partition(const SoftmaxState& into, bool first, float p_max, float p_sum, const float* p_acc, int hd) {
   if (first) {
     *into.max = p_max;
@@ -399,9 +344,11 @@ inline void fold_partition(const SoftmaxState& into, bool first, float p_max, fl
     return;
   }
   const float new_max = std::max(*into.max, p_max);
-  const float a = new_max > *into.max ? std::exp(*into.max - new_max) : 1.0f;
-  const float b = new_max > p_max ? std::exp(p_max - new_max) : 1.0f;
-  *into.sum = *into.sum * a + p_sum * b;
+  const float wa = new_max > *into.max ? *into.sum * std::exp(*into.max - new_max) : *into.sum;
+  const float wb = new_max > p_max ? p_sum * std::exp(p_max - new_max) : p_sum;
+  const float sum = wa + wb;
+  const float a = wa / sum, b = wb / sum;
+  *into.sum = sum;
   *into.max = new_max;
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int d = 0;
@@ -411,16 +358,90 @@ inline void fold_partition(const SoftmaxState& into, bool first, float p_max, fl
   for (; d < hd; ++d) into.acc[d] = std::fma(p_acc[d], b, into.acc[d] * a);
 }
 
-// out = acc / sum, the way every path finishes a row.
-inline void write_output(float* acc, float sum, int hd, float* out) {
-  scale_in_place(acc, 1.0f / sum, hd);
-  std::copy(acc, acc + hd, out);
+// Rows of one block that a partition pass reads: rows [row0, row0 + n) of the cache, which are slots
+// [first, first + n) of the partition (the index into its score rows).
+struct BlockRows {
+  int64_t row0;
+  int first;
+  int n;
+};
+
+// acc_h[d] += p_h[s] * V[s][d] for HN heads over every slot of `blocks` in order (p rows p_stride apart,
+// acc rows hd apart), lanes [d0, d0 + 8 * NV) held in registers across all the blocks of a partition.
+// Each V vector is widened once for all HN heads.
+template <KVElemType kType, int HN, int NV>
+inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base,
+                                    const BlockRows* blocks, int n_blocks, int d0) {
+  __m256 a[HN][NV];
+  for (int h = 0; h < HN; ++h)
+    for (int j = 0; j < NV; ++j) a[h][j] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j);
+  for (int b = 0; b < n_blocks; ++b) {
+    const BlockRows& blk = blocks[b];
+    for (int s = 0; s < blk.n; ++s) {
+      __m256 ps[HN];
+      for (int h = 0; h < HN; ++h) ps[h] = _mm256_set1_ps(p[static_cast<size_t>(h) * p_stride + blk.first + s]);
+      const size_t index = static_cast<size_t>(blk.row0 + s) * hd + d0;
+      for (int j = 0; j < NV; ++j) {
+        const __m256 v = load8<kType>(v_base, index + 8 * j);
+        for (int h = 0; h < HN; ++h) a[h][j] = _mm256_fmadd_ps(ps[h], v, a[h][j]);
+      }
+    }
+  }
+  for (int h = 0; h < HN; ++h)
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j, a[h][j]);
 }
 
+template <KVElemType kType, int HN>
+inline void accumulate_blocks_heads(float* acc, int hd, const float* p, int p_stride, const void* v_base,
+                                    const BlockRows* blocks, int n_blocks) {
+  constexpr int kNV = HN == 1 ? 8 : HN == 4 ? 2 : 4;
+  int d = 0;
+  for (; d + 8 * kNV <= hd; d += 8 * kNV)
+    accumulate_blocks_chunk<kType, HN, kNV>(acc, hd, p, p_stride, v_base, blocks, n_blocks, d);
+  for (; d < hd; d += 8) accumulate_blocks_chunk<kType, HN, 1>(acc, hd, p, p_stride, v_base, blocks, n_blocks, d);
+}
+
+template <KVElemType kType>
+void partition_values_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
+                            const BlockRows* blocks, int n_blocks) {
+  for (int h = 0; h < n_heads; h += 4) {
+    float* acch = acc + static_cast<size_t>(h) * hd;
+    const float* ph = p + static_cast<size_t>(h) * p_stride;
+    switch (std::min(4, n_heads - h)) {
+      case 1: accumulate_blocks_heads<kType, 1>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+      case 2: accumulate_blocks_heads<kType, 2>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+      case 3: accumulate_blocks_heads<kType, 3>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+      default: accumulate_blocks_heads<kType, 4>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+    }
+  }
+}
+
+// acc rows of n_heads consecutive heads += their softmax weights times the V rows of `blocks` (a
+// partition's blocks in order), read straight from the cache; hd % 8 == 0.
+void partition_values(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
+                      KVElemType type, const BlockRows* blocks, int n_blocks) {
+  switch (type) {
+    case KVElemType::F32:
+      partition_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks);
+      break;
+    case KVElemType::F16:
+      partition_values_typed<KVElemType::F16>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks);
+      break;
+    case KVElemType::BF16:
+      partition_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks);
+      break;
+  }
+}
+
+// Slots of one partition: partition_blocks(block_size) blocks.
+inline int64_t partition_slots(int block_size) { return partition_blocks(block_size) * block_size; }
+
 // Tokens [t_begin, t_begin + n_tok) of one KV head over the partitions [part_begin, part_end) of their
-// context (each token stops at its own last block). Within a partition the softmax is online per block;
-// at each partition end a token's state either goes to `partials` (one token, one partition: the split
-// path writes [group][hd + 2] = acc, max, sum) or is folded into the running merge and, after the last
+// context (each token stops at its own last block). A partition is three passes: every score of the
+// partition, then one softmax over them (a single max, so no rescaling of the output row inside a
+// partition), then the V rows weighted into the output row, held in registers across the partition's
+// blocks. A token's partition state either goes to `partials` (one token, one partition: the split path
+// writes [group][hd + 2] = acc, max, sum) or is folded into the running merge and, after the token's last
 // partition, written to a.out.
 void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, int64_t part_begin,
                         int64_t part_end, float* scratch_base, float* partials) {
@@ -428,12 +449,13 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   const int hd = a.head_dim;
   const int bs = a.block_size;
   const int64_t bpp = partition_blocks(bs);
+  const int ps = static_cast<int>(partition_slots(bs));
   const size_t n_rows = static_cast<size_t>(kTokenGroup) * group;
-  float* scores = scratch_base;                                // [n_tok][group][bs]
-  float* acc = scores + n_rows * bs;                           // [n_tok][group][hd]
-  float* run_max = acc + n_rows * hd;                          // [n_tok][group]
-  float* run_sum = run_max + n_rows;                           // [n_tok][group]
-  float* v_block = run_sum + n_rows;                           // [bs][hd] widened V rows
+  float* scores = scratch_base;                                // [n_tok][group][ps]
+  float* acc = scores + n_rows * ps;                           // [n_tok][group][hd]
+  float* part_max = acc + n_rows * hd;                         // [n_tok][group]
+  float* part_sum = part_max + n_rows;                         // [n_tok][group]
+  float* v_block = part_sum + n_rows;                          // [bs][hd] widened V rows
   float* k_block = v_block + static_cast<size_t>(bs) * hd;     // [bs][hd] widened K rows
   float* merged_acc = k_block + static_cast<size_t>(bs) * hd;  // [n_tok][group][hd] folded partitions
   float* merged_max = merged_acc + n_rows * hd;                // [n_tok][group]
@@ -441,6 +463,9 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   thread_local std::vector<const float*> v_rows_storage;
   v_rows_storage.resize(bs);
   const float** v_rows = v_rows_storage.data();
+  thread_local std::vector<BlockRows> blocks_storage;
+  blocks_storage.resize(static_cast<size_t>(bpp) * kTokenGroup);
+  const size_t row_bytes = static_cast<size_t>(hd) * kv_elem_bytes(a.kv_type);
 
   const float* q[kTokenGroup];
   int64_t last_pos[kTokenGroup];
@@ -450,115 +475,134 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     last_block[i] = last_pos[i] / bs;
     q[i] = a.q + ((t_begin + i) * a.n_heads + int64_t{kvh} * group) * hd;
   }
-  auto reset = [&](int i) {
-    std::fill(acc + static_cast<size_t>(i) * group * hd, acc + static_cast<size_t>(i + 1) * group * hd, 0.0f);
-    std::fill(run_max + i * group, run_max + (i + 1) * group, -std::numeric_limits<float>::infinity());
-    std::fill(run_sum + i * group, run_sum + (i + 1) * group, 0.0f);
-  };
-  for (int i = 0; i < n_tok; ++i) reset(i);
+  const int64_t lb_last = last_block[n_tok - 1];
+  auto block_row0 = [&](int64_t lb) { return (a.block_table[lb] * a.block_stride + int64_t{kvh} * bs * hd) / hd; };
 
-  const int64_t lb_begin = part_begin * bpp;
-  const int64_t lb_end = std::min(part_end * bpp, last_block[n_tok - 1] + 1);
-  for (int64_t lb = lb_begin; lb < lb_end; ++lb) {
-    const int64_t phys = a.block_table[lb];
-    const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd;
+  for (int64_t part = part_begin; part < part_end; ++part) {
+    const int64_t lb0 = part * bpp;
+    const int64_t lb1 = std::min(lb0 + bpp, lb_last + 1);
+    if (lb0 >= lb1) break;
+    // Slots of the partition each token attends to (tokens before first_tok ended in an earlier partition).
     int n_valid[kTokenGroup];
-    int first_tok = n_tok;  // tokens before it do not reach this block (positions are increasing)
+    int first_tok = n_tok;
     for (int i = n_tok - 1; i >= 0; --i) {
-      n_valid[i] = static_cast<int>(std::clamp<int64_t>(last_pos[i] + 1 - lb * bs, 0, bs));
+      n_valid[i] = static_cast<int>(std::clamp<int64_t>(last_pos[i] + 1 - lb0 * bs, 0, ps));
       if (n_valid[i] > 0) first_tok = i;
     }
     const int max_valid = n_valid[n_tok - 1];
-    // The next block's K rows stream in during this block's scores, its V rows during the values.
-    PrefetchStream next_k, next_v;
-    if (lb + 1 < lb_end) {
-      const int next_rows = static_cast<int>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - (lb + 1) * bs));
-      const int64_t next_row0 = (a.block_table[lb + 1] * a.block_stride + int64_t{kvh} * bs * hd) / hd;
-      const size_t row_bytes = static_cast<size_t>(hd) * kv_elem_bytes(a.kv_type);
-      const size_t first = static_cast<size_t>(next_row0) * row_bytes, bytes = next_rows * row_bytes;
-      next_k = PrefetchStream(a.k_cache, first, bytes, n_valid[first_tok]);
-      next_v = PrefetchStream(a.v_cache, first, bytes, n_valid[first_tok]);
+
+    // Pass 1: scores. While block lb's scores are computed, the next block's K rows and this block's V
+    // rows (read in pass 3, a few blocks later) stream in.
+    for (int64_t lb = lb0; lb < lb1; ++lb) {
+      const int first = static_cast<int>((lb - lb0) * bs);
+      const int64_t row0 = block_row0(lb);
+      const int rows_max = std::min(bs, max_valid - first);
+      PrefetchStream pf;
+      {
+        const int rows_first = std::min(bs, n_valid[first_tok] - first);
+        const size_t v_bytes = static_cast<size_t>(rows_max) * row_bytes;
+        size_t k_bytes = 0;
+        int64_t next_row0 = 0;
+        if (lb + 1 <= lb_last && (lb + 1 < lb1 || part + 1 < part_end)) {
+          next_row0 = block_row0(lb + 1);
+          k_bytes = static_cast<size_t>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - (lb + 1) * bs)) * row_bytes;
+        }
+        pf = PrefetchStream(a.k_cache, static_cast<size_t>(next_row0) * row_bytes, k_bytes, a.v_cache,
+                            static_cast<size_t>(row0) * row_bytes, v_bytes, rows_first);
+      }
+      if (hd % 8 == 0) {
+        for (int i = first_tok; i < n_tok; ++i) {
+          const int rows = std::min(bs, n_valid[i] - first);
+          if (rows <= 0) continue;
+          block_scores(q[i], group, hd, a.k_cache, a.kv_type, row0, rows, a.scale,
+                       scores + static_cast<size_t>(i * group) * ps + first, ps, i == first_tok ? &pf : nullptr);
+        }
+      } else {
+        const float* k_rows = k_block;
+        if (a.kv_type == KVElemType::F32) {
+          k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
+        } else {
+          for (int s = 0; s < rows_max; ++s)
+            load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
+        }
+        for (int i = first_tok; i < n_tok; ++i) {
+          const int rows = std::min(bs, n_valid[i] - first);
+          for (int h = 0; h < group; ++h) {
+            float* sc = scores + static_cast<size_t>(i * group + h) * ps + first;
+            const float* qh = q[i] + static_cast<size_t>(h) * hd;
+            for (int s = 0; s < rows; ++s) sc[s] = dot(qh, k_rows + static_cast<size_t>(s) * hd, hd) * a.scale;
+          }
+        }
+      }
+      pf.finish();
     }
 
-    // Each score is summed in one fixed order (dot() then hsum()): another reduction order (a hadd tree
-    // over 8 scores) matched llama.cpp's goldens on F16 activations measurably less often. block_scores
-    // keeps that order while widening each K row in registers once for a token's query heads and reducing
-    // 8 slots together; other head sizes widen the block into k_block first.
-    if (hd % 8 == 0) {
-      for (int i = first_tok; i < n_tok; ++i)
-        block_scores(q[i], group, hd, a.k_cache, a.kv_type, row0, n_valid[i], a.scale,
-                     scores + static_cast<size_t>(i * group) * bs, bs, i == first_tok ? &next_k : nullptr);
-    } else {
-      const float* k_rows = k_block;
-      if (a.kv_type == KVElemType::F32) {
-        k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
-      } else {
-        for (int s = 0; s < max_valid; ++s)
-          load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
-      }
-      for (int i = first_tok; i < n_tok; ++i) {
-        for (int h = 0; h < group; ++h) {
-          float* sc = scores + static_cast<size_t>(i * group + h) * bs;
-          const float* qh = q[i] + static_cast<size_t>(h) * hd;
-          for (int s = 0; s < n_valid[i]; ++s) sc[s] = dot(qh, k_rows + static_cast<size_t>(s) * hd, hd) * a.scale;
-        }
-      }
-    }
-    next_k.finish();
+    // Pass 2: one softmax per (token, head) over its slots of the partition.
     for (int i = first_tok; i < n_tok; ++i) {
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
-        float* sc = scores + static_cast<size_t>(hh) * bs;
-        const float new_max = std::max(run_max[hh], max_of(sc, n_valid[i]));
-        // exp(0) is exactly 1: skip the call when the maximum did not move.
-        const float correction = new_max > run_max[hh] ? std::exp(run_max[hh] - new_max) : 1.0f;
-        if (correction != 1.0f) scale_in_place(acc + static_cast<size_t>(hh) * hd, correction, hd);
-        run_sum[hh] = exp_block(sc, n_valid[i], new_max, run_sum[hh] * correction);
-        run_max[hh] = new_max;
+        float* sc = scores + static_cast<size_t>(hh) * ps;
+        part_max[hh] = max_of(sc, n_valid[i]);
+        part_sum[hh] = exp_block(sc, n_valid[i], part_max[hh], 0.0f);
+        // Normalized before the V sums, as llama.cpp's softmax does (its outputs match more often).
+        scale_in_place(sc, 1.0f / part_sum[hh], n_valid[i]);
       }
+      std::fill(acc + static_cast<size_t>(i) * group * hd, acc + static_cast<size_t>(i + 1) * group * hd, 0.0f);
     }
-    // Each (token, head) adds p_s * V_s in slot order with its output row held in registers (same
-    // arithmetic per element as one slot at a time). With hd % 8 == 0 and up to 4 query heads per KV head
-    // the V rows are widened in registers once per token for all its heads; with more heads (MQA) one
-    // widening pass into v_block is shared by enough of them to be cheaper (measured: bench
-    // paged_attention MQA_8x64), and other head sizes always take it.
+
+    // Pass 3: each (token, head) adds p_s * V_s in slot order. With hd % 8 == 0 and up to 4 query heads
+    // per KV head the V rows are widened in registers once per token for all its heads; with more heads
+    // (MQA) one widening pass per block into v_block is shared by enough of them to be cheaper (measured:
+    // bench paged_attention MQA_8x64), and other head sizes always take it.
     if (hd % 8 == 0 && group <= 4) {
-      for (int i = first_tok; i < n_tok; ++i)
-        block_values(acc + static_cast<size_t>(i * group) * hd, group, hd, scores + static_cast<size_t>(i * group) * bs,
-                     bs, a.v_cache, a.kv_type, row0, n_valid[i], i == first_tok ? &next_v : nullptr);
-    } else {
-      for (int s = 0; s < max_valid; ++s) v_rows[s] = load_row(a.v_cache, a.kv_type, row0 + s, hd, v_block + s * hd);
       for (int i = first_tok; i < n_tok; ++i) {
-        for (int h = 0; h < group; ++h) {
-          const int hh = i * group + h;
-          accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * bs, n_valid[i],
-                          hd);
+        BlockRows* blocks = blocks_storage.data();
+        int n_blocks = 0;
+        for (int64_t lb = lb0; lb < lb1; ++lb) {
+          const int first = static_cast<int>((lb - lb0) * bs);
+          const int rows = std::min(bs, n_valid[i] - first);
+          if (rows > 0) blocks[n_blocks++] = {block_row0(lb), first, rows};
+        }
+        partition_values(acc + static_cast<size_t>(i * group) * hd, group, hd,
+                         scores + static_cast<size_t>(i * group) * ps, ps, a.v_cache, a.kv_type, blocks, n_blocks);
+      }
+    } else {
+      for (int64_t lb = lb0; lb < lb1; ++lb) {
+        const int first = static_cast<int>((lb - lb0) * bs);
+        const int64_t row0 = block_row0(lb);
+        const int rows_max = std::min(bs, max_valid - first);
+        for (int s = 0; s < rows_max; ++s) v_rows[s] = load_row(a.v_cache, a.kv_type, row0 + s, hd, v_block + s * hd);
+        for (int i = first_tok; i < n_tok; ++i) {
+          const int rows = std::min(bs, n_valid[i] - first);
+          if (rows <= 0) continue;
+          for (int h = 0; h < group; ++h) {
+            const int hh = i * group + h;
+            accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * ps + first,
+                            rows, hd);
+          }
         }
       }
     }
-    next_v.finish();
-    // A token's partition ends here at the partition boundary or at its own last block.
+
+    // The partition's state per (token, head): out to the split path's partials, or folded.
     for (int i = first_tok; i < n_tok; ++i) {
-      if ((lb + 1) % bpp != 0 && lb != last_block[i]) continue;
-      const int64_t part = lb / bpp;
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
-        const float* part_acc = acc + static_cast<size_t>(hh) * hd;
+        const float* p_acc = acc + static_cast<size_t>(hh) * hd;
         if (partials != nullptr) {
           float* dst = partials + static_cast<size_t>(h) * (hd + 2);
-          std::copy(part_acc, part_acc + hd, dst);
-          dst[hd] = run_max[hh];
-          dst[hd + 1] = run_sum[hh];
+          std::copy(p_acc, p_acc + hd, dst);
+          dst[hd] = part_max[hh];
+          dst[hd + 1] = part_sum[hh];
           continue;
         }
         const SoftmaxState merged{merged_max + hh, merged_sum + hh, merged_acc + static_cast<size_t>(hh) * hd};
-        fold_partition(merged, part == 0, run_max[hh], run_sum[hh], part_acc, hd);
-        if (lb == last_block[i]) {
+        fold_partition(merged, part == 0, part_max[hh], part_sum[hh], p_acc, hd);
+        if (last_block[i] < lb0 + bpp) {
           float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
-          write_output(merged.acc, *merged.sum, hd, o);
+          std::copy(merged.acc, merged.acc + hd, o);
         }
       }
-      reset(i);
     }
   }
 }
@@ -567,8 +611,9 @@ size_t scratch_floats(const PagedAttentionArgs& a) {
   const size_t group = static_cast<size_t>(a.n_heads / a.n_kv_heads);
   const size_t hd = static_cast<size_t>(a.head_dim);
   const size_t bs = static_cast<size_t>(a.block_size);
+  const size_t ps = static_cast<size_t>(partition_slots(a.block_size));
   const size_t n_rows = kTokenGroup * group;
-  return n_rows * (bs + hd + 2) + 2 * bs * hd + n_rows * (hd + 2);
+  return n_rows * (ps + hd + 2) + 2 * bs * hd + n_rows * (hd + 2);
 }
 
 }  // namespace
@@ -607,7 +652,7 @@ void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh,
       const float* src = partials + (static_cast<size_t>(p) * group + h) * (hd + 2);
       fold_partition(state, p == 0, src[hd], src[hd + 1], src, hd);
     }
-    write_output(state.acc, *state.sum, hd, a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd);
+    std::copy(state.acc, state.acc + hd, a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd);
   }
 }
 

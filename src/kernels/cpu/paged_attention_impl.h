@@ -9,8 +9,8 @@
 
 namespace kvserve::detail {
 
-// The AVX2 worker splits each token's context into partitions of partition_blocks(block_size) blocks: the
-// softmax runs online inside a partition and partitions are folded left to right, so one token's
+// The AVX2 worker splits each token's context into partitions of partition_blocks(block_size) blocks: one
+// softmax over each partition's scores, and partitions folded left to right, so one token's
 // partitions can also be computed on different threads (decode with few KV heads) and merged after,
 // with the same arithmetic.
 inline constexpr int64_t kPartitionTokens = 128;
@@ -25,7 +25,7 @@ inline int64_t partition_count(const PagedAttentionArgs& a, int64_t t) {
 void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end);
 
 // Split path: partition `part` of token t's context for KV head kvh, written to `partial` as
-// [group][head_dim + 2] (unnormalized output row, max, sum); then the merge folds token t's
+// [group][head_dim + 2] (output row normalized by its own sum, max, sum); then the merge folds token t's
 // partition_count partials ([part][group][head_dim + 2]) and writes its outputs.
 void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
 void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
