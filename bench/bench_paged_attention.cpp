@@ -12,6 +12,8 @@
 //   <shape>/batch16_f16/<ctx> the same 16 sequences with an f16 cache (the engine's default) in one
 //                             paged_attention_batch call, as the model runner makes in a decode step
 //   <shape>/single_f16/<ctx>  one sequence with an f16 cache, scattered: the engine's batch-1 decode
+//   <shape>/single_f16_cold/<ctx>  the same, rotating through copies of the cache (64 MiB and more in
+//                             all) as a model's layers do, so every call reads its K/V from memory
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
 //
 // MQA_8x64 (one KV head) is where a single sequence has fewer items than threads: its context
@@ -21,12 +23,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/fp16.h"
+#include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -46,7 +51,7 @@ constexpr Shape kShapes[] = {
     {"MQA_8x64", 8, 1, 64},      // multi-query: one KV head for 8 query heads
 };
 
-enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, SingleF16, Reference };
+enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, SingleF16, SingleF16Cold, Reference };
 
 constexpr int kBlockSize = 16;
 
@@ -88,6 +93,17 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   const bool batch16 = variant == Variant::Batch16 || variant == Variant::Batch16F16;
   const int n_seqs = batch16 ? 16 : 1;
   Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous);
+  const bool cold = variant == Variant::SingleF16Cold;
+  if (cold) variant = Variant::SingleF16;
+  // Cold: copies of the f16 K and V, one pair per "layer", used in turn; in one huge-page buffer like the
+  // engine's KV pool (on 4 KiB pages every block would also miss the TLB).
+  const size_t half_bytes = p.k16.size() * sizeof(uint16_t);
+  const int copies = cold ? static_cast<int>((size_t{64} << 20) / (2 * half_bytes) + 1) : 1;
+  std::shared_ptr<uint8_t[]> cold_kv = allocate_large_buffer(cold ? copies * 2 * half_bytes : 1);
+  for (int c = 0; cold && c < copies; ++c) {
+    std::memcpy(cold_kv.get() + (2 * c) * half_bytes, p.k16.data(), half_bytes);
+    std::memcpy(cold_kv.get() + (2 * c + 1) * half_bytes, p.v16.data(), half_bytes);
+  }
   ThreadPool& pool = ThreadPool::global();
   PagedAttentionArgs a;
   a.n_tokens = 1;
@@ -113,7 +129,16 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
       batch.push_back(a);
     }
   }
+  int next = 0;
   for (auto _ : state) {
+    if (copies > 1) {
+      const int c = next;
+      next = (next + 1) % copies;
+      for (auto& b : batch) {
+        b.k_cache = cold_kv.get() + (2 * c) * half_bytes;
+        b.v_cache = cold_kv.get() + (2 * c + 1) * half_bytes;
+      }
+    }
     if (!batch.empty()) {
       paged_attention_batch(batch, pool);
       benchmark::DoNotOptimize(p.out.data());
@@ -148,6 +173,7 @@ int main(int argc, char** argv) {
                                                       {"batch16", Variant::Batch16},
                                                       {"batch16_f16", Variant::Batch16F16},
                                                       {"single_f16", Variant::SingleF16},
+                                                      {"single_f16_cold", Variant::SingleF16Cold},
                                                       {"reference", Variant::Reference}};
   for (const Shape& s : kShapes) {
     for (const auto& [vname, v] : variants) {
@@ -156,7 +182,8 @@ int main(int argc, char** argv) {
                     ->Unit(benchmark::kMicrosecond)
                     ->UseRealTime();
       // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
-      const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Reference;
+      const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Reference ||
+                         v == Variant::SingleF16Cold;
       for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
         if (!small || ctx <= 4096) b->Arg(ctx);
     }
