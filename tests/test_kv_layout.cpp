@@ -1,5 +1,7 @@
 // KV layout figures, memory budgets and KVStorage's block layout.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -91,6 +93,25 @@ TEST(KVStorage, WritesIntoPagedLayoutAndCopiesBlocks) {
   EXPECT_ANY_THROW(st.write(0, 5, 0, k, v));
   EXPECT_ANY_THROW(st.write(0, 0, 4, k, v));
   EXPECT_ANY_THROW(st.write(0, 0, 0, k, nullptr));
+}
+
+TEST(KVStorage, PrefaultedPoolIsResidentWhenCreatedAndStillZero) {
+  // 2 layers x K/V x 64 blocks x 16 slots x 8 heads x 64 dims x f16 = 4 MiB: a mapped (huge-page)
+  // buffer, not the heap. Every page must be in memory before any write, so decode steps never fault.
+  const KVLayout l = KVLayout::mha(2, 8, 64, KVCacheDType::F16, 16);
+  KVStorage st(l, 64, /*prefault=*/true);
+  ASSERT_EQ(st.bytes(), size_t{4} << 20);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const auto* base = static_cast<const uint8_t*>(st.k_layer(0));
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(base) % static_cast<uintptr_t>(page), 0u);
+  std::vector<unsigned char> resident(st.bytes() / static_cast<size_t>(page));
+  ASSERT_EQ(::mincore(const_cast<uint8_t*>(base), st.bytes(), resident.data()), 0);
+  size_t missing = 0;
+  for (unsigned char r : resident) missing += (r & 1) == 0;
+  EXPECT_EQ(missing, 0u) << "of " << resident.size() << " pages";
+  size_t nonzero = 0;
+  for (size_t i = 0; i < st.bytes(); i += 997) nonzero += base[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
 }
 
 TEST(KVStorage, HalfPrecisionLayersRoundToNearestAndHalveTheBytes) {

@@ -127,6 +127,9 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
         2 * kv_bytes_for_tokens(model, per_seq, eo.block_size, eo.kv_cache_dtype) * static_cast<uint64_t>(o.batch);
     eo.kv_cache_memory = static_cast<double>(std::max<uint64_t>(need, 16ull << 20));
   }
+  // Steady-state figures: the pool (sized to this run) is resident before the clock starts, as
+  // llama.cpp's KV buffer is once its context exists.
+  eo.prefault_kv = true;
   Engine engine(model, eo);
 
   SamplingParams sp;

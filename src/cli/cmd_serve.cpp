@@ -35,6 +35,7 @@ struct ServeArgs {
   int max_num_seqs = 64;
   int64_t max_model_len = 0;
   bool no_prefix_caching = false;
+  bool kv_prefault = false;
   double prefix_cache_ttl = 0;
   int threads = 0;
   std::string served_model_name;
@@ -75,6 +76,7 @@ void run_serve(const ServeArgs& a) {
   eo.max_model_len = a.max_model_len;
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.prefix_cache_ttl_seconds = a.prefix_cache_ttl;
+  eo.prefault_kv = a.kv_prefault;
   const std::string served_name = a.served_model_name.empty() ? default_served_name(model->path) : a.served_model_name;
   eo.model_id = served_name + "@" + model->path;
 
@@ -129,6 +131,8 @@ void add_serve_command(CLI::App& app) {
   c->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per forward step")->capture_default_str()->check(CLI::PositiveNumber);
   c->add_option("--max-model-len", a->max_model_len, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Never reuse KV blocks across requests");
+  c->add_flag("--kv-prefault", a->kv_prefault,
+              "Make the whole KV pool resident at start (no first-touch page faults in decode steps)");
   c->add_option("--prefix-cache-ttl", a->prefix_cache_ttl, "Seconds a cached prefix stays reusable (0 = forever)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("-t,--threads", a->threads, "Compute threads (default: all cores)");

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -43,6 +44,23 @@ std::shared_ptr<uint8_t[]> allocate_large_buffer(size_t bytes) {
   const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   uint8_t* p = map_huge_aligned(rounded);
   return std::shared_ptr<uint8_t[]>(p, [rounded](uint8_t* q) { ::munmap(q, rounded); });
+}
+
+void prefault_pages(void* p, size_t bytes) {
+  if (p == nullptr || bytes == 0) return;
+  constexpr size_t kSmallPage = 4096;
+  const auto start = reinterpret_cast<uintptr_t>(p) / kSmallPage * kSmallPage;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+#ifdef MADV_POPULATE_WRITE
+  // One call, faulted in by the kernel (huge pages where advised); Linux 5.14 and later.
+  if (::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  // Older kernels: touch one byte per small page. Adding zero through a volatile pointer writes the page
+  // without changing it (the memory may already hold data).
+  for (uintptr_t a = std::max(start, reinterpret_cast<uintptr_t>(p)); a < end; a = (a / kSmallPage + 1) * kSmallPage) {
+    volatile uint8_t* b = reinterpret_cast<volatile uint8_t*>(a);
+    *b = static_cast<uint8_t>(*b + 0);
+  }
 }
 
 }  // namespace kvserve

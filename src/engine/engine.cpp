@@ -127,6 +127,7 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   ko.enable_prefix_caching = opts.enable_prefix_caching;
   ko.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
   ko.model_id = opts.model_id;
+  ko.prefault = opts.prefault_kv;
   ko.who = "engine";
   PagedKVCache cache(c, ko);
   fmt::print(stderr, "{}\n", cache.summary());

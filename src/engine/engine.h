@@ -27,6 +27,10 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   double prefix_cache_ttl_seconds = 0;  // 0 = cached blocks never expire
   std::string model_id;                 // part of every block hash
+  // Touch the whole KV pool when the engine starts (as llama.cpp clears its KV buffer and vLLM allocates
+  // its cache zeroed), so no decode step stops in a first-touch page fault; the pool is then resident
+  // from the start. `kvserve bench` sets it (steady-state figures); `serve --kv-prefault`.
+  bool prefault_kv = false;
 };
 
 struct TokenInfo {

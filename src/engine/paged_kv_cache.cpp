@@ -45,7 +45,7 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
          who, budget_bytes, human_bytes(budget_bytes), opts.block_size, bytes_per_block);
   num_blocks = static_cast<int32_t>(n);
 
-  storage = std::make_unique<KVStorage>(layout, num_blocks);
+  storage = std::make_unique<KVStorage>(layout, num_blocks, opts.prefault);
   storage_bytes = storage->bytes();
   for (int l = 0; l < c.n_layers; ++l) {
     view.k_layers.push_back(storage->k_layer(l));

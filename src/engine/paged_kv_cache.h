@@ -28,6 +28,7 @@ struct PagedKVCacheOptions {
   bool enable_prefix_caching = true;
   double prefix_cache_ttl_seconds = 0;
   std::string model_id;
+  bool prefault = false;  // KVStorage's prefault: the whole pool resident from the start
   std::string_view who = "kv cache";  // prefix of error messages ("engine", "generate")
 };
 

@@ -18,7 +18,9 @@ namespace kvserve {
 
 class KVStorage {
  public:
-  KVStorage(const KVLayout& layout, int32_t num_blocks);
+  // prefault: make the whole pool resident now (prefault_pages) instead of page by page as blocks are
+  // first written, inside decode steps.
+  KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault = false);
 
   const KVLayout& layout() const { return layout_; }
   int32_t num_blocks() const { return num_blocks_; }
