@@ -464,7 +464,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   v_rows_storage.resize(bs);
   const float** v_rows = v_rows_storage.data();
   thread_local std::vector<BlockRows> blocks_storage;
-  blocks_storage.resize(static_cast<size_t>(bpp) * kTokenGroup);
+  blocks_storage.resize(static_cast<size_t>(bpp));
   const size_t row_bytes = static_cast<size_t>(hd) * kv_elem_bytes(a.kv_type);
 
   const float* q[kTokenGroup];
