@@ -22,8 +22,8 @@ std::shared_ptr<uint8_t[]> allocate_large_buffer(size_t bytes);
 
 // Makes every page of [p, p + bytes) resident now (written as zeros where the kernel must fault it in),
 // so the first writes of a later hot loop do not each stop in a page fault that clears a page: the KV
-// pool is touched this way when it is created, as llama.cpp clears its KV buffer and vLLM allocates its
-// cache zeroed. Huge-page advice given before still applies.
+// pool is touched this way when asked (EngineOptions::prefault_kv), as llama.cpp clears its KV buffer
+// and vLLM allocates its cache zeroed. Contents are kept; huge-page advice given before still applies.
 void prefault_pages(void* p, size_t bytes);
 
 }  // namespace kvserve
