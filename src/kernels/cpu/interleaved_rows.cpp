@@ -127,21 +127,27 @@ void interleave_q6_K(const Tensor& w, uint8_t* dst) {
 }
 }  // namespace
 
-std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
+size_t interleaved_bytes(const Tensor& w) {
+  return static_cast<size_t>(w.rows() / kInterleaveRows) * interleaved_group_bytes(w.type, w.cols());
+}
+
+void interleave_rows_into(const Tensor& w, uint8_t* dst) {
   if (!has_interleaved_layout(w.type)) fail("interleave_rows: tensor '{}' is {}", w.name, dtype_name(w.type));
   if (!w.valid() || w.cols() % dtype_info(w.type).block_elems != 0)
     fail("interleave_rows: tensor '{}' has no data or a bad row length", w.name);
-  const int64_t groups = w.rows() / kInterleaveRows;
-  const size_t bytes = static_cast<size_t>(groups) * interleaved_group_bytes(w.type, w.cols());
-  std::shared_ptr<uint8_t[]> out = allocate_large_buffer(bytes);
   switch (w.type) {
-    case DType::Q4_0: interleave<BlockQ4_0>(w, out.get()); break;
-    case DType::Q4_1: interleave<BlockQ4_1>(w, out.get()); break;
-    case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, out.get()); break;
-    case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, out.get()); break;
-    case DType::Q6_K: interleave_q6_K(w, out.get()); break;
-    default: interleave<BlockQ8_0>(w, out.get()); break;
+    case DType::Q4_0: interleave<BlockQ4_0>(w, dst); break;
+    case DType::Q4_1: interleave<BlockQ4_1>(w, dst); break;
+    case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, dst); break;
+    case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
+    case DType::Q6_K: interleave_q6_K(w, dst); break;
+    default: interleave<BlockQ8_0>(w, dst); break;
   }
+}
+
+std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
+  std::shared_ptr<uint8_t[]> out = allocate_large_buffer(interleaved_bytes(w));
+  interleave_rows_into(w, out.get());
   return out;
 }
 

@@ -55,7 +55,14 @@ size_t interleaved_block_bytes(DType type);
 // Bytes of one group of 8 rows of n_cols columns.
 size_t interleaved_group_bytes(DType type, int64_t n_cols);
 
-// Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K tensor.
+// Bytes of the repacked rows [0, rows / 8 * 8) of w.
+size_t interleaved_bytes(const Tensor& w);
+
+// Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K tensor into
+// dst[0, interleaved_bytes(w)).
+void interleave_rows_into(const Tensor& w, uint8_t* dst);
+
+// The same into a buffer of its own.
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w);
 
 namespace avx2 {
