@@ -15,6 +15,8 @@
 
 #include "core/error.h"
 #include "engine/generator.h"
+#include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/matmul.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/loaders.h"
@@ -89,6 +91,18 @@ TEST(GenModel, WrittenFileLoadsAndGenerates) {
     EXPECT_EQ(m->layers[0].wq.type, t);
     EXPECT_EQ(m->layers[1].w_down.type, t);
     EXPECT_EQ(m->output_norm.type, DType::F32);
+    if (cpu_has_avx2() && has_interleaved_layout(t)) {
+      // Repacked into one buffer in forward order: each tensor starts where the one before it ends.
+      const uint8_t* next = nullptr;
+      for (const LayerWeights& L : m->layers)
+        for (const Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+          const auto* start = static_cast<const uint8_t*>(w->interleaved);
+          ASSERT_NE(start, nullptr) << w->name;
+          if (next != nullptr) EXPECT_EQ(start, next) << w->name;
+          next = start + (interleaved_bytes(*w) + 63) / 64 * 64;
+        }
+      EXPECT_EQ(m->output.interleaved, next);
+    }
 
     GeneratorOptions go;
     go.max_context = 64;
