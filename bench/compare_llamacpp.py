@@ -13,6 +13,12 @@ each figure is the median over --repeats. Figures:
             and then one token per sequence per llama_decode; kvserve gets --batch n-seqs with a token
             budget that prefills them all in one step. Figure: decode tok/s over all sequences.
 
+llama.cpp's figures can come from its own benchmark binaries instead (--llama-bench, and
+--llama-batched-bench for the batched case; built from llama-cpp-python's sdist as compare_serving.py
+shows, targets llama-bench and llama-batched-bench): `llama-bench -p P -n 0` for prefill, `llama-bench
+-p 0 -n G -d P` (generation at depth P) for decode, `llama-batched-bench -npp P -ntg G -npl N` for
+batched. Then llama-cpp-python is not needed.
+
 The memory-bandwidth bound on decode is the STREAM triad bandwidth (measured in the same run with
 `kvserve bench --triad`, same thread count) divided by the weight bytes read per token (as kvserve
 counts them: every layer weight, the output projection, one embedding row); a batch of B sequences reads
@@ -24,6 +30,8 @@ nothing twice can reach.
   python3 bench/compare_llamacpp.py -m model.gguf -t 2
   python3 bench/compare_llamacpp.py -m model.gguf -t 2 --prompt-len 64 --gen-len 16 \\
       --n-seqs 4 --batch-prompt-len 32 --batch-gen-len 16 --repeats 1
+  python3 bench/compare_llamacpp.py -m model.gguf -t 2 --llama-bench lcpp/bin/llama-bench \\
+      --llama-batched-bench lcpp/bin/llama-batched-bench
 """
 import argparse
 import ctypes
@@ -34,12 +42,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 try:
     import llama_cpp as L
-except ImportError:  # pragma: no cover
-    sys.exit("llama-cpp-python is not installed (python3 -m pip install llama-cpp-python)")
+except ImportError:  # pragma: no cover: only needed without --llama-bench
+    L = None
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,6 +102,7 @@ class LlamaCpp:
         L.llama_model_free(self.model)
 
     def run(self, n_seqs, prompt_len, gen_len, seed):
+        import numpy as np  # only this path needs it
         rng = np.random.default_rng(seed)
         lo = min(100, self.n_vocab // 2)
         prompts = rng.integers(lo, self.n_vocab, size=(n_seqs, prompt_len), dtype=np.int64)
@@ -161,6 +168,60 @@ class LlamaCpp:
         }
 
 
+class LlamaCppBinaries:
+    """llama.cpp's figures from its llama-bench and llama-batched-bench binaries (one run each call)."""
+
+    def __init__(self, model, threads, bench, batched_bench):
+        self.model, self.threads = model, threads
+        self.bench, self.batched_bench = bench, batched_bench
+        for path in (bench, batched_bench):
+            if path and not os.access(path, os.X_OK):
+                sys.exit("not an executable: %s" % path)
+        # The binaries find their shared libraries beside them when built in place.
+        self.env = dict(os.environ)
+        dirs = {os.path.dirname(os.path.abspath(p)) for p in (bench, batched_bench) if p}
+        self.env["LD_LIBRARY_PATH"] = ":".join(sorted(dirs) + [self.env.get("LD_LIBRARY_PATH", "")])
+
+    def close(self):
+        pass
+
+    def _run(self, cmd):
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+        if out.returncode != 0:
+            raise RuntimeError("%s failed (exit %d): %s" % (os.path.basename(cmd[0]), out.returncode,
+                                                           out.stderr.strip()[-500:]))
+        return out.stdout
+
+    def _bench_ts(self, prompt, gen, depth):
+        # llama-bench's mean tokens/s of its one test (-r 1: the alternating repeats here give the median).
+        rows = json.loads(self._run([self.bench, "-m", self.model, "-t", str(self.threads), "-p", str(prompt),
+                                     "-n", str(gen), "-d", str(depth), "-r", "1", "-o", "json"]))
+        if len(rows) != 1:
+            raise RuntimeError("llama-bench printed %d results, expected 1" % len(rows))
+        return rows[0]["avg_ts"]
+
+    def run(self, n_seqs, prompt_len, gen_len, seed):
+        del seed  # the binaries make their own (random) prompts
+        if n_seqs == 1:
+            pp = self._bench_ts(prompt_len, 0, 0)
+            tg = self._bench_ts(0, gen_len, prompt_len)
+            t_pp, t_tg = prompt_len / pp, gen_len / tg
+            return {"prefill_tokens_per_s": pp, "decode_tokens_per_s": tg,
+                    "output_tokens_per_s": gen_len / (t_pp + t_tg), "ttft_ms": t_pp * 1000}
+        if not self.batched_bench:
+            sys.exit("the batched case needs --llama-batched-bench (or --skip-batched)")
+        lines = self._run([self.batched_bench, "-m", self.model, "-t", str(self.threads), "-tb", str(self.threads),
+                           "-npp", str(prompt_len), "-ntg", str(gen_len), "-npl", str(n_seqs), "-kvu",
+                           "-c", str(n_seqs * (prompt_len + gen_len) + 256), "-b", str(max(512, n_seqs * prompt_len)),
+                           "-ub", "512", "--output-format", "jsonl"]).split("\n")
+        rows = [json.loads(x) for x in lines if x.startswith("{")]
+        if len(rows) != 1:
+            raise RuntimeError("llama-batched-bench printed %d results, expected 1" % len(rows))
+        r = rows[0]
+        return {"prefill_tokens_per_s": r["speed_pp"], "decode_tokens_per_s": r["speed_tg"],
+                "output_tokens_per_s": n_seqs * gen_len / r["t"], "ttft_ms": r["t_pp"] * 1000}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", required=True, help="GGUF file (e.g. from kvserve gen-model)")
@@ -173,12 +234,22 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kvserve", default=find_kvserve(), help="kvserve binary (default: the newest of build/, build-bench/, build-ci/)")
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary: its figures instead of llama-cpp-python's")
+    ap.add_argument("--llama-batched-bench", help="llama.cpp's llama-batched-bench binary (with --llama-bench)")
     ap.add_argument("--skip-batched", action="store_true")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()
 
     triad = kvserve_json(args, "--triad")["triad"]
-    lc = LlamaCpp(args.model, args.threads)
+    if args.llama_batched_bench and not args.llama_bench:
+        sys.exit("--llama-batched-bench goes with --llama-bench")
+    if args.llama_bench:
+        lc = LlamaCppBinaries(args.model, args.threads, args.llama_bench, args.llama_batched_bench)
+    elif L is None:
+        sys.exit("llama-cpp-python is not installed (python3 -m pip install llama-cpp-python), "
+                 "and no --llama-bench was given")
+    else:
+        lc = LlamaCpp(args.model, args.threads)
     cases = [("single", 1, args.prompt_len, args.gen_len)]
     if not args.skip_batched:
         cases.append(("batched", args.n_seqs, args.batch_prompt_len, args.batch_gen_len))
@@ -226,7 +297,8 @@ def main():
         rows.append(("batched output tok/s (incl. prefill)", "batched", "output_tokens_per_s", None, None))
     out = {"model": args.model, "threads": args.threads, "repeats": args.repeats,
            "triad_gb_s": bw / 1e9, "weight_bytes_per_token": weight_bytes, "kv_bytes_per_position": kv_pos,
-           "bandwidth_bound_decode_tokens_per_s": bound, "figures": [], "runs": results}
+           "bandwidth_bound_decode_tokens_per_s": bound, "figures": [], "runs": results,
+           "llama_cpp_via": "llama-bench" if args.llama_bench else "llama-cpp-python"}
     for label, case, key, b, bkv in rows:
         k, l = med(case, "kvserve", key), med(case, "llama.cpp", key)
         out["figures"].append({"figure": label, "kvserve": k, "llama.cpp": l, "ratio": k / l if l else None,
@@ -234,7 +306,8 @@ def main():
     if args.json:
         print(json.dumps(out, indent=1))
         return
-    print("model %s, %d threads, median of %d alternating runs" % (args.model, args.threads, args.repeats))
+    print("model %s, %d threads, median of %d alternating runs; llama.cpp through %s"
+          % (args.model, args.threads, args.repeats, out["llama_cpp_via"]))
     print("triad %.1f GB/s, weights read per token %.1f MiB -> batch-1 decode bound %.1f tok/s; "
           "f16 K/V %d bytes per position" % (bw / 1e9, weight_bytes / 2**20, bound, kv_pos))
     print("%-48s %12s %12s %10s %14s" % ("figure", "kvserve", "llama.cpp", "kv/llama", "bound"))

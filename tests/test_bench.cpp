@@ -359,3 +359,52 @@ TEST(BenchServing, CompletesEveryRequestAgainstKvserveServe) {
       Error);
   EXPECT_TRUE(server.alive());
 }
+
+// bench/compare_llamacpp.py with --llama-bench / --llama-batched-bench: stand-in binaries answer with
+// figures made from the arguments they got, so the script's flags (prompt, generation, depth, sequences)
+// and its reading of their JSON are both checked. The kvserve side is a real run on a tiny model.
+TEST(BenchCompare, LlamaCppFiguresFromLlamaBenchBinaries) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
+  if (std::system("python3 -c '' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvserve-compare-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto write_exe = [&](const std::string& name, const std::string& text) {
+    const std::filesystem::path p = dir / name;
+    std::ofstream(p) << text;
+    std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+    return p.string();
+  };
+  // llama-bench: prefill (-n 0) answers 1000 + p tokens/s, generation answers depth + n.
+  const std::string bench = write_exe("llama-bench", R"(#!/bin/bash
+while [ $# -gt 0 ]; do case "$1" in -p) p=$2; shift;; -n) n=$2; shift;; -d) d=$2; shift;; esac; shift; done
+if [ "$n" = 0 ]; then ts=$((1000 + p)); else ts=$((d + n)); fi
+echo "[{\"n_prompt\": $p, \"n_gen\": $n, \"n_depth\": $d, \"avg_ts\": $ts}]"
+)");
+  // llama-batched-bench: speed_tg = 100 * npl + ntg, speed_pp = npp.
+  const std::string batched = write_exe("llama-batched-bench", R"(#!/bin/bash
+while [ $# -gt 0 ]; do case "$1" in -npp) pp=$2; shift;; -ntg) tg=$2; shift;; -npl) pl=$2; shift;; esac; shift; done
+echo "some log line"
+echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $((100 * pl + tg)), \"t\": 2.0, \"t_pp\": 0.5}"
+)");
+  const std::string model = KVSERVE_SHARED_DIR "/golden/gguf/models/tiny-gqa.gguf";
+  const auto [status, out, err] = test::run_command(
+      "python3 " KVSERVE_SOURCE_DIR "/bench/compare_llamacpp.py --kvserve " KVSERVE_BINARY " -m " + model +
+          " -t 1 --prompt-len 16 --gen-len 8 --n-seqs 3 --batch-prompt-len 8 --batch-gen-len 4 --repeats 1 --json"
+          " --llama-bench " + bench + " --llama-batched-bench " + batched,
+      /*capture_stderr=*/true);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(status, 0) << err;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["llama_cpp_via"], "llama-bench");
+  const json& f = j["figures"];
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_DOUBLE_EQ(f[0]["llama.cpp"].get<double>(), 16 + 8);    // decode: generation at depth = prompt
+  EXPECT_DOUBLE_EQ(f[1]["llama.cpp"].get<double>(), 1000 + 16);  // prefill
+  EXPECT_DOUBLE_EQ(f[2]["llama.cpp"].get<double>(), 100 * 3 + 4);
+  EXPECT_DOUBLE_EQ(f[3]["llama.cpp"].get<double>(), 3 * 4 / 2.0);  // output tokens over the whole run
+  for (const json& row : f) {
+    EXPECT_GT(row["kvserve"].get<double>(), 0);
+    EXPECT_NEAR(row["ratio"].get<double>(), row["kvserve"].get<double>() / row["llama.cpp"].get<double>(), 1e-9);
+  }
+}
