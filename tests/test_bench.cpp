@@ -408,3 +408,22 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
     EXPECT_NEAR(row["ratio"].get<double>(), row["kvserve"].get<double>() / row["llama.cpp"].get<double>(), 1e-9);
   }
 }
+
+// Bad options and an unreachable server: a message naming the problem and a non-zero exit, quickly.
+TEST(BenchCommand, BadInputIsAClearError) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
+  const std::string bin = KVSERVE_BINARY;
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : {Case{"bench --url http://127.0.0.1:1 --request-rate -1", "--request-rate: must be >= 0, got -1"},
+                        Case{"bench -n 0", "--num-prompts: must be > 0, got 0"},
+                        Case{"bench --prompt-len abc", "--prompt-len: must be a number, got 'abc'"},
+                        Case{"generate -n -3 -p hi", "--max-tokens: must be >= 0, got -3"},
+                        Case{"bench --url http://127.0.0.1:1 -n 2", "could not connect (is a server listening there?)"}}) {
+    const auto r = test::run_command("timeout 60 " + bin + " " + c.args, /*capture_stderr=*/true);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.exit_code, 124) << c.args << ": timed out";
+    EXPECT_NE((r.out + r.err).find(c.message), std::string::npos) << c.args << ":\n" << r.out << r.err;
+  }
+}

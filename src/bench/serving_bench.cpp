@@ -54,7 +54,12 @@ std::unique_ptr<httplib::Client> make_client(const Endpoint& e, const ServingBen
 std::string discover_model(const Endpoint& e, const ServingBenchOptions& o) {
   auto c = make_client(e, o);
   auto res = c->Get(e.prefix + "/v1/models");
-  if (!res) fail("bench: cannot reach {}: {}", e.base, httplib::to_string(res.error()));
+  if (!res) {
+    // httplib names a refused or unreachable connection just "Connection".
+    const bool connect = res.error() == httplib::Error::Connection;
+    fail("bench: cannot reach {}: {}", e.base,
+         connect ? std::string("could not connect (is a server listening there?)") : httplib::to_string(res.error()));
+  }
   if (res->status != 200) fail("bench: GET /v1/models returned HTTP {}: {}", res->status, res->body.substr(0, 300));
   try {
     const json j = json::parse(res->body);

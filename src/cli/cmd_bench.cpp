@@ -16,6 +16,7 @@
 #include "bench/serving_bench.h"
 #include "bench/triad.h"
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
 #include "core/error.h"
@@ -228,24 +229,24 @@ void add_bench_command(CLI::App& app) {
                 "used to draw prompt tokens");
   c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer.bin (default: beside the checkpoint)");
   c->add_option("--url", a->url, "Benchmark a running OpenAI-compatible server at this base URL instead");
-  c->add_option("-n,--num-prompts", a->num_prompts, "Number of requests")->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("-n,--num-prompts", a->num_prompts, "Number of requests")->capture_default_str()->check(cli::kPositive);
   c->add_option("--prompt-len", a->prompt_len, "Prompt tokens per request (BOS included)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::kPositive);
   c->add_option("--output-len", a->output_len, "Output tokens per request (EOS ignored)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::kPositive);
   c->add_option("--prompts", a->prompts, "random, or shared-prefix (every prompt starts with the same tokens)")
       ->capture_default_str();
   c->add_option("--prefix-len", a->prefix_len, "Shared prefix tokens with --prompts shared-prefix (default: half)");
   c->add_option("--prefix-groups", a->prefix_groups, "Distinct shared prefixes, used round-robin")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(cli::kPositive);
   c->add_option("-b,--batch", a->batch, "Offline: concurrent sequences (requests in flight)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::kPositive);
   c->add_option("-c,--concurrency", a->concurrency, "Serving: requests in flight (the cap, with --request-rate)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(cli::kPositive);
   c->add_option("--request-rate", a->request_rate, "Serving: Poisson arrivals at this many requests/s (0 = closed loop)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::kNonNegative);
   c->add_option("--seed", a->seed, "Prompt seed")->capture_default_str();
-  c->add_option("--warmup", a->warmup, "Short untimed requests first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  c->add_option("--warmup", a->warmup, "Short untimed requests first")->capture_default_str()->check(cli::kNonNegative);
   c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("-t,--threads", a->threads, "Compute threads (default: all cores)");
   c->add_option("--block-size", a->block_size, "Offline: tokens per KV block")->capture_default_str();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
 #include "core/error.h"
@@ -107,7 +108,7 @@ void add_generate_command(CLI::App& app) {
   c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   c->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as a user message");
   c->add_option("--system", a->system, "System message (with --chat)");
-  c->add_option("-n,--max-tokens", a->sp.max_tokens, "Maximum new tokens")->check(CLI::NonNegativeNumber);
+  c->add_option("-n,--max-tokens", a->sp.max_tokens, "Maximum new tokens")->check(cli::kNonNegative);
   c->add_option("--temperature,--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->capture_default_str();
   c->add_option("--top-p", a->sp.top_p, "Top-p (1 = off)")->capture_default_str();

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
 #include "core/error.h"
@@ -127,14 +128,14 @@ void add_serve_command(CLI::App& app) {
   a->kv_cache.kv_cache_dtype = "f16";  // half the memory of f32: twice the tokens, the concurrency serving needs
   add_kv_cache_options(*c, a->kv_cache);
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Token budget of one forward step")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  c->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per forward step")->capture_default_str()->check(CLI::PositiveNumber);
-  c->add_option("--max-model-len", a->max_model_len, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(cli::kPositive);
+  c->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per forward step")->capture_default_str()->check(cli::kPositive);
+  c->add_option("--max-model-len", a->max_model_len, "Context length (default: the model's)")->check(cli::kNonNegative);
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Never reuse KV blocks across requests");
   c->add_flag("--kv-prefault", a->kv_prefault,
               "Make the whole KV pool resident at start (no first-touch page faults in decode steps)");
   c->add_option("--prefix-cache-ttl", a->prefix_cache_ttl, "Seconds a cached prefix stays reusable (0 = forever)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::kNonNegative);
   c->add_option("-t,--threads", a->threads, "Compute threads (default: all cores)");
   c->add_option("--served-model-name", a->served_model_name, "Model name in the API (default: the model file's name)");
   c->callback([a] { run_serve(*a); });
