@@ -113,7 +113,7 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
   for (auto _ : state) {
     const auto fn = type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
                     : type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
-                                          : avx2::gemm_interleaved_q6_K;
+                                          : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
     fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
@@ -194,8 +194,8 @@ int main(int argc, char** argv) {
         const std::string name =
             "Kernel/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
         benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t, false);
-        // KernelVnni/*: the vpdpbusd versions, where the CPU has AVX512-VNNI (Q6_K has none).
-        if (cpu_has_avx512_vnni() && type != DType::Q6_K)
+        // KernelVnni/*: the vpdpbusd versions, where the CPU has AVX512-VNNI.
+        if (cpu_has_avx512_vnni())
           benchmark::RegisterBenchmark(("KernelVnni" + name.substr(6)).c_str(), BM_Kernel, type, g, t, true);
       }
     }

@@ -98,7 +98,9 @@ TEST(GenModel, WrittenFileLoadsAndGenerates) {
         for (const Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
           const auto* start = static_cast<const uint8_t*>(w->interleaved);
           ASSERT_NE(start, nullptr) << w->name;
-          if (next != nullptr) EXPECT_EQ(start, next) << w->name;
+          if (next != nullptr) {
+            EXPECT_EQ(start, next) << w->name;
+          }
           next = start + (interleaved_bytes(*w) + 63) / 64 * 64;
         }
       EXPECT_EQ(m->output.interleaved, next);

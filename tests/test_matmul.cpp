@@ -512,12 +512,11 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   }
 }
 
-// Q4_K and Q5_K with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
+// Q4_K, Q5_K and Q6_K with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
 // (where the AVX2 kernels' int16 sums are closest to overflowing) and one token of the largest
 // activations.
 TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
   const DType type = GetParam();
-  if (type == DType::Q6_K) GTEST_SKIP() << "Q6_K has no vpdpbusd kernel";
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
@@ -528,6 +527,10 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
     uint8_t* p = data.data() + b * dtype_info(type).block_bytes;
     if (type == DType::Q4_K) std::memset(p + offsetof(BlockQ4_K, qs), 0xFF, sizeof(BlockQ4_K::qs));
     if (type == DType::Q5_K) std::memset(p + offsetof(BlockQ5_K, qh), 0xFF, sizeof(BlockQ5_K::qh) + sizeof(BlockQ5_K::qs));
+    if (type == DType::Q6_K) {
+      std::memset(p + offsetof(BlockQ6_K, ql), 0xFF, sizeof(BlockQ6_K::ql));
+      std::memset(p + offsetof(BlockQ6_K, qh), 0xFF, sizeof(BlockQ6_K::qh));
+    }
   }
   const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
   std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
@@ -538,8 +541,12 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
     quantize_row_q8_K(x.data(), rows[t].data(), n_in);
     acts[t] = rows[t].data();
   }
-  const auto avx2_gemm = type == DType::Q4_K ? avx2::gemm_interleaved_q4_K : avx2::gemm_interleaved_q5_K;
-  const auto vnni_gemm = type == DType::Q4_K ? avx512vnni::gemm_interleaved_q4_K : avx512vnni::gemm_interleaved_q5_K;
+  const auto avx2_gemm = type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
+                         : type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
+                                               : avx2::gemm_interleaved_q6_K;
+  const auto vnni_gemm = type == DType::Q4_K   ? avx512vnni::gemm_interleaved_q4_K
+                         : type == DType::Q5_K ? avx512vnni::gemm_interleaved_q5_K
+                                               : avx512vnni::gemm_interleaved_q6_K;
   expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
 }
 

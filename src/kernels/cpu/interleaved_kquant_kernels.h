@@ -186,7 +186,11 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
 // is up to 2 * 63 * 128 and only two fit an int16 lane: each pair of maddubs is madd'ed by the rows'
 // scales (int8, sign-extended into [scale, scale] int16 pairs) into int32. All integer, exact; every
 // (row, token) gets the same operations in the same order whatever R and T are.
-template <int R, int T>
+//
+// With vpdpbusd (kVnni) a 16-element sub-block's 4 vectors go straight into int32 (at most 16 * 63 *
+// 128 per lane) and one vpmulld by the rows' scales adds it to the block sum: the same integers as the
+// pairs above, so the same bits, with no int16 pair sums to keep and fewer operations per token.
+template <bool kVnni, int R, int T>
 void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
                      float* out, int64_t stride, const uint8_t* far) {
   constexpr size_t kRecordBytes = kQ6KRecordBytes;
@@ -223,6 +227,47 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
       for (int e = 0; e < 2; ++e) {
         // Elements 64k + 32e .. +31: sub-block 4k + 2e (g = 0..3), then 4k + 2e + 1 (g = 4..7).
+        if constexpr (kVnni) {
+#pragma GCC unroll 2
+          for (int j = 0; j < 2; ++j) {
+            __m256i sum32[R][T];
+#pragma GCC unroll 4
+            for (int g = 4 * j; g < 4 * j + 4; ++g) {
+              const int h = 8 * k + g;
+              const int shift = 4 * (h % 2) + 2 * e;
+              __m256i q[R];
+#pragma GCC unroll 2
+              for (int r = 0; r < R; ++r) {
+                const __m256i nib = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kNibbles) + h);
+                const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kTops) + h / 2);
+                const __m256i low = _mm256_and_si256(e == 0 ? nib : _mm256_srli_epi16(nib, 4), low_mask);
+                const __m256i high = shift < 4    ? _mm256_slli_epi16(top, 4 - shift)
+                                     : shift == 4 ? top
+                                                  : _mm256_srli_epi16(top, shift - 4);
+                q[r] = _mm256_or_si256(low, _mm256_and_si256(high, top_mask));
+              }
+#pragma GCC unroll 6
+              for (int t = 0; t < T; ++t) {
+                const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+#pragma GCC unroll 2
+                for (int r = 0; r < R; ++r)
+                  sum32[r][t] = _mm256_dpbusd_epi32(g == 4 * j ? _mm256_setzero_si256() : sum32[r][t], q[r], y);
+              }
+            }
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) {
+              // Sub-block 4k + 2e + j's scales of the 8 rows, sign-extended.
+              const __m256i sc = _mm256_cvtepi8_epi32(
+                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 16 + 8 * (4 * k + 2 * e + j))));
+#pragma GCC unroll 6
+              for (int t = 0; t < T; ++t) {
+                const __m256i p = _mm256_mullo_epi32(sum32[r][t], sc);
+                isum[r][t] = k == 0 && e == 0 && j == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+              }
+            }
+          }
+          continue;
+        }
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; ++gp) {
           __m256i sum16[R][T];
@@ -292,25 +337,29 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   store_groups<R, T>(acc, out, stride);
 }
 
-template <int R>
+template <bool kVnni, int R, int kMaxTok>
 void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
                       float* out, int64_t stride, const uint8_t* far) {
-  with_token_count<3>(n_tok, [&]<int T>() {
-    gemm_q6_K_fixed<R, T>(nb, group, group_bytes, acts, out, stride, far);
+  with_token_count<kMaxTok>(n_tok, [&]<int T>() {
+    gemm_q6_K_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride, far);
   });
 }
 
-[[maybe_unused]] void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+template <bool kVnni>
+void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                    float* out, int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / kQK_K;
   const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
-  // One group and up to 3 tokens per pass: the unpacked quants, the pair sums and the int32 sums of more
-  // spill (bench_cpu_peak Kernel/Q6_K: g1/t3 beats g2 at any token count and g1/t4..6).
+  // One group per pass. AVX2: up to 3 tokens, as the unpacked quants, the pair sums and the int32 sums of
+  // more spill (bench_cpu_peak Kernel/Q6_K: g1/t3 beats g2 at any token count and g1/t4..6). With
+  // vpdpbusd there are no pair sums and 32 registers: up to 6 tokens (KernelVnni/Q6_K: g1/t6 ~1.95x the
+  // AVX2 g1/t3; two groups per pass, g2, ran at ~0.8x g1).
+  constexpr int kPass = kVnni ? 6 : 3;
   for (int g = 0; g < n_groups; ++g)
-    for (int t0 = 0; t0 < n_tok; t0 += 3)
-      gemm_q6_K_tokens<1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(3, n_tok - t0),
-                          out + t0 * out_stride + g * kInterleaveRows, out_stride,
-                          g == 0 && t0 == 0 ? far : nullptr);
+    for (int t0 = 0; t0 < n_tok; t0 += kPass)
+      gemm_q6_K_tokens<kVnni, 1, kPass>(nb, group + g * group_bytes, group_bytes, acts + t0,
+                                        std::min(kPass, n_tok - t0), out + t0 * out_stride + g * kInterleaveRows,
+                                        out_stride, g == 0 && t0 == 0 ? far : nullptr);
 }
 
 

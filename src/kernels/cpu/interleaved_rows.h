@@ -102,7 +102,7 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx2
 
-// The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K kernels above with vpdpbusd, bit-identical to them; only after
+// The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K kernels above with vpdpbusd, bit-identical to them; only after
 // cpu_has_avx512_vnni().
 namespace avx512vnni {
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
@@ -114,6 +114,8 @@ void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512vnni
 

@@ -33,7 +33,7 @@ void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const 
 
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_q6_K_any(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+  gemm_q6_K_any<false>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
 }  // namespace kvserve::avx2

@@ -1,4 +1,4 @@
-// The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K interleaved kernels with vpdpbusd (AVX512-VNNI on 256-bit registers, EVEX
+// The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K interleaved kernels with vpdpbusd (AVX512-VNNI on 256-bit registers, EVEX
 // encoded). Compiled with -mavx512f -mavx512vl -mavx512bw -mavx512vnni on top of the AVX2 flags; only
 // called after cpu_has_avx512_vnni(). Bit-identical to the AVX2 versions (interleaved_q32_kernels.h,
 // interleaved_kquant_kernels.h).
@@ -30,6 +30,11 @@ void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
   gemm_k_scale_min<true, true>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+}
+
+void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch) {
+  gemm_q6_K_any<true>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
 }  // namespace kvserve::avx512vnni

@@ -191,7 +191,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     if (k_quant) {
       const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
                       : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
-                                              : avx2::gemm_interleaved_q6_K;
+                                              : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
       fn(n_in, group, n_groups, p.q8_k, n_tok, out, stride, far);
       return;
     }
