@@ -21,6 +21,7 @@ std::string_view web_page_html() {
   .msg.user::before { content: "you: "; font-weight: 600; }
   .msg.assistant::before { content: "model: "; font-weight: 600; color: #2a6; }
   .msg.error { color: #b00; }
+  .msg.empty { color: #888; font-style: italic; }
   form { display: flex; gap: 6px; margin-top: 8px; }
   #chat-input { flex: 1; min-height: 48px; resize: vertical; font: inherit; }
   .row { display: flex; gap: 8px; align-items: center; font-size: 13px; margin-bottom: 6px; flex-wrap: wrap; }
@@ -124,6 +125,8 @@ async function send(text) {
         }
       }
     }
+    // A model may end its answer at the first token: say so rather than leave an empty bubble.
+    if (!answer) { out.classList.add("empty"); out.textContent = "(no text: the model ended its answer at once)"; }
     conversation.push({ role: "assistant", content: answer });
   } catch (e) {
     out.classList.add("error");
