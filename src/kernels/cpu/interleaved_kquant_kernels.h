@@ -164,12 +164,9 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
   if constexpr (kQ5) {
     // Q5_K's bit-plane work per vector leaves no room for a second group: one group and up to 4 tokens
     // per pass (bench_cpu_peak Kernel/Q5_K: g1/t4 ~1.05-1.1x g1/t3, t5, t6 and ~1.4x g2 at any count).
-    // With vpdpbusd (no int16 pair sums) and AVX-512VL's 32 registers, 6 tokens: KernelVnni/Q5_K 127 G
-    // MAC/s against ~100-113 G at 4 (two groups per pass: 78-98 G).
-    constexpr int kPass = kVnni ? 6 : 4;
     for (int g = 0; g < n_groups; ++g)
-      for (int t0 = 0; t0 < n_tok; t0 += kPass)
-        gemm_q4_K_tokens<kVnni, true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
+      for (int t0 = 0; t0 < n_tok; t0 += 4)
+        gemm_q4_K_tokens<kVnni, true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(4, n_tok - t0),
                                   out + t0 * out_stride + g * kInterleaveRows, out_stride,
                                   g == 0 && t0 == 0 ? far : nullptr);
   } else if (n_groups == 2) {
