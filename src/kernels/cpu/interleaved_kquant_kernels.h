@@ -183,6 +183,19 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
   }
 }
 
+// Nibble vector h's quants (q + 32, 0..63) in one Q6_K record: its low (e = 0) or high (e = 1) nibbles
+// and their top 2 bits, which sit in vector h / 2 of the top bits at 4 * (h % 2) + 2 * e. The callers'
+// loops are unrolled, so every shift count is a constant.
+inline __m256i q6_K_quants(const uint8_t* rec, int h, int e) {
+  constexpr size_t kNibbles = 144, kTops = 144 + 1024;
+  const __m256i nib = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kNibbles) + h);
+  const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kTops) + h / 2);
+  const __m256i low = _mm256_and_si256(e == 0 ? nib : _mm256_srli_epi16(nib, 4), _mm256_set1_epi8(0x0F));
+  const int shift = 4 * (h % 2) + 2 * e;
+  const __m256i high = shift < 4 ? _mm256_slli_epi16(top, 4 - shift) : shift == 4 ? top : _mm256_srli_epi16(top, shift - 4);
+  return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
+}
+
 // Q6_K x Q8_K, R groups of 8 rows times T tokens per 256-element block, quants unsigned (q + 32):
 //   row . y = d * dy * (sum_s scale_s * (sum over sub-block s of q * y) - 32 * sum_s scale_s * ysum_s)
 // with 16-element sub-blocks and the Q8_K sums of 16 as ysum_s. Quants reach 63, so a maddubs pair sum
@@ -197,9 +210,6 @@ template <bool kVnni, int R, int T>
 void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
                      float* out, int64_t stride, const uint8_t* far) {
   constexpr size_t kRecordBytes = kQ6KRecordBytes;
-  constexpr size_t kNibbles = 144, kTops = 144 + 1024;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  const __m256i top_mask = _mm256_set1_epi8(0x30);
   // From 16 scale bytes (sub-blocks 2m and 2m + 1, rows in order) broadcast to both 128-bit halves, the
   // byte goes to the high half of each int16 (then an arithmetic shift by 8 sign-extends it). Lane j of
   // half L is row 4L + j: [scale, scale] of sub-block 2m + e, or [scale of 2m, scale of 2m + 1].
@@ -236,19 +246,9 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
             __m256i sum32[R][T];
 #pragma GCC unroll 4
             for (int g = 4 * j; g < 4 * j + 4; ++g) {
-              const int h = 8 * k + g;
-              const int shift = 4 * (h % 2) + 2 * e;
               __m256i q[R];
 #pragma GCC unroll 2
-              for (int r = 0; r < R; ++r) {
-                const __m256i nib = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kNibbles) + h);
-                const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kTops) + h / 2);
-                const __m256i low = _mm256_and_si256(e == 0 ? nib : _mm256_srli_epi16(nib, 4), low_mask);
-                const __m256i high = shift < 4    ? _mm256_slli_epi16(top, 4 - shift)
-                                     : shift == 4 ? top
-                                                  : _mm256_srli_epi16(top, shift - 4);
-                q[r] = _mm256_or_si256(low, _mm256_and_si256(high, top_mask));
-              }
+              for (int r = 0; r < R; ++r) q[r] = q6_K_quants(rec[r], 8 * k + g, e);
 #pragma GCC unroll 6
               for (int t = 0; t < T; ++t) {
                 const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
@@ -277,19 +277,9 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
           for (int gg = 0; gg < 2; ++gg) {
             const int g = 2 * gp + gg;
-            const int h = 8 * k + g;
-            const int shift = 4 * (h % 2) + 2 * e;  // of this vector's top bits in its top byte
             __m256i q[R];
 #pragma GCC unroll 2
-            for (int r = 0; r < R; ++r) {
-              const __m256i nib = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kNibbles) + h);
-              const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kTops) + h / 2);
-              const __m256i low = _mm256_and_si256(e == 0 ? nib : _mm256_srli_epi16(nib, 4), low_mask);
-              const __m256i high = shift < 4    ? _mm256_slli_epi16(top, 4 - shift)
-                                   : shift == 4 ? top
-                                                : _mm256_srli_epi16(top, shift - 4);
-              q[r] = _mm256_or_si256(low, _mm256_and_si256(high, top_mask));
-            }
+            for (int r = 0; r < R; ++r) q[r] = q6_K_quants(rec[r], 8 * k + g, e);
 #pragma GCC unroll 6
             for (int t = 0; t < T; ++t) {
               const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
