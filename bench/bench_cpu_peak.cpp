@@ -124,7 +124,8 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
 
 // n_groups interleaved 8-row groups of `n` columns (random quants, sane scales) times T packed activation
 // rows, repeated: the kernel's own speed with everything in L1.
-void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni) {
+// zmm: the avx512zmm pair kernels (n_groups 2) instead of avx512vnni's.
+void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni, bool zmm = false) {
   if (!cpu_has_avx2_fma_f16c()) {
     state.SkipWithError("needs AVX2/FMA");
     return;
@@ -159,15 +160,18 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
     }
     pack.pack(t, blocks.data());
   }
-  PackedActs32 acts[avx2::kMaxInterleavedTokens];
+  PackedActs32 acts[avx512zmm::kMaxZmmTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = pack.token(t);
-  const auto gemm = vnni ? (type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+  const auto gemm = zmm ? (type == DType::Q4_0   ? avx512zmm::gemm_interleaved_q4_0
+                           : type == DType::Q4_1 ? avx512zmm::gemm_interleaved_q4_1
+                                                 : avx512zmm::gemm_interleaved_q8_0)
+                    : vnni ? (type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                             : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                   : avx512vnni::gemm_interleaved_q8_0)
                          : (type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                             : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                                   : avx2::gemm_interleaved_q8_0);
-  float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
+  float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx512zmm::kMaxZmmTokens];
   for (auto _ : state) {
     gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     benchmark::DoNotOptimize(out);
@@ -193,13 +197,19 @@ int main(int argc, char** argv) {
       for (int t : {1, 2, 3, 4, 5, 6}) {
         const std::string name =
             "Kernel/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t, false);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t, false, false);
         // KernelVnni/*: the vpdpbusd versions, where the CPU has AVX512-VNNI.
         if (cpu_has_avx512_vnni())
-          benchmark::RegisterBenchmark(("KernelVnni" + name.substr(6)).c_str(), BM_Kernel, type, g, t, true);
+          benchmark::RegisterBenchmark(("KernelVnni" + name.substr(6)).c_str(), BM_Kernel, type, g, t, true, false);
       }
     }
   }
+  // KernelZmm/*: a pair of groups in 512-bit registers (Q4_0 / Q4_1 / Q8_0), up to kMaxZmmTokens tokens.
+  if (cpu_has_avx512_vnni())
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+      for (int t = 1; t <= avx512zmm::kMaxZmmTokens; ++t)
+        benchmark::RegisterBenchmark(("KernelZmm/" + std::string(dtype_name(type)) + "/g2/t" + std::to_string(t)).c_str(),
+                                     BM_Kernel, type, 2, t, true, true);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -304,20 +304,20 @@ TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
   EXPECT_EQ(yb, eb);
 }
 
-// Weights of kGroups interleaved 8-row groups and kMaxInterleavedTokens packed activation rows, for
-// calling the Q4_0 / Q4_1 / Q8_0 interleaved kernels directly.
+// Weights of kGroups interleaved 8-row groups and kMaxZmmTokens (the most any kernel takes) packed
+// activation rows, for calling the Q4_0 / Q4_1 / Q8_0 interleaved kernels directly.
 struct Q32KernelCase {
   std::vector<uint8_t> data;
   Tensor w;
   ActPack32 pack;
   std::vector<std::vector<uint8_t>> rows;
-  PackedActs32 acts[avx2::kMaxInterleavedTokens];
+  static constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
+  PackedActs32 acts[kTok];
 
   // edit_weights may change the raw blocks before the repack; token 0's activations are all -1 when
   // extreme_token0 (every quant at -127).
   Q32KernelCase(DType type, int64_t n_in, std::mt19937& rng, const std::function<void(std::vector<uint8_t>&)>& edit_weights = {},
                 bool extreme_token0 = false) {
-    constexpr int kTok = avx2::kMaxInterleavedTokens;
     data = random_weights(type, avx2::kMaxInterleavedGroups * kInterleaveRows, n_in, rng);
     if (edit_weights) edit_weights(data);
     w = make_tensor(type, avx2::kMaxInterleavedGroups * kInterleaveRows, n_in, data);
@@ -338,19 +338,22 @@ struct Q32KernelCase {
   }
 };
 
-// The AVX2 and VNNI versions of one interleaved kernel (Acts: PackedActs32 or const BlockQ8_K*) on the same
-// groups and tokens, for every group and token count: the same bits. The VNNI one also gets a far
-// prefetch stream, which must not change anything.
+// The AVX2 and VNNI (or zmm) versions of one interleaved kernel (Acts: PackedActs32 or const BlockQ8_K*) on
+// the same groups and tokens, for every group and token count up to max_tok: the same bits. The AVX2
+// reference runs in passes of the tokens it takes. The VNNI one also gets a far prefetch stream, which
+// must not change anything.
 template <typename Fn, typename Acts>
 void expect_vnni_bit_identical(Fn avx2_gemm, Fn vnni_gemm, int64_t n_in, const uint8_t* first_group, const Acts* acts,
-                               DType type) {
-  constexpr int kTok = avx2::kMaxInterleavedTokens;
+                               DType type, int max_tok = avx2::kMaxInterleavedTokens) {
+  constexpr int kPass = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
   constexpr int64_t kStride = 8 * kGroups + 1;
   for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
-    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-      std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
-      avx2_gemm(n_in, first_group, n_groups, acts, n_tok, a.data(), kStride, nullptr);
+    for (int n_tok = 1; n_tok <= max_tok; ++n_tok) {
+      std::vector<float> a(kStride * max_tok, -7.0f), b(a.size(), -7.0f);
+      for (int t0 = 0; t0 < n_tok; t0 += kPass)
+        avx2_gemm(n_in, first_group, n_groups, acts + t0, std::min(kPass, n_tok - t0), a.data() + t0 * kStride,
+                  kStride, nullptr);
       vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride, first_group);
       ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
           << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
@@ -445,6 +448,13 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
                            : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                  : avx512vnni::gemm_interleaved_q8_0;
     expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
+    // The 512-bit pair kernels (both groups in one register, up to kMaxZmmTokens tokens), whichever kernel
+    // matmul would pick on this CPU.
+    const auto zmm_gemm = type == DType::Q4_0   ? avx512zmm::gemm_interleaved_q4_0
+                          : type == DType::Q4_1 ? avx512zmm::gemm_interleaved_q4_1
+                                                : avx512zmm::gemm_interleaved_q8_0;
+    expect_vnni_bit_identical(avx2_gemm, zmm_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type,
+                              avx512zmm::kMaxZmmTokens);
   }
 }
 

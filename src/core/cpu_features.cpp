@@ -59,4 +59,23 @@ bool cpu_has_avx512_vnni() {
   return ok;
 }
 
+bool cpu_prefers_zmm() {
+  static const bool ok = [] {
+    if (!cpu_has_avx512_vnni()) return false;
+    const char* env = std::getenv("KVSERVE_ZMM");
+    if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amd = ebx == 0x68747541u;  // "Auth" of "AuthenticAMD"
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned family = ((eax >> 8) & 0xFu) + (((eax >> 8) & 0xFu) == 0xFu ? (eax >> 20) & 0xFFu : 0u);
+    return !(amd && family == 0x19);
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
 }  // namespace kvserve

@@ -10,5 +10,10 @@ bool cpu_has_avx2_fma_f16c();
 // AVX2/FMA/F16C plus AVX512F, AVX512VL, AVX512BW and AVX512_VNNI, with the OS saving the AVX-512 state
 // (XCR0 opmask and ZMM bits). KVSERVE_NO_VNNI=1 in the environment says no (to compare the AVX2 kernels).
 bool cpu_has_avx512_vnni();
+// cpu_has_avx512_vnni() on a core that runs 512-bit operations at full width, so the 512-bit kernels do
+// twice the work per instruction (Zen 5, Intel). Zen 4 (AMD family 0x19) splits each into two 256-bit
+// halves: there the 512-bit kernels measured no faster, and the 256-bit ones stay. KVSERVE_ZMM=0 or 1 in
+// the environment overrides the choice (still only with cpu_has_avx512_vnni()).
+bool cpu_prefers_zmm();
 
 }  // namespace kvserve

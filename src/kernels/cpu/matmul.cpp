@@ -167,9 +167,13 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   const size_t group_bytes = interleaved_group_bytes(w.type, n_in);
-  constexpr int kTok = avx2::kMaxInterleavedTokens;
+  constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
   const bool vnni = cpu_has_avx512_vnni();
   const bool k_quant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
+  // Pairs of Q4_0 / Q4_1 / Q8_0 groups in 512-bit registers where the core runs them at full width
+  // (bench_cpu_peak KernelZmm against KernelVnni g2, Zen 5: Q4_0 t6 337 against 203 G MAC/s, Q8_0 t8
+  // 305 against 202 G at t4).
+  const bool zmm = !k_quant && cpu_prefers_zmm();
   // The kernels' activation operands for tokens [t0, t0 + n_tok), made once per pass over a chunk (made
   // per call, ActPack32::token's by-value copies cost ~3% of batched decode in store-forwarding stalls).
   struct PassActs {
@@ -195,7 +199,10 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       fn(n_in, group, n_groups, p.q8_k, n_tok, out, stride, far);
       return;
     }
-    const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+    const auto fn = zmm ? (w.type == DType::Q4_0   ? avx512zmm::gemm_interleaved_q4_0
+                           : w.type == DType::Q4_1 ? avx512zmm::gemm_interleaved_q4_1
+                                                   : avx512zmm::gemm_interleaved_q8_0)
+                  : vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                             : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                     : avx512vnni::gemm_interleaved_q8_0)
                          : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
@@ -214,7 +221,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
   // per-token sign fix-ups fill the registers: bench_cpu_peak Kernel/*).
   // (With vpdpbusd, Q8_0 at 4 tokens is still ~1.05x its 6: KernelVnni/Q8_0/g2.)
-  const int64_t pass_tokens = w.type == DType::Q8_0 ? 4 : kTok;
+  // The zmm kernels: 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences are
+  // then two even passes).
+  const int64_t pass_tokens = zmm ? avx512zmm::kMaxZmmTokens : w.type == DType::Q8_0 ? 4 : avx2::kMaxInterleavedTokens;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   // With more than one pass, the first pass over a chunk would read it from memory at the kernel's full
   // rate (both cores together at about the triad bandwidth) and the later ones not at all: instead every
