@@ -171,7 +171,7 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
                          : (type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                             : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                                   : avx2::gemm_interleaved_q8_0);
-  float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx512zmm::kMaxZmmTokens];
+  float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * avx512zmm::kMaxZmmTokens];
   for (auto _ : state) {
     gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     benchmark::DoNotOptimize(out);
@@ -207,9 +207,11 @@ int main(int argc, char** argv) {
   // KernelZmm/*: a pair of groups in 512-bit registers (Q4_0 / Q4_1 / Q8_0), up to kMaxZmmTokens tokens.
   if (cpu_has_avx512_vnni())
     for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-      for (int t = 1; t <= avx512zmm::kMaxZmmTokens; ++t)
-        benchmark::RegisterBenchmark(("KernelZmm/" + std::string(dtype_name(type)) + "/g2/t" + std::to_string(t)).c_str(),
-                                     BM_Kernel, type, 2, t, true, true);
+      for (int g : {2, 4})
+        for (int t = 1; t <= avx512zmm::kMaxZmmTokens; ++t)
+          benchmark::RegisterBenchmark(("KernelZmm/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" +
+                                        std::to_string(t)).c_str(),
+                                       BM_Kernel, type, g, t, true, true);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -304,7 +304,7 @@ TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
   EXPECT_EQ(yb, eb);
 }
 
-// Weights of kGroups interleaved 8-row groups and kMaxZmmTokens (the most any kernel takes) packed
+// Weights of kMaxZmmGroups interleaved 8-row groups (the most any kernel takes) and kMaxZmmTokens (the most any kernel takes) packed
 // activation rows, for calling the Q4_0 / Q4_1 / Q8_0 interleaved kernels directly.
 struct Q32KernelCase {
   std::vector<uint8_t> data;
@@ -318,9 +318,9 @@ struct Q32KernelCase {
   // extreme_token0 (every quant at -127).
   Q32KernelCase(DType type, int64_t n_in, std::mt19937& rng, const std::function<void(std::vector<uint8_t>&)>& edit_weights = {},
                 bool extreme_token0 = false) {
-    data = random_weights(type, avx2::kMaxInterleavedGroups * kInterleaveRows, n_in, rng);
+    data = random_weights(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, rng);
     if (edit_weights) edit_weights(data);
-    w = make_tensor(type, avx2::kMaxInterleavedGroups * kInterleaveRows, n_in, data);
+    w = make_tensor(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, data);
     const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
     pack.reset(act_type, n_in, kTok);
     for (int t = 0; t < kTok; ++t) {
@@ -339,22 +339,25 @@ struct Q32KernelCase {
 };
 
 // The AVX2 and VNNI (or zmm) versions of one interleaved kernel (Acts: PackedActs32 or const BlockQ8_K*) on
-// the same groups and tokens, for every group and token count up to max_tok: the same bits. The AVX2
-// reference runs in passes of the tokens it takes. The VNNI one also gets a far prefetch stream, which
-// must not change anything.
+// the same groups and tokens, for every group and token count up to max_groups and max_tok: the same
+// bits. The AVX2 reference runs in passes of the groups and tokens it takes. The VNNI one also gets a far
+// prefetch stream, which must not change anything.
 template <typename Fn, typename Acts>
 void expect_vnni_bit_identical(Fn avx2_gemm, Fn vnni_gemm, int64_t n_in, const uint8_t* first_group, const Acts* acts,
-                               DType type, int max_tok = avx2::kMaxInterleavedTokens) {
+                               DType type, int max_tok = avx2::kMaxInterleavedTokens,
+                               int max_groups = avx2::kMaxInterleavedGroups) {
   constexpr int kPass = avx2::kMaxInterleavedTokens;
-  constexpr int kGroups = avx2::kMaxInterleavedGroups;
-  constexpr int64_t kStride = 8 * kGroups + 1;
-  for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
+  constexpr int kPassGroups = avx2::kMaxInterleavedGroups;
+  const size_t group_bytes = interleaved_group_bytes(type, n_in);
+  const int64_t stride = 8 * max_groups + 1;
+  for (int n_groups = 1; n_groups <= max_groups; ++n_groups)
     for (int n_tok = 1; n_tok <= max_tok; ++n_tok) {
-      std::vector<float> a(kStride * max_tok, -7.0f), b(a.size(), -7.0f);
-      for (int t0 = 0; t0 < n_tok; t0 += kPass)
-        avx2_gemm(n_in, first_group, n_groups, acts + t0, std::min(kPass, n_tok - t0), a.data() + t0 * kStride,
-                  kStride, nullptr);
-      vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), kStride, first_group);
+      std::vector<float> a(stride * max_tok, -7.0f), b(a.size(), -7.0f);
+      for (int g0 = 0; g0 < n_groups; g0 += kPassGroups)
+        for (int t0 = 0; t0 < n_tok; t0 += kPass)
+          avx2_gemm(n_in, first_group + g0 * group_bytes, std::min(kPassGroups, n_groups - g0), acts + t0,
+                    std::min(kPass, n_tok - t0), a.data() + t0 * stride + 8 * g0, stride, nullptr);
+      vnni_gemm(n_in, first_group, n_groups, acts, n_tok, b.data(), stride, first_group);
       ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
           << dtype_name(type) << " groups " << n_groups << " tokens " << n_tok;
     }
@@ -454,7 +457,7 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
                           : type == DType::Q4_1 ? avx512zmm::gemm_interleaved_q4_1
                                                 : avx512zmm::gemm_interleaved_q8_0;
     expect_vnni_bit_identical(avx2_gemm, zmm_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type,
-                              avx512zmm::kMaxZmmTokens);
+                              avx512zmm::kMaxZmmTokens, avx512zmm::kMaxZmmGroups);
   }
 }
 

@@ -119,11 +119,13 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512vnni
 
-// The Q4_0 / Q4_1 / Q8_0 kernels above for a pair of groups (n_groups == 2) in 512-bit registers
-// (interleaved_zmm_avx512vnni.cpp), up to kMaxZmmTokens tokens a call, bit-identical to them; a lone group
-// goes to avx512vnni::. Only after cpu_has_avx512_vnni(); chosen by use_zmm_kernels().
+// The Q4_0 / Q4_1 / Q8_0 kernels above with each pair of groups in 512-bit registers
+// (interleaved_zmm_avx512vnni.cpp): n_groups 1..kMaxZmmGroups, n_tok 1..kMaxZmmTokens, bit-identical to
+// them; an odd group goes to avx512vnni::. Only after cpu_has_avx512_vnni(); matmul takes them where
+// cpu_prefers_zmm().
 namespace avx512zmm {
 inline constexpr int kMaxZmmTokens = 8;
+inline constexpr int kMaxZmmGroups = 4;
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,

@@ -16,6 +16,11 @@
 // Compiled with the *_avx512vnni.cpp flags; only called after cpu_has_avx512_vnni().
 #include <immintrin.h>
 
+// GCC 12's AVX-512 intrinsics (_mm512_cvtph_ps, _mm512_cvtepi32_ps, _mm512_castsi256_si512, ...) pass an
+// _mm512_undefined_*() value that is initialized from itself, which -Wmaybe-uninitialized reports once
+// they are inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
 
@@ -23,15 +28,15 @@ namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
 
 // The 32 bytes at offset `off` of both groups' records: group 0's in the low half.
-inline __m512i load_pair(const uint8_t* const (&rec)[2], size_t off) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[0] + off))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[1] + off)), 1);
+inline __m512i load_pair(const uint8_t* rec0, const uint8_t* rec1, size_t off) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec0 + off))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec1 + off)), 1);
 }
 
 // The 8 fp16 values at offset `off` of both records, as 16 floats (rows of group 0, then group 1).
-inline __m512 load_pair_ph(const uint8_t* const (&rec)[2], size_t off) {
-  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + off));
-  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[1] + off));
+inline __m512 load_pair_ph(const uint8_t* rec0, const uint8_t* rec1, size_t off) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec0 + off));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec1 + off));
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
 }
 
@@ -41,79 +46,101 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Q4_0 / Q4_1 (kQ4_1), a pair of groups times T tokens: gemm_fixed<kVnni = true> of
-// interleaved_q32_kernels.h with both groups in one register.
-template <bool kQ4_1, int T>
+// Q4_0 / Q4_1 (kQ4_1), P pairs of groups times T tokens: gemm_fixed<kVnni = true> of
+// interleaved_q32_kernels.h with both groups of a pair in one register.
+template <bool kQ4_1, int P, int T>
 void gemm_pair_q4(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                   int64_t stride, const uint8_t* far) {
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
   constexpr size_t kRecordBytes = kQ4RecordBytes<kQ4_1>;
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
-  __m512 acc[T];
+  __m512 acc[P][T];
+#pragma GCC unroll 2
+  for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[2];
-    block_records<kRecordBytes>(group, group_bytes, i, rec, far);
-    __m512i sum[T];
+    const uint8_t* rec[2 * P];
+    block_records<kRecordBytes, 2 * P>(group, group_bytes, i, rec, far);
+    __m512i sum[P][T];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      const __m512i packed = load_pair(rec, kScaleBytes + 32 * (g % 4));
-      const __m512i q = _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
+      __m512i q[P];
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p) {
+        const __m512i packed = load_pair(rec[2 * p], rec[2 * p + 1], kScaleBytes + 32 * (g % 4));
+        q[p] = _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
+      }
       const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512i y = broadcast4(acts[t].qs + 32 * i + elem);
         const __m512i start = kQ4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(-acts[t].q4_offset[i]);
-        sum[t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[t], q, y);
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p) sum[p][t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[p][t], q[p], y);
       }
     }
-    const __m512 dw = load_pair_ph(rec, 0);
-    [[maybe_unused]] __m512 mw;
-    if constexpr (kQ4_1) mw = load_pair_ph(rec, 16);
+#pragma GCC unroll 2
+    for (int p = 0; p < P; ++p) {
+      const __m512 dw = load_pair_ph(rec[2 * p], rec[2 * p + 1], 0);
+      [[maybe_unused]] __m512 mw;
+      if constexpr (kQ4_1) mw = load_pair_ph(rec[2 * p], rec[2 * p + 1], 16);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(sum[t]), acc[t]);
-      if constexpr (kQ4_1) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(acts[t].s[i]), acc[t]);
+      for (int t = 0; t < T; ++t) {
+        const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(sum[p][t]), acc[p][t]);
+        if constexpr (kQ4_1) acc[p][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(acts[t].s[i]), acc[p][t]);
+      }
     }
   }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 2
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + t * stride + 16 * p, acc[p][t]);
 }
 
 // Q8_0, a pair of groups times T tokens: gemm_q8_0_fixed<kVnni = true> with both groups in one register
 // (w + 128 unsigned, 128 * sum(y) taken off from the start of each block's sum).
-template <int T>
+template <int P, int T>
 void gemm_pair_q8_0(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                     int64_t stride, const uint8_t* far) {
   const __m512i sign_flip = _mm512_set1_epi8(-128);
-  __m512 acc[T];
+  __m512 acc[P][T];
+#pragma GCC unroll 2
+  for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[2];
-    block_records<kQ8_0RecordBytes>(group, group_bytes, i, rec, far);
-    __m512i sum[T];
+    const uint8_t* rec[2 * P];
+    block_records<kQ8_0RecordBytes, 2 * P>(group, group_bytes, i, rec, far);
+    __m512i sum[P][T];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      const __m512i w = _mm512_xor_si512(load_pair(rec, 16 + 32 * g), sign_flip);
+      __m512i w[P];
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p) w[p] = _mm512_xor_si512(load_pair(rec[2 * p], rec[2 * p + 1], 16 + 32 * g), sign_flip);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512i y = broadcast4(acts[t].qs + 32 * i + 4 * g);
         const __m512i start = _mm512_set1_epi32(-16 * acts[t].q4_offset[i]);
-        sum[t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[t], w, y);
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p) sum[p][t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[p][t], w[p], y);
       }
     }
-    const __m512 dw = load_pair_ph(rec, 0);
+#pragma GCC unroll 2
+    for (int p = 0; p < P; ++p) {
+      const __m512 dw = load_pair_ph(rec[2 * p], rec[2 * p + 1], 0);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(sum[t]), acc[t]);
+      for (int t = 0; t < T; ++t) {
+        const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(sum[p][t]), acc[p][t]);
+      }
     }
   }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 2
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + t * stride + 16 * p, acc[p][t]);
 }
 
 // A lone group (a chunk's odd one, a range edge) through the ymm kernel, in passes of at most its
@@ -127,45 +154,60 @@ void lone_group(Fn ymm_gemm, int64_t n, const uint8_t* group, const PackedActs32
              t0 == 0 ? prefetch : nullptr);
 }
 
+// n_groups (1..kMaxZmmGroups) groups from `group`: four as two pairs in one kernel, else a pair, and an
+// odd group left over through the ymm kernel. pair_kernel.operator()<P, T>() runs P pairs x T tokens.
+template <typename PairKernel, typename Fn>
+void zmm_groups(const PairKernel& pair_kernel, Fn ymm_gemm, int64_t n, const uint8_t* group, size_t group_bytes,
+                int n_groups, const PackedActs32* acts, int n_tok, float* out, int64_t out_stride,
+                const uint8_t* prefetch) {
+  int done = 0;
+  if (n_groups >= 4) {
+    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() { pair_kernel.template operator()<2, T>(); });
+    done = 4;
+  } else if (n_groups >= 2) {
+    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() { pair_kernel.template operator()<1, T>(); });
+    done = 2;
+  }
+  if (done < n_groups)
+    lone_group(ymm_gemm, n, group + done * group_bytes, acts, n_tok, out + done * kInterleaveRows, out_stride,
+               done == 0 ? prefetch : nullptr);
+}
+
 }  // namespace
 
 namespace avx512zmm {
 
-// Pairs of groups take the zmm kernels; a lone group (a chunk's odd one, a range edge) the ymm ones.
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  if (n_groups != 2) {
-    lone_group(avx512vnni::gemm_interleaved_q4_0, n, group, acts, n_tok, out, out_stride, prefetch);
-    return;
-  }
   const int64_t nb = n / 32;
-  with_token_count<kMaxZmmTokens>(n_tok, [&]<int T>() {
-    gemm_pair_q4<false, T>(nb, group, nb * kQ4RecordBytes<false>, acts, out, out_stride, prefetch);
-  });
+  const size_t group_bytes = nb * kQ4RecordBytes<false>;
+  const auto pair = [&]<int P, int T>() {
+    gemm_pair_q4<false, P, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
+  };
+  zmm_groups(pair, avx512vnni::gemm_interleaved_q4_0, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
+             prefetch);
 }
 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  if (n_groups != 2) {
-    lone_group(avx512vnni::gemm_interleaved_q4_1, n, group, acts, n_tok, out, out_stride, prefetch);
-    return;
-  }
   const int64_t nb = n / 32;
-  with_token_count<kMaxZmmTokens>(n_tok, [&]<int T>() {
-    gemm_pair_q4<true, T>(nb, group, nb * kQ4RecordBytes<true>, acts, out, out_stride, prefetch);
-  });
+  const size_t group_bytes = nb * kQ4RecordBytes<true>;
+  const auto pair = [&]<int P, int T>() {
+    gemm_pair_q4<true, P, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
+  };
+  zmm_groups(pair, avx512vnni::gemm_interleaved_q4_1, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
+             prefetch);
 }
 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  if (n_groups != 2) {
-    lone_group(avx512vnni::gemm_interleaved_q8_0, n, group, acts, n_tok, out, out_stride, prefetch);
-    return;
-  }
   const int64_t nb = n / 32;
-  with_token_count<kMaxZmmTokens>(n_tok, [&]<int T>() {
-    gemm_pair_q8_0<T>(nb, group, nb * kQ8_0RecordBytes, acts, out, out_stride, prefetch);
-  });
+  const size_t group_bytes = nb * kQ8_0RecordBytes;
+  const auto pair = [&]<int P, int T>() {
+    gemm_pair_q8_0<P, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
+  };
+  zmm_groups(pair, avx512vnni::gemm_interleaved_q8_0, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
+             prefetch);
 }
 
 }  // namespace avx512zmm

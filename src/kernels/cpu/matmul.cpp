@@ -223,6 +223,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // (With vpdpbusd, Q8_0 at 4 tokens is still ~1.05x its 6: KernelVnni/Q8_0/g2.)
   // The zmm kernels: 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences are
   // then two even passes).
+  // zmm: two pairs per call share each broadcast activation (bench_matmul Q4_0 16 tokens 1.05x over one
+  // pair; KernelZmm g4/t8 Q8_0 376 against 310 G MAC/s at g2).
+  const int64_t max_groups_per_call = zmm ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
   const int64_t pass_tokens = zmm ? avx512zmm::kMaxZmmTokens : w.type == DType::Q8_0 ? 4 : avx2::kMaxInterleavedTokens;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   // With more than one pass, the first pass over a chunk would read it from memory at the kernel's full
@@ -252,11 +255,12 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       for (int64_t g = chunk; g < chunk_end; ++g) {
         const int64_t r0 = g * kInterleaveRows;
         if (r0 >= row_begin && r0 + kInterleaveRows <= row_end) {
-          // Two groups per call when both lie inside the range: they share each broadcast activation.
+          // Several groups per call when they lie inside the range: they share each broadcast activation.
           // Decode (one token) keeps one group per call: it waits on memory, not on the kernel.
-          const bool pair = n_tok > 1 && g + 1 < chunk_end && r0 + 2 * kInterleaveRows <= row_end;
-          gemm(base + g * group_bytes, pair ? 2 : 1, pass, n_tok, y + t0 * n_out + r0, n_out, far());
-          g += pair ? 1 : 0;
+          const int64_t n_groups =
+              n_tok == 1 ? 1 : std::min({max_groups_per_call, chunk_end - g, (row_end - r0) / kInterleaveRows});
+          gemm(base + g * group_bytes, static_cast<int>(n_groups), pass, n_tok, y + t0 * n_out + r0, n_out, far());
+          g += n_groups - 1;
           continue;
         }
         float out[kInterleaveRows * kTok];
