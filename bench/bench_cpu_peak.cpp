@@ -82,7 +82,7 @@ void BM_Peak(benchmark::State& state, void (*loop)(int64_t), double ops, double 
 #endif  // __x86_64__
 
 // The K-quant interleaved kernels against Q8_K rows, as BM_Kernel below.
-void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni) {
+void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni, bool zmm) {
   constexpr int64_t n = 2048;
   const int64_t nb = n / kQK_K;
   const size_t record = interleaved_block_bytes(type);
@@ -107,11 +107,14 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
       b.bsums[j] = static_cast<int16_t>(sum);
     }
   }
-  const BlockQ8_K* acts[avx2::kMaxInterleavedTokens];
+  const BlockQ8_K* acts[avx512zmm::kMaxZmmTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = rows.data() + t * nb;
-  float out[kInterleaveRows * avx2::kMaxInterleavedGroups * avx2::kMaxInterleavedTokens];
+  float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * avx512zmm::kMaxZmmTokens];
   for (auto _ : state) {
-    const auto fn = type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
+    const auto fn = zmm ? (type == DType::Q4_K   ? avx512zmm::gemm_interleaved_q4_K
+                           : type == DType::Q5_K ? avx512zmm::gemm_interleaved_q5_K
+                                                 : avx512zmm::gemm_interleaved_q6_K)
+                    : type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
                     : type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
                                           : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
     fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
@@ -131,7 +134,7 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
     return;
   }
   if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) {
-    BM_KernelKQuant(state, type, n_groups, n_tok, vnni);
+    BM_KernelKQuant(state, type, n_groups, n_tok, vnni, zmm);
     return;
   }
   constexpr int64_t n = 2048;
@@ -204,9 +207,9 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // KernelZmm/*: a pair of groups in 512-bit registers (Q4_0 / Q4_1 / Q8_0), up to kMaxZmmTokens tokens.
+  // KernelZmm/*: pairs of groups in 512-bit registers, up to kMaxZmmTokens tokens.
   if (cpu_has_avx512_vnni())
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
       for (int g : {2, 4})
         for (int t = 1; t <= avx512zmm::kMaxZmmTokens; ++t)
           benchmark::RegisterBenchmark(("KernelZmm/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" +

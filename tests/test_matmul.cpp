@@ -531,8 +531,9 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
 TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
   const DType type = GetParam();
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
-  constexpr int kTok = avx2::kMaxInterleavedTokens;
-  constexpr int kGroups = avx2::kMaxInterleavedGroups;
+  // Enough groups and tokens for the zmm kernels too.
+  constexpr int kTok = avx512zmm::kMaxZmmTokens;
+  constexpr int kGroups = avx512zmm::kMaxZmmGroups;
   const int64_t n_in = 2 * kQK_K;
   std::mt19937 rng(43);
   auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
@@ -561,6 +562,12 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
                          : type == DType::Q5_K ? avx512vnni::gemm_interleaved_q5_K
                                                : avx512vnni::gemm_interleaved_q6_K;
   expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
+  // The 512-bit pair kernels, for up to kMaxZmmGroups groups and kMaxZmmTokens tokens.
+  const auto zmm_gemm = type == DType::Q4_K   ? avx512zmm::gemm_interleaved_q4_K
+                        : type == DType::Q5_K ? avx512zmm::gemm_interleaved_q5_K
+                                              : avx512zmm::gemm_interleaved_q6_K;
+  expect_vnni_bit_identical(avx2_gemm, zmm_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type, kTok,
+                            kGroups);
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K),

@@ -119,7 +119,7 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512vnni
 
-// The Q4_0 / Q4_1 / Q8_0 kernels above with each pair of groups in 512-bit registers
+// The kernels above with each pair of groups in 512-bit registers
 // (interleaved_zmm_avx512vnni.cpp): n_groups 1..kMaxZmmGroups, n_tok 1..kMaxZmmTokens, bit-identical to
 // them; an odd group goes to avx512vnni::. Only after cpu_has_avx512_vnni(); matmul takes them where
 // cpu_prefers_zmm().
@@ -131,6 +131,13 @@ void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+// The K-quants: each pair of groups in 512-bit registers, one pair at a time.
+void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512zmm
 

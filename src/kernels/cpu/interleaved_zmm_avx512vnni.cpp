@@ -17,12 +17,14 @@
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics (_mm512_cvtph_ps, _mm512_cvtepi32_ps, _mm512_castsi256_si512, ...) pass an
-// _mm512_undefined_*() value that is initialized from itself, which -Wmaybe-uninitialized reports once
+// _mm512_undefined_*() value that is initialized from itself, which -W(maybe-)uninitialized reports once
 // they are inlined here.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
@@ -143,10 +145,179 @@ void gemm_pair_q8_0(int64_t nb, const uint8_t* group, size_t group_bytes, const 
     for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + t * stride + 16 * p, acc[p][t]);
 }
 
+// Q4_K / Q5_K (kQ5) x Q8_K, a pair of groups times T tokens: gemm_q4_K_fixed<kVnni = true> of
+// interleaved_kquant_kernels.h with both groups in one register. The sub-block scales of the 16 rows
+// widen from two 8-byte loads; the mins go through the same byte shuffle as there, with group 0's 16
+// bytes in the low 256 bits and group 1's in the high ones.
+template <bool kQ5, int T>
+void gemm_pair_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
+                    int64_t stride, const uint8_t* far) {
+  constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
+  const __m512i low_mask = _mm512_set1_epi8(0x0F);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
+  // [min of sub-block 2k, min of 2k + 1] per row from 16 bytes (sub-blocks 2k, 2k + 1, rows in order) in
+  // each 128-bit lane: lanes 0 and 1 take rows 0-3 and 4-7 of group 0, lanes 2 and 3 those of group 1.
+  const __m512i min_pick = _mm512_broadcast_i64x4(
+      _mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
+                       4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1));
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[2];
+    block_records<kRecordBytes, 2, kQK_K>(group, group_bytes, i, rec, far);
+    __m512i isum[T];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        __m512i sum[T];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+          const __m512i packed = load_pair(rec[0], rec[1], 160 + 32 * (8 * k + g));
+          __m512i q = _mm512_and_si512(e == 0 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
+          if constexpr (kQ5) {
+            const __m512i planes = load_pair(rec[0], rec[1], kQ4KRecordBytes + 32 * g);
+            const int bit = 2 * k + e;
+            const __m512i moved = bit < 4 ? _mm512_slli_epi16(planes, 4 - bit) : _mm512_srli_epi16(planes, bit - 4);
+            q = _mm512_or_si512(q, _mm512_and_si512(moved, bit4));
+          }
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) {
+            const __m512i y = broadcast4(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+            sum[t] = _mm512_dpbusd_epi32(g == 0 ? _mm512_setzero_si512() : sum[t], q, y);
+          }
+        }
+        const size_t scale_off = 32 + 8 * (2 * k + e);
+        const __m512i scales = _mm512_cvtepu8_epi32(
+            _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[0] + scale_off)),
+                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[1] + scale_off))));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const __m512i p = _mm512_mullo_epi32(sum[t], scales);
+          isum[t] = k == 0 && e == 0 ? p : _mm512_add_epi32(isum[t], p);
+        }
+      }
+    }
+    __m512i mins[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 96) + k);
+      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[1] + 96) + k);
+      mins[k] = _mm512_shuffle_epi8(
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(lo)), _mm256_broadcastsi128_si256(hi), 1),
+          min_pick);
+    }
+    const __m512 d = load_pair_ph(rec[0], rec[1], 0);
+    const __m512 dmin = load_pair_ph(rec[0], rec[1], 16);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& y = acts[t][i];
+      alignas(16) int32_t ysum_pairs[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(ysum_pairs),
+                      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
+      const __m512 dy = _mm512_set1_ps(y.d);
+      __m512i msum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[k], _mm512_set1_epi32(ysum_pairs[k])));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(msum), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
+}
+
+// Q6_K x Q8_K, a pair of groups times T tokens: gemm_q6_K_fixed<kVnni = true> with both groups in one
+// register (q6_K_quants on 512 bits; int8 scales widened from two 8-byte loads; the -32 offset's scale
+// pairs through the same shuffle as there, group 0 in the low 256 bits).
+template <int T>
+void gemm_pair_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
+                    int64_t stride, const uint8_t* far) {
+  constexpr size_t kNibbles = 144, kTops = 144 + 1024;
+  const __m512i low_mask = _mm512_set1_epi8(0x0F);
+  const __m512i top_mask = _mm512_set1_epi8(0x30);
+  const __m512i pair_pick = _mm512_broadcast_i64x4(
+      _mm256_setr_epi8(-1, 0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11,  //
+                       -1, 4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15));
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[2];
+    block_records<kQ6KRecordBytes, 2, kQK_K>(group, group_bytes, i, rec, far);
+    __m512i isum[T];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+#pragma GCC unroll 2
+        for (int j = 0; j < 2; ++j) {
+          __m512i sum[T];
+#pragma GCC unroll 4
+          for (int g = 4 * j; g < 4 * j + 4; ++g) {
+            const int h = 8 * k + g;
+            const __m512i nib = load_pair(rec[0], rec[1], kNibbles + 32 * h);
+            const __m512i top = load_pair(rec[0], rec[1], kTops + 32 * (h / 2));
+            const __m512i low = _mm512_and_si512(e == 0 ? nib : _mm512_srli_epi16(nib, 4), low_mask);
+            const int shift = 4 * (h % 2) + 2 * e;
+            const __m512i high = shift < 4    ? _mm512_slli_epi16(top, 4 - shift)
+                                 : shift == 4 ? top
+                                              : _mm512_srli_epi16(top, shift - 4);
+            const __m512i q = _mm512_or_si512(low, _mm512_and_si512(high, top_mask));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+              const __m512i y = broadcast4(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+              sum[t] = _mm512_dpbusd_epi32(g == 4 * j ? _mm512_setzero_si512() : sum[t], q, y);
+            }
+          }
+          const size_t scale_off = 16 + 8 * (4 * k + 2 * e + j);
+          const __m512i sc = _mm512_cvtepi8_epi32(
+              _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[0] + scale_off)),
+                                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[1] + scale_off))));
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) {
+            const __m512i p = _mm512_mullo_epi32(sum[t], sc);
+            isum[t] = k == 0 && e == 0 && j == 0 ? p : _mm512_add_epi32(isum[t], p);
+          }
+        }
+      }
+    }
+    // The -32 offset: sum_s scale_s * ysum_s, pairs of sub-blocks at a time.
+    __m512i osum[T];
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; ++m) {
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 16 + 16 * m));
+      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[1] + 16 + 16 * m));
+      const __m512i sc = _mm512_srai_epi16(
+          _mm512_shuffle_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(lo)),
+                                                 _mm256_broadcastsi128_si256(hi), 1),
+                              pair_pick),
+          8);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        int32_t ysums;
+        std::memcpy(&ysums, acts[t][i].bsums + 2 * m, 4);
+        const __m512i p = _mm512_madd_epi16(sc, _mm512_set1_epi32(ysums));
+        osum[t] = m == 0 ? p : _mm512_add_epi32(osum[t], p);
+      }
+    }
+    const __m512 d = load_pair_ph(rec[0], rec[1], 0);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512i total = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(osum[t], 5));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(acts[t][i].d)), _mm512_cvtepi32_ps(total), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
+}
+
 // A lone group (a chunk's odd one, a range edge) through the ymm kernel, in passes of at most its
 // kMaxInterleavedTokens tokens.
-template <typename Fn>
-void lone_group(Fn ymm_gemm, int64_t n, const uint8_t* group, const PackedActs32* acts, int n_tok, float* out,
+template <typename Fn, typename Acts>
+void lone_group(Fn ymm_gemm, int64_t n, const uint8_t* group, const Acts* acts, int n_tok, float* out,
                 int64_t out_stride, const uint8_t* prefetch) {
   constexpr int kPass = avx2::kMaxInterleavedTokens;
   for (int t0 = 0; t0 < n_tok; t0 += kPass)
@@ -171,6 +342,22 @@ void zmm_groups(const PairKernel& pair_kernel, Fn ymm_gemm, int64_t n, const uin
   if (done < n_groups)
     lone_group(ymm_gemm, n, group + done * group_bytes, acts, n_tok, out + done * kInterleaveRows, out_stride,
                done == 0 ? prefetch : nullptr);
+}
+
+// n_groups (1..kMaxZmmGroups) K-quant groups from `group`: pairs one after another, an odd group through
+// the ymm kernel. pair_kernel.operator()<T>(first_group, out) runs one pair x T tokens.
+template <typename PairKernel, typename Fn>
+void zmm_k_groups(const PairKernel& pair_kernel, Fn ymm_gemm, int64_t n, const uint8_t* group, size_t group_bytes,
+                  int n_groups, const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                  const uint8_t* prefetch) {
+  int g = 0;
+  for (; g + 1 < n_groups; g += 2)
+    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() {
+      pair_kernel.template operator()<T>(group + g * group_bytes, out + g * kInterleaveRows, g == 0 ? prefetch : nullptr);
+    });
+  if (g < n_groups)
+    lone_group(ymm_gemm, n, group + g * group_bytes, acts, n_tok, out + g * kInterleaveRows, out_stride,
+               g == 0 ? prefetch : nullptr);
 }
 
 }  // namespace
@@ -208,6 +395,39 @@ void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const 
   };
   zmm_groups(pair, avx512vnni::gemm_interleaved_q8_0, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
              prefetch);
+}
+
+void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = nb * kQ4KRecordBytes;
+  const auto pair = [&]<int T>(const uint8_t* first, float* dst, const uint8_t* far) {
+    gemm_pair_q4_K<false, T>(nb, first, group_bytes, acts, dst, out_stride, far);
+  };
+  zmm_k_groups(pair, avx512vnni::gemm_interleaved_q4_K, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
+               prefetch);
+}
+
+void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = nb * kQ5KRecordBytes;
+  const auto pair = [&]<int T>(const uint8_t* first, float* dst, const uint8_t* far) {
+    gemm_pair_q4_K<true, T>(nb, first, group_bytes, acts, dst, out_stride, far);
+  };
+  zmm_k_groups(pair, avx512vnni::gemm_interleaved_q5_K, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
+               prefetch);
+}
+
+void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = nb * kQ6KRecordBytes;
+  const auto pair = [&]<int T>(const uint8_t* first, float* dst, const uint8_t* far) {
+    gemm_pair_q6_K<T>(nb, first, group_bytes, acts, dst, out_stride, far);
+  };
+  zmm_k_groups(pair, avx512vnni::gemm_interleaved_q6_K, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
+               prefetch);
 }
 
 }  // namespace avx512zmm

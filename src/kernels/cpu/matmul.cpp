@@ -173,7 +173,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // Pairs of Q4_0 / Q4_1 / Q8_0 groups in 512-bit registers where the core runs them at full width
   // (bench_cpu_peak KernelZmm against KernelVnni g2, Zen 5: Q4_0 t6 337 against 203 G MAC/s, Q8_0 t8
   // 305 against 202 G at t4).
-  const bool zmm = !k_quant && cpu_prefers_zmm();
+  const bool zmm = cpu_prefers_zmm();
   // The kernels' activation operands for tokens [t0, t0 + n_tok), made once per pass over a chunk (made
   // per call, ActPack32::token's by-value copies cost ~3% of batched decode in store-forwarding stalls).
   struct PassActs {
@@ -192,6 +192,13 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // One kernel call: n_groups groups from `group` times the pass's n_tok tokens.
   const auto gemm = [&](const uint8_t* group, int n_groups, const PassActs& p, int n_tok, float* out, int64_t stride,
                         const uint8_t* far) {
+    if (k_quant && zmm) {
+      const auto fn = w.type == DType::Q4_K   ? avx512zmm::gemm_interleaved_q4_K
+                      : w.type == DType::Q5_K ? avx512zmm::gemm_interleaved_q5_K
+                                              : avx512zmm::gemm_interleaved_q6_K;
+      fn(n_in, group, n_groups, p.q8_k, n_tok, out, stride, far);
+      return;
+    }
     if (k_quant) {
       const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
                       : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
