@@ -1,6 +1,6 @@
-// Two interleaved 8-row groups in one 512-bit register: the Q4_0 / Q4_1 / Q8_0 kernels of
-// interleaved_rows.h (avx512zmm namespace) for calls that take a pair of groups and several tokens, i.e.
-// batched decode and prefill, where the kernels are bound by instructions rather than by memory.
+// Two interleaved 8-row groups in one 512-bit register: the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K kernels
+// of interleaved_rows.h (avx512zmm namespace) for calls that take pairs of groups and several tokens,
+// i.e. batched decode and prefill, where the kernels are bound by instructions rather than by memory.
 //
 // Why: on a core with full-width AVX-512 (Zen 5, bench_cpu_peak Peak/*: vpdpbusd on zmm issues at the
 // same instructions per cycle as on ymm) a zmm vpdpbusd does twice the multiply-adds, and the per-block
@@ -11,7 +11,7 @@
 //
 // Each lane is one row and gets exactly the operations the 8-row VNNI kernel gives it (the same exact
 // int32 block sums, then the same float multiply, convert and FMA in the same order), so results are
-// bit-identical to avx512vnni:: and avx2:: (test: ZmmKernelsAreBitIdenticalToAvx2).
+// bit-identical to avx512vnni:: and avx2:: (tests: VnniKernelsAreBitIdenticalToAvx2, which also runs these).
 //
 // Compiled with the *_avx512vnni.cpp flags; only called after cpu_has_avx512_vnni().
 #include <immintrin.h>
@@ -48,14 +48,20 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Q4_0 / Q4_1 (kQ4_1), P pairs of groups times T tokens: gemm_fixed<kVnni = true> of
-// interleaved_q32_kernels.h with both groups of a pair in one register.
-template <bool kQ4_1, int P, int T>
-void gemm_pair_q4(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                  int64_t stride, const uint8_t* far) {
+enum class Q32 { kQ4_0, kQ4_1, kQ8_0 };
+
+// Q4_0 / Q4_1 / Q8_0, P pairs of groups times T tokens: gemm_fixed and gemm_q8_0_fixed (kVnni = true) of
+// interleaved_q32_kernels.h with both groups of a pair in one register. A block is 8 quant vectors g:
+// Q4's 4 packed vectors as their low nibbles (elements 4g) then their high ones (16 + 4(g - 4)); Q8_0's
+// 8 vectors as w + 128 unsigned, the 128 * sum(y) that adds taken off at the start of the block's sum.
+template <Q32 kType, int P, int T>
+void gemm_pairs_q32(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
+                    int64_t stride, const uint8_t* far) {
+  constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1;
   constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
-  constexpr size_t kRecordBytes = kQ4RecordBytes<kQ4_1>;
+  constexpr size_t kRecordBytes = kQ8 ? kQ8_0RecordBytes : kQ4RecordBytes<kQ4_1>;
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
+  const __m512i sign_flip = _mm512_set1_epi8(-128);
   __m512 acc[P][T];
 #pragma GCC unroll 2
   for (int p = 0; p < P; ++p)
@@ -70,14 +76,17 @@ void gemm_pair_q4(int64_t nb, const uint8_t* group, size_t group_bytes, const Pa
       __m512i q[P];
 #pragma GCC unroll 2
       for (int p = 0; p < P; ++p) {
-        const __m512i packed = load_pair(rec[2 * p], rec[2 * p + 1], kScaleBytes + 32 * (g % 4));
-        q[p] = _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
+        const __m512i packed = load_pair(rec[2 * p], rec[2 * p + 1], kScaleBytes + 32 * (kQ8 ? g : g % 4));
+        q[p] = kQ8 ? _mm512_xor_si512(packed, sign_flip)
+                   : _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
       }
-      const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+      const int elem = kQ8 || g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512i y = broadcast4(acts[t].qs + 32 * i + elem);
-        const __m512i start = kQ4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(-acts[t].q4_offset[i]);
+        // Q4_0's -8 * sum(y), or Q8_0's -128 * sum(y) = -16 * (8 * sum(y)), exact in int32.
+        const __m512i start = kQ4_1 ? _mm512_setzero_si512()
+                                    : _mm512_set1_epi32((kQ8 ? -16 : -1) * acts[t].q4_offset[i]);
 #pragma GCC unroll 2
         for (int p = 0; p < P; ++p) sum[p][t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[p][t], q[p], y);
       }
@@ -92,50 +101,6 @@ void gemm_pair_q4(int64_t nb, const uint8_t* group, size_t group_bytes, const Pa
         const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
         acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(sum[p][t]), acc[p][t]);
         if constexpr (kQ4_1) acc[p][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(acts[t].s[i]), acc[p][t]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t)
-#pragma GCC unroll 2
-    for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + t * stride + 16 * p, acc[p][t]);
-}
-
-// Q8_0, a pair of groups times T tokens: gemm_q8_0_fixed<kVnni = true> with both groups in one register
-// (w + 128 unsigned, 128 * sum(y) taken off from the start of each block's sum).
-template <int P, int T>
-void gemm_pair_q8_0(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                    int64_t stride, const uint8_t* far) {
-  const __m512i sign_flip = _mm512_set1_epi8(-128);
-  __m512 acc[P][T];
-#pragma GCC unroll 2
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[2 * P];
-    block_records<kQ8_0RecordBytes, 2 * P>(group, group_bytes, i, rec, far);
-    __m512i sum[P][T];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      __m512i w[P];
-#pragma GCC unroll 2
-      for (int p = 0; p < P; ++p) w[p] = _mm512_xor_si512(load_pair(rec[2 * p], rec[2 * p + 1], 16 + 32 * g), sign_flip);
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const __m512i y = broadcast4(acts[t].qs + 32 * i + 4 * g);
-        const __m512i start = _mm512_set1_epi32(-16 * acts[t].q4_offset[i]);
-#pragma GCC unroll 2
-        for (int p = 0; p < P; ++p) sum[p][t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[p][t], w[p], y);
-      }
-    }
-#pragma GCC unroll 2
-    for (int p = 0; p < P; ++p) {
-      const __m512 dw = load_pair_ph(rec[2 * p], rec[2 * p + 1], 0);
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
-        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(sum[p][t]), acc[p][t]);
       }
     }
   }
@@ -325,39 +290,41 @@ void lone_group(Fn ymm_gemm, int64_t n, const uint8_t* group, const Acts* acts, 
              t0 == 0 ? prefetch : nullptr);
 }
 
-// n_groups (1..kMaxZmmGroups) groups from `group`: four as two pairs in one kernel, else a pair, and an
-// odd group left over through the ymm kernel. pair_kernel.operator()<P, T>() runs P pairs x T tokens.
-template <typename PairKernel, typename Fn>
-void zmm_groups(const PairKernel& pair_kernel, Fn ymm_gemm, int64_t n, const uint8_t* group, size_t group_bytes,
-                int n_groups, const PackedActs32* acts, int n_tok, float* out, int64_t out_stride,
-                const uint8_t* prefetch) {
-  int done = 0;
-  if (n_groups >= 4) {
-    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() { pair_kernel.template operator()<2, T>(); });
-    done = 4;
-  } else if (n_groups >= 2) {
-    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() { pair_kernel.template operator()<1, T>(); });
-    done = 2;
-  }
+// The K-quant pair kernels keep one pair's sums in registers: P pairs run one after another.
+template <bool kQ5, int P, int T>
+void gemm_pairs_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
+                     int64_t stride, const uint8_t* far) {
+  for (int p = 0; p < P; ++p)
+    gemm_pair_q4_K<kQ5, T>(nb, group + 2 * p * group_bytes, group_bytes, acts, out + 16 * p, stride, p ? nullptr : far);
+}
+
+template <int P, int T>
+void gemm_pairs_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
+                     int64_t stride, const uint8_t* far) {
+  for (int p = 0; p < P; ++p)
+    gemm_pair_q6_K<T>(nb, group + 2 * p * group_bytes, group_bytes, acts, out + 16 * p, stride, p ? nullptr : far);
+}
+
+// n_groups (1..kMaxZmmGroups) groups from `group` (records of kRecordBytes per kBlockCols columns): four
+// as two pairs, else a pair, and an odd group left over through the ymm kernel. pairs.operator()<P, T>(nb,
+// group, group_bytes, acts, out, stride, far) runs P pairs x T tokens.
+template <int kBlockCols, size_t kRecordBytes, typename Acts, typename Pairs, typename Fn>
+void gemm_groups(const Pairs& pairs, Fn ymm_gemm, int64_t n, const uint8_t* group, int n_groups, const Acts* acts,
+                 int n_tok, float* out, int64_t out_stride, const uint8_t* prefetch) {
+  const int64_t nb = n / kBlockCols;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRecordBytes;
+  const int done = n_groups >= 4 ? 4 : n_groups >= 2 ? 2 : 0;
+  if (done > 0)
+    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() {
+      if (done == 4) {
+        pairs.template operator()<2, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
+      } else {
+        pairs.template operator()<1, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
+      }
+    });
   if (done < n_groups)
     lone_group(ymm_gemm, n, group + done * group_bytes, acts, n_tok, out + done * kInterleaveRows, out_stride,
                done == 0 ? prefetch : nullptr);
-}
-
-// n_groups (1..kMaxZmmGroups) K-quant groups from `group`: pairs one after another, an odd group through
-// the ymm kernel. pair_kernel.operator()<T>(first_group, out) runs one pair x T tokens.
-template <typename PairKernel, typename Fn>
-void zmm_k_groups(const PairKernel& pair_kernel, Fn ymm_gemm, int64_t n, const uint8_t* group, size_t group_bytes,
-                  int n_groups, const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
-                  const uint8_t* prefetch) {
-  int g = 0;
-  for (; g + 1 < n_groups; g += 2)
-    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() {
-      pair_kernel.template operator()<T>(group + g * group_bytes, out + g * kInterleaveRows, g == 0 ? prefetch : nullptr);
-    });
-  if (g < n_groups)
-    lone_group(ymm_gemm, n, group + g * group_bytes, acts, n_tok, out + g * kInterleaveRows, out_stride,
-               g == 0 ? prefetch : nullptr);
 }
 
 }  // namespace
@@ -366,68 +333,44 @@ namespace avx512zmm {
 
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  const int64_t nb = n / 32;
-  const size_t group_bytes = nb * kQ4RecordBytes<false>;
-  const auto pair = [&]<int P, int T>() {
-    gemm_pair_q4<false, P, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
-  };
-  zmm_groups(pair, avx512vnni::gemm_interleaved_q4_0, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
-             prefetch);
+  gemm_groups<32, kQ4RecordBytes<false>>([]<int P, int T>(auto... a) { gemm_pairs_q32<Q32::kQ4_0, P, T>(a...); },
+                                         avx512vnni::gemm_interleaved_q4_0, n, group, n_groups, acts, n_tok, out,
+                                         out_stride, prefetch);
 }
 
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  const int64_t nb = n / 32;
-  const size_t group_bytes = nb * kQ4RecordBytes<true>;
-  const auto pair = [&]<int P, int T>() {
-    gemm_pair_q4<true, P, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
-  };
-  zmm_groups(pair, avx512vnni::gemm_interleaved_q4_1, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
-             prefetch);
+  gemm_groups<32, kQ4RecordBytes<true>>([]<int P, int T>(auto... a) { gemm_pairs_q32<Q32::kQ4_1, P, T>(a...); },
+                                        avx512vnni::gemm_interleaved_q4_1, n, group, n_groups, acts, n_tok, out,
+                                        out_stride, prefetch);
 }
 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  const int64_t nb = n / 32;
-  const size_t group_bytes = nb * kQ8_0RecordBytes;
-  const auto pair = [&]<int P, int T>() {
-    gemm_pair_q8_0<P, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
-  };
-  zmm_groups(pair, avx512vnni::gemm_interleaved_q8_0, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
-             prefetch);
+  gemm_groups<32, kQ8_0RecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q32<Q32::kQ8_0, P, T>(a...); },
+                                    avx512vnni::gemm_interleaved_q8_0, n, group, n_groups, acts, n_tok, out,
+                                    out_stride, prefetch);
 }
 
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  const int64_t nb = n / kQK_K;
-  const size_t group_bytes = nb * kQ4KRecordBytes;
-  const auto pair = [&]<int T>(const uint8_t* first, float* dst, const uint8_t* far) {
-    gemm_pair_q4_K<false, T>(nb, first, group_bytes, acts, dst, out_stride, far);
-  };
-  zmm_k_groups(pair, avx512vnni::gemm_interleaved_q4_K, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
-               prefetch);
+  gemm_groups<kQK_K, kQ4KRecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q4_K<false, P, T>(a...); },
+                                      avx512vnni::gemm_interleaved_q4_K, n, group, n_groups, acts, n_tok, out,
+                                      out_stride, prefetch);
 }
 
 void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  const int64_t nb = n / kQK_K;
-  const size_t group_bytes = nb * kQ5KRecordBytes;
-  const auto pair = [&]<int T>(const uint8_t* first, float* dst, const uint8_t* far) {
-    gemm_pair_q4_K<true, T>(nb, first, group_bytes, acts, dst, out_stride, far);
-  };
-  zmm_k_groups(pair, avx512vnni::gemm_interleaved_q5_K, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
-               prefetch);
+  gemm_groups<kQK_K, kQ5KRecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q4_K<true, P, T>(a...); },
+                                      avx512vnni::gemm_interleaved_q5_K, n, group, n_groups, acts, n_tok, out,
+                                      out_stride, prefetch);
 }
 
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  const int64_t nb = n / kQK_K;
-  const size_t group_bytes = nb * kQ6KRecordBytes;
-  const auto pair = [&]<int T>(const uint8_t* first, float* dst, const uint8_t* far) {
-    gemm_pair_q6_K<T>(nb, first, group_bytes, acts, dst, out_stride, far);
-  };
-  zmm_k_groups(pair, avx512vnni::gemm_interleaved_q6_K, n, group, group_bytes, n_groups, acts, n_tok, out, out_stride,
-               prefetch);
+  gemm_groups<kQK_K, kQ6KRecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q6_K<P, T>(a...); },
+                                      avx512vnni::gemm_interleaved_q6_K, n, group, n_groups, acts, n_tok, out,
+                                      out_stride, prefetch);
 }
 
 }  // namespace avx512zmm
