@@ -9,8 +9,10 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "core/fp16.h"
 #include "kernels/cpu/matmul.h"
@@ -444,6 +446,13 @@ TEST(PagedAttention, Avx2ScoresFollowTheDocumentedSummationOrderBitForBit) {
           const float scale = 0.125f + 0.01f * static_cast<float>(hd);
           kvserve::detail::attention_block_scores_avx2(q.data(), n_heads, hd, cache, type, row0, n, scale, got.data(),
                                                        stride);
+          if (cpu_has_avx512_vnni()) {  // the 512-bit worker's dot chains give the same bits
+            std::vector<float> zmm(got.size(), -7.0f);
+            kvserve::detail::attention_block_scores_avx512(q.data(), n_heads, hd, cache, type, row0, n, scale,
+                                                           zmm.data(), stride);
+            ASSERT_EQ(zmm, got) << "avx512 scores: type " << static_cast<int>(type) << " hd " << hd << " heads "
+                                << n_heads << " n " << n;
+          }
           for (int h = 0; h < n_heads; ++h) {
             for (int s = 0; s < stride; ++s) {
               const float g = got[static_cast<size_t>(h) * stride + s];
@@ -458,6 +467,53 @@ TEST(PagedAttention, Avx2ScoresFollowTheDocumentedSummationOrderBitForBit) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The 512-bit build of the worker (paged_attention_zmm_avx512vnni.cpp) against the AVX2 build: the same
+// bits for every entry point, cache type, head grouping, head size (including sizes that leave an 8-wide
+// tail) and context length (several partitions, tokens of a chunk in groups).
+TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
+  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512 on this CPU (or turned off)";
+  std::mt19937 rng(23);
+  for (const KVElemType type : {KVElemType::F32, KVElemType::F16, KVElemType::BF16}) {
+    for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{4, 2, 24}, Shape{2, 2, 72}, Shape{4, 2, 12}}) {
+      for (auto [pos0, n] : {std::pair<int64_t, int>{0, 5}, {300, 1}, {250, 6}}) {
+        const Case c{shape, 16, pos0, n};
+        Fixture f = make_fixture(c, rng);
+        const HalfCaches half = to_half(f, type == KVElemType::BF16 ? KVElemType::BF16 : KVElemType::F16);
+        std::vector<float> a2(f.q.size(), -7.0f), a5(f.q.size(), -7.0f);
+        PagedAttentionArgs args2 = make_args(c, f, a2), args5 = make_args(c, f, a5);
+        for (PagedAttentionArgs* a : {&args2, &args5}) {
+          a->kv_type = type;
+          if (type != KVElemType::F32) {
+            a->k_cache = half.k.data();
+            a->v_cache = half.v.data();
+          }
+        }
+        const std::string where = "type " + std::to_string(static_cast<int>(type)) + " heads " +
+                                  std::to_string(shape.n_heads) + "/" + std::to_string(shape.n_kv_heads) + " hd " +
+                                  std::to_string(shape.head_dim) + " pos0 " + std::to_string(pos0);
+        const int64_t n_items = int64_t{n} * shape.n_kv_heads;
+        kvserve::detail::paged_attention_items_avx2(args2, 0, n_items);
+        kvserve::detail::paged_attention_items_avx512(args5, 0, n_items);
+        ASSERT_EQ(a2, a5) << "items: " << where;
+        // The split path: one partition at a time, then the merge.
+        const int group = shape.n_heads / shape.n_kv_heads;
+        const int64_t t = n - 1;
+        const int64_t n_parts = kvserve::detail::partition_count(args2, t);
+        std::vector<float> p2(static_cast<size_t>(n_parts * group * (shape.head_dim + 2))), p5(p2.size());
+        for (int64_t part = 0; part < n_parts; ++part) {
+          const size_t off = static_cast<size_t>(part * group * (shape.head_dim + 2));
+          kvserve::detail::paged_attention_partition_avx2(args2, t, 0, part, p2.data() + off);
+          kvserve::detail::paged_attention_partition_avx512(args5, t, 0, part, p5.data() + off);
+        }
+        ASSERT_EQ(p2, p5) << "partitions: " << where;
+        kvserve::detail::paged_attention_merge_avx2(args2, t, 0, p2.data());
+        kvserve::detail::paged_attention_merge_avx512(args5, t, 0, p5.data());
+        ASSERT_EQ(a2, a5) << "merge: " << where;
       }
     }
   }

@@ -156,7 +156,7 @@ size_t partial_floats(const PagedAttentionArgs& a) {
 // heads side by side), and each thread walks a contiguous share of them: one region of the cache per
 // thread. Handing out small pieces in turn instead (parallel_for_dynamic), the two threads' reads
 // interleaved across the cache, ran 1.1-1.15x slower on a cold SmolLM2-shaped cache.
-void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& pool) {
+void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttentionArgs> batch, ThreadPool& pool) {
   struct Item {  // one (sequence, token); partials [kv_head][part][group][head_dim + 2]
     size_t seq;
     int64_t t;
@@ -209,7 +209,7 @@ void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& po
           const PagedAttentionArgs& a = batch[it.seq];
           float* dst = partials.data() + it.offset + static_cast<size_t>(unit.kvh) * it.head_stride +
                        static_cast<size_t>(unit.part) * partial_floats(a);
-          detail::paged_attention_partition_avx2(a, it.t, unit.kvh, unit.part, dst);
+          worker.partition(a, it.t, unit.kvh, unit.part, dst);
         }
       },
       1);
@@ -217,13 +217,20 @@ void attend_split_avx2(std::span<const PagedAttentionArgs> batch, ThreadPool& po
     for (int64_t i = b; i < e; ++i) {
       const Merge& m = merges[static_cast<size_t>(i)];
       const Item& it = items[m.item];
-      detail::paged_attention_merge_avx2(batch[it.seq], it.t, m.kvh,
-                                         partials.data() + it.offset + static_cast<size_t>(m.kvh) * it.head_stride);
+      worker.merge(batch[it.seq], it.t, m.kvh,
+                   partials.data() + it.offset + static_cast<size_t>(m.kvh) * it.head_stride);
     }
   });
 }
 
 }  // namespace
+
+const detail::SimdWorker& detail::simd_worker() {
+  static const SimdWorker avx2{paged_attention_items_avx2, paged_attention_partition_avx2, paged_attention_merge_avx2};
+  static const SimdWorker avx512{paged_attention_items_avx512, paged_attention_partition_avx512,
+                                 paged_attention_merge_avx512};
+  return cpu_prefers_zmm() ? avx512 : avx2;
+}
 
 void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool) { paged_attention_batch({&a, 1}, pool); }
 
@@ -236,16 +243,17 @@ void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool
   }
   const int64_t n_items = first.back();
   if (n_items == 0) return;
-  const bool avx2 = use_avx2();
-  if (avx2 && pool.size() > 1 && n_items < kMinItemsPerThread * pool.size()) return attend_split_avx2(batch, pool);
+  const detail::SimdWorker* simd = use_avx2() ? &detail::simd_worker() : nullptr;
+  if (simd != nullptr && pool.size() > 1 && n_items < kMinItemsPerThread * pool.size())
+    return attend_split(*simd, batch, pool);
   const std::vector<int64_t>& starts = first;
   pool.parallel_for_dynamic(n_items, [&](int64_t b, int64_t e) {
     size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), b) - starts.begin()) - 1;
     while (b < e) {
       const int64_t end_here = std::min(e, starts[s + 1]);
       if (end_here > b) {
-        if (avx2)
-          detail::paged_attention_items_avx2(batch[s], b - starts[s], end_here - starts[s]);
+        if (simd != nullptr)
+          simd->items(batch[s], b - starts[s], end_here - starts[s]);
         else
           attend_items_scalar(batch[s], b - starts[s], end_here - starts[s]);
       }

@@ -30,6 +30,21 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
 void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
 void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 
+// The same three in 512-bit registers (paged_attention_zmm_avx512vnni.cpp), bit-identical to the AVX2
+// ones; only where cpu_prefers_zmm().
+void paged_attention_items_avx512(const PagedAttentionArgs& a, int64_t begin, int64_t end);
+void paged_attention_partition_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
+void paged_attention_merge_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
+
+// The SIMD worker paged_attention() runs on this CPU (needs AVX2): the 512-bit one where
+// cpu_prefers_zmm(), else the AVX2 one.
+struct SimdWorker {
+  void (*items)(const PagedAttentionArgs& a, int64_t begin, int64_t end);
+  void (*partition)(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
+  void (*merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
+};
+const SimdWorker& simd_worker();
+
 // The AVX2 worker's scores (for tests): scores[h * stride + s] = q_h . K row (row0 + s) * scale for h <
 // n_heads (query rows hd apart) and s < n; hd must be a multiple of 8.
 void attention_block_scores_avx2(const float* q, int n_heads, int hd, const void* k_cache, KVElemType type,
@@ -37,5 +52,10 @@ void attention_block_scores_avx2(const float* q, int n_heads, int hd, const void
 
 // The AVX2 worker's softmax exponential on one value (for tests): e^x for x <= 0.
 float exp_nonpositive_avx2(float x);
+
+// The 512-bit worker's scores and exponential, as the two above.
+void attention_block_scores_avx512(const float* q, int n_heads, int hd, const void* k_cache, KVElemType type,
+                                   int64_t row0, int n, float scale, float* scores, int stride);
+float exp_nonpositive_avx512(float x);
 
 }  // namespace kvserve::detail

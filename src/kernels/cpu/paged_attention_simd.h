@@ -1,0 +1,741 @@
+// The SIMD worker of paged attention, compiled twice: paged_attention_avx2.cpp (-mavx2 -mfma, 256-bit
+// registers, the *_avx2 entry points) and paged_attention_zmm_avx512vnni.cpp (KVSERVE_ATTN_ZMM: the two
+// inner loops, K-row dot products and V-row sums, on 512-bit registers; the *_avx512 entry points). Each
+// is only called after its CPUID check. Every lane of a zmm loop gets the operations, in the same order,
+// of the matching lane of the ymm loop (a 16-lane dot chain is the ymm loop's two 8-lane chains side by
+// side), so both builds give the same bits (test: PagedAttention.ZmmWorkerIsBitIdenticalToAvx2).
+//
+// Per (token, kv head), the KV head's slots are read once for every query head of its group. A token's
+// context is cut into partitions of 128 positions (paged_attention_impl.h): inside one, all scores
+// first, then one softmax normalized as llama.cpp's is, then the V rows weighted into an output row held
+// in registers; partitions are folded left to right, so they can also run on different threads. (The
+// portable worker in paged_attention.cpp, the reference, rescales online per block: the same values to
+// rounding.)
+//
+// Include once, from those two files only, after defining KVSERVE_ATTN_SUFFIX (and KVSERVE_ATTN_ZMM).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/cpu/avx2_inline.h"
+#include "kernels/cpu/paged_attention_impl.h"
+
+#ifndef KVSERVE_ATTN_SUFFIX
+#error "define KVSERVE_ATTN_SUFFIX (avx2 or avx512) before including paged_attention_simd.h"
+#endif
+#ifndef KVSERVE_ATTN_ZMM
+#define KVSERVE_ATTN_ZMM 0
+#endif
+#define KVSERVE_ATTN_CAT2(a, b) a##_##b
+#define KVSERVE_ATTN_CAT(a, b) KVSERVE_ATTN_CAT2(a, b)
+// name_avx2 or name_avx512: the entry points of this build.
+#define KVSERVE_ATTN_NAME(name) KVSERVE_ATTN_CAT(name, KVSERVE_ATTN_SUFFIX)
+
+namespace kvserve::detail {
+
+namespace {
+
+using avx2_inline::hsum;
+
+inline float dot(const float* a, const float* b, int n) {
+  __m256 s0 = _mm256_setzero_ps();
+  __m256 s1 = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 16 <= n; d += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), s1);
+  }
+  for (; d + 8 <= n; d += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
+  float sum = hsum(_mm256_add_ps(s0, s1));
+  // An explicit fma: a plain `sum += a[d] * b[d]` is vectorized by GCC as an in-order reduction of
+  // rounded products for some trip counts and contracted to fma for others, differently in the AVX2
+  // and AVX-512 builds, so a head size with a tail gave different bits there.
+  for (; d < n; ++d) sum = std::fma(a[d], b[d], sum);
+  return sum;
+}
+
+// 8 consecutive cache elements as f32.
+template <KVElemType kType>
+inline __m256 load8(const void* base, size_t index) {
+  if constexpr (kType == KVElemType::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + index);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
+    if constexpr (kType == KVElemType::F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+#if KVSERVE_ATTN_ZMM
+// 16 consecutive cache elements as f32.
+template <KVElemType kType>
+inline __m512 load16(const void* base, size_t index) {
+  if constexpr (kType == KVElemType::F32) {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + index);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + index));
+    if constexpr (kType == KVElemType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+#endif
+
+// For HN query heads (rows hd apart from q) against one K row: out[h] = the 8-lane vector that dot()
+// would reduce, accumulated in dot()'s order (16-wide steps into two chains, an 8-wide tail into the
+// first). The K row is widened in registers once for all HN heads.
+template <KVElemType kType, int HN>
+inline void slot_partials(const float* q, int hd, const void* k_base, size_t k_index, __m256* out) {
+#if KVSERVE_ATTN_ZMM
+  // Lanes 0-7 are the ymm loop's first chain, lanes 8-15 its second.
+  __m512 s[HN];
+  for (int h = 0; h < HN; ++h) s[h] = _mm512_setzero_ps();
+  int dz = 0;
+  for (; dz + 16 <= hd; dz += 16) {
+    const __m512 k = load16<kType>(k_base, k_index + dz);
+    for (int h = 0; h < HN; ++h) s[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * hd + dz), k, s[h]);
+  }
+  for (int h = 0; h < HN; ++h) {
+    __m256 lo = _mm512_castps512_ps256(s[h]);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[h]), 1));
+    if (dz < hd) lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + dz), load8<kType>(k_base, k_index + dz), lo);
+    out[h] = _mm256_add_ps(lo, hi);
+  }
+#else
+  __m256 s0[HN], s1[HN];
+  for (int h = 0; h < HN; ++h) s0[h] = s1[h] = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    const __m256 k0 = load8<kType>(k_base, k_index + d);
+    const __m256 k1 = load8<kType>(k_base, k_index + d + 8);
+    for (int h = 0; h < HN; ++h) {
+      s0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + d), k0, s0[h]);
+      s1[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + d + 8), k1, s1[h]);
+    }
+  }
+  if (d < hd) {
+    const __m256 k0 = load8<kType>(k_base, k_index + d);
+    for (int h = 0; h < HN; ++h) s0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + d), k0, s0[h]);
+  }
+  for (int h = 0; h < HN; ++h) out[h] = _mm256_add_ps(s0[h], s1[h]);
+#endif
+}
+
+// Lane j = hsum(v[j]) for 8 vectors at once, with exactly hsum's additions: (x_i + x_i+4), then
+// (.0 + .2) and (.1 + .3), then those two. So a score is the same bits as one dot() at a time.
+inline __m256 hsum8(const __m256 (&v)[8]) {
+  __m256 t[4];
+  for (int j = 0; j < 4; ++j)
+    t[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[j], v[j + 4], 0x20), _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+  // t[j] = [4 lanes of slot j | 4 lanes of slot j + 4]
+  const __m256 u01 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 u23 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // u01 = [2 lanes of slot 0, 2 of slot 1 | slot 4, slot 5]; u23 likewise for slots 2, 3 | 6, 7
+  return _mm256_add_ps(_mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// The next block's K or V rows, asked for a few lines per slot while the current block is computed. One
+// burst of a whole block's lines at the block start filled the core's miss buffers and stalled on its
+// own prefetches (a quarter of the kernel's non-FMA time in perf); spread out they overlap the math.
+struct PrefetchStream {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  const char* p2 = nullptr;  // a second range, streamed after the first
+  const char* end2 = nullptr;
+  int lines_per_step = 0;
+
+  PrefetchStream() = default;
+  // Spreads `bytes` from `first_byte` of `base`, then `bytes2` from `first_byte2` of `base2`, over `steps`
+  // calls of step(), rounding up.
+  PrefetchStream(const void* base, size_t first_byte, size_t bytes, const void* base2, size_t first_byte2,
+                 size_t bytes2, int steps)
+      : p(static_cast<const char*>(base) + first_byte),
+        end(p + bytes),
+        p2(static_cast<const char*>(base2) + first_byte2),
+        end2(p2 + bytes2) {
+    const size_t n = static_cast<size_t>(std::max(steps, 1));
+    lines_per_step = static_cast<int>(((bytes + bytes2) / 64 + n - 1) / n);
+  }
+  void step() {
+    for (int i = 0; i < lines_per_step; ++i) {
+      if (p < end) {
+        _mm_prefetch(p, _MM_HINT_T0);
+        p += 64;
+      } else if (p2 < end2) {
+        _mm_prefetch(p2, _MM_HINT_T0);
+        p2 += 64;
+      } else {
+        return;
+      }
+    }
+  }
+  void finish() {
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+    for (; p2 < end2; p2 += 64) _mm_prefetch(p2, _MM_HINT_T0);
+  }
+};
+
+// sc[h * sc_stride + s] = dot(q_h, K row (row0 + s)) * scale for HN heads and slots s < n, hd % 8 == 0.
+template <KVElemType kType, int HN>
+void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0, int n, float scale, float* sc,
+                        int sc_stride, PrefetchStream* pf) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int s0 = 0; s0 < n; s0 += 8) {
+    const int sn = std::min(8, n - s0);
+    __m256 part[HN][8];
+    for (int j = 0; j < sn; ++j) {
+      if (pf != nullptr) pf->step();
+      __m256 out[HN];
+      slot_partials<kType, HN>(q, hd, k_base, static_cast<size_t>(row0 + s0 + j) * hd, out);
+      for (int h = 0; h < HN; ++h) part[h][j] = out[h];
+    }
+    for (int h = 0; h < HN; ++h) {
+      for (int j = sn; j < 8; ++j) part[h][j] = _mm256_setzero_ps();
+      const __m256 r = _mm256_mul_ps(hsum8(part[h]), vscale);
+      float* dst = sc + static_cast<size_t>(h) * sc_stride + s0;
+      if (sn == 8) {
+        _mm256_storeu_ps(dst, r);
+      } else {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, r);
+        std::copy(lanes, lanes + sn, dst);
+      }
+    }
+  }
+}
+
+template <KVElemType kType>
+void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base, int64_t row0, int n, float scale,
+                        float* sc, int sc_stride, PrefetchStream* pf) {
+  for (int h = 0; h < n_heads; h += 4) {
+    const float* qh = q + static_cast<size_t>(h) * hd;
+    float* sch = sc + static_cast<size_t>(h) * sc_stride;
+    switch (std::min(4, n_heads - h)) {
+      case 1:
+        block_scores_heads<kType, 1>(qh, hd, k_base, row0, n, scale, sch, sc_stride, h == 0 ? pf : nullptr);
+        break;
+      case 2:
+        block_scores_heads<kType, 2>(qh, hd, k_base, row0, n, scale, sch, sc_stride, h == 0 ? pf : nullptr);
+        break;
+      case 3:
+        block_scores_heads<kType, 3>(qh, hd, k_base, row0, n, scale, sch, sc_stride, h == 0 ? pf : nullptr);
+        break;
+      default:
+        block_scores_heads<kType, 4>(qh, hd, k_base, row0, n, scale, sch, sc_stride, h == 0 ? pf : nullptr);
+        break;
+    }
+  }
+}
+
+// Scores of n_heads consecutive query heads against K rows [row0, row0 + n) straight from the cache.
+void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVElemType type, int64_t row0, int n,
+                  float scale, float* sc, int sc_stride, PrefetchStream* pf = nullptr) {
+  switch (type) {
+    case KVElemType::F32:
+      block_scores_typed<KVElemType::F32>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
+      break;
+    case KVElemType::F16:
+      block_scores_typed<KVElemType::F16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
+      break;
+    case KVElemType::BF16:
+      block_scores_typed<KVElemType::BF16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
+      break;
+  }
+}
+
+inline size_t kv_elem_bytes(KVElemType type) { return type == KVElemType::F32 ? 4 : 2; }
+
+
+// Row `index` (hd elements) as f32: the row itself for f32, else widened 8 at a time into `tmp`.
+inline const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
+  const int64_t off = index * hd;
+  if (type == KVElemType::F32) return static_cast<const float*>(base) + off;
+  const uint16_t* h = static_cast<const uint16_t*>(base) + off;
+  int d = 0;
+  if (type == KVElemType::F16) {
+    for (; d + 8 <= hd; d += 8)
+      _mm256_storeu_ps(tmp + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d))));
+    for (; d < hd; ++d) tmp[d] = fp16_to_fp32(h[d]);
+  } else {
+    for (; d + 8 <= hd; d += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d)));
+      _mm256_storeu_ps(tmp + d, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; d < hd; ++d) tmp[d] = bf16_to_fp32(h[d]);
+  }
+  return tmp;
+}
+
+inline void scale_in_place(float* x, float c, int n) {
+  const __m256 vc = _mm256_set1_ps(c);
+  int d = 0;
+  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(x + d, _mm256_mul_ps(_mm256_loadu_ps(x + d), vc));
+  for (; d < n; ++d) x[d] *= c;
+}
+
+// acc[d] += p[s] * rows[s][d] for s = 0..n-1 in order, 64 lanes of acc in registers at a time (8
+// independent FMA chains: fewer would wait on the FMA latency).
+inline void accumulate_rows(float* acc, const float* const* rows, const float* p, int n, int hd) {
+  int d = 0;
+  for (; d + 64 <= hd; d += 64) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(acc + d + 8 * j);
+    for (int s = 0; s < n; ++s) {
+      const __m256 ps = _mm256_set1_ps(p[s]);
+      const float* r = rows[s] + d;
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(ps, _mm256_loadu_ps(r + 8 * j), a[j]);
+    }
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a0 = _mm256_loadu_ps(acc + d);
+    for (int s = 0; s < n; ++s) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[s]), _mm256_loadu_ps(rows[s] + d), a0);
+    _mm256_storeu_ps(acc + d, a0);
+  }
+  for (; d < hd; ++d)
+    for (int s = 0; s < n; ++s) acc[d] = std::fma(p[s], rows[s][d], acc[d]);
+}
+
+// e^x on 8 lanes for x <= 0 (scores minus their running max), relative error below 1e-6 (tested against
+// std::exp): x = n ln2 + f with |f| <= ln2/2 (Cody-Waite split of ln2), e^f by its degree-7 Taylor
+// polynomial, times 2^n built in the exponent bits. Inputs below -87 give e^-87 (~1.6e-38) instead of a
+// denormal: such a weight is 0 next to the block maximum's e^0 = 1 either way.
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), f);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
+  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
+
+// sc[s] = e^(sc[s] - max) for s < n, all through exp_nonpositive (the tail via a padded copy), and returns
+// `sum` plus their sum (8 lanes summed across vectors, then the lanes in a fixed tree: the same order for
+// a given n whatever else is in the batch).
+inline float exp_block(float* sc, int n, float max, float sum) {
+  const __m256 vmax = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
+  int s = 0;
+  for (; s + 8 <= n; s += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), vmax));
+    _mm256_storeu_ps(sc + s, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  if (s < n) {
+    alignas(32) float tail[8];
+    for (int j = 0; j < 8; ++j) tail[j] = s + j < n ? sc[s + j] : max;
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), vmax));
+    _mm256_store_ps(tail, e);
+    for (int j = 0; s + j < n; ++j) sc[s + j] = tail[j];
+    const __m256 live =
+        _mm256_cmp_ps(_mm256_set_ps(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_ps(static_cast<float>(n - s)), _CMP_LT_OQ);
+    vsum = _mm256_add_ps(vsum, _mm256_and_ps(e, live));
+  }
+  return sum + hsum(vsum);
+}
+
+// max of x[0..n), n >= 1.
+inline float max_of(const float* x, int n) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int s = 0;
+  for (; s + 8 <= n; s += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + s));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  float r = _mm_cvtss_f32(h);
+  for (; s < n; ++s) r = std::max(r, x[s]);
+  return r;
+}
+
+}  // namespace
+
+void KVSERVE_ATTN_NAME(attention_block_scores)(const float* q, int n_heads, int hd, const void* k_cache, KVElemType type,
+                                 int64_t row0, int n, float scale, float* scores, int stride) {
+  block_scores(q, n_heads, hd, k_cache, type, row0, n, scale, scores, stride);
+}
+
+float KVSERVE_ATTN_NAME(exp_nonpositive)(float x) {
+  alignas(32) float v[8];
+  _mm256_store_ps(v, exp_nonpositive(_mm256_set1_ps(x)));
+  return v[0];
+}
+
+namespace {
+
+// Query tokens of one sequence that share a pass over their KV head's blocks: each K/V slot is widened
+// and loaded once for all of them. Every token's arithmetic is the same as alone (its scores, partition
+// maxima, sums and V sums happen in the same order), so grouping never changes a result.
+constexpr int kTokenGroup = 4;
+
+// One (token, query head)'s softmax state over the partitions folded so far, or over one partition:
+// max score, sum of e^(score - max), and the output row normalized by that sum.
+struct SoftmaxState {
+  float* max;
+  float* sum;
+  float* acc;  // hd values
+};
+
+// Folds partition state `p` into `into` (a plain copy for the first partition): the two normalized rows
+// weighted by their shares of the combined sum. Partitions are always folded left to right through this
+// one function, on one thread or after a split across threads, so a token's output never depends on how
+// the work was spread.
+inline void fold_partition(const SoftmaxState& into, bool first, float p_max, float p_sum, const float* p_acc, int hd) {
+  if (first) {
+    *into.max = p_max;
+    *into.sum = p_sum;
+    std::copy(p_acc, p_acc + hd, into.acc);
+    return;
+  }
+  const float new_max = std::max(*into.max, p_max);
+  const float wa = new_max > *into.max ? *into.sum * std::exp(*into.max - new_max) : *into.sum;
+  const float wb = new_max > p_max ? p_sum * std::exp(p_max - new_max) : p_sum;
+  const float sum = wa + wb;
+  const float a = wa / sum, b = wb / sum;
+  *into.sum = sum;
+  *into.max = new_max;
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int d = 0;
+  for (; d + 8 <= hd; d += 8)
+    _mm256_storeu_ps(into.acc + d,
+                     _mm256_fmadd_ps(_mm256_loadu_ps(p_acc + d), vb, _mm256_mul_ps(_mm256_loadu_ps(into.acc + d), va)));
+  for (; d < hd; ++d) into.acc[d] = std::fma(p_acc[d], b, into.acc[d] * a);
+}
+
+// Rows of one block that a partition pass reads: rows [row0, row0 + n) of the cache, which are slots
+// [first, first + n) of the partition (the index into its score rows).
+struct BlockRows {
+  int64_t row0;
+  int first;
+  int n;
+};
+
+// acc_h[d] += p_h[s] * V[s][d] for HN heads over every slot of `blocks` in order (p rows p_stride apart,
+// acc rows hd apart), lanes [d0, d0 + 8 * NV) held in registers across all the blocks of a partition.
+// Each V vector is widened once for all HN heads.
+template <KVElemType kType, int HN, int NV>
+inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base,
+                                    const BlockRows* blocks, int n_blocks, int d0) {
+#if KVSERVE_ATTN_ZMM
+  if constexpr (NV % 2 == 0) {
+    constexpr int NZ = NV / 2;  // 16 lanes a register
+    __m512 a[HN][NZ];
+    for (int h = 0; h < HN; ++h)
+      for (int j = 0; j < NZ; ++j) a[h][j] = _mm512_loadu_ps(acc + static_cast<size_t>(h) * hd + d0 + 16 * j);
+    for (int b = 0; b < n_blocks; ++b) {
+      const BlockRows& blk = blocks[b];
+      for (int s = 0; s < blk.n; ++s) {
+        __m512 ps[HN];
+        for (int h = 0; h < HN; ++h) ps[h] = _mm512_set1_ps(p[static_cast<size_t>(h) * p_stride + blk.first + s]);
+        const size_t index = static_cast<size_t>(blk.row0 + s) * hd + d0;
+        for (int j = 0; j < NZ; ++j) {
+          const __m512 v = load16<kType>(v_base, index + 16 * j);
+          for (int h = 0; h < HN; ++h) a[h][j] = _mm512_fmadd_ps(ps[h], v, a[h][j]);
+        }
+      }
+    }
+    for (int h = 0; h < HN; ++h)
+      for (int j = 0; j < NZ; ++j) _mm512_storeu_ps(acc + static_cast<size_t>(h) * hd + d0 + 16 * j, a[h][j]);
+    return;
+  }
+#endif
+  __m256 a[HN][NV];
+  for (int h = 0; h < HN; ++h)
+    for (int j = 0; j < NV; ++j) a[h][j] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j);
+  for (int b = 0; b < n_blocks; ++b) {
+    const BlockRows& blk = blocks[b];
+    for (int s = 0; s < blk.n; ++s) {
+      __m256 ps[HN];
+      for (int h = 0; h < HN; ++h) ps[h] = _mm256_set1_ps(p[static_cast<size_t>(h) * p_stride + blk.first + s]);
+      const size_t index = static_cast<size_t>(blk.row0 + s) * hd + d0;
+      for (int j = 0; j < NV; ++j) {
+        const __m256 v = load8<kType>(v_base, index + 8 * j);
+        for (int h = 0; h < HN; ++h) a[h][j] = _mm256_fmadd_ps(ps[h], v, a[h][j]);
+      }
+    }
+  }
+  for (int h = 0; h < HN; ++h)
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d0 + 8 * j, a[h][j]);
+}
+
+template <KVElemType kType, int HN>
+inline void accumulate_blocks_heads(float* acc, int hd, const float* p, int p_stride, const void* v_base,
+                                    const BlockRows* blocks, int n_blocks) {
+  // Lanes held per pass: as many as the registers take (16 ymm; with zmm 32 registers of 16 lanes, so a
+  // 64-wide head in one pass over the partition's V rows).
+  constexpr int kNV = KVSERVE_ATTN_ZMM ? (HN == 1 ? 16 : 8) : HN == 1 ? 8 : HN == 4 ? 2 : 4;
+  int d = 0;
+  for (; d + 8 * kNV <= hd; d += 8 * kNV)
+    accumulate_blocks_chunk<kType, HN, kNV>(acc, hd, p, p_stride, v_base, blocks, n_blocks, d);
+  for (; d < hd; d += 8) accumulate_blocks_chunk<kType, HN, 1>(acc, hd, p, p_stride, v_base, blocks, n_blocks, d);
+}
+
+template <KVElemType kType>
+void partition_values_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
+                            const BlockRows* blocks, int n_blocks) {
+  for (int h = 0; h < n_heads; h += 4) {
+    float* acch = acc + static_cast<size_t>(h) * hd;
+    const float* ph = p + static_cast<size_t>(h) * p_stride;
+    switch (std::min(4, n_heads - h)) {
+      case 1: accumulate_blocks_heads<kType, 1>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+      case 2: accumulate_blocks_heads<kType, 2>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+      case 3: accumulate_blocks_heads<kType, 3>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+      default: accumulate_blocks_heads<kType, 4>(acch, hd, ph, p_stride, v_base, blocks, n_blocks); break;
+    }
+  }
+}
+
+// acc rows of n_heads consecutive heads += their softmax weights times the V rows of `blocks` (a
+// partition's blocks in order), read straight from the cache; hd % 8 == 0.
+void partition_values(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
+                      KVElemType type, const BlockRows* blocks, int n_blocks) {
+  switch (type) {
+    case KVElemType::F32:
+      partition_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks);
+      break;
+    case KVElemType::F16:
+      partition_values_typed<KVElemType::F16>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks);
+      break;
+    case KVElemType::BF16:
+      partition_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks);
+      break;
+  }
+}
+
+// Slots of one partition: partition_blocks(block_size) blocks.
+inline int64_t partition_slots(int block_size) { return partition_blocks(block_size) * block_size; }
+
+// Tokens [t_begin, t_begin + n_tok) of one KV head over the partitions [part_begin, part_end) of their
+// context (each token stops at its own last block). A partition is three passes: every score of the
+// partition, then one softmax over them (a single max, so no rescaling of the output row inside a
+// partition), then the V rows weighted into the output row, held in registers across the partition's
+// blocks. A token's partition state either goes to `partials` (one token, one partition: the split path
+// writes [group][hd + 2] = acc, max, sum) or is folded into the running merge and, after the token's last
+// partition, written to a.out.
+void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, int64_t part_begin,
+                        int64_t part_end, float* scratch_base, float* partials) {
+  const int group = a.n_heads / a.n_kv_heads;
+  const int hd = a.head_dim;
+  const int bs = a.block_size;
+  const int64_t bpp = partition_blocks(bs);
+  const int ps = static_cast<int>(partition_slots(bs));
+  const size_t n_rows = static_cast<size_t>(kTokenGroup) * group;
+  float* scores = scratch_base;                                // [n_tok][group][ps]
+  float* acc = scores + n_rows * ps;                           // [n_tok][group][hd]
+  float* part_max = acc + n_rows * hd;                         // [n_tok][group]
+  float* part_sum = part_max + n_rows;                         // [n_tok][group]
+  float* v_block = part_sum + n_rows;                          // [bs][hd] widened V rows
+  float* k_block = v_block + static_cast<size_t>(bs) * hd;     // [bs][hd] widened K rows
+  float* merged_acc = k_block + static_cast<size_t>(bs) * hd;  // [n_tok][group][hd] folded partitions
+  float* merged_max = merged_acc + n_rows * hd;                // [n_tok][group]
+  float* merged_sum = merged_max + n_rows;                     // [n_tok][group]
+  thread_local std::vector<const float*> v_rows_storage;
+  v_rows_storage.resize(bs);
+  const float** v_rows = v_rows_storage.data();
+  thread_local std::vector<BlockRows> blocks_storage;
+  blocks_storage.resize(static_cast<size_t>(bpp));
+  const size_t row_bytes = static_cast<size_t>(hd) * kv_elem_bytes(a.kv_type);
+
+  const float* q[kTokenGroup];
+  int64_t last_pos[kTokenGroup];
+  int64_t last_block[kTokenGroup];
+  for (int i = 0; i < n_tok; ++i) {
+    last_pos[i] = a.pos0 + t_begin + i;
+    last_block[i] = last_pos[i] / bs;
+    q[i] = a.q + ((t_begin + i) * a.n_heads + int64_t{kvh} * group) * hd;
+  }
+  const int64_t lb_last = last_block[n_tok - 1];
+  auto block_row0 = [&](int64_t lb) { return (a.block_table[lb] * a.block_stride + int64_t{kvh} * bs * hd) / hd; };
+
+  for (int64_t part = part_begin; part < part_end; ++part) {
+    const int64_t lb0 = part * bpp;
+    const int64_t lb1 = std::min(lb0 + bpp, lb_last + 1);
+    if (lb0 >= lb1) break;
+    // Slots of the partition each token attends to (tokens before first_tok ended in an earlier partition).
+    int n_valid[kTokenGroup];
+    int first_tok = n_tok;
+    for (int i = n_tok - 1; i >= 0; --i) {
+      n_valid[i] = static_cast<int>(std::clamp<int64_t>(last_pos[i] + 1 - lb0 * bs, 0, ps));
+      if (n_valid[i] > 0) first_tok = i;
+    }
+    const int max_valid = n_valid[n_tok - 1];
+
+    // Pass 1: scores. While block lb's scores are computed, the next block's K rows and this block's V
+    // rows (read in pass 3, a few blocks later) stream in.
+    for (int64_t lb = lb0; lb < lb1; ++lb) {
+      const int first = static_cast<int>((lb - lb0) * bs);
+      const int64_t row0 = block_row0(lb);
+      const int rows_max = std::min(bs, max_valid - first);
+      PrefetchStream pf;
+      {
+        const int rows_first = std::min(bs, n_valid[first_tok] - first);
+        const size_t v_bytes = static_cast<size_t>(rows_max) * row_bytes;
+        size_t k_bytes = 0;
+        int64_t next_row0 = 0;
+        if (lb + 1 <= lb_last && (lb + 1 < lb1 || part + 1 < part_end)) {
+          next_row0 = block_row0(lb + 1);
+          k_bytes = static_cast<size_t>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - (lb + 1) * bs)) * row_bytes;
+        }
+        pf = PrefetchStream(a.k_cache, static_cast<size_t>(next_row0) * row_bytes, k_bytes, a.v_cache,
+                            static_cast<size_t>(row0) * row_bytes, v_bytes, rows_first);
+      }
+      if (hd % 8 == 0) {
+        for (int i = first_tok; i < n_tok; ++i) {
+          const int rows = std::min(bs, n_valid[i] - first);
+          if (rows <= 0) continue;
+          block_scores(q[i], group, hd, a.k_cache, a.kv_type, row0, rows, a.scale,
+                       scores + static_cast<size_t>(i * group) * ps + first, ps, i == first_tok ? &pf : nullptr);
+        }
+      } else {
+        const float* k_rows = k_block;
+        if (a.kv_type == KVElemType::F32) {
+          k_rows = static_cast<const float*>(a.k_cache) + row0 * hd;
+        } else {
+          for (int s = 0; s < rows_max; ++s)
+            load_row(a.k_cache, a.kv_type, row0 + s, hd, k_block + static_cast<size_t>(s) * hd);
+        }
+        for (int i = first_tok; i < n_tok; ++i) {
+          const int rows = std::min(bs, n_valid[i] - first);
+          for (int h = 0; h < group; ++h) {
+            float* sc = scores + static_cast<size_t>(i * group + h) * ps + first;
+            const float* qh = q[i] + static_cast<size_t>(h) * hd;
+            for (int s = 0; s < rows; ++s) sc[s] = dot(qh, k_rows + static_cast<size_t>(s) * hd, hd) * a.scale;
+          }
+        }
+      }
+      pf.finish();
+    }
+
+    // Pass 2: one softmax per (token, head) over its slots of the partition.
+    for (int i = first_tok; i < n_tok; ++i) {
+      for (int h = 0; h < group; ++h) {
+        const int hh = i * group + h;
+        float* sc = scores + static_cast<size_t>(hh) * ps;
+        part_max[hh] = max_of(sc, n_valid[i]);
+        part_sum[hh] = exp_block(sc, n_valid[i], part_max[hh], 0.0f);
+        // Normalized before the V sums, as llama.cpp's softmax does (its outputs match more often).
+        scale_in_place(sc, 1.0f / part_sum[hh], n_valid[i]);
+      }
+      std::fill(acc + static_cast<size_t>(i) * group * hd, acc + static_cast<size_t>(i + 1) * group * hd, 0.0f);
+    }
+
+    // Pass 3: each (token, head) adds p_s * V_s in slot order. With hd % 8 == 0 and up to 4 query heads
+    // per KV head the V rows are widened in registers once per token for all its heads; with more heads
+    // (MQA) one widening pass per block into v_block is shared by enough of them to be cheaper (measured:
+    // bench paged_attention MQA_8x64), and other head sizes always take it.
+    if (hd % 8 == 0 && group <= 4) {
+      for (int i = first_tok; i < n_tok; ++i) {
+        BlockRows* blocks = blocks_storage.data();
+        int n_blocks = 0;
+        for (int64_t lb = lb0; lb < lb1; ++lb) {
+          const int first = static_cast<int>((lb - lb0) * bs);
+          const int rows = std::min(bs, n_valid[i] - first);
+          if (rows > 0) blocks[n_blocks++] = {block_row0(lb), first, rows};
+        }
+        partition_values(acc + static_cast<size_t>(i * group) * hd, group, hd,
+                         scores + static_cast<size_t>(i * group) * ps, ps, a.v_cache, a.kv_type, blocks, n_blocks);
+      }
+    } else {
+      for (int64_t lb = lb0; lb < lb1; ++lb) {
+        const int first = static_cast<int>((lb - lb0) * bs);
+        const int64_t row0 = block_row0(lb);
+        const int rows_max = std::min(bs, max_valid - first);
+        for (int s = 0; s < rows_max; ++s) v_rows[s] = load_row(a.v_cache, a.kv_type, row0 + s, hd, v_block + s * hd);
+        for (int i = first_tok; i < n_tok; ++i) {
+          const int rows = std::min(bs, n_valid[i] - first);
+          if (rows <= 0) continue;
+          for (int h = 0; h < group; ++h) {
+            const int hh = i * group + h;
+            accumulate_rows(acc + static_cast<size_t>(hh) * hd, v_rows, scores + static_cast<size_t>(hh) * ps + first,
+                            rows, hd);
+          }
+        }
+      }
+    }
+
+    // The partition's state per (token, head): out to the split path's partials, or folded.
+    for (int i = first_tok; i < n_tok; ++i) {
+      for (int h = 0; h < group; ++h) {
+        const int hh = i * group + h;
+        const float* p_acc = acc + static_cast<size_t>(hh) * hd;
+        if (partials != nullptr) {
+          float* dst = partials + static_cast<size_t>(h) * (hd + 2);
+          std::copy(p_acc, p_acc + hd, dst);
+          dst[hd] = part_max[hh];
+          dst[hd + 1] = part_sum[hh];
+          continue;
+        }
+        const SoftmaxState merged{merged_max + hh, merged_sum + hh, merged_acc + static_cast<size_t>(hh) * hd};
+        fold_partition(merged, part == 0, part_max[hh], part_sum[hh], p_acc, hd);
+        if (last_block[i] < lb0 + bpp) {
+          float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
+          std::copy(merged.acc, merged.acc + hd, o);
+        }
+      }
+    }
+  }
+}
+
+size_t scratch_floats(const PagedAttentionArgs& a) {
+  const size_t group = static_cast<size_t>(a.n_heads / a.n_kv_heads);
+  const size_t hd = static_cast<size_t>(a.head_dim);
+  const size_t bs = static_cast<size_t>(a.block_size);
+  const size_t ps = static_cast<size_t>(partition_slots(a.block_size));
+  const size_t n_rows = kTokenGroup * group;
+  return n_rows * (ps + hd + 2) + 2 * bs * hd + n_rows * (hd + 2);
+}
+
+}  // namespace
+
+void KVSERVE_ATTN_NAME(paged_attention_items)(const PagedAttentionArgs& a, int64_t begin, int64_t end) {
+  thread_local std::vector<float> scratch;
+  scratch.resize(scratch_floats(a));
+  // Items are token * n_kv_heads + kv_head; for each KV head, the range's tokens go in groups.
+  const int64_t nkv = a.n_kv_heads;
+  for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) {
+    const int64_t t_first = (begin - kvh + nkv - 1) / nkv;  // first t with t * nkv + kvh >= begin
+    const int64_t t_end = (end - kvh + nkv - 1) / nkv;      // first t with t * nkv + kvh >= end
+    for (int64_t t = std::max<int64_t>(0, t_first); t < t_end; t += kTokenGroup) {
+      const int n_tok = static_cast<int>(std::min<int64_t>(kTokenGroup, t_end - t));
+      const int64_t n_parts = partition_count(a, t + n_tok - 1);
+      attend_token_group(a, t, n_tok, kvh, 0, n_parts, scratch.data(), nullptr);
+    }
+  }
+}
+
+void KVSERVE_ATTN_NAME(paged_attention_partition)(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial) {
+  thread_local std::vector<float> scratch;
+  scratch.resize(scratch_floats(a));
+  attend_token_group(a, t, 1, kvh, part, part + 1, scratch.data(), partial);
+}
+
+void KVSERVE_ATTN_NAME(paged_attention_merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials) {
+  const int group = a.n_heads / a.n_kv_heads;
+  const int hd = a.head_dim;
+  const int64_t n_parts = partition_count(a, t);
+  thread_local std::vector<float> merged;
+  merged.resize(static_cast<size_t>(hd) + 2);
+  for (int h = 0; h < group; ++h) {
+    const SoftmaxState state{merged.data() + hd, merged.data() + hd + 1, merged.data()};
+    for (int64_t p = 0; p < n_parts; ++p) {
+      const float* src = partials + (static_cast<size_t>(p) * group + h) * (hd + 2);
+      fold_partition(state, p == 0, src[hd], src[hd + 1], src, hd);
+    }
+    std::copy(state.acc, state.acc + hd, a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd);
+  }
+}
+
+}  // namespace kvserve::detail
+
+#undef KVSERVE_ATTN_NAME
+#undef KVSERVE_ATTN_CAT
+#undef KVSERVE_ATTN_CAT2
