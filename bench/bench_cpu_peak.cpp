@@ -7,6 +7,8 @@
 //                       the same pipes? (add: no; madd, sign, fma: yes, to different degrees)
 //   Peak/fma            vfmadd231ps alone: the f32 ceiling (attention, F32/F16 weights)
 //   Kernel/<type>/t<T>  the interleaved 8-row kernel (Q4_0/Q4_1/Q8_0) on one L1-resident 8-row group
+//   KernelVnni/<type>/g<G>/t<T>  the same with vpdpbusd (AVX512-VNNI on ymm)
+//   KernelZmm/<type>/g<G>/t<T>   pairs of groups in 512-bit registers (avx512zmm), up to 8 tokens
 //
 // Counters: MAC/s (int8 or f32 multiply-adds) and vec_ops/s (vector instructions issued). On the
 // 2-core machine this project runs on (Zen 3 under KVM) vpmaddubsw, vpmaddwd and FMA each issue 2 per
