@@ -170,9 +170,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
   const bool vnni = cpu_has_avx512_vnni();
   const bool k_quant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
-  // Pairs of Q4_0 / Q4_1 / Q8_0 groups in 512-bit registers where the core runs them at full width
-  // (bench_cpu_peak KernelZmm against KernelVnni g2, Zen 5: Q4_0 t6 337 against 203 G MAC/s, Q8_0 t8
-  // 305 against 202 G at t4).
+  // Pairs of groups in 512-bit registers where the core runs them at full width (bench_cpu_peak KernelZmm
+  // against KernelVnni, Zen 5: Q4_0 ~370 against ~205 G MAC/s, Q5_K ~305 against ~146).
   const bool zmm = cpu_prefers_zmm();
   // The kernels' activation operands for tokens [t0, t0 + n_tok), made once per pass over a chunk (made
   // per call, ActPack32::token's by-value copies cost ~3% of batched decode in store-forwarding stalls).
@@ -228,10 +227,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
   // per-token sign fix-ups fill the registers: bench_cpu_peak Kernel/*).
   // (With vpdpbusd, Q8_0 at 4 tokens is still ~1.05x its 6: KernelVnni/Q8_0/g2.)
-  // The zmm kernels: 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences are
-  // then two even passes).
-  // zmm: two pairs per call share each broadcast activation (bench_matmul Q4_0 16 tokens 1.05x over one
-  // pair; KernelZmm g4/t8 Q8_0 376 against 310 G MAC/s at g2).
+  // The zmm kernels take 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences
+  // are then two even passes) and up to two pairs per call, which share each broadcast activation
+  // (bench_matmul Q4_0 16 tokens 1.05x over one pair; KernelZmm Q8_0 g4/t8 376 against 310 G MAC/s at g2).
   const int64_t max_groups_per_call = zmm ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
   const int64_t pass_tokens = zmm ? avx512zmm::kMaxZmmTokens : w.type == DType::Q8_0 ? 4 : avx2::kMaxInterleavedTokens;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
