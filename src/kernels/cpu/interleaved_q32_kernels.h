@@ -76,7 +76,7 @@ inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, c
     prefetch_ahead<kRecordBytes>(rec[r]);
   }
   if (far != nullptr) {
-    constexpr size_t kFarBytes = avx2::kFarPrefetchBytesPerBlock * (kBlockCols / 32);
+    constexpr size_t kFarBytes = avx2::far_prefetch_bytes_per_32(kRecordBytes * 32 / kBlockCols) * (kBlockCols / 32);
     for (size_t off = 0; off < kFarBytes; off += 64)
       _mm_prefetch(reinterpret_cast<const char*>(far + i * kFarBytes + off), _MM_HINT_T1);
   }

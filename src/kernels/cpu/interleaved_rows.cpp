@@ -30,6 +30,10 @@ size_t interleaved_group_bytes(DType type, int64_t n_cols) {
   return static_cast<size_t>(n_cols / dtype_info(type).block_elems) * interleaved_block_bytes(type);
 }
 
+size_t far_prefetch_bytes(DType type) {
+  return avx2::far_prefetch_bytes_per_32(interleaved_block_bytes(type) * 32 / static_cast<size_t>(dtype_info(type).block_elems));
+}
+
 namespace {
 template <typename Block>
 void interleave(const Tensor& w, uint8_t* dst) {

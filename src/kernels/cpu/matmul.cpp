@@ -237,9 +237,14 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // rate (both cores together at about the triad bandwidth) and the later ones not at all: instead every
   // call asks for its share of the next chunk into L2, so the reads are spread over all the passes
   // (1B-shaped, 16 sequences: batched decode 1.09x at Q4_0, 1.20x at Q8_0, 1.10x at Q4_K, 1.16x at Q5_K;
-  // prefill unchanged).
+  // prefill unchanged). Each call's share is sized by the type (far_prefetch_bytes) so that the two passes
+  // of 16 sequences cover the whole next chunk.
   const bool spread = a.n_tokens > pass_tokens;
-  const size_t far_per_call = static_cast<size_t>(n_in / 32) * avx2::kFarPrefetchBytesPerBlock;
+  const size_t far_per_call = static_cast<size_t>(n_in / 32) * far_prefetch_bytes(w.type);
+  // The stream's rate covers a chunk in two passes; with more passes (prefill) only every far_every-th
+  // pass carries it, so the reads stay spread over the whole chunk.
+  const int64_t n_passes = (a.n_tokens + pass_tokens - 1) / pass_tokens;
+  const int64_t far_every = std::max<int64_t>(1, n_passes / 2);
   for (int64_t chunk = g_begin; chunk < g_end; chunk += chunk_groups) {
     const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);
     // The next chunk's groups, within the weights (the rows past row_end are most likely this thread's
@@ -247,13 +252,14 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     const int64_t next_end = std::min(n_out / kInterleaveRows, chunk_end + chunk_groups);
     const size_t far_bytes = static_cast<size_t>(std::max<int64_t>(0, next_end - chunk_end)) * group_bytes;
     size_t far_done = 0;
+    int64_t pass_index = 0;
     const auto far = [&]() -> const uint8_t* {
-      if (!spread || far_done >= far_bytes) return nullptr;
+      if (!spread || pass_index % far_every != 0 || far_done >= far_bytes) return nullptr;
       const uint8_t* p = base + chunk_end * group_bytes + far_done;
       far_done += far_per_call;
       return p;
     };
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens) {
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens, ++pass_index) {
       const int n_tok = static_cast<int>(std::min(pass_tokens, a.n_tokens - t0));
       PassActs pass;
       pass_acts(t0, n_tok, pass);
