@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -112,4 +113,38 @@ TEST(Ops, SiluMulAvx2MatchesScalarReference) {
   avx2::silu_mul(inplace.data(), u.data(), inplace.data(), 1000);
   for (int i = 0; i < 1000; ++i)
     EXPECT_LE(std::fabs(inplace[i] - want[i]), 4 * std::numeric_limits<float>::epsilon() * std::fabs(want[i]) + 1e-37f);
+}
+
+// The vectorized argmax against the scalar loop it replaces: ties (first wins), NaNs anywhere (never
+// chosen; index 0 when x[0] is NaN), -0.0 against +0.0, infinities, every length around the 8/16 steps.
+TEST(Ops, ArgmaxAvx2MatchesScalarLoop) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-3, 3);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int checked = 0;
+  for (int64_t n = 1; n <= 70; ++n) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      // Few distinct values, so ties are common.
+      for (float& v : x) v = static_cast<float>(small(rng));
+      const int kind = trial % 8;
+      if (kind == 1) x[rng() % n] = nan;
+      if (kind == 2) x[0] = nan;
+      if (kind == 3) for (float& v : x) v = (rng() % 2) ? 0.0f : -0.0f;
+      if (kind == 4) x[rng() % n] = INFINITY;
+      if (kind == 5) for (float& v : x) v = (rng() % 3) ? nan : -INFINITY;
+      if (kind == 6) for (float& v : x) v = -static_cast<float>(rng() % 1000);
+      if (kind == 7) for (float& v : x) v = nan;
+      ASSERT_EQ(avx2::argmax(x.data(), n), argmax_ref(x.data(), n)) << "n " << n << " trial " << trial;
+      ASSERT_EQ(argmax(x.data(), n), argmax_ref(x.data(), n));
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 70 * 40);
+  // A 128k-vocabulary row with the maximum near the end.
+  std::vector<float> big(128256);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000) * 0.001f;
+  big[128250] = 5.0f;
+  EXPECT_EQ(avx2::argmax(big.data(), static_cast<int64_t>(big.size())), 128250);
 }

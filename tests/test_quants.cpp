@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -410,6 +411,51 @@ TEST(QuantsActivations, Avx2Q8QuantizersMatchScalarBitForBit) {
   // The ties really are ties: 2.5 -> 3 and -3.5 -> -4 in the first block.
   EXPECT_EQ(b0[0].qs[6], 3);   // 6 % 7 - 3.5 = 2.5
   EXPECT_EQ(b0[0].qs[7], -4);  // 0 - 3.5
+}
+
+// ActPack32::quantize_avx2 (8 blocks at a time, straight into the pack) against quantize-then-pack, for
+// row lengths with and without a tail of blocks past the last 8, ties, zero blocks, NaN and infinities.
+TEST(QuantsActivations, PackedQuantizersMatchQuantizeThenPack) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  std::mt19937 rng(23);
+  for (int64_t n : {int64_t{32}, int64_t{32 * 7}, int64_t{32 * 8}, int64_t{32 * 19}, int64_t{2048}}) {
+    const int tok = 3;
+    std::vector<float> x = random_floats(n * tok, rng);
+    for (int j = 0; j < 32; ++j) x[j] = (j == 0) ? 127.0f : static_cast<float>(j % 7) - 3.5f;  // ties
+    if (n >= 64)
+      for (int j = 32; j < 64; ++j) x[j] = 0.0f;  // d = 0
+    if (n >= 128) {
+      x[70] = std::numeric_limits<float>::quiet_NaN();
+      x[100] = std::numeric_limits<float>::infinity();
+      x[101] = -std::numeric_limits<float>::infinity();
+    }
+    for (int64_t j = n; j < n * tok; ++j) x[j] *= static_cast<float>(1 + j % 5) * 3.0f;
+    for (DType act : {DType::Q8_0, DType::Q8_1}) {
+      ActPack32 want, got;
+      want.reset(act, n, tok);
+      got.reset(act, n, tok);
+      for (int t = 0; t < tok; ++t) {
+        std::vector<uint8_t> row(row_bytes(act, n));
+        if (act == DType::Q8_0) {
+          avx2::quantize_row_q8_0(x.data() + t * n, reinterpret_cast<BlockQ8_0*>(row.data()), n);
+        } else {
+          avx2::quantize_row_q8_1(x.data() + t * n, reinterpret_cast<BlockQ8_1*>(row.data()), n);
+        }
+        want.pack(t, row.data());
+        got.quantize_avx2(t, x.data() + t * n);
+      }
+      for (int t = 0; t < tok; ++t) {
+        const PackedActs32 w = want.token(t), g = got.token(t);
+        ASSERT_EQ(std::memcmp(w.qs, g.qs, static_cast<size_t>(n)), 0) << "n " << n << " token " << t;
+        ASSERT_EQ(std::memcmp(w.d, g.d, static_cast<size_t>(n / 32) * sizeof(float)), 0) << "n " << n;
+        if (act == DType::Q8_0) {
+          ASSERT_EQ(std::memcmp(w.q4_offset, g.q4_offset, static_cast<size_t>(n / 32) * sizeof(int32_t)), 0);
+        } else {
+          ASSERT_EQ(std::memcmp(w.s, g.s, static_cast<size_t>(n / 32) * sizeof(float)), 0);
+        }
+      }
+    }
+  }
 }
 
 // quantize_row_q8_K feeds every K-quant matmul: the AVX2 one must give the scalar one's bytes, scale and

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/cpu/ops.h"
 
 namespace kvserve {
 
@@ -39,10 +40,7 @@ void Sampler::set_prompt(const std::vector<int32_t>& prompt_ids) {
 void Sampler::accept(int32_t id) { generated_counts_[id]++; }
 
 int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n_vocab; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
+  return static_cast<int32_t>(kvserve::argmax(logits, n_vocab));
 }
 
 void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {

@@ -49,10 +49,13 @@ void ActPack32::pack(int64_t t, const void* blocks) {
   }
 }
 
-PackedActs32 ActPack32::token(int64_t t) const {
+void ActPack32::quantize_avx2(int64_t t, const float* x) {
   const int64_t nb = n_ / 32;
-  return {qs_ + t * qs_stride_, d_.data() + t * nb, act_type_ == DType::Q8_1 ? s_.data() + t * nb : nullptr,
-          act_type_ == DType::Q8_0 ? q4_offset_.data() + t * nb : nullptr};
+  if (act_type_ == DType::Q8_0) {
+    avx2::quantize_row_q8_0_packed(x, qs_ + t * qs_stride_, d_.data() + t * nb, q4_offset_.data() + t * nb, n_);
+  } else {
+    avx2::quantize_row_q8_1_packed(x, qs_ + t * qs_stride_, d_.data() + t * nb, s_.data() + t * nb, n_);
+  }
 }
 
 bool has_block32_tile(DType weight_type) {

@@ -36,7 +36,16 @@ class ActPack32 {
   void reset(DType act_type, int64_t n, int64_t n_tokens);
   // Unpacks token t from its converted block row (BlockQ8_0 or BlockQ8_1 layout).
   void pack(int64_t t, const void* blocks);
-  PackedActs32 token(int64_t t) const;
+  // Quantizes token t's n floats straight into the pack with avx2::quantize_row_q8_0/1_packed (only after
+  // cpu_has_avx2()): the same bits as pack() of the AVX2 quantizers' block row.
+  void quantize_avx2(int64_t t, const float* x);
+  // Inline: a call per token per pass, and an out-of-line call returned the struct through memory that
+  // the caller then copied again (a store-forwarding stall, ~1% of batched decode).
+  PackedActs32 token(int64_t t) const {
+    const int64_t nb = n_ / 32;
+    return {qs_ + t * qs_stride_, d_.data() + t * nb, act_type_ == DType::Q8_1 ? s_.data() + t * nb : nullptr,
+            act_type_ == DType::Q8_0 ? q4_offset_.data() + t * nb : nullptr};
+  }
 
  private:
   DType act_type_ = DType::Q8_0;

@@ -141,14 +141,25 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
   a.rows = reinterpret_cast<const uint8_t*>(x);
   a.n_tokens = n_tokens;
   if (a.kind.convert == nullptr) return a;
+  if (a.block32) {
+    // Only the pack is read (the interleaved kernels and the block32 tiles): quantize straight into it.
+    pack.reset(a.kind.act_type, n_in, n_tokens);
+    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) pack.quantize_avx2(t, x + t * n_in);
+    };
+    if (n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
+      pool.parallel_for(n_tokens, quantize_tokens);
+    } else {
+      quantize_tokens(0, n_tokens);
+    }
+    a.rows = nullptr;
+    a.pack = &pack;
+    return a;
+  }
   scratch.resize(a.row_bytes * static_cast<size_t>(n_tokens));
   uint8_t* dst = scratch.data();
-  if (a.block32) pack.reset(a.kind.act_type, n_in, n_tokens);
   auto convert_tokens = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      a.kind.convert(x + t * n_in, dst + t * a.row_bytes, n_in);
-      if (a.block32) pack.pack(t, dst + t * a.row_bytes);
-    }
+    for (int64_t t = t0; t < t1; ++t) a.kind.convert(x + t * n_in, dst + t * a.row_bytes, n_in);
   };
   if (n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
     pool.parallel_for(n_tokens, convert_tokens);
@@ -156,7 +167,6 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
     convert_tokens(0, n_tokens);
   }
   a.rows = dst;
-  if (a.block32) a.pack = &pack;
   return a;
 }
 

@@ -105,4 +105,13 @@ void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+int64_t argmax_ref(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+int64_t argmax(const float* x, int64_t n) { return cpu_has_avx2() ? avx2::argmax(x, n) : argmax_ref(x, n); }
+
 }  // namespace kvserve

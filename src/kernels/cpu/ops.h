@@ -42,4 +42,12 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t n);
 
+// The index a scalar `if (x[i] > x[best]) best = i` loop from best = 0 returns (n >= 1): the first
+// maximum, NaNs never chosen (but 0 when x[0] is NaN). Greedy sampling of every sequence's logits.
+int64_t argmax(const float* x, int64_t n);
+int64_t argmax_ref(const float* x, int64_t n);
+namespace avx2 {
+int64_t argmax(const float* x, int64_t n);
+}
+
 }  // namespace kvserve

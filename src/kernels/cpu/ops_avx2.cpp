@@ -74,4 +74,34 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// Two passes instead of the scalar loop's compare chain through x[best] (a 128k vocabulary, one row per
+// sequence per step): the maximum over the non-NaN elements, then the first index holding it (== also
+// matches a -0.0 against +0.0, which the scalar `>` treats as equal too).
+int64_t argmax(const float* x, int64_t n) {
+  if (n <= 0 || std::isnan(x[0])) return 0;
+  // _mm256_max_ps(a, b) returns b when a is NaN, so a NaN element never replaces the running maxima.
+  __m256 m0 = _mm256_set1_ps(x[0]);
+  __m256 m1 = m0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+  }
+  m0 = _mm256_max_ps(m1, m0);  // no NaN lanes: order does not matter
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m0);
+  float m = lanes[0];
+  for (int l = 1; l < 8; ++l) m = std::max(m, lanes[l]);
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  const __m256 target = _mm256_set1_ps(m);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), target, _CMP_EQ_OQ));
+    if (hit != 0) return j + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; j < n; ++j)
+    if (x[j] == m) return j;
+  return 0;  // not reached: m is one of the elements
+}
+
 }  // namespace kvserve::avx2

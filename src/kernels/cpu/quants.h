@@ -142,6 +142,10 @@ float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 // Activation quantizers bit-identical to the scalar ones above (same scale, roundf rounding).
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
+// The same quantizers writing ActPack32's layout directly (quants, fp16-rounded scales as floats, and
+// Q8_0's 8 * quant sums or Q8_1's fp16-rounded d * sums): the same bits as quantizing then packing.
+void quantize_row_q8_0_packed(const float* x, int8_t* qs, float* d, int32_t* q4_offset, int64_t n);
+void quantize_row_q8_1_packed(const float* x, int8_t* qs, float* d, float* s, int64_t n);
 // Bit-identical to the scalar quantize_row_q8_K for every input (nearest_int's add-and-mask rounding,
 // the first element of largest magnitude sets the scale, int8 wrap-around as the scalar cast).
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n);
