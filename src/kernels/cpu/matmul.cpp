@@ -101,8 +101,10 @@ std::atomic<bool> g_simd_enabled{true};
 // comfortable share of L2.
 constexpr size_t kChunkBytes = 256 * 1024;
 constexpr int64_t kMaxChunkRows = 64;
-// Output rows per scheduling unit: balancing chunks are multiples of this.
-constexpr int64_t kRowGrain = 16;
+// Output rows per scheduling unit: balancing chunks are multiples of this. Four 8-row groups, the most a
+// zmm kernel call takes (two pairs): with two (16 rows), every odd-sized piece of a guided split ended in a
+// one-pair call, and one-pair calls were ~13% of batched Q4_0 kernel time at ~0.93x the two-pair rate.
+constexpr int64_t kRowGrain = 32;
 // Rows are handed to threads in chunks of about this many weight bytes (parallel_for_balanced): small
 // enough that the thread the host slows down leaves a short tail, large enough that a claim (one
 // compare-and-swap) is noise next to streaming the chunk.
@@ -226,11 +228,16 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
                                                     : avx2::gemm_interleaved_q8_0);
     fn(n_in, group, n_groups, p.packed, n_tok, out, stride, far);
   };
-  // An even number of groups per chunk (when more than one fits), so batched passes pair every group:
-  // down-projection rows of 8192 columns fit 7 per chunk, and the odd one ran alone at ~0.85x the rate.
+  // Whole calls per chunk (when more than one group fits), so batched passes give every call its most
+  // groups: down-projection rows of 8192 columns fit 7 per chunk, and the odd one ran alone at ~0.85x the
+  // rate (ymm); with the zmm kernels' 4 groups a call the chunk rounds to the nearest multiple of 4 (8
+  // there, 12% over kChunkBytes), else 6 made a two-pair and a one-pair call.
+  const int64_t call_groups = cpu_prefers_zmm() ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
   constexpr int64_t kPair = avx2::kMaxInterleavedGroups;
   const auto fit = static_cast<int64_t>(kChunkBytes / group_bytes);
-  const int64_t chunk_groups = fit >= kPair ? fit / kPair * kPair : 1;
+  const int64_t chunk_groups = fit >= call_groups ? (fit + call_groups / 2) / call_groups * call_groups
+                               : fit >= kPair     ? fit / kPair * kPair
+                                                  : 1;
   const int64_t g_begin = row_begin / kInterleaveRows;
   const int64_t g_end = (row_end + kInterleaveRows - 1) / kInterleaveRows;
   // Tokens per pass over a chunk: Q4's 6-token kernel does ~1.1x the work per ns of its 4-token one (the
