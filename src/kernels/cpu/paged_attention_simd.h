@@ -140,44 +140,42 @@ inline __m256 hsum8(const __m256 (&v)[8]) {
                        _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// The next block's K or V rows, asked for a few lines per slot while the current block is computed. One
+// Coming blocks' K or V rows, asked for a few lines per slot while the current block is computed. One
 // burst of a whole block's lines at the block start filled the core's miss buffers and stalled on its
 // own prefetches (a quarter of the kernel's non-FMA time in perf); spread out they overlap the math.
 struct PrefetchStream {
-  const char* p = nullptr;
-  const char* end = nullptr;
-  const char* p2 = nullptr;  // a second range, streamed after the first
-  const char* end2 = nullptr;
+  static constexpr int kMaxRanges = 3;
+  const char* p[kMaxRanges] = {};
+  const char* end[kMaxRanges] = {};
+  int n_ranges = 0;
+  int cur = 0;
   int lines_per_step = 0;
 
-  PrefetchStream() = default;
-  // Spreads `bytes` from `first_byte` of `base`, then `bytes2` from `first_byte2` of `base2`, over `steps`
-  // calls of step(), rounding up.
-  PrefetchStream(const void* base, size_t first_byte, size_t bytes, const void* base2, size_t first_byte2,
-                 size_t bytes2, int steps)
-      : p(static_cast<const char*>(base) + first_byte),
-        end(p + bytes),
-        p2(static_cast<const char*>(base2) + first_byte2),
-        end2(p2 + bytes2) {
+  // Adds `bytes` from `first_byte` of `base`, streamed after the ranges added before it.
+  void add(const void* base, size_t first_byte, size_t bytes) {
+    if (bytes == 0 || n_ranges == kMaxRanges) return;
+    p[n_ranges] = static_cast<const char*>(base) + first_byte;
+    end[n_ranges] = p[n_ranges] + bytes;
+    ++n_ranges;
+  }
+  // Spreads the ranges' lines over `steps` calls of step(), rounding up.
+  void spread(int steps) {
+    size_t bytes = 0;
+    for (int r = 0; r < n_ranges; ++r) bytes += static_cast<size_t>(end[r] - p[r]);
     const size_t n = static_cast<size_t>(std::max(steps, 1));
-    lines_per_step = static_cast<int>(((bytes + bytes2) / 64 + n - 1) / n);
+    lines_per_step = static_cast<int>((bytes / 64 + n - 1) / n);
   }
   void step() {
     for (int i = 0; i < lines_per_step; ++i) {
-      if (p < end) {
-        _mm_prefetch(p, _MM_HINT_T0);
-        p += 64;
-      } else if (p2 < end2) {
-        _mm_prefetch(p2, _MM_HINT_T0);
-        p2 += 64;
-      } else {
-        return;
-      }
+      while (cur < n_ranges && p[cur] >= end[cur]) ++cur;
+      if (cur == n_ranges) return;
+      _mm_prefetch(p[cur], _MM_HINT_T0);
+      p[cur] += 64;
     }
   }
   void finish() {
-    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
-    for (; p2 < end2; p2 += 64) _mm_prefetch(p2, _MM_HINT_T0);
+    for (; cur < n_ranges; ++cur)
+      for (; p[cur] < end[cur]; p[cur] += 64) _mm_prefetch(p[cur], _MM_HINT_T0);
   }
 };
 
@@ -569,24 +567,26 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     }
     const int max_valid = n_valid[n_tok - 1];
 
-    // Pass 1: scores. While block lb's scores are computed, the next block's K rows and this block's V
+    // Pass 1: scores. While block lb's scores are computed, the K rows of block lb + 2 and this block's V
     // rows (read in pass 3, a few blocks later) stream in.
     for (int64_t lb = lb0; lb < lb1; ++lb) {
       const int first = static_cast<int>((lb - lb0) * bs);
       const int64_t row0 = block_row0(lb);
       const int rows_max = std::min(bs, max_valid - first);
+      // K of the block two ahead (and, at the call's first block, of the next one, which no earlier block
+      // streamed): one block ahead, the K rows of a cache in memory arrived after their scores started
+      // (perf: the first FMA on each K row took a sixth of the scores' samples).
       PrefetchStream pf;
       {
-        const int rows_first = std::min(bs, n_valid[first_tok] - first);
-        const size_t v_bytes = static_cast<size_t>(rows_max) * row_bytes;
-        size_t k_bytes = 0;
-        int64_t next_row0 = 0;
-        if (lb + 1 <= lb_last && (lb + 1 < lb1 || part + 1 < part_end)) {
-          next_row0 = block_row0(lb + 1);
-          k_bytes = static_cast<size_t>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - (lb + 1) * bs)) * row_bytes;
-        }
-        pf = PrefetchStream(a.k_cache, static_cast<size_t>(next_row0) * row_bytes, k_bytes, a.v_cache,
-                            static_cast<size_t>(row0) * row_bytes, v_bytes, rows_first);
+        const auto k_bytes = [&](int64_t b) -> size_t {
+          if (b > lb_last || !(b < lb1 || part + 1 < part_end)) return 0;
+          return static_cast<size_t>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - b * bs)) * row_bytes;
+        };
+        if (lb == lb0 && part == part_begin && k_bytes(lb + 1) > 0)
+          pf.add(a.k_cache, static_cast<size_t>(block_row0(lb + 1)) * row_bytes, k_bytes(lb + 1));
+        if (k_bytes(lb + 2) > 0) pf.add(a.k_cache, static_cast<size_t>(block_row0(lb + 2)) * row_bytes, k_bytes(lb + 2));
+        pf.add(a.v_cache, static_cast<size_t>(row0) * row_bytes, static_cast<size_t>(rows_max) * row_bytes);
+        pf.spread(std::min(bs, n_valid[first_tok] - first));
       }
       if (hd % 8 == 0) {
         for (int i = first_tok; i < n_tok; ++i) {
