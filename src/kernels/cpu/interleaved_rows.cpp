@@ -31,7 +31,8 @@ size_t interleaved_group_bytes(DType type, int64_t n_cols) {
 }
 
 size_t far_prefetch_bytes(DType type) {
-  return avx2::far_prefetch_bytes_per_32(interleaved_block_bytes(type) * 32 / static_cast<size_t>(dtype_info(type).block_elems));
+  const auto block_cols = static_cast<size_t>(dtype_info(type).block_elems);
+  return avx2::far_prefetch_bytes_per_32(interleaved_block_bytes(type) * 32 / block_cols);
 }
 
 namespace {

@@ -584,7 +584,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         };
         if (lb == lb0 && part == part_begin && k_bytes(lb + 1) > 0)
           pf.add(a.k_cache, static_cast<size_t>(block_row0(lb + 1)) * row_bytes, k_bytes(lb + 1));
-        if (k_bytes(lb + 2) > 0) pf.add(a.k_cache, static_cast<size_t>(block_row0(lb + 2)) * row_bytes, k_bytes(lb + 2));
+        if (k_bytes(lb + 2) > 0)
+          pf.add(a.k_cache, static_cast<size_t>(block_row0(lb + 2)) * row_bytes, k_bytes(lb + 2));
         pf.add(a.v_cache, static_cast<size_t>(row0) * row_bytes, static_cast<size_t>(rows_max) * row_bytes);
         pf.spread(std::min(bs, n_valid[first_tok] - first));
       }
