@@ -5,10 +5,13 @@
 // bytes_per_second counts 2^30). This host's bandwidth moves from run to run: compare within one run.
 //
 //   ./bench_matmul --benchmark_min_time=0.2
+//   ./bench_matmul --threads=1 --benchmark_filter='Q4_0/.*tokens:16'   (pool size; default: every core)
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -196,8 +199,25 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
   }
+  // --threads=N sizes the pool (one core alone against both: how much of a loss is shared memory).
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--threads=", 0) == 0) {
+      const int n = std::atoi(arg.c_str() + 10);
+      if (n < 1) {
+        std::fprintf(stderr, "bench_matmul: --threads needs a positive count, got '%s'\n", arg.c_str() + 10);
+        return 1;
+      }
+      ThreadPool::set_global_threads(n);
+      continue;
+    }
+    argv[kept++] = argv[i];
+  }
+  argc = kept;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("threads", std::to_string(ThreadPool::global().size()));
   const bench::TriadResult triad = bench::measure_triad(ThreadPool::global());
   g_triad_bytes_per_s = triad.best_gb_s * 1e9;
   benchmark::AddCustomContext("triad_gb_s", std::to_string(triad.best_gb_s));
