@@ -336,6 +336,20 @@ inline float hmax(__m256 v) {
 
 inline uint16_t float_to_half(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
+// The 32 elements of x times mul, rounded half away from zero: the int32 quants in q, the int8 ones
+// (saturated) stored to qs and returned.
+inline __m256i quantize_32_with(const float* x, __m256 mul, int8_t* qs, __m256i (&q)[4]) {
+  for (int k = 0; k < 4; ++k)
+    q[k] = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), mul)));
+  // int32 -> int8 with the lanes back in order (packs interleave the 128-bit halves).
+  const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
+  const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i bytes =
+      _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), bytes);
+  return bytes;
+}
+
 // One 32-element block: the quants into qs, returns d (unrounded) and the quant sum in *sum.
 inline float quantize_block_32(const float* x, int8_t* qs, int* sum) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
@@ -348,14 +362,8 @@ inline float quantize_block_32(const float* x, int8_t* qs, int* sum) {
   }
   const float d = hmax(amax) / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const __m256 mul = _mm256_set1_ps(id);
   __m256i q[4];
-  for (int k = 0; k < 4; ++k) q[k] = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v[k], mul)));
-  // int32 -> int8 with the lanes back in order (packs interleave the 128-bit halves).
-  const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
-  const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
-  const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), bytes);
+  quantize_32_with(x, _mm256_set1_ps(id), qs, q);
   if (sum != nullptr) {
     const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
@@ -408,7 +416,8 @@ inline __m256 hmax8(const __m256 (&v)[8]) {
 inline __m256i hsum8_epi32(const __m256i (&v)[8]) {
   const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
   const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
 // Eight 32-element blocks of x: quants to qs, fp16-rounded scales (as floats) to d, and per block either
@@ -434,15 +443,8 @@ inline void quantize_8_blocks_packed(const float* x, int8_t* qs, float* d, int32
   _mm256_store_ps(id, idv);
   __m256i sums[8];
   for (int b = 0; b < 8; ++b) {
-    const __m256 mul = _mm256_set1_ps(id[b]);
     __m256i q[4];
-    for (int k = 0; k < 4; ++k)
-      q[k] = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * b + 8 * k), mul)));
-    const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i bytes =
-        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + 32 * b), bytes);
+    const __m256i bytes = quantize_32_with(x + 32 * b, _mm256_set1_ps(id[b]), qs + 32 * b, q);
     if constexpr (kQ8_1) {
       // quantize_row_q8_1 sums the int32 quants (before the int8 saturation).
       sums[b] = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
