@@ -146,9 +146,11 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
   std::mt19937 rng(1);
   std::vector<uint8_t> group(static_cast<size_t>(n_groups * nb) * block_bytes);
   for (auto& b : group) b = static_cast<uint8_t>(rng());
-  for (int64_t i = 0; i < n_groups * nb; ++i) {
-    auto* scales = reinterpret_cast<uint16_t*>(group.data() + i * block_bytes);
-    for (size_t j = 0; j < scale_bytes / 2; ++j) scales[j] = fp32_to_fp16(0.01f);
+  // zmm: the pair layout, each record two groups' with their scales (and mins) first.
+  const int64_t ways = zmm ? 2 : 1;
+  for (int64_t i = 0; i < n_groups * nb / ways; ++i) {
+    auto* scales = reinterpret_cast<uint16_t*>(group.data() + i * ways * block_bytes);
+    for (size_t j = 0; j < ways * scale_bytes / 2; ++j) scales[j] = fp32_to_fp16(0.01f);
   }
   ActPack32 pack;
   const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
@@ -167,10 +169,10 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
   }
   PackedActs32 acts[avx512zmm::kMaxZmmTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = pack.token(t);
-  const auto gemm = zmm ? (type == DType::Q4_0   ? avx512zmm::gemm_interleaved_q4_0
-                           : type == DType::Q4_1 ? avx512zmm::gemm_interleaved_q4_1
-                                                 : avx512zmm::gemm_interleaved_q8_0)
-                    : vnni ? (type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+  const auto pairs = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
+                     : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
+                                           : avx512zmm::gemm_pairs_q8_0;
+  const auto gemm = vnni ? (type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                             : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                   : avx512vnni::gemm_interleaved_q8_0)
                          : (type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
@@ -178,7 +180,11 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
                                                   : avx2::gemm_interleaved_q8_0);
   float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * avx512zmm::kMaxZmmTokens];
   for (auto _ : state) {
-    gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
+    if (zmm) {
+      pairs(n, group.data(), n_groups / 2, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
+    } else {
+      gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
+    }
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }

@@ -94,7 +94,8 @@ void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
     w.data = plain[c].data();
     // As load_model does: the types with an 8-row interleaved layout run on that copy.
     if (has_interleaved_layout(type) && cpu_has_avx2()) {
-      interleaved[c] = interleave_rows(w);
+      w.interleaved_pairs = interleaved_pairs_preferred(type);
+      interleaved[c] = interleave_rows(w, w.interleaved_pairs);
       w.interleaved = interleaved[c].get();
     }
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,16 +31,19 @@ std::vector<std::shared_ptr<uint8_t[]>>& interleaved_keepalive() {
   return buffers;
 }
 
-// Like a loaded model's weights: Q4_0/Q4_1/Q8_0 tensors also get their 8-row interleaved copy, so every test
-// here runs the interleaved kernels (grouped rows) and the one-row tiles (the rows past the last 8).
-Tensor make_tensor(DType type, int64_t n_out, int64_t n_in, const std::vector<uint8_t>& data) {
+// Like a loaded model's weights: Q4_0/Q4_1/Q8_0/K-quant tensors also get their 8-row interleaved copy (in
+// the pair layout where the model loader would use it, unless `pairs` says otherwise), so every test here
+// runs the interleaved kernels (grouped rows) and the one-row tiles (the rows past the last 8).
+Tensor make_tensor(DType type, int64_t n_out, int64_t n_in, const std::vector<uint8_t>& data,
+                   std::optional<bool> pairs = std::nullopt) {
   Tensor t;  // name left empty: assigning a literal trips a GCC 12 -Wrestrict false positive at -O3
   t.type = type;
   t.ne = {n_in, n_out, 1, 1};
   t.n_dims = 2;
   t.data = data.data();
   if (has_interleaved_layout(type) && n_out >= kInterleaveRows) {
-    interleaved_keepalive().push_back(interleave_rows(t));
+    t.interleaved_pairs = pairs.value_or(interleaved_pairs_preferred(type));
+    interleaved_keepalive().push_back(interleave_rows(t, t.interleaved_pairs));
     t.interleaved = interleaved_keepalive().back().get();
   }
   return t;
@@ -308,7 +312,8 @@ TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
 // activation rows, for calling the Q4_0 / Q4_1 / Q8_0 interleaved kernels directly.
 struct Q32KernelCase {
   std::vector<uint8_t> data;
-  Tensor w;
+  Tensor w;                          // the group layout
+  std::shared_ptr<uint8_t[]> paired;  // the same rows in the pair layout
   ActPack32 pack;
   std::vector<std::vector<uint8_t>> rows;
   static constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
@@ -320,7 +325,8 @@ struct Q32KernelCase {
                 bool extreme_token0 = false) {
     data = random_weights(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, rng);
     if (edit_weights) edit_weights(data);
-    w = make_tensor(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, data);
+    w = make_tensor(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
+    paired = interleave_rows(w, /*pairs=*/true);
     const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
     pack.reset(act_type, n_in, kTok);
     for (int t = 0; t < kTok; ++t) {
@@ -451,13 +457,102 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
                            : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                  : avx512vnni::gemm_interleaved_q8_0;
     expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
-    // The 512-bit pair kernels (both groups in one register, up to kMaxZmmTokens tokens), whichever kernel
-    // matmul would pick on this CPU.
-    const auto zmm_gemm = type == DType::Q4_0   ? avx512zmm::gemm_interleaved_q4_0
-                          : type == DType::Q4_1 ? avx512zmm::gemm_interleaved_q4_1
-                                                : avx512zmm::gemm_interleaved_q8_0;
-    expect_vnni_bit_identical(avx2_gemm, zmm_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type,
-                              avx512zmm::kMaxZmmTokens, avx512zmm::kMaxZmmGroups);
+    // The 512-bit pair kernels on the pair layout (both groups of a pair in one register, up to
+    // kMaxZmmTokens tokens), whichever kernel matmul would pick on this CPU: every pair and token count,
+    // with a far stream, against the AVX2 kernel on the group layout in the passes it takes.
+    const auto pair_gemm = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
+                           : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
+                                                 : avx512zmm::gemm_pairs_q8_0;
+    const auto* groups = static_cast<const uint8_t*>(w.interleaved);
+    const size_t group_bytes = interleaved_group_bytes(type, n_in);
+    constexpr int kTok = avx512zmm::kMaxZmmTokens, kPass = avx2::kMaxInterleavedTokens;
+    constexpr int64_t kStride = 8 * avx512zmm::kMaxZmmGroups + 1;
+    for (int n_pairs = 1; n_pairs <= avx512zmm::kMaxZmmPairs; ++n_pairs)
+      for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+        std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
+        for (int g0 = 0; g0 < 2 * n_pairs; g0 += 2)
+          for (int t0 = 0; t0 < n_tok; t0 += kPass)
+            avx2_gemm(n_in, groups + g0 * group_bytes, 2, acts + t0, std::min(kPass, n_tok - t0),
+                      a.data() + t0 * kStride + 8 * g0, kStride, nullptr);
+        pair_gemm(n_in, c.paired.get(), n_pairs, acts, n_tok, b.data(), kStride, groups);
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+            << dtype_name(type) << " pairs " << n_pairs << " tokens " << n_tok;
+      }
+  }
+}
+
+// The pair layout is the group layout's records interleaved piece by piece: for groups 2j and 2j + 1 and
+// each block, d (16 bytes each), Q4_1's m, then each 32-byte quant vector, the even group's piece first;
+// a last odd group stays as it is, and so does every group of a tensor repacked without pairs.
+TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
+  std::mt19937 rng(41);
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+    for (int64_t n_out : {16, 40, 61}) {
+      const int64_t n_in = 96;
+      const auto data = random_weights(type, n_out, n_in, rng);
+      const Tensor w = make_tensor(type, n_out, n_in, data, /*pairs=*/false);
+      const auto paired = interleave_rows(w, /*pairs=*/true);
+      const auto* groups = static_cast<const uint8_t*>(w.interleaved);
+      const size_t record = interleaved_block_bytes(type), group_bytes = interleaved_group_bytes(type, n_in);
+      const size_t scale_bytes = type == DType::Q4_1 ? 32 : 16;
+      const int64_t nb = n_in / 32, n_groups = n_out / 8, paired_groups = interleaved_paired_groups(n_out);
+      EXPECT_EQ(paired_groups, n_out / 16 * 2);
+      for (int64_t g = 0; g < n_groups; ++g)
+        for (int64_t i = 0; i < nb; ++i)
+          for (size_t k = 0; k < record; ++k) {
+            const uint8_t want = groups[g * group_bytes + i * record + k];
+            size_t at = g * group_bytes + i * record + k;
+            if (g < paired_groups) {
+              const size_t half = static_cast<size_t>(g % 2), piece = k < scale_bytes ? 16 : 32;
+              const size_t start = k < scale_bytes ? 0 : scale_bytes;  // pieces are counted from here
+              const size_t n = (k - start) / piece;
+              at = (g - half) * group_bytes + 2 * i * record + 2 * start + (2 * n + half) * piece + (k - start) % piece;
+            }
+            ASSERT_EQ(paired[at], want) << dtype_name(type) << " rows " << n_out << " group " << g << " block " << i
+                                        << " byte " << k;
+          }
+    }
+  const auto k_data = random_weights(DType::Q4_K, 16, 256, rng);
+  EXPECT_THROW(interleave_rows(make_tensor(DType::Q4_K, 16, 256, k_data), /*pairs=*/true), Error);
+}
+
+// matmul over the pair layout gives the group layout's bits for every row, token count and thread split:
+// whole pairs, a last odd group, ranges and stacked matrices (matmul_shared_input) that cut a pair.
+TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
+  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
+  std::mt19937 rng(43);
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const int64_t n_in = 160;
+    for (int64_t n_out : {16, 24, 40, 61, 200}) {
+      const auto data = random_weights(type, n_out, n_in, rng);
+      const Tensor groups = make_tensor(type, n_out, n_in, data, false), pairs = make_tensor(type, n_out, n_in, data, true);
+      for (int threads : {1, 3})
+        for (int64_t n_tokens : {1, 3, 8, 9, 17}) {
+          ThreadPool pool(threads);
+          const auto x = random_floats(n_tokens * n_in, rng);
+          std::vector<float> a(n_tokens * n_out, NAN), b(a.size(), NAN);
+          matmul(groups, x.data(), n_tokens, a.data(), pool);
+          matmul(pairs, x.data(), n_tokens, b.data(), pool);
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+              << dtype_name(type) << " rows " << n_out << " threads " << threads << " tokens " << n_tokens;
+        }
+    }
+    // Stacked: 24 rows (a pair and an odd group) then 40, so the second matrix's ranges start mid-pair.
+    const auto da = random_weights(type, 24, n_in, rng), db = random_weights(type, 40, n_in, rng);
+    const Tensor ga = make_tensor(type, 24, n_in, da, false), gb = make_tensor(type, 40, n_in, db, false);
+    const Tensor pa = make_tensor(type, 24, n_in, da, true), pb = make_tensor(type, 40, n_in, db, true);
+    for (int threads : {2, 3})
+      for (int64_t n_tokens : {1, 8, 17}) {
+        ThreadPool pool(threads);
+        const auto x = random_floats(n_tokens * n_in, rng);
+        std::vector<float> ya(n_tokens * 24), yb(n_tokens * 40), za(ya.size()), zb(yb.size());
+        const MatmulOutput g_outs[] = {{&ga, ya.data()}, {&gb, yb.data()}};
+        const MatmulOutput p_outs[] = {{&pa, za.data()}, {&pb, zb.data()}};
+        matmul_shared_input(g_outs, x.data(), n_tokens, pool);
+        matmul_shared_input(p_outs, x.data(), n_tokens, pool);
+        ASSERT_EQ(ya, za) << dtype_name(type) << " threads " << threads << " tokens " << n_tokens;
+        ASSERT_EQ(yb, zb) << dtype_name(type) << " threads " << threads << " tokens " << n_tokens;
+      }
   }
 }
 

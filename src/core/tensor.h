@@ -18,6 +18,8 @@ struct Tensor {
   // Rows [0, rows / 8 * 8) repacked 8 at a time for the AVX2 kernels (kernels/cpu/interleaved_rows.h), or
   // nullptr. `data` stays the source of truth for every other use.
   const void* interleaved = nullptr;
+  // `interleaved` holds Q4_0 / Q4_1 / Q8_0 groups in pairs (the pair layout of interleaved_rows.h).
+  bool interleaved_pairs = false;
 
   int64_t cols() const { return ne[0]; }
   int64_t rows() const { return ne[1] * ne[2] * ne[3]; }

@@ -37,9 +37,13 @@ size_t repack_weights_for_cpu(Model& model) {
   if (targets.empty()) return 0;
   std::shared_ptr<uint8_t[]> arena = allocate_large_buffer(bytes);
   ThreadPool::global().parallel_for(static_cast<int64_t>(targets.size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) interleave_rows_into(*targets[i], arena.get() + offsets[i]);
+    for (int64_t i = b; i < e; ++i)
+      interleave_rows_into(*targets[i], arena.get() + offsets[i], interleaved_pairs_preferred(targets[i]->type));
   });
-  for (size_t i = 0; i < targets.size(); ++i) targets[i]->interleaved = arena.get() + offsets[i];
+  for (size_t i = 0; i < targets.size(); ++i) {
+    targets[i]->interleaved = arena.get() + offsets[i];
+    targets[i]->interleaved_pairs = interleaved_pairs_preferred(targets[i]->type);
+  }
   model.storage.push_back(std::move(arena));
   return bytes;
 }

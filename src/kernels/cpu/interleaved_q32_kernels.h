@@ -31,10 +31,11 @@ using avx2_inline::broadcast_4_bytes;
 // Prefetches past the end of the weights are harmless: they never fault.
 constexpr size_t kPrefetchAhead = 2048;
 
-template <size_t kRecordBytes>
-inline void prefetch_ahead(const uint8_t* rec) {
+// always_inline: see far_stream below.
+template <size_t kRecordBytes, size_t kAhead = kPrefetchAhead>
+[[gnu::always_inline]] inline void prefetch_ahead(const uint8_t* rec) {
   for (size_t off = 0; off < kRecordBytes; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchAhead + off), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(rec + kAhead + off), _MM_HINT_T0);
 }
 
 // Calls f.template operator()<T>() with T = n_tok as a compile-time constant, 1..kMax (larger counts
@@ -63,23 +64,30 @@ template <bool kQ4_1>
 constexpr size_t kQ4RecordBytes = (kQ4_1 ? 32 : 16) + 128;
 constexpr size_t kQ8_0RecordBytes = 16 + 256;
 
+// Block i's share of the far stream, into L2 (the caller's next weights, needed only after this call and
+// its repeats), for weights of kRecordBytes per 8-row group and block of kBlockCols columns (32, or 256 for
+// the K-quants), so the far stream runs at the same bytes per column for every type.
+// always_inline: GCC 12's ipa-pure-const takes a function that only prefetches for `const` and deletes
+// calls to it that were not inlined early (this one, with its loop, was not: every far prefetch vanished).
+template <size_t kRecordBytes, int kBlockCols = 32>
+[[gnu::always_inline]] inline void far_stream(const uint8_t* far, int64_t i) {
+  if (far == nullptr) return;
+  constexpr size_t kFarBytes = avx2::far_prefetch_bytes_per_32(kRecordBytes * 32 / kBlockCols) * (kBlockCols / 32);
+  for (size_t off = 0; off < kFarBytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(far + i * kFarBytes + off), _MM_HINT_T1);
+}
+
 // The R groups' records of block i (groups group_bytes apart), each prefetched ahead; and block i's share
-// of the far stream, into L2 (the caller's next weights, needed only after this call and its repeats).
-// kBlockCols: columns per block (32, or 256 for the K-quants), so the far stream runs at the same bytes
-// per column for every type.
-template <size_t kRecordBytes, int R, int kBlockCols = 32>
+// of the far stream.
+template <size_t kRecordBytes, int R, int kBlockCols = 32, size_t kAhead = kPrefetchAhead>
 inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, const uint8_t* (&rec)[R],
                           const uint8_t* far = nullptr) {
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r) {
     rec[r] = group + r * group_bytes + i * kRecordBytes;
-    prefetch_ahead<kRecordBytes>(rec[r]);
+    prefetch_ahead<kRecordBytes, kAhead>(rec[r]);
   }
-  if (far != nullptr) {
-    constexpr size_t kFarBytes = avx2::far_prefetch_bytes_per_32(kRecordBytes * 32 / kBlockCols) * (kBlockCols / 32);
-    for (size_t off = 0; off < kFarBytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(far + i * kFarBytes + off), _MM_HINT_T1);
-  }
+  far_stream<kRecordBytes, kBlockCols>(far, i);
 }
 
 // out[t * stride + 8 * r + lane] = lane of acc[r][t]: each token's 8 * R rows are adjacent in the output.

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/large_buffer.h"
 #include "kernels/cpu/quants.h"
@@ -35,28 +36,41 @@ size_t far_prefetch_bytes(DType type) {
   return avx2::far_prefetch_bytes_per_32(interleaved_block_bytes(type) * 32 / block_cols);
 }
 
+bool interleaved_pairs_preferred(DType type) {
+  return (type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0) && cpu_prefers_zmm();
+}
+
 namespace {
 template <typename Block>
-void interleave(const Tensor& w, uint8_t* dst) {
+void interleave(const Tensor& w, uint8_t* dst, bool pairs) {
   const int64_t nb = w.cols() / 32;
   const int64_t groups = w.rows() / kInterleaveRows;
+  const int64_t paired = pairs ? interleaved_paired_groups(w.rows()) : 0;
   constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_1>;
   constexpr int kVectors = sizeof(Block::qs) / 4;  // 4 quant bytes per row per vector: 4 (Q4) or 8 (Q8_0)
+  constexpr size_t kRecordBytes = kInterleaveRows * sizeof(Block);
+  constexpr size_t kHalfBytes = 2 * kInterleaveRows;  // one group's d (or m)
+  constexpr size_t kVectorBytes = 32;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRecordBytes;
   for (int64_t g = 0; g < groups; ++g) {
     const Block* rows[kInterleaveRows];
     for (int r = 0; r < kInterleaveRows; ++r)
       rows[r] = reinterpret_cast<const Block*>(w.row(g * kInterleaveRows + r));
+    // In a pair, each piece of this group's record sits at `half` pieces into the pair's `ways` pieces.
+    const int64_t ways = g < paired ? 2 : 1;
+    const int64_t half = g < paired ? g % 2 : 0;
+    uint8_t* records = dst + static_cast<size_t>(g - half) * group_bytes;
     for (int64_t i = 0; i < nb; ++i) {
-      uint8_t* p = dst;
-      for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + 2 * r, &rows[r][i].d, 2);
-      p += 2 * kInterleaveRows;
+      uint8_t* p = records + static_cast<size_t>(i * ways) * kRecordBytes;
+      for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + half * kHalfBytes + 2 * r, &rows[r][i].d, 2);
+      p += ways * kHalfBytes;
       if constexpr (kHasMin) {
-        for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + 2 * r, &rows[r][i].m, 2);
-        p += 2 * kInterleaveRows;
+        for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + half * kHalfBytes + 2 * r, &rows[r][i].m, 2);
+        p += ways * kHalfBytes;
       }
       for (int h = 0; h < kVectors; ++h)
-        for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + 32 * h + 4 * r, rows[r][i].qs + 4 * h, 4);
-      dst += kInterleaveRows * sizeof(Block);
+        for (int r = 0; r < kInterleaveRows; ++r)
+          std::memcpy(p + (ways * h + half) * kVectorBytes + 4 * r, rows[r][i].qs + 4 * h, 4);
     }
   }
 }
@@ -136,23 +150,25 @@ size_t interleaved_bytes(const Tensor& w) {
   return static_cast<size_t>(w.rows() / kInterleaveRows) * interleaved_group_bytes(w.type, w.cols());
 }
 
-void interleave_rows_into(const Tensor& w, uint8_t* dst) {
+void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
   if (!has_interleaved_layout(w.type)) fail("interleave_rows: tensor '{}' is {}", w.name, dtype_name(w.type));
   if (!w.valid() || w.cols() % dtype_info(w.type).block_elems != 0)
     fail("interleave_rows: tensor '{}' has no data or a bad row length", w.name);
+  if (pairs && w.type != DType::Q4_0 && w.type != DType::Q4_1 && w.type != DType::Q8_0)
+    fail("interleave_rows: tensor '{}' is {}, which has no pair layout", w.name, dtype_name(w.type));
   switch (w.type) {
-    case DType::Q4_0: interleave<BlockQ4_0>(w, dst); break;
-    case DType::Q4_1: interleave<BlockQ4_1>(w, dst); break;
+    case DType::Q4_0: interleave<BlockQ4_0>(w, dst, pairs); break;
+    case DType::Q4_1: interleave<BlockQ4_1>(w, dst, pairs); break;
     case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, dst); break;
     case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
     case DType::Q6_K: interleave_q6_K(w, dst); break;
-    default: interleave<BlockQ8_0>(w, dst); break;
+    default: interleave<BlockQ8_0>(w, dst, pairs); break;
   }
 }
 
-std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w) {
+std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w, bool pairs) {
   std::shared_ptr<uint8_t[]> out = allocate_large_buffer(interleaved_bytes(w));
-  interleave_rows_into(w, out.get());
+  interleave_rows_into(w, out.get(), pairs);
   return out;
 }
 

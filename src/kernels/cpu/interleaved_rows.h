@@ -27,6 +27,12 @@
 //   quants' (q + 32, 0..63) low 4 bits laid out as Q4_K's nibbles, then 16 x 32 bytes of their top 2
 //   bits: vector m, row r, byte k holds those of nibble vector 2m's byte k in bits 0-1 (low nibble's
 //   element) and 2-3 (high nibble's), and of nibble vector 2m + 1's in bits 4-5 and 6-7.
+// Pair layout (Q4_0 / Q4_1 / Q8_0 where interleaved_pairs_preferred(): cores that run the 512-bit kernels
+// below): groups 2j and 2j + 1 share each block's record of twice the bytes, every piece of group 2j's
+// record (its 16 bytes of d, of m, each 32-byte quant vector) followed by the same piece of group 2j + 1's.
+// A 512-bit kernel then loads both groups' quant vector with one load instead of two halves and an
+// insert, and both groups' scales with one 256-bit load. A last odd group keeps the group layout at its
+// place; the whole copy has the same size and group 2j starts at the same offset in both layouts.
 // Q4_0 keeps its quants unsigned (0..15); the -8 offset is applied exactly through the activation block
 // sums. Q8_0's signed quants still need the sign trick per product, but the scale, convert and FMA are
 // shared by 8 rows. Rows past the last multiple of 8 stay in the original tensor.
@@ -58,15 +64,22 @@ size_t interleaved_group_bytes(DType type, int64_t n_cols);
 // The far prefetch stream's bytes per 32 columns for the type's kernels (far_prefetch_bytes_per_32 below).
 size_t far_prefetch_bytes(DType type);
 
-// Bytes of the repacked rows [0, rows / 8 * 8) of w.
+// Bytes of the repacked rows [0, rows / 8 * 8) of w (either layout).
 size_t interleaved_bytes(const Tensor& w);
 
+// True where the weights of `type` should be repacked in the pair layout: Q4_0 / Q4_1 / Q8_0 on a core
+// that runs the 512-bit pair kernels (cpu_prefers_zmm()).
+bool interleaved_pairs_preferred(DType type);
+
+// Groups of 8 rows in pairs (the pair layout) of a tensor with `rows` rows: rows / 16 * 2.
+inline int64_t interleaved_paired_groups(int64_t rows) { return rows / 16 * 2; }
+
 // Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K tensor into
-// dst[0, interleaved_bytes(w)).
-void interleave_rows_into(const Tensor& w, uint8_t* dst);
+// dst[0, interleaved_bytes(w)): in the pair layout when `pairs` (Q4_0 / Q4_1 / Q8_0 only).
+void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs = false);
 
 // The same into a buffer of its own.
-std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w);
+std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w, bool pairs = false);
 
 namespace avx2 {
 // Tokens one interleaved kernel call multiplies: every token past the first shares the groups' loads and
@@ -129,20 +142,24 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512vnni
 
-// The kernels above with each pair of groups in 512-bit registers
-// (interleaved_zmm_avx512vnni.cpp): n_groups 1..kMaxZmmGroups, n_tok 1..kMaxZmmTokens, bit-identical to
-// them; an odd group goes to avx512vnni::. Only after cpu_has_avx512_vnni(); matmul takes them where
+// The kernels above with each pair of groups in 512-bit registers (interleaved_zmm_avx512vnni.cpp),
+// n_tok 1..kMaxZmmTokens, bit-identical to them. Only after cpu_has_avx512_vnni(); matmul takes them where
 // cpu_prefers_zmm().
 namespace avx512zmm {
 inline constexpr int kMaxZmmTokens = 8;
 inline constexpr int kMaxZmmGroups = 4;
-void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-// The K-quants: each pair of groups in 512-bit registers, one pair at a time.
+inline constexpr int kMaxZmmPairs = kMaxZmmGroups / 2;
+// Q4_0 / Q4_1 / Q8_0 in the pair layout: n_pairs (1..kMaxZmmPairs) consecutive pairs of groups from
+// `pairs` (the first pair's first block record), out[t * out_stride + 16 * p + 8 * h + r] = row r of
+// group h of pair p . token t; the far stream as in avx2:: (n / 32 * far_prefetch_bytes(type) bytes).
+void gemm_pairs_q4_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+// The K-quants in the group layout (n_groups 1..kMaxZmmGroups; an odd group goes to avx512vnni::): each
+// pair of groups in 512-bit registers, one pair at a time.
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,

@@ -1,13 +1,13 @@
 // Two interleaved 8-row groups in one 512-bit register: the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K kernels
-// of interleaved_rows.h (avx512zmm namespace) for calls that take pairs of groups and several tokens,
-// i.e. batched decode and prefill, where the kernels are bound by instructions rather than by memory.
+// of interleaved_rows.h (avx512zmm namespace) for calls that take pairs of groups, above all batched
+// decode and prefill, where the kernels are bound by instructions rather than by memory.
 //
 // Why: on a core with full-width AVX-512 (Zen 5, bench_cpu_peak Peak/*: vpdpbusd on zmm issues at the
 // same instructions per cycle as on ymm) a zmm vpdpbusd does twice the multiply-adds, and the per-block
 // float work (convert, scale, FMA) is done once for 16 rows. A zmm holds group 0's 8 rows in its low
 // half and group 1's in its high half, so the records stay as they are (one load and one 256-bit insert
-// per quant vector, shared by every token), and each token's broadcast activation is one vpbroadcastd
-// for both groups.
+// per quant vector, shared by every token; Q4_0 / Q4_1 / Q8_0 use the pair layout instead, one load), and
+// each token's broadcast activation is one vpbroadcastd for both groups.
 //
 // Each lane is one row and gets exactly the operations the 8-row VNNI kernel gives it (the same exact
 // int32 block sums, then the same float multiply, convert and FMA in the same order), so results are
@@ -50,16 +50,19 @@ inline __m512i broadcast4(const int8_t* p) {
 
 enum class Q32 { kQ4_0, kQ4_1, kQ8_0 };
 
-// Q4_0 / Q4_1 / Q8_0, P pairs of groups times T tokens: gemm_fixed and gemm_q8_0_fixed (kVnni = true) of
-// interleaved_q32_kernels.h with both groups of a pair in one register. A block is 8 quant vectors g:
-// Q4's 4 packed vectors as their low nibbles (elements 4g) then their high ones (16 + 4(g - 4)); Q8_0's
-// 8 vectors as w + 128 unsigned, the 128 * sum(y) that adds taken off at the start of the block's sum.
+// Q4_0 / Q4_1 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed and gemm_q8_0_fixed
+// (kVnni = true) of interleaved_q32_kernels.h with both groups of a pair in one register. A block is 8
+// quant vectors g: Q4's 4 packed vectors as their low nibbles (elements 4g) then their high ones (16 + 4(g
+// - 4)); Q8_0's 8 vectors as w + 128 unsigned, the 128 * sum(y) that adds taken off at the start of the
+// block's sum. In the pair layout each vector of both groups is one 64-byte load: from the group layout
+// (two 32-byte loads and an insert per vector) this kernel ran at ~0.9x (bench_matmul Q4_0 16 tokens,
+// one thread).
 template <Q32 kType, int P, int T>
-void gemm_pairs_q32(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
+void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const PackedActs32* acts, float* out,
                     int64_t stride, const uint8_t* far) {
   constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1;
-  constexpr size_t kScaleBytes = kQ4_1 ? 32 : 16;
-  constexpr size_t kRecordBytes = kQ8 ? kQ8_0RecordBytes : kQ4RecordBytes<kQ4_1>;
+  constexpr size_t kScaleBytes = kQ4_1 ? 64 : 32;  // both groups' d (and m)
+  constexpr size_t kRecordBytes = kQ8 ? kQ8_0RecordBytes : kQ4RecordBytes<kQ4_1>;  // one group's
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   const __m512i sign_flip = _mm512_set1_epi8(-128);
   __m512 acc[P][T];
@@ -68,15 +71,18 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* group, size_t group_bytes, const 
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[2 * P];
-    block_records<kRecordBytes, 2 * P>(group, group_bytes, i, rec, far);
+    const uint8_t* rec[P];
+    // A pair's record is two groups' records; the far stream keeps the group layout's bytes per block.
+    block_records<2 * kRecordBytes, P>(pairs, pair_bytes, i, rec);
+    far_stream<kRecordBytes>(far, i);
     __m512i sum[P][T];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       __m512i q[P];
 #pragma GCC unroll 2
       for (int p = 0; p < P; ++p) {
-        const __m512i packed = load_pair(rec[2 * p], rec[2 * p + 1], kScaleBytes + 32 * (kQ8 ? g : g % 4));
+        const __m512i packed =
+            _mm512_loadu_si512(reinterpret_cast<const __m512i*>(rec[p] + kScaleBytes) + (kQ8 ? g : g % 4));
         q[p] = kQ8 ? _mm512_xor_si512(packed, sign_flip)
                    : _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
       }
@@ -93,9 +99,9 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* group, size_t group_bytes, const 
     }
 #pragma GCC unroll 2
     for (int p = 0; p < P; ++p) {
-      const __m512 dw = load_pair_ph(rec[2 * p], rec[2 * p + 1], 0);
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[p])));
       [[maybe_unused]] __m512 mw;
-      if constexpr (kQ4_1) mw = load_pair_ph(rec[2 * p], rec[2 * p + 1], 16);
+      if constexpr (kQ4_1) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[p] + 32)));
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
@@ -108,6 +114,22 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* group, size_t group_bytes, const 
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 2
     for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + t * stride + 16 * p, acc[p][t]);
+}
+
+// n_pairs (1..kMaxZmmPairs) pairs times n_tok (1..kMaxZmmTokens) tokens of one Q32 type.
+template <Q32 kType>
+void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                int64_t out_stride, const uint8_t* prefetch) {
+  constexpr size_t kRecordBytes = kType == Q32::kQ8_0 ? kQ8_0RecordBytes : kQ4RecordBytes<kType == Q32::kQ4_1>;
+  const int64_t nb = n / 32;
+  const size_t pair_bytes = 2 * static_cast<size_t>(nb) * kRecordBytes;
+  with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() {
+    if (n_pairs >= 2) {
+      gemm_pairs_q32<kType, 2, T>(nb, pairs, pair_bytes, acts, out, out_stride, prefetch);
+    } else {
+      gemm_pairs_q32<kType, 1, T>(nb, pairs, pair_bytes, acts, out, out_stride, prefetch);
+    }
+  });
 }
 
 // Q4_K / Q5_K (kQ5) x Q8_K, a pair of groups times T tokens: gemm_q4_K_fixed<kVnni = true> of
@@ -331,25 +353,19 @@ void gemm_groups(const Pairs& pairs, Fn ymm_gemm, int64_t n, const uint8_t* grou
 
 namespace avx512zmm {
 
-void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_groups<32, kQ4RecordBytes<false>>([]<int P, int T>(auto... a) { gemm_pairs_q32<Q32::kQ4_0, P, T>(a...); },
-                                         avx512vnni::gemm_interleaved_q4_0, n, group, n_groups, acts, n_tok, out,
-                                         out_stride, prefetch);
+void gemm_pairs_q4_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  gemm_pairs<Q32::kQ4_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
 }
 
-void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_groups<32, kQ4RecordBytes<true>>([]<int P, int T>(auto... a) { gemm_pairs_q32<Q32::kQ4_1, P, T>(a...); },
-                                        avx512vnni::gemm_interleaved_q4_1, n, group, n_groups, acts, n_tok, out,
-                                        out_stride, prefetch);
+void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  gemm_pairs<Q32::kQ4_1>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
 }
 
-void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_groups<32, kQ8_0RecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q32<Q32::kQ8_0, P, T>(a...); },
-                                    avx512vnni::gemm_interleaved_q8_0, n, group, n_groups, acts, n_tok, out,
-                                    out_stride, prefetch);
+void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  gemm_pairs<Q32::kQ8_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
 }
 
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,

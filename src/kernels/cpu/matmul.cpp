@@ -200,9 +200,21 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       }
     }
   };
-  // One kernel call: n_groups groups from `group` times the pass's n_tok tokens.
-  const auto gemm = [&](const uint8_t* group, int n_groups, const PassActs& p, int n_tok, float* out, int64_t stride,
-                        const uint8_t* far) {
+  // Q4_0 / Q4_1 / Q8_0 groups [0, paired_end) are in pairs (interleaved_rows.h): the 512-bit pair kernels
+  // take them, a pair at least per call; a last odd group keeps the group layout.
+  const bool pairs = w.interleaved_pairs;
+  if (pairs && !vnni) fail("matmul: tensor '{}' is repacked in pairs, which needs AVX512-VNNI", w.name);
+  const int64_t paired_end = pairs ? interleaved_paired_groups(n_out) : 0;
+  // One kernel call: n_groups groups from `group` times the pass's n_tok tokens (whole pairs when `paired`).
+  const auto gemm = [&](const uint8_t* group, int n_groups, bool paired, const PassActs& p, int n_tok, float* out,
+                        int64_t stride, const uint8_t* far) {
+    if (paired) {
+      const auto fn = w.type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
+                      : w.type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
+                                              : avx512zmm::gemm_pairs_q8_0;
+      fn(n_in, group, n_groups / 2, p.packed, n_tok, out, stride, far);
+      return;
+    }
     if (k_quant && zmm) {
       const auto fn = w.type == DType::Q4_K   ? avx512zmm::gemm_interleaved_q4_K
                       : w.type == DType::Q5_K ? avx512zmm::gemm_interleaved_q5_K
@@ -217,28 +229,34 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       fn(n_in, group, n_groups, p.q8_k, n_tok, out, stride, far);
       return;
     }
-    const auto fn = zmm ? (w.type == DType::Q4_0   ? avx512zmm::gemm_interleaved_q4_0
-                           : w.type == DType::Q4_1 ? avx512zmm::gemm_interleaved_q4_1
-                                                   : avx512zmm::gemm_interleaved_q8_0)
-                  : vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+    const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                             : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                                     : avx512vnni::gemm_interleaved_q8_0)
                          : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                             : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                                     : avx2::gemm_interleaved_q8_0);
-    fn(n_in, group, n_groups, p.packed, n_tok, out, stride, far);
+    // The pair layout's last odd group comes here in passes of the pair kernels' tokens: more than this
+    // kernel takes.
+    constexpr int kGroupTokens = avx2::kMaxInterleavedTokens;
+    for (int t0 = 0; t0 < n_tok; t0 += kGroupTokens)
+      fn(n_in, group, n_groups, p.packed + t0, std::min(kGroupTokens, n_tok - t0), out + t0 * stride, stride,
+         t0 == 0 ? far : nullptr);
   };
   // Whole calls per chunk (when more than one group fits), so batched passes give every call its most
   // groups: down-projection rows of 8192 columns fit 7 per chunk, and the odd one ran alone at ~0.85x the
   // rate (ymm); with the zmm kernels' 4 groups a call the chunk rounds to the nearest multiple of 4 (8
   // there, 12% over kChunkBytes), else 6 made a two-pair and a one-pair call.
-  const int64_t call_groups = cpu_prefers_zmm() ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
+  // The zmm kernels (the K-quants', or the pair layout's) take 4 groups a call, the others 2.
+  const bool zmm_calls = pairs || (k_quant && zmm);
+  const int64_t call_groups = zmm_calls ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
   constexpr int64_t kPair = avx2::kMaxInterleavedGroups;
   const auto fit = static_cast<int64_t>(kChunkBytes / group_bytes);
-  const int64_t chunk_groups = fit >= call_groups ? (fit + call_groups / 2) / call_groups * call_groups
-                               : fit >= kPair     ? fit / kPair * kPair
-                                                  : 1;
-  const int64_t g_begin = row_begin / kInterleaveRows;
+  // Chunks start on a pair (and so are whole pairs) in the pair layout.
+  const int64_t chunk_groups = fit >= call_groups     ? (fit + call_groups / 2) / call_groups * call_groups
+                               : fit >= kPair || pairs ? std::max(fit / kPair, int64_t{1}) * kPair
+                                                       : 1;
+  int64_t g_begin = row_begin / kInterleaveRows;
+  if (g_begin < paired_end) g_begin -= g_begin % 2;
   const int64_t g_end = (row_end + kInterleaveRows - 1) / kInterleaveRows;
   // Tokens per pass over a chunk: Q4's 6-token kernel does ~1.1x the work per ns of its 4-token one (the
   // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
@@ -247,8 +265,10 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // The zmm kernels take 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences
   // are then two even passes) and up to two pairs per call, which share each broadcast activation
   // (bench_matmul Q4_0 16 tokens 1.05x over one pair; KernelZmm Q8_0 g4/t8 376 against 310 G MAC/s at g2).
-  const int64_t max_groups_per_call = zmm ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
-  const int64_t pass_tokens = zmm ? avx512zmm::kMaxZmmTokens : w.type == DType::Q8_0 ? 4 : avx2::kMaxInterleavedTokens;
+  const int64_t max_groups_per_call = call_groups;
+  const int64_t pass_tokens = zmm_calls ? avx512zmm::kMaxZmmTokens
+                              : w.type == DType::Q8_0 ? 4
+                                                      : avx2::kMaxInterleavedTokens;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   // With more than one pass, the first pass over a chunk would read it from memory at the kernel's full
   // rate (both cores together at about the triad bandwidth) and the later ones not at all: instead every
@@ -280,23 +300,33 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       const int n_tok = static_cast<int>(std::min(pass_tokens, a.n_tokens - t0));
       PassActs pass;
       pass_acts(t0, n_tok, pass);
-      for (int64_t g = chunk; g < chunk_end; ++g) {
+      for (int64_t g = chunk; g < chunk_end;) {
         const int64_t r0 = g * kInterleaveRows;
-        if (r0 >= row_begin && r0 + kInterleaveRows <= row_end) {
+        const bool paired = g < paired_end;
+        const int64_t unit = paired ? 2 : 1;  // groups the smallest call takes here
+        if (r0 >= row_begin && r0 + unit * kInterleaveRows <= row_end) {
           // Several groups per call when they lie inside the range: they share each broadcast activation.
-          // Decode (one token) keeps one group per call: it waits on memory, not on the kernel.
-          const int64_t n_groups =
-              n_tok == 1 ? 1 : std::min({max_groups_per_call, chunk_end - g, (row_end - r0) / kInterleaveRows});
-          gemm(base + g * group_bytes, static_cast<int>(n_groups), pass, n_tok, y + t0 * n_out + r0, n_out, far());
-          g += n_groups - 1;
+          // Decode (one token) keeps one group (or pair) per call: it waits on memory, not on the kernel,
+          // and one stream through memory did better than two (1B Q4_0 batch-1 decode, one pair a call:
+          // ~1.1x two pairs).
+          int64_t n_groups =
+              n_tok == 1 ? unit : std::min({max_groups_per_call, chunk_end - g, (row_end - r0) / kInterleaveRows});
+          if (paired) n_groups = std::min(n_groups, paired_end - g) / 2 * 2;
+          gemm(base + g * group_bytes, static_cast<int>(n_groups), paired, pass, n_tok, y + t0 * n_out + r0, n_out,
+               far());
+          g += n_groups;
           continue;
         }
-        float out[kInterleaveRows * kTok];
-        gemm(base + g * group_bytes, 1, pass, n_tok, out, kInterleaveRows, nullptr);
+        // A group (or pair) cut by the range's edge: whole into a scratch tile, then the range's rows.
+        constexpr int kMaxUnitRows = 2 * kInterleaveRows;
+        const int unit_rows = static_cast<int>(unit) * kInterleaveRows;
+        float out[kMaxUnitRows * kTok];
+        gemm(base + g * group_bytes, static_cast<int>(unit), paired, pass, n_tok, out, unit_rows, nullptr);
         const int i_begin = static_cast<int>(std::max<int64_t>(0, row_begin - r0));
-        const int i_end = static_cast<int>(std::min<int64_t>(kInterleaveRows, row_end - r0));
+        const int i_end = static_cast<int>(std::min<int64_t>(unit_rows, row_end - r0));
         for (int t = 0; t < n_tok; ++t)
-          for (int i = i_begin; i < i_end; ++i) y[(t0 + t) * n_out + r0 + i] = out[t * kInterleaveRows + i];
+          for (int i = i_begin; i < i_end; ++i) y[(t0 + t) * n_out + r0 + i] = out[t * unit_rows + i];
+        g += unit;
       }
     }
   }
