@@ -265,10 +265,15 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // The zmm kernels take 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences
   // are then two even passes) and up to two pairs per call, which share each broadcast activation
   // (bench_matmul Q4_0 16 tokens 1.05x over one pair; KernelZmm Q8_0 g4/t8 376 against 310 G MAC/s at g2).
+  // Except Q4_0 in the pair layout, at 6: its 2 pairs x 6 tokens of sums and accumulators fit in the
+  // registers (at 8 GCC kept 12 of the 16 accumulators on the stack). 1B-shaped, 5 alternating pairs:
+  // batched decode (16 sequences, passes of 6, 6, 4) 1.024x, prefill 1.06x. Q8_0 and SmolLM2's Q4_1 did
+  // worse at 6 (batched decode 0.93-0.96x): their chunks' third pass from L2 costs more than it saves.
   const int64_t max_groups_per_call = call_groups;
-  const int64_t pass_tokens = zmm_calls ? avx512zmm::kMaxZmmTokens
-                              : w.type == DType::Q8_0 ? 4
-                                                      : avx2::kMaxInterleavedTokens;
+  const int64_t pass_tokens = pairs && w.type == DType::Q4_0 ? 6
+                              : zmm_calls                    ? avx512zmm::kMaxZmmTokens
+                              : w.type == DType::Q8_0        ? 4
+                                                             : avx2::kMaxInterleavedTokens;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   // With more than one pass, the first pass over a chunk would read it from memory at the kernel's full
   // rate (both cores together at about the triad bandwidth) and the later ones not at all: instead every
