@@ -91,13 +91,16 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
   std::mt19937 rng(1);
   std::vector<uint8_t> group(static_cast<size_t>(n_groups * nb) * record);
   for (auto& b : group) b = static_cast<uint8_t>(rng());
-  for (int64_t i = 0; i < n_groups * nb; ++i) {
-    uint8_t* rec = group.data() + i * record;
+  // zmm: the pair layout, each record two groups' with the pieces of both side by side, so the scales
+  // (and Q4_K / Q5_K's 6-bit sub-block scales and mins) take twice the bytes at the front.
+  const int64_t ways = zmm ? 2 : 1;
+  for (int64_t i = 0; i < n_groups * nb / ways; ++i) {
+    uint8_t* rec = group.data() + i * ways * record;
     auto* scales = reinterpret_cast<uint16_t*>(rec);
     const bool scale_min = type == DType::Q4_K || type == DType::Q5_K;
-    for (int j = 0; j < (scale_min ? 16 : 8); ++j) scales[j] = fp32_to_fp16(0.01f);
+    for (int j = 0; j < (scale_min ? 16 : 8) * ways; ++j) scales[j] = fp32_to_fp16(0.01f);
     if (scale_min)
-      for (int j = 32; j < 160; ++j) rec[j] &= 63;
+      for (int64_t j = 32 * ways; j < 160 * ways; ++j) rec[j] &= 63;
   }
   std::vector<BlockQ8_K> rows(static_cast<size_t>(n_tok * nb));
   for (auto& b : rows) {
@@ -113,13 +116,17 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
   for (int t = 0; t < n_tok; ++t) acts[t] = rows.data() + t * nb;
   float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * avx512zmm::kMaxZmmTokens];
   for (auto _ : state) {
-    const auto fn = zmm ? (type == DType::Q4_K   ? avx512zmm::gemm_interleaved_q4_K
-                           : type == DType::Q5_K ? avx512zmm::gemm_interleaved_q5_K
-                                                 : avx512zmm::gemm_interleaved_q6_K)
-                    : type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
-                    : type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
-                                          : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
-    fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
+    if (zmm) {
+      const auto pairs = type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
+                         : type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
+                                               : avx512zmm::gemm_pairs_q6_K;
+      pairs(n, group.data(), n_groups / 2, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
+    } else {
+      const auto fn = type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
+                      : type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
+                                            : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
+      fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
+    }
     benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }

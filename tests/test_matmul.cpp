@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -369,6 +370,29 @@ void expect_vnni_bit_identical(Fn avx2_gemm, Fn vnni_gemm, int64_t n_in, const u
     }
 }
 
+// A pair kernel (on `paired`, the pair layout) against the AVX2 kernel (on `groups`, the same rows in the
+// group layout, in the passes of groups and tokens it takes), for every pair and token count the pair
+// kernels take: the same bits, and nothing written past the pairs' rows. The pair kernel also gets a far
+// prefetch stream.
+template <typename Fn, typename PairFn, typename Acts>
+void expect_pairs_bit_identical(Fn avx2_gemm, PairFn pair_gemm, int64_t n_in, const uint8_t* groups, const uint8_t* paired,
+                                const Acts* acts, DType type) {
+  constexpr int kTok = avx512zmm::kMaxZmmTokens, kPass = avx2::kMaxInterleavedTokens;
+  constexpr int64_t kStride = 8 * avx512zmm::kMaxZmmGroups + 1;
+  const size_t group_bytes = interleaved_group_bytes(type, n_in);
+  for (int n_pairs = 1; n_pairs <= avx512zmm::kMaxZmmPairs; ++n_pairs)
+    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+      std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
+      for (int g0 = 0; g0 < 2 * n_pairs; g0 += 2)
+        for (int t0 = 0; t0 < n_tok; t0 += kPass)
+          avx2_gemm(n_in, groups + g0 * group_bytes, 2, acts + t0, std::min(kPass, n_tok - t0),
+                    a.data() + t0 * kStride + 8 * g0, kStride, nullptr);
+      pair_gemm(n_in, paired, n_pairs, acts, n_tok, b.data(), kStride, groups);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << dtype_name(type) << " pairs " << n_pairs << " tokens " << n_tok;
+    }
+}
+
 // The interleaved kernels called directly, for every group and token count they take: each token's 8
 // outputs per group land at out + t * stride + 8 * g (and nowhere else) with the same bits as that group
 // and token multiplied alone.
@@ -463,39 +487,36 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
     const auto pair_gemm = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
                            : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
                                                  : avx512zmm::gemm_pairs_q8_0;
-    const auto* groups = static_cast<const uint8_t*>(w.interleaved);
-    const size_t group_bytes = interleaved_group_bytes(type, n_in);
-    constexpr int kTok = avx512zmm::kMaxZmmTokens, kPass = avx2::kMaxInterleavedTokens;
-    constexpr int64_t kStride = 8 * avx512zmm::kMaxZmmGroups + 1;
-    for (int n_pairs = 1; n_pairs <= avx512zmm::kMaxZmmPairs; ++n_pairs)
-      for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-        std::vector<float> a(kStride * kTok, -7.0f), b(a.size(), -7.0f);
-        for (int g0 = 0; g0 < 2 * n_pairs; g0 += 2)
-          for (int t0 = 0; t0 < n_tok; t0 += kPass)
-            avx2_gemm(n_in, groups + g0 * group_bytes, 2, acts + t0, std::min(kPass, n_tok - t0),
-                      a.data() + t0 * kStride + 8 * g0, kStride, nullptr);
-        pair_gemm(n_in, c.paired.get(), n_pairs, acts, n_tok, b.data(), kStride, groups);
-        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-            << dtype_name(type) << " pairs " << n_pairs << " tokens " << n_tok;
-      }
+    expect_pairs_bit_identical(avx2_gemm, pair_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), c.paired.get(),
+                               acts, type);
   }
 }
 
-// The pair layout is the group layout's records interleaved piece by piece: for groups 2j and 2j + 1 and
-// each block, d (16 bytes each), Q4_1's m, then each 32-byte quant vector, the even group's piece first;
-// a last odd group stays as it is, and so does every group of a tensor repacked without pairs.
+// The pair layout is the group layout's records interleaved piece by piece (interleaved_rows.h): for
+// groups 2j and 2j + 1 and each block, each piece of the even group's record then the same piece of the
+// odd group's; a last odd group stays as it is. The pieces, as the 512-bit kernels load them:
+// Q4_0 / Q4_1 / Q8_0 d (and m) rows of 16 bytes and quant vectors of 32; the K-quants' d and dmin rows,
+// 8-byte sub-block scales, 16-byte mins of two sub-blocks (Q4_K / Q5_K) and 32-byte vectors.
 TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
   std::mt19937 rng(41);
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  const std::vector<std::pair<DType, std::vector<std::pair<size_t, int>>>> specs = {
+      {DType::Q4_0, {{16, 1}, {32, 4}}},
+      {DType::Q4_1, {{16, 2}, {32, 4}}},
+      {DType::Q8_0, {{16, 1}, {32, 8}}},
+      {DType::Q4_K, {{16, 2}, {8, 8}, {16, 4}, {32, 32}}},
+      {DType::Q5_K, {{16, 2}, {8, 8}, {16, 4}, {32, 40}}},
+      {DType::Q6_K, {{16, 1}, {8, 16}, {32, 48}}},
+  };
+  for (const auto& [type, pieces] : specs)
     for (int64_t n_out : {16, 40, 61}) {
-      const int64_t n_in = 96;
+      const int64_t n_in = dtype_info(type).block_elems == 256 ? 512 : 96;
       const auto data = random_weights(type, n_out, n_in, rng);
       const Tensor w = make_tensor(type, n_out, n_in, data, /*pairs=*/false);
       const auto paired = interleave_rows(w, /*pairs=*/true);
       const auto* groups = static_cast<const uint8_t*>(w.interleaved);
       const size_t record = interleaved_block_bytes(type), group_bytes = interleaved_group_bytes(type, n_in);
-      const size_t scale_bytes = type == DType::Q4_1 ? 32 : 16;
-      const int64_t nb = n_in / 32, n_groups = n_out / 8, paired_groups = interleaved_paired_groups(n_out);
+      const int64_t nb = n_in / dtype_info(type).block_elems, n_groups = n_out / 8;
+      const int64_t paired_groups = interleaved_paired_groups(n_out);
       EXPECT_EQ(paired_groups, n_out / 16 * 2);
       for (int64_t g = 0; g < n_groups; ++g)
         for (int64_t i = 0; i < nb; ++i)
@@ -503,17 +524,24 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
             const uint8_t want = groups[g * group_bytes + i * record + k];
             size_t at = g * group_bytes + i * record + k;
             if (g < paired_groups) {
-              const size_t half = static_cast<size_t>(g % 2), piece = k < scale_bytes ? 16 : 32;
-              const size_t start = k < scale_bytes ? 0 : scale_bytes;  // pieces are counted from here
-              const size_t n = (k - start) / piece;
-              at = (g - half) * group_bytes + 2 * i * record + 2 * start + (2 * n + half) * piece + (k - start) % piece;
+              // Byte k lies in piece `n` of a segment starting at byte `start` of the group's record: in
+              // the pair's record that segment starts at 2 * start, and the piece at 2 n + half.
+              const size_t half = static_cast<size_t>(g % 2);
+              size_t start = 0;
+              for (const auto& [bytes, count] : pieces) {
+                if (k < start + bytes * count) {
+                  const size_t n = (k - start) / bytes;
+                  at = (g - half) * group_bytes + 2 * i * record + 2 * start + (2 * n + half) * bytes +
+                       (k - start) % bytes;
+                  break;
+                }
+                start += bytes * count;
+              }
             }
             ASSERT_EQ(paired[at], want) << dtype_name(type) << " rows " << n_out << " group " << g << " block " << i
                                         << " byte " << k;
           }
     }
-  const auto k_data = random_weights(DType::Q4_K, 16, 256, rng);
-  EXPECT_THROW(interleave_rows(make_tensor(DType::Q4_K, 16, 256, k_data), /*pairs=*/true), Error);
 }
 
 // matmul over the pair layout gives the group layout's bits for every row, token count and thread split:
@@ -521,8 +549,8 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
 TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
   std::mt19937 rng(43);
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const int64_t n_in = 160;
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t n_in = dtype_info(type).block_elems == 256 ? 512 : 160;
     for (int64_t n_out : {16, 24, 40, 61, 200}) {
       const auto data = random_weights(type, n_out, n_in, rng);
       const Tensor groups = make_tensor(type, n_out, n_in, data, false), pairs = make_tensor(type, n_out, n_in, data, true);
@@ -573,7 +601,7 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   const int64_t n_in = 3 * kQK_K;
   std::mt19937 rng(41);
   const auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
-  const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
+  const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
   std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
   const BlockQ8_K* acts[kTok];
   for (int t = 0; t < kTok; ++t) {
@@ -641,7 +669,8 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
       std::memset(p + offsetof(BlockQ6_K, qh), 0xFF, sizeof(BlockQ6_K::qh));
     }
   }
-  const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data);
+  const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
+  const auto paired = interleave_rows(w, /*pairs=*/true);
   std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
   const BlockQ8_K* acts[kTok];
   for (int t = 0; t < kTok; ++t) {
@@ -657,12 +686,12 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
                          : type == DType::Q5_K ? avx512vnni::gemm_interleaved_q5_K
                                                : avx512vnni::gemm_interleaved_q6_K;
   expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
-  // The 512-bit pair kernels, for up to kMaxZmmGroups groups and kMaxZmmTokens tokens.
-  const auto zmm_gemm = type == DType::Q4_K   ? avx512zmm::gemm_interleaved_q4_K
-                        : type == DType::Q5_K ? avx512zmm::gemm_interleaved_q5_K
-                                              : avx512zmm::gemm_interleaved_q6_K;
-  expect_vnni_bit_identical(avx2_gemm, zmm_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type, kTok,
-                            kGroups);
+  // The 512-bit pair kernels on the pair layout, for every pair and token count.
+  const auto pair_gemm = type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
+                         : type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
+                                               : avx512zmm::gemm_pairs_q6_K;
+  expect_pairs_bit_identical(avx2_gemm, pair_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), paired.get(), acts,
+                             type);
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K),

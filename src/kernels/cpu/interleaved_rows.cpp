@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -36,41 +37,30 @@ size_t far_prefetch_bytes(DType type) {
   return avx2::far_prefetch_bytes_per_32(interleaved_block_bytes(type) * 32 / block_cols);
 }
 
-bool interleaved_pairs_preferred(DType type) {
-  return (type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0) && cpu_prefers_zmm();
-}
+bool interleaved_pairs_preferred(DType type) { return has_interleaved_layout(type) && cpu_prefers_zmm(); }
 
 namespace {
 template <typename Block>
-void interleave(const Tensor& w, uint8_t* dst, bool pairs) {
+void interleave(const Tensor& w, uint8_t* dst) {
   const int64_t nb = w.cols() / 32;
   const int64_t groups = w.rows() / kInterleaveRows;
-  const int64_t paired = pairs ? interleaved_paired_groups(w.rows()) : 0;
   constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_1>;
   constexpr int kVectors = sizeof(Block::qs) / 4;  // 4 quant bytes per row per vector: 4 (Q4) or 8 (Q8_0)
-  constexpr size_t kRecordBytes = kInterleaveRows * sizeof(Block);
-  constexpr size_t kHalfBytes = 2 * kInterleaveRows;  // one group's d (or m)
-  constexpr size_t kVectorBytes = 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRecordBytes;
   for (int64_t g = 0; g < groups; ++g) {
     const Block* rows[kInterleaveRows];
     for (int r = 0; r < kInterleaveRows; ++r)
       rows[r] = reinterpret_cast<const Block*>(w.row(g * kInterleaveRows + r));
-    // In a pair, each piece of this group's record sits at `half` pieces into the pair's `ways` pieces.
-    const int64_t ways = g < paired ? 2 : 1;
-    const int64_t half = g < paired ? g % 2 : 0;
-    uint8_t* records = dst + static_cast<size_t>(g - half) * group_bytes;
     for (int64_t i = 0; i < nb; ++i) {
-      uint8_t* p = records + static_cast<size_t>(i * ways) * kRecordBytes;
-      for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + half * kHalfBytes + 2 * r, &rows[r][i].d, 2);
-      p += ways * kHalfBytes;
+      uint8_t* p = dst;
+      for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + 2 * r, &rows[r][i].d, 2);
+      p += 2 * kInterleaveRows;
       if constexpr (kHasMin) {
-        for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + half * kHalfBytes + 2 * r, &rows[r][i].m, 2);
-        p += ways * kHalfBytes;
+        for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + 2 * r, &rows[r][i].m, 2);
+        p += 2 * kInterleaveRows;
       }
       for (int h = 0; h < kVectors; ++h)
-        for (int r = 0; r < kInterleaveRows; ++r)
-          std::memcpy(p + (ways * h + half) * kVectorBytes + 4 * r, rows[r][i].qs + 4 * h, 4);
+        for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + 32 * h + 4 * r, rows[r][i].qs + 4 * h, 4);
+      dst += kInterleaveRows * sizeof(Block);
     }
   }
 }
@@ -144,6 +134,51 @@ void interleave_q6_K(const Tensor& w, uint8_t* dst) {
     }
   }
 }
+// The pieces of a group's block record that the pair layout interleaves, front to back: (bytes, count).
+// A piece is what one 512-bit kernel load takes for one group (a d row, a quant vector, a sub-block's
+// scales), so both groups' copies of it are adjacent.
+struct Pieces {
+  size_t bytes;
+  int count;
+};
+std::vector<Pieces> pair_pieces(DType type) {
+  switch (type) {
+    case DType::Q4_0: return {{16, 1}, {32, 4}};
+    case DType::Q4_1: return {{16, 2}, {32, 4}};
+    case DType::Q8_0: return {{16, 1}, {32, 8}};
+    // d, dmin; 8 sub-blocks' scales; mins of sub-blocks 2k and 2k + 1 together; 32 quant vectors (Q5_K:
+    // then 8 vectors of 5th bits).
+    case DType::Q4_K: return {{16, 2}, {8, 8}, {16, 4}, {32, 32}};
+    case DType::Q5_K: return {{16, 2}, {8, 8}, {16, 4}, {32, 40}};
+    // d; 16 sub-blocks' scales; 32 nibble vectors and 16 vectors of top bits.
+    case DType::Q6_K: return {{16, 1}, {8, 16}, {32, 48}};
+    default: return {};
+  }
+}
+
+// Groups [0, interleaved_paired_groups(rows)) of a group-layout copy, in place, into the pair layout.
+void pair_groups(const Tensor& w, uint8_t* dst) {
+  const std::vector<Pieces> pieces = pair_pieces(w.type);
+  const size_t record = interleaved_block_bytes(w.type);
+  const size_t group_bytes = interleaved_group_bytes(w.type, w.cols());
+  const int64_t nb = w.cols() / dtype_info(w.type).block_elems;
+  size_t covered = 0;
+  for (const Pieces& p : pieces) covered += p.bytes * static_cast<size_t>(p.count);
+  if (covered != record) fail("interleave_rows: {} pair pieces cover {} of {} bytes", dtype_name(w.type), covered, record);
+  std::vector<uint8_t> pair(2 * group_bytes);
+  for (int64_t g = 0; g < interleaved_paired_groups(w.rows()); g += 2) {
+    uint8_t* base = dst + static_cast<size_t>(g) * group_bytes;
+    std::memcpy(pair.data(), base, 2 * group_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      uint8_t* out = base + 2 * static_cast<size_t>(i) * record;
+      size_t off = 0;  // within a group's record
+      for (const Pieces& p : pieces)
+        for (int k = 0; k < p.count; ++k, off += p.bytes)
+          for (int half = 0; half < 2; ++half, out += p.bytes)
+            std::memcpy(out, pair.data() + half * group_bytes + i * record + off, p.bytes);
+    }
+  }
+}
 }  // namespace
 
 size_t interleaved_bytes(const Tensor& w) {
@@ -154,16 +189,17 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
   if (!has_interleaved_layout(w.type)) fail("interleave_rows: tensor '{}' is {}", w.name, dtype_name(w.type));
   if (!w.valid() || w.cols() % dtype_info(w.type).block_elems != 0)
     fail("interleave_rows: tensor '{}' has no data or a bad row length", w.name);
-  if (pairs && w.type != DType::Q4_0 && w.type != DType::Q4_1 && w.type != DType::Q8_0)
+  if (pairs && pair_pieces(w.type).empty())
     fail("interleave_rows: tensor '{}' is {}, which has no pair layout", w.name, dtype_name(w.type));
   switch (w.type) {
-    case DType::Q4_0: interleave<BlockQ4_0>(w, dst, pairs); break;
-    case DType::Q4_1: interleave<BlockQ4_1>(w, dst, pairs); break;
+    case DType::Q4_0: interleave<BlockQ4_0>(w, dst); break;
+    case DType::Q4_1: interleave<BlockQ4_1>(w, dst); break;
     case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, dst); break;
     case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
     case DType::Q6_K: interleave_q6_K(w, dst); break;
-    default: interleave<BlockQ8_0>(w, dst, pairs); break;
+    default: interleave<BlockQ8_0>(w, dst); break;
   }
+  if (pairs) pair_groups(w, dst);
 }
 
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w, bool pairs) {

@@ -27,12 +27,14 @@
 //   quants' (q + 32, 0..63) low 4 bits laid out as Q4_K's nibbles, then 16 x 32 bytes of their top 2
 //   bits: vector m, row r, byte k holds those of nibble vector 2m's byte k in bits 0-1 (low nibble's
 //   element) and 2-3 (high nibble's), and of nibble vector 2m + 1's in bits 4-5 and 6-7.
-// Pair layout (Q4_0 / Q4_1 / Q8_0 where interleaved_pairs_preferred(): cores that run the 512-bit kernels
-// below): groups 2j and 2j + 1 share each block's record of twice the bytes, every piece of group 2j's
-// record (its 16 bytes of d, of m, each 32-byte quant vector) followed by the same piece of group 2j + 1's.
-// A 512-bit kernel then loads both groups' quant vector with one load instead of two halves and an
-// insert, and both groups' scales with one 256-bit load. A last odd group keeps the group layout at its
-// place; the whole copy has the same size and group 2j starts at the same offset in both layouts.
+// Pair layout (where interleaved_pairs_preferred(): cores that run the 512-bit kernels below): groups 2j
+// and 2j + 1 share each block's record of twice the bytes, every piece of group 2j's record followed by
+// the same piece of group 2j + 1's. The pieces are what a 512-bit kernel loads for one group: Q4_0 /
+// Q4_1 / Q8_0's 16 bytes of d (and of m) and each 32-byte quant vector; the K-quants' 16 bytes of d (and
+// dmin), each sub-block's 8 bytes of scales, Q4_K / Q5_K's mins of two sub-blocks (16 bytes) and each
+// 32-byte vector (quants, Q5_K's 5th bits, Q6_K's top bits). A 512-bit kernel then loads a piece of both
+// groups with one load instead of two halves and an insert. A last odd group keeps the group layout at
+// its place; the whole copy has the same size and group 2j starts at the same offset in both layouts.
 // Q4_0 keeps its quants unsigned (0..15); the -8 offset is applied exactly through the activation block
 // sums. Q8_0's signed quants still need the sign trick per product, but the scale, convert and FMA are
 // shared by 8 rows. Rows past the last multiple of 8 stay in the original tensor.
@@ -67,15 +69,15 @@ size_t far_prefetch_bytes(DType type);
 // Bytes of the repacked rows [0, rows / 8 * 8) of w (either layout).
 size_t interleaved_bytes(const Tensor& w);
 
-// True where the weights of `type` should be repacked in the pair layout: Q4_0 / Q4_1 / Q8_0 on a core
-// that runs the 512-bit pair kernels (cpu_prefers_zmm()).
+// True where the weights of `type` (one with an interleaved layout) should be repacked in the pair layout:
+// on a core that runs the 512-bit pair kernels (cpu_prefers_zmm()).
 bool interleaved_pairs_preferred(DType type);
 
 // Groups of 8 rows in pairs (the pair layout) of a tensor with `rows` rows: rows / 16 * 2.
 inline int64_t interleaved_paired_groups(int64_t rows) { return rows / 16 * 2; }
 
 // Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K tensor into
-// dst[0, interleaved_bytes(w)): in the pair layout when `pairs` (Q4_0 / Q4_1 / Q8_0 only).
+// dst[0, interleaved_bytes(w)): in the pair layout when `pairs`.
 void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs = false);
 
 // The same into a buffer of its own.
@@ -158,14 +160,14 @@ void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedA
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
-// The K-quants in the group layout (n_groups 1..kMaxZmmGroups; an odd group goes to avx512vnni::): each
-// pair of groups in 512-bit registers, one pair at a time.
-void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+// Q4_K / Q5_K / Q6_K in the pair layout against Q8_K activation rows, the same contract; the pairs run one
+// after another.
+void gemm_pairs_q4_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q5_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q6_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512zmm
 
 }  // namespace kvserve

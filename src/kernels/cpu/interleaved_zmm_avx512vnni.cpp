@@ -5,9 +5,9 @@
 // Why: on a core with full-width AVX-512 (Zen 5, bench_cpu_peak Peak/*: vpdpbusd on zmm issues at the
 // same instructions per cycle as on ymm) a zmm vpdpbusd does twice the multiply-adds, and the per-block
 // float work (convert, scale, FMA) is done once for 16 rows. A zmm holds group 0's 8 rows in its low
-// half and group 1's in its high half, so the records stay as they are (one load and one 256-bit insert
-// per quant vector, shared by every token; Q4_0 / Q4_1 / Q8_0 use the pair layout instead, one load), and
-// each token's broadcast activation is one vpbroadcastd for both groups.
+// half and group 1's in its high half: the weights are in the pair layout (interleaved_rows.h), so that
+// is one load per quant vector, shared by every token, and each token's broadcast activation is one
+// vpbroadcastd for both groups.
 //
 // Each lane is one row and gets exactly the operations the 8-row VNNI kernel gives it (the same exact
 // int32 block sums, then the same float multiply, convert and FMA in the same order), so results are
@@ -29,17 +29,14 @@
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
 
-// The 32 bytes at offset `off` of both groups' records: group 0's in the low half.
-inline __m512i load_pair(const uint8_t* rec0, const uint8_t* rec1, size_t off) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec0 + off))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec1 + off)), 1);
+// The 64 bytes at offset `off` of a pair's record: a piece of group 0 then the same piece of group 1.
+inline __m512i load64(const uint8_t* rec, size_t off) {
+  return _mm512_loadu_si512(reinterpret_cast<const __m512i*>(rec + off));
 }
 
-// The 8 fp16 values at offset `off` of both records, as 16 floats (rows of group 0, then group 1).
-inline __m512 load_pair_ph(const uint8_t* rec0, const uint8_t* rec1, size_t off) {
-  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec0 + off));
-  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec1 + off));
-  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+// The 16 fp16 values at offset `off` of a pair's record (group 0's 8 rows, then group 1's), as floats.
+inline __m512 load_ph16(const uint8_t* rec, size_t off) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + off)));
 }
 
 inline __m512i broadcast4(const int8_t* p) {
@@ -81,8 +78,7 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
       __m512i q[P];
 #pragma GCC unroll 2
       for (int p = 0; p < P; ++p) {
-        const __m512i packed =
-            _mm512_loadu_si512(reinterpret_cast<const __m512i*>(rec[p] + kScaleBytes) + (kQ8 ? g : g % 4));
+        const __m512i packed = load64(rec[p], kScaleBytes + 64 * (kQ8 ? g : g % 4));
         q[p] = kQ8 ? _mm512_xor_si512(packed, sign_flip)
                    : _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
       }
@@ -99,9 +95,9 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
     }
 #pragma GCC unroll 2
     for (int p = 0; p < P; ++p) {
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[p])));
+      const __m512 dw = load_ph16(rec[p], 0);
       [[maybe_unused]] __m512 mw;
-      if constexpr (kQ4_1) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[p] + 32)));
+      if constexpr (kQ4_1) mw = load_ph16(rec[p], 32);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
@@ -132,14 +128,14 @@ void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32
   });
 }
 
-// Q4_K / Q5_K (kQ5) x Q8_K, a pair of groups times T tokens: gemm_q4_K_fixed<kVnni = true> of
-// interleaved_kquant_kernels.h with both groups in one register. The sub-block scales of the 16 rows
-// widen from two 8-byte loads; the mins go through the same byte shuffle as there, with group 0's 16
-// bytes in the low 256 bits and group 1's in the high ones.
+// Q4_K / Q5_K (kQ5) x Q8_K, a pair of groups (pair layout) times T tokens: gemm_q4_K_fixed<kVnni = true>
+// of interleaved_kquant_kernels.h with both groups in one register. A sub-block's scales of the 16 rows
+// widen from one 16-byte load; the mins of two sub-blocks (both groups' 16 bytes, one 32-byte load) go
+// through the same byte shuffle as there, with group 0's in the low 256 bits and group 1's in the high.
 template <bool kQ5, int T>
-void gemm_pair_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
-                    int64_t stride, const uint8_t* far) {
-  constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
+void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* acts, float* out, int64_t stride,
+                    const uint8_t* far) {
+  constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;  // one group's
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
   // [min of sub-block 2k, min of 2k + 1] per row from 16 bytes (sub-blocks 2k, 2k + 1, rows in order) in
@@ -151,8 +147,9 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[2];
-    block_records<kRecordBytes, 2, kQK_K>(group, group_bytes, i, rec, far);
+    const uint8_t* rec[1];
+    block_records<2 * kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
+    far_stream<kRecordBytes, kQK_K>(far, i);
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
@@ -161,10 +158,10 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
         __m512i sum[T];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
-          const __m512i packed = load_pair(rec[0], rec[1], 160 + 32 * (8 * k + g));
+          const __m512i packed = load64(rec[0], 2 * 160 + 64 * (8 * k + g));
           __m512i q = _mm512_and_si512(e == 0 ? packed : _mm512_srli_epi16(packed, 4), low_mask);
           if constexpr (kQ5) {
-            const __m512i planes = load_pair(rec[0], rec[1], kQ4KRecordBytes + 32 * g);
+            const __m512i planes = load64(rec[0], 2 * kQ4KRecordBytes + 64 * g);
             const int bit = 2 * k + e;
             const __m512i moved = bit < 4 ? _mm512_slli_epi16(planes, 4 - bit) : _mm512_srli_epi16(planes, bit - 4);
             q = _mm512_or_si512(q, _mm512_and_si512(moved, bit4));
@@ -175,10 +172,8 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
             sum[t] = _mm512_dpbusd_epi32(g == 0 ? _mm512_setzero_si512() : sum[t], q, y);
           }
         }
-        const size_t scale_off = 32 + 8 * (2 * k + e);
-        const __m512i scales = _mm512_cvtepu8_epi32(
-            _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[0] + scale_off)),
-                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[1] + scale_off))));
+        const __m512i scales =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 64 + 16 * (2 * k + e))));
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           const __m512i p = _mm512_mullo_epi32(sum[t], scales);
@@ -189,14 +184,12 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
     __m512i mins[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 96) + k);
-      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[1] + 96) + k);
-      mins[k] = _mm512_shuffle_epi8(
-          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(lo)), _mm256_broadcastsi128_si256(hi), 1),
-          min_pick);
+      // [group 0's 16 bytes, group 1's] -> 128-bit lanes [group 0, group 0, group 1, group 1].
+      const __m512i both = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[0] + 192) + k));
+      mins[k] = _mm512_shuffle_epi8(_mm512_shuffle_i64x2(both, both, 0x50), min_pick);
     }
-    const __m512 d = load_pair_ph(rec[0], rec[1], 0);
-    const __m512 dmin = load_pair_ph(rec[0], rec[1], 16);
+    const __m512 d = load_ph16(rec[0], 0);
+    const __m512 dmin = load_ph16(rec[0], 32);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const BlockQ8_K& y = acts[t][i];
@@ -216,24 +209,29 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
 }
 
-// Q6_K x Q8_K, a pair of groups times T tokens: gemm_q6_K_fixed<kVnni = true> with both groups in one
-// register (q6_K_quants on 512 bits; int8 scales widened from two 8-byte loads; the -32 offset's scale
-// pairs through the same shuffle as there, group 0 in the low 256 bits).
+// Q6_K x Q8_K, a pair of groups (pair layout) times T tokens: gemm_q6_K_fixed<kVnni = true> with both
+// groups in one register (q6_K_quants on 512 bits; a sub-block's int8 scales of the 16 rows widened from
+// one 16-byte load; the -32 offset's scale pairs through the same shuffle as there, group 0 in the low
+// 256 bits).
 template <int T>
-void gemm_pair_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
-                    int64_t stride, const uint8_t* far) {
-  constexpr size_t kNibbles = 144, kTops = 144 + 1024;
+void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* acts, float* out, int64_t stride,
+                    const uint8_t* far) {
+  // Offsets in a pair's record: both groups' d (32 bytes), 16 sub-blocks' scales (16 bytes each), then
+  // 32 nibble vectors and 16 vectors of top bits (64 bytes each).
+  constexpr size_t kScales = 32, kNibbles = 32 + 256, kTops = kNibbles + 2048;
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   const __m512i top_mask = _mm512_set1_epi8(0x30);
   const __m512i pair_pick = _mm512_broadcast_i64x4(
       _mm256_setr_epi8(-1, 0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11,  //
                        -1, 4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15));
+  const __m512i sub_pick = _mm512_setr_epi64(0, 2, 0, 2, 1, 3, 1, 3);
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[2];
-    block_records<kQ6KRecordBytes, 2, kQK_K>(group, group_bytes, i, rec, far);
+    const uint8_t* rec[1];
+    block_records<2 * kQ6KRecordBytes, 1, kQK_K>(pair, 0, i, rec);
+    far_stream<kQ6KRecordBytes, kQK_K>(far, i);
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
@@ -245,8 +243,8 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
 #pragma GCC unroll 4
           for (int g = 4 * j; g < 4 * j + 4; ++g) {
             const int h = 8 * k + g;
-            const __m512i nib = load_pair(rec[0], rec[1], kNibbles + 32 * h);
-            const __m512i top = load_pair(rec[0], rec[1], kTops + 32 * (h / 2));
+            const __m512i nib = load64(rec[0], kNibbles + 64 * h);
+            const __m512i top = load64(rec[0], kTops + 64 * (h / 2));
             const __m512i low = _mm512_and_si512(e == 0 ? nib : _mm512_srli_epi16(nib, 4), low_mask);
             const int shift = 4 * (h % 2) + 2 * e;
             const __m512i high = shift < 4    ? _mm512_slli_epi16(top, 4 - shift)
@@ -259,10 +257,8 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
               sum[t] = _mm512_dpbusd_epi32(g == 4 * j ? _mm512_setzero_si512() : sum[t], q, y);
             }
           }
-          const size_t scale_off = 16 + 8 * (4 * k + 2 * e + j);
           const __m512i sc = _mm512_cvtepi8_epi32(
-              _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[0] + scale_off)),
-                                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[1] + scale_off))));
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + kScales + 16 * (4 * k + 2 * e + j))));
 #pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
             const __m512i p = _mm512_mullo_epi32(sum[t], sc);
@@ -275,13 +271,11 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
     __m512i osum[T];
 #pragma GCC unroll 8
     for (int m = 0; m < 8; ++m) {
-      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 16 + 16 * m));
-      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[1] + 16 + 16 * m));
-      const __m512i sc = _mm512_srai_epi16(
-          _mm512_shuffle_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(lo)),
-                                                 _mm256_broadcastsi128_si256(hi), 1),
-                              pair_pick),
-          8);
+      // Sub-blocks 2m and 2m + 1 as [group 0's 2m, group 1's 2m, group 0's 2m + 1, group 1's 2m + 1] (8
+      // bytes each) -> 128-bit lanes [group 0's two, group 0's two, group 1's two, group 1's two].
+      const __m512i both = _mm512_castsi256_si512(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[0] + kScales + 32 * m)));
+      const __m512i sc = _mm512_srai_epi16(_mm512_shuffle_epi8(_mm512_permutexvar_epi64(sub_pick, both), pair_pick), 8);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         int32_t ysums;
@@ -290,7 +284,7 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
         osum[t] = m == 0 ? p : _mm512_add_epi32(osum[t], p);
       }
     }
-    const __m512 d = load_pair_ph(rec[0], rec[1], 0);
+    const __m512 d = load_ph16(rec[0], 0);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512i total = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(osum[t], 5));
@@ -301,52 +295,17 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const 
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
 }
 
-// A lone group (a chunk's odd one, a range edge) through the ymm kernel, in passes of at most its
-// kMaxInterleavedTokens tokens.
-template <typename Fn, typename Acts>
-void lone_group(Fn ymm_gemm, int64_t n, const uint8_t* group, const Acts* acts, int n_tok, float* out,
-                int64_t out_stride, const uint8_t* prefetch) {
-  constexpr int kPass = avx2::kMaxInterleavedTokens;
-  for (int t0 = 0; t0 < n_tok; t0 += kPass)
-    ymm_gemm(n, group, 1, acts + t0, std::min(kPass, n_tok - t0), out + t0 * out_stride, out_stride,
-             t0 == 0 ? prefetch : nullptr);
-}
-
-// The K-quant pair kernels keep one pair's sums in registers: P pairs run one after another.
-template <bool kQ5, int P, int T>
-void gemm_pairs_q4_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
-                     int64_t stride, const uint8_t* far) {
-  for (int p = 0; p < P; ++p)
-    gemm_pair_q4_K<kQ5, T>(nb, group + 2 * p * group_bytes, group_bytes, acts, out + 16 * p, stride, p ? nullptr : far);
-}
-
-template <int P, int T>
-void gemm_pairs_q6_K(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
-                     int64_t stride, const uint8_t* far) {
-  for (int p = 0; p < P; ++p)
-    gemm_pair_q6_K<T>(nb, group + 2 * p * group_bytes, group_bytes, acts, out + 16 * p, stride, p ? nullptr : far);
-}
-
-// n_groups (1..kMaxZmmGroups) groups from `group` (records of kRecordBytes per kBlockCols columns): four
-// as two pairs, else a pair, and an odd group left over through the ymm kernel. pairs.operator()<P, T>(nb,
-// group, group_bytes, acts, out, stride, far) runs P pairs x T tokens.
-template <int kBlockCols, size_t kRecordBytes, typename Acts, typename Pairs, typename Fn>
-void gemm_groups(const Pairs& pairs, Fn ymm_gemm, int64_t n, const uint8_t* group, int n_groups, const Acts* acts,
-                 int n_tok, float* out, int64_t out_stride, const uint8_t* prefetch) {
-  const int64_t nb = n / kBlockCols;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRecordBytes;
-  const int done = n_groups >= 4 ? 4 : n_groups >= 2 ? 2 : 0;
-  if (done > 0)
+// The K-quant pair kernels keep one pair's sums in registers: the pairs run one after another, n_tok
+// (1..kMaxZmmTokens) tokens each; the far stream goes with the first.
+template <typename Kernel>
+void kquant_pairs(Kernel kernel, int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok,
+                  float* out, int64_t out_stride, const uint8_t* prefetch, size_t record_bytes) {
+  const int64_t nb = n / kQK_K;
+  const size_t pair_bytes = 2 * static_cast<size_t>(nb) * record_bytes;
+  for (int p = 0; p < n_pairs; ++p)
     with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() {
-      if (done == 4) {
-        pairs.template operator()<2, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
-      } else {
-        pairs.template operator()<1, T>(nb, group, group_bytes, acts, out, out_stride, prefetch);
-      }
+      kernel.template operator()<T>(nb, pairs + p * pair_bytes, acts, out + 16 * p, out_stride, p ? nullptr : prefetch);
     });
-  if (done < n_groups)
-    lone_group(ymm_gemm, n, group + done * group_bytes, acts, n_tok, out + done * kInterleaveRows, out_stride,
-               done == 0 ? prefetch : nullptr);
 }
 
 }  // namespace
@@ -368,25 +327,22 @@ void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedA
   gemm_pairs<Q32::kQ8_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
 }
 
-void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_groups<kQK_K, kQ4KRecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q4_K<false, P, T>(a...); },
-                                      avx512vnni::gemm_interleaved_q4_K, n, group, n_groups, acts, n_tok, out,
-                                      out_stride, prefetch);
+void gemm_pairs_q4_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  kquant_pairs([]<int T>(auto... a) { gemm_pair_q4_K<false, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out, out_stride,
+               prefetch, kQ4KRecordBytes);
 }
 
-void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_groups<kQK_K, kQ5KRecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q4_K<true, P, T>(a...); },
-                                      avx512vnni::gemm_interleaved_q5_K, n, group, n_groups, acts, n_tok, out,
-                                      out_stride, prefetch);
+void gemm_pairs_q5_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  kquant_pairs([]<int T>(auto... a) { gemm_pair_q4_K<true, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out, out_stride,
+               prefetch, kQ5KRecordBytes);
 }
 
-void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_groups<kQK_K, kQ6KRecordBytes>([]<int P, int T>(auto... a) { gemm_pairs_q6_K<P, T>(a...); },
-                                      avx512vnni::gemm_interleaved_q6_K, n, group, n_groups, acts, n_tok, out,
-                                      out_stride, prefetch);
+void gemm_pairs_q6_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  kquant_pairs([]<int T>(auto... a) { gemm_pair_q6_K<T>(a...); }, n, pairs, n_pairs, acts, n_tok, out, out_stride,
+               prefetch, kQ6KRecordBytes);
 }
 
 }  // namespace avx512zmm

@@ -182,9 +182,6 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
   const bool vnni = cpu_has_avx512_vnni();
   const bool k_quant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
-  // Pairs of groups in 512-bit registers where the core runs them at full width (bench_cpu_peak KernelZmm
-  // against KernelVnni, Zen 5: Q4_0 ~370 against ~205 G MAC/s, Q5_K ~305 against ~146).
-  const bool zmm = cpu_prefers_zmm();
   // The kernels' activation operands for tokens [t0, t0 + n_tok), made once per pass over a chunk (made
   // per call, ActPack32::token's by-value copies cost ~3% of batched decode in store-forwarding stalls).
   struct PassActs {
@@ -200,8 +197,10 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       }
     }
   };
-  // Q4_0 / Q4_1 / Q8_0 groups [0, paired_end) are in pairs (interleaved_rows.h): the 512-bit pair kernels
-  // take them, a pair at least per call; a last odd group keeps the group layout.
+  // Groups [0, paired_end) are in pairs (interleaved_rows.h): the 512-bit pair kernels take them, a pair at
+  // least per call; a last odd group keeps the group layout. (Weights are paired where the core runs
+  // 512-bit registers at full width: bench_cpu_peak KernelZmm against KernelVnni, Zen 5: Q4_0 ~370
+  // against ~205 G MAC/s, Q5_K ~305 against ~146.)
   const bool pairs = w.interleaved_pairs;
   if (pairs && !vnni) fail("matmul: tensor '{}' is repacked in pairs, which needs AVX512-VNNI", w.name);
   const int64_t paired_end = pairs ? interleaved_paired_groups(n_out) : 0;
@@ -209,45 +208,47 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const auto gemm = [&](const uint8_t* group, int n_groups, bool paired, const PassActs& p, int n_tok, float* out,
                         int64_t stride, const uint8_t* far) {
     if (paired) {
-      const auto fn = w.type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
-                      : w.type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
-                                              : avx512zmm::gemm_pairs_q8_0;
-      fn(n_in, group, n_groups / 2, p.packed, n_tok, out, stride, far);
+      if (k_quant) {
+        const auto fn = w.type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
+                        : w.type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
+                                                : avx512zmm::gemm_pairs_q6_K;
+        fn(n_in, group, n_groups / 2, p.q8_k, n_tok, out, stride, far);
+      } else {
+        const auto fn = w.type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
+                        : w.type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
+                                                : avx512zmm::gemm_pairs_q8_0;
+        fn(n_in, group, n_groups / 2, p.packed, n_tok, out, stride, far);
+      }
       return;
     }
-    if (k_quant && zmm) {
-      const auto fn = w.type == DType::Q4_K   ? avx512zmm::gemm_interleaved_q4_K
-                      : w.type == DType::Q5_K ? avx512zmm::gemm_interleaved_q5_K
-                                              : avx512zmm::gemm_interleaved_q6_K;
-      fn(n_in, group, n_groups, p.q8_k, n_tok, out, stride, far);
-      return;
-    }
-    if (k_quant) {
-      const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
-                      : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
-                                              : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
-      fn(n_in, group, n_groups, p.q8_k, n_tok, out, stride, far);
-      return;
-    }
-    const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
-                            : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
-                                                    : avx512vnni::gemm_interleaved_q8_0)
-                         : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
-                            : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
-                                                    : avx2::gemm_interleaved_q8_0);
-    // The pair layout's last odd group comes here in passes of the pair kernels' tokens: more than this
-    // kernel takes.
+    // The 8-row kernels take up to kMaxInterleavedTokens: the pair layout's last odd group comes here in
+    // passes of the pair kernels' tokens.
     constexpr int kGroupTokens = avx2::kMaxInterleavedTokens;
-    for (int t0 = 0; t0 < n_tok; t0 += kGroupTokens)
-      fn(n_in, group, n_groups, p.packed + t0, std::min(kGroupTokens, n_tok - t0), out + t0 * stride, stride,
-         t0 == 0 ? far : nullptr);
+    for (int t0 = 0; t0 < n_tok; t0 += kGroupTokens) {
+      const int n = std::min(kGroupTokens, n_tok - t0);
+      const uint8_t* f = t0 == 0 ? far : nullptr;
+      if (k_quant) {
+        const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
+                        : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
+                                                : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
+        fn(n_in, group, n_groups, p.q8_k + t0, n, out + t0 * stride, stride, f);
+      } else {
+        const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
+                                : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
+                                                        : avx512vnni::gemm_interleaved_q8_0)
+                             : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
+                                : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
+                                                        : avx2::gemm_interleaved_q8_0);
+        fn(n_in, group, n_groups, p.packed + t0, n, out + t0 * stride, stride, f);
+      }
+    }
   };
   // Whole calls per chunk (when more than one group fits), so batched passes give every call its most
   // groups: down-projection rows of 8192 columns fit 7 per chunk, and the odd one ran alone at ~0.85x the
   // rate (ymm); with the zmm kernels' 4 groups a call the chunk rounds to the nearest multiple of 4 (8
   // there, 12% over kChunkBytes), else 6 made a two-pair and a one-pair call.
-  // The zmm kernels (the K-quants', or the pair layout's) take 4 groups a call, the others 2.
-  const bool zmm_calls = pairs || (k_quant && zmm);
+  // The pair kernels take 4 groups a call, the 8-row ones 2.
+  const bool zmm_calls = pairs;
   const int64_t call_groups = zmm_calls ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
   constexpr int64_t kPair = avx2::kMaxInterleavedGroups;
   const auto fit = static_cast<int64_t>(kChunkBytes / group_bytes);
