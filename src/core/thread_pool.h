@@ -36,7 +36,7 @@ class ThreadPool {
 
   // Like parallel_for (thread i starts on the i-th contiguous share and walks it front to back, so a
   // streaming kernel keeps one sequential stream per thread), but each share is taken in pieces of
-  // whole `chunk`s, a quarter of what is left at a time, and a thread that finishes its own share takes
+  // whole `chunk`s, half of what is left at a time, and a thread that finishes its own share takes
   // pieces from the back of the others'. The host slowing one core down then costs about a chunk of
   // tail, not the whole difference. Range edges are multiples of `chunk` (a single thread gets the whole
   // range at once); fn's result must not depend on which thread runs it or how the range was cut.
