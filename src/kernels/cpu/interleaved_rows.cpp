@@ -156,6 +156,17 @@ std::vector<Pieces> pair_pieces(DType type) {
   }
 }
 
+// Fixed-size copies for the piece sizes there are: one memcpy call per 8-32 bytes made pairing a 1.3 GB
+// model take ~0.3 s.
+inline void copy_piece(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  switch (bytes) {
+    case 8: std::memcpy(dst, src, 8); break;
+    case 16: std::memcpy(dst, src, 16); break;
+    case 32: std::memcpy(dst, src, 32); break;
+    default: std::memcpy(dst, src, bytes); break;
+  }
+}
+
 // Groups [0, interleaved_paired_groups(rows)) of a group-layout copy, in place, into the pair layout.
 void pair_groups(const Tensor& w, uint8_t* dst) {
   const std::vector<Pieces> pieces = pair_pieces(w.type);
@@ -175,7 +186,7 @@ void pair_groups(const Tensor& w, uint8_t* dst) {
       for (const Pieces& p : pieces)
         for (int k = 0; k < p.count; ++k, off += p.bytes)
           for (int half = 0; half < 2; ++half, out += p.bytes)
-            std::memcpy(out, pair.data() + half * group_bytes + i * record + off, p.bytes);
+            copy_piece(out, pair.data() + half * group_bytes + i * record + off, p.bytes);
     }
   }
 }

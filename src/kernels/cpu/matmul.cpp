@@ -248,8 +248,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // rate (ymm); with the zmm kernels' 4 groups a call the chunk rounds to the nearest multiple of 4 (8
   // there, 12% over kChunkBytes), else 6 made a two-pair and a one-pair call.
   // The pair kernels take 4 groups a call, the 8-row ones 2.
-  const bool zmm_calls = pairs;
-  const int64_t call_groups = zmm_calls ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
+  const int64_t call_groups = pairs ? avx512zmm::kMaxZmmGroups : avx2::kMaxInterleavedGroups;
   constexpr int64_t kPair = avx2::kMaxInterleavedGroups;
   const auto fit = static_cast<int64_t>(kChunkBytes / group_bytes);
   // Chunks start on a pair (and so are whole pairs) in the pair layout.
@@ -263,7 +262,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // group's loads and nibble unpacking are shared by more tokens); Q8_0's gains nothing past 4 (its
   // per-token sign fix-ups fill the registers: bench_cpu_peak Kernel/*).
   // (With vpdpbusd, Q8_0 at 4 tokens is still ~1.05x its 6: KernelVnni/Q8_0/g2.)
-  // The zmm kernels take 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences
+  // The pair kernels take 8 tokens per pass for every type (Q4_0 t8 ~ t6, Q8_0 t8 1.16x t4; 16 sequences
   // are then two even passes) and up to two pairs per call, which share each broadcast activation
   // (bench_matmul Q4_0 16 tokens 1.05x over one pair; KernelZmm Q8_0 g4/t8 376 against 310 G MAC/s at g2).
   // Except Q4_0 in the pair layout, at 6: its 2 pairs x 6 tokens of sums and accumulators fit in the
@@ -272,7 +271,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // worse at 6 (batched decode 0.93-0.96x): their chunks' third pass from L2 costs more than it saves.
   const int64_t max_groups_per_call = call_groups;
   const int64_t pass_tokens = pairs && w.type == DType::Q4_0 ? 6
-                              : zmm_calls                    ? avx512zmm::kMaxZmmTokens
+                              : pairs                        ? avx512zmm::kMaxZmmTokens
                               : w.type == DType::Q8_0        ? 4
                                                              : avx2::kMaxInterleavedTokens;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
