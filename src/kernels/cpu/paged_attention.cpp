@@ -151,7 +151,7 @@ size_t partial_floats(const PagedAttentionArgs& a) {
 }
 
 // The split path: every (sequence, token, partition, KV head) is a unit, computed in one parallel pass
-// into a partials buffer; then each (sequence, token, KV head) folds its partitions in a second pass.
+// into a partials buffer; then each (sequence, token, KV head) folds its partitions.
 // Units go partition by partition with the KV heads inside, which is address order (a block holds its
 // heads side by side), and each thread walks a contiguous share of them: one region of the cache per
 // thread. Handing out small pieces in turn instead (parallel_for_dynamic), the two threads' reads
@@ -213,14 +213,12 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
         }
       },
       1);
-  pool.parallel_for_dynamic(static_cast<int64_t>(merges.size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const Merge& m = merges[static_cast<size_t>(i)];
-      const Item& it = items[m.item];
-      worker.merge(batch[it.seq], it.t, m.kvh,
-                   partials.data() + it.offset + static_cast<size_t>(m.kvh) * it.head_stride);
-    }
-  });
+  // Fewer than kMinItemsPerThread * threads folds of a few partitions each: on this thread, which costs
+  // less than waking the pool for them (a decode step makes one such pass per layer).
+  for (const Merge& m : merges) {
+    const Item& it = items[m.item];
+    worker.merge(batch[it.seq], it.t, m.kvh, partials.data() + it.offset + static_cast<size_t>(m.kvh) * it.head_stride);
+  }
 }
 
 }  // namespace
