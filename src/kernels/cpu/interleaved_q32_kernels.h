@@ -27,9 +27,20 @@ using avx2_inline::broadcast_4_bytes;
 // A group's records are read front to back, and in decode (one token) a record takes only a few ns to
 // multiply: the hardware prefetchers alone keep too few lines in flight, so the core waits on memory
 // about as long as it computes. Asking for the record 2 KiB ahead as each one is taken measured 1.19x on
-// 1B-shaped Q4_0 decode and ~1.09x on Q8_0 (4 KiB was no better; whole 8-row groups at once were 0.8x).
+// 1B-shaped Q4_0 decode and ~1.09x on Q8_0 (whole 8-row groups at once were 0.8x; decode now goes
+// further, below).
 // Prefetches past the end of the weights are harmless: they never fault.
 constexpr size_t kPrefetchAhead = 2048;
+// Decode's distance for Q4_0 and Q4_1. With one token a record is multiplied in a few ns, and at 2 KiB
+// ahead the core's reads are bounded by how many lines it keeps in flight, not by the memory:
+// SmolLM2-135M (Q4_1) decode on one thread 1.12x at 8 KiB (16 KiB no better); on two threads, while
+// this host's triad was 65-71 GB/s, SmolLM2 ~1.13x and 1B-shaped Q4_0 1.09x, and at a triad of 45-62
+// Q4_0 1.035-1.08x, SmolLM2 ~1.0x (alternating pairs). Q8_0 and the K-quants keep 2 KiB: 1B-shaped
+// Q8_0 decode already reads at the triad and measured 0.98x at 8 KiB and at 4 KiB, Q4_K 0.96x at a
+// triad of ~46. Batched passes and prefill keep 2 KiB too: they read a chunk from L2 several times.
+constexpr size_t kQ4DecodePrefetchAhead = 8192;
+// The distance for a Q4_0 / Q4_1 kernel of T tokens.
+constexpr size_t q4_prefetch_distance(int T) { return T == 1 ? kQ4DecodePrefetchAhead : kPrefetchAhead; }
 
 // always_inline: see far_stream below.
 template <size_t kRecordBytes, size_t kAhead = kPrefetchAhead>
@@ -129,7 +140,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec, far);
+    block_records<kRecordBytes, R, 32, q4_prefetch_distance(T)>(group, group_bytes, i, rec, far);
     __m256i sum16[R][T];
     // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
 #pragma GCC unroll 8
