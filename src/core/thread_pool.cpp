@@ -49,17 +49,17 @@ void ThreadPool::worker(int index) {
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    (*job_)(index, n_threads_);
+    job_(index, n_threads_);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
+void ThreadPool::run(FunctionRef<void(int, int)> fn) {
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
   }
-  job_ = &fn;
+  job_ = fn;
   pending_.store(n_threads_ - 1, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
@@ -75,15 +75,15 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain) {
   split(n, fn, grain, /*dynamic=*/false);
 }
 
-void ThreadPool::parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+void ThreadPool::parallel_for_dynamic(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain) {
   split(n, fn, grain, /*dynamic=*/true);
 }
 
-void ThreadPool::split(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain, bool dynamic) {
+void ThreadPool::split(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain, bool dynamic) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_chunks = (n + grain - 1) / grain;
@@ -133,7 +133,7 @@ ChunkSpan claim_chunks(std::atomic<uint64_t>& range, bool from_front) {
 
 }  // namespace
 
-void ThreadPool::parallel_for_balanced(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t chunk) {
+void ThreadPool::parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk) {
   if (n <= 0) return;
   chunk = std::max<int64_t>(1, chunk);
   const int64_t n_chunks = (n + chunk - 1) / chunk;

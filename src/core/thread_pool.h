@@ -4,12 +4,35 @@
 // issues hundreds of small jobs back to back) and then sleep on a futex so an idle server costs nothing.
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kvserve {
+
+// A non-owning reference to a callable, valid while the callable lives: two pointers. The pool's
+// entry points take these instead of std::function, which heap-allocates a lambda capturing more than
+// 16 bytes (every matmul's did, once per call) and makes the worker chase one more pointer to reach it.
+template <typename Sig>
+class FunctionRef;
+template <typename R, typename... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <typename F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, Args...>)
+  FunctionRef(F&& f)  // NOLINT(google-explicit-constructor): a callable converts implicitly, as to std::function
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* obj, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(obj))(std::forward<Args>(args)...);
+        }) {}
+  R operator()(Args... args) const { return call_(obj_, std::forward<Args>(args)...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, Args...);
+};
 
 class ThreadPool {
  public:
@@ -22,16 +45,16 @@ class ThreadPool {
 
   // Runs fn(thread_index, n_threads) once on every thread (the caller is thread 0) and returns when all
   // are done. Not reentrant: call it from one thread at a time.
-  void run(const std::function<void(int, int)>& fn);
+  void run(FunctionRef<void(int, int)> fn);
 
   // Splits [0, n) into at most size() contiguous ranges, each a multiple of `grain` (except the last).
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain = 1);
 
   // Like parallel_for, but [0, n) is cut into about kPiecesPerThread pieces per thread (multiples of
   // `grain`) that threads take in order as they finish the previous one, so a thread slowed down by
   // the host or by its share of the work does not hold the others up. fn may run several times on one
   // thread; which thread runs a piece must not matter to its result.
-  void parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  void parallel_for_dynamic(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain = 1);
   static constexpr int64_t kPiecesPerThread = 4;
 
   // Like parallel_for (thread i starts on the i-th contiguous share and walks it front to back, so a
@@ -40,7 +63,7 @@ class ThreadPool {
   // pieces from the back of the others'. The host slowing one core down then costs about a chunk of
   // tail, not the whole difference. Range edges are multiples of `chunk` (a single thread gets the whole
   // range at once); fn's result must not depend on which thread runs it or how the range was cut.
-  void parallel_for_balanced(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t chunk);
+  void parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk);
 
   // The process-wide pool. Its size is set once by set_global_threads (default: hardware threads).
   static ThreadPool& global();
@@ -48,11 +71,14 @@ class ThreadPool {
 
  private:
   void worker(int index);
-  void split(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain, bool dynamic);
+  void split(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain, bool dynamic);
 
   int n_threads_;
   std::vector<std::thread> threads_;
-  const std::function<void(int, int)>* job_ = nullptr;
+  // The running job, by value in the line the workers wait on (generation_ beside it), so a worker
+  // reaches the caller's callable in one step.
+  static constexpr auto kNoJob = [](int, int) {};
+  FunctionRef<void(int, int)> job_{kNoJob};
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
