@@ -21,6 +21,7 @@
 #include "bench/triad.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "core/large_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/interleaved_rows.h"
@@ -162,11 +163,50 @@ void BM_Read(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * n * static_cast<int64_t>(sizeof(uint32_t)));
 }
 
+// Short cold reads: `bytes` (a SmolLM2 matrix is 69-553 KiB) split over the pool, rotating through
+// copies far larger than the caches, as a decode step's matmuls do. Against one thread (--threads=1)
+// this shows what a fork/join and a stream's first misses cost. On this host (2 vCPUs) a throwaway
+// version with the kernels' 8 KiB prefetch read 64 KiB on two threads in ~1.8 us at times and in
+// 2.1-3.5 us at others (one thread: ~1.7 us), when an empty fork/join cost ~0.6 us instead of ~0.05
+// and two threads read large arrays at ~80 GB/s instead of ~47: the vCPUs seem to move between
+// sharing one L3 and sitting on two.
+void BM_ShortRead(benchmark::State& state) {
+  const auto bytes = static_cast<size_t>(state.range(0));
+  const size_t copies = (size_t{256} << 20) / bytes;
+  const auto buf = allocate_large_buffer(copies * bytes);
+  for (size_t i = 0; i < copies * bytes; i += 64) buf[i] = 1;
+  ThreadPool& pool = ThreadPool::global();
+  std::vector<uint32_t> sums(static_cast<size_t>(pool.size()) * 16);
+  size_t copy = 0;
+  for (auto _ : state) {
+    const uint8_t* base = buf.get() + copy * bytes;
+    copy = (copy + 1) % copies;
+    pool.parallel_for_balanced(
+        static_cast<int64_t>(bytes / 64),
+        [&](int64_t begin, int64_t end) {
+          uint32_t s = 0;
+          for (int64_t line = begin; line < end; ++line) s += base[line * 64];
+          sums[static_cast<size_t>(begin * pool.size() * 64 / static_cast<int64_t>(bytes)) * 16] += s;
+        },
+        512);
+    benchmark::DoNotOptimize(sums.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Triad", BM_Triad)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("Read", BM_Read)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("ShortRead", BM_ShortRead)
+      ->Arg(64 << 10)
+      ->Arg(207 << 10)
+      ->Arg(553 << 10)
+      ->Arg(2 << 20)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   const DType types[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};  // rows x cols
