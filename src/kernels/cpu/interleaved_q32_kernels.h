@@ -34,7 +34,7 @@ constexpr size_t kPrefetchAhead = 2048;
 // Decode's distance for Q4_0 and Q4_1. With one token a record is multiplied in a few ns, and at 2 KiB
 // ahead the core's reads are bounded by how many lines it keeps in flight, not by the memory:
 // SmolLM2-135M (Q4_1) decode on one thread 1.12x at 8 KiB (16 KiB no better); on two threads, while
-// this host's triad was 65-71 GB/s, SmolLM2 ~1.13x and 1B-shaped Q4_0 1.09x, and at a triad of 45-62
+// this host's triad was 65-71 GB/s, SmolLM2 1.13-1.17x and 1B Q4_0 1.05-1.09x, and at a triad of 45-62
 // Q4_0 1.035-1.08x, SmolLM2 ~1.0x (alternating pairs). Q8_0 and the K-quants keep 2 KiB: 1B-shaped
 // Q8_0 decode already reads at the triad and measured 0.98x at 8 KiB and at 4 KiB, Q4_K 0.96x at a
 // triad of ~46. Batched passes and prefill keep 2 KiB too: they read a chunk from L2 several times.
