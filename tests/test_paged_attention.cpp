@@ -483,8 +483,9 @@ TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512 on this CPU (or turned off)";
   std::mt19937 rng(23);
   for (const KVElemType type : {KVElemType::F32, KVElemType::F16, KVElemType::BF16}) {
-    // Head size 64 has its own 512-bit score loop (q held in registers) for groups of 1-4 heads.
+    // Head sizes 64 and 128 have their own 512-bit score loops (q held in registers) for groups of 1-4 heads.
     for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{5, 1, 64}, Shape{6, 1, 64}, Shape{8, 2, 128},
+                              Shape{3, 1, 128}, Shape{2, 2, 128},
                               Shape{4, 2, 24}, Shape{2, 2, 72}, Shape{4, 2, 12}}) {
       for (auto [pos0, n] : {std::pair<int64_t, int>{0, 5}, {300, 1}, {250, 6}}) {
         const Case c{shape, 16, pos0, n};

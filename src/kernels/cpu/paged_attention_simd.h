@@ -125,14 +125,15 @@ inline void slot_partials(const float* q, int hd, const void* k_base, size_t k_i
 }
 
 #if KVSERVE_ATTN_ZMM
-// slot_partials for hd == 64 with the HN query rows already in registers, 4 vectors each: the same
-// operations in the same order, without loading q again for every slot. Reloading it (12 loads a slot
-// for 3 heads, next to 4 of K) bounded the loop by its loads rather than its FMAs.
-template <KVElemType kType, int HN>
-inline void slot_partials_hd64(const __m512 (&qv)[HN][4], const void* k_base, size_t k_index, __m256* out) {
+// slot_partials for hd == 16 * NZ with the HN query rows already in registers: the same operations in
+// the same order, without loading q again for every slot. Reloading it (12 loads a slot for 3 heads at
+// hd 64, next to 4 of K) bounded the loop by its loads rather than its FMAs.
+template <KVElemType kType, int HN, int NZ>
+inline void slot_partials_in_registers(const __m512 (&qv)[HN][NZ], const void* k_base, size_t k_index,
+                                       __m256* out) {
   __m512 s[HN];
   for (int h = 0; h < HN; ++h) s[h] = _mm512_setzero_ps();
-  for (int dz = 0; dz < 4; ++dz) {
+  for (int dz = 0; dz < NZ; ++dz) {
     const __m512 k = load16<kType>(k_base, k_index + 16 * static_cast<size_t>(dz));
     for (int h = 0; h < HN; ++h) s[h] = _mm512_fmadd_ps(qv[h][dz], k, s[h]);
   }
@@ -241,19 +242,36 @@ inline void block_scores_loop(int hd, int64_t row0, int n, float scale, float* s
   }
 }
 
+#if KVSERVE_ATTN_ZMM
+// block_scores_heads for hd == 16 * NZ with the HN query rows loaded into registers once.
+template <KVElemType kType, int HN, int NZ>
+void block_scores_in_registers(const float* q, const void* k_base, int64_t row0, int n, float scale, float* sc,
+                               int sc_stride, PrefetchStream* pf) {
+  __m512 qv[HN][NZ];
+  for (int h = 0; h < HN; ++h)
+    for (int dz = 0; dz < NZ; ++dz) qv[h][dz] = _mm512_loadu_ps(q + (h * NZ + dz) * 16);
+  block_scores_loop<HN>(16 * NZ, row0, n, scale, sc, sc_stride, pf, [&](size_t k_index, __m256* out) {
+    slot_partials_in_registers<kType, HN, NZ>(qv, k_base, k_index, out);
+  });
+}
+#endif
+
 // sc[h * sc_stride + s] = dot(q_h, K row (row0 + s)) * scale for HN heads and slots s < n, hd % 8 == 0.
 template <KVElemType kType, int HN>
 void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0, int n, float scale, float* sc,
                         int sc_stride, PrefetchStream* pf) {
 #if KVSERVE_ATTN_ZMM
-  if (hd == 64) {
-    __m512 qv[HN][4];
-    for (int h = 0; h < HN; ++h)
-      for (int dz = 0; dz < 4; ++dz) qv[h][dz] = _mm512_loadu_ps(q + h * 64 + 16 * dz);
-    block_scores_loop<HN>(hd, row0, n, scale, sc, sc_stride, pf, [&](size_t k_index, __m256* out) {
-      slot_partials_hd64<kType, HN>(qv, k_base, k_index, out);
-    });
-    return;
+  // Query rows in registers where they fit beside the sums: 4 vectors a head at hd 64; 8 at hd 128, two
+  // heads a pass (a third and fourth head take a second pass over the block's K rows, from L1).
+  if (hd == 64) return block_scores_in_registers<kType, HN, 4>(q, k_base, row0, n, scale, sc, sc_stride, pf);
+  if (hd == 128) {
+    if constexpr (HN <= 2) {
+      return block_scores_in_registers<kType, HN, 8>(q, k_base, row0, n, scale, sc, sc_stride, pf);
+    } else {
+      block_scores_in_registers<kType, 2, 8>(q, k_base, row0, n, scale, sc, sc_stride, pf);
+      return block_scores_in_registers<kType, HN - 2, 8>(q + 2 * hd, k_base, row0, n, scale,
+                                                         sc + 2 * static_cast<size_t>(sc_stride), sc_stride, nullptr);
+    }
   }
 #endif
   block_scores_loop<HN>(hd, row0, n, scale, sc, sc_stride, pf, [&](size_t k_index, __m256* out) {
