@@ -28,6 +28,7 @@
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
+#include "pool_size_flag.h"
 
 namespace {
 
@@ -246,22 +247,7 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
   }
-  // --threads=N sizes the pool (one core alone against both: how much of a loss is shared memory).
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.rfind("--threads=", 0) == 0) {
-      const int n = std::atoi(arg.c_str() + 10);
-      if (n < 1) {
-        std::fprintf(stderr, "bench_matmul: --threads needs a positive count, got '%s'\n", arg.c_str() + 10);
-        return 1;
-      }
-      ThreadPool::set_global_threads(n);
-      continue;
-    }
-    argv[kept++] = argv[i];
-  }
-  argc = kept;
+  if (!bench::take_pool_size_flag(argc, argv, "bench_matmul")) return 1;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("threads", std::to_string(ThreadPool::global().size()));

@@ -4,6 +4,7 @@
 //
 //   ./bench_paged_attention --benchmark_min_time=0.1
 //   ./bench_paged_attention --benchmark_filter='Llama3_1B/.*/4096'
+//   ./bench_paged_attention --threads=1 --benchmark_filter='SmolLM2.*single_f16'   (pool size)
 //
 // Variants:
 //   <shape>/scattered/<ctx>   blocks at random physical places (a long-running server's pool)
@@ -34,6 +35,7 @@
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/paged_attention.h"
+#include "pool_size_flag.h"
 
 namespace {
 
@@ -188,6 +190,7 @@ int main(int argc, char** argv) {
         if (!small || ctx <= 4096) b->Arg(ctx);
     }
   }
+  if (!bench::take_pool_size_flag(argc, argv, "bench_paged_attention")) return 1;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -4,6 +4,8 @@
 #include <memory>
 #include <mutex>
 
+#include "core/error.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define KVSERVE_PAUSE() _mm_pause()
@@ -23,7 +25,9 @@ int g_requested = 0;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(std::max(1, n_threads)), claims_(std::make_unique<ShareClaims[]>(n_threads_)) {
+    : n_threads_(std::max(1, n_threads)),
+      claims_(std::make_unique<ShareClaims[]>(n_threads_)),
+      barrier_counts_(std::make_unique<BarrierCount[]>(n_threads_)) {
   threads_.reserve(n_threads_ - 1);
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -131,6 +135,20 @@ ChunkSpan claim_chunks(std::atomic<uint64_t>& range, bool from_front) {
   }
 }
 
+template <typename Claims>
+void claim_and_run(Claims* claims, int ti, int nt, int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk) {
+  auto run_span = [&](ChunkSpan piece) { fn(piece.first * chunk, std::min(n, piece.last * chunk)); };
+  for (ChunkSpan p; !(p = claim_chunks(claims[ti].range, /*from_front=*/true)).empty();) run_span(p);
+  for (int k = 1; k < nt; ++k) {
+    auto& other = claims[(ti + k) % nt].range;
+    for (ChunkSpan p; !(p = claim_chunks(other, /*from_front=*/false)).empty();) run_span(p);
+  }
+}
+
+[[noreturn]] void fail_too_many_chunks(int64_t n_chunks) {
+  fail("ThreadPool::balanced_share: {} chunks do not fit the 32-bit claim counters", n_chunks);
+}
+
 }  // namespace
 
 void ThreadPool::parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk) {
@@ -147,14 +165,41 @@ void ThreadPool::parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int6
     const auto last = static_cast<uint32_t>(std::min(n_chunks, (i + 1) * per_thread));
     claims_[i].range.store(pack_claims(first, last), std::memory_order_relaxed);
   }
-  run([&](int ti, int nt) {
-    auto run_span = [&](ChunkSpan piece) { fn(piece.first * chunk, std::min(n, piece.last * chunk)); };
-    for (ChunkSpan p; !(p = claim_chunks(claims_[ti].range, /*from_front=*/true)).empty();) run_span(p);
-    for (int k = 1; k < nt; ++k) {
-      auto& other = claims_[(ti + k) % nt].range;
-      for (ChunkSpan p; !(p = claim_chunks(other, /*from_front=*/false)).empty();) run_span(p);
+  run([&](int ti, int nt) { claim_and_run(claims_.get(), ti, nt, n, fn, chunk); });
+}
+
+void ThreadPool::balanced_share(int thread_index, int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  const int64_t n_chunks = (n + chunk - 1) / chunk;
+  if (n_threads_ == 1) {
+    fn(0, n);
+    return;
+  }
+  if (n_chunks > int64_t{UINT32_MAX}) fail_too_many_chunks(n_chunks);
+  // The owner sets up its own share: the line stays in its cache, and nothing waits on the caller of
+  // run(). A thread that looks before this sees the earlier call's share, which every thread emptied.
+  const int64_t per_thread = (n_chunks + n_threads_ - 1) / n_threads_;
+  const auto first = static_cast<uint32_t>(std::min(n_chunks, thread_index * per_thread));
+  const auto last = static_cast<uint32_t>(std::min(n_chunks, (thread_index + 1) * per_thread));
+  claims_[thread_index].range.store(pack_claims(first, last), std::memory_order_relaxed);
+  claim_and_run(claims_.get(), thread_index, n_threads_, n, fn, chunk);
+}
+
+void ThreadPool::barrier(int thread_index) {
+  if (n_threads_ == 1) return;
+  const uint64_t target = barrier_counts_[thread_index].passed.load(std::memory_order_relaxed) + 1;
+  barrier_counts_[thread_index].passed.store(target, std::memory_order_release);
+  for (int k = 1; k < n_threads_; ++k) {
+    const auto& other = barrier_counts_[(thread_index + k) % n_threads_].passed;
+    for (int spin = 0; other.load(std::memory_order_acquire) < target; ++spin) {
+      if (spin < kSpinIterations) {
+        KVSERVE_PAUSE();
+      } else {
+        std::this_thread::yield();
+      }
     }
-  });
+  }
 }
 
 ThreadPool& ThreadPool::global() {

@@ -65,6 +65,21 @@ class ThreadPool {
   // range at once); fn's result must not depend on which thread runs it or how the range was cut.
   void parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk);
 
+  // For work cut into several steps inside one run() (a decode step's layer: each thread's share of a
+  // matmul, then attention, then the next matmul...): one region instead of a fork/join per step, so the
+  // caller's serial work between steps runs on every thread at once and a step ends in a barrier.
+  //
+  // Waits until every thread of the running job has called barrier() as many times as this one; its
+  // writes before are seen by every thread after. Only inside run(), and every thread must call it the
+  // same number of times.
+  void barrier(int thread_index);
+  // parallel_for_balanced's split, called by every thread of the running job with the same n, fn and
+  // chunk: together they run fn over [0, n) once. Each thread first claims its own share's front (set
+  // up by that thread here), then takes pieces from the back of the others'. Two calls must be
+  // separated by a barrier() (a thread still stealing from the earlier one would find the shares empty,
+  // never a later call's).
+  void balanced_share(int thread_index, int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk);
+
   // The process-wide pool. Its size is set once by set_global_threads (default: hardware threads).
   static ThreadPool& global();
   static void set_global_threads(int n);
@@ -88,6 +103,11 @@ class ThreadPool {
     std::atomic<uint64_t> range{0};
   };
   std::unique_ptr<ShareClaims[]> claims_;
+  // barrier(): how many barriers each thread has passed, one cache line per thread, written only by it.
+  struct alignas(64) BarrierCount {
+    std::atomic<uint64_t> passed{0};
+  };
+  std::unique_ptr<BarrierCount[]> barrier_counts_;
 };
 
 }  // namespace kvserve

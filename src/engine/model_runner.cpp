@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include "engine/kv_row_store.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -15,7 +17,8 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
     : model_(model),
       pool_(pool),
       rope_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
-            model.config.rope_scaling) {}
+            model.config.rope_scaling),
+      region_weights_ok_(region_weights_ok()) {}
 
 void ModelRunner::ensure_scratch(int64_t n) {
   const auto& c = model_.config;
@@ -38,27 +41,6 @@ namespace {
 // tokens are not worth waking the pool for.
 constexpr int64_t kRopeGrainTokens = 8;
 
-// One K or V row into the cache, rounded to the cache's element type.
-void store_kv_row(KVElemType type, const float* src, int64_t n, void* base, int64_t elem_off) {
-  switch (type) {
-    case KVElemType::F32: std::copy_n(src, n, static_cast<float*>(base) + elem_off); break;
-    case KVElemType::F16: {
-      uint16_t* dst = static_cast<uint16_t*>(base) + elem_off;
-      if (cpu_has_avx2()) {
-        avx2::quantize_row_f16(src, dst, n);
-      } else {
-        quantize_row_f16(src, dst, n);
-      }
-      break;
-    }
-    case KVElemType::BF16: {
-      uint16_t* dst = static_cast<uint16_t*>(base) + elem_off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_bf16(src[i]);
-      break;
-    }
-  }
-}
-
 void add_bias(float* y, const Tensor& b, int64_t n_tokens, int64_t n) {
   if (!b.valid()) return;
   const float* bias = static_cast<const float*>(b.data);
@@ -74,10 +56,13 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
     if (static_cast<int64_t>(s.block_table.size()) * kv.block_size < end)
       fail("forward: block table covers {} positions, sequence needs {}", s.block_table.size() * kv.block_size, end);
+    for (int32_t id : s.tokens)
+      if (id < 0 || id >= c.n_vocab) fail("forward: token id {} outside vocabulary of {}", id, c.n_vocab);
     n_tokens += static_cast<int64_t>(s.tokens.size());
   }
   if (n_tokens == 0) return 0;
   ensure_scratch(n_tokens);
+  if (n_tokens == 1 && single_token_region_applies()) return forward_single_token(batch[0], kv, logits);
 
   const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;
   const int64_t QD = H * D, KD = KVH * D;
@@ -87,7 +72,6 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     int64_t t = 0;
     for (const auto& s : batch)
       for (int32_t id : s.tokens) {
-        if (id < 0 || id >= c.n_vocab) fail("forward: token id {} outside vocabulary of {}", id, c.n_vocab);
         dequantize_row(model_.tok_embd.type, model_.tok_embd.row(id), x_.data() + t * E, E);
         ++t;
       }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/model.h"
@@ -41,8 +42,18 @@ class ModelRunner {
 
   const Model& model() const { return model_; }
 
+  // A step of one token runs in one parallel region (single_token_step.cpp) where it can: several
+  // threads, the SIMD attention worker, Q/K/V and gate/up weights that share their input's conversion.
+  // Off, it takes the per-op path like any other step (the same bits: tests compare them). SplitMerge
+  // always merges the attention partials one KV head per thread, as long contexts do (tests).
+  enum class SingleTokenRegion { Off, On, SplitMerge };
+  void set_single_token_region(SingleTokenRegion mode) { single_token_region_ = mode; }
+
  private:
   void ensure_scratch(int64_t n_tokens);
+  bool region_weights_ok() const;
+  bool single_token_region_applies() const;
+  int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);
   std::vector<PagedAttentionArgs> attn_args_;  // one per sequence of the step
 
   const Model& model_;
@@ -51,6 +62,17 @@ class ModelRunner {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
   std::vector<int64_t> kv_offset_;   // per token of the batch: element offset of its K/V slot (head 0), any layer
+
+  // The single-token region's state: each thread's own copies of what the per-op path computes once on
+  // the calling thread, and the attention partitions' partials.
+  struct ThreadScratch {
+    std::vector<float> xn, q, attn, ffn;
+    MatmulActs acts;
+  };
+  SingleTokenRegion single_token_region_ = SingleTokenRegion::On;
+  bool region_weights_ok_ = false;
+  std::vector<ThreadScratch> thread_scratch_;
+  std::vector<float> partials_;
 };
 
 }  // namespace kvserve

@@ -128,14 +128,10 @@ struct ConvertedActs {
 
 bool use_block32(DType weight_type) { return cpu_has_avx2() && has_block32_tile(weight_type); }
 
-// Reuses thread-local buffers so decode does not allocate; matmuls are issued from one thread at a time.
-ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens,
-                                  ThreadPool& pool) {
-  thread_local std::vector<uint8_t> scratch;
-  thread_local ActPack32 caller_pack;
-  // A name, not the thread_local itself, goes into the lambda below: on a pool worker `caller_pack`
-  // would mean that worker's own (empty) instance.
-  ActPack32& pack = caller_pack;
+// Converts into `pack` / `scratch`, which must outlive the result. With a pool, many tokens are
+// converted in parallel; without (nullptr), on this thread.
+ConvertedActs convert_activations_into(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens,
+                                       ThreadPool* pool, ActPack32& pack, std::vector<uint8_t>& scratch) {
   ConvertedActs a;
   a.kind = dot_kind(weight_type, cpu_has_avx2());
   a.block32 = use_block32(weight_type);
@@ -143,14 +139,15 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
   a.rows = reinterpret_cast<const uint8_t*>(x);
   a.n_tokens = n_tokens;
   if (a.kind.convert == nullptr) return a;
+  const bool parallel = pool != nullptr && n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems;
   if (a.block32) {
     // Only the pack is read (the interleaved kernels and the block32 tiles): quantize straight into it.
     pack.reset(a.kind.act_type, n_in, n_tokens);
     auto quantize_tokens = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) pack.quantize_avx2(t, x + t * n_in);
     };
-    if (n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
-      pool.parallel_for(n_tokens, quantize_tokens);
+    if (parallel) {
+      pool->parallel_for(n_tokens, quantize_tokens);
     } else {
       quantize_tokens(0, n_tokens);
     }
@@ -163,13 +160,21 @@ ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_i
   auto convert_tokens = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) a.kind.convert(x + t * n_in, dst + t * a.row_bytes, n_in);
   };
-  if (n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
-    pool.parallel_for(n_tokens, convert_tokens);
+  if (parallel) {
+    pool->parallel_for(n_tokens, convert_tokens);
   } else {
     convert_tokens(0, n_tokens);
   }
   a.rows = dst;
   return a;
+}
+
+// Reuses thread-local buffers so decode does not allocate; matmuls are issued from one thread at a time.
+ConvertedActs convert_activations(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens,
+                                  ThreadPool& pool) {
+  thread_local std::vector<uint8_t> scratch;
+  thread_local ActPack32 pack;
+  return convert_activations_into(weight_type, x, n_in, n_tokens, &pool, pack, scratch);
 }
 
 // Interleaved rows [row_begin, row_end) (within the grouped rows). A group inside the range stores
@@ -403,6 +408,18 @@ int64_t balance_chunk_rows(size_t w_row_bytes) {
   return std::max<int64_t>(kRowGrain, rows / kRowGrain * kRowGrain);
 }
 
+// Rows [begin, end) of the outputs' weights stacked in order: each weight gets its overlap.
+void multiply_stacked_rows(std::span<const MatmulOutput> outputs, const ConvertedActs& acts, int64_t begin,
+                           int64_t end) {
+  int64_t offset = 0;
+  for (const MatmulOutput& o : outputs) {
+    const int64_t rows = o.w->rows();
+    const int64_t b = std::max(begin, offset), e = std::min(end, offset + rows);
+    if (b < e) multiply_rows(*o.w, acts, o.y, b - offset, e - offset);
+    offset += rows;
+  }
+}
+
 }  // namespace
 
 bool cpu_has_avx2() {
@@ -439,19 +456,56 @@ void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, 
   }
   const ConvertedActs acts = convert_activations(first.type, x, first.cols(), n_tokens, pool);
   pool.parallel_for_balanced(
-      total_rows,
-      [&](int64_t begin, int64_t end) {
-        // [begin, end) indexes the weights' rows stacked in order; give each weight its overlap.
-        int64_t offset = 0;
-        for (const MatmulOutput& o : outputs) {
-          const int64_t rows = o.w->rows();
-          const int64_t b = std::max(begin, offset), e = std::min(end, offset + rows);
-          if (b < e) multiply_rows(*o.w, acts, o.y, b - offset, e - offset);
-          offset += rows;
-        }
-      },
+      total_rows, [&](int64_t begin, int64_t end) { multiply_stacked_rows(outputs, acts, begin, end); },
       balance_chunk_rows(first.row_size()));
 }
+
+struct MatmulActs::Storage {
+  ActPack32 pack;
+  std::vector<uint8_t> scratch;
+  ConvertedActs acts;
+  DType weight_type = DType::F32;
+  int64_t n_in = 0;
+};
+
+MatmulActs::MatmulActs() : storage_(std::make_unique<Storage>()) {}
+MatmulActs::~MatmulActs() = default;
+MatmulActs::MatmulActs(MatmulActs&&) noexcept = default;
+MatmulActs& MatmulActs::operator=(MatmulActs&&) noexcept = default;
+
+void MatmulActs::convert(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens) {
+  Storage& st = *storage_;
+  st.acts = convert_activations_into(weight_type, x, n_in, n_tokens, nullptr, st.pack, st.scratch);
+  st.weight_type = weight_type;
+  st.n_in = n_in;
+}
+
+namespace {
+const ConvertedActs& converted_for(const MatmulActs::Storage& st, const Tensor& w) {
+  if (st.weight_type != w.type || st.n_in != w.cols())
+    fail("matmul_rows: activations converted for {} x {} columns, tensor '{}' is {} x {}", dtype_name(st.weight_type),
+         st.n_in, w.name, dtype_name(w.type), w.cols());
+  return st.acts;
+}
+}  // namespace
+
+void matmul_rows(const Tensor& w, const MatmulActs& acts, float* y, int64_t row_begin, int64_t row_end) {
+  multiply_rows(w, converted_for(*acts.storage_, w), y, row_begin, row_end);
+}
+
+void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end) {
+  if (outputs.empty()) return;
+  multiply_stacked_rows(outputs, converted_for(*acts.storage_, *outputs[0].w), begin, end);
+}
+
+bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs) {
+  for (const MatmulOutput& o : outputs)
+    if (o.w == nullptr || !o.w->valid() || o.w->type != outputs[0].w->type || o.w->cols() != outputs[0].w->cols())
+      return false;
+  return true;
+}
+
+int64_t matmul_balance_chunk_rows(const Tensor& w) { return balance_chunk_rows(w.row_size()); }
 
 void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   check_matmul_args(w, x, n_tokens, y);

@@ -4,6 +4,7 @@
 // Q8_0 for Q8_0/Q4_0, Q8_1 for Q4_1, Q8_K for K-quants, plain F32 for F32) and products use integer or
 // mixed dots. See ../shared/golden/gguf/README.md, "Numerics".
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/tensor.h"
@@ -26,6 +27,36 @@ struct MatmulOutput {
 };
 void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens,
                          ThreadPool& pool = ThreadPool::global());
+
+// For one matmul inside ThreadPool::run (several steps of a decode in one parallel region): every thread
+// converts the activations into its own MatmulActs, then computes the rows it is given
+// (ThreadPool::balanced_share over w.rows() in chunks of matmul_balance_chunk_rows(w)). Results are
+// bit-identical to matmul() and matmul_shared_input().
+class MatmulActs {
+ public:
+  MatmulActs();
+  ~MatmulActs();
+  MatmulActs(MatmulActs&&) noexcept;
+  MatmulActs& operator=(MatmulActs&&) noexcept;
+  // n_tokens rows of n_in floats, converted (on this thread) for weights of type weight_type.
+  void convert(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens);
+
+  struct Storage;
+
+ private:
+  friend void matmul_rows(const Tensor&, const MatmulActs&, float*, int64_t, int64_t);
+  friend void matmul_rows_stacked(std::span<const MatmulOutput>, const MatmulActs&, int64_t, int64_t);
+  std::unique_ptr<Storage> storage_;
+};
+// y rows [row_begin, row_end) of every token (y laid out as matmul's); acts converted for w's type and
+// row length.
+void matmul_rows(const Tensor& w, const MatmulActs& acts, float* y, int64_t row_begin, int64_t row_end);
+// Rows [begin, end) of the outputs' weights stacked in order (as matmul_shared_input splits them).
+void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end);
+// True when the weights share a type and row length (one conversion serves all; matmul_rows_stacked).
+bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs);
+// Rows per balancing chunk for w: what matmul() gives parallel_for_balanced.
+int64_t matmul_balance_chunk_rows(const Tensor& w);
 
 // Same result computed by the plain scalar reference path (dequantize + scalar dot, same activation
 // rounding), for tests.

@@ -145,11 +145,6 @@ bool use_avx2() {
 // then each item's context partitions become the work units instead.
 constexpr int64_t kMinItemsPerThread = 4;
 
-// Floats of one partition's partial for one (token, KV head): [group][head_dim + 2].
-size_t partial_floats(const PagedAttentionArgs& a) {
-  return static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
-}
-
 // The split path: every (sequence, token, partition, KV head) is a unit, computed in one parallel pass
 // into a partials buffer; then each (sequence, token, KV head) folds its partitions.
 // Units go partition by partition with the KV heads inside, which is address order (a block holds its
@@ -191,7 +186,7 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
     for (int64_t t = 0; t < a.n_tokens; ++t) {
       const int64_t n_parts = detail::partition_count(a, t);
       const auto item = static_cast<uint32_t>(items.size());
-      const size_t head_stride = static_cast<size_t>(n_parts) * partial_floats(a);
+      const size_t head_stride = static_cast<size_t>(n_parts) * detail::partition_partial_floats(a);
       for (int64_t p = 0; p < n_parts; ++p)
         for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) units.push_back({item, kvh, p});
       for (int kvh = 0; kvh < a.n_kv_heads; ++kvh) merges.push_back({item, kvh});
@@ -208,7 +203,7 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
           const Item& it = items[unit.item];
           const PagedAttentionArgs& a = batch[it.seq];
           float* dst = partials.data() + it.offset + static_cast<size_t>(unit.kvh) * it.head_stride +
-                       static_cast<size_t>(unit.part) * partial_floats(a);
+                       static_cast<size_t>(unit.part) * detail::partition_partial_floats(a);
           worker.partition(a, it.t, unit.kvh, unit.part, dst);
         }
       },
@@ -230,6 +225,8 @@ const detail::SimdWorker& detail::simd_worker() {
   return cpu_prefers_zmm() ? avx512 : avx2;
 }
 
+const detail::SimdWorker* detail::simd_worker_in_use() { return use_avx2() ? &simd_worker() : nullptr; }
+
 void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool) { paged_attention_batch({&a, 1}, pool); }
 
 void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool& pool) {
@@ -241,7 +238,7 @@ void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool
   }
   const int64_t n_items = first.back();
   if (n_items == 0) return;
-  const detail::SimdWorker* simd = use_avx2() ? &detail::simd_worker() : nullptr;
+  const detail::SimdWorker* simd = detail::simd_worker_in_use();
   if (simd != nullptr && pool.size() > 1 && n_items < kMinItemsPerThread * pool.size())
     return attend_split(*simd, batch, pool);
   const std::vector<int64_t>& starts = first;

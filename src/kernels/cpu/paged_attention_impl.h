@@ -44,6 +44,13 @@ struct SimdWorker {
   void (*merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 };
 const SimdWorker& simd_worker();
+// The worker paged_attention() uses now: simd_worker(), or nullptr where it takes the portable path (no
+// AVX2, or KVSERVE_NO_SIMD=1).
+const SimdWorker* simd_worker_in_use();
+// Partition partials' floats for one (token, KV head, partition): [group][head_dim + 2].
+inline size_t partition_partial_floats(const PagedAttentionArgs& a) {
+  return static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
+}
 
 // The AVX2 worker's scores (for tests): scores[h * stride + s] = q_h . K row (row0 + s) * scale for h <
 // n_heads (query rows hd apart) and s < n; hd must be a multiple of 8.

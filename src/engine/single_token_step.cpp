@@ -1,0 +1,208 @@
+// ModelRunner::forward for a step of one token (batch-1 decode) on a pool of several threads: the whole
+// step in one parallel region. The per-op path forks and joins the pool for every matmul and attention
+// (5 a layer, 151 a SmolLM2 token), and between two of them the other threads wait while the caller
+// alone normalizes, quantizes and adds the residual. Here every thread does that small serial work itself
+// (on its own copies), takes its rows of each matmul, and a barrier separates the steps. The arithmetic
+// is the per-op path's, operation for operation, so the logits are the same bits
+// (test: ModelRunner.SingleTokenRegionMatchesPerOpPath).
+#include <algorithm>
+#include <cmath>
+
+#include "engine/kv_row_store.h"
+#include "engine/model_runner.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention_impl.h"
+
+namespace kvserve {
+
+namespace {
+
+// Merging the attention partials on every thread (each reads them all) instead of one KV head per thread
+// and a barrier: up to this many bytes of partials the reads cost less than the barrier.
+constexpr size_t kRedundantMergeBytes = 32 * 1024;
+
+// [first, last) of n items for thread ti of nt, contiguous and in order (as parallel_for_balanced's
+// initial shares).
+struct Share {
+  int64_t first, last;
+};
+Share static_share(int64_t n, int ti, int nt) {
+  const int64_t per = (n + nt - 1) / nt;
+  return {std::min(n, ti * per), std::min(n, (ti + 1) * per)};
+}
+int owner_of(int64_t item, int64_t n, int nt) { return static_cast<int>(item / ((n + nt - 1) / nt)); }
+
+}  // namespace
+
+bool ModelRunner::single_token_region_applies() const {
+  if (single_token_region_ == SingleTokenRegion::Off || pool_.size() == 1 || detail::simd_worker_in_use() == nullptr)
+    return false;
+  return region_weights_ok_;
+}
+
+bool ModelRunner::region_weights_ok() const {
+  for (const LayerWeights& L : model_.layers) {
+    const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
+    const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
+    if (!matmul_inputs_shareable(qkv) || !matmul_inputs_shareable(gate_up)) return false;
+  }
+  return true;
+}
+
+int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config;
+  const int nt = pool_.size();
+  const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads, F = c.n_ff;
+  const int64_t QD = H * D;
+  const detail::SimdWorker& attn_worker = *detail::simd_worker_in_use();
+
+  dequantize_row(model_.tok_embd.type, model_.tok_embd.row(s.tokens[0]), x_.data(), E);
+  const int64_t pos = s.pos0;
+  const int64_t n_rot = rope_.n_rot();
+  rope_cos_sin_.resize(static_cast<size_t>(n_rot));
+  rope_.angles(pos, rope_cos_sin_.data());
+  const int64_t kv_offset = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
+
+  // Attention units: (partition, KV head), partition-major (address order), statically split. The thread
+  // whose share holds a KV head's newest partition writes that head's new K/V row before reading it, so
+  // no barrier separates the K/V store from attention.
+  PagedAttentionArgs base;
+  base.n_tokens = 1;
+  base.n_heads = static_cast<int>(H);
+  base.n_kv_heads = static_cast<int>(KVH);
+  base.head_dim = static_cast<int>(D);
+  base.block_table = s.block_table.data();
+  base.block_size = kv.block_size;
+  base.pos0 = pos;
+  base.block_stride = kv.block_stride;
+  base.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  base.out = attn_.data();
+  const int64_t n_parts = detail::partition_count(base, 0);
+  const int64_t n_units = n_parts * KVH;
+  const size_t unit_floats = detail::partition_partial_floats(base);
+  partials_.resize(static_cast<size_t>(n_units) * unit_floats);
+  const bool redundant_merge =
+      single_token_region_ != SingleTokenRegion::SplitMerge && partials_.size() * sizeof(float) <= kRedundantMergeBytes;
+
+  thread_scratch_.resize(static_cast<size_t>(nt));
+  for (ThreadScratch& ts : thread_scratch_) {
+    ts.xn.resize(static_cast<size_t>(E));
+    ts.q.resize(static_cast<size_t>(QD));
+    ts.attn.resize(redundant_merge ? static_cast<size_t>(QD) : 0);
+    ts.ffn.resize(static_cast<size_t>(F));
+  }
+  const bool want_logits = s.want_logits;
+  if (want_logits) logits.resize(static_cast<size_t>(c.n_vocab));
+
+  pool_.run([&](int ti, int) {
+    ThreadScratch& ts = thread_scratch_[static_cast<size_t>(ti)];
+    const Share units = static_share(n_units, ti, nt);
+    for (int il = 0; il < c.n_layers; ++il) {
+      const LayerWeights& L = model_.layers[il];
+      void* kl = kv.k_layers[il];
+      void* vl = kv.v_layers[il];
+      const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+
+      rmsnorm(x_.data(), static_cast<const float*>(L.attn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
+      ts.acts.convert(L.wq.type, ts.xn.data(), E, 1);
+      const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+      const Tensor* biases[] = {&L.bq, &L.bk, &L.bv};
+      pool_.balanced_share(
+          ti, L.wq.rows() + L.wk.rows() + L.wv.rows(),
+          [&](int64_t b, int64_t e) {
+            matmul_rows_stacked(qkv, ts.acts, b, e);
+            // Biases (qwen2) on the rows just computed, as forward's add_bias adds them.
+            int64_t offset = 0;
+            for (int i = 0; i < 3; ++i) {
+              const int64_t rows = qkv[i].w->rows();
+              const int64_t rb = std::max(b, offset) - offset, re = std::min(e, offset + rows) - offset;
+              if (biases[i]->valid() && rb < re)
+                add_inplace(qkv[i].y + rb, static_cast<const float*>(biases[i]->data) + rb, re - rb);
+              offset += rows;
+            }
+          },
+          matmul_balance_chunk_rows(L.wq));
+      pool_.barrier(ti);
+
+      // RoPE: every thread rotates its own copy of q; a KV head's k is rotated and stored with its v by
+      // the thread that reads the newest partition.
+      std::copy_n(q_.data(), QD, ts.q.data());
+      rope_.rotate(ts.q.data(), static_cast<int>(H), rope_cos_sin_.data());
+      for (int64_t h = 0; h < KVH; ++h) {
+        if (owner_of((n_parts - 1) * KVH + h, n_units, nt) != ti) continue;
+        float* kh = k_.data() + h * D;
+        rope_.rotate(kh, 1, rope_cos_sin_.data());
+        const int64_t off = kv_offset + h * kv.block_size * D;
+        store_kv_row(kv_type, kh, D, kl, off);
+        store_kv_row(kv_type, v_.data() + h * D, D, vl, off);
+      }
+      PagedAttentionArgs a = base;
+      a.q = ts.q.data();
+      a.k_cache = kl;
+      a.v_cache = vl;
+      a.kv_type = kv_type;
+      // Partials [kv head][partition][group][head_dim + 2]: each KV head's partitions in a row, as merge reads.
+      for (int64_t u = units.first; u < units.last; ++u) {
+        const int64_t part = u / KVH, h = u % KVH;
+        attn_worker.partition(a, 0, static_cast<int>(h), part,
+                              partials_.data() + static_cast<size_t>(h * n_parts + part) * unit_floats);
+      }
+      pool_.barrier(ti);
+      const float* attn = attn_.data();
+      if (redundant_merge) {
+        a.out = ts.attn.data();
+        for (int64_t h = 0; h < KVH; ++h)
+          attn_worker.merge(a, 0, static_cast<int>(h),
+                            partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
+        attn = ts.attn.data();
+      } else {
+        const Share heads = static_share(KVH, ti, nt);
+        for (int64_t h = heads.first; h < heads.last; ++h)
+          attn_worker.merge(a, 0, static_cast<int>(h),
+                            partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
+        pool_.barrier(ti);
+      }
+
+      ts.acts.convert(L.wo.type, attn, QD, 1);
+      pool_.balanced_share(
+          ti, L.wo.rows(),
+          [&](int64_t b, int64_t e) {
+            matmul_rows(L.wo, ts.acts, tmp_.data(), b, e);
+            add_inplace(x_.data() + b, tmp_.data() + b, e - b);
+          },
+          matmul_balance_chunk_rows(L.wo));
+      pool_.barrier(ti);
+
+      // Feed-forward (SwiGLU).
+      rmsnorm(x_.data(), static_cast<const float*>(L.ffn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
+      ts.acts.convert(L.w_gate.type, ts.xn.data(), E, 1);
+      const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+      pool_.balanced_share(
+          ti, L.w_gate.rows() + L.w_up.rows(),
+          [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); },
+          matmul_balance_chunk_rows(L.w_gate));
+      pool_.barrier(ti);
+      silu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
+      ts.acts.convert(L.w_down.type, ts.ffn.data(), F, 1);
+      pool_.balanced_share(
+          ti, L.w_down.rows(),
+          [&](int64_t b, int64_t e) {
+            matmul_rows(L.w_down, ts.acts, tmp_.data(), b, e);
+            add_inplace(x_.data() + b, tmp_.data() + b, e - b);
+          },
+          matmul_balance_chunk_rows(L.w_down));
+      pool_.barrier(ti);
+    }
+    if (!want_logits) return;
+    rmsnorm(x_.data(), static_cast<const float*>(model_.output_norm.data), ts.xn.data(), static_cast<int>(E),
+            c.rms_eps);
+    ts.acts.convert(model_.output.type, ts.xn.data(), E, 1);
+    pool_.balanced_share(
+        ti, model_.output.rows(),
+        [&](int64_t b, int64_t e) { matmul_rows(model_.output, ts.acts, logits.data(), b, e); },
+        matmul_balance_chunk_rows(model_.output));
+  });
+  return want_logits ? 1 : 0;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,124 @@
+// The single-token region (engine/single_token_step.cpp) against the per-op path: a decode step's logits
+// and the K/V it writes must be the same bits, for every attention shape, weight type, KV element type
+// and thread count, across contexts of several attention partitions.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/model_runner.h"
+#include "model/model.h"
+
+using namespace kvserve;
+
+namespace {
+
+const std::string kShared = KVSERVE_SHARED_DIR;
+
+// A paged cache of n_blocks blocks per layer, handed out in a scrambled order so block tables are not
+// the identity.
+struct TestCache {
+  std::vector<std::vector<uint8_t>> k, v;
+  KVCacheView view;
+  std::vector<int32_t> table;
+
+  TestCache(const ModelConfig& c, const std::vector<KVElemType>& types, int block_size, int n_blocks, uint32_t seed) {
+    view.block_size = block_size;
+    view.block_stride = int64_t{c.n_kv_heads} * block_size * c.head_dim;
+    view.n_blocks = n_blocks;
+    view.layer_types = types;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const size_t bytes = static_cast<size_t>(view.block_stride * n_blocks) * (types[l] == KVElemType::F32 ? 4 : 2);
+      k.emplace_back(bytes, 0);
+      v.emplace_back(bytes, 0);
+      view.k_layers.push_back(k.back().data());
+      view.v_layers.push_back(v.back().data());
+    }
+    for (int b = 0; b < n_blocks; ++b) table.push_back(b);
+    std::shuffle(table.begin(), table.end(), std::mt19937(seed));
+  }
+};
+
+struct RegionCase {
+  std::string stem;
+  int threads;
+  int block_size;
+  int n_steps;
+};
+
+void PrintTo(const RegionCase& c, std::ostream* os) { *os << c.stem << "/t" << c.threads << "/bs" << c.block_size; }
+
+class SingleTokenRegionTest : public ::testing::TestWithParam<RegionCase> {};
+
+TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
+  const RegionCase& p = GetParam();
+  auto model = load_model(kShared + "/golden/gguf/models/" + p.stem + ".gguf");
+  const ModelConfig& c = model->config;
+  ThreadPool pool(p.threads);
+  using Mode = ModelRunner::SingleTokenRegion;
+  const Mode modes[] = {Mode::Off, Mode::On, Mode::SplitMerge};
+  // Every KV element type, mixed per layer.
+  std::vector<KVElemType> types;
+  for (int l = 0; l < c.n_layers; ++l)
+    types.push_back(std::vector<KVElemType>{KVElemType::F16, KVElemType::BF16, KVElemType::F32}[(l + p.n_steps) % 3]);
+  const int prompt_len = 7;
+  const int n_blocks = (prompt_len + p.n_steps) / p.block_size + 2;
+  std::vector<ModelRunner> runners;
+  std::vector<TestCache> caches;
+  for (Mode m : modes) {
+    runners.emplace_back(*model, pool);
+    runners.back().set_single_token_region(m);
+    caches.emplace_back(c, types, p.block_size, n_blocks, 7);
+  }
+  std::mt19937 rng(11);
+  std::vector<int32_t> tokens(prompt_len);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.n_vocab);
+  std::vector<std::vector<float>> logits(std::size(modes));
+  int64_t pos = 0;
+  for (int step = 0; step <= p.n_steps; ++step) {
+    for (size_t i = 0; i < std::size(modes); ++i) {
+      BatchSequence s;
+      s.tokens = tokens;
+      s.pos0 = pos;
+      s.block_table = caches[i].table;
+      ASSERT_EQ(runners[i].forward({&s, 1}, caches[i].view, logits[i]), 1);
+    }
+    for (size_t i = 1; i < std::size(modes); ++i)
+      ASSERT_EQ(std::memcmp(logits[0].data(), logits[i].data(), logits[0].size() * sizeof(float)), 0)
+          << "mode " << i << " step " << step << " position " << pos;
+    pos += static_cast<int64_t>(tokens.size());
+    // Next token: the argmax (a text-like sequence) or, every 5th step, a random one.
+    int32_t next = static_cast<int32_t>(std::max_element(logits[0].begin(), logits[0].end()) - logits[0].begin());
+    if (step % 5 == 4) next = static_cast<int32_t>(rng() % c.n_vocab);
+    tokens.assign(1, next);
+  }
+  for (size_t i = 1; i < std::size(modes); ++i)
+    for (int l = 0; l < c.n_layers; ++l) {
+      EXPECT_EQ(caches[0].k[l], caches[i].k[l]) << "K of layer " << l << ", mode " << i;
+      EXPECT_EQ(caches[0].v[l], caches[i].v[l]) << "V of layer " << l << ", mode " << i;
+    }
+}
+
+// Contexts past 128 positions (several partitions); MHA, GQA and MQA; F16, BF16, F32 and quantized weights;
+// qwen2's biases; 8-wide heads (stories260K); 2 and 3 threads, so KV heads and partitions split unevenly.
+INSTANTIATE_TEST_SUITE_P(
+    Models, SingleTokenRegionTest,
+    ::testing::Values(RegionCase{"tiny-gqa-Q4_0", 2, 16, 300}, RegionCase{"tiny-gqa-Q8_0", 2, 32, 200},
+                      RegionCase{"tiny-gqa-Q4_1", 2, 16, 140}, RegionCase{"tiny-gqa-Q4_K_M", 2, 16, 140},
+                      RegionCase{"tiny-gqa-Q6_K", 2, 16, 140}, RegionCase{"tiny-gqa-BF16", 2, 16, 140},
+                      RegionCase{"tiny-mha", 2, 16, 260}, RegionCase{"tiny-mqa", 2, 16, 260},
+                      RegionCase{"tiny-qwen2", 2, 16, 140}, RegionCase{"stories260K-Q4_1", 2, 16, 200},
+                      RegionCase{"stories260K-F32", 2, 8, 140}, RegionCase{"tiny-gqa", 3, 16, 140},
+                      RegionCase{"tiny-mqa", 3, 16, 140}),
+    [](const auto& info) {
+      std::string n =
+          info.param.stem + "_t" + std::to_string(info.param.threads) + "_bs" + std::to_string(info.param.block_size);
+      std::replace_if(
+          n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
+      return n;
+    });
+
+}  // namespace
