@@ -514,8 +514,8 @@ TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
         std::vector<float> p2(static_cast<size_t>(n_parts * group * (shape.head_dim + 2))), p5(p2.size());
         for (int64_t part = 0; part < n_parts; ++part) {
           const size_t off = static_cast<size_t>(part * group * (shape.head_dim + 2));
-          kvserve::detail::paged_attention_partition_avx2(args2, t, 0, part, p2.data() + off);
-          kvserve::detail::paged_attention_partition_avx512(args5, t, 0, part, p5.data() + off);
+          kvserve::detail::paged_attention_partition_avx2(args2, t, 0, part, part + 1, p2.data() + off);
+          kvserve::detail::paged_attention_partition_avx512(args5, t, 0, part, part + 1, p5.data() + off);
         }
         ASSERT_EQ(p2, p5) << "partitions: " << where;
         kvserve::detail::paged_attention_merge_avx2(args2, t, 0, p2.data());

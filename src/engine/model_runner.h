@@ -73,6 +73,7 @@ class ModelRunner {
   bool region_weights_ok_ = false;
   std::vector<ThreadScratch> thread_scratch_;
   std::vector<float> partials_;
+  std::vector<int64_t> unit_first_;  // first attention unit of each thread's share
 };
 
 }  // namespace kvserve

@@ -30,7 +30,30 @@ Share static_share(int64_t n, int ti, int nt) {
   const int64_t per = (n + nt - 1) / nt;
   return {std::min(n, ti * per), std::min(n, (ti + 1) * per)};
 }
-int owner_of(int64_t item, int64_t n, int nt) { return static_cast<int>(item / ((n + nt - 1) / nt)); }
+
+// A unit's cost in attended positions: its slots plus a fixed part (its softmax, its partials, the
+// setup) worth about this many.
+constexpr int64_t kUnitFixedSlots = 16;
+
+// First unit of each thread's share (n_threads + 1 entries). Units are (KV head, partition), KV-head major,
+// cut where the running cost (a head's newest partition holds fewer positions than the others) passes
+// each thread's equal part.
+void split_units_by_cost(int64_t n_parts, int64_t n_kv_heads, int64_t n_positions, int64_t part_slots, int nt,
+                         std::vector<int64_t>& first) {
+  const int64_t last_slots = n_positions - (n_parts - 1) * part_slots;
+  const auto cost = [&](int64_t u) { return (u % n_parts == n_parts - 1 ? last_slots : part_slots) + kUnitFixedSlots; };
+  const int64_t n_units = n_parts * n_kv_heads;
+  const int64_t total = n_kv_heads * ((n_parts - 1) * (part_slots + kUnitFixedSlots) + last_slots + kUnitFixedSlots);
+  first.assign(static_cast<size_t>(nt) + 1, n_units);
+  first[0] = 0;
+  int64_t run = 0;
+  int t = 1;
+  for (int64_t u = 0; u < n_units && t < nt; ++u) {
+    // Unit u goes to the thread whose part holds the middle of its cost.
+    while (t < nt && 2 * run + cost(u) > 2 * total * t / nt) first[static_cast<size_t>(t++)] = u;
+    run += cost(u);
+  }
+}
 
 }  // namespace
 
@@ -63,7 +86,9 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   rope_.angles(pos, rope_cos_sin_.data());
   const int64_t kv_offset = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
 
-  // Attention units: (partition, KV head), partition-major (address order), statically split. The thread
+  // Attention units: (KV head, partition), statically split by their positions, so a thread walks each
+  // of its heads' partitions in one call (the K rows of the next partition stream in while it finishes
+  // one; a call per partition started each one from memory). The thread
   // whose share holds a KV head's newest partition writes that head's new K/V row before reading it, so
   // no barrier separates the K/V store from attention.
   PagedAttentionArgs base;
@@ -79,6 +104,10 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   base.out = attn_.data();
   const int64_t n_parts = detail::partition_count(base, 0);
   const int64_t n_units = n_parts * KVH;
+  split_units_by_cost(n_parts, KVH, pos + 1, detail::partition_blocks(kv.block_size) * kv.block_size, nt, unit_first_);
+  const auto owner_of = [&](int64_t u) {
+    return static_cast<int>(std::upper_bound(unit_first_.begin(), unit_first_.end(), u) - unit_first_.begin()) - 1;
+  };
   const size_t unit_floats = detail::partition_partial_floats(base);
   partials_.resize(static_cast<size_t>(n_units) * unit_floats);
   const bool redundant_merge =
@@ -96,7 +125,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
 
   pool_.run([&](int ti, int) {
     ThreadScratch& ts = thread_scratch_[static_cast<size_t>(ti)];
-    const Share units = static_share(n_units, ti, nt);
+    const Share units{unit_first_[static_cast<size_t>(ti)], unit_first_[static_cast<size_t>(ti) + 1]};
     for (int il = 0; il < c.n_layers; ++il) {
       const LayerWeights& L = model_.layers[il];
       void* kl = kv.k_layers[il];
@@ -129,7 +158,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       std::copy_n(q_.data(), QD, ts.q.data());
       rope_.rotate(ts.q.data(), static_cast<int>(H), rope_cos_sin_.data());
       for (int64_t h = 0; h < KVH; ++h) {
-        if (owner_of((n_parts - 1) * KVH + h, n_units, nt) != ti) continue;
+        if (owner_of(h * n_parts + n_parts - 1) != ti) continue;
         float* kh = k_.data() + h * D;
         rope_.rotate(kh, 1, rope_cos_sin_.data());
         const int64_t off = kv_offset + h * kv.block_size * D;
@@ -141,11 +170,13 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       a.k_cache = kl;
       a.v_cache = vl;
       a.kv_type = kv_type;
-      // Partials [kv head][partition][group][head_dim + 2]: each KV head's partitions in a row, as merge reads.
-      for (int64_t u = units.first; u < units.last; ++u) {
-        const int64_t part = u / KVH, h = u % KVH;
-        attn_worker.partition(a, 0, static_cast<int>(h), part,
-                              partials_.data() + static_cast<size_t>(h * n_parts + part) * unit_floats);
+      // Partials [kv head][partition][group][head_dim + 2], unit order: each KV head's partitions in a row,
+      // as merge reads them.
+      for (int64_t u = units.first; u < units.last;) {
+        const int64_t h = u / n_parts, part_end = std::min(units.last - h * n_parts, n_parts);
+        attn_worker.partition(a, 0, static_cast<int>(h), u - h * n_parts, part_end,
+                              partials_.data() + static_cast<size_t>(u) * unit_floats);
+        u = h * n_parts + part_end;
       }
       pool_.barrier(ti);
       const float* attn = attn_.data();

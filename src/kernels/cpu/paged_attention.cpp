@@ -204,7 +204,7 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
           const PagedAttentionArgs& a = batch[it.seq];
           float* dst = partials.data() + it.offset + static_cast<size_t>(unit.kvh) * it.head_stride +
                        static_cast<size_t>(unit.part) * detail::partition_partial_floats(a);
-          worker.partition(a, it.t, unit.kvh, unit.part, dst);
+          worker.partition(a, it.t, unit.kvh, unit.part, unit.part + 1, dst);
         }
       },
       1);

@@ -24,23 +24,28 @@ inline int64_t partition_count(const PagedAttentionArgs& a, int64_t t) {
 // head of that KV head's group for that token. Arguments are already validated.
 void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int64_t end);
 
-// Split path: partition `part` of token t's context for KV head kvh, written to `partial` as
-// [group][head_dim + 2] (output row normalized by its own sum, max, sum); then the merge folds token t's
-// partition_count partials ([part][group][head_dim + 2]) and writes its outputs.
-void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
+// Split path: partitions [part_begin, part_end) of token t's context for KV head kvh, each written to
+// `partials` as [part - part_begin][group][head_dim + 2] (output row normalized by its own sum, max, sum),
+// the same bits whether computed in one call or one at a time (one call streams the next partition's K
+// in while finishing the last one); then the merge folds token t's partition_count partials
+// ([part][group][head_dim + 2]) and writes its outputs.
+void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part_begin,
+                                    int64_t part_end, float* partials);
 void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 
 // The same three in 512-bit registers (paged_attention_zmm_avx512vnni.cpp), bit-identical to the AVX2
 // ones; only where cpu_prefers_zmm().
 void paged_attention_items_avx512(const PagedAttentionArgs& a, int64_t begin, int64_t end);
-void paged_attention_partition_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
+void paged_attention_partition_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part_begin,
+                                      int64_t part_end, float* partials);
 void paged_attention_merge_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 
 // The SIMD worker paged_attention() runs on this CPU (needs AVX2): the 512-bit one where
 // cpu_prefers_zmm(), else the AVX2 one.
 struct SimdWorker {
   void (*items)(const PagedAttentionArgs& a, int64_t begin, int64_t end);
-  void (*partition)(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial);
+  void (*partition)(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part_begin, int64_t part_end,
+                    float* partials);
   void (*merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 };
 const SimdWorker& simd_worker();

@@ -587,9 +587,9 @@ inline int64_t partition_slots(int block_size) { return partition_blocks(block_s
 // context (each token stops at its own last block). A partition is three passes: every score of the
 // partition, then one softmax over them (a single max, so no rescaling of the output row inside a
 // partition), then the V rows weighted into the output row, held in registers across the partition's
-// blocks. A token's partition state either goes to `partials` (one token, one partition: the split path
-// writes [group][hd + 2] = acc, max, sum) or is folded into the running merge and, after the token's last
-// partition, written to a.out.
+// blocks. A token's partition state either goes to `partials` (one token: the split path writes
+// [part - part_begin][group][hd + 2] = acc, max, sum) or is folded into the running merge and, after the
+// token's last partition, written to a.out.
 void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, int64_t part_begin,
                         int64_t part_end, float* scratch_base, float* partials) {
   const int group = a.n_heads / a.n_kv_heads;
@@ -740,7 +740,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         const int hh = i * group + h;
         const float* p_acc = acc + static_cast<size_t>(hh) * hd;
         if (partials != nullptr) {
-          float* dst = partials + static_cast<size_t>(h) * (hd + 2);
+          float* dst = partials + static_cast<size_t>((part - part_begin) * group + h) * (hd + 2);
           std::copy(p_acc, p_acc + hd, dst);
           dst[hd] = part_max[hh];
           dst[hd + 1] = part_sum[hh];
@@ -784,10 +784,11 @@ void KVSERVE_ATTN_NAME(paged_attention_items)(const PagedAttentionArgs& a, int64
   }
 }
 
-void KVSERVE_ATTN_NAME(paged_attention_partition)(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part, float* partial) {
+void KVSERVE_ATTN_NAME(paged_attention_partition)(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part_begin,
+                                                  int64_t part_end, float* partials) {
   thread_local std::vector<float> scratch;
   scratch.resize(scratch_floats(a));
-  attend_token_group(a, t, 1, kvh, part, part + 1, scratch.data(), partial);
+  attend_token_group(a, t, 1, kvh, part_begin, part_end, scratch.data(), partials);
 }
 
 void KVSERVE_ATTN_NAME(paged_attention_merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials) {
