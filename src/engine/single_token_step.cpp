@@ -150,7 +150,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
               offset += rows;
             }
           },
-          matmul_balance_chunk_rows(L.wq));
+          matmul_balance_chunk_rows(L.wq, 1));
       pool_.barrier(ti);
 
       // RoPE: every thread rotates its own copy of q; a KV head's k is rotated and stored with its v by
@@ -201,7 +201,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
             matmul_rows(L.wo, ts.acts, tmp_.data(), b, e);
             add_inplace(x_.data() + b, tmp_.data() + b, e - b);
           },
-          matmul_balance_chunk_rows(L.wo));
+          matmul_balance_chunk_rows(L.wo, 1));
       pool_.barrier(ti);
 
       // Feed-forward (SwiGLU).
@@ -211,7 +211,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       pool_.balanced_share(
           ti, L.w_gate.rows() + L.w_up.rows(),
           [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); },
-          matmul_balance_chunk_rows(L.w_gate));
+          matmul_balance_chunk_rows(L.w_gate, 1));
       pool_.barrier(ti);
       silu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
       ts.acts.convert(L.w_down.type, ts.ffn.data(), F, 1);
@@ -221,7 +221,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
             matmul_rows(L.w_down, ts.acts, tmp_.data(), b, e);
             add_inplace(x_.data() + b, tmp_.data() + b, e - b);
           },
-          matmul_balance_chunk_rows(L.w_down));
+          matmul_balance_chunk_rows(L.w_down, 1));
       pool_.barrier(ti);
     }
     if (!want_logits) return;
@@ -231,7 +231,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     pool_.balanced_share(
         ti, model_.output.rows(),
         [&](int64_t b, int64_t e) { matmul_rows(model_.output, ts.acts, logits.data(), b, e); },
-        matmul_balance_chunk_rows(model_.output));
+        matmul_balance_chunk_rows(model_.output, 1));
   });
   return want_logits ? 1 : 0;
 }

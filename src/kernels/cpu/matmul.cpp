@@ -109,6 +109,9 @@ constexpr int64_t kRowGrain = 32;
 // enough that the thread the host slows down leaves a short tail, large enough that a claim (one
 // compare-and-swap) is noise next to streaming the chunk.
 constexpr size_t kBalanceChunkBytes = 32 * 1024;
+// A single token's chunks: see balance_chunk_rows.
+constexpr size_t kDecodeBalanceChunkBytes = 8 * 1024;
+constexpr int64_t kDecodeRowGrain = 2 * kInterleaveRows;
 // Below this many activation elements, converting on one thread beats waking the pool.
 constexpr int64_t kParallelConvertElems = 1 << 15;
 
@@ -402,10 +405,14 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   }
 }
 
-// Rows per balancing chunk for weights of w_row_bytes: a multiple of kRowGrain.
-int64_t balance_chunk_rows(size_t w_row_bytes) {
-  const auto rows = static_cast<int64_t>(kBalanceChunkBytes / std::max<size_t>(1, w_row_bytes));
-  return std::max<int64_t>(kRowGrain, rows / kRowGrain * kRowGrain);
+// Rows per balancing chunk for weights of w_row_bytes: a multiple of kRowGrain. A single token's pass
+// calls the kernel a pair of groups at a time (multiply_groups), so its chunks need only be whole pairs,
+// and smaller ones shorten the tail where one thread waits for the other's last chunk.
+int64_t balance_chunk_rows(size_t w_row_bytes, int64_t n_tokens) {
+  const size_t bytes = n_tokens == 1 ? kDecodeBalanceChunkBytes : kBalanceChunkBytes;
+  const int64_t grain = n_tokens == 1 ? kDecodeRowGrain : kRowGrain;
+  const auto rows = static_cast<int64_t>(bytes / std::max<size_t>(1, w_row_bytes));
+  return std::max<int64_t>(grain, rows / grain * grain);
 }
 
 // Rows [begin, end) of the outputs' weights stacked in order: each weight gets its overlap.
@@ -435,7 +442,7 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadP
   const ConvertedActs acts = convert_activations(w.type, x, w.cols(), n_tokens, pool);
   pool.parallel_for_balanced(
       w.rows(), [&](int64_t begin, int64_t end) { multiply_rows(w, acts, y, begin, end); },
-      balance_chunk_rows(w.row_size()));
+      balance_chunk_rows(w.row_size(), n_tokens));
 }
 
 void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens, ThreadPool& pool) {
@@ -457,7 +464,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, 
   const ConvertedActs acts = convert_activations(first.type, x, first.cols(), n_tokens, pool);
   pool.parallel_for_balanced(
       total_rows, [&](int64_t begin, int64_t end) { multiply_stacked_rows(outputs, acts, begin, end); },
-      balance_chunk_rows(first.row_size()));
+      balance_chunk_rows(first.row_size(), n_tokens));
 }
 
 struct MatmulActs::Storage {
@@ -505,7 +512,7 @@ bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs) {
   return true;
 }
 
-int64_t matmul_balance_chunk_rows(const Tensor& w) { return balance_chunk_rows(w.row_size()); }
+int64_t matmul_balance_chunk_rows(const Tensor& w, int64_t n_tokens) { return balance_chunk_rows(w.row_size(), n_tokens); }
 
 void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   check_matmul_args(w, x, n_tokens, y);

@@ -30,7 +30,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, 
 
 // For one matmul inside ThreadPool::run (several steps of a decode in one parallel region): every thread
 // converts the activations into its own MatmulActs, then computes the rows it is given
-// (ThreadPool::balanced_share over w.rows() in chunks of matmul_balance_chunk_rows(w)). Results are
+// (ThreadPool::balanced_share over w.rows() in chunks of matmul_balance_chunk_rows(w, n_tokens)). Results are
 // bit-identical to matmul() and matmul_shared_input().
 class MatmulActs {
  public:
@@ -55,8 +55,8 @@ void matmul_rows(const Tensor& w, const MatmulActs& acts, float* y, int64_t row_
 void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end);
 // True when the weights share a type and row length (one conversion serves all; matmul_rows_stacked).
 bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs);
-// Rows per balancing chunk for w: what matmul() gives parallel_for_balanced.
-int64_t matmul_balance_chunk_rows(const Tensor& w);
+// Rows per balancing chunk for w and n_tokens: what matmul() gives parallel_for_balanced.
+int64_t matmul_balance_chunk_rows(const Tensor& w, int64_t n_tokens);
 
 // Same result computed by the plain scalar reference path (dequantize + scalar dot, same activation
 // rounding), for tests.
