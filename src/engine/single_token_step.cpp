@@ -126,6 +126,18 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   pool_.run([&](int ti, int) {
     ThreadScratch& ts = thread_scratch_[static_cast<size_t>(ti)];
     const Share units{unit_first_[static_cast<size_t>(ti)], unit_first_[static_cast<size_t>(ti) + 1]};
+    // x += w * in: each thread adds the rows it computed, then a barrier.
+    const auto add_projection_to_residual = [&](const Tensor& w, const float* in, int64_t n_in) {
+      ts.acts.convert(w.type, in, n_in, 1);
+      pool_.balanced_share(
+          ti, w.rows(),
+          [&](int64_t b, int64_t e) {
+            matmul_rows(w, ts.acts, tmp_.data(), b, e);
+            add_inplace(x_.data() + b, tmp_.data() + b, e - b);
+          },
+          matmul_balance_chunk_rows(w, 1));
+      pool_.barrier(ti);
+    };
     for (int il = 0; il < c.n_layers; ++il) {
       const LayerWeights& L = model_.layers[il];
       void* kl = kv.k_layers[il];
@@ -194,15 +206,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         pool_.barrier(ti);
       }
 
-      ts.acts.convert(L.wo.type, attn, QD, 1);
-      pool_.balanced_share(
-          ti, L.wo.rows(),
-          [&](int64_t b, int64_t e) {
-            matmul_rows(L.wo, ts.acts, tmp_.data(), b, e);
-            add_inplace(x_.data() + b, tmp_.data() + b, e - b);
-          },
-          matmul_balance_chunk_rows(L.wo, 1));
-      pool_.barrier(ti);
+      add_projection_to_residual(L.wo, attn, QD);
 
       // Feed-forward (SwiGLU).
       rmsnorm(x_.data(), static_cast<const float*>(L.ffn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
@@ -214,15 +218,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
           matmul_balance_chunk_rows(L.w_gate, 1));
       pool_.barrier(ti);
       silu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
-      ts.acts.convert(L.w_down.type, ts.ffn.data(), F, 1);
-      pool_.balanced_share(
-          ti, L.w_down.rows(),
-          [&](int64_t b, int64_t e) {
-            matmul_rows(L.w_down, ts.acts, tmp_.data(), b, e);
-            add_inplace(x_.data() + b, tmp_.data() + b, e - b);
-          },
-          matmul_balance_chunk_rows(L.w_down, 1));
-      pool_.barrier(ti);
+      add_projection_to_residual(L.w_down, ts.ffn.data(), F);
     }
     if (!want_logits) return;
     rmsnorm(x_.data(), static_cast<const float*>(model_.output_norm.data), ts.xn.data(), static_cast<int>(E),
