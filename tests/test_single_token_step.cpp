@@ -3,6 +3,7 @@
 // and thread count, across contexts of several attention partitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>

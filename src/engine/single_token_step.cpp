@@ -4,7 +4,7 @@
 // alone normalizes, quantizes and adds the residual. Here every thread does that small serial work itself
 // (on its own copies), takes its rows of each matmul, and a barrier separates the steps. The arithmetic
 // is the per-op path's, operation for operation, so the logits are the same bits
-// (test: ModelRunner.SingleTokenRegionMatchesPerOpPath).
+// (test: SingleTokenRegionTest.LogitsAndKVMatchPerOpPathBitForBit).
 #include <algorithm>
 #include <cmath>
 
@@ -17,8 +17,10 @@ namespace kvserve {
 
 namespace {
 
-// Merging the attention partials on every thread (each reads them all) instead of one KV head per thread
-// and a barrier: up to this many bytes of partials the reads cost less than the barrier.
+// Up to this many bytes of attention partials, every thread merges all of them instead of one KV head
+// per thread and a barrier. A judgement, not a measured crossover: at SmolLM2 shapes after 768
+// positions (14 KiB) the merge is ~2 % of a decode step on each thread, about what a barrier costs;
+// long contexts' partials grow with the context and are split.
 constexpr size_t kRedundantMergeBytes = 32 * 1024;
 
 // [first, last) of n items for thread ti of nt, contiguous and in order (as parallel_for_balanced's
@@ -191,20 +193,13 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         u = h * n_parts + part_end;
       }
       pool_.barrier(ti);
-      const float* attn = attn_.data();
-      if (redundant_merge) {
-        a.out = ts.attn.data();
-        for (int64_t h = 0; h < KVH; ++h)
-          attn_worker.merge(a, 0, static_cast<int>(h),
-                            partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
-        attn = ts.attn.data();
-      } else {
-        const Share heads = static_share(KVH, ti, nt);
-        for (int64_t h = heads.first; h < heads.last; ++h)
-          attn_worker.merge(a, 0, static_cast<int>(h),
-                            partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
-        pool_.barrier(ti);
-      }
+      // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
+      if (redundant_merge) a.out = ts.attn.data();
+      const Share heads = redundant_merge ? Share{0, KVH} : static_share(KVH, ti, nt);
+      for (int64_t h = heads.first; h < heads.last; ++h)
+        attn_worker.merge(a, 0, static_cast<int>(h), partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
+      if (!redundant_merge) pool_.barrier(ti);
+      const float* attn = redundant_merge ? ts.attn.data() : attn_.data();
 
       add_projection_to_residual(L.wo, attn, QD);
 

@@ -447,17 +447,15 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadP
 
 void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens, ThreadPool& pool) {
   if (outputs.empty()) return;
-  const Tensor& first = *outputs[0].w;
-  bool fusable = true;
   int64_t total_rows = 0;
   for (const MatmulOutput& o : outputs) {
     if (o.w == nullptr) fail("matmul_shared_input: null weight");
     check_matmul_args(*o.w, x, n_tokens, o.y);
-    fusable = fusable && o.w->type == first.type && o.w->cols() == first.cols();
     total_rows += o.w->rows();
   }
   if (n_tokens == 0) return;
-  if (!fusable) {
+  const Tensor& first = *outputs[0].w;
+  if (!matmul_inputs_shareable(outputs)) {
     for (const MatmulOutput& o : outputs) matmul(*o.w, x, n_tokens, o.y, pool);
     return;
   }
