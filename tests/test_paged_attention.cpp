@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -487,8 +488,10 @@ TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
     for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{5, 1, 64}, Shape{6, 1, 64}, Shape{8, 2, 128},
                               Shape{3, 1, 128}, Shape{2, 2, 128},
                               Shape{4, 2, 24}, Shape{2, 2, 72}, Shape{4, 2, 12}}) {
-      for (auto [pos0, n] : {std::pair<int64_t, int>{0, 5}, {300, 1}, {250, 6}}) {
-        const Case c{shape, 16, pos0, n};
+      // Block sizes 8 and 32 give the 16-slot score loop a half-filled and a two-pass block.
+      for (auto [pos0, n, bs] : {std::tuple<int64_t, int, int>{0, 5, 16}, {300, 1, 16}, {250, 6, 16}, {201, 1, 8},
+                                 {170, 3, 32}}) {
+        const Case c{shape, bs, pos0, n};
         Fixture f = make_fixture(c, rng);
         const HalfCaches half = to_half(f, type == KVElemType::BF16 ? KVElemType::BF16 : KVElemType::F16);
         std::vector<float> a2(f.q.size(), -7.0f), a5(f.q.size(), -7.0f);
@@ -502,7 +505,7 @@ TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
         }
         const std::string where = "type " + std::to_string(static_cast<int>(type)) + " heads " +
                                   std::to_string(shape.n_heads) + "/" + std::to_string(shape.n_kv_heads) + " hd " +
-                                  std::to_string(shape.head_dim) + " pos0 " + std::to_string(pos0);
+                                  std::to_string(shape.head_dim) + " pos0 " + std::to_string(pos0) + " bs " + std::to_string(bs);
         const int64_t n_items = int64_t{n} * shape.n_kv_heads;
         kvserve::detail::paged_attention_items_avx2(args2, 0, n_items);
         kvserve::detail::paged_attention_items_avx512(args5, 0, n_items);

@@ -124,26 +124,6 @@ inline void slot_partials(const float* q, int hd, const void* k_base, size_t k_i
 #endif
 }
 
-#if KVSERVE_ATTN_ZMM
-// slot_partials for hd == 16 * NZ with the HN query rows already in registers: the same operations in
-// the same order, without loading q again for every slot. Reloading it (12 loads a slot for 3 heads at
-// hd 64, next to 4 of K) bounded the loop by its loads rather than its FMAs.
-template <KVElemType kType, int HN, int NZ>
-inline void slot_partials_in_registers(const __m512 (&qv)[HN][NZ], const void* k_base, size_t k_index,
-                                       __m256* out) {
-  __m512 s[HN];
-  for (int h = 0; h < HN; ++h) s[h] = _mm512_setzero_ps();
-  for (int dz = 0; dz < NZ; ++dz) {
-    const __m512 k = load16<kType>(k_base, k_index + 16 * static_cast<size_t>(dz));
-    for (int h = 0; h < HN; ++h) s[h] = _mm512_fmadd_ps(qv[h][dz], k, s[h]);
-  }
-  for (int h = 0; h < HN; ++h) {
-    const __m256 lo = _mm512_castps512_ps256(s[h]);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[h]), 1));
-    out[h] = _mm256_add_ps(lo, hi);
-  }
-}
-#endif
 
 // Lane j = hsum(v[j]) for 8 vectors at once, with exactly hsum's additions: (x_i + x_i+4), then
 // (.0 + .2) and (.1 + .3), then those two. So a score is the same bits as one dot() at a time.
@@ -161,68 +141,41 @@ inline __m256 hsum8(const __m256 (&v)[8]) {
                        _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Coming blocks' K or V rows, asked for a few lines per slot while the current block is computed. One
-// burst of a whole block's lines at the block start filled the core's miss buffers and stalled on its
-// own prefetches (a quarter of the kernel's non-FMA time in perf); spread out they overlap the math.
-struct PrefetchStream {
-  static constexpr int kMaxRanges = 3;
-  const char* p[kMaxRanges] = {};
-  const char* end[kMaxRanges] = {};
-  int n_ranges = 0;
-  int cur = 0;
-  int lines_per_step = 0;
+// Coming K and V rows, asked for row by row while the current block's scores are computed: with slot j
+// of this block go K row j of a block ahead and V row j of this block (read in the values pass, a few
+// blocks later). One burst of a whole block's lines at the block start filled the core's miss buffers
+// and stalled on its own prefetches (a quarter of the kernel's non-FMA time in perf); a byte stream
+// spread over the slots overlapped the math, but its bookkeeping took a quarter of the score loop's
+// samples with the cache hot.
+struct RowPrefetch {
+  const char* k = nullptr;  // the block ahead's K rows, or null
+  const char* v = nullptr;  // this block's V rows, or null
+  size_t row_bytes = 0;
 
-  // Adds `bytes` from `first_byte` of `base`, streamed after the ranges added before it.
-  void add(const void* base, size_t first_byte, size_t bytes) {
-    if (bytes == 0 || n_ranges == kMaxRanges) return;
-    p[n_ranges] = static_cast<const char*>(base) + first_byte;
-    end[n_ranges] = p[n_ranges] + bytes;
-    ++n_ranges;
-  }
-  // Spreads the ranges' lines over `steps` calls of step(), rounding up.
-  void spread(int steps) {
-    size_t bytes = 0;
-    for (int r = 0; r < n_ranges; ++r) bytes += static_cast<size_t>(end[r] - p[r]);
-    const size_t n = static_cast<size_t>(std::max(steps, 1));
-    lines_per_step = static_cast<int>((bytes / 64 + n - 1) / n);
-  }
-  // The position in locals: through the struct, each line's pointer update was a store that the next
-  // line's compare loaded back (a store-forwarding chain per line, in perf as much as the FMAs).
-  void step() {
-    int c = cur;
-    if (c == n_ranges) return;
-    const char* q = p[c];
-    const char* e = end[c];
-    for (int i = 0; i < lines_per_step; ++i) {
-      if (q >= e) {
-        p[c] = q;
-        if (++c == n_ranges) break;
-        q = p[c];
-        e = end[c];
-      }
-      _mm_prefetch(q, _MM_HINT_T0);
-      q += 64;
+  void slot(int j) const {
+    const size_t off = static_cast<size_t>(j) * row_bytes;
+    for (size_t b = 0; b < row_bytes; b += 64) {
+      if (k != nullptr) _mm_prefetch(k + off + b, _MM_HINT_T0);
+      if (v != nullptr) _mm_prefetch(v + off + b, _MM_HINT_T0);
     }
-    if (c < n_ranges) p[c] = q;
-    cur = c;
   }
-  void finish() {
-    for (; cur < n_ranges; ++cur)
-      for (; p[cur] < end[cur]; p[cur] += 64) _mm_prefetch(p[cur], _MM_HINT_T0);
+  // Rows [from, to) of both.
+  void rows(int from, int to) const {
+    for (int j = from; j < to; ++j) slot(j);
   }
 };
 
 // sc[h * sc_stride + s] = the HN partial vectors `partials(k_index, out)` gives for K row (row0 + s),
 // summed, times scale, for slots s < n.
 template <int HN, typename Partials>
-inline void block_scores_loop(int hd, int64_t row0, int n, float scale, float* sc, int sc_stride, PrefetchStream* pf,
+inline void block_scores_loop(int hd, int64_t row0, int n, float scale, float* sc, int sc_stride, const RowPrefetch* pf,
                               const Partials& partials) {
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int s0 = 0; s0 < n; s0 += 8) {
     const int sn = std::min(8, n - s0);
     __m256 part[HN][8];
     for (int j = 0; j < sn; ++j) {
-      if (pf != nullptr) pf->step();
+      if (pf != nullptr) pf->slot(s0 + j);
       __m256 out[HN];
       partials(static_cast<size_t>(row0 + s0 + j) * hd, out);
       for (int h = 0; h < HN; ++h) part[h][j] = out[h];
@@ -243,23 +196,92 @@ inline void block_scores_loop(int hd, int64_t row0, int n, float scale, float* s
 }
 
 #if KVSERVE_ATTN_ZMM
-// block_scores_heads for hd == 16 * NZ with the HN query rows loaded into registers once.
+// s[h] = the 16 lanes of head h's dot chains against K row k_index (lanes 0-7 the ymm loop's first chain,
+// 8-15 its second), for hd == 16 * NZ with the HN query rows in registers.
+template <KVElemType kType, int HN, int NZ>
+inline void slot_sums(const __m512 (&qv)[HN][NZ], const void* k_base, size_t k_index, __m512 (&s)[HN]) {
+  for (int h = 0; h < HN; ++h) s[h] = _mm512_setzero_ps();
+  for (int dz = 0; dz < NZ; ++dz) {
+    const __m512 k = load16<kType>(k_base, k_index + 16 * static_cast<size_t>(dz));
+    for (int h = 0; h < HN; ++h) s[h] = _mm512_fmadd_ps(qv[h][dz], k, s[h]);
+  }
+}
+
+// The score reduction on 16 lanes, with hsum8's additions in its order (so the same bits as the ymm
+// build): four steps, each adding two halves of a pair of vectors.
+// a, b: two slots' sums -> [a's lo + hi (8 lanes) | b's lo + hi], slot_partials' out of each.
+inline __m512 add_halves(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+// Two of those (slots a, b and c, d) -> per slot its 4-lane x_i + x_(i+4), in 128-bit lanes a, b, c, d.
+inline __m512 add_quarters(__m512 ab, __m512 cd) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// For hd == 16 * NZ with the HN query rows loaded into registers once: block_scores_loop's scores, 16
+// slots at a time, reduced on 16 lanes: ~3 instructions a (slot, head) where the 8-lane lo + hi and
+// hsum8 took ~5 and spilled their 24 partial vectors to the stack. One thread, cache hot, SmolLM2 shape
+// at 512 positions: 12.8 -> 11.0 us (bench_paged_attention single_f16, with RowPrefetch).
 template <KVElemType kType, int HN, int NZ>
 void block_scores_in_registers(const float* q, const void* k_base, int64_t row0, int n, float scale, float* sc,
-                               int sc_stride, PrefetchStream* pf) {
+                               int sc_stride, const RowPrefetch* pf) {
+  constexpr int hd = 16 * NZ;
   __m512 qv[HN][NZ];
   for (int h = 0; h < HN; ++h)
     for (int dz = 0; dz < NZ; ++dz) qv[h][dz] = _mm512_loadu_ps(q + (h * NZ + dz) * 16);
-  block_scores_loop<HN>(16 * NZ, row0, n, scale, sc, sc_stride, pf, [&](size_t k_index, __m256* out) {
-    slot_partials_in_registers<kType, HN, NZ>(qv, k_base, k_index, out);
-  });
+  const __m512 vscale = _mm512_set1_ps(scale);
+  // After the last step, lane 4k + m holds slot 4m + k.
+  const __m512i slot_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int s0 = 0; s0 < n; s0 += 16) {
+    // quads[m][h]: slots s0 + 4m .. + 3 after add_quarters.
+    __m512 quads[4][HN];
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+      __m512 pairs[2][HN];
+#pragma GCC unroll 2
+      for (int p = 0; p < 2; ++p) {
+        __m512 sums[2][HN];
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; ++e) {
+          const int j = s0 + 4 * m + 2 * p + e;
+          if (j < n) {
+            if (pf != nullptr) pf->slot(j);
+            slot_sums<kType, HN, NZ>(qv, k_base, static_cast<size_t>(row0 + j) * hd, sums[e]);
+          } else {
+            for (int h = 0; h < HN; ++h) sums[e][h] = _mm512_setzero_ps();
+          }
+        }
+        for (int h = 0; h < HN; ++h) pairs[p][h] = add_halves(sums[0][h], sums[1][h]);
+      }
+      for (int h = 0; h < HN; ++h) quads[m][h] = add_quarters(pairs[0][h], pairs[1][h]);
+    }
+    const int sn = std::min(16, n - s0);
+    for (int h = 0; h < HN; ++h) {
+      // hsum8's last two steps, per 128-bit lane: (y0 + y2, y1 + y3), then their sum.
+      const __m512 q01 = _mm512_add_ps(_mm512_shuffle_ps(quads[0][h], quads[1][h], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_ps(quads[0][h], quads[1][h], _MM_SHUFFLE(3, 2, 3, 2)));
+      const __m512 q23 = _mm512_add_ps(_mm512_shuffle_ps(quads[2][h], quads[3][h], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_ps(quads[2][h], quads[3][h], _MM_SHUFFLE(3, 2, 3, 2)));
+      const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(q01, q23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_ps(q01, q23, _MM_SHUFFLE(3, 1, 3, 1)));
+      const __m512 r = _mm512_mul_ps(_mm512_permutexvar_ps(slot_order, sums), vscale);
+      float* dst = sc + static_cast<size_t>(h) * sc_stride + s0;
+      if (sn == 16) {
+        _mm512_storeu_ps(dst, r);
+      } else {
+        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << sn) - 1), r);
+      }
+    }
+  }
 }
 #endif
 
 // sc[h * sc_stride + s] = dot(q_h, K row (row0 + s)) * scale for HN heads and slots s < n, hd % 8 == 0.
 template <KVElemType kType, int HN>
 void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0, int n, float scale, float* sc,
-                        int sc_stride, PrefetchStream* pf) {
+                        int sc_stride, const RowPrefetch* pf) {
 #if KVSERVE_ATTN_ZMM
   // Query rows in registers where they fit beside the sums: 4 vectors a head at hd 64; 8 at hd 128, two
   // heads a pass (a third and fourth head take a second pass over the block's K rows, from L1).
@@ -281,7 +303,7 @@ void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0
 
 template <KVElemType kType>
 void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base, int64_t row0, int n, float scale,
-                        float* sc, int sc_stride, PrefetchStream* pf) {
+                        float* sc, int sc_stride, const RowPrefetch* pf) {
   for (int h = 0; h < n_heads; h += 4) {
     const float* qh = q + static_cast<size_t>(h) * hd;
     float* sch = sc + static_cast<size_t>(h) * sc_stride;
@@ -304,7 +326,7 @@ void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base,
 
 // Scores of n_heads consecutive query heads against K rows [row0, row0 + n) straight from the cache.
 void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVElemType type, int64_t row0, int n,
-                  float scale, float* sc, int sc_stride, PrefetchStream* pf = nullptr) {
+                  float scale, float* sc, int sc_stride, const RowPrefetch* pf = nullptr) {
   switch (type) {
     case KVElemType::F32:
       block_scores_typed<KVElemType::F32>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
@@ -342,8 +364,12 @@ inline const float* load_row(const void* base, KVElemType type, int64_t index, i
 }
 
 inline void scale_in_place(float* x, float c, int n) {
-  const __m256 vc = _mm256_set1_ps(c);
   int d = 0;
+#if KVSERVE_ATTN_ZMM
+  const __m512 vc16 = _mm512_set1_ps(c);
+  for (; d + 16 <= n; d += 16) _mm512_storeu_ps(x + d, _mm512_mul_ps(_mm512_loadu_ps(x + d), vc16));
+#endif
+  const __m256 vc = _mm256_set1_ps(c);
   for (; d + 8 <= n; d += 8) _mm256_storeu_ps(x + d, _mm256_mul_ps(_mm256_loadu_ps(x + d), vc));
   for (; d < n; ++d) x[d] *= c;
 }
@@ -388,17 +414,54 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
 }
 
-// sc[s] = e^(sc[s] - max) for s < n, all through exp_nonpositive (the tail via a padded copy), and returns
-// `sum` plus their sum (8 lanes summed across vectors, then the lanes in a fixed tree: the same order for
-// a given n whatever else is in the batch).
+#if KVSERVE_ATTN_ZMM
+// exp_nonpositive on 16 lanes: each lane gets the same operations.
+inline __m512 exp_nonpositive16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), f);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+  const __m512i pow2n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(pow2n));
+}
+#endif
+
+// sc[s] = e^(sc[s] - max) for s < n, all through exp_nonpositive, and returns `sum` plus their sum: 8-lane
+// chunks of even index summed into one vector and odd ones into another (lanes 0-7 and 8-15 of one
+// 16-lane sum in the zmm build), then those two added and the lanes in hsum's fixed tree. The same order
+// for a given n whatever else is in the batch, and in both builds.
 inline float exp_block(float* sc, int n, float max, float sum) {
+#if KVSERVE_ATTN_ZMM
+  const __m512 vmax = _mm512_set1_ps(max);
+  __m512 vsum = _mm512_setzero_ps();
+  int s = 0;
+  for (; s + 16 <= n; s += 16) {
+    const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(sc + s), vmax));
+    _mm512_storeu_ps(sc + s, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  if (s < n) {
+    // Lanes past n read as `max` (e^0, in range) and add nothing.
+    const auto live = static_cast<__mmask16>((1u << (n - s)) - 1);
+    const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_mask_loadu_ps(vmax, live, sc + s), vmax));
+    _mm512_mask_storeu_ps(sc + s, live, e);
+    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(live, e));
+  }
+  const __m256 halves = _mm256_add_ps(_mm512_castps512_ps256(vsum),
+                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(vsum), 1)));
+  return sum + hsum(halves);
+#else
   const __m256 vmax = _mm256_set1_ps(max);
-  __m256 vsum = _mm256_setzero_ps();
+  __m256 vsum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   int s = 0;
   for (; s + 8 <= n; s += 8) {
     const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), vmax));
     _mm256_storeu_ps(sc + s, e);
-    vsum = _mm256_add_ps(vsum, e);
+    vsum[(s / 8) % 2] = _mm256_add_ps(vsum[(s / 8) % 2], e);
   }
   if (s < n) {
     alignas(32) float tail[8];
@@ -408,15 +471,23 @@ inline float exp_block(float* sc, int n, float max, float sum) {
     for (int j = 0; s + j < n; ++j) sc[s + j] = tail[j];
     const __m256 live =
         _mm256_cmp_ps(_mm256_set_ps(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_ps(static_cast<float>(n - s)), _CMP_LT_OQ);
-    vsum = _mm256_add_ps(vsum, _mm256_and_ps(e, live));
+    vsum[(s / 8) % 2] = _mm256_add_ps(vsum[(s / 8) % 2], _mm256_and_ps(e, live));
   }
-  return sum + hsum(vsum);
+  return sum + hsum(_mm256_add_ps(vsum[0], vsum[1]));
+#endif
 }
 
 // max of x[0..n), n >= 1.
 inline float max_of(const float* x, int n) {
-  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int s = 0;
+#if KVSERVE_ATTN_ZMM
+  __m512 m16 = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (; s + 16 <= n; s += 16) m16 = _mm512_max_ps(m16, _mm512_loadu_ps(x + s));
+  __m256 m = _mm256_max_ps(_mm512_castps512_ps256(m16),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m16), 1)));
+#else
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+#endif
   for (; s + 8 <= n; s += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + s));
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
@@ -445,6 +516,11 @@ namespace {
 // and loaded once for all of them. Every token's arithmetic is the same as alone (its scores, partition
 // maxima, sums and V sums happen in the same order), so grouping never changes a result.
 constexpr int kTokenGroup = 4;
+
+// How many blocks ahead of the one being scored its K rows are asked for. Farther (4, 6, 8) measured
+// no faster with the cache in memory (bench_paged_attention single_f16_cold, one thread), nor did the
+// T1, T2 or NTA hints.
+constexpr int kAheadBlocks = 2;
 
 // One (token, query head)'s softmax state over the partitions folded so far, or over one partition:
 // max score, sum of e^(score - max), and the output row normalized by that sum.
@@ -645,21 +721,18 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       const int64_t row0 = block_row0(lb);
       const int rows_max = std::min(bs, max_valid - first);
       // K of the block two ahead (and, at the call's first block, of the next one, which no earlier block
-      // streamed): one block ahead, the K rows of a cache in memory arrived after their scores started
+      // asked for): one block ahead, the K rows of a cache in memory arrived after their scores started
       // (perf: the first FMA on each K row took a sixth of the scores' samples).
-      PrefetchStream pf;
-      {
-        const auto k_bytes = [&](int64_t b) -> size_t {
-          if (b > lb_last || !(b < lb1 || part + 1 < part_end)) return 0;
-          return static_cast<size_t>(std::min<int64_t>(bs, last_pos[n_tok - 1] + 1 - b * bs)) * row_bytes;
-        };
-        if (lb == lb0 && part == part_begin && k_bytes(lb + 1) > 0)
-          pf.add(a.k_cache, static_cast<size_t>(block_row0(lb + 1)) * row_bytes, k_bytes(lb + 1));
-        if (k_bytes(lb + 2) > 0)
-          pf.add(a.k_cache, static_cast<size_t>(block_row0(lb + 2)) * row_bytes, k_bytes(lb + 2));
-        pf.add(a.v_cache, static_cast<size_t>(row0) * row_bytes, static_cast<size_t>(rows_max) * row_bytes);
-        pf.spread(std::min(bs, n_valid[first_tok] - first));
-      }
+      const auto k_rows_of = [&](int64_t b) -> const char* {
+        if (b > lb_last || !(b < lb1 || part + 1 < part_end)) return nullptr;
+        return static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0(b)) * row_bytes;
+      };
+      if (lb == lb0 && part == part_begin)
+        for (int64_t b = lb + 1; b < lb + kAheadBlocks; ++b) RowPrefetch{k_rows_of(b), nullptr, row_bytes}.rows(0, bs);
+      const RowPrefetch pf{k_rows_of(lb + kAheadBlocks),
+                           static_cast<const char*>(a.v_cache) + static_cast<size_t>(row0) * row_bytes, row_bytes};
+      // The rows the first token's scores walk ask for their prefetches; the rest of the block's after.
+      const int pf_rows = hd % 8 == 0 ? std::min(bs, n_valid[first_tok] - first) : 0;
       if (hd % 8 == 0) {
         for (int i = first_tok; i < n_tok; ++i) {
           const int rows = std::min(bs, n_valid[i] - first);
@@ -684,7 +757,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
           }
         }
       }
-      pf.finish();
+      pf.rows(pf_rows, rows_max);
     }
 
     // Pass 2: one softmax per (token, head) over its slots of the partition.
