@@ -731,8 +731,9 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         for (int64_t b = lb + 1; b < lb + kAheadBlocks; ++b) RowPrefetch{k_rows_of(b), nullptr, row_bytes}.rows(0, bs);
       const RowPrefetch pf{k_rows_of(lb + kAheadBlocks),
                            static_cast<const char*>(a.v_cache) + static_cast<size_t>(row0) * row_bytes, row_bytes};
-      // The rows the first token's scores walk ask for their prefetches; the rest of the block's after.
-      const int pf_rows = hd % 8 == 0 ? std::min(bs, n_valid[first_tok] - first) : 0;
+      // The rows the first token's scores walk ask for their prefetches; the rest of the block's after
+      // (all of them where that token's context ended in an earlier block: tiny blocks, a chunk's tokens).
+      const int pf_rows = hd % 8 == 0 ? std::clamp(n_valid[first_tok] - first, 0, bs) : 0;
       if (hd % 8 == 0) {
         for (int i = first_tok; i < n_tok; ++i) {
           const int rows = std::min(bs, n_valid[i] - first);
