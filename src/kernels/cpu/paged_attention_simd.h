@@ -562,16 +562,7 @@ struct BlockRows {
   int64_t row0;
   int first;
   int n;
-  // The V rows to ask for while these are summed (the next partition's block at the same place), or null.
-  const char* next_v = nullptr;
 };
-
-// Asks for row s of `rows` (rows of hd elements of kType) into L1.
-template <KVElemType kType>
-inline void prefetch_row(const char* rows, int s, int hd) {
-  const size_t row_bytes = static_cast<size_t>(hd) * (kType == KVElemType::F32 ? 4 : 2);
-  for (size_t b = 0; b < row_bytes; b += 64) _mm_prefetch(rows + static_cast<size_t>(s) * row_bytes + b, _MM_HINT_T0);
-}
 
 // acc_h[d] += p_h[s] * V[s][d] for HN heads over every slot of `blocks` in order (p rows p_stride apart,
 // acc rows hd apart), lanes [d0, d0 + 8 * NV) held in registers across all the blocks of a partition.
@@ -588,7 +579,6 @@ inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_st
     for (int b = 0; b < n_blocks; ++b) {
       const BlockRows& blk = blocks[b];
       for (int s = 0; s < blk.n; ++s) {
-        if (d0 == 0 && blk.next_v != nullptr) prefetch_row<kType>(blk.next_v, s, hd);
         __m512 ps[HN];
         for (int h = 0; h < HN; ++h) ps[h] = _mm512_set1_ps(p[static_cast<size_t>(h) * p_stride + blk.first + s]);
         const size_t index = static_cast<size_t>(blk.row0 + s) * hd + d0;
@@ -609,7 +599,6 @@ inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_st
   for (int b = 0; b < n_blocks; ++b) {
     const BlockRows& blk = blocks[b];
     for (int s = 0; s < blk.n; ++s) {
-      if (d0 == 0 && blk.next_v != nullptr) prefetch_row<kType>(blk.next_v, s, hd);
       __m256 ps[HN];
       for (int h = 0; h < HN; ++h) ps[h] = _mm256_set1_ps(p[static_cast<size_t>(h) * p_stride + blk.first + s]);
       const size_t index = static_cast<size_t>(blk.row0 + s) * hd + d0;
@@ -700,9 +689,6 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   thread_local std::vector<BlockRows> blocks_storage;
   blocks_storage.resize(static_cast<size_t>(bpp));
   const size_t row_bytes = static_cast<size_t>(hd) * kv_elem_bytes(a.kv_type);
-  // Pass 3 sums V rows straight from the cache (asking for the next partition's as it goes), or widens
-  // them into v_block first.
-  const bool v_from_registers = hd % 8 == 0 && group <= 4;
 
   const float* q[kTokenGroup];
   int64_t last_pos[kTokenGroup];
@@ -743,11 +729,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       };
       if (lb == lb0 && part == part_begin)
         for (int64_t b = lb + 1; b < lb + kAheadBlocks; ++b) RowPrefetch{k_rows_of(b), nullptr, row_bytes}.rows(0, bs);
-      // This block's V rows, where the values pass of the partition before did not ask for them.
-      const bool v_asked = part > part_begin && v_from_registers;
-      const RowPrefetch pf{
-          k_rows_of(lb + kAheadBlocks),
-          v_asked ? nullptr : static_cast<const char*>(a.v_cache) + static_cast<size_t>(row0) * row_bytes, row_bytes};
+      const RowPrefetch pf{k_rows_of(lb + kAheadBlocks),
+                           static_cast<const char*>(a.v_cache) + static_cast<size_t>(row0) * row_bytes, row_bytes};
       // The rows the first token's scores walk ask for their prefetches; the rest of the block's after
       // (all of them where that token's context ended in an earlier block: tiny blocks, a chunk's tokens).
       const int pf_rows = hd % 8 == 0 ? std::clamp(n_valid[first_tok] - first, 0, bs) : 0;
@@ -795,20 +778,14 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     // per KV head the V rows are widened in registers once per token for all its heads; with more heads
     // (MQA) one widening pass per block into v_block is shared by enough of them to be cheaper (measured:
     // bench paged_attention MQA_8x64), and other head sizes always take it.
-    if (v_from_registers) {
+    if (hd % 8 == 0 && group <= 4) {
       for (int i = first_tok; i < n_tok; ++i) {
         BlockRows* blocks = blocks_storage.data();
         int n_blocks = 0;
         for (int64_t lb = lb0; lb < lb1; ++lb) {
           const int first = static_cast<int>((lb - lb0) * bs);
           const int rows = std::min(bs, n_valid[i] - first);
-          if (rows <= 0) continue;
-          // The first token's pass asks for the next partition's V rows (it is summed from the cache there).
-          const int64_t next = lb + bpp;
-          const char* next_v = i == first_tok && part + 1 < part_end && next <= lb_last
-                                   ? static_cast<const char*>(a.v_cache) + static_cast<size_t>(block_row0(next)) * row_bytes
-                                   : nullptr;
-          blocks[n_blocks++] = {block_row0(lb), first, rows, next_v};
+          if (rows > 0) blocks[n_blocks++] = {block_row0(lb), first, rows};
         }
         partition_values(acc + static_cast<size_t>(i * group) * hd, group, hd,
                          scores + static_cast<size_t>(i * group) * ps, ps, a.v_cache, a.kv_type, blocks, n_blocks);
