@@ -278,6 +278,91 @@ void block_scores_in_registers(const float* q, const void* k_base, int64_t row0,
 }
 #endif
 
+#if !KVSERVE_ATTN_ZMM
+// out[h] = slot_partials' 8-lane vector of head h for hd == 16 * NS, the dot loop unrolled.
+template <KVElemType kType, int HN, int NS>
+inline void slot_partials_fixed(const float* q, const void* k_base, size_t k_index, __m256 (&out)[HN]) {
+  __m256 s0[HN], s1[HN];
+  for (int h = 0; h < HN; ++h) s0[h] = s1[h] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int d = 0; d < NS; ++d) {
+    const __m256 k0 = load8<kType>(k_base, k_index + 16 * static_cast<size_t>(d));
+    const __m256 k1 = load8<kType>(k_base, k_index + 16 * static_cast<size_t>(d) + 8);
+    for (int h = 0; h < HN; ++h) {
+      s0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * 16 * NS + 16 * d), k0, s0[h]);
+      s1[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * 16 * NS + 16 * d + 8), k1, s1[h]);
+    }
+  }
+  for (int h = 0; h < HN; ++h) out[h] = _mm256_add_ps(s0[h], s1[h]);
+}
+
+// block_scores_loop for hd == 16 * NS and up to 2 heads: hsum8's steps taken as soon as their inputs
+// exist (slots j and j + 4 together, then pairs of those), so the partial vectors of 8 slots never
+// outgrow the 16 registers (the loop spilled its 8 x HN of them to the stack, and its dot loop was not
+// unrolled). The same additions in the same order: the same bits.
+template <KVElemType kType, int HN, int NS>
+void block_scores_fixed(const float* q, const void* k_base, int64_t row0, int n, float scale, float* sc,
+                        int sc_stride, const RowPrefetch* pf) {
+  static_assert(HN <= 2, "more heads spill; take them two at a time");
+  constexpr int hd = 16 * NS;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int s0 = 0; s0 < n; s0 += 8) {
+    __m256 t_prev[HN], u01[HN];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const auto partials = [&](int slot, __m256(&out)[HN]) {
+        if (slot < n) {
+          if (pf != nullptr) pf->slot(slot);
+          slot_partials_fixed<kType, HN, NS>(q, k_base, static_cast<size_t>(row0 + slot) * hd, out);
+        } else {
+          for (int h = 0; h < HN; ++h) out[h] = _mm256_setzero_ps();
+        }
+      };
+      __m256 lo[HN], hi[HN];  // slots j and j + 4
+      partials(s0 + j, lo);
+      partials(s0 + j + 4, hi);
+      for (int h = 0; h < HN; ++h) {
+        const __m256 t = _mm256_add_ps(_mm256_permute2f128_ps(lo[h], hi[h], 0x20), _mm256_permute2f128_ps(lo[h], hi[h], 0x31));
+        if (j % 2 == 0) {
+          t_prev[h] = t;
+          continue;
+        }
+        const __m256 u = _mm256_add_ps(_mm256_shuffle_ps(t_prev[h], t, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm256_shuffle_ps(t_prev[h], t, _MM_SHUFFLE(3, 2, 3, 2)));
+        if (j == 1) {
+          u01[h] = u;
+          continue;
+        }
+        const __m256 r = _mm256_mul_ps(_mm256_add_ps(_mm256_shuffle_ps(u01[h], u, _MM_SHUFFLE(2, 0, 2, 0)),
+                                                     _mm256_shuffle_ps(u01[h], u, _MM_SHUFFLE(3, 1, 3, 1))),
+                                       vscale);
+        float* dst = sc + static_cast<size_t>(h) * sc_stride + s0;
+        if (n - s0 >= 8) {
+          _mm256_storeu_ps(dst, r);
+        } else {
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, r);
+          std::copy(lanes, lanes + (n - s0), dst);
+        }
+      }
+    }
+  }
+}
+
+// block_scores_fixed over HN heads, two at a time (a second pass reads the block's K rows from L1).
+template <KVElemType kType, int HN, int NS>
+void block_scores_fixed_heads(const float* q, const void* k_base, int64_t row0, int n, float scale, float* sc,
+                              int sc_stride, const RowPrefetch* pf) {
+  if constexpr (HN <= 2) {
+    block_scores_fixed<kType, HN, NS>(q, k_base, row0, n, scale, sc, sc_stride, pf);
+  } else {
+    block_scores_fixed<kType, 2, NS>(q, k_base, row0, n, scale, sc, sc_stride, pf);
+    block_scores_fixed_heads<kType, HN - 2, NS>(q + 2 * 16 * NS, k_base, row0, n, scale,
+                                                sc + 2 * static_cast<size_t>(sc_stride), sc_stride, nullptr);
+  }
+}
+#endif
+
 // sc[h * sc_stride + s] = dot(q_h, K row (row0 + s)) * scale for HN heads and slots s < n, hd % 8 == 0.
 template <KVElemType kType, int HN>
 void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0, int n, float scale, float* sc,
@@ -295,6 +380,9 @@ void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0
                                                          sc + 2 * static_cast<size_t>(sc_stride), sc_stride, nullptr);
     }
   }
+#else
+  if (hd == 64) return block_scores_fixed_heads<kType, HN, 4>(q, k_base, row0, n, scale, sc, sc_stride, pf);
+  if (hd == 128) return block_scores_fixed_heads<kType, HN, 8>(q, k_base, row0, n, scale, sc, sc_stride, pf);
 #endif
   block_scores_loop<HN>(hd, row0, n, scale, sc, sc_stride, pf, [&](size_t k_index, __m256* out) {
     slot_partials<kType, HN>(q, hd, k_base, k_index, out);
