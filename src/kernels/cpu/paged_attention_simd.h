@@ -124,7 +124,6 @@ inline void slot_partials(const float* q, int hd, const void* k_base, size_t k_i
 #endif
 }
 
-
 // Lane j = hsum(v[j]) for 8 vectors at once, with exactly hsum's additions: (x_i + x_i+4), then
 // (.0 + .2) and (.1 + .3), then those two. So a score is the same bits as one dot() at a time.
 inline __m256 hsum8(const __m256 (&v)[8]) {
