@@ -488,15 +488,26 @@ inline void accumulate_rows(float* acc, const float* const* rows, const float* p
 // std::exp): x = n ln2 + f with |f| <= ln2/2 (Cody-Waite split of ln2), e^f by its degree-7 Taylor
 // polynomial, times 2^n built in the exponent bits. Inputs below -87 give e^-87 (~1.6e-38) instead of a
 // denormal: such a weight is 0 next to the block maximum's e^0 = 1 either way.
+// Its constants, in one place for the 8- and the 16-lane form (which must give the same bits).
+namespace exp_consts {
+constexpr float kLowest = -87.0f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi exact in few bits
+constexpr float kLn2Lo = 1.428606765330187045e-06f;
+// 1/7!, 1/6!, ... 1/1!, 1/0!: Horner's order.
+constexpr float kTaylor[8] = {1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f,
+                              1.0f / 6.0f,    0.5f,          1.0f,          1.0f};
+}  // namespace exp_consts
+
 inline __m256 exp_nonpositive(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), f);
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
+  using namespace exp_consts;
+  x = _mm256_max_ps(x, _mm256_set1_ps(kLowest));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), f);
+  __m256 p = _mm256_set1_ps(kTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kTaylor[i]));
   const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
 }
@@ -504,14 +515,14 @@ inline __m256 exp_nonpositive(__m256 x) {
 #if KVSERVE_ATTN_ZMM
 // exp_nonpositive on 16 lanes: each lane gets the same operations.
 inline __m512 exp_nonpositive16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  using namespace exp_consts;
+  x = _mm512_max_ps(x, _mm512_set1_ps(kLowest));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), f);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), f);
+  __m512 p = _mm512_set1_ps(kTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kTaylor[i]));
   const __m512i pow2n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(pow2n));
 }
