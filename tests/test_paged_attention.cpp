@@ -480,6 +480,60 @@ TEST(PagedAttention, Avx2ScoresFollowTheDocumentedSummationOrderBitForBit) {
 // The 512-bit build of the worker (paged_attention_zmm_avx512vnni.cpp) against the AVX2 build: the same
 // bits for every entry point, cache type, head grouping, head size (including sizes that leave an 8-wide
 // tail) and context length (several partitions, tokens of a chunk in groups).
+// The single-token region walks several KV heads per call, block by block with the heads inside: each
+// head's partials must be those of one call per head, and nothing else in the buffer may change. Shapes
+// with up to 4 query heads per KV head and hd % 8 == 0 take the multi-head walk (8 KV heads: two calls
+// of 4); the others fall back to one head at a time.
+TEST(PagedAttention, PartitionHeadsIsBitIdenticalToOneHeadAtATime) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or turned off)";
+  struct Worker {
+    const char* name;
+    decltype(&kvserve::detail::paged_attention_partition_avx2) partition;
+    decltype(&kvserve::detail::paged_attention_partition_heads_avx2) partition_heads;
+  };
+  std::vector<Worker> workers{
+      {"avx2", kvserve::detail::paged_attention_partition_avx2, kvserve::detail::paged_attention_partition_heads_avx2}};
+  if (cpu_has_avx512_vnni())
+    workers.push_back({"avx512", kvserve::detail::paged_attention_partition_avx512,
+                       kvserve::detail::paged_attention_partition_heads_avx512});
+  std::mt19937 rng(29);
+  for (const KVElemType type : {KVElemType::F32, KVElemType::F16, KVElemType::BF16}) {
+    for (const Shape shape : {Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{16, 8, 64}, Shape{12, 3, 64}, Shape{4, 4, 64},
+                              Shape{6, 3, 40}, Shape{24, 3, 64}, Shape{6, 3, 12}}) {
+      for (auto [pos0, bs] : {std::pair<int64_t, int>{300, 16}, {201, 8}, {170, 32}, {5, 16}}) {
+        const Case c{shape, bs, pos0, 1};
+        Fixture f = make_fixture(c, rng);
+        const HalfCaches half = to_half(f, type == KVElemType::BF16 ? KVElemType::BF16 : KVElemType::F16);
+        std::vector<float> out(f.q.size());
+        PagedAttentionArgs a = make_args(c, f, out);
+        a.kv_type = type;
+        if (type != KVElemType::F32) {
+          a.k_cache = half.k.data();
+          a.v_cache = half.v.data();
+        }
+        const int group = shape.n_heads / shape.n_kv_heads;
+        const int64_t n_parts = kvserve::detail::partition_count(a, 0);
+        const size_t stride = static_cast<size_t>(n_parts * group * (shape.head_dim + 2));
+        for (const Worker& w : workers) {
+          for (int h0 : {0, 1}) {
+            for (int64_t p0 : {int64_t{0}, int64_t{1}}) {
+              if (h0 >= shape.n_kv_heads || p0 >= n_parts) continue;
+              const int n_kvh = shape.n_kv_heads - h0;
+              std::vector<float> one(stride * shape.n_kv_heads, -7.0f), many(one);
+              for (int h = h0; h < shape.n_kv_heads; ++h)
+                w.partition(a, 0, h, p0, n_parts, one.data() + static_cast<size_t>(h) * stride);
+              w.partition_heads(a, 0, h0, n_kvh, p0, n_parts, many.data() + static_cast<size_t>(h0) * stride, stride);
+              ASSERT_EQ(one, many) << w.name << " type " << static_cast<int>(type) << " heads " << shape.n_heads << "/"
+                                   << shape.n_kv_heads << " hd " << shape.head_dim << " pos0 " << pos0 << " bs " << bs
+                                   << " from head " << h0 << " partition " << p0;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512 on this CPU (or turned off)";
   std::mt19937 rng(23);

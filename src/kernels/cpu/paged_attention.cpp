@@ -219,9 +219,10 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
 }  // namespace
 
 const detail::SimdWorker& detail::simd_worker() {
-  static const SimdWorker avx2{paged_attention_items_avx2, paged_attention_partition_avx2, paged_attention_merge_avx2};
+  static const SimdWorker avx2{paged_attention_items_avx2, paged_attention_partition_avx2, paged_attention_merge_avx2,
+                               paged_attention_partition_heads_avx2};
   static const SimdWorker avx512{paged_attention_items_avx512, paged_attention_partition_avx512,
-                                 paged_attention_merge_avx512};
+                                 paged_attention_merge_avx512, paged_attention_partition_heads_avx512};
   return cpu_prefers_zmm() ? avx512 : avx2;
 }
 

@@ -32,13 +32,20 @@ void paged_attention_items_avx2(const PagedAttentionArgs& a, int64_t begin, int6
 void paged_attention_partition_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part_begin,
                                     int64_t part_end, float* partials);
 void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
+// paged_attention_partition for KV heads [kvh, kvh + n_kvh) of token t over the same partitions, head
+// kvh + i's partials head_stride floats after head kvh's: the blocks are read in address order, every
+// head of a block together (a block holds its heads side by side). The same bits as one call per head.
+void paged_attention_partition_heads_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
+                                          int64_t part_begin, int64_t part_end, float* partials, size_t head_stride);
 
-// The same three in 512-bit registers (paged_attention_zmm_avx512vnni.cpp), bit-identical to the AVX2
+// The same in 512-bit registers (paged_attention_zmm_avx512vnni.cpp), bit-identical to the AVX2
 // ones; only where cpu_prefers_zmm().
 void paged_attention_items_avx512(const PagedAttentionArgs& a, int64_t begin, int64_t end);
 void paged_attention_partition_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part_begin,
                                       int64_t part_end, float* partials);
 void paged_attention_merge_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
+void paged_attention_partition_heads_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
+                                            int64_t part_begin, int64_t part_end, float* partials, size_t head_stride);
 
 // The SIMD worker paged_attention() runs on this CPU (needs AVX2): the 512-bit one where
 // cpu_prefers_zmm(), else the AVX2 one.
@@ -47,6 +54,8 @@ struct SimdWorker {
   void (*partition)(const PagedAttentionArgs& a, int64_t t, int kvh, int64_t part_begin, int64_t part_end,
                     float* partials);
   void (*merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
+  void (*partition_heads)(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh, int64_t part_begin,
+                          int64_t part_end, float* partials, size_t head_stride);
 };
 const SimdWorker& simd_worker();
 // The worker paged_attention() uses now: simd_worker(), or nullptr where it takes the portable path (no

@@ -764,8 +764,14 @@ inline int64_t partition_slots(int block_size) { return partition_blocks(block_s
 // blocks. A token's partition state either goes to `partials` (one token: the split path writes
 // [part - part_begin][group][hd + 2] = acc, max, sum) or is folded into the running merge and, after the
 // token's last partition, written to a.out.
+//
+// With n_kvh > 1 (one token, hd % 8 == 0, up to 4 query heads per KV head, n_kvh <= kTokenGroup) the rows
+// are KV heads kvh .. kvh + n_kvh - 1 of that token instead of tokens: the scores pass goes block by block
+// with the heads inside, so the cache is read in address order (a block holds its heads side by side),
+// and head i's partials go head_stride floats after head 0's. Each head's arithmetic is the one-head
+// walk's, so the same bits.
 void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, int64_t part_begin,
-                        int64_t part_end, float* scratch_base, float* partials) {
+                        int64_t part_end, float* scratch_base, float* partials, int n_kvh = 1, size_t head_stride = 0) {
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int bs = a.block_size;
@@ -788,16 +794,24 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   blocks_storage.resize(static_cast<size_t>(bpp));
   const size_t row_bytes = static_cast<size_t>(hd) * kv_elem_bytes(a.kv_type);
 
+  const bool heads = n_kvh > 1;
+  if (heads) n_tok = n_kvh;  // rows are KV heads of token t_begin
   const float* q[kTokenGroup];
   int64_t last_pos[kTokenGroup];
   int64_t last_block[kTokenGroup];
+  int row_kvh[kTokenGroup];  // each row's KV head
   for (int i = 0; i < n_tok; ++i) {
-    last_pos[i] = a.pos0 + t_begin + i;
+    const int64_t t = heads ? t_begin : t_begin + i;
+    row_kvh[i] = heads ? kvh + i : kvh;
+    last_pos[i] = a.pos0 + t;
     last_block[i] = last_pos[i] / bs;
-    q[i] = a.q + ((t_begin + i) * a.n_heads + int64_t{kvh} * group) * hd;
+    q[i] = a.q + (t * a.n_heads + int64_t{row_kvh[i]} * group) * hd;
   }
   const int64_t lb_last = last_block[n_tok - 1];
-  auto block_row0 = [&](int64_t lb) { return (a.block_table[lb] * a.block_stride + int64_t{kvh} * bs * hd) / hd; };
+  auto block_row0_of = [&](int64_t lb, int h) {
+    return (a.block_table[lb] * a.block_stride + int64_t{h} * bs * hd) / hd;
+  };
+  auto block_row0 = [&](int64_t lb) { return block_row0_of(lb, kvh); };
 
   for (int64_t part = part_begin; part < part_end; ++part) {
     const int64_t lb0 = part * bpp;
@@ -821,18 +835,32 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       // K of the block two ahead (and, at the call's first block, of the next one, which no earlier block
       // asked for): one block ahead, the K rows of a cache in memory arrived after their scores started
       // (perf: the first FMA on each K row took a sixth of the scores' samples).
-      const auto k_rows_of = [&](int64_t b) -> const char* {
+      const auto k_rows_of = [&](int64_t b, int h) -> const char* {
         if (b > lb_last || !(b < lb1 || part + 1 < part_end)) return nullptr;
-        return static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0(b)) * row_bytes;
+        return static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(b, h)) * row_bytes;
       };
       if (lb == lb0 && part == part_begin)
-        for (int64_t b = lb + 1; b < lb + kAheadBlocks; ++b) RowPrefetch{k_rows_of(b), nullptr, row_bytes}.rows(0, bs);
-      const RowPrefetch pf{k_rows_of(lb + kAheadBlocks),
-                           static_cast<const char*>(a.v_cache) + static_cast<size_t>(row0) * row_bytes, row_bytes};
+        for (int i = 0; i < (heads ? n_tok : 1); ++i)
+          for (int64_t b = lb + 1; b < lb + kAheadBlocks; ++b)
+            RowPrefetch{k_rows_of(b, row_kvh[i]), nullptr, row_bytes}.rows(0, bs);
+      // Row i's prefetches (with several heads, each head asks for its own rows).
+      const auto pf_of = [&](int i) {
+        const int h = row_kvh[i];
+        return RowPrefetch{k_rows_of(lb + kAheadBlocks, h),
+                           static_cast<const char*>(a.v_cache) + static_cast<size_t>(block_row0_of(lb, h)) * row_bytes,
+                           row_bytes};
+      };
+      const RowPrefetch pf = pf_of(first_tok);
       // The rows the first token's scores walk ask for their prefetches; the rest of the block's after
       // (all of them where that token's context ended in an earlier block: tiny blocks, a chunk's tokens).
       const int pf_rows = hd % 8 == 0 ? std::clamp(n_valid[first_tok] - first, 0, bs) : 0;
-      if (hd % 8 == 0) {
+      if (heads) {
+        for (int i = 0; i < n_tok; ++i) {
+          const RowPrefetch pf_i = pf_of(i);
+          block_scores(q[i], group, hd, a.k_cache, a.kv_type, block_row0_of(lb, row_kvh[i]), rows_max, a.scale,
+                       scores + static_cast<size_t>(i * group) * ps + first, ps, &pf_i);
+        }
+      } else if (hd % 8 == 0) {
         for (int i = first_tok; i < n_tok; ++i) {
           const int rows = std::min(bs, n_valid[i] - first);
           if (rows <= 0) continue;
@@ -856,7 +884,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
           }
         }
       }
-      pf.rows(pf_rows, rows_max);
+      if (!heads) pf.rows(pf_rows, rows_max);
     }
 
     // Pass 2: one softmax per (token, head) over its slots of the partition.
@@ -883,7 +911,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         for (int64_t lb = lb0; lb < lb1; ++lb) {
           const int first = static_cast<int>((lb - lb0) * bs);
           const int rows = std::min(bs, n_valid[i] - first);
-          if (rows > 0) blocks[n_blocks++] = {block_row0(lb), first, rows};
+          if (rows > 0) blocks[n_blocks++] = {block_row0_of(lb, row_kvh[i]), first, rows};
         }
         partition_values(acc + static_cast<size_t>(i * group) * hd, group, hd,
                          scores + static_cast<size_t>(i * group) * ps, ps, a.v_cache, a.kv_type, blocks, n_blocks);
@@ -912,7 +940,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         const int hh = i * group + h;
         const float* p_acc = acc + static_cast<size_t>(hh) * hd;
         if (partials != nullptr) {
-          float* dst = partials + static_cast<size_t>((part - part_begin) * group + h) * (hd + 2);
+          float* dst = partials + (heads ? static_cast<size_t>(i) * head_stride : 0) +
+                       static_cast<size_t>((part - part_begin) * group + h) * (hd + 2);
           std::copy(p_acc, p_acc + hd, dst);
           dst[hd] = part_max[hh];
           dst[hd + 1] = part_sum[hh];
@@ -961,6 +990,21 @@ void KVSERVE_ATTN_NAME(paged_attention_partition)(const PagedAttentionArgs& a, i
   thread_local std::vector<float> scratch;
   scratch.resize(scratch_floats(a));
   attend_token_group(a, t, 1, kvh, part_begin, part_end, scratch.data(), partials);
+}
+
+void KVSERVE_ATTN_NAME(paged_attention_partition_heads)(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
+                                                        int64_t part_begin, int64_t part_end, float* partials,
+                                                        size_t head_stride) {
+  thread_local std::vector<float> scratch;
+  scratch.resize(scratch_floats(a));
+  const int group = a.n_heads / a.n_kv_heads;
+  // The shapes attend_token_group walks several heads of (others: one head at a time, the same bits).
+  const int max_heads = a.head_dim % 8 == 0 && group <= 4 ? kTokenGroup : 1;
+  for (int h = 0; h < n_kvh; h += max_heads) {
+    const int n = std::min(max_heads, n_kvh - h);
+    attend_token_group(a, t, 1, kvh + h, part_begin, part_end, scratch.data(),
+                       partials + static_cast<size_t>(h) * head_stride, n, head_stride);
+  }
 }
 
 void KVSERVE_ATTN_NAME(paged_attention_merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials) {
