@@ -27,6 +27,11 @@ sequence's K/V (f16, `kvserve kv-calc` bytes per position) over its whole contex
 prompt + gen/2 positions: the second bound counts those bytes too, so it is the one a decode that reads
 nothing twice can reach.
 
+The triad is taken before every repeat and after the last; the bound uses the best of them. On a host
+whose bandwidth (and, with busy neighbours, compute) drifts within minutes, two more figures show the
+spread: each repeat's kvserve/llama.cpp ratio (its two runs were taken back to back), and each kvserve
+decode against the triads measured just before and after it.
+
   python3 bench/compare_llamacpp.py -m model.gguf -t 2
   python3 bench/compare_llamacpp.py -m model.gguf -t 2 --prompt-len 64 --gen-len 16 \\
       --n-seqs 4 --batch-prompt-len 32 --batch-gen-len 16 --repeats 1
@@ -240,7 +245,9 @@ def main():
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()
 
-    triad = kvserve_json(args, "--triad")["triad"]
+    # The triad before every repeat and after the last: on a host whose bandwidth drifts within minutes,
+    # each repeat's decode is also set against the triads measured just before and after it.
+    triads = [kvserve_json(args, "--triad")["triad"]]
     if args.llama_batched_bench and not args.llama_bench:
         sys.exit("--llama-batched-bench goes with --llama-bench")
     if args.llama_bench:
@@ -271,13 +278,14 @@ def main():
                 else:
                     results[name]["llama.cpp"].append(lc.run(n, plen, glen, args.seed + r))
             print("repeat %d/%d %s done" % (r + 1, args.repeats, name), file=sys.stderr)
+        triads.append(kvserve_json(args, "--triad")["triad"])
     lc.close()
-    triad_after = kvserve_json(args, "--triad")["triad"]
+    triad_best = [t["best_gb_s"] for t in triads]
 
     def med(name, who, key):
         return statistics.median(x[key] for x in results[name][who])
 
-    bw = max(triad["best_gb_s"], triad_after["best_gb_s"]) * 1e9
+    bw = max(triad_best) * 1e9
     bound = bw / weight_bytes
     kv_pos = kv_bytes_per_position(args)
 
@@ -296,13 +304,25 @@ def main():
                      kv_bound(args.n_seqs, args.batch_prompt_len, args.batch_gen_len)))
         rows.append(("batched output tok/s (incl. prefill)", "batched", "output_tokens_per_s", None, None))
     out = {"model": args.model, "threads": args.threads, "repeats": args.repeats,
-           "triad_gb_s": bw / 1e9, "weight_bytes_per_token": weight_bytes, "kv_bytes_per_position": kv_pos,
+           "triad_gb_s": bw / 1e9, "triads_gb_s": triad_best, "weight_bytes_per_token": weight_bytes,
+           "kv_bytes_per_position": kv_pos,
            "bandwidth_bound_decode_tokens_per_s": bound, "figures": [], "runs": results,
            "llama_cpp_via": "llama-bench" if args.llama_bench else "llama-cpp-python"}
     for label, case, key, b, bkv in rows:
         k, l = med(case, "kvserve", key), med(case, "llama.cpp", key)
-        out["figures"].append({"figure": label, "kvserve": k, "llama.cpp": l, "ratio": k / l if l else None,
-                               "bound": b, "bound_with_kv": bkv})
+        ks = [x[key] for x in results[case]["kvserve"]]
+        ls = [x[key] for x in results[case]["llama.cpp"]]
+        # Repeat r's two runs were taken one right after the other: their ratio is the figure least
+        # moved by the host's drift.
+        pair_ratios = [a / c if c else None for a, c in zip(ks, ls)]
+        fig = {"figure": label, "kvserve": k, "llama.cpp": l, "ratio": k / l if l else None, "bound": b,
+               "bound_with_kv": bkv, "kvserve_runs": ks, "llama.cpp_runs": ls, "pair_ratios": pair_ratios}
+        if bkv:
+            # Each repeat against the better of the triads just before and just after it (bkv scales
+            # with the bandwidth).
+            fig["of_bound_with_kv_adjacent"] = [x / (bkv * max(triad_best[r], triad_best[r + 1]) * 1e9 / bw)
+                                                for r, x in enumerate(ks)]
+        out["figures"].append(fig)
     if args.json:
         print(json.dumps(out, indent=1))
         return
@@ -310,10 +330,14 @@ def main():
           % (args.model, args.threads, args.repeats, out["llama_cpp_via"]))
     print("triad %.1f GB/s, weights read per token %.1f MiB -> batch-1 decode bound %.1f tok/s; "
           "f16 K/V %d bytes per position" % (bw / 1e9, weight_bytes / 2**20, bound, kv_pos))
-    print("%-48s %12s %12s %10s %14s" % ("figure", "kvserve", "llama.cpp", "kv/llama", "bound"))
+    print("triad before each repeat and after the last: %s GB/s" % " ".join("%.1f" % t for t in triad_best))
+    print("%-48s %12s %12s %10s %14s  %s" % ("figure", "kvserve", "llama.cpp", "kv/llama", "bound",
+                                            "kv/llama of each repeat's pair"))
     for f in out["figures"]:
         bstr = ("%.1f" % f["bound"]) if f["bound"] else "-"
-        print("%-48s %12.1f %12.1f %10.2f %14s" % (f["figure"], f["kvserve"], f["llama.cpp"], f["ratio"], bstr))
+        pairs = " ".join("%.2f" % x if x else "-" for x in f["pair_ratios"])
+        print("%-48s %12.1f %12.1f %10.2f %14s  %s" % (f["figure"], f["kvserve"], f["llama.cpp"], f["ratio"], bstr,
+                                                      pairs))
     for f in out["figures"]:
         if f["bound"]:
             print("%s: kvserve at %.0f%% of the bound, llama.cpp at %.0f%%; counting K/V reads too (bound %.1f): "
@@ -321,6 +345,8 @@ def main():
                   % (f["figure"], 100 * f["kvserve"] / f["bound"], 100 * f["llama.cpp"] / f["bound"],
                      f["bound_with_kv"], 100 * f["kvserve"] / f["bound_with_kv"],
                      100 * f["llama.cpp"] / f["bound_with_kv"]))
+            print("  each kvserve repeat against the triads measured next to it, counting K/V: %s"
+                  % " ".join("%.0f%%" % (100 * x) for x in f["of_bound_with_kv_adjacent"]))
     # What batch-1 decode actually read per second (weights + K/V), next to the triad: on a host whose
     # triad moves less than a read stream can, a fraction of the bound above 100 % says so.
     single = out["figures"][0]

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -390,7 +391,7 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   const std::string model = KVSERVE_SHARED_DIR "/golden/gguf/models/tiny-gqa.gguf";
   const auto [status, out, err] = test::run_command(
       "python3 " KVSERVE_SOURCE_DIR "/bench/compare_llamacpp.py --kvserve " KVSERVE_BINARY " -m " + model +
-          " -t 1 --prompt-len 16 --gen-len 8 --n-seqs 3 --batch-prompt-len 8 --batch-gen-len 4 --repeats 1 --json"
+          " -t 1 --prompt-len 16 --gen-len 8 --n-seqs 3 --batch-prompt-len 8 --batch-gen-len 4 --repeats 2 --json"
           " --llama-bench " + bench + " --llama-batched-bench " + batched,
       /*capture_stderr=*/true);
   std::filesystem::remove_all(dir);
@@ -403,9 +404,30 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   EXPECT_DOUBLE_EQ(f[1]["llama.cpp"].get<double>(), 1000 + 16);  // prefill
   EXPECT_DOUBLE_EQ(f[2]["llama.cpp"].get<double>(), 100 * 3 + 4);
   EXPECT_DOUBLE_EQ(f[3]["llama.cpp"].get<double>(), 3 * 4 / 2.0);  // output tokens over the whole run
+  // A triad before each of the 2 repeats and one after the last; the bound takes the best.
+  const std::vector<double> triads = j["triads_gb_s"].get<std::vector<double>>();
+  ASSERT_EQ(triads.size(), 3u);
+  EXPECT_DOUBLE_EQ(j["triad_gb_s"].get<double>(), *std::max_element(triads.begin(), triads.end()));
   for (const json& row : f) {
     EXPECT_GT(row["kvserve"].get<double>(), 0);
     EXPECT_NEAR(row["ratio"].get<double>(), row["kvserve"].get<double>() / row["llama.cpp"].get<double>(), 1e-9);
+    // Each repeat's pair: its kvserve run over its llama.cpp run.
+    const auto ks = row["kvserve_runs"].get<std::vector<double>>();
+    const auto ls = row["llama.cpp_runs"].get<std::vector<double>>();
+    ASSERT_EQ(ks.size(), 2u);
+    ASSERT_EQ(ls.size(), 2u);
+    ASSERT_EQ(row["pair_ratios"].size(), 2u);
+    for (size_t r = 0; r < 2; ++r) EXPECT_NEAR(row["pair_ratios"][r].get<double>(), ks[r] / ls[r], 1e-9);
+    if (row["bound_with_kv"].is_null()) continue;
+    // Against the triads next to each repeat: never a smaller fraction than against the best of all.
+    const double whole = row["bound_with_kv"].get<double>();
+    ASSERT_EQ(row["of_bound_with_kv_adjacent"].size(), 2u);
+    for (size_t r = 0; r < 2; ++r) {
+      const double adjacent = row["of_bound_with_kv_adjacent"][r].get<double>();
+      EXPECT_GE(adjacent, ks[r] / whole - 1e-12);
+      EXPECT_NEAR(adjacent, ks[r] / (whole * std::max(triads[r], triads[r + 1]) / j["triad_gb_s"].get<double>()),
+                  1e-9);
+    }
   }
 }
 
