@@ -6,13 +6,17 @@
 //   Peak/maddubs+X      8 vpmaddubsw and 8 independent X per step: does X compete with the multiplies for
 //                       the same pipes? (add: no; madd, sign, fma: yes, to different degrees)
 //   Peak/fma            vfmadd231ps alone: the f32 ceiling (attention, F32/F16 weights)
+//   Peak/sign+add       no multiplies: the core's issue rate for plain vector instructions
+//   Peak/q8_unit        the Q8_0 kernel's vpsignb + vpmaddubsw + vpmaddwd + vpaddd per 32 MACs: its ceiling
 //   Kernel/<type>/t<T>  the interleaved 8-row kernel (Q4_0/Q4_1/Q8_0) on one L1-resident 8-row group
 //   KernelVnni/<type>/g<G>/t<T>  the same with vpdpbusd (AVX512-VNNI on ymm)
 //   KernelZmm/<type>/g<G>/t<T>   pairs of groups in 512-bit registers (avx512zmm), up to 8 tokens
 //
 // Counters: MAC/s (int8 or f32 multiply-adds) and vec_ops/s (vector instructions issued). On the
 // 2-core machine this project runs on (Zen 3 under KVM) vpmaddubsw, vpmaddwd and FMA each issue 2 per
-// cycle and share those two pipes; vpaddw issues beside them for free: see README "CPU kernels".
+// cycle and share those two pipes; vpaddw or vpsignb issues beside them for free, but not both: the core
+// issues too few vector instructions a cycle in all, so Peak/q8_unit runs at ~0.77x the rate its two
+// multiplies alone allow (Peak/maddubs+madd). See README "CPU kernels".
 //
 //   ./bench_cpu_peak
 #include <benchmark/benchmark.h>
@@ -68,6 +72,16 @@ KV_PEAK_LOOP(peak_maddubs_madd, KV_X8(KV_MADDUBS) KV_X8B(KV_MADDWD))
 KV_PEAK_LOOP(peak_maddubs_sign, KV_X8(KV_MADDUBS) KV_X8B(KV_SIGN))
 KV_PEAK_LOOP(peak_maddubs_fma, KV_X8(KV_MADDUBS) KV_X8B(KV_FMA))
 KV_PEAK_LOOP(peak_fma, KV_X8(KV_FMA))
+// No multiplies: how many plain vector instructions a cycle the core issues.
+KV_PEAK_LOOP(peak_sign_add, KV_X8(KV_SIGN) KV_X8B(KV_ADDW))
+// The Q8_0 kernel's unit without VNNI, 8 independent copies a step: sign fix-up, vpmaddubsw, vpmaddwd
+// against ones, vpaddd into a running sum (accumulators ymm0-7, temporaries ymm8-13 reused by name only).
+#define KV_Q8_UNIT(i, t)                                                               \
+  "vpsignb %%ymm14, %%ymm15, %%ymm" #t "\n\tvpmaddubsw %%ymm" #t ", %%ymm15, %%ymm" #t \
+  "\n\t"                                                                               \
+  "vpmaddwd %%ymm15, %%ymm" #t ", %%ymm" #t "\n\tvpaddd %%ymm" #t ", %%ymm" #i ", %%ymm" #i "\n\t"
+KV_PEAK_LOOP(peak_q8_unit, KV_Q8_UNIT(0, 8) KV_Q8_UNIT(1, 9) KV_Q8_UNIT(2, 10) KV_Q8_UNIT(3, 11) KV_Q8_UNIT(4, 12)
+                               KV_Q8_UNIT(5, 13) KV_Q8_UNIT(6, 8) KV_Q8_UNIT(7, 9))
 
 // ops: vector instructions per step; macs: multiply-adds per step (int8 or f32).
 void BM_Peak(benchmark::State& state, void (*loop)(int64_t), double ops, double macs) {
@@ -209,6 +223,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Peak/maddubs+sign", BM_Peak, peak_maddubs_sign, 16, 8 * 32);
   benchmark::RegisterBenchmark("Peak/maddubs+fma", BM_Peak, peak_maddubs_fma, 16, 8 * 32 + 8 * 8);
   benchmark::RegisterBenchmark("Peak/fma", BM_Peak, peak_fma, 8, 8 * 8);
+  benchmark::RegisterBenchmark("Peak/sign+add", BM_Peak, peak_sign_add, 16, 0);
+  benchmark::RegisterBenchmark("Peak/q8_unit", BM_Peak, peak_q8_unit, 32, 8 * 32);
 #endif
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int g : {1, 2}) {
