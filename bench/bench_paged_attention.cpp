@@ -15,6 +15,11 @@
 //   <shape>/single_f16/<ctx>  one sequence with an f16 cache, scattered: the engine's batch-1 decode
 //   <shape>/single_f16_cold/<ctx>  the same, rotating through copies of the cache (64 MiB and more in
 //                             all) as a model's layers do, so every call reads its K/V from memory
+//   <shape>/region_cold/<ctx> single_f16_cold the way a batch-1 decode step calls it (ModelRunner::
+//                             forward_single_token): the (partition, KV head) units split evenly over the
+//                             threads, each thread's run of partitions in one partition_heads call (the
+//                             blocks in address order with their heads inside), a barrier, each thread
+//                             merging its share of the heads
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
 //
 // MQA_8x64 (one KV head) is where a single sequence has fewer items than threads: its context
@@ -35,6 +40,7 @@
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/paged_attention_impl.h"
 #include "pool_size_flag.h"
 
 namespace {
@@ -53,7 +59,7 @@ constexpr Shape kShapes[] = {
     {"MQA_8x64", 8, 1, 64},      // multi-query: one KV head for 8 query heads
 };
 
-enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, SingleF16, SingleF16Cold, Reference };
+enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, SingleF16, SingleF16Cold, RegionCold, Reference };
 
 constexpr int kBlockSize = 16;
 
@@ -90,12 +96,49 @@ Pool make_pool(const Shape& s, int64_t ctx, int n_seqs, bool scattered) {
   return p;
 }
 
+// One token's attention as forward_single_token computes it (its units split evenly rather than by cost:
+// the same split when every partition is full).
+void attend_as_decode_region(const PagedAttentionArgs& a, ThreadPool& pool) {
+  const detail::SimdWorker* worker = detail::simd_worker_in_use();
+  if (worker == nullptr) {
+    paged_attention(a, pool);
+    return;
+  }
+  const int64_t n_parts = detail::partition_count(a, 0);
+  const int64_t kvh = a.n_kv_heads;
+  const int64_t n_units = n_parts * kvh;
+  const size_t unit_floats = detail::partition_partial_floats(a);
+  // Not thread_local: the pool's threads must see this one.
+  static std::vector<float> partials;
+  partials.resize(static_cast<size_t>(n_units) * unit_floats);
+  pool.run([&](int ti, int nt) {
+    const int64_t first = n_units * ti / nt, last = n_units * (ti + 1) / nt;
+    const auto heads_of = [&](int64_t p) {
+      return std::pair{std::clamp<int64_t>(first - p * kvh, 0, kvh), std::clamp<int64_t>(last - p * kvh, 0, kvh)};
+    };
+    for (int64_t p0 = first / kvh; p0 < n_parts && p0 * kvh < last;) {
+      const auto heads = heads_of(p0);
+      int64_t p1 = p0 + 1;
+      while (p1 < n_parts && heads_of(p1) == heads) ++p1;
+      if (heads.first < heads.second)
+        worker->partition_heads(a, 0, static_cast<int>(heads.first), static_cast<int>(heads.second - heads.first), p0,
+                                p1, partials.data() + static_cast<size_t>(heads.first * n_parts + p0) * unit_floats,
+                                static_cast<size_t>(n_parts) * unit_floats);
+      p0 = p1;
+    }
+    pool.barrier(ti);
+    for (int64_t h = kvh * ti / nt; h < kvh * (ti + 1) / nt; ++h)
+      worker->merge(a, 0, static_cast<int>(h), partials.data() + static_cast<size_t>(h * n_parts) * unit_floats);
+  });
+}
+
 void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   const int64_t ctx = state.range(0);
   const bool batch16 = variant == Variant::Batch16 || variant == Variant::Batch16F16;
   const int n_seqs = batch16 ? 16 : 1;
   Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous);
-  const bool cold = variant == Variant::SingleF16Cold;
+  const bool region = variant == Variant::RegionCold;
+  const bool cold = variant == Variant::SingleF16Cold || region;
   if (cold) variant = Variant::SingleF16;
   // Cold: copies of the f16 K and V, one pair per "layer", used in turn; in one huge-page buffer like the
   // engine's KV pool (on 4 KiB pages every block would also miss the TLB).
@@ -141,6 +184,12 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
         b.v_cache = cold_kv.get() + (2 * c + 1) * half_bytes;
       }
     }
+    if (region) {
+      attend_as_decode_region(batch[0], pool);
+      benchmark::DoNotOptimize(p.out.data());
+      benchmark::ClobberMemory();
+      continue;
+    }
     if (!batch.empty()) {
       paged_attention_batch(batch, pool);
       benchmark::DoNotOptimize(p.out.data());
@@ -176,6 +225,7 @@ int main(int argc, char** argv) {
                                                       {"batch16_f16", Variant::Batch16F16},
                                                       {"single_f16", Variant::SingleF16},
                                                       {"single_f16_cold", Variant::SingleF16Cold},
+                                                      {"region_cold", Variant::RegionCold},
                                                       {"reference", Variant::Reference}};
   for (const Shape& s : kShapes) {
     for (const auto& [vname, v] : variants) {
@@ -185,7 +235,7 @@ int main(int argc, char** argv) {
                     ->UseRealTime();
       // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
       const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Reference ||
-                         v == Variant::SingleF16Cold;
+                         v == Variant::SingleF16Cold || v == Variant::RegionCold;
       for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
         if (!small || ctx <= 4096) b->Arg(ctx);
     }
