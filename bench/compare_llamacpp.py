@@ -227,6 +227,30 @@ class LlamaCppBinaries:
                 "output_tokens_per_s": n_seqs * gen_len / r["t"], "ttft_ms": r["t_pp"] * 1000}
 
 
+# The single-stream and batched targets the project holds itself to against llama.cpp on the same machine
+# (README "CPU kernels"): each figure's median against its threshold. figures: main()'s rows in order
+# (decode, prefill, then batched decode and batched output unless skipped).
+TARGETS = (
+    ("decode tok/s, kvserve / llama.cpp", 0, "ratio", 1.15),
+    ("decode tok/s / bandwidth bound counting K/V reads", 0, "of_bound_with_kv", 0.85),
+    ("prefill tok/s, kvserve / llama.cpp", 1, "ratio", 1.0),
+    ("batched decode tok/s, kvserve / llama.cpp", 2, "ratio", 3.0),
+)
+
+
+def targets(figures, skip_batched):
+    out = []
+    for label, index, key, threshold in TARGETS:
+        if skip_batched and index >= 2:
+            continue
+        f = figures[index]
+        value = f["kvserve"] / f["bound_with_kv"] if key == "of_bound_with_kv" else f[key]
+        if value is None:
+            continue
+        out.append({"target": label, "value": value, "threshold": threshold, "met": value >= threshold})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", required=True, help="GGUF file (e.g. from kvserve gen-model)")
@@ -323,6 +347,7 @@ def main():
             fig["of_bound_with_kv_adjacent"] = [x / (bkv * max(triad_best[r], triad_best[r + 1]) * 1e9 / bw)
                                                 for r, x in enumerate(ks)]
         out["figures"].append(fig)
+    out["targets"] = targets(out["figures"], args.skip_batched)
     if args.json:
         print(json.dumps(out, indent=1))
         return
@@ -353,6 +378,10 @@ def main():
     per_token = weight_bytes + kv_pos * (args.prompt_len + args.gen_len / 2)
     print("batch-1 decode reads: kvserve %.1f GB/s, llama.cpp %.1f GB/s (weights + K/V), triad %.1f GB/s"
           % (single["kvserve"] * per_token / 1e9, single["llama.cpp"] * per_token / 1e9, bw / 1e9))
+    print("targets (medians):")
+    for t in out["targets"]:
+        print("  %-56s %8.2f  %s %.2f: %s" % (t["target"], t["value"], ">=", t["threshold"],
+                                              "met" if t["met"] else "NOT met"))
 
 
 if __name__ == "__main__":

@@ -429,6 +429,18 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
                   1e-9);
     }
   }
+  // The targets: each median figure against its threshold, met exactly when it reaches it.
+  const json& t = j["targets"];
+  ASSERT_EQ(t.size(), 4u);
+  const double values[] = {f[0]["ratio"].get<double>(),
+                           f[0]["kvserve"].get<double>() / f[0]["bound_with_kv"].get<double>(),
+                           f[1]["ratio"].get<double>(), f[2]["ratio"].get<double>()};
+  const double thresholds[] = {1.15, 0.85, 1.0, 3.0};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(t[i]["value"].get<double>(), values[i], 1e-9) << i;
+    EXPECT_DOUBLE_EQ(t[i]["threshold"].get<double>(), thresholds[i]) << i;
+    EXPECT_EQ(t[i]["met"].get<bool>(), values[i] >= thresholds[i]) << i;
+  }
 }
 
 // Bad options and an unreachable server: a message naming the problem and a non-zero exit, quickly.
