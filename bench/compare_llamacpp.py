@@ -228,7 +228,7 @@ class LlamaCppBinaries:
 
 
 # The single-stream and batched targets the project holds itself to against llama.cpp on the same machine
-# (README "CPU kernels"): each figure's median against its threshold. figures: main()'s rows in order
+# and thread count (the benchmarks issue): each figure's median against its threshold. figures: main()'s rows in order
 # (decode, prefill, then batched decode and batched output unless skipped).
 TARGETS = (
     ("decode tok/s, kvserve / llama.cpp", 0, "ratio", 1.15),
