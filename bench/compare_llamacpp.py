@@ -228,8 +228,8 @@ class LlamaCppBinaries:
 
 
 # The single-stream and batched targets the project holds itself to against llama.cpp on the same machine
-# and thread count (the benchmarks issue): each figure's median against its threshold. figures: main()'s rows in order
-# (decode, prefill, then batched decode and batched output unless skipped).
+# and thread count (the benchmarks issue): each figure's median against its threshold. Indexes are into
+# main()'s figures: decode, prefill, then batched decode and batched output unless skipped.
 TARGETS = (
     ("decode tok/s, kvserve / llama.cpp", 0, "ratio", 1.15),
     ("decode tok/s / bandwidth bound counting K/V reads", 0, "of_bound_with_kv", 0.85),
@@ -380,8 +380,8 @@ def main():
           % (single["kvserve"] * per_token / 1e9, single["llama.cpp"] * per_token / 1e9, bw / 1e9))
     print("targets (medians):")
     for t in out["targets"]:
-        print("  %-56s %8.2f  %s %.2f: %s" % (t["target"], t["value"], ">=", t["threshold"],
-                                              "met" if t["met"] else "NOT met"))
+        print("  %-56s %8.2f  >= %.2f: %s" % (t["target"], t["value"], t["threshold"],
+                                               "met" if t["met"] else "NOT met"))
 
 
 if __name__ == "__main__":
