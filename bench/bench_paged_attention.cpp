@@ -112,20 +112,7 @@ void attend_as_decode_region(const PagedAttentionArgs& a, ThreadPool& pool) {
   static std::vector<float> partials;
   partials.resize(static_cast<size_t>(n_units) * unit_floats);
   pool.run([&](int ti, int nt) {
-    const int64_t first = n_units * ti / nt, last = n_units * (ti + 1) / nt;
-    const auto heads_of = [&](int64_t p) {
-      return std::pair{std::clamp<int64_t>(first - p * kvh, 0, kvh), std::clamp<int64_t>(last - p * kvh, 0, kvh)};
-    };
-    for (int64_t p0 = first / kvh; p0 < n_parts && p0 * kvh < last;) {
-      const auto heads = heads_of(p0);
-      int64_t p1 = p0 + 1;
-      while (p1 < n_parts && heads_of(p1) == heads) ++p1;
-      if (heads.first < heads.second)
-        worker->partition_heads(a, 0, static_cast<int>(heads.first), static_cast<int>(heads.second - heads.first), p0,
-                                p1, partials.data() + static_cast<size_t>(heads.first * n_parts + p0) * unit_floats,
-                                static_cast<size_t>(n_parts) * unit_floats);
-      p0 = p1;
-    }
+    detail::attend_decode_units(*worker, a, n_units * ti / nt, n_units * (ti + 1) / nt, partials.data());
     pool.barrier(ti);
     for (int64_t h = kvh * ti / nt; h < kvh * (ti + 1) / nt; ++h)
       worker->merge(a, 0, static_cast<int>(h), partials.data() + static_cast<size_t>(h * n_parts) * unit_floats);

@@ -534,6 +534,47 @@ TEST(PagedAttention, PartitionHeadsIsBitIdenticalToOneHeadAtATime) {
   }
 }
 
+// The batch-1 decode step hands each thread a range of (partition, KV head) units, cut anywhere:
+// attend_decode_units must write exactly those units' partials, each as one call per head gives it.
+TEST(PagedAttention, DecodeUnitsWriteExactlyTheirUnits) {
+  const kvserve::detail::SimdWorker* w = kvserve::detail::simd_worker_in_use();
+  if (w == nullptr) GTEST_SKIP() << "no AVX2 on this CPU (or turned off)";
+  std::mt19937 rng(31);
+  for (const Shape shape : {Shape{9, 3, 64}, Shape{16, 8, 64}, Shape{8, 2, 128}, Shape{6, 3, 40}}) {
+    for (auto [pos0, bs] : {std::pair<int64_t, int>{300, 16}, {201, 8}, {5, 16}}) {
+      const Case c{shape, bs, pos0, 1};
+      Fixture f = make_fixture(c, rng);
+      const HalfCaches half = to_half(f, KVElemType::F16);
+      std::vector<float> out(f.q.size());
+      PagedAttentionArgs a = make_args(c, f, out);
+      a.kv_type = KVElemType::F16;
+      a.k_cache = half.k.data();
+      a.v_cache = half.v.data();
+      const int64_t n_parts = kvserve::detail::partition_count(a, 0);
+      const int64_t n_units = n_parts * shape.n_kv_heads;
+      const size_t unit = kvserve::detail::partition_partial_floats(a);
+      std::vector<float> want(static_cast<size_t>(n_units) * unit, -7.0f);
+      for (int h = 0; h < shape.n_kv_heads; ++h)
+        w->partition(a, 0, h, 0, n_parts, want.data() + static_cast<size_t>(h * n_parts) * unit);
+      for (int64_t first = 0; first <= n_units; ++first) {
+        for (int64_t last = first; last <= n_units; ++last) {
+          std::vector<float> got(want.size(), -7.0f);
+          kvserve::detail::attend_decode_units(*w, a, first, last, got.data());
+          for (int64_t u = 0; u < n_units; ++u) {
+            // Unit u = (partition u / n_kv_heads, head u % n_kv_heads), stored head-major.
+            const size_t at = static_cast<size_t>((u % shape.n_kv_heads) * n_parts + u / shape.n_kv_heads) * unit;
+            const bool mine = u >= first && u < last;
+            for (size_t i = 0; i < unit; ++i)
+              ASSERT_EQ(got[at + i], mine ? want[at + i] : -7.0f)
+                  << "heads " << shape.n_heads << "/" << shape.n_kv_heads << " pos0 " << pos0 << " bs " << bs
+                  << " units [" << first << ", " << last << ") unit " << u << " float " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512 on this CPU (or turned off)";
   std::mt19937 rng(23);

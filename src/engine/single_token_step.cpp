@@ -189,23 +189,8 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       a.k_cache = kl;
       a.v_cache = vl;
       a.kv_type = kv_type;
-      // Partials [kv head][partition][group][head_dim + 2]: each KV head's partitions in a row, as merge
-      // reads them. heads_of(p): the KV heads [first, second) of partition p in this share.
-      const auto heads_of = [&](int64_t p) {
-        return std::pair{std::clamp<int64_t>(units.first - p * KVH, 0, KVH),
-                         std::clamp<int64_t>(units.last - p * KVH, 0, KVH)};
-      };
-      for (int64_t p0 = units.first / KVH; p0 < n_parts && p0 * KVH < units.last;) {
-        const auto heads = heads_of(p0);
-        int64_t p1 = p0 + 1;
-        while (p1 < n_parts && heads_of(p1) == heads) ++p1;
-        if (heads.first < heads.second)
-          attn_worker.partition_heads(a, 0, static_cast<int>(heads.first), static_cast<int>(heads.second - heads.first),
-                                      p0, p1,
-                                      partials_.data() + static_cast<size_t>(heads.first * n_parts + p0) * unit_floats,
-                                      static_cast<size_t>(n_parts) * unit_floats);
-        p0 = p1;
-      }
+      // This thread's units into partials_ ([kv head][partition][group][head_dim + 2]).
+      detail::attend_decode_units(attn_worker, a, units.first, units.last, partials_.data());
       pool_.barrier(ti);
       // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
       if (redundant_merge) a.out = ts.attn.data();

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -227,6 +228,27 @@ const detail::SimdWorker& detail::simd_worker() {
 }
 
 const detail::SimdWorker* detail::simd_worker_in_use() { return use_avx2() ? &simd_worker() : nullptr; }
+
+void detail::attend_decode_units(const SimdWorker& w, const PagedAttentionArgs& a, int64_t first, int64_t last,
+                                 float* partials) {
+  const int64_t n_parts = partition_count(a, 0);
+  const int64_t kvh = a.n_kv_heads;
+  const size_t unit_floats = partition_partial_floats(a);
+  // The KV heads [first, second) of partition p among the units.
+  const auto heads_of = [&](int64_t p) {
+    return std::pair{std::clamp<int64_t>(first - p * kvh, 0, kvh), std::clamp<int64_t>(last - p * kvh, 0, kvh)};
+  };
+  for (int64_t p0 = first / kvh; p0 < n_parts && p0 * kvh < last;) {
+    const auto heads = heads_of(p0);
+    int64_t p1 = p0 + 1;
+    while (p1 < n_parts && heads_of(p1) == heads) ++p1;
+    if (heads.first < heads.second)
+      w.partition_heads(a, 0, static_cast<int>(heads.first), static_cast<int>(heads.second - heads.first), p0, p1,
+                        partials + static_cast<size_t>(heads.first * n_parts + p0) * unit_floats,
+                        static_cast<size_t>(n_parts) * unit_floats);
+    p0 = p1;
+  }
+}
 
 void paged_attention(const PagedAttentionArgs& a, ThreadPool& pool) { paged_attention_batch({&a, 1}, pool); }
 

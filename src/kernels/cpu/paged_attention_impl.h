@@ -66,6 +66,16 @@ inline size_t partition_partial_floats(const PagedAttentionArgs& a) {
   return static_cast<size_t>(a.n_heads / a.n_kv_heads) * (static_cast<size_t>(a.head_dim) + 2);
 }
 
+// One token's (token 0's) attention units [first, last): unit u is (partition u / n_kv_heads, KV head u %
+// n_kv_heads), partition-major, which is the cache's address order since a block holds its KV heads side
+// by side. Walked in as few partition_heads calls as possible, each over a run of partitions that take
+// the same heads, so the next partition's K rows stream in while one finishes. Unit (p, h)'s partials
+// go to partials + (h * n_parts + p) * partition_partial_floats(a): each KV head's partitions in a row,
+// as merge reads them. The batch-1 decode step splits the units over its threads and calls this with
+// each thread's share (ModelRunner::forward_single_token; bench_paged_attention's region_cold too).
+void attend_decode_units(const SimdWorker& w, const PagedAttentionArgs& a, int64_t first, int64_t last,
+                         float* partials);
+
 // The AVX2 worker's scores (for tests): scores[h * stride + s] = q_h . K row (row0 + s) * scale for h <
 // n_heads (query rows hd apart) and s < n; hd must be a multiple of 8.
 void attention_block_scores_avx2(const float* q, int n_heads, int hd, const void* k_cache, KVElemType type,
