@@ -229,6 +229,16 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Llama-3.2-1B's output head (128256 x 2048): a fifth of the MACs of a batched decode step, and far larger
+  // than any cache, so there is no hot variant.
+  for (DType type : {DType::Q8_0, DType::Q4_0}) {
+    for (int64_t n_tokens : {1, 16}) {
+      const std::string name = "Matmul/" + std::string(dtype_name(type)) + "/128256x2048/tokens:" + std::to_string(n_tokens);
+      benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, int64_t{128256}, int64_t{2048}, n_tokens, 1)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  }
   // SmolLM2-135M's shapes (the default model, Q4_1): per-call costs that do not scale with the weights
   // (waking the pool, the first misses of a call) weigh more on these small matrices.
   const int64_t small_shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}};
