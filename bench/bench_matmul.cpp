@@ -233,7 +233,8 @@ int main(int argc, char** argv) {
   // than any cache, so there is no hot variant.
   for (DType type : {DType::Q8_0, DType::Q4_0}) {
     for (int64_t n_tokens : {1, 16}) {
-      const std::string name = "Matmul/" + std::string(dtype_name(type)) + "/128256x2048/tokens:" + std::to_string(n_tokens);
+      const std::string name =
+          "Matmul/" + std::string(dtype_name(type)) + "/128256x2048/tokens:" + std::to_string(n_tokens);
       benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, int64_t{128256}, int64_t{2048}, n_tokens, 1)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
