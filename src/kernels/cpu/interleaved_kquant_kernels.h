@@ -196,6 +196,25 @@ inline __m256i q6_K_quants(const uint8_t* rec, int h, int e) {
   return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
 }
 
+// q6_K_unpack's copy: per group and block, the 64 vectors q6_K_quants(rec, h, e) in (h, e) order.
+inline __m256i q6_K_unpacked_vector(const uint8_t* unpacked, int64_t nb, int r, int64_t i, int h, int e) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+      unpacked + static_cast<size_t>(r * nb + i) * kQ6KUnpackedBlockBytes + static_cast<size_t>(2 * h + e) * 32));
+}
+
+// n_groups consecutive groups of nb blocks into dst (n_groups * nb * kQ6KUnpackedBlockBytes bytes).
+inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint8_t* dst) {
+  for (int64_t gi = 0; gi < n_groups * nb; ++gi) {
+    const uint8_t* rec = group + gi * kQ6KRecordBytes;
+#pragma GCC unroll 32
+    for (int h = 0; h < 32; ++h)
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + gi * kQ6KUnpackedBlockBytes + (2 * h + e) * 32),
+                            q6_K_quants(rec, h, e));
+  }
+}
+
 // Q6_K x Q8_K, R groups of 8 rows times T tokens per 256-element block, quants unsigned (q + 32):
 //   row . y = d * dy * (sum_s scale_s * (sum over sub-block s of q * y) - 32 * sum_s scale_s * ysum_s)
 // with 16-element sub-blocks and the Q8_K sums of 16 as ysum_s. Quants reach 63, so a maddubs pair sum
@@ -206,9 +225,13 @@ inline __m256i q6_K_quants(const uint8_t* rec, int h, int e) {
 // With vpdpbusd (kVnni) a 16-element sub-block's 4 vectors go straight into int32 (at most 16 * 63 *
 // 128 per lane) and one vpmulld by the rows' scales adds it to the block sum: the same integers as the
 // pairs above, so the same bits, with no int16 pair sums to keep and fewer operations per token.
+//
+// With `unpacked` (AVX2 only), the quants come from q6_K_unpack's copy of the R groups (unpacked +
+// r * nb * kQ6KUnpackedBlockBytes) instead of being rebuilt from the nibbles and top bits: the same
+// vectors, so the same integers and bits. Passes over many tokens then pay the unpacking once.
 template <bool kVnni, int R, int T>
 void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
-                     float* out, int64_t stride, const uint8_t* far) {
+                     float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   constexpr size_t kRecordBytes = kQ6KRecordBytes;
   // From 16 scale bytes (sub-blocks 2m and 2m + 1, rows in order) broadcast to both 128-bit halves, the
   // byte goes to the high half of each int16 (then an arithmetic shift by 8 sign-extends it). Lane j of
@@ -279,7 +302,9 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
             const int g = 2 * gp + gg;
             __m256i q[R];
 #pragma GCC unroll 2
-            for (int r = 0; r < R; ++r) q[r] = q6_K_quants(rec[r], 8 * k + g, e);
+            for (int r = 0; r < R; ++r)
+              q[r] = unpacked != nullptr ? q6_K_unpacked_vector(unpacked, nb, r, i, 8 * k + g, e)
+                                         : q6_K_quants(rec[r], 8 * k + g, e);
 #pragma GCC unroll 6
             for (int t = 0; t < T; ++t) {
               const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
@@ -332,10 +357,28 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 
 template <bool kVnni, int R, int kMaxTok>
 void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
-                      float* out, int64_t stride, const uint8_t* far) {
+                      float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   with_token_count<kMaxTok>(n_tok, [&]<int T>() {
-    gemm_q6_K_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride, far);
+    gemm_q6_K_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride, far, unpacked);
   });
+}
+
+// gemm_q6_K_any's AVX2 passes with the quants from q6_K_unpack's copy of the n_groups groups.
+// kQ6KUnpackedPass tokens per pass, twice gemm_q6_K_any's 3: without the unpacking in the loop, the
+// registers hold the pair and int32 sums of 6 tokens (the float sums, touched once a block, spill).
+inline constexpr int kQ6KUnpackedPass = kQ6KUnpackedPassTokens;
+inline void gemm_q6_K_unpacked_any(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                                   const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                                   const uint8_t* far) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
+  constexpr int kPass = kQ6KUnpackedPass;
+  for (int g = 0; g < n_groups; ++g)
+    for (int t0 = 0; t0 < n_tok; t0 += kPass)
+      gemm_q6_K_tokens<false, 1, kPass>(nb, group + g * group_bytes, group_bytes, acts + t0,
+                                        std::min(kPass, n_tok - t0), out + t0 * out_stride + g * kInterleaveRows,
+                                        out_stride, g == 0 && t0 == 0 ? far : nullptr,
+                                        unpacked + static_cast<size_t>(g * nb) * kQ6KUnpackedBlockBytes);
 }
 
 template <bool kVnni>

@@ -53,6 +53,11 @@ inline constexpr int kInterleaveRows = 8;
 inline constexpr size_t kQ4KRecordBytes = 16 + 16 + 64 + 64 + 1024;
 inline constexpr size_t kQ5KRecordBytes = kQ4KRecordBytes + 256;
 inline constexpr size_t kQ6KRecordBytes = 16 + 128 + 1024 + 512;
+// A Q6_K group's block with its quants unpacked to bytes (q + 32): 8 rows x 256 (avx2::unpack_q6_K_groups).
+inline constexpr size_t kQ6KUnpackedBlockBytes = 8 * 256;
+// Tokens per pass of the AVX2 Q6_K kernel over unpacked quants (twice what fits while unpacking: 1B-shaped
+// Q6_K prefill 73-83 against 58-61 tok/s at 4 and 55 before the unpacking).
+inline constexpr int kQ6KUnpackedPassTokens = 6;
 
 // True for the types that have an interleaved layout.
 bool has_interleaved_layout(DType type);
@@ -125,6 +130,14 @@ void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+// Q6_K for many tokens: the quants of n_groups groups unpacked once into dst (n / 256 * n_groups *
+// kQ6KUnpackedBlockBytes bytes), then gemm_interleaved_q6_K_unpacked takes them from there instead of
+// rebuilding them from the 6 bits in every pass (up to n_tok tokens a call, as gemm_interleaved_q6_K,
+// and the same bits: the same integers in the same order).
+void unpack_q6_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* dst);
+void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                                    const uint8_t* prefetch = nullptr);
 }  // namespace avx2
 
 // The Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K kernels above with vpdpbusd, bit-identical to them; only after
