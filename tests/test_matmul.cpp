@@ -694,23 +694,33 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
                              type);
 }
 
-// The AVX2 Q6_K kernel over quants unpacked once (matmul's path for more than 3 tokens) gives the bits of
-// the kernel that unpacks them itself, for every group and token count, and writes only each token's rows.
-TEST(InterleavedQ6K, UnpackedQuantsGiveTheBitsOfThePackedKernel) {
+// The AVX2 Q5_K and Q6_K kernels over quants unpacked once (matmul's path for more than 3 tokens) give the
+// bits of the kernels that unpack them themselves, for every group and token count, and write only each
+// token's rows.
+class UnpackedKQuants : public ::testing::TestWithParam<DType> {};
+
+TEST_P(UnpackedKQuants, UnpackedQuantsGiveTheBitsOfThePackedKernel) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
+  const DType type = GetParam();
+  const bool q5 = type == DType::Q5_K;
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
   constexpr int64_t kStride = 8 * kGroups + 3;
   const int64_t n_in = 3 * kQK_K;
   std::mt19937 rng(47);
-  auto data = random_weights(DType::Q6_K, kGroups * kInterleaveRows, n_in, rng);
+  auto data = random_weights(type, kGroups * kInterleaveRows, n_in, rng);
   // One row of the largest quants, where the int16 pair sums sit closest to overflow.
   for (int64_t b = 0; b < n_in / kQK_K; ++b) {
-    uint8_t* p = data.data() + b * sizeof(BlockQ6_K);
-    std::memset(p + offsetof(BlockQ6_K, ql), 0xFF, sizeof(BlockQ6_K::ql));
-    std::memset(p + offsetof(BlockQ6_K, qh), 0xFF, sizeof(BlockQ6_K::qh));
+    uint8_t* p = data.data() + b * dtype_info(type).block_bytes;
+    if (q5) {
+      std::memset(p + offsetof(BlockQ5_K, qs), 0xFF, sizeof(BlockQ5_K::qs));
+      std::memset(p + offsetof(BlockQ5_K, qh), 0xFF, sizeof(BlockQ5_K::qh));
+    } else {
+      std::memset(p + offsetof(BlockQ6_K, ql), 0xFF, sizeof(BlockQ6_K::ql));
+      std::memset(p + offsetof(BlockQ6_K, qh), 0xFF, sizeof(BlockQ6_K::qh));
+    }
   }
-  const Tensor w = make_tensor(DType::Q6_K, kGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
+  const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
   std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
   const BlockQ8_K* acts[kTok];
   for (int t = 0; t < kTok; ++t) {
@@ -719,21 +729,25 @@ TEST(InterleavedQ6K, UnpackedQuantsGiveTheBitsOfThePackedKernel) {
     acts[t] = rows[t].data();
   }
   const auto* groups = static_cast<const uint8_t*>(w.interleaved);
-  std::vector<uint8_t> unpacked(static_cast<size_t>(kGroups * n_in / kQK_K) * kQ6KUnpackedBlockBytes);
-  avx2::unpack_q6_K_groups(n_in, groups, kGroups, unpacked.data());
+  std::vector<uint8_t> unpacked(static_cast<size_t>(kGroups * n_in / kQK_K) * kUnpackedKBlockBytes);
+  (q5 ? avx2::unpack_q5_K_groups : avx2::unpack_q6_K_groups)(n_in, groups, kGroups, unpacked.data());
+  const auto packed_gemm = q5 ? avx2::gemm_interleaved_q5_K : avx2::gemm_interleaved_q6_K;
+  const auto unpacked_gemm = q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked;
   std::vector<float> packed(kStride * kTok), got(kStride * kTok);
   for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
     for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
       std::fill(packed.begin(), packed.end(), -7.0f);
       std::fill(got.begin(), got.end(), -7.0f);
-      avx2::gemm_interleaved_q6_K(n_in, groups, n_groups, acts, n_tok, packed.data(), kStride);
-      avx2::gemm_interleaved_q6_K_unpacked(n_in, groups, n_groups, unpacked.data(), acts, n_tok, got.data(), kStride,
-                                           groups);
+      packed_gemm(n_in, groups, n_groups, acts, n_tok, packed.data(), kStride, nullptr);
+      unpacked_gemm(n_in, groups, n_groups, unpacked.data(), acts, n_tok, got.data(), kStride, groups);
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], packed[i]) << "groups " << n_groups << " n_tok " << n_tok << " at " << i;
+        ASSERT_EQ(got[i], packed[i]) << dtype_name(type) << " groups " << n_groups << " n_tok " << n_tok << " at " << i;
       EXPECT_EQ(got[kStride * (n_tok - 1) + 8 * n_groups], -7.0f) << "written past the rows";
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(KQuants, UnpackedKQuants, ::testing::Values(DType::Q5_K, DType::Q6_K),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });

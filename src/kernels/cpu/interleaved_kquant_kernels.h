@@ -16,6 +16,48 @@
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
 
+// Quant vector g of sub-block 2k + e in a Q4_K (or, kQ5, Q5_K) record: the low (e = 0) or high nibbles
+// of packed vector 8k + g and, for Q5_K, bit 2k + e of bit-plane vector g moved to bit 4 (16-bit shifts
+// by <= 4 keep each byte's bit 4 its own). The callers' loops are unrolled: every shift is a constant.
+template <bool kQ5>
+[[gnu::always_inline]] inline __m256i q4_K_quants(const uint8_t* rec, int k, int e, int g, __m256i low_mask,
+                                                  __m256i bit4) {
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 160) + 8 * k + g);
+  __m256i q = _mm256_and_si256(e == 0 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
+  if constexpr (kQ5) {
+    const __m256i planes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kQ4KRecordBytes) + g);
+    const int bit = 2 * k + e;
+    const __m256i moved = bit < 4 ? _mm256_slli_epi16(planes, 4 - bit) : _mm256_srli_epi16(planes, bit - 4);
+    q = _mm256_or_si256(q, _mm256_and_si256(moved, bit4));
+  }
+  return q;
+}
+
+// An unpacked copy of a Q5_K or Q6_K group (q5_K_unpack, q6_K_unpack): per group and block
+// kUnpackedKBlockBytes, the 64 quant vectors in the order the kernels take them (vector v at 32 v).
+inline __m256i unpacked_k_vector(const uint8_t* unpacked, int64_t nb, int r, int64_t i, int v) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+      unpacked + static_cast<size_t>(r * nb + i) * kUnpackedKBlockBytes + static_cast<size_t>(v) * 32));
+}
+
+// n_groups consecutive Q5_K groups of nb blocks into dst (n_groups * nb * kUnpackedKBlockBytes bytes):
+// vector 8 (2k + e) + g is q4_K_quants<true>(rec, k, e, g).
+inline void q5_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint8_t* dst) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  for (int64_t gi = 0; gi < n_groups * nb; ++gi) {
+    const uint8_t* rec = group + gi * kQ5KRecordBytes;
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e)
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + gi * kUnpackedKBlockBytes + (8 * (2 * k + e) + g) * 32),
+                              q4_K_quants<true>(rec, k, e, g, low_mask, bit4));
+  }
+}
+
 // Q4_K x Q8_K, R groups of 8 rows times T tokens per 256-element block:
 //   row . y = d * dy * sum_s scale_s * (sum over sub-block s of q * y) - dmin * dy * sum_s min_s * ysum_s
 // Each 32-element sub-block is 8 maddubs per (group, token) into int16 sums as in the Q4 kernels
@@ -31,9 +73,12 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved
 //
 // With vpdpbusd (kVnni) each sub-block's 8 products per lane go straight into int32 and are multiplied by
 // the rows' scales (vpmulld, exact): the same integers as the int16 route, so the same bits.
+//
+// With `unpacked` (AVX2 Q5_K only), the quants come from q5_K_unpack's copy of the R groups instead of
+// being rebuilt from the nibbles and bit planes: the same vectors, so the same integers and bits.
 template <bool kVnni, bool kQ5, int R, int T>
 void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
-                     float* out, int64_t stride, const uint8_t* far) {
+                     float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
@@ -66,14 +111,10 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
           __m256i q[R];
 #pragma GCC unroll 2
           for (int r = 0; r < R; ++r) {
-            const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 160) + 8 * k + g);
-            q[r] = _mm256_and_si256(e == 0 ? packed : _mm256_srli_epi16(packed, 4), low_mask);
-            if constexpr (kQ5) {
-              // Bit 2k + e of each byte to bit 4 (16-bit shifts by <= 4 keep each byte's bit 4 its own).
-              const __m256i planes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + kQ4KRecordBytes) + g);
-              const int bit = 2 * k + e;
-              const __m256i moved = bit < 4 ? _mm256_slli_epi16(planes, 4 - bit) : _mm256_srli_epi16(planes, bit - 4);
-              q[r] = _mm256_or_si256(q[r], _mm256_and_si256(moved, bit4));
+            if (kQ5 && unpacked != nullptr) {
+              q[r] = unpacked_k_vector(unpacked, nb, r, i, 8 * (2 * k + e) + g);
+            } else {
+              q[r] = q4_K_quants<kQ5>(rec[r], k, e, g, low_mask, bit4);
             }
           }
 #pragma GCC unroll 6
@@ -149,10 +190,26 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 
 template <bool kVnni, bool kQ5, int R>
 void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
-                      float* out, int64_t stride, const uint8_t* far) {
+                      float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   with_token_count<6>(n_tok, [&]<int T>() {
-    gemm_q4_K_fixed<kVnni, kQ5, R, T>(nb, group, group_bytes, acts, out, stride, far);
+    gemm_q4_K_fixed<kVnni, kQ5, R, T>(nb, group, group_bytes, acts, out, stride, far, unpacked);
   });
+}
+
+// The AVX2 Q5_K passes with the quants from q5_K_unpack's copy of the n_groups groups: one group and
+// kUnpackedKPassTokens tokens a call (the unpacking no longer holds registers; the float sums spill).
+inline void gemm_q5_K_unpacked_any(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                                   const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                                   const uint8_t* far) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ5KRecordBytes;
+  constexpr int kPass = kUnpackedKPassTokens;
+  for (int g = 0; g < n_groups; ++g)
+    for (int t0 = 0; t0 < n_tok; t0 += kPass)
+      gemm_q4_K_tokens<false, true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
+                                       out + t0 * out_stride + g * kInterleaveRows, out_stride,
+                                       g == 0 && t0 == 0 ? far : nullptr,
+                                       unpacked + static_cast<size_t>(g * nb) * kUnpackedKBlockBytes);
 }
 
 // Q4_K and Q5_K calls.
@@ -196,13 +253,8 @@ inline __m256i q6_K_quants(const uint8_t* rec, int h, int e) {
   return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
 }
 
-// q6_K_unpack's copy: per group and block, the 64 vectors q6_K_quants(rec, h, e) in (h, e) order.
-inline __m256i q6_K_unpacked_vector(const uint8_t* unpacked, int64_t nb, int r, int64_t i, int h, int e) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-      unpacked + static_cast<size_t>(r * nb + i) * kQ6KUnpackedBlockBytes + static_cast<size_t>(2 * h + e) * 32));
-}
-
-// n_groups consecutive groups of nb blocks into dst (n_groups * nb * kQ6KUnpackedBlockBytes bytes).
+// n_groups consecutive Q6_K groups of nb blocks into dst (n_groups * nb * kUnpackedKBlockBytes bytes):
+// vector 2h + e is q6_K_quants(rec, h, e).
 inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint8_t* dst) {
   for (int64_t gi = 0; gi < n_groups * nb; ++gi) {
     const uint8_t* rec = group + gi * kQ6KRecordBytes;
@@ -210,7 +262,7 @@ inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
     for (int h = 0; h < 32; ++h)
 #pragma GCC unroll 2
       for (int e = 0; e < 2; ++e)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + gi * kQ6KUnpackedBlockBytes + (2 * h + e) * 32),
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + gi * kUnpackedKBlockBytes + (2 * h + e) * 32),
                             q6_K_quants(rec, h, e));
   }
 }
@@ -227,7 +279,7 @@ inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
 // pairs above, so the same bits, with no int16 pair sums to keep and fewer operations per token.
 //
 // With `unpacked` (AVX2 only), the quants come from q6_K_unpack's copy of the R groups (unpacked +
-// r * nb * kQ6KUnpackedBlockBytes) instead of being rebuilt from the nibbles and top bits: the same
+// r * nb * kUnpackedKBlockBytes) instead of being rebuilt from the nibbles and top bits: the same
 // vectors, so the same integers and bits. Passes over many tokens then pay the unpacking once.
 template <bool kVnni, int R, int T>
 void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
@@ -303,7 +355,7 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
             __m256i q[R];
 #pragma GCC unroll 2
             for (int r = 0; r < R; ++r)
-              q[r] = unpacked != nullptr ? q6_K_unpacked_vector(unpacked, nb, r, i, 8 * k + g, e)
+              q[r] = unpacked != nullptr ? unpacked_k_vector(unpacked, nb, r, i, 2 * (8 * k + g) + e)
                                          : q6_K_quants(rec[r], 8 * k + g, e);
 #pragma GCC unroll 6
             for (int t = 0; t < T; ++t) {
@@ -363,22 +415,21 @@ void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
   });
 }
 
-// gemm_q6_K_any's AVX2 passes with the quants from q6_K_unpack's copy of the n_groups groups.
-// kQ6KUnpackedPass tokens per pass, twice gemm_q6_K_any's 3: without the unpacking in the loop, the
-// registers hold the pair and int32 sums of 6 tokens (the float sums, touched once a block, spill).
-inline constexpr int kQ6KUnpackedPass = kQ6KUnpackedPassTokens;
+// gemm_q6_K_any's AVX2 passes with the quants from q6_K_unpack's copy of the n_groups groups:
+// kUnpackedKPassTokens tokens a call, twice its 3 (the unpacking no longer holds registers; the float
+// sums, touched once a block, spill).
 inline void gemm_q6_K_unpacked_any(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
                                    const uint8_t* far) {
   const int64_t nb = n / kQK_K;
   const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
-  constexpr int kPass = kQ6KUnpackedPass;
+  constexpr int kPass = kUnpackedKPassTokens;
   for (int g = 0; g < n_groups; ++g)
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       gemm_q6_K_tokens<false, 1, kPass>(nb, group + g * group_bytes, group_bytes, acts + t0,
                                         std::min(kPass, n_tok - t0), out + t0 * out_stride + g * kInterleaveRows,
                                         out_stride, g == 0 && t0 == 0 ? far : nullptr,
-                                        unpacked + static_cast<size_t>(g * nb) * kQ6KUnpackedBlockBytes);
+                                        unpacked + static_cast<size_t>(g * nb) * kUnpackedKBlockBytes);
 }
 
 template <bool kVnni>

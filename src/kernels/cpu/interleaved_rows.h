@@ -53,11 +53,12 @@ inline constexpr int kInterleaveRows = 8;
 inline constexpr size_t kQ4KRecordBytes = 16 + 16 + 64 + 64 + 1024;
 inline constexpr size_t kQ5KRecordBytes = kQ4KRecordBytes + 256;
 inline constexpr size_t kQ6KRecordBytes = 16 + 128 + 1024 + 512;
-// A Q6_K group's block with its quants unpacked to bytes (q + 32): 8 rows x 256 (avx2::unpack_q6_K_groups).
-inline constexpr size_t kQ6KUnpackedBlockBytes = 8 * 256;
-// Tokens per pass of the AVX2 Q6_K kernel over unpacked quants (twice what fits while unpacking: 1B-shaped
-// Q6_K prefill 73-83 against 58-61 tok/s at 4 and 55 before the unpacking).
-inline constexpr int kQ6KUnpackedPassTokens = 6;
+// A Q5_K or Q6_K group's block with its quants unpacked to bytes (0..31, or Q6_K's q + 32): 8 rows x 256
+// (avx2::unpack_q5_K_groups, unpack_q6_K_groups).
+inline constexpr size_t kUnpackedKBlockBytes = 8 * 256;
+// Tokens per call of the AVX2 Q5_K / Q6_K kernels over unpacked quants, against 4 and 3 while unpacking
+// (1B-shaped Q6_K prefill 73-83 tok/s at 6, 58-61 at 4, 55 before the unpacking).
+inline constexpr int kUnpackedKPassTokens = 6;
 
 // True for the types that have an interleaved layout.
 bool has_interleaved_layout(DType type);
@@ -130,10 +131,14 @@ void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-// Q6_K for many tokens: the quants of n_groups groups unpacked once into dst (n / 256 * n_groups *
-// kQ6KUnpackedBlockBytes bytes), then gemm_interleaved_q6_K_unpacked takes them from there instead of
-// rebuilding them from the 6 bits in every pass (up to n_tok tokens a call, as gemm_interleaved_q6_K,
+// Q5_K and Q6_K for many tokens: the quants of n_groups groups unpacked once into dst (n / 256 * n_groups
+// * kUnpackedKBlockBytes bytes), then gemm_interleaved_q*_K_unpacked takes them from there instead of
+// rebuilding them from their bits in every pass (up to n_tok tokens a call, as gemm_interleaved_q*_K,
 // and the same bits: the same integers in the same order).
+void unpack_q5_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* dst);
+void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                                    const uint8_t* prefetch = nullptr);
 void unpack_q6_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* dst);
 void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
                                     const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,

@@ -36,6 +36,16 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
   gemm_q6_K_any<false>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
+void unpack_q5_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* dst) {
+  q5_K_unpack(n / kQK_K, group, n_groups, dst);
+}
+
+void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                                    const uint8_t* prefetch) {
+  gemm_q5_K_unpacked_any(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch);
+}
+
 void unpack_q6_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* dst) {
   q6_K_unpack(n / kQK_K, group, n_groups, dst);
 }

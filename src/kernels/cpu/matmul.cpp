@@ -212,22 +212,23 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const bool pairs = w.interleaved_pairs;
   if (pairs && !vnni) fail("matmul: tensor '{}' is repacked in pairs, which needs AVX512-VNNI", w.name);
   const int64_t paired_end = pairs ? interleaved_paired_groups(n_out) : 0;
-  // AVX2 Q6_K over several tokens: each chunk's quants are unpacked to bytes once (q6_unpacked, groups
-  // from q6_first on) and every pass reads them from there.
-  const bool q6_unpack = w.type == DType::Q6_K && !vnni && !pairs && a.n_tokens > 3;
-  thread_local std::vector<uint8_t> q6_unpacked;
-  int64_t q6_first = 0;
-  const size_t q6_group_unpacked = static_cast<size_t>(n_in / kQK_K) * kQ6KUnpackedBlockBytes;
+  // AVX2 Q5_K and Q6_K over several tokens: each chunk's quants are unpacked to bytes once (k_unpacked,
+  // groups from k_first on) and every pass reads them from there.
+  const bool k_unpack = (w.type == DType::Q5_K || w.type == DType::Q6_K) && !vnni && !pairs && a.n_tokens > 3;
+  const bool q5 = w.type == DType::Q5_K;
+  thread_local std::vector<uint8_t> k_unpacked;
+  int64_t k_first = 0;
+  const size_t k_group_unpacked = static_cast<size_t>(n_in / kQK_K) * kUnpackedKBlockBytes;
   // One kernel call: n_groups groups from `group` times the pass's n_tok tokens (whole pairs when `paired`).
   const auto gemm = [&](const uint8_t* group, int n_groups, bool paired, const PassActs& p, int n_tok, float* out,
                         int64_t stride, const uint8_t* far) {
-    if (q6_unpack) {
+    if (k_unpack) {
       const int64_t g = (group - static_cast<const uint8_t*>(w.interleaved)) / static_cast<int64_t>(group_bytes);
-      const uint8_t* unpacked = q6_unpacked.data() + static_cast<size_t>(g - q6_first) * q6_group_unpacked;
-      for (int t0 = 0; t0 < n_tok; t0 += kQ6KUnpackedPassTokens) {
-        const int n = std::min(kQ6KUnpackedPassTokens, n_tok - t0);
-        avx2::gemm_interleaved_q6_K_unpacked(n_in, group, n_groups, unpacked, p.q8_k + t0, n, out + t0 * stride, stride,
-                                             t0 == 0 ? far : nullptr);
+      const uint8_t* unpacked = k_unpacked.data() + static_cast<size_t>(g - k_first) * k_group_unpacked;
+      const auto fn = q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked;
+      for (int t0 = 0; t0 < n_tok; t0 += kUnpackedKPassTokens) {
+        const int n = std::min(kUnpackedKPassTokens, n_tok - t0);
+        fn(n_in, group, n_groups, unpacked, p.q8_k + t0, n, out + t0 * stride, stride, t0 == 0 ? far : nullptr);
       }
       return;
     }
@@ -294,7 +295,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // batched decode (16 sequences, passes of 6, 6, 4) 1.024x, prefill 1.06x. Q8_0 and SmolLM2's Q4_1 did
   // worse at 6 (batched decode 0.93-0.96x): their chunks' third pass from L2 costs more than it saves.
   const int64_t max_groups_per_call = call_groups;
-  const int64_t pass_tokens = q6_unpack                      ? kQ6KUnpackedPassTokens
+  const int64_t pass_tokens = k_unpack                       ? kUnpackedKPassTokens
                               : pairs && w.type == DType::Q4_0 ? 6
                               : pairs                        ? avx512zmm::kMaxZmmTokens
                               : w.type == DType::Q8_0        ? 4
@@ -318,10 +319,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     // next range).
     const int64_t next_end = std::min(n_out / kInterleaveRows, chunk_end + chunk_groups);
     const size_t far_bytes = static_cast<size_t>(std::max<int64_t>(0, next_end - chunk_end)) * group_bytes;
-    if (q6_unpack) {
-      q6_first = chunk;
-      q6_unpacked.resize(static_cast<size_t>(chunk_end - chunk) * q6_group_unpacked);
-      avx2::unpack_q6_K_groups(n_in, base + chunk * group_bytes, static_cast<int>(chunk_end - chunk), q6_unpacked.data());
+    if (k_unpack) {
+      k_first = chunk;
+      k_unpacked.resize(static_cast<size_t>(chunk_end - chunk) * k_group_unpacked);
+      (q5 ? avx2::unpack_q5_K_groups : avx2::unpack_q6_K_groups)(n_in, base + chunk * group_bytes,
+                                                                 static_cast<int>(chunk_end - chunk), k_unpacked.data());
     }
     size_t far_done = 0;
     int64_t pass_index = 0;
