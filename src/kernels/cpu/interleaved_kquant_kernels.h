@@ -196,20 +196,22 @@ void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
   });
 }
 
-// The AVX2 Q5_K passes with the quants from q5_K_unpack's copy of the n_groups groups: one group and
-// kUnpackedKPassTokens tokens a call (the unpacking no longer holds registers; the float sums spill).
-inline void gemm_q5_K_unpacked_any(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
-                                   const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
-                                   const uint8_t* far) {
+// The AVX2 Q5_K / Q6_K passes over q5_K_unpack's / q6_K_unpack's copy of the n_groups groups: one group
+// and kUnpackedKPassTokens tokens a call, against 4 / 3 while unpacking (the unpacking no longer holds
+// registers; the float sums, touched once a block, spill). `tokens` is gemm_q4_K_tokens<false, true, 1>
+// or gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens>.
+template <size_t kRecordBytes, typename Tokens>
+inline void unpacked_k_passes(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                              const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                              const uint8_t* far, Tokens tokens) {
   const int64_t nb = n / kQK_K;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ5KRecordBytes;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRecordBytes;
   constexpr int kPass = kUnpackedKPassTokens;
   for (int g = 0; g < n_groups; ++g)
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
-      gemm_q4_K_tokens<false, true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
-                                       out + t0 * out_stride + g * kInterleaveRows, out_stride,
-                                       g == 0 && t0 == 0 ? far : nullptr,
-                                       unpacked + static_cast<size_t>(g * nb) * kUnpackedKBlockBytes);
+      tokens(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
+             out + t0 * out_stride + g * kInterleaveRows, out_stride, g == 0 && t0 == 0 ? far : nullptr,
+             unpacked + static_cast<size_t>(g * nb) * kUnpackedKBlockBytes);
 }
 
 // Q4_K and Q5_K calls.
@@ -413,23 +415,6 @@ void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
   with_token_count<kMaxTok>(n_tok, [&]<int T>() {
     gemm_q6_K_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride, far, unpacked);
   });
-}
-
-// gemm_q6_K_any's AVX2 passes with the quants from q6_K_unpack's copy of the n_groups groups:
-// kUnpackedKPassTokens tokens a call, twice its 3 (the unpacking no longer holds registers; the float
-// sums, touched once a block, spill).
-inline void gemm_q6_K_unpacked_any(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
-                                   const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
-                                   const uint8_t* far) {
-  const int64_t nb = n / kQK_K;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
-  constexpr int kPass = kUnpackedKPassTokens;
-  for (int g = 0; g < n_groups; ++g)
-    for (int t0 = 0; t0 < n_tok; t0 += kPass)
-      gemm_q6_K_tokens<false, 1, kPass>(nb, group + g * group_bytes, group_bytes, acts + t0,
-                                        std::min(kPass, n_tok - t0), out + t0 * out_stride + g * kInterleaveRows,
-                                        out_stride, g == 0 && t0 == 0 ? far : nullptr,
-                                        unpacked + static_cast<size_t>(g * nb) * kUnpackedKBlockBytes);
 }
 
 template <bool kVnni>

@@ -225,11 +225,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     if (k_unpack) {
       const int64_t g = (group - static_cast<const uint8_t*>(w.interleaved)) / static_cast<int64_t>(group_bytes);
       const uint8_t* unpacked = k_unpacked.data() + static_cast<size_t>(g - k_first) * k_group_unpacked;
-      const auto fn = q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked;
-      for (int t0 = 0; t0 < n_tok; t0 += kUnpackedKPassTokens) {
-        const int n = std::min(kUnpackedKPassTokens, n_tok - t0);
-        fn(n_in, group, n_groups, unpacked, p.q8_k + t0, n, out + t0 * stride, stride, t0 == 0 ? far : nullptr);
-      }
+      (q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked)(
+          n_in, group, n_groups, unpacked, p.q8_k, n_tok, out, stride, far);
       return;
     }
     if (paired) {
