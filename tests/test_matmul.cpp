@@ -732,18 +732,27 @@ TEST_P(UnpackedKQuants, UnpackedQuantsGiveTheBitsOfThePackedKernel) {
   std::vector<uint8_t> unpacked(static_cast<size_t>(kGroups * n_in / kQK_K) * kUnpackedKBlockBytes);
   (q5 ? avx2::unpack_q5_K_groups : avx2::unpack_q6_K_groups)(n_in, groups, kGroups, unpacked.data());
   const auto packed_gemm = q5 ? avx2::gemm_interleaved_q5_K : avx2::gemm_interleaved_q6_K;
-  const auto unpacked_gemm = q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked;
+  // The AVX2 kernel over the unpacked copy, and its vpdpbusd twin where the CPU has AVX512-VNNI: both must
+  // give the AVX2 packed kernel's bits.
+  using UnpackedGemm = decltype(&avx2::gemm_interleaved_q5_K_unpacked);
+  std::vector<std::pair<const char*, UnpackedGemm>> unpacked_gemms = {
+      {"avx2", q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked}};
+  if (cpu_has_avx512_vnni())
+    unpacked_gemms.emplace_back(
+        "avx512vnni", q5 ? avx512vnni::gemm_interleaved_q5_K_unpacked : avx512vnni::gemm_interleaved_q6_K_unpacked);
   std::vector<float> packed(kStride * kTok), got(kStride * kTok);
-  for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
-    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-      std::fill(packed.begin(), packed.end(), -7.0f);
-      std::fill(got.begin(), got.end(), -7.0f);
-      packed_gemm(n_in, groups, n_groups, acts, n_tok, packed.data(), kStride, nullptr);
-      unpacked_gemm(n_in, groups, n_groups, unpacked.data(), acts, n_tok, got.data(), kStride, groups);
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], packed[i]) << dtype_name(type) << " groups " << n_groups << " n_tok " << n_tok << " at " << i;
-      EXPECT_EQ(got[kStride * (n_tok - 1) + 8 * n_groups], -7.0f) << "written past the rows";
-    }
+  for (const auto& [isa, unpacked_gemm] : unpacked_gemms)
+    for (int n_groups = 1; n_groups <= kGroups; ++n_groups)
+      for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+        std::fill(packed.begin(), packed.end(), -7.0f);
+        std::fill(got.begin(), got.end(), -7.0f);
+        packed_gemm(n_in, groups, n_groups, acts, n_tok, packed.data(), kStride, nullptr);
+        unpacked_gemm(n_in, groups, n_groups, unpacked.data(), acts, n_tok, got.data(), kStride, groups);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], packed[i]) << isa << " " << dtype_name(type) << " groups " << n_groups << " n_tok "
+                                       << n_tok << " at " << i;
+        EXPECT_EQ(got[kStride * (n_tok - 1) + 8 * n_groups], -7.0f) << isa << ": written past the rows";
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, UnpackedKQuants, ::testing::Values(DType::Q5_K, DType::Q6_K),

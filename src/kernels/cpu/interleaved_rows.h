@@ -160,6 +160,13 @@ void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+// avx2::gemm_interleaved_q*_K_unpacked with vpdpbusd, over avx2::unpack_q*_K_groups' copy.
+void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                                    const uint8_t* prefetch = nullptr);
+void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
+                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
+                                    const uint8_t* prefetch = nullptr);
 }  // namespace avx512vnni
 
 // The kernels above with each pair of groups in 512-bit registers (interleaved_zmm_avx512vnni.cpp),

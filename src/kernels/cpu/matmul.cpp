@@ -214,7 +214,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t paired_end = pairs ? interleaved_paired_groups(n_out) : 0;
   // AVX2 Q5_K and Q6_K over several tokens: each chunk's quants are unpacked to bytes once (k_unpacked,
   // groups from k_first on) and every pass reads them from there.
-  const bool k_unpack = (w.type == DType::Q5_K || w.type == DType::Q6_K) && !vnni && !pairs && a.n_tokens > 3;
+  static const bool no_k_unpack = std::getenv("KVSERVE_NO_K_UNPACK") != nullptr;  // for A/B runs
+  const bool k_unpack = (w.type == DType::Q5_K || w.type == DType::Q6_K) && !pairs && a.n_tokens > 3 && !no_k_unpack;
   const bool q5 = w.type == DType::Q5_K;
   thread_local std::vector<uint8_t> k_unpacked;
   int64_t k_first = 0;
@@ -225,8 +226,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     if (k_unpack) {
       const int64_t g = (group - static_cast<const uint8_t*>(w.interleaved)) / static_cast<int64_t>(group_bytes);
       const uint8_t* unpacked = k_unpacked.data() + static_cast<size_t>(g - k_first) * k_group_unpacked;
-      (q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked)(
-          n_in, group, n_groups, unpacked, p.q8_k, n_tok, out, stride, far);
+      const auto fn = vnni ? (q5 ? avx512vnni::gemm_interleaved_q5_K_unpacked : avx512vnni::gemm_interleaved_q6_K_unpacked)
+                           : (q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked);
+      fn(n_in, group, n_groups, unpacked, p.q8_k, n_tok, out, stride, far);
       return;
     }
     if (paired) {
