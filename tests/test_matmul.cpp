@@ -732,14 +732,12 @@ TEST_P(UnpackedKQuants, UnpackedQuantsGiveTheBitsOfThePackedKernel) {
   std::vector<uint8_t> unpacked(static_cast<size_t>(kGroups * n_in / kQK_K) * kUnpackedKBlockBytes);
   (q5 ? avx2::unpack_q5_K_groups : avx2::unpack_q6_K_groups)(n_in, groups, kGroups, unpacked.data());
   const auto packed_gemm = q5 ? avx2::gemm_interleaved_q5_K : avx2::gemm_interleaved_q6_K;
-  // The AVX2 kernel over the unpacked copy, and its vpdpbusd twin where the CPU has AVX512-VNNI: both must
-  // give the AVX2 packed kernel's bits.
+  // The AVX2 kernel over the unpacked copy, and Q5_K's vpdpbusd twin where the CPU has AVX512-VNNI: each
+  // must give the AVX2 packed kernel's bits.
   using UnpackedGemm = decltype(&avx2::gemm_interleaved_q5_K_unpacked);
   std::vector<std::pair<const char*, UnpackedGemm>> unpacked_gemms = {
       {"avx2", q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked}};
-  if (cpu_has_avx512_vnni())
-    unpacked_gemms.emplace_back(
-        "avx512vnni", q5 ? avx512vnni::gemm_interleaved_q5_K_unpacked : avx512vnni::gemm_interleaved_q6_K_unpacked);
+  if (q5 && cpu_has_avx512_vnni()) unpacked_gemms.emplace_back("avx512vnni", avx512vnni::gemm_interleaved_q5_K_unpacked);
   std::vector<float> packed(kStride * kTok), got(kStride * kTok);
   for (const auto& [isa, unpacked_gemm] : unpacked_gemms)
     for (int n_groups = 1; n_groups <= kGroups; ++n_groups)

@@ -44,11 +44,4 @@ void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_group
                                      gemm_q4_K_tokens<true, true, 1>);
 }
 
-void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
-                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
-                                    const uint8_t* prefetch) {
-  unpacked_k_passes<kQ6KRecordBytes>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
-                                     gemm_q6_K_tokens<true, 1, kUnpackedKPassTokens>);
-}
-
 }  // namespace kvserve::avx512vnni

@@ -212,11 +212,16 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const bool pairs = w.interleaved_pairs;
   if (pairs && !vnni) fail("matmul: tensor '{}' is repacked in pairs, which needs AVX512-VNNI", w.name);
   const int64_t paired_end = pairs ? interleaved_paired_groups(n_out) : 0;
-  // AVX2 Q5_K and Q6_K over several tokens: each chunk's quants are unpacked to bytes once (k_unpacked,
-  // groups from k_first on) and every pass reads them from there.
+  // Q5_K and Q6_K over several tokens: each chunk's quants are unpacked to bytes once (k_unpacked, groups
+  // from k_first on) and every pass reads them from there. With vpdpbusd the packed kernels take 6 tokens
+  // a pass, so the unpacking pays only where a chunk gets many passes, and only Q5_K's (its bit planes):
+  // 1B-shaped, alternating KVSERVE_NO_K_UNPACK, Q5_K prefill 1.33x at 512-token chunks, 1.08x at 48,
+  // ~1.02x at 24, batched decode of 16 sequences ~0.93x; Q6_K 0.8x at 24, 0.88x at 48, ~1.0-1.05x at
+  // 128-512.
   static const bool no_k_unpack = std::getenv("KVSERVE_NO_K_UNPACK") != nullptr;  // for A/B runs
-  const bool k_unpack = (w.type == DType::Q5_K || w.type == DType::Q6_K) && !pairs && a.n_tokens > 3 && !no_k_unpack;
   const bool q5 = w.type == DType::Q5_K;
+  const bool k_unpack = !pairs && !no_k_unpack &&
+                        (vnni ? q5 && a.n_tokens > 16 : (q5 || w.type == DType::Q6_K) && a.n_tokens > 3);
   thread_local std::vector<uint8_t> k_unpacked;
   int64_t k_first = 0;
   const size_t k_group_unpacked = static_cast<size_t>(n_in / kQK_K) * kUnpackedKBlockBytes;
@@ -226,7 +231,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     if (k_unpack) {
       const int64_t g = (group - static_cast<const uint8_t*>(w.interleaved)) / static_cast<int64_t>(group_bytes);
       const uint8_t* unpacked = k_unpacked.data() + static_cast<size_t>(g - k_first) * k_group_unpacked;
-      const auto fn = vnni ? (q5 ? avx512vnni::gemm_interleaved_q5_K_unpacked : avx512vnni::gemm_interleaved_q6_K_unpacked)
+      const auto fn = vnni ? avx512vnni::gemm_interleaved_q5_K_unpacked
                            : (q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked);
       fn(n_in, group, n_groups, unpacked, p.q8_k, n_tok, out, stride, far);
       return;
