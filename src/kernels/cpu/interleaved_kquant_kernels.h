@@ -74,11 +74,12 @@ inline void q5_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
 // With vpdpbusd (kVnni) each sub-block's 8 products per lane go straight into int32 and are multiplied by
 // the rows' scales (vpmulld, exact): the same integers as the int16 route, so the same bits.
 //
-// With `unpacked` (AVX2 Q5_K only), the quants come from q5_K_unpack's copy of the R groups instead of
+// With kUnpacked (Q5_K only), the quants come from q5_K_unpack's copy of the R groups instead of
 // being rebuilt from the nibbles and bit planes: the same vectors, so the same integers and bits.
-template <bool kVnni, bool kQ5, int R, int T>
+template <bool kVnni, bool kQ5, int R, int T, bool kUnpacked = false>
 void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
                      float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
+  static_assert(kQ5 || !kUnpacked, "only Q5_K has an unpacked copy");
   constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
@@ -111,7 +112,7 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
           __m256i q[R];
 #pragma GCC unroll 2
           for (int r = 0; r < R; ++r) {
-            if (kQ5 && unpacked != nullptr) {
+            if constexpr (kUnpacked) {
               q[r] = unpacked_k_vector(unpacked, nb, r, i, 8 * (2 * k + e) + g);
             } else {
               q[r] = q4_K_quants<kQ5>(rec[r], k, e, g, low_mask, bit4);
@@ -188,18 +189,20 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   store_groups<R, T>(acc, out, stride);
 }
 
-template <bool kVnni, bool kQ5, int R>
+template <bool kVnni, bool kQ5, int R, bool kUnpacked = false>
 void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
                       float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   with_token_count<6>(n_tok, [&]<int T>() {
-    gemm_q4_K_fixed<kVnni, kQ5, R, T>(nb, group, group_bytes, acts, out, stride, far, unpacked);
+    gemm_q4_K_fixed<kVnni, kQ5, R, T, kUnpacked>(nb, group, group_bytes, acts, out, stride, far, unpacked);
   });
 }
 
 // The AVX2 Q5_K / Q6_K passes over q5_K_unpack's / q6_K_unpack's copy of the n_groups groups: one group
 // and kUnpackedKPassTokens tokens a call, against 4 / 3 while unpacking (the unpacking no longer holds
-// registers; the float sums, touched once a block, spill). `tokens` is gemm_q4_K_tokens<false, true, 1>
-// or gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens>.
+// registers; the float sums, touched once a block, spill). `tokens` is gemm_q4_K_tokens<kVnni, true, 1,
+// true> or gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens, true>. (kUnpacked is a template argument: as
+// a run-time test of `unpacked` inside the vector loop it halved 1B-shaped Q5_K decode with vpdpbusd,
+// 45-47 -> 25-26 tok/s.)
 template <size_t kRecordBytes, typename Tokens>
 inline void unpacked_k_passes(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
                               const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
@@ -280,10 +283,10 @@ inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
 // 128 per lane) and one vpmulld by the rows' scales adds it to the block sum: the same integers as the
 // pairs above, so the same bits, with no int16 pair sums to keep and fewer operations per token.
 //
-// With `unpacked` (AVX2 only), the quants come from q6_K_unpack's copy of the R groups (unpacked +
+// With kUnpacked (AVX2 only), the quants come from q6_K_unpack's copy of the R groups (unpacked +
 // r * nb * kUnpackedKBlockBytes) instead of being rebuilt from the nibbles and top bits: the same
 // vectors, so the same integers and bits. Passes over many tokens then pay the unpacking once.
-template <bool kVnni, int R, int T>
+template <bool kVnni, int R, int T, bool kUnpacked = false>
 void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
                      float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   constexpr size_t kRecordBytes = kQ6KRecordBytes;
@@ -357,8 +360,8 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
             __m256i q[R];
 #pragma GCC unroll 2
             for (int r = 0; r < R; ++r)
-              q[r] = unpacked != nullptr ? unpacked_k_vector(unpacked, nb, r, i, 2 * (8 * k + g) + e)
-                                         : q6_K_quants(rec[r], 8 * k + g, e);
+              q[r] = kUnpacked ? unpacked_k_vector(unpacked, nb, r, i, 2 * (8 * k + g) + e)
+                               : q6_K_quants(rec[r], 8 * k + g, e);
 #pragma GCC unroll 6
             for (int t = 0; t < T; ++t) {
               const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
@@ -409,11 +412,11 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   store_groups<R, T>(acc, out, stride);
 }
 
-template <bool kVnni, int R, int kMaxTok>
+template <bool kVnni, int R, int kMaxTok, bool kUnpacked = false>
 void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
                       float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   with_token_count<kMaxTok>(n_tok, [&]<int T>() {
-    gemm_q6_K_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride, far, unpacked);
+    gemm_q6_K_fixed<kVnni, R, T, kUnpacked>(nb, group, group_bytes, acts, out, stride, far, unpacked);
   });
 }
 

@@ -41,7 +41,7 @@ void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_group
                                     const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
                                     const uint8_t* prefetch) {
   unpacked_k_passes<kQ5KRecordBytes>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
-                                     gemm_q4_K_tokens<true, true, 1>);
+                                     gemm_q4_K_tokens<true, true, 1, true>);
 }
 
 }  // namespace kvserve::avx512vnni
