@@ -201,8 +201,8 @@ void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
 // and kUnpackedKPassTokens tokens a call, against 4 / 3 while unpacking (the unpacking no longer holds
 // registers; the float sums, touched once a block, spill). `tokens` is gemm_q4_K_tokens<kVnni, true, 1,
 // true> or gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens, true>. (kUnpacked is a template argument: as
-// a run-time test of `unpacked` inside the vector loop it halved 1B-shaped Q5_K decode with vpdpbusd,
-// 45-47 -> 25-26 tok/s.)
+// a run-time test of `unpacked` inside the vector loop, once the packed and unpacked calls shared an
+// instantiation, 1B-shaped Q5_K decode with vpdpbusd ran at 25 against 34 tok/s.)
 template <size_t kRecordBytes, typename Tokens>
 inline void unpacked_k_passes(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
                               const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
