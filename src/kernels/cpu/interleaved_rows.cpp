@@ -1,5 +1,6 @@
 #include "kernels/cpu/interleaved_rows.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -37,7 +38,22 @@ size_t far_prefetch_bytes(DType type) {
   return avx2::far_prefetch_bytes_per_32(interleaved_block_bytes(type) * 32 / block_cols);
 }
 
-bool interleaved_pairs_preferred(DType type) { return has_interleaved_layout(type) && cpu_prefers_zmm(); }
+// Where the core splits zmm ops in two halves (Zen 4) the pair kernels still pay for some types in batched
+// decode and prefill: one 64-byte load per quant vector of 16 rows, one broadcast per token for both groups,
+// fewer instructions to issue around the vpdpbusd (1B-shaped, alternating runs: Q4_0 16-sequence decode
+// 1.17x, prefill 1.1x; Q8_0 1.21x and 1.14x) with one-token decode unchanged. Not Q4_1 (SmolLM2-135M's
+// 576-column rows: 0.82-0.89x everywhere) nor the K-quants, whose one-token pair kernels decode at
+// 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs.
+bool interleaved_pairs_preferred(DType type) {
+  if (!has_interleaved_layout(type)) return false;
+  static const int forced = [] {
+    const char* env = std::getenv("KVSERVE_PAIRS");
+    return env == nullptr || env[0] == '\0' ? -1 : std::strcmp(env, "0") != 0 ? 1 : 0;
+  }();
+  if (forced >= 0) return forced == 1 && cpu_has_avx512_vnni();
+  if (cpu_prefers_zmm()) return true;
+  return cpu_has_avx512_vnni() && (type == DType::Q4_0 || type == DType::Q8_0);
+}
 
 namespace {
 template <typename Block>

@@ -224,7 +224,16 @@ const detail::SimdWorker& detail::simd_worker() {
                                paged_attention_partition_heads_avx2};
   static const SimdWorker avx512{paged_attention_items_avx512, paged_attention_partition_avx512,
                                  paged_attention_merge_avx512, paged_attention_partition_heads_avx512};
-  return cpu_prefers_zmm() ? avx512 : avx2;
+  // KVSERVE_ATTN_ZMM=0|1 overrides, for A/B runs.
+  static const bool zmm = [] {
+    const char* env = std::getenv("KVSERVE_ATTN_ZMM");
+    if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0 && cpu_has_avx512_vnni();
+    // Also where zmm ops are split in two halves (Zen 4): the 16-lane chains still issue half the
+    // instructions. bench_paged_attention there, alternating: Llama3_1B batch16_f16/512 ~1.1x,
+    // single_f16/512 ~1.13x, single_f16_cold/512 ~1.19x; Llama3_8B 0.94-1.1x, cold 1.1-1.25x.
+    return cpu_has_avx512_vnni();
+  }();
+  return zmm ? avx512 : avx2;
 }
 
 const detail::SimdWorker* detail::simd_worker_in_use() { return use_avx2() ? &simd_worker() : nullptr; }
