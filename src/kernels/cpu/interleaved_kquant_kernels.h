@@ -197,20 +197,21 @@ void gemm_q4_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
   });
 }
 
-// The AVX2 Q5_K / Q6_K passes over q5_K_unpack's / q6_K_unpack's copy of the n_groups groups: one group
-// and kUnpackedKPassTokens tokens a call, against 4 / 3 while unpacking (the unpacking no longer holds
-// registers; the float sums, touched once a block, spill). `tokens` is gemm_q4_K_tokens<kVnni, true, 1,
-// true> or gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens, true>. (kUnpacked is a template argument: as
-// a run-time test of `unpacked` inside the vector loop, once the packed and unpacked calls shared an
-// instantiation, 1B-shaped Q5_K decode with vpdpbusd ran at 25 against 34 tok/s.)
-template <size_t kRecordBytes, typename Tokens>
+// The Q5_K / Q6_K passes over q5_K_unpack's / q6_K_unpack's copy of the n_groups groups (a multiple of
+// kGroups): kGroups groups and kUnpackedKPassTokens tokens a call, against 4 / 3 while unpacking (the
+// unpacking no longer holds registers; the float sums, touched once a block, spill). `tokens` is
+// gemm_q4_K_tokens<kVnni, true, kGroups, true> or gemm_q6_K_tokens<false, kGroups, kUnpackedKPassTokens,
+// true>. (kUnpacked is a template argument: as a run-time test of `unpacked` inside the vector loop, once
+// the packed and unpacked calls shared an instantiation, 1B-shaped Q5_K decode with vpdpbusd ran at 25
+// against 34 tok/s.)
+template <size_t kRecordBytes, int kGroups, typename Tokens>
 inline void unpacked_k_passes(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
                               const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
                               const uint8_t* far, Tokens tokens) {
   const int64_t nb = n / kQK_K;
   const size_t group_bytes = static_cast<size_t>(nb) * kRecordBytes;
   constexpr int kPass = kUnpackedKPassTokens;
-  for (int g = 0; g < n_groups; ++g)
+  for (int g = 0; g < n_groups; g += kGroups)
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       tokens(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
              out + t0 * out_stride + g * kInterleaveRows, out_stride, g == 0 && t0 == 0 ? far : nullptr,

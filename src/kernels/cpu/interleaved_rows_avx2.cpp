@@ -43,7 +43,7 @@ void unpack_q5_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* 
 void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
                                     const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
                                     const uint8_t* prefetch) {
-  unpacked_k_passes<kQ5KRecordBytes>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
+  unpacked_k_passes<kQ5KRecordBytes, 1>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
                                      gemm_q4_K_tokens<false, true, 1, true>);
 }
 
@@ -54,7 +54,7 @@ void unpack_q6_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* 
 void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
                                     const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
                                     const uint8_t* prefetch) {
-  unpacked_k_passes<kQ6KRecordBytes>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
+  unpacked_k_passes<kQ6KRecordBytes, 1>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
                                      gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens, true>);
 }
 

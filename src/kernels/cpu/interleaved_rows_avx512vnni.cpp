@@ -43,15 +43,12 @@ void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_group
   // Two groups a pass where the call has them: with AVX-512VL's 32 registers the 2 x 6 int32 sums fit
   // (1B-shaped prefill 1.09x over one group a pass: ~222 against ~202 tok/s, 3 alternating runs).
   if (n_groups == 2) {
-    const int64_t nb = n / kQK_K;
-    constexpr int kPass = kUnpackedKPassTokens;
-    for (int t0 = 0; t0 < n_tok; t0 += kPass)
-      gemm_q4_K_tokens<true, true, 2, true>(nb, group, nb * kQ5KRecordBytes, acts + t0, std::min(kPass, n_tok - t0),
-                                            out + t0 * out_stride, out_stride, t0 == 0 ? prefetch : nullptr, unpacked);
-    return;
+    unpacked_k_passes<kQ5KRecordBytes, 2>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
+                                          gemm_q4_K_tokens<true, true, 2, true>);
+  } else {
+    unpacked_k_passes<kQ5KRecordBytes, 1>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
+                                          gemm_q4_K_tokens<true, true, 1, true>);
   }
-  unpacked_k_passes<kQ5KRecordBytes>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
-                                     gemm_q4_K_tokens<true, true, 1, true>);
 }
 
 }  // namespace kvserve::avx512vnni
