@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -546,6 +547,24 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
 
 // matmul over the pair layout gives the group layout's bits for every row, token count and thread split:
 // whole pairs, a last odd group, ranges and stacked matrices (matmul_shared_input) that cut a pair.
+// The pair layout needs the 512-bit kernels, so never without AVX512-VNNI nor for a type without an
+// interleaved layout; with VNNI, Q4_0 and Q8_0 are always paired (on a Zen 4 too), every interleaved type
+// where the core runs zmm at full width.
+TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
+  if (std::getenv("KVSERVE_PAIRS") != nullptr) GTEST_SKIP() << "KVSERVE_PAIRS overrides the choice";
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K}) {
+    const bool paired = interleaved_pairs_preferred(type);
+    if (!has_interleaved_layout(type) || !cpu_has_avx512_vnni()) {
+      EXPECT_FALSE(paired) << dtype_name(type);
+    } else if (cpu_prefers_zmm() || type == DType::Q4_0 || type == DType::Q8_0) {
+      EXPECT_TRUE(paired) << dtype_name(type);
+    } else {
+      EXPECT_FALSE(paired) << dtype_name(type);
+    }
+  }
+}
+
 TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
   std::mt19937 rng(43);
