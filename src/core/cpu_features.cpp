@@ -59,11 +59,18 @@ bool cpu_has_avx512_vnni() {
   return ok;
 }
 
+int cpu_zmm_forced() {
+  static const int forced = [] {
+    const char* env = std::getenv("KVSERVE_ZMM");
+    return env == nullptr || env[0] == '\0' ? -1 : std::strcmp(env, "0") != 0 ? 1 : 0;
+  }();
+  return forced;
+}
+
 bool cpu_prefers_zmm() {
   static const bool ok = [] {
     if (!cpu_has_avx512_vnni()) return false;
-    const char* env = std::getenv("KVSERVE_ZMM");
-    if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0;
+    if (cpu_zmm_forced() >= 0) return cpu_zmm_forced() == 1;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;

@@ -12,8 +12,11 @@ bool cpu_has_avx2_fma_f16c();
 bool cpu_has_avx512_vnni();
 // cpu_has_avx512_vnni() on a core that runs 512-bit operations at full width, so the 512-bit kernels do
 // twice the work per instruction (Zen 5, Intel). Zen 4 (AMD family 0x19) splits each into two 256-bit
-// halves: there the 512-bit kernels measured no faster, and the 256-bit ones stay. KVSERVE_ZMM=0 or 1 in
-// the environment overrides the choice (still only with cpu_has_avx512_vnni()).
+// halves: there only some 512-bit kernels pay (interleaved_pairs_preferred, paged attention's
+// simd_worker), the rest stay 256-bit. KVSERVE_ZMM=0 or 1 in the environment overrides the choice (still
+// only with cpu_has_avx512_vnni()), and then every 512-bit path follows it (cpu_zmm_forced).
 bool cpu_prefers_zmm();
+// KVSERVE_ZMM as set in the environment: -1 when unset or empty, else 0 or 1.
+int cpu_zmm_forced();
 
 }  // namespace kvserve

@@ -228,6 +228,7 @@ const detail::SimdWorker& detail::simd_worker() {
   static const bool zmm = [] {
     const char* env = std::getenv("KVSERVE_ATTN_ZMM");
     if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0 && cpu_has_avx512_vnni();
+    if (cpu_zmm_forced() >= 0) return cpu_prefers_zmm();
     // Also where zmm ops are split in two halves (Zen 4): the 16-lane chains still issue half the
     // instructions. bench_paged_attention there, alternating: Llama3_1B batch16_f16/512 ~1.1x,
     // single_f16/512 ~1.13x, single_f16_cold/512 ~1.19x; Llama3_8B 0.94-1.1x, cold 1.1-1.25x.
