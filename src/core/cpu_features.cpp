@@ -59,11 +59,14 @@ bool cpu_has_avx512_vnni() {
   return ok;
 }
 
+int env_switch(const char* name) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || env[0] == '\0') return -1;
+  return std::strcmp(env, "0") != 0 ? 1 : 0;
+}
+
 int cpu_zmm_forced() {
-  static const int forced = [] {
-    const char* env = std::getenv("KVSERVE_ZMM");
-    return env == nullptr || env[0] == '\0' ? -1 : std::strcmp(env, "0") != 0 ? 1 : 0;
-  }();
+  static const int forced = env_switch("KVSERVE_ZMM");
   return forced;
 }
 

@@ -1,6 +1,5 @@
 #include "kernels/cpu/interleaved_rows.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -41,16 +40,13 @@ size_t far_prefetch_bytes(DType type) {
 // Where the core splits zmm ops in two halves (Zen 4) the pair kernels still pay for some types in batched
 // decode and prefill: one 64-byte load per quant vector of 16 rows, one broadcast per token for both groups,
 // fewer instructions to issue around the vpdpbusd (1B-shaped, alternating runs: Q4_0 16-sequence decode
-// 1.17x, prefill 1.1x; Q8_0 1.21x and 1.14x) with one-token decode unchanged. Not Q4_1 (SmolLM2-135M's
+// 1.08x, prefill 1.07x; Q8_0 1.21x and 1.14x) with one-token decode within noise. Not Q4_1 (SmolLM2-135M's
 // 576-column rows: 0.82-0.89x everywhere) nor the K-quants, whose one-token pair kernels decode at
 // 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 (cpu_zmm_forced)
 // sets this with every other 512-bit path.
 bool interleaved_pairs_preferred(DType type) {
   if (!has_interleaved_layout(type)) return false;
-  static const int forced = [] {
-    const char* env = std::getenv("KVSERVE_PAIRS");
-    return env == nullptr || env[0] == '\0' ? -1 : std::strcmp(env, "0") != 0 ? 1 : 0;
-  }();
+  static const int forced = env_switch("KVSERVE_PAIRS");
   if (forced >= 0) return forced == 1 && cpu_has_avx512_vnni();
   if (cpu_zmm_forced() >= 0 || cpu_prefers_zmm()) return cpu_prefers_zmm();
   return cpu_has_avx512_vnni() && (type == DType::Q4_0 || type == DType::Q8_0);

@@ -44,7 +44,7 @@ void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_group
                                     const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
                                     const uint8_t* prefetch) {
   unpacked_k_passes<kQ5KRecordBytes, 1>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
-                                     gemm_q4_K_tokens<false, true, 1, true>);
+                                        gemm_q4_K_tokens<false, true, 1, true>);
 }
 
 void unpack_q6_K_groups(int64_t n, const uint8_t* group, int n_groups, uint8_t* dst) {
@@ -55,7 +55,7 @@ void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_group
                                     const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
                                     const uint8_t* prefetch) {
   unpacked_k_passes<kQ6KRecordBytes, 1>(n, group, n_groups, unpacked, acts, n_tok, out, out_stride, prefetch,
-                                     gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens, true>);
+                                        gemm_q6_K_tokens<false, 1, kUnpackedKPassTokens, true>);
 }
 
 }  // namespace kvserve::avx2

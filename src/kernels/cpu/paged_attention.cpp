@@ -226,8 +226,8 @@ const detail::SimdWorker& detail::simd_worker() {
                                  paged_attention_merge_avx512, paged_attention_partition_heads_avx512};
   // KVSERVE_ATTN_ZMM=0|1 overrides, for A/B runs.
   static const bool zmm = [] {
-    const char* env = std::getenv("KVSERVE_ATTN_ZMM");
-    if (env != nullptr && env[0] != '\0') return std::strcmp(env, "0") != 0 && cpu_has_avx512_vnni();
+    const int forced = env_switch("KVSERVE_ATTN_ZMM");
+    if (forced >= 0) return forced == 1 && cpu_has_avx512_vnni();
     if (cpu_zmm_forced() >= 0) return cpu_prefers_zmm();
     // Also where zmm ops are split in two halves (Zen 4): the 16-lane chains still issue half the
     // instructions. bench_paged_attention there, alternating: Llama3_1B batch16_f16/512 ~1.1x,
