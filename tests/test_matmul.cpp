@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -551,7 +550,7 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
 // interleaved layout; with VNNI, Q4_0 and Q8_0 are always paired (on a Zen 4 too), every interleaved type
 // where the core runs zmm at full width.
 TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
-  if (std::getenv("KVSERVE_PAIRS") != nullptr || cpu_zmm_forced() >= 0) GTEST_SKIP() << "the environment overrides the choice";
+  if (env_switch("KVSERVE_PAIRS") >= 0 || cpu_zmm_forced() >= 0) GTEST_SKIP() << "the environment overrides the choice";
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K,
                      DType::Q5_K, DType::Q6_K}) {
     const bool paired = interleaved_pairs_preferred(type);

@@ -70,6 +70,12 @@ int cpu_zmm_forced() {
   return forced;
 }
 
+bool cpu_uses_zmm_path(int own_switch, bool pays_on_split_zmm) {
+  if (own_switch >= 0) return own_switch == 1 && cpu_has_avx512_vnni();
+  if (cpu_prefers_zmm()) return true;
+  return cpu_zmm_forced() < 0 && pays_on_split_zmm && cpu_has_avx512_vnni();
+}
+
 bool cpu_prefers_zmm() {
   static const bool ok = [] {
     if (!cpu_has_avx512_vnni()) return false;

@@ -14,11 +14,15 @@ bool cpu_has_avx512_vnni();
 // twice the work per instruction (Zen 5, Intel). Zen 4 (AMD family 0x19) splits each into two 256-bit
 // halves: there only some 512-bit kernels pay (interleaved_pairs_preferred, paged attention's
 // simd_worker), the rest stay 256-bit. KVSERVE_ZMM=0 or 1 in the environment overrides the choice (still
-// only with cpu_has_avx512_vnni()), and then every 512-bit path follows it (cpu_zmm_forced).
+// only with cpu_has_avx512_vnni()), and then every 512-bit path follows it (cpu_uses_zmm_path).
 bool cpu_prefers_zmm();
 // KVSERVE_ZMM as set in the environment: env_switch("KVSERVE_ZMM").
 int cpu_zmm_forced();
 // An on/off switch from the environment, for A/B runs: -1 when unset or empty, 0 for "0", else 1.
 int env_switch(const char* name);
+// Whether one 512-bit path runs: its own switch (env_switch value) if set, else KVSERVE_ZMM if set, else
+// where the core runs zmm at full width, or on any AVX512-VNNI core when `pays_on_split_zmm` (the path
+// measured faster on a core that splits zmm in two halves too). Never without cpu_has_avx512_vnni().
+bool cpu_uses_zmm_path(int own_switch, bool pays_on_split_zmm);
 
 }  // namespace kvserve

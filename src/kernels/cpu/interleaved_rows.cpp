@@ -42,14 +42,12 @@ size_t far_prefetch_bytes(DType type) {
 // fewer instructions to issue around the vpdpbusd (1B-shaped, alternating runs: Q4_0 16-sequence decode
 // 1.08x, prefill 1.07x; Q8_0 1.21x and 1.14x) with one-token decode within noise. Not Q4_1 (SmolLM2-135M's
 // 576-column rows: 0.82-0.89x everywhere) nor the K-quants, whose one-token pair kernels decode at
-// 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 (cpu_zmm_forced)
-// sets this with every other 512-bit path.
+// 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
+// other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
   if (!has_interleaved_layout(type)) return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
-  if (forced >= 0) return forced == 1 && cpu_has_avx512_vnni();
-  if (cpu_zmm_forced() >= 0 || cpu_prefers_zmm()) return cpu_prefers_zmm();
-  return cpu_has_avx512_vnni() && (type == DType::Q4_0 || type == DType::Q8_0);
+  return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
 
 namespace {

@@ -224,16 +224,11 @@ const detail::SimdWorker& detail::simd_worker() {
                                paged_attention_partition_heads_avx2};
   static const SimdWorker avx512{paged_attention_items_avx512, paged_attention_partition_avx512,
                                  paged_attention_merge_avx512, paged_attention_partition_heads_avx512};
+  // Also where zmm ops are split in two halves (Zen 4): the 16-lane chains still issue half the
+  // instructions. bench_paged_attention there, alternating: Llama3_1B batch16_f16/512 ~1.1x,
+  // single_f16/512 ~1.13x, single_f16_cold/512 ~1.19x; Llama3_8B 0.94-1.1x, cold 1.1-1.25x.
   // KVSERVE_ATTN_ZMM=0|1 overrides, for A/B runs.
-  static const bool zmm = [] {
-    const int forced = env_switch("KVSERVE_ATTN_ZMM");
-    if (forced >= 0) return forced == 1 && cpu_has_avx512_vnni();
-    if (cpu_zmm_forced() >= 0) return cpu_prefers_zmm();
-    // Also where zmm ops are split in two halves (Zen 4): the 16-lane chains still issue half the
-    // instructions. bench_paged_attention there, alternating: Llama3_1B batch16_f16/512 ~1.1x,
-    // single_f16/512 ~1.13x, single_f16_cold/512 ~1.19x; Llama3_8B 0.94-1.1x, cold 1.1-1.25x.
-    return cpu_has_avx512_vnni();
-  }();
+  static const bool zmm = cpu_uses_zmm_path(env_switch("KVSERVE_ATTN_ZMM"), /*pays_on_split_zmm=*/true);
   return zmm ? avx512 : avx2;
 }
 
