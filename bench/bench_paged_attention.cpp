@@ -12,6 +12,8 @@
 //   <shape>/batch16/<ctx>     16 sequences decoding one token each, one call per sequence, scattered
 //   <shape>/batch16_f16/<ctx> the same 16 sequences with an f16 cache (the engine's default) in one
 //                             paged_attention_batch call, as the model runner makes in a decode step
+//   <shape>/batch16_f16_cold/<ctx> batch16_f16 rotating through copies of the cache as single_f16_cold
+//                             does: a batched decode step's layers read their K/V from memory
 //   <shape>/single_f16/<ctx>  one sequence with an f16 cache, scattered: the engine's batch-1 decode
 //   <shape>/single_f16_cold/<ctx>  the same, rotating through copies of the cache (64 MiB and more in
 //                             all) as a model's layers do, so every call reads its K/V from memory
@@ -59,7 +61,7 @@ constexpr Shape kShapes[] = {
     {"MQA_8x64", 8, 1, 64},      // multi-query: one KV head for 8 query heads
 };
 
-enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, SingleF16, SingleF16Cold, RegionCold, Reference };
+enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, Batch16F16Cold, SingleF16, SingleF16Cold, RegionCold, Reference };
 
 constexpr int kBlockSize = 16;
 
@@ -121,12 +123,12 @@ void attend_as_decode_region(const PagedAttentionArgs& a, ThreadPool& pool) {
 
 void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   const int64_t ctx = state.range(0);
-  const bool batch16 = variant == Variant::Batch16 || variant == Variant::Batch16F16;
+  const bool batch16 = variant == Variant::Batch16 || variant == Variant::Batch16F16 || variant == Variant::Batch16F16Cold;
   const int n_seqs = batch16 ? 16 : 1;
   Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous);
   const bool region = variant == Variant::RegionCold;
-  const bool cold = variant == Variant::SingleF16Cold || region;
-  if (cold) variant = Variant::SingleF16;
+  const bool cold = variant == Variant::SingleF16Cold || variant == Variant::Batch16F16Cold || region;
+  if (cold) variant = batch16 ? Variant::Batch16F16 : Variant::SingleF16;
   // Cold: copies of the f16 K and V, one pair per "layer", used in turn; in one huge-page buffer like the
   // engine's KV pool (on 4 KiB pages every block would also miss the TLB).
   const size_t half_bytes = p.k16.size() * sizeof(uint16_t);
@@ -210,6 +212,7 @@ int main(int argc, char** argv) {
                                                       {"contiguous", Variant::Contiguous},
                                                       {"batch16", Variant::Batch16},
                                                       {"batch16_f16", Variant::Batch16F16},
+                                                      {"batch16_f16_cold", Variant::Batch16F16Cold},
                                                       {"single_f16", Variant::SingleF16},
                                                       {"single_f16_cold", Variant::SingleF16Cold},
                                                       {"region_cold", Variant::RegionCold},
@@ -221,7 +224,8 @@ int main(int argc, char** argv) {
                     ->Unit(benchmark::kMicrosecond)
                     ->UseRealTime();
       // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
-      const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Reference ||
+      const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Batch16F16Cold ||
+                         v == Variant::Reference ||
                          v == Variant::SingleF16Cold || v == Variant::RegionCold;
       for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
         if (!small || ctx <= 4096) b->Arg(ctx);
