@@ -602,6 +602,58 @@ TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
   }
 }
 
+// Many-token calls on K-quant weights in the group layout pair each chunk's groups into a scratch copy
+// and run the 512-bit pair kernels (matmul.cpp): the same bits as the group kernels for every row split,
+// with a last odd group, across threads and for matrices stacked so that ranges start mid-pair; and the
+// copy of two groups is the pair layout's.
+TEST(InterleavedPairs, ChunksPairedOnTheFlyGiveTheGroupKernelsBits) {
+  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
+  struct FlyOn {  // restores the default however the test ends
+    ~FlyOn() { set_fly_pairs_enabled(true); }
+  } restore;
+  std::mt19937 rng(47);
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t n_in = 512;
+    for (int64_t n_out : {40, 61, 200}) {
+      const auto data = random_weights(type, n_out, n_in, rng);
+      const Tensor w = make_tensor(type, n_out, n_in, data, /*pairs=*/false);
+      const size_t group_bytes = interleaved_group_bytes(type, n_in);
+      const auto paired = interleave_rows(w, /*pairs=*/true);
+      std::vector<uint8_t> pair(2 * group_bytes);
+      pair_two_groups(type, n_in, static_cast<const uint8_t*>(w.interleaved) + 2 * group_bytes, pair.data());
+      ASSERT_EQ(std::memcmp(pair.data(), paired.get() + 2 * group_bytes, pair.size()), 0) << dtype_name(type);
+      for (int threads : {1, 3})
+        for (int64_t n_tokens : {40, 130}) {
+          ThreadPool pool(threads);
+          const auto x = random_floats(n_tokens * n_in, rng);
+          std::vector<float> a(n_tokens * n_out, NAN), b(a.size(), NAN);
+          set_fly_pairs_enabled(false);
+          matmul(w, x.data(), n_tokens, a.data(), pool);
+          set_fly_pairs_enabled(true);
+          matmul(w, x.data(), n_tokens, b.data(), pool);
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+              << dtype_name(type) << " rows " << n_out << " threads " << threads << " tokens " << n_tokens;
+        }
+    }
+    const auto da = random_weights(type, 24, n_in, rng), db = random_weights(type, 40, n_in, rng);
+    const Tensor ga = make_tensor(type, 24, n_in, da, false), gb = make_tensor(type, 40, n_in, db, false);
+    for (int threads : {2, 3}) {
+      ThreadPool pool(threads);
+      const int64_t n_tokens = 130;
+      const auto x = random_floats(n_tokens * n_in, rng);
+      std::vector<float> ya(n_tokens * 24), yb(n_tokens * 40), za(ya.size()), zb(yb.size());
+      const MatmulOutput off[] = {{&ga, ya.data()}, {&gb, yb.data()}};
+      const MatmulOutput on[] = {{&ga, za.data()}, {&gb, zb.data()}};
+      set_fly_pairs_enabled(false);
+      matmul_shared_input(off, x.data(), n_tokens, pool);
+      set_fly_pairs_enabled(true);
+      matmul_shared_input(on, x.data(), n_tokens, pool);
+      ASSERT_EQ(ya, za) << dtype_name(type) << " threads " << threads;
+      ASSERT_EQ(yb, zb) << dtype_name(type) << " threads " << threads;
+    }
+  }
+}
+
 // The K-quant interleaved kernels (Q8_K activation rows) under the same contract: every group and token
 // count stores each token's rows at its stride with the bits of that group and token alone, and a
 // single token's value is the dot product of the dequantized row and activations.

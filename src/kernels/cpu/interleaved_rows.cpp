@@ -178,30 +178,56 @@ inline void copy_piece(uint8_t* dst, const uint8_t* src, size_t bytes) {
   }
 }
 
-// Groups [0, interleaved_paired_groups(rows)) of a group-layout copy, in place, into the pair layout.
-void pair_groups(const Tensor& w, uint8_t* dst) {
-  const std::vector<Pieces> pieces = pair_pieces(w.type);
-  const size_t record = interleaved_block_bytes(w.type);
-  const size_t group_bytes = interleaved_group_bytes(w.type, w.cols());
-  const int64_t nb = w.cols() / dtype_info(w.type).block_elems;
+void pair_groups_with(const std::vector<Pieces>& pieces, size_t record, size_t group_bytes, int64_t nb,
+                      const uint8_t* src, uint8_t* out) {
+  for (int64_t i = 0; i < nb; ++i) {
+    size_t off = 0;  // within a group's record
+    for (const Pieces& p : pieces)
+      for (int k = 0; k < p.count; ++k, off += p.bytes)
+        for (int half = 0; half < 2; ++half, out += p.bytes)
+          copy_piece(out, src + half * group_bytes + static_cast<size_t>(i) * record + off, p.bytes);
+  }
+}
+
+// The pieces of `type`, checked to cover its record.
+std::vector<Pieces> checked_pair_pieces(DType type) {
+  std::vector<Pieces> pieces = pair_pieces(type);
+  if (pieces.empty()) fail("interleave_rows: {} has no pair layout", dtype_name(type));
   size_t covered = 0;
   for (const Pieces& p : pieces) covered += p.bytes * static_cast<size_t>(p.count);
-  if (covered != record) fail("interleave_rows: {} pair pieces cover {} of {} bytes", dtype_name(w.type), covered, record);
+  const size_t record = interleaved_block_bytes(type);
+  if (covered != record) fail("interleave_rows: {} pair pieces cover {} of {} bytes", dtype_name(type), covered, record);
+  return pieces;
+}
+
+// Groups [0, interleaved_paired_groups(rows)) of a group-layout copy, in place, into the pair layout.
+void pair_groups(const Tensor& w, uint8_t* dst) {
+  const std::vector<Pieces> pieces = checked_pair_pieces(w.type);
+  const size_t group_bytes = interleaved_group_bytes(w.type, w.cols());
+  const int64_t nb = w.cols() / dtype_info(w.type).block_elems;
   std::vector<uint8_t> pair(2 * group_bytes);
   for (int64_t g = 0; g < interleaved_paired_groups(w.rows()); g += 2) {
     uint8_t* base = dst + static_cast<size_t>(g) * group_bytes;
     std::memcpy(pair.data(), base, 2 * group_bytes);
-    for (int64_t i = 0; i < nb; ++i) {
-      uint8_t* out = base + 2 * static_cast<size_t>(i) * record;
-      size_t off = 0;  // within a group's record
-      for (const Pieces& p : pieces)
-        for (int k = 0; k < p.count; ++k, off += p.bytes)
-          for (int half = 0; half < 2; ++half, out += p.bytes)
-            copy_piece(out, pair.data() + half * group_bytes + i * record + off, p.bytes);
-    }
+    pair_groups_with(pieces, interleaved_block_bytes(w.type), group_bytes, nb, pair.data(), base);
   }
 }
 }  // namespace
+
+void pair_two_groups(DType type, int64_t n_cols, const uint8_t* src, uint8_t* dst) {
+  // Each type's pieces, made and checked once (this runs per pair of groups of a chunk).
+  static const std::vector<Pieces> q4_k = checked_pair_pieces(DType::Q4_K), q5_k = checked_pair_pieces(DType::Q5_K),
+                                   q6_k = checked_pair_pieces(DType::Q6_K);
+  const std::vector<Pieces> other = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K
+                                        ? std::vector<Pieces>{}
+                                        : checked_pair_pieces(type);
+  const std::vector<Pieces>& pieces = type == DType::Q4_K   ? q4_k
+                                      : type == DType::Q5_K ? q5_k
+                                      : type == DType::Q6_K ? q6_k
+                                                            : other;
+  pair_groups_with(pieces, interleaved_block_bytes(type), interleaved_group_bytes(type, n_cols),
+                   n_cols / dtype_info(type).block_elems, src, dst);
+}
 
 size_t interleaved_bytes(const Tensor& w) {
   return static_cast<size_t>(w.rows() / kInterleaveRows) * interleaved_group_bytes(w.type, w.cols());

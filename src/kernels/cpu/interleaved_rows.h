@@ -82,6 +82,11 @@ bool interleaved_pairs_preferred(DType type);
 // Groups of 8 rows in pairs (the pair layout) of a tensor with `rows` rows: rows / 16 * 2.
 inline int64_t interleaved_paired_groups(int64_t rows) { return rows / 16 * 2; }
 
+// Two consecutive groups of n_cols columns in the group layout (src, 2 * interleaved_group_bytes bytes)
+// into one pair of the pair layout at dst (as many bytes; not overlapping src). For the types with a pair
+// layout (every interleaved type).
+void pair_two_groups(DType type, int64_t n_cols, const uint8_t* src, uint8_t* dst);
+
 // Repacks rows [0, rows / 8 * 8) of a Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K tensor into
 // dst[0, interleaved_bytes(w)): in the pair layout when `pairs`.
 void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs = false);

@@ -72,4 +72,8 @@ bool cpu_has_avx2();
 // can run both paths in one process. Not for use while a matmul is running.
 void set_simd_enabled(bool enabled);
 
+// Turns off (false) or back on the pairing of K-quant group-layout chunks for the 512-bit pair kernels in
+// many-token calls (matmul.cpp), e.g. so tests can compare both paths. Not while a matmul is running.
+void set_fly_pairs_enabled(bool enabled);
+
 }  // namespace kvserve
