@@ -101,10 +101,11 @@ std::atomic<bool> g_fly_pairs_enabled{true};
 // Tokens from which a K-quant call pairs its chunks on the fly (multiply_groups): where the pair kernels'
 // gain pays for the pairing copy. 1B-shaped on Zen 4, pairing against not, prefill in chunks of 32 / 64 /
 // 512 tokens: Q5_K (against its unpacked kernels) 1.21x / 1.19x / 1.18x; Q4_K 1.03x / 1.04x / 1.12x;
-// Q6_K 0.96x / 1.0x / 1.07x; at 16 tokens (batched decode) Q4_K 0.92x, Q6_K 0.87x.
+// Q6_K 0.96x / 1.0x / 1.07x; at 16 tokens (batched decode) Q4_K 0.92x, Q6_K 0.87x, Q5_K 1.04-1.11x
+// (4 alternating pairs, 16 sequences).
 int64_t fly_pairs_min_tokens(DType type) {
   switch (type) {
-    case DType::Q5_K: return 32;
+    case DType::Q5_K: return 16;
     case DType::Q4_K: return 64;
     default: return 128;
   }
