@@ -189,20 +189,33 @@ void pair_groups_with(const std::vector<Pieces>& pieces, size_t record, size_t g
   }
 }
 
-// The pieces of `type`, checked to cover its record.
-std::vector<Pieces> checked_pair_pieces(DType type) {
-  std::vector<Pieces> pieces = pair_pieces(type);
-  if (pieces.empty()) fail("interleave_rows: {} has no pair layout", dtype_name(type));
-  size_t covered = 0;
-  for (const Pieces& p : pieces) covered += p.bytes * static_cast<size_t>(p.count);
-  const size_t record = interleaved_block_bytes(type);
-  if (covered != record) fail("interleave_rows: {} pair pieces cover {} of {} bytes", dtype_name(type), covered, record);
-  return pieces;
+// The pieces of `type`, checked once to cover its record (pair_two_groups runs per pair of a chunk).
+const std::vector<Pieces>& checked_pair_pieces(DType type) {
+  static const auto checked = [](DType t) {
+    std::vector<Pieces> pieces = pair_pieces(t);
+    size_t covered = 0;
+    for (const Pieces& p : pieces) covered += p.bytes * static_cast<size_t>(p.count);
+    if (covered != interleaved_block_bytes(t))
+      fail("interleave_rows: {} pair pieces cover {} of {} bytes", dtype_name(t), covered, interleaved_block_bytes(t));
+    return pieces;
+  };
+  static const std::vector<Pieces> q4_0 = checked(DType::Q4_0), q4_1 = checked(DType::Q4_1),
+                                   q8_0 = checked(DType::Q8_0), q4_k = checked(DType::Q4_K),
+                                   q5_k = checked(DType::Q5_K), q6_k = checked(DType::Q6_K);
+  switch (type) {
+    case DType::Q4_0: return q4_0;
+    case DType::Q4_1: return q4_1;
+    case DType::Q8_0: return q8_0;
+    case DType::Q4_K: return q4_k;
+    case DType::Q5_K: return q5_k;
+    case DType::Q6_K: return q6_k;
+    default: fail("interleave_rows: {} has no pair layout", dtype_name(type));
+  }
 }
 
 // Groups [0, interleaved_paired_groups(rows)) of a group-layout copy, in place, into the pair layout.
 void pair_groups(const Tensor& w, uint8_t* dst) {
-  const std::vector<Pieces> pieces = checked_pair_pieces(w.type);
+  const std::vector<Pieces>& pieces = checked_pair_pieces(w.type);
   const size_t group_bytes = interleaved_group_bytes(w.type, w.cols());
   const int64_t nb = w.cols() / dtype_info(w.type).block_elems;
   std::vector<uint8_t> pair(2 * group_bytes);
@@ -215,17 +228,7 @@ void pair_groups(const Tensor& w, uint8_t* dst) {
 }  // namespace
 
 void pair_two_groups(DType type, int64_t n_cols, const uint8_t* src, uint8_t* dst) {
-  // Each type's pieces, made and checked once (this runs per pair of groups of a chunk).
-  static const std::vector<Pieces> q4_k = checked_pair_pieces(DType::Q4_K), q5_k = checked_pair_pieces(DType::Q5_K),
-                                   q6_k = checked_pair_pieces(DType::Q6_K);
-  const std::vector<Pieces> other = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K
-                                        ? std::vector<Pieces>{}
-                                        : checked_pair_pieces(type);
-  const std::vector<Pieces>& pieces = type == DType::Q4_K   ? q4_k
-                                      : type == DType::Q5_K ? q5_k
-                                      : type == DType::Q6_K ? q6_k
-                                                            : other;
-  pair_groups_with(pieces, interleaved_block_bytes(type), interleaved_group_bytes(type, n_cols),
+  pair_groups_with(checked_pair_pieces(type), interleaved_block_bytes(type), interleaved_group_bytes(type, n_cols),
                    n_cols / dtype_info(type).block_elems, src, dst);
 }
 
