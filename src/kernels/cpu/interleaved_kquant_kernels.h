@@ -58,6 +58,89 @@ inline void q5_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
   }
 }
 
+// Dword j (0..3) of each 128-bit half, broadcast within its half; j is a constant once the callers'
+// loops are unrolled (the switch keeps every shuffle's immediate a literal, also without optimization).
+[[gnu::always_inline]] inline __m256i dword_in_halves(__m256i v, int j) {
+  switch (j) {
+    case 0:
+      return _mm256_shuffle_epi32(v, 0x00);
+    case 1:
+      return _mm256_shuffle_epi32(v, 0x55);
+    case 2:
+      return _mm256_shuffle_epi32(v, 0xAA);
+    default:
+      return _mm256_shuffle_epi32(v, 0xFF);
+  }
+}
+
+// One token's Q4_K block sums with vpdpbusd: isum[r] = sum_s scale_s * (sub-block s of q . y) for the
+// R groups' records of one block (decode). With one token each quant vector and broadcast activation
+// feeds a single vpdpbusd, and the general kernel below waited on its loads (two a cycle on Zen 4, the
+// prefetches among them) and on the sub-blocks' chains of 8 dependent vpdpbusd. This one:
+// - loads each packed vector once: the low nibbles (sub-block 2k) are q & 0x0F, the high ones (2k + 1)
+//   stay in place as q & 0xF0 = 16 x quant (no shift; products <= 240 * 128, 4 a lane: exact in int32).
+//   Their scaled sums, 16 x the true ones, add up apart and are shifted back once (4 sub-blocks of at
+//   most 16 * 32 * 15 * 128 * 63 each: < 2^31). The same integers as the general kernel, so the same bits;
+// - loads the activations 16 bytes at a time and broadcasts each dword from the register (vpshufd);
+// - runs two k's sub-blocks side by side, vector g of each in turn: 4 chains in flight.
+// bench_cpu_peak KernelVnni/Q4_K g1/t1 ~93 against ~73 G MAC/s, g2/t1 ~104 against ~78. Four k's side by
+// side (8 chains) ran ~97 in L1 but ~0.94x from memory (4 streams 256 bytes apart through each record),
+// one k (2 chains, in address order) ~80. From memory this one is about even (bench_matmul Q4_K
+// 8192x2048 tokens:1/cold, 12 alternating runs: median 1.04x, spread +-20 % on this noisy host): decode
+// waits on memory; the kernel's time shows where the weights are cached, or memory is faster per core.
+template <int R>
+[[gnu::always_inline]] inline void q4_K_block_sums_one_token(const uint8_t* const (&rec)[R], const int8_t* y_qs,
+                                                             __m256i (&isum)[R]) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i high_mask = _mm256_set1_epi8(static_cast<char>(0xF0));
+  __m256i sub[4][2][R];  // [k][e]: sub-block 2k + e (e = 1: 16 x)
+  __m256i y16[4][2];     // [k][e]: activations 64k + 32e + 16h .. + 15 for the half h = g / 4 in use
+  constexpr int kSpan = 2;
+#pragma GCC unroll 4
+  for (int kb = 0; kb < 4; kb += kSpan)
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 4
+      for (int k = kb; k < kb + kSpan; ++k) {
+        if (g % 4 == 0) {
+#pragma GCC unroll 2
+          for (int e = 0; e < 2; ++e)
+            y16[k][e] = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(y_qs + 64 * k + 32 * e + 4 * g)));
+        }
+        const __m256i y_lo = dword_in_halves(y16[k][0], g % 4);
+        const __m256i y_hi = dword_in_halves(y16[k][1], g % 4);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 160) + 8 * k + g);
+          opaque(packed);  // one load for both masks (GCC otherwise folds it into each and loads it twice)
+          sub[k][0][r] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sub[k][0][r],
+                                             _mm256_and_si256(packed, low_mask), y_lo);
+          sub[k][1][r] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sub[k][1][r],
+                                             _mm256_and_si256(packed, high_mask), y_hi);
+        }
+      }
+    }
+  __m256i lo_sum[R], hi_sum[R];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+    const auto scaled = [&](int k, int e) {
+      const __m256i scales =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 32 + 8 * (2 * k + e))));
+      return _mm256_mullo_epi32(sub[k][e][r], scales);
+    };
+    lo_sum[r] = scaled(0, 0);
+    hi_sum[r] = scaled(0, 1);
+#pragma GCC unroll 3
+    for (int k = 1; k < 4; ++k) {
+      lo_sum[r] = _mm256_add_epi32(lo_sum[r], scaled(k, 0));
+      hi_sum[r] = _mm256_add_epi32(hi_sum[r], scaled(k, 1));
+    }
+  }
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(lo_sum[r], _mm256_srai_epi32(hi_sum[r], 4));
+}
+
 // Q4_K x Q8_K, R groups of 8 rows times T tokens per 256-element block:
 //   row . y = d * dy * sum_s scale_s * (sum over sub-block s of q * y) - dmin * dy * sum_s min_s * ysum_s
 // Each 32-element sub-block is 8 maddubs per (group, token) into int16 sums as in the Q4 kernels
@@ -77,8 +160,8 @@ inline void q5_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
 // With kUnpacked (Q5_K only), the quants come from q5_K_unpack's copy of the R groups instead of
 // being rebuilt from the nibbles and bit planes: the same vectors, so the same integers and bits.
 template <bool kVnni, bool kQ5, int R, int T, bool kUnpacked = false>
-void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
-                     float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
+void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
+                     int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   static_assert(kQ5 || !kUnpacked, "only Q5_K has an unpacked copy");
   constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   // One-token Q5_K asks 8 KiB ahead: its records take longer to multiply than Q4_K's (the bit planes),
@@ -89,11 +172,10 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j
   // of 16 bytes holding sub-blocks 2k and 2k + 1, broadcast to both halves.
-  const __m256i scale_pick[2] = {
-      _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
-                       4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1),
-      _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,  //
-                       12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1)};
+  const __m256i scale_pick[2] = {_mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
+                                                  4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1),
+                                 _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,  //
+                                                  12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1)};
   // [min of sub-block 2k, min of 2k + 1] per row, from the same 16-byte layout.
   const __m256i min_pick = _mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
                                             4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1);
@@ -106,58 +188,65 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     const uint8_t* rec[R];
     block_records<kRecordBytes, R, kQK_K, kAhead>(group, group_bytes, i, rec, far);
     __m256i isum[R][T];
+    if constexpr (kVnni && !kQ5 && T == 1) {
+      __m256i one[R];
+      q4_K_block_sums_one_token<R>(rec, acts[0][i].qs, one);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) isum[r][0] = one[r];
+    } else {
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < 4; ++k) {
 #pragma GCC unroll 2
-      for (int e = 0; e < 2; ++e) {
-        __m256i sum16[R][T];
+        for (int e = 0; e < 2; ++e) {
+          __m256i sum16[R][T];
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) {
-          __m256i q[R];
-#pragma GCC unroll 2
-          for (int r = 0; r < R; ++r) {
-            if constexpr (kUnpacked) {
-              q[r] = unpacked_k_vector(unpacked, nb, r, i, 8 * (2 * k + e) + g);
-            } else {
-              q[r] = q4_K_quants<kQ5>(rec[r], k, e, g, low_mask, bit4);
-            }
-          }
-#pragma GCC unroll 6
-          for (int t = 0; t < T; ++t) {
-            const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+          for (int g = 0; g < 8; ++g) {
+            __m256i q[R];
 #pragma GCC unroll 2
             for (int r = 0; r < R; ++r) {
-              if constexpr (kVnni) {
-                sum16[r][t] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sum16[r][t], q[r], y);
+              if constexpr (kUnpacked) {
+                q[r] = unpacked_k_vector(unpacked, nb, r, i, 8 * (2 * k + e) + g);
               } else {
-                const __m256i p = _mm256_maddubs_epi16(q[r], y);
-                sum16[r][t] = g == 0 || (kQ5 && g == 4) ? p : _mm256_add_epi16(sum16[r][t], p);
-                opaque(sum16[r][t]);
+                q[r] = q4_K_quants<kQ5>(rec[r], k, e, g, low_mask, bit4);
               }
             }
-          }
-          if (kVnni && g == 7) {
-#pragma GCC unroll 2
-            for (int r = 0; r < R; ++r) {
-              const __m256i scales = _mm256_cvtepu8_epi32(
-                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 32 + 8 * (2 * k + e))));
 #pragma GCC unroll 6
-              for (int t = 0; t < T; ++t) {
-                const __m256i p = _mm256_mullo_epi32(sum16[r][t], scales);
-                isum[r][t] = k == 0 && e == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+            for (int t = 0; t < T; ++t) {
+              const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
+#pragma GCC unroll 2
+              for (int r = 0; r < R; ++r) {
+                if constexpr (kVnni) {
+                  sum16[r][t] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sum16[r][t], q[r], y);
+                } else {
+                  const __m256i p = _mm256_maddubs_epi16(q[r], y);
+                  sum16[r][t] = g == 0 || (kQ5 && g == 4) ? p : _mm256_add_epi16(sum16[r][t], p);
+                  opaque(sum16[r][t]);
+                }
               }
             }
-          }
-          if (!kVnni && (g == 7 || (kQ5 && g == 3))) {
+            if (kVnni && g == 7) {
 #pragma GCC unroll 2
-            for (int r = 0; r < R; ++r) {
-              const __m256i scales = _mm256_shuffle_epi8(
-                  _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 32) + k)),
-                  scale_pick[e]);
+              for (int r = 0; r < R; ++r) {
+                const __m256i scales = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 32 + 8 * (2 * k + e))));
 #pragma GCC unroll 6
-              for (int t = 0; t < T; ++t) {
-                const __m256i p = _mm256_madd_epi16(sum16[r][t], scales);
-                isum[r][t] = k == 0 && e == 0 && g == (kQ5 ? 3 : 7) ? p : _mm256_add_epi32(isum[r][t], p);
+                for (int t = 0; t < T; ++t) {
+                  const __m256i p = _mm256_mullo_epi32(sum16[r][t], scales);
+                  isum[r][t] = k == 0 && e == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+                }
+              }
+            }
+            if (!kVnni && (g == 7 || (kQ5 && g == 3))) {
+#pragma GCC unroll 2
+              for (int r = 0; r < R; ++r) {
+                const __m256i scales = _mm256_shuffle_epi8(
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 32) + k)),
+                    scale_pick[e]);
+#pragma GCC unroll 6
+                for (int t = 0; t < T; ++t) {
+                  const __m256i p = _mm256_madd_epi16(sum16[r][t], scales);
+                  isum[r][t] = k == 0 && e == 0 && g == (kQ5 ? 3 : 7) ? p : _mm256_add_epi32(isum[r][t], p);
+                }
               }
             }
           }
@@ -234,8 +323,8 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
     for (int g = 0; g < n_groups; ++g)
       for (int t0 = 0; t0 < n_tok; t0 += 4)
         gemm_q4_K_tokens<kVnni, true, 1>(nb, group + g * group_bytes, group_bytes, acts + t0, std::min(4, n_tok - t0),
-                                  out + t0 * out_stride + g * kInterleaveRows, out_stride,
-                                  g == 0 && t0 == 0 ? far : nullptr);
+                                         out + t0 * out_stride + g * kInterleaveRows, out_stride,
+                                         g == 0 && t0 == 0 ? far : nullptr);
   } else if (n_groups == 2) {
     // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
     // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3. With vpdpbusd there
@@ -259,7 +348,9 @@ inline __m256i q6_K_quants(const uint8_t* rec, int h, int e) {
   const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kTops) + h / 2);
   const __m256i low = _mm256_and_si256(e == 0 ? nib : _mm256_srli_epi16(nib, 4), _mm256_set1_epi8(0x0F));
   const int shift = 4 * (h % 2) + 2 * e;
-  const __m256i high = shift < 4 ? _mm256_slli_epi16(top, 4 - shift) : shift == 4 ? top : _mm256_srli_epi16(top, shift - 4);
+  const __m256i high = shift < 4    ? _mm256_slli_epi16(top, 4 - shift)
+                       : shift == 4 ? top
+                                    : _mm256_srli_epi16(top, shift - 4);
   return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
 }
 
@@ -292,17 +383,16 @@ inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
 // r * nb * kUnpackedKBlockBytes) instead of being rebuilt from the nibbles and top bits: the same
 // vectors, so the same integers and bits. Passes over many tokens then pay the unpacking once.
 template <bool kVnni, int R, int T, bool kUnpacked = false>
-void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts,
-                     float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
+void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
+                     int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   constexpr size_t kRecordBytes = kQ6KRecordBytes;
   // From 16 scale bytes (sub-blocks 2m and 2m + 1, rows in order) broadcast to both 128-bit halves, the
   // byte goes to the high half of each int16 (then an arithmetic shift by 8 sign-extends it). Lane j of
   // half L is row 4L + j: [scale, scale] of sub-block 2m + e, or [scale of 2m, scale of 2m + 1].
-  const __m256i scale_pick[2] = {
-      _mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,  //
-                       -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7),
-      _mm256_setr_epi8(-1, 8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11,  //
-                       -1, 12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15)};
+  const __m256i scale_pick[2] = {_mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,  //
+                                                  -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7),
+                                 _mm256_setr_epi8(-1, 8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11,  //
+                                                  -1, 12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15)};
   const __m256i pair_pick = _mm256_setr_epi8(-1, 0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11,  //
                                              -1, 4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15);
   const auto scales16 = [](const uint8_t* sixteen, __m256i pick) {
@@ -409,8 +499,8 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
         const __m256i total = _mm256_sub_epi32(isum[r][t], _mm256_slli_epi32(osum[t], 5));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(acts[t][i].d)), _mm256_cvtepi32_ps(total),
-                                    acc[r][t]);
+        acc[r][t] =
+            _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(acts[t][i].d)), _mm256_cvtepi32_ps(total), acc[r][t]);
       }
     }
   }
@@ -426,8 +516,8 @@ void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, cons
 }
 
 template <bool kVnni>
-void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                   float* out, int64_t out_stride, const uint8_t* far) {
+void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok, float* out,
+                   int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / kQK_K;
   const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
   // One group per pass. AVX2: up to 3 tokens, as the unpacked quants, the pair sums and the int32 sums of
@@ -441,7 +531,6 @@ void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_
                                         std::min(kPass, n_tok - t0), out + t0 * out_stride + g * kInterleaveRows,
                                         out_stride, g == 0 && t0 == 0 ? far : nullptr);
 }
-
 
 }  // namespace
 }  // namespace kvserve
