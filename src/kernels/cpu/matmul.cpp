@@ -254,8 +254,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // One kernel call: n_groups groups from `group` times the pass's n_tok tokens (whole pairs when `paired`).
   const auto gemm = [&](const uint8_t* group, int n_groups, bool paired, const PassActs& p, int n_tok, float* out,
                         int64_t stride, const uint8_t* far) {
+    // The call's first group, for the per-chunk copies (on-the-fly pairs, unpacked K quants).
+    const int64_t g = (group - static_cast<const uint8_t*>(w.interleaved)) / static_cast<int64_t>(group_bytes);
     if (fly && n_groups == 2) {
-      const int64_t g = (group - static_cast<const uint8_t*>(w.interleaved)) / static_cast<int64_t>(group_bytes);
       if (g >= fly_first && g + 2 <= fly_end && (g - fly_first) % 2 == 0) {
         const auto fn = w.type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
                         : w.type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
@@ -265,7 +266,6 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       }
     }
     if (k_unpack) {
-      const int64_t g = (group - static_cast<const uint8_t*>(w.interleaved)) / static_cast<int64_t>(group_bytes);
       const uint8_t* unpacked = k_unpacked.data() + static_cast<size_t>(g - k_first) * k_group_unpacked;
       const auto fn = vnni ? avx512vnni::gemm_interleaved_q5_K_unpacked
                            : (q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked);
