@@ -1,7 +1,6 @@
 #include "kernels/cpu/interleaved_rows.h"
 
 #include <cstring>
-#include <iterator>
 #include <type_traits>
 #include <vector>
 
@@ -163,18 +162,19 @@ constexpr Pieces kQ5_KPieces[] = {{16, 2}, {8, 8}, {16, 4}, {32, 40}};
 // d; 16 sub-blocks' scales; 32 nibble vectors and 16 vectors of top bits.
 constexpr Pieces kQ6_KPieces[] = {{16, 1}, {8, 16}, {32, 48}};
 
-std::vector<Pieces> pair_pieces(DType type) {
-  const auto of = [](const auto& pieces) { return std::vector<Pieces>(std::begin(pieces), std::end(pieces)); };
-  switch (type) {
-    case DType::Q4_0: return of(kQ4_0Pieces);
-    case DType::Q4_1: return of(kQ4_1Pieces);
-    case DType::Q8_0: return of(kQ8_0Pieces);
-    case DType::Q4_K: return of(kQ4_KPieces);
-    case DType::Q5_K: return of(kQ5_KPieces);
-    case DType::Q6_K: return of(kQ6_KPieces);
-    default: return {};
-  }
+// Every type's pieces cover its block record exactly.
+template <const auto& kPieces>
+constexpr size_t pieces_bytes() {
+  size_t n = 0;
+  for (const Pieces& p : kPieces) n += p.bytes * static_cast<size_t>(p.count);
+  return n;
 }
+static_assert(pieces_bytes<kQ4_0Pieces>() == kInterleaveRows * sizeof(BlockQ4_0));
+static_assert(pieces_bytes<kQ4_1Pieces>() == kInterleaveRows * sizeof(BlockQ4_1));
+static_assert(pieces_bytes<kQ8_0Pieces>() == kInterleaveRows * sizeof(BlockQ8_0));
+static_assert(pieces_bytes<kQ4_KPieces>() == kQ4KRecordBytes);
+static_assert(pieces_bytes<kQ5_KPieces>() == kQ5KRecordBytes);
+static_assert(pieces_bytes<kQ6_KPieces>() == kQ6KRecordBytes);
 
 // Pairs nb blocks of two groups (src, src + group_bytes) into out, with the pieces known at compile time:
 // every copy is of a constant size and the loops unroll. Matmul pairs each L2 chunk of K-quant weights
@@ -210,33 +210,8 @@ void pair_groups_with(DType type, size_t record, size_t group_bytes, int64_t nb,
   }
 }
 
-// The pieces of `type`, checked once to cover its record (pair_two_groups runs per pair of a chunk).
-const std::vector<Pieces>& checked_pair_pieces(DType type) {
-  static const auto checked = [](DType t) {
-    std::vector<Pieces> pieces = pair_pieces(t);
-    size_t covered = 0;
-    for (const Pieces& p : pieces) covered += p.bytes * static_cast<size_t>(p.count);
-    if (covered != interleaved_block_bytes(t))
-      fail("interleave_rows: {} pair pieces cover {} of {} bytes", dtype_name(t), covered, interleaved_block_bytes(t));
-    return pieces;
-  };
-  static const std::vector<Pieces> q4_0 = checked(DType::Q4_0), q4_1 = checked(DType::Q4_1),
-                                   q8_0 = checked(DType::Q8_0), q4_k = checked(DType::Q4_K),
-                                   q5_k = checked(DType::Q5_K), q6_k = checked(DType::Q6_K);
-  switch (type) {
-    case DType::Q4_0: return q4_0;
-    case DType::Q4_1: return q4_1;
-    case DType::Q8_0: return q8_0;
-    case DType::Q4_K: return q4_k;
-    case DType::Q5_K: return q5_k;
-    case DType::Q6_K: return q6_k;
-    default: fail("interleave_rows: {} has no pair layout", dtype_name(type));
-  }
-}
-
 // Groups [0, interleaved_paired_groups(rows)) of a group-layout copy, in place, into the pair layout.
 void pair_groups(const Tensor& w, uint8_t* dst) {
-  checked_pair_pieces(w.type);
   const size_t group_bytes = interleaved_group_bytes(w.type, w.cols());
   const int64_t nb = w.cols() / dtype_info(w.type).block_elems;
   std::vector<uint8_t> pair(2 * group_bytes);
@@ -249,7 +224,6 @@ void pair_groups(const Tensor& w, uint8_t* dst) {
 }  // namespace
 
 void pair_two_groups(DType type, int64_t n_cols, const uint8_t* src, uint8_t* dst) {
-  checked_pair_pieces(type);
   pair_groups_with(type, interleaved_block_bytes(type), interleaved_group_bytes(type, n_cols),
                    n_cols / dtype_info(type).block_elems, src, dst);
 }
@@ -262,8 +236,6 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
   if (!has_interleaved_layout(w.type)) fail("interleave_rows: tensor '{}' is {}", w.name, dtype_name(w.type));
   if (!w.valid() || w.cols() % dtype_info(w.type).block_elems != 0)
     fail("interleave_rows: tensor '{}' has no data or a bad row length", w.name);
-  if (pairs && pair_pieces(w.type).empty())
-    fail("interleave_rows: tensor '{}' is {}, which has no pair layout", w.name, dtype_name(w.type));
   switch (w.type) {
     case DType::Q4_0: interleave<BlockQ4_0>(w, dst); break;
     case DType::Q4_1: interleave<BlockQ4_1>(w, dst); break;
