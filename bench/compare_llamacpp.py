@@ -248,11 +248,17 @@ def targets(figures, skip_batched):
             # Each run against the triads taken right around it (the same placement of the host's vCPUs).
             around = f.get("of_bound_with_kv_around_run")
             value = statistics.median(around) if around else f["kvserve"] / f["bound_with_kv"]
+            per_repeat = around or []
         else:
             value = f[key]
+            per_repeat = f["pair_ratios"]
         if value is None:
             continue
-        out.append({"target": label, "value": value, "threshold": threshold, "met": value >= threshold})
+        # The same test on each repeat alone (its two runs back to back, or its run against the triads
+        # around it): a median just past the threshold with most repeats under it says the host decided.
+        per_repeat = [x for x in per_repeat if x is not None]
+        out.append({"target": label, "value": value, "threshold": threshold, "met": value >= threshold,
+                    "per_repeat": per_repeat, "repeats_met": sum(x >= threshold for x in per_repeat)})
     return out
 
 
@@ -401,10 +407,11 @@ def main():
     per_token = weight_bytes + kv_pos * (args.prompt_len + args.gen_len / 2)
     print("batch-1 decode reads: kvserve %.1f GB/s, llama.cpp %.1f GB/s (weights + K/V), triad %.1f GB/s"
           % (single["kvserve"] * per_token / 1e9, single["llama.cpp"] * per_token / 1e9, bw / 1e9))
-    print("targets (medians):")
+    print("targets (medians; then each repeat alone):")
     for t in out["targets"]:
-        print("  %-56s %8.2f  >= %.2f: %s" % (t["target"], t["value"], t["threshold"],
-                                               "met" if t["met"] else "NOT met"))
+        print("  %-56s %8.2f  >= %.2f: %-7s  (%s: met in %d of %d)"
+              % (t["target"], t["value"], t["threshold"], "met" if t["met"] else "NOT met",
+                 " ".join("%.2f" % x for x in t["per_repeat"]), t["repeats_met"], len(t["per_repeat"])))
 
 
 if __name__ == "__main__":

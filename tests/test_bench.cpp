@@ -447,10 +447,21 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   const double values[] = {f[0]["ratio"].get<double>(), (of_around[0] + of_around[1]) / 2,
                            f[1]["ratio"].get<double>(), f[2]["ratio"].get<double>()};
   const double thresholds[] = {1.15, 0.85, 1.0, 3.0};
+  // And each repeat alone: the pair ratios, or the decode runs against the triads around them.
+  const json* per_repeat[] = {&f[0]["pair_ratios"], &f[0]["of_bound_with_kv_around_run"], &f[1]["pair_ratios"],
+                              &f[2]["pair_ratios"]};
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_NEAR(t[i]["value"].get<double>(), values[i], 1e-9) << i;
     EXPECT_DOUBLE_EQ(t[i]["threshold"].get<double>(), thresholds[i]) << i;
     EXPECT_EQ(t[i]["met"].get<bool>(), values[i] >= thresholds[i]) << i;
+    ASSERT_EQ(t[i]["per_repeat"].size(), 2u) << i;
+    int met = 0;
+    for (size_t r = 0; r < 2; ++r) {
+      const double x = (*per_repeat[i])[r].get<double>();
+      EXPECT_NEAR(t[i]["per_repeat"][r].get<double>(), x, 1e-9) << i;
+      met += x >= thresholds[i] ? 1 : 0;
+    }
+    EXPECT_EQ(t[i]["repeats_met"].get<int>(), met) << i;
   }
 }
 
