@@ -380,6 +380,62 @@ TEST(PagedAttention, ContextPartitionsSpreadOverThreadsGiveTheSameBits) {
   }
 }
 
+TEST(PagedAttention, DecodeBatchBySequenceGivesEachSequenceItsOwnBits) {
+  // A decode step of many sequences goes sequence by sequence, each thread streaming its next sequence's
+  // K/V in (detail::NextSequencePrefetch): every output must be the bits of that sequence alone, for any
+  // thread count, cache type and head shape (head sizes that are not a multiple of 8 never prefetch).
+  std::mt19937 rng(21);
+  for (const Shape shape : {Shape{32, 8, 64}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{4, 2, 12}}) {
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      const int n_seqs = 4 * threads + 1;
+      std::vector<Case> cases;
+      std::vector<Fixture> fixtures;
+      for (int i = 0; i < n_seqs; ++i) {
+        const int64_t pos0s[] = {0, 15, 16, 127, 128, 200, 31, 64, 300};
+        cases.push_back({shape, 16, pos0s[i % std::size(pos0s)] + i, 1});
+        fixtures.push_back(make_fixture(cases.back(), rng));
+      }
+      for (KVElemType type : {KVElemType::F32, KVElemType::F16}) {
+        std::vector<HalfCaches> halves;
+        if (type != KVElemType::F32)
+          for (Fixture& f : fixtures) halves.push_back(to_half(f, type));
+        const auto args_of = [&](int i, std::vector<float>& out) {
+          PagedAttentionArgs a = make_args(cases[i], fixtures[i], out);
+          if (type != KVElemType::F32) {
+            a.k_cache = halves[i].k.data();
+            a.v_cache = halves[i].v.data();
+            a.kv_type = type;
+          }
+          return a;
+        };
+        std::vector<std::vector<float>> alone(n_seqs), batched(n_seqs);
+        std::vector<PagedAttentionArgs> batch;
+        for (int i = 0; i < n_seqs; ++i) {
+          alone[i].assign(fixtures[i].q.size(), -7.0f);
+          batched[i].assign(fixtures[i].q.size(), -9.0f);
+          paged_attention(args_of(i, alone[i]), pool);
+          batch.push_back(args_of(i, batched[i]));
+        }
+        ASSERT_TRUE(detail::attends_by_sequence(batch, threads));
+        ASSERT_FALSE(detail::attends_by_sequence(std::span(batch).first(4 * threads - 1), threads));
+        paged_attention_batch(batch, pool);
+        for (int i = 0; i < n_seqs; ++i)
+          ASSERT_EQ(batched[i], alone[i]) << "heads " << shape.n_heads << "/" << shape.n_kv_heads << " dim "
+                                          << shape.head_dim << " threads " << threads << " sequence " << i;
+        if (type == KVElemType::F32) expect_close(batched[1], dense_attention(cases[1], fixtures[1], batch[1].scale), "batch", cases[1]);
+        EXPECT_EQ(detail::t_next_sequence.n_lines, 0) << "the caller's stream is cleared";
+      }
+    }
+  }
+  // A chunk of several tokens in the batch keeps the item path.
+  std::vector<float> out(64);
+  Case c{Shape{8, 2, 32}, 16, 10, 2};
+  Fixture f = make_fixture(c, rng);
+  std::vector<PagedAttentionArgs> mixed(8, make_args(c, f, out));
+  EXPECT_FALSE(detail::attends_by_sequence(mixed, 2));
+}
+
 TEST(PagedAttention, Avx2SoftmaxExpIsWithinAMillionthOfStdExp) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
   double worst = 0;

@@ -1,6 +1,7 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,10 @@
 #include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve {
+
+namespace detail {
+__thread NextSequencePrefetch t_next_sequence;
+}  // namespace detail
 
 namespace {
 
@@ -217,7 +222,75 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
   }
 }
 
+// A batched decode step (one token per sequence, at least this many sequences a thread): whole sequences
+// are the work units, so each thread knows the one it does next and streams that one's K/V in while it
+// scores the current one (detail::NextSequencePrefetch). 1B shapes, 16 sequences at 128-256 positions,
+// attention alone inside the engine's decode: 14.2 -> 12.2 ns per (slot, KV head) (three alternating
+// runs); SmolLM2-135M 14.9 -> 11.0, batched decode ~1.06x; `bench_paged_attention` batch16_f16_cold
+// 1.11-1.15x, the cache-hot batch16_f16 ~0.9x (the prefetches are issued for nothing there).
+constexpr size_t kMinSequencesPerThread = 4;
+
+bool sequence_prefetch_enabled() {
+  static const bool off = env_switch("KVSERVE_SEQ_PREFETCH") == 0;  // for A/B runs
+  return !off;
+}
+
+// The K and V blocks a decode token of `a` reads (positions [0, pos0]) into `blocks`, and the stream over
+// them spread across `slots` prefetching slots.
+detail::NextSequencePrefetch next_sequence_stream(const PagedAttentionArgs& a, int64_t slots,
+                                                  std::vector<const char*>& blocks) {
+  const int64_t block_bytes = a.block_stride * (a.kv_type == KVElemType::F32 ? 4 : 2);
+  blocks.clear();
+  for (int64_t b = 0; b <= a.pos0 / a.block_size; ++b) {
+    blocks.push_back(static_cast<const char*>(a.k_cache) + a.block_table[b] * block_bytes);
+    blocks.push_back(static_cast<const char*>(a.v_cache) + a.block_table[b] * block_bytes);
+  }
+  const int64_t block_lines = (block_bytes + 63) / 64;
+  const int64_t n_lines = static_cast<int64_t>(blocks.size()) * block_lines;
+  return {blocks.data(), block_lines, n_lines, 0, (n_lines + slots - 1) / std::max<int64_t>(1, slots)};
+}
+
+// Clears this thread's stream however the sequence's items end.
+struct NextSequenceScope {
+  explicit NextSequenceScope(const detail::NextSequencePrefetch& s) { detail::t_next_sequence = s; }
+  ~NextSequenceScope() { detail::t_next_sequence = {}; }
+  NextSequenceScope(const NextSequenceScope&) = delete;
+  NextSequenceScope& operator=(const NextSequenceScope&) = delete;
+};
+
+// Each thread claims sequences one ahead of the one it works on; every item's arithmetic is the same as
+// on the item path, so the results are too.
+void attend_decode_sequences(const detail::SimdWorker& worker, std::span<const PagedAttentionArgs> batch,
+                             ThreadPool& pool) {
+  std::atomic<size_t> claimed{0};
+  const size_t n = batch.size();
+  const auto claim = [&] { return claimed.fetch_add(1, std::memory_order_relaxed); };
+  pool.parallel_for(pool.size(), [&](int64_t, int64_t) {
+    thread_local std::vector<const char*> blocks;
+    size_t cur = claim();
+    size_t next = cur < n ? claim() : n;
+    while (cur < n) {
+      const PagedAttentionArgs& a = batch[cur];
+      // The current sequence's prefetching slots: one per context position and KV head.
+      const int64_t slots = (a.pos0 + 1) * a.n_kv_heads;
+      {
+        const NextSequenceScope scope(next < n ? next_sequence_stream(batch[next], slots, blocks)
+                                               : detail::NextSequencePrefetch{});
+        worker.items(a, 0, a.n_kv_heads);
+      }
+      cur = next;
+      next = cur < n ? claim() : n;
+    }
+  });
+}
+
 }  // namespace
+
+bool detail::attends_by_sequence(std::span<const PagedAttentionArgs> batch, int threads) {
+  return batch.size() >= kMinSequencesPerThread * static_cast<size_t>(std::max(1, threads)) &&
+         sequence_prefetch_enabled() &&
+         std::all_of(batch.begin(), batch.end(), [](const PagedAttentionArgs& a) { return a.n_tokens == 1; });
+}
 
 const detail::SimdWorker& detail::simd_worker() {
   static const SimdWorker avx2{paged_attention_items_avx2, paged_attention_partition_avx2, paged_attention_merge_avx2,
@@ -269,6 +342,8 @@ void paged_attention_batch(std::span<const PagedAttentionArgs> batch, ThreadPool
   const detail::SimdWorker* simd = detail::simd_worker_in_use();
   if (simd != nullptr && pool.size() > 1 && n_items < kMinItemsPerThread * pool.size())
     return attend_split(*simd, batch, pool);
+  if (simd != nullptr && detail::attends_by_sequence(batch, pool.size()))
+    return attend_decode_sequences(*simd, batch, pool);
   const std::vector<int64_t>& starts = first;
   pool.parallel_for_dynamic(n_items, [&](int64_t b, int64_t e) {
     size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), b) - starts.begin()) - 1;

@@ -4,6 +4,7 @@
 // portable file can pick up AVX2 instructions by accident.
 #include <algorithm>
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/paged_attention.h"
 
@@ -46,6 +47,27 @@ void paged_attention_partition_avx512(const PagedAttentionArgs& a, int64_t t, in
 void paged_attention_merge_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 void paged_attention_partition_heads_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
                                             int64_t part_begin, int64_t part_end, float* partials, size_t head_stride);
+
+// The next sequence's K and V blocks, asked into L2 while this thread scores the current one's (a batched
+// decode step, paged_attention.cpp): every slot the scores pass prefetches for (RowPrefetch::slot) also
+// asks for per_slot lines of it, so the next sequence's reads overlap this one's math instead of
+// following it. Lines go through the block list in order, a whole block (all KV heads: 16 KiB of K at 1B
+// shapes) at a time, which the memory serves much faster than one head's 2 KiB pieces across blocks.
+// Thread-local (one stream per thread, set for one sequence's items), read where RowPrefetch is: its
+// fields stay zero (no stream) everywhere else. local-exec: the library is linked into executables only,
+// and the initial-exec access GCC emits inside the AVX-512 loops could not be relaxed by the linker.
+struct NextSequencePrefetch {
+  const char* const* blocks;  // K and V block starts of the next sequence, in order
+  int64_t block_lines;        // 64-byte lines per block
+  int64_t n_lines;            // lines in all: 0 = no stream
+  int64_t next;               // next line to ask for
+  int64_t per_slot;
+};
+extern __thread NextSequencePrefetch t_next_sequence __attribute__((tls_model("local-exec")));
+// Whether paged_attention_batch takes `batch` sequence by sequence with that stream (on the SIMD worker,
+// with `threads` threads): a decode step (one token each) of enough sequences, unless
+// KVSERVE_SEQ_PREFETCH=0.
+bool attends_by_sequence(std::span<const PagedAttentionArgs> batch, int threads);
 
 // The SIMD worker paged_attention() runs on this CPU (needs AVX2): the 512-bit one where
 // cpu_prefers_zmm(), else the AVX2 one.

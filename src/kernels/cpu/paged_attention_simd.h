@@ -157,6 +157,9 @@ struct RowPrefetch {
       if (k != nullptr) _mm_prefetch(k + off + b, _MM_HINT_T0);
       if (v != nullptr) _mm_prefetch(v + off + b, _MM_HINT_T0);
     }
+    NextSequencePrefetch& ns = t_next_sequence;
+    for (const int64_t end = std::min(ns.n_lines, ns.next + ns.per_slot); ns.next < end; ++ns.next)
+      _mm_prefetch(ns.blocks[ns.next / ns.block_lines] + ns.next % ns.block_lines * 64, _MM_HINT_T1);
   }
   // Rows [from, to) of both.
   void rows(int from, int to) const {
