@@ -423,7 +423,8 @@ TEST(PagedAttention, DecodeBatchBySequenceGivesEachSequenceItsOwnBits) {
         for (int i = 0; i < n_seqs; ++i)
           ASSERT_EQ(batched[i], alone[i]) << "heads " << shape.n_heads << "/" << shape.n_kv_heads << " dim "
                                           << shape.head_dim << " threads " << threads << " sequence " << i;
-        if (type == KVElemType::F32) expect_close(batched[1], dense_attention(cases[1], fixtures[1], batch[1].scale), "batch", cases[1]);
+        if (type == KVElemType::F32)
+          expect_close(batched[1], dense_attention(cases[1], fixtures[1], batch[1].scale), "batch", cases[1]);
         EXPECT_EQ(detail::t_next_sequence.n_lines, 0) << "the caller's stream is cleared";
       }
     }
