@@ -226,7 +226,7 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
 // are the work units, so each thread knows the one it does next and streams that one's K/V in while it
 // scores the current one (detail::NextSequencePrefetch). 1B shapes, 16 sequences at 128-256 positions,
 // attention alone inside the engine's decode: 14.2 -> 12.2 ns per (slot, KV head) (three alternating
-// runs); SmolLM2-135M 14.9 -> 11.0, batched decode ~1.06x; `bench_paged_attention` batch16_f16_cold
+// runs); SmolLM2-135M 14.9 -> 11.0, batched decode ~1.07x; `bench_paged_attention` batch16_f16_cold
 // 1.11-1.15x, the cache-hot batch16_f16 ~0.9x (the prefetches are issued for nothing there).
 constexpr size_t kMinSequencesPerThread = 4;
 
