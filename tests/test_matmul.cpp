@@ -210,6 +210,31 @@ TEST_P(MatmulTypes, SharedInputMatchesSeparateCalls) {
   }
 }
 
+// The residual add fused into the matmul: every row of every token gets exactly matmul's value added once
+// (rows past the last 8 and ranges cut across threads included), the same bits as matmul then
+// add_inplace.
+TEST_P(MatmulTypes, MatmulAddEqualsMatmulThenAdd) {
+  const DType type = GetParam();
+  const int64_t n_in = dtype_info(type).block_elems == 256 ? 512 : 96;
+  const int64_t n_out = 75;
+  ThreadPool pool(2);
+  std::mt19937 rng(static_cast<uint32_t>(type) + 17);
+  const auto data = random_weights(type, n_out, n_in, rng);
+  const Tensor w = make_tensor(type, n_out, n_in, data);
+  for (int64_t n_tokens : {1, 7, 16}) {
+    const auto x = random_floats(n_tokens * n_in, rng);
+    const auto residual = random_floats(n_tokens * n_out, rng);
+    std::vector<float> want = residual, product(n_tokens * n_out);
+    matmul(w, x.data(), n_tokens, product.data(), pool);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += product[i];
+    std::vector<float> got = residual, scratch(n_tokens * n_out, NAN);
+    matmul_add(w, x.data(), n_tokens, got.data(), scratch.data(), pool);
+    EXPECT_EQ(got, want) << dtype_name(type) << " " << n_tokens << " tokens";
+  }
+  std::vector<float> y(n_out);
+  EXPECT_THROW(matmul_add(w, y.data(), 1, y.data(), nullptr, pool), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                            DType::Q4_K, DType::Q5_K, DType::Q6_K),

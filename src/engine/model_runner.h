@@ -51,6 +51,8 @@ class ModelRunner {
 
  private:
   void ensure_scratch(int64_t n_tokens);
+  // xn_ = rmsnorm(x_, weight) for the first n_tokens rows, on the pool when there are enough of them.
+  void normalize_tokens(const float* weight, int64_t n_tokens);
   bool region_weights_ok() const;
   bool single_token_region_applies() const;
   int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);

@@ -17,6 +17,7 @@
 #include "core/fp16.h"
 #include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
@@ -515,6 +516,21 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadP
   const ConvertedActs acts = convert_activations(w.type, x, w.cols(), n_tokens, pool);
   pool.parallel_for_balanced(
       w.rows(), [&](int64_t begin, int64_t end) { multiply_rows(w, acts, y, begin, end); },
+      balance_chunk_rows(w.row_size(), n_tokens));
+}
+
+void matmul_add(const Tensor& w, const float* x, int64_t n_tokens, float* y, float* scratch, ThreadPool& pool) {
+  check_matmul_args(w, x, n_tokens, y);
+  if (scratch == nullptr) fail("matmul_add: null scratch");
+  if (n_tokens == 0) return;
+  const ConvertedActs acts = convert_activations(w.type, x, w.cols(), n_tokens, pool);
+  const int64_t n_out = w.rows();
+  pool.parallel_for_balanced(
+      n_out,
+      [&](int64_t begin, int64_t end) {
+        multiply_rows(w, acts, scratch, begin, end);
+        for (int64_t t = 0; t < n_tokens; ++t) add_inplace(y + t * n_out + begin, scratch + t * n_out + begin, end - begin);
+      },
       balance_chunk_rows(w.row_size(), n_tokens));
 }
 

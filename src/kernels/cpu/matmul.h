@@ -17,6 +17,10 @@ namespace kvserve {
 // (tiled over tokens and, for the 32-element block types, over rows), rows are split across the pool's
 // threads. Each (row, token) result is the same whatever the batch or split (batch invariance).
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool = ThreadPool::global());
+// y += w x (y laid out as matmul's; the residual add after an output projection): each thread adds the
+// rows it just computed into y, where a separate add_inplace after matmul would run on one thread while
+// the others wait. The same bits as matmul into scratch (n_tokens * w.rows() floats) then add_inplace.
+void matmul_add(const Tensor& w, const float* x, int64_t n_tokens, float* y, float* scratch, ThreadPool& pool);
 
 // Several weights applied to the same activations (Q/K/V, gate/up): when they share a type and row length
 // the activations are converted once and all their rows are split across the pool in one pass; results
