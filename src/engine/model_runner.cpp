@@ -40,9 +40,9 @@ namespace {
 // RoPE and the K/V stores take about a microsecond per token (1B shapes): fewer than twice this many
 // tokens are not worth waking the pool for.
 constexpr int64_t kRopeGrainTokens = 8;
-// An RMS norm of a 2048-wide row takes about a microsecond on one core (1B shapes, more with the rows in
-// the other core's cache): from 8 tokens on, the pool halves it.
-constexpr int64_t kNormGrainTokens = 4;
+// An RMS norm takes about a microsecond per 2048 elements on one core (1B shapes, more with the rows in
+// the other core's cache): a piece of fewer elements than this is not worth waking the pool for.
+constexpr int64_t kNormGrainElems = 16384;
 
 void add_bias(float* y, const Tensor& b, int64_t n_tokens, int64_t n) {
   if (!b.valid()) return;
@@ -60,7 +60,7 @@ void ModelRunner::normalize_tokens(const float* weight, int64_t n_tokens) {
         for (int64_t t = begin; t < end; ++t)
           rmsnorm(x_.data() + t * E, weight, xn_.data() + t * E, static_cast<int>(E), c.rms_eps);
       },
-      kNormGrainTokens);
+      std::max<int64_t>(1, kNormGrainElems / E));
 }
 
 int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits) {
