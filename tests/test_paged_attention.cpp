@@ -288,6 +288,33 @@ TEST(PagedAttention, HalfPrecisionCachesMatchDenseOverRoundedValues) {
   }
 }
 
+// Contexts of several partitions in blocks of 2-4 slots and 8-16-wide heads, half precision: a block's
+// rows of one KV head span less than a cache line here, where the next partition's K rows are asked for
+// during the values pass (ValuesPrefetch) in whole lines.
+TEST(PagedAttention, TinyBlocksOfTinyHeadsOverSeveralPartitions) {
+  std::mt19937 rng(4321);
+  ThreadPool pool(2);
+  for (KVElemType type : {KVElemType::F16, KVElemType::BF16}) {
+    for (const Shape shape : {Shape{4, 2, 8}, Shape{2, 2, 16}, Shape{3, 1, 8}}) {
+      for (int bs : {2, 4}) {
+        for (auto [pos0, n] : {std::pair<int64_t, int>{300, 1}, {250, 6}}) {
+          const Case c{shape, bs, pos0, n};
+          Fixture f = make_fixture(c, rng);
+          const HalfCaches h = to_half(f, type);
+          std::vector<float> out(f.q.size(), -7.0f);
+          PagedAttentionArgs a = make_args(c, f, out);
+          a.k_cache = h.k.data();
+          a.v_cache = h.v.data();
+          a.kv_type = type;
+          paged_attention(a, pool);
+          expect_close(out, dense_attention(c, f, a.scale), type == KVElemType::F16 ? "f16" : "bf16", c);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 TEST(PagedAttention, BatchOfSequencesEqualsOneCallEach) {
   // A batched step: decode tokens and prefill chunks of different sequences, shapes shared, caches not.
   std::mt19937 rng(77);

@@ -529,7 +529,8 @@ void matmul_add(const Tensor& w, const float* x, int64_t n_tokens, float* y, flo
       n_out,
       [&](int64_t begin, int64_t end) {
         multiply_rows(w, acts, scratch, begin, end);
-        for (int64_t t = 0; t < n_tokens; ++t) add_inplace(y + t * n_out + begin, scratch + t * n_out + begin, end - begin);
+        for (int64_t t = 0; t < n_tokens; ++t)
+          add_inplace(y + t * n_out + begin, scratch + t * n_out + begin, end - begin);
       },
       balance_chunk_rows(w.row_size(), n_tokens));
 }

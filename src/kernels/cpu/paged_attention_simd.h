@@ -936,13 +936,16 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       ValuesPrefetch next_k;
       const int n_heads_read = heads ? n_tok : 1;
       const int64_t nb0 = (part + 1) * bpp, nb1 = std::min(nb0 + bpp, lb_last + 1);
+      // Whole lines of each block's rows: none where they are under a line (tiny blocks of tiny heads),
+      // and then no stream.
+      const int run_lines = static_cast<int>(static_cast<size_t>(bs) * row_bytes / 64);
       if (part + 1 < part_end && nb0 < nb1 && (nb1 - nb0) * n_heads_read <= ValuesPrefetch::kMaxRuns) {
         for (int64_t lb = nb0; lb < nb1; ++lb)
           for (int i = 0; i < n_heads_read; ++i)
             next_k.runs[next_k.n_runs++] =
                 static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(lb, row_kvh[i])) * row_bytes;
-        next_k.run_lines = static_cast<int>(static_cast<size_t>(bs) * row_bytes / 64);
-        next_k.n_lines = next_k.n_runs * next_k.run_lines;
+        next_k.run_lines = run_lines;
+        next_k.n_lines = next_k.n_runs * run_lines;
         int slots = 0;
         for (int i = first_tok; i < n_tok; ++i) slots += n_valid[i];
         next_k.per_slot = (next_k.n_lines + slots - 1) / std::max(1, slots);
