@@ -290,7 +290,7 @@ TEST(PagedAttention, HalfPrecisionCachesMatchDenseOverRoundedValues) {
 
 // Contexts of several partitions in blocks of 2-4 slots and 8-16-wide heads, half precision: a block's
 // rows of one KV head span less than a cache line here, where the next partition's K rows are asked for
-// during the values pass (ValuesPrefetch) in whole lines.
+// during the values pass (LinePrefetchStream) in whole lines.
 TEST(PagedAttention, TinyBlocksOfTinyHeadsOverSeveralPartitions) {
   std::mt19937 rng(4321);
   ThreadPool pool(2);
@@ -409,7 +409,7 @@ TEST(PagedAttention, ContextPartitionsSpreadOverThreadsGiveTheSameBits) {
 
 TEST(PagedAttention, DecodeBatchBySequenceGivesEachSequenceItsOwnBits) {
   // A decode step of many sequences goes sequence by sequence, each thread streaming its next sequence's
-  // K/V in (detail::NextSequencePrefetch): every output must be the bits of that sequence alone, for any
+  // K/V in (detail::LinePrefetchStream): every output must be the bits of that sequence alone, for any
   // thread count, cache type and head shape (head sizes that are not a multiple of 8 never prefetch).
   std::mt19937 rng(21);
   for (const Shape shape : {Shape{32, 8, 64}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{4, 2, 12}}) {

@@ -17,7 +17,7 @@
 namespace kvserve {
 
 namespace detail {
-__thread NextSequencePrefetch t_next_sequence;
+__thread LinePrefetchStream t_next_sequence;
 }  // namespace detail
 
 namespace {
@@ -224,7 +224,7 @@ void attend_split(const detail::SimdWorker& worker, std::span<const PagedAttenti
 
 // A batched decode step (one token per sequence, at least this many sequences a thread): whole sequences
 // are the work units, so each thread knows the one it does next and streams that one's K/V in while it
-// scores the current one (detail::NextSequencePrefetch). 1B shapes, 16 sequences at 128-256 positions,
+// scores the current one (detail::LinePrefetchStream). 1B shapes, 16 sequences at 128-256 positions,
 // attention alone inside the engine's decode: 14.2 -> 12.2 ns per (slot, KV head) (three alternating
 // runs); SmolLM2-135M 14.9 -> 11.0, batched decode ~1.07x; `bench_paged_attention` batch16_f16_cold
 // 1.11-1.15x, the cache-hot batch16_f16 ~0.9x (the prefetches are issued for nothing there).
@@ -237,8 +237,8 @@ bool sequence_prefetch_enabled() {
 
 // The K and V blocks a decode token of `a` reads (positions [0, pos0]) into `blocks`, and the stream over
 // them spread across `slots` prefetching slots.
-detail::NextSequencePrefetch next_sequence_stream(const PagedAttentionArgs& a, int64_t slots,
-                                                  std::vector<const char*>& blocks) {
+detail::LinePrefetchStream next_sequence_stream(const PagedAttentionArgs& a, int64_t slots,
+                                                std::vector<const char*>& blocks) {
   const int64_t block_bytes = a.block_stride * (a.kv_type == KVElemType::F32 ? 4 : 2);
   blocks.clear();
   for (int64_t b = 0; b <= a.pos0 / a.block_size; ++b) {
@@ -252,7 +252,7 @@ detail::NextSequencePrefetch next_sequence_stream(const PagedAttentionArgs& a, i
 
 // Clears this thread's stream however the sequence's items end.
 struct NextSequenceScope {
-  explicit NextSequenceScope(const detail::NextSequencePrefetch& s) { detail::t_next_sequence = s; }
+  explicit NextSequenceScope(const detail::LinePrefetchStream& s) { detail::t_next_sequence = s; }
   ~NextSequenceScope() { detail::t_next_sequence = {}; }
   NextSequenceScope(const NextSequenceScope&) = delete;
   NextSequenceScope& operator=(const NextSequenceScope&) = delete;
@@ -275,7 +275,7 @@ void attend_decode_sequences(const detail::SimdWorker& worker, std::span<const P
       const int64_t slots = (a.pos0 + 1) * a.n_kv_heads;
       {
         const NextSequenceScope scope(next < n ? next_sequence_stream(batch[next], slots, blocks)
-                                               : detail::NextSequencePrefetch{});
+                                               : detail::LinePrefetchStream{});
         worker.items(a, 0, a.n_kv_heads);
       }
       cur = next;

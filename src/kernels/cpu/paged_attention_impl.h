@@ -48,22 +48,24 @@ void paged_attention_merge_avx512(const PagedAttentionArgs& a, int64_t t, int kv
 void paged_attention_partition_heads_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
                                             int64_t part_begin, int64_t part_end, float* partials, size_t head_stride);
 
-// The next sequence's K and V blocks, asked into L2 while this thread scores the current one's (a batched
-// decode step, paged_attention.cpp): every slot the scores pass prefetches for (RowPrefetch::slot) also
-// asks for per_slot lines of it, so the next sequence's reads overlap this one's math instead of
-// following it. Lines go through the block list in order, a whole block (all KV heads: 16 KiB of K at 1B
-// shapes) at a time, which the memory serves much faster than one head's 2 KiB pieces across blocks.
-// Thread-local (one stream per thread, set for one sequence's items), read where RowPrefetch is: its
-// fields stay zero (no stream) everywhere else. local-exec: the library is linked into executables only,
-// and the initial-exec access GCC emits inside the AVX-512 loops could not be relaxed by the linker.
-struct NextSequencePrefetch {
-  const char* const* blocks;  // K and V block starts of the next sequence, in order
-  int64_t block_lines;        // 64-byte lines per block
-  int64_t n_lines;            // lines in all: 0 = no stream
-  int64_t next;               // next line to ask for
+// Runs of 64-byte lines asked for into L2 a few at a time (prefetch_stream_step in the SIMD worker, per_slot
+// lines at each slot a kernel walks), so coming reads overlap the math instead of following it. Two
+// streams use it:
+// - The next sequence's K and V blocks while a thread scores the current one's (a batched decode step,
+//   paged_attention.cpp), stepped wherever RowPrefetch::slot is: whole blocks (all KV heads: 16 KiB of K
+//   at 1B shapes) in order, which the memory serves much faster than one head's 2 KiB pieces across
+//   blocks. Thread-local (one stream per thread, set for one sequence's items); its fields stay zero (no
+//   stream) everywhere else. local-exec: the library is linked into executables only, and the
+//   initial-exec access GCC emits inside the AVX-512 loops could not be relaxed by the linker.
+// - The next partition's K rows during a partition's values pass (attend_token_group).
+struct LinePrefetchStream {
+  const char* const* runs;  // run starts, in order
+  int64_t run_lines;        // 64-byte lines per run
+  int64_t n_lines;          // lines in all: 0 = no stream
+  int64_t next;             // next line to ask for
   int64_t per_slot;
 };
-extern __thread NextSequencePrefetch t_next_sequence __attribute__((tls_model("local-exec")));
+extern __thread LinePrefetchStream t_next_sequence __attribute__((tls_model("local-exec")));
 // Whether paged_attention_batch takes `batch` sequence by sequence with that stream (on the SIMD worker,
 // with `threads` threads): a decode step (one token each) of enough sequences, unless
 // KVSERVE_SEQ_PREFETCH=0.

@@ -148,6 +148,12 @@ inline __m256 hsum8(const __m256 (&v)[8]) {
 // samples with the cache hot. The V rows go to L2 only: a partition's V rows of 3-4 KV heads (48-64 KiB
 // of f16 at 64 dims) do not stay in L1 until their pass, and the hint spares the L1 miss buffers for the
 // K rows about to be scored (SmolLM2 shapes, bench_paged_attention region_cold: ~1.05x alone).
+// The stream's next per_slot lines, into L2.
+inline void prefetch_stream_step(LinePrefetchStream& s) {
+  for (const int64_t end = std::min(s.n_lines, s.next + s.per_slot); s.next < end; ++s.next)
+    _mm_prefetch(s.runs[s.next / s.run_lines] + s.next % s.run_lines * 64, _MM_HINT_T1);
+}
+
 struct RowPrefetch {
   const char* k = nullptr;  // the block ahead's K rows, or null
   const char* v = nullptr;  // this block's V rows, or null
@@ -159,9 +165,7 @@ struct RowPrefetch {
       if (k != nullptr) _mm_prefetch(k + off + b, _MM_HINT_T0);
       if (v != nullptr) _mm_prefetch(v + off + b, _MM_HINT_T1);
     }
-    NextSequencePrefetch& ns = t_next_sequence;
-    for (const int64_t end = std::min(ns.n_lines, ns.next + ns.per_slot); ns.next < end; ++ns.next)
-      _mm_prefetch(ns.blocks[ns.next / ns.block_lines] + ns.next % ns.block_lines * 64, _MM_HINT_T1);
+    prefetch_stream_step(t_next_sequence);
   }
   // Rows [from, to) of both.
   void rows(int from, int to) const {
@@ -667,32 +671,15 @@ struct BlockRows {
   int n;
 };
 
-// The next partition's K rows (its blocks in order, each block's rows of every KV head of the call), asked
-// for into L2 a few lines per slot of the values pass. That pass reads V rows the scores pass already
-// brought in, so without this the memory sat idle through it and the next partition's scores started
-// from memory. With the V hint above, bench_paged_attention (three alternating runs, medians of 3):
-// region_cold SmolLM2 ~1.27x at 512 positions and ~1.5x at 2048, Llama3_1B ~1.25x at 512; batch16_f16_cold
-// ~1.06x. Attention is ~18 % of a SmolLM2 batch-1 decode step at 640 positions.
-struct ValuesPrefetch {
-  static constexpr int kMaxRuns = 64;
-  const char* runs[kMaxRuns];  // starts of run_lines-line runs (one KV head's rows of one block), in order
-  int n_runs = 0;
-  int run_lines = 0;
-  int n_lines = 0;
-  int next = 0;  // next line to ask for
-  int per_slot = 0;
-  void slot() {
-    for (const int end = std::min(n_lines, next + per_slot); next < end; ++next)
-      _mm_prefetch(runs[next / run_lines] + next % run_lines * 64, _MM_HINT_T1);
-  }
-};
+// Most runs (a block's rows of one KV head) of the next partition's K rows streamed during a values pass.
+constexpr int64_t kMaxNextKRuns = 64;
 
 // acc_h[d] += p_h[s] * V[s][d] for HN heads over every slot of `blocks` in order (p rows p_stride apart,
 // acc rows hd apart), lanes [d0, d0 + 8 * NV) held in registers across all the blocks of a partition.
 // Each V vector is widened once for all HN heads.
 template <KVElemType kType, int HN, int NV>
 inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base,
-                                    const BlockRows* blocks, int n_blocks, int d0, ValuesPrefetch* vpf) {
+                                    const BlockRows* blocks, int n_blocks, int d0, LinePrefetchStream* vpf) {
 #if KVSERVE_ATTN_ZMM
   if constexpr (NV % 2 == 0) {
     constexpr int NZ = NV / 2;  // 16 lanes a register
@@ -702,7 +689,7 @@ inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_st
     for (int b = 0; b < n_blocks; ++b) {
       const BlockRows& blk = blocks[b];
       for (int s = 0; s < blk.n; ++s) {
-        if (vpf != nullptr) vpf->slot();
+        if (vpf != nullptr) prefetch_stream_step(*vpf);
         __m512 ps[HN];
         for (int h = 0; h < HN; ++h) ps[h] = _mm512_set1_ps(p[static_cast<size_t>(h) * p_stride + blk.first + s]);
         const size_t index = static_cast<size_t>(blk.row0 + s) * hd + d0;
@@ -723,7 +710,7 @@ inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_st
   for (int b = 0; b < n_blocks; ++b) {
     const BlockRows& blk = blocks[b];
     for (int s = 0; s < blk.n; ++s) {
-      if (vpf != nullptr) vpf->slot();
+      if (vpf != nullptr) prefetch_stream_step(*vpf);
       __m256 ps[HN];
       for (int h = 0; h < HN; ++h) ps[h] = _mm256_set1_ps(p[static_cast<size_t>(h) * p_stride + blk.first + s]);
       const size_t index = static_cast<size_t>(blk.row0 + s) * hd + d0;
@@ -739,7 +726,7 @@ inline void accumulate_blocks_chunk(float* acc, int hd, const float* p, int p_st
 
 template <KVElemType kType, int HN>
 inline void accumulate_blocks_heads(float* acc, int hd, const float* p, int p_stride, const void* v_base,
-                                    const BlockRows* blocks, int n_blocks, ValuesPrefetch* vpf) {
+                                    const BlockRows* blocks, int n_blocks, LinePrefetchStream* vpf) {
   // Lanes held per pass: as many as the registers take (16 ymm; with zmm 32 registers of 16 lanes, so a
   // 64-wide head in one pass over the partition's V rows).
   constexpr int kNV = KVSERVE_ATTN_ZMM ? (HN == 1 ? 16 : 8) : HN == 1 ? 8 : HN == 4 ? 2 : 4;
@@ -751,7 +738,7 @@ inline void accumulate_blocks_heads(float* acc, int hd, const float* p, int p_st
 
 template <KVElemType kType>
 void partition_values_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
-                            const BlockRows* blocks, int n_blocks, ValuesPrefetch* vpf) {
+                            const BlockRows* blocks, int n_blocks, LinePrefetchStream* vpf) {
   for (int h = 0; h < n_heads; h += 4) {
     float* acch = acc + static_cast<size_t>(h) * hd;
     const float* ph = p + static_cast<size_t>(h) * p_stride;
@@ -768,7 +755,7 @@ void partition_values_typed(float* acc, int n_heads, int hd, const float* p, int
 // partition's blocks in order), read straight from the cache; hd % 8 == 0. vpf (or null) is stepped at
 // every slot.
 void partition_values(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
-                      KVElemType type, const BlockRows* blocks, int n_blocks, ValuesPrefetch* vpf) {
+                      KVElemType type, const BlockRows* blocks, int n_blocks, LinePrefetchStream* vpf) {
   switch (type) {
     case KVElemType::F32:
       partition_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
@@ -933,24 +920,31 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     // (MQA) one widening pass per block into v_block is shared by enough of them to be cheaper (measured:
     // bench paged_attention MQA_8x64), and other head sizes always take it.
     if (hd % 8 == 0 && group <= 4) {
-      ValuesPrefetch next_k;
+      // The next partition's K rows (its blocks in order, each block's rows of every KV head of the call)
+      // stream into L2 during this values pass, which reads V rows the scores pass already brought in:
+      // without it the memory sat idle through this pass and the next partition's scores started from
+      // memory. With the V hint of RowPrefetch, bench_paged_attention (three alternating runs, medians of
+      // 3): region_cold SmolLM2 ~1.27x at 512 positions and ~1.5x at 2048, Llama3_1B ~1.25x at 512;
+      // batch16_f16_cold ~1.06x. Attention is ~18 % of a SmolLM2 batch-1 decode step at 640 positions.
+      const char* next_k_runs[kMaxNextKRuns];
+      LinePrefetchStream next_k{next_k_runs, 0, 0, 0, 0};
       const int n_heads_read = heads ? n_tok : 1;
       const int64_t nb0 = (part + 1) * bpp, nb1 = std::min(nb0 + bpp, lb_last + 1);
       // Whole lines of each block's rows: none where they are under a line (tiny blocks of tiny heads),
       // and then no stream.
-      const int run_lines = static_cast<int>(static_cast<size_t>(bs) * row_bytes / 64);
-      if (part + 1 < part_end && nb0 < nb1 && (nb1 - nb0) * n_heads_read <= ValuesPrefetch::kMaxRuns) {
+      next_k.run_lines = static_cast<int64_t>(static_cast<size_t>(bs) * row_bytes / 64);
+      if (part + 1 < part_end && nb0 < nb1 && (nb1 - nb0) * n_heads_read <= kMaxNextKRuns) {
+        int64_t n_runs = 0;
         for (int64_t lb = nb0; lb < nb1; ++lb)
           for (int i = 0; i < n_heads_read; ++i)
-            next_k.runs[next_k.n_runs++] =
+            next_k_runs[n_runs++] =
                 static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(lb, row_kvh[i])) * row_bytes;
-        next_k.run_lines = run_lines;
-        next_k.n_lines = next_k.n_runs * run_lines;
-        int slots = 0;
+        next_k.n_lines = n_runs * next_k.run_lines;
+        int64_t slots = 0;
         for (int i = first_tok; i < n_tok; ++i) slots += n_valid[i];
-        next_k.per_slot = (next_k.n_lines + slots - 1) / std::max(1, slots);
+        next_k.per_slot = (next_k.n_lines + slots - 1) / std::max<int64_t>(1, slots);
       }
-      ValuesPrefetch* vpf = next_k.n_lines > 0 ? &next_k : nullptr;
+      LinePrefetchStream* vpf = next_k.n_lines > 0 ? &next_k : nullptr;
       for (int i = first_tok; i < n_tok; ++i) {
         BlockRows* blocks = blocks_storage.data();
         int n_blocks = 0;
