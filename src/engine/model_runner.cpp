@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/grow_only.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quants.h"
@@ -22,18 +23,15 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
 
 void ModelRunner::ensure_scratch(int64_t n) {
   const auto& c = model_.config;
-  auto grow = [](std::vector<float>& v, int64_t size) {
-    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
-  };
-  grow(x_, n * c.n_embd);
-  grow(xn_, n * c.n_embd);
-  grow(q_, n * c.n_heads * c.head_dim);
-  grow(k_, n * c.n_kv_heads * c.head_dim);
-  grow(v_, n * c.n_kv_heads * c.head_dim);
-  grow(attn_, n * c.n_heads * c.head_dim);
-  grow(gate_, n * c.n_ff);
-  grow(up_, n * c.n_ff);
-  grow(tmp_, n * std::max(c.n_embd, c.n_heads * c.head_dim));
+  grow_to(x_, n * c.n_embd);
+  grow_to(xn_, n * c.n_embd);
+  grow_to(q_, n * c.n_heads * c.head_dim);
+  grow_to(k_, n * c.n_kv_heads * c.head_dim);
+  grow_to(v_, n * c.n_kv_heads * c.head_dim);
+  grow_to(attn_, n * c.n_heads * c.head_dim);
+  grow_to(gate_, n * c.n_ff);
+  grow_to(up_, n * c.n_ff);
+  grow_to(tmp_, n * std::max(c.n_embd, c.n_heads * c.head_dim));
 }
 
 namespace {

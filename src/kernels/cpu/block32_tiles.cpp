@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/grow_only.h"
 #include "core/fp16.h"
 #include "kernels/cpu/quants.h"
 
@@ -15,13 +16,16 @@ void ActPack32::reset(DType act_type, int64_t n, int64_t n_tokens) {
   act_type_ = act_type;
   n_ = n;
   qs_stride_ = (n + 31) / 32 * 32;
+  // The buffers only grow (grow_only.h): one pack serves calls of every width in turn, and clearing the
+  // part regrown for each down projection took ~1.3% of the caller's time in 1B-shaped batched decode.
   // 31 spare bytes so the first row can start on a 32-byte boundary.
-  qs_storage_.resize(static_cast<size_t>(qs_stride_ * n_tokens + 31));
+  grow_to(qs_storage_, qs_stride_ * n_tokens + 31);
   const auto addr = reinterpret_cast<uintptr_t>(qs_storage_.data());
   qs_ = qs_storage_.data() + ((32 - addr % 32) % 32);
-  d_.resize(static_cast<size_t>(n / 32 * n_tokens));
-  if (act_type == DType::Q8_1) s_.resize(d_.size());
-  if (act_type == DType::Q8_0) q4_offset_.resize(d_.size());
+  const int64_t n_blocks = n / 32 * n_tokens;
+  grow_to(d_, n_blocks);
+  if (act_type == DType::Q8_1) grow_to(s_, n_blocks);
+  if (act_type == DType::Q8_0) grow_to(q4_offset_, n_blocks);
 }
 
 void ActPack32::pack(int64_t t, const void* blocks) {

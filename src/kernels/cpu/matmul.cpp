@@ -15,6 +15,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/grow_only.h"
 #include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/ops.h"
@@ -178,7 +179,7 @@ ConvertedActs convert_activations_into(DType weight_type, const float* x, int64_
     a.pack = &pack;
     return a;
   }
-  scratch.resize(a.row_bytes * static_cast<size_t>(n_tokens));
+  grow_to(scratch, static_cast<int64_t>(a.row_bytes) * n_tokens);
   uint8_t* dst = scratch.data();
   auto convert_tokens = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) a.kind.convert(x + t * n_in, dst + t * a.row_bytes, n_in);
@@ -362,14 +363,14 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     const size_t far_bytes = static_cast<size_t>(std::max<int64_t>(0, next_end - chunk_end)) * group_bytes;
     if (k_unpack) {
       k_first = chunk;
-      k_unpacked.resize(static_cast<size_t>(chunk_end - chunk) * k_group_unpacked);
+      grow_to(k_unpacked, (chunk_end - chunk) * static_cast<int64_t>(k_group_unpacked));
       (q5 ? avx2::unpack_q5_K_groups : avx2::unpack_q6_K_groups)(n_in, base + chunk * group_bytes,
                                                                  static_cast<int>(chunk_end - chunk), k_unpacked.data());
     }
     if (fly) {
       fly_first = chunk;
       fly_end = chunk + (chunk_end - chunk) / 2 * 2;
-      fly_pairs.resize(static_cast<size_t>(fly_end - fly_first) * group_bytes);
+      grow_to(fly_pairs, (fly_end - fly_first) * static_cast<int64_t>(group_bytes));
       for (int64_t g = fly_first; g < fly_end; g += 2)
         pair_two_groups(w.type, n_in, base + g * group_bytes, fly_pairs.data() + (g - fly_first) * group_bytes);
     }
