@@ -148,3 +148,38 @@ TEST(Ops, ArgmaxAvx2MatchesScalarLoop) {
   big[128250] = 5.0f;
   EXPECT_EQ(avx2::argmax(big.data(), static_cast<int64_t>(big.size())), 128250);
 }
+
+// Temperature sampling's weights: the vector exp against std::exp element by element (NaN and far-below
+// elements get 0), the double sum against the scalar one, every length around the 8-wide steps.
+TEST(Ops, ExpWeightsAvx2MatchesScalar) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> logit(0.0f, 4.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n = 1; n <= 40; ++n) {
+    for (float inv_t : {0.5f, 1.0f, 1.7f, 40.0f}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = logit(rng);
+      if (n > 3) x[rng() % n] = nan;
+      if (n > 5) x[rng() % n] = -INFINITY;
+      float mx = -INFINITY;
+      for (float v : x)
+        if (v > mx) mx = v;
+      std::vector<float> got(x.size(), -1.0f), want(x.size(), -1.0f);
+      const double sum = avx2::exp_weights(x.data(), n, mx, inv_t, got.data());
+      const double want_sum = exp_weights_ref(x.data(), n, mx, inv_t, want.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_GE(got[i], 0.0f) << "n " << n << " i " << i;
+        ASSERT_LE(got[i], 1.0f);
+        // Below exp(-87) the vector path answers 0 where std::exp gives a tiny or denormal value.
+        ASSERT_LE(std::fabs(got[i] - want[i]), 4 * std::numeric_limits<float>::epsilon() * want[i] + 2e-38f)
+            << "n " << n << " i " << i << " x " << x[i];
+        if (std::isnan(x[i])) {
+          ASSERT_EQ(got[i], 0.0f);
+        }
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+      EXPECT_GE(sum, 1.0 - 1e-6);  // the maximum's own weight is 1
+    }
+  }
+}

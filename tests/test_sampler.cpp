@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <map>
 #include <vector>
 
@@ -92,6 +96,140 @@ TEST(Sampler, DistributionFollowsSoftmax) {
   EXPECT_NEAR(counts[0] / double(n), 0.5, 0.02);
   EXPECT_NEAR(counts[1] / double(n), 0.3, 0.02);
   EXPECT_NEAR(counts[2] / double(n), 0.2, 0.02);
+}
+
+namespace {
+// The sampling rules written the plain way: every token sorted by logit (ties: lower id first), top-k,
+// softmax at temperature over the kept tokens, min-p against the top one, the top-p prefix; then the
+// kept tokens in id order, walked to u times their mass.
+int32_t reference_draw(const std::vector<float>& logits, const SamplingParams& p, double u) {
+  std::vector<std::pair<float, int32_t>> c;
+  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) c.emplace_back(logits[i], i);
+  std::sort(c.begin(), c.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size()) c.resize(static_cast<size_t>(p.top_k));
+  std::vector<double> prob(c.size());
+  double sum = 0;
+  for (size_t i = 0; i < c.size(); ++i) sum += prob[i] = std::exp(static_cast<double>(c[i].first - c[0].first) / p.temperature);
+  size_t n = c.size();
+  if (p.min_p > 0) {
+    size_t m = 1;
+    while (m < n && prob[m] >= p.min_p * prob[0]) ++m;
+    n = m;
+  }
+  if (p.top_p < 1) {
+    double cum = 0;
+    size_t m = 0;
+    while (m < n) {
+      cum += prob[m++];
+      if (cum >= p.top_p * sum) break;
+    }
+    n = std::max<size_t>(1, m);
+  }
+  std::vector<double> kept(logits.size(), 0.0);
+  double mass = 0;
+  for (size_t i = 0; i < n; ++i) mass += kept[static_cast<size_t>(c[i].second)] = prob[i];
+  double cum = 0;
+  for (size_t id = 0; id < kept.size(); ++id) {
+    cum += kept[id];
+    if (u * mass < cum) return static_cast<int32_t>(id);
+  }
+  ADD_FAILURE() << "the walk did not reach u * mass";
+  return -1;
+}
+
+// Rows shaped like a model's: the top token at 0, seven more within 3 temperatures of it, and a tail
+// `depth` temperatures down (at 10.5 its weights, ~3e-5 of the top's, lie in top-p's second band and
+// hold a few percent of the mass; at 21.5, ~5e-10, in its third).
+std::vector<float> model_like_row(std::mt19937& rng, int n, float temperature, float depth) {
+  std::normal_distribution<float> noise(0.0f, 0.3f);
+  std::uniform_real_distribution<float> head(0.0f, 3.0f);
+  std::vector<float> l(static_cast<size_t>(n));
+  for (float& v : l) v = -temperature * (depth + noise(rng));
+  l[rng() % n] = 0.0f;
+  for (int k = 0; k < 7; ++k) l[rng() % n] = -temperature * head(rng);
+  l[rng() % n] = l[rng() % n];  // a tie
+  return l;
+}
+
+// The first canonical draw of a sampler seeded with `seed` (it takes one per token).
+double first_uniform(uint64_t seed) {
+  std::mt19937_64 stream(seed);
+  return std::generate_canonical<double, std::numeric_limits<double>::digits>(stream);
+}
+}  // namespace
+
+// The sampler draws exactly the reference's token for the same uniforms, across top-k, top-p, min-p and
+// temperatures, with tails deep enough that top-p's cut lies in its second or third band.
+TEST(Sampler, BandedDrawMatchesFullSortReference) {
+  std::mt19937 rows(5);
+  int checked = 0;
+  for (int config = 0; config < 36; ++config) {
+    SamplingParams p;
+    p.temperature = std::array{0.7f, 1.0f, 1.6f}[config % 3];
+    p.top_p = std::array{1.0f, 0.9f, 0.99999f, 0.9999999f}[config / 3 % 4];
+    const float depth = std::array{2.0f, 10.5f, 21.5f}[config / 12];
+    p.top_k = config % 7 == 1 ? 40 : 0;
+    p.min_p = config % 5 == 3 ? 0.05f : 0.0f;
+    p.has_seed = true;
+    p.seed = 100 + config;
+    Sampler s(p);
+    std::mt19937_64 same_stream(p.seed);
+    for (int i = 0; i < 40; ++i) {
+      const std::vector<float> l = model_like_row(rows, 3000, p.temperature, depth);
+      const double u = std::generate_canonical<double, std::numeric_limits<double>::digits>(same_stream);
+      const int32_t want = reference_draw(l, p, u);
+      auto c = l;
+      ASSERT_EQ(s.sample(c.data(), 3000), want) << "config " << config << " row " << i;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 36 * 40);
+}
+
+// A draw near the top of the mass (u > 0.999) lands in the tail of the second band when top-p keeps it
+// (0.99999: the cut lies in that band) and in the head when top-p drops it (0.9).
+TEST(Sampler, TopPCutInTheSecondBand) {
+  uint64_t seed = 1;
+  while (first_uniform(seed) <= 0.999) ++seed;
+  std::mt19937 rows(9);
+  const std::vector<float> l = model_like_row(rows, 3000, 1.0f, 10.5f);
+  for (float top_p : {0.99999f, 0.9f}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = top_p;
+    p.has_seed = true;
+    p.seed = seed;
+    Sampler s(p);
+    auto c = l;
+    const int32_t id = s.sample(c.data(), 3000);
+    EXPECT_EQ(id, reference_draw(l, p, first_uniform(seed)));
+    if (top_p > 0.99f) {
+      EXPECT_LT(l[id], -5.0f) << "top_p " << top_p;
+    } else {
+      EXPECT_GE(l[id], -3.0f) << "top_p " << top_p;
+    }
+  }
+}
+
+// NaN logits (a broken row) are never drawn and do not stop the draw; a row of NaNs still answers.
+TEST(Sampler, NanLogitsAreNeverDrawn) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.has_seed = true;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int top_k : {0, 3}) {
+    p.top_k = top_k;
+    Sampler s(p);
+    for (int i = 0; i < 200; ++i) {
+      std::vector<float> l = {nan, 1.0f, nan, 0.5f, -1.0f, nan};
+      const int32_t id = s.sample(l.data(), 6);
+      EXPECT_TRUE(id == 1 || id == 3 || id == 4) << id;
+    }
+    std::vector<float> all_nan(5, nan);
+    const int32_t id = s.sample(all_nan.data(), 5);
+    EXPECT_TRUE(id >= 0 && id < 5);
+  }
 }
 
 TEST(Sampler, PenaltiesLowerRepeatedTokens) {

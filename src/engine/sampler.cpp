@@ -79,70 +79,138 @@ void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chos
   for (int i = 0; i < k; ++i) last_top_.push_back({idx[i], logits[idx[i]] - log_z});
 }
 
+namespace {
+// Token order of the top-k and top-p truncations: higher logit first, lower id first among equals (a
+// strict total order, so the kept set is the same whatever the algorithm that finds it).
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// NaN logits (a broken row) sort last, with weight 0.
+float order_key(float logit) { return std::isnan(logit) ? -std::numeric_limits<float>::infinity() : logit; }
+
+// The largest non-NaN logit (NaN when all are).
+float max_logit(const float* logits, int32_t n_vocab) {
+  const float at_argmax = logits[argmax(logits, n_vocab)];
+  if (!std::isnan(at_argmax)) return at_argmax;
+  float mx = std::numeric_limits<float>::quiet_NaN();  // argmax answers 0 when logits[0] is NaN
+  for (int32_t i = 0; i < n_vocab; ++i)
+    if (!std::isnan(logits[i]) && !(logits[i] <= mx)) mx = logits[i];
+  return mx;
+}
+
+// Sum of w[0, n) in double, four chains (a 128k vocabulary per sequence per step: one chain is bound by
+// the add latency).
+double weight_sum(const float* w, int64_t n) {
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += w[i];
+    s1 += w[i + 1];
+    s2 += w[i + 2];
+    s3 += w[i + 3];
+  }
+  for (; i < n; ++i) s0 += w[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+// The draw: the first id whose running weight (ids in increasing order) passes u times the total; whole
+// runs of kWalkRun ids are stepped over by their sums. The answer always has a positive weight (the
+// last such id if rounding leaves the running sum short of the target); -1 when every weight is 0.
+constexpr int64_t kWalkRun = 256;
+int32_t walk_to(const float* w, int32_t n, double u) {
+  const double r = u * weight_sum(w, n);
+  double cum = 0.0;
+  for (int64_t start = 0; start < n; start += kWalkRun) {
+    const int64_t end = std::min<int64_t>(n, start + kWalkRun);
+    const double run = weight_sum(w + start, end - start);
+    if (cum + run <= r) {
+      cum += run;
+      continue;
+    }
+    for (int64_t i = start; i < end; ++i) {
+      cum += w[i];
+      if (r < cum && w[i] > 0.0f) return static_cast<int32_t>(i);
+    }
+  }
+  for (int32_t i = n - 1; i >= 0; --i)
+    if (w[i] > 0.0f) return i;
+  return -1;
+}
+
+// Bands of weight (relative to the top token's 1) in which top-p looks for its cut, highest first: at
+// everyday temperatures the tokens above the first hold all but a sliver of the mass, so a sort of a few
+// hundred tokens finds the cut; only a flat distribution needs the later bands.
+constexpr float kTopPBands[] = {1e-4f, 1e-9f, 0.0f};
+}  // namespace
+
+// What is kept, then one draw from it: top-k (the k first in by_logit order), min-p (at least min_p
+// times the top token's probability), top-p (the shortest run from the top, in by_logit order, whose
+// share of the top-k tokens' probability reaches top_p). The kept tokens are drawn from in id order,
+// which only the order of the walk depends on, so no truncation sorts the vocabulary just to draw.
 int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   if (n_vocab <= 0) fail("sampler: empty vocabulary");
   apply_penalties(logits, n_vocab);
-  if (params_.temperature == 0.0f) {
+  const float mx = params_.temperature == 0.0f ? 0.0f : max_logit(logits, n_vocab);
+  if (params_.temperature == 0.0f || std::isnan(mx)) {
     const int32_t id = argmax(logits, n_vocab);
     record_logprobs(logits, n_vocab, id);
     return id;
   }
-  // Candidates sorted by logit, truncated by top-k.
-  candidates_.resize(n_vocab);
-  for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i], i};
-  size_t keep = static_cast<size_t>(n_vocab);
-  if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  if (keep < candidates_.size()) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
-    candidates_.resize(keep);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
-  }
-  // Softmax at temperature.
   const float inv_t = 1.0f / params_.temperature;
-  const float mx = candidates_[0].first;
-  double sum = 0.0;
-  std::vector<double> probs(candidates_.size());
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    probs[i] = std::exp(static_cast<double>((candidates_[i].first - mx) * inv_t));
-    sum += probs[i];
-  }
-  for (double& p : probs) p /= sum;
-  // min-p: drop tokens below min_p times the top probability.
-  size_t n = probs.size();
-  if (params_.min_p > 0.0f) {
-    const double floor = params_.min_p * probs[0];
-    size_t m = 1;
-    while (m < n && probs[m] >= floor) ++m;
-    n = m;
-  }
-  // top-p: smallest prefix whose mass reaches top_p.
-  if (params_.top_p < 1.0f) {
-    double cum = 0.0;
-    size_t m = 0;
-    while (m < n) {
-      cum += probs[m++];
-      if (cum >= params_.top_p) break;
+  const double u = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
+  if (weights_.size() < static_cast<size_t>(n_vocab)) weights_.resize(static_cast<size_t>(n_vocab));
+  float* w = weights_.data();
+  // weights: exp((logit - max) / T), 0 for every token dropped so far; total: the top-k tokens' sum.
+  double total = 0.0;
+  if (params_.top_k > 0 && params_.top_k < n_vocab) {
+    candidates_.clear();
+    for (int32_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(order_key(logits[i]), i);
+    std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
+    std::fill(w, w + n_vocab, 0.0f);
+    for (int k = 0; k < params_.top_k; ++k) {
+      const auto [l, i] = candidates_[static_cast<size_t>(k)];
+      w[i] = std::exp((l - mx) * inv_t);  // 0 for a NaN's -inf
+      total += w[i];
     }
-    n = std::max<size_t>(1, m);
+  } else {
+    total = exp_weights(logits, n_vocab, mx, inv_t, w);
   }
-  double mass = 0.0;
-  for (size_t i = 0; i < n; ++i) mass += probs[i];
-  std::uniform_real_distribution<double> uni(0.0, mass);
-  const double r = uni(rng_);
-  double cum = 0.0;
-  size_t pick = n - 1;
-  for (size_t i = 0; i < n; ++i) {
-    cum += probs[i];
-    if (r < cum) {
-      pick = i;
-      break;
-    }
-  }
-  const int32_t id = candidates_[pick].second;
+  if (params_.min_p > 0.0f)
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (w[i] < params_.min_p) w[i] = 0.0f;
+  if (params_.top_p < 1.0f) cut_top_p(logits, n_vocab, total * static_cast<double>(params_.top_p));
+  const int32_t id = walk_to(w, n_vocab, u);
+  if (id < 0) fail("sampler: no token left to draw");  // not reached: the top token keeps weight 1
   record_logprobs(logits, n_vocab, id);
   return id;
+}
+
+// Zeroes the weights of every token after the top-p cut: candidates_ gathers the tokens of one band at
+// a time and sorts them after the bands above (each band's tokens all weigh less than any above, so
+// their sorted run extends the order as is) until the running weight reaches `target`.
+void Sampler::cut_top_p(const float* logits, int32_t n_vocab, double target) {
+  float* w = weights_.data();
+  candidates_.clear();
+  double cum = 0.0;
+  float upper = std::numeric_limits<float>::infinity();
+  for (float band : kTopPBands) {
+    const size_t start = candidates_.size();
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (w[i] > 0.0f && w[i] >= band && w[i] < upper) candidates_.emplace_back(order_key(logits[i]), i);
+    std::sort(candidates_.begin() + static_cast<std::ptrdiff_t>(start), candidates_.end(), by_logit);
+    for (size_t k = start; k < candidates_.size(); ++k) {
+      cum += w[candidates_[k].second];
+      if (cum >= target) {
+        for (size_t j = k + 1; j < candidates_.size(); ++j) w[candidates_[j].second] = 0.0f;
+        for (int32_t i = 0; i < n_vocab; ++i)
+          if (w[i] < band) w[i] = 0.0f;
+        return;
+      }
+    }
+    upper = band;
+  }
+  // Rounding left the whole set just short of the target: every token stays.
 }
 
 }  // namespace kvserve

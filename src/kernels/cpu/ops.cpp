@@ -114,4 +114,17 @@ int64_t argmax_ref(const float* x, int64_t n) {
 
 int64_t argmax(const float* x, int64_t n) { return cpu_has_avx2() ? avx2::argmax(x, n) : argmax_ref(x, n); }
 
+double exp_weights_ref(const float* x, int64_t n, float max, float inv_t, float* w) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = std::isnan(x[i]) ? 0.0f : std::exp((x[i] - max) * inv_t);
+    sum += w[i];
+  }
+  return sum;
+}
+
+double exp_weights(const float* x, int64_t n, float max, float inv_t, float* w) {
+  return cpu_has_avx2() ? avx2::exp_weights(x, n, max, inv_t, w) : exp_weights_ref(x, n, max, inv_t, w);
+}
+
 }  // namespace kvserve

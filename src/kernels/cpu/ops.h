@@ -50,4 +50,14 @@ namespace avx2 {
 int64_t argmax(const float* x, int64_t n);
 }
 
+// w[i] = exp((x[i] - max) * inv_t) for a row whose largest non-NaN element is `max` (inv_t > 0), and
+// returns the sum of the w[i] in double. NaN elements get weight 0. Temperature sampling over a whole
+// vocabulary (128k exps per sequence per step): the AVX2 path uses silu's exp (within 4 ulp of std::exp;
+// arguments below -87, a weight under 1.7e-38 of the largest, become 0).
+double exp_weights(const float* x, int64_t n, float max, float inv_t, float* w);
+double exp_weights_ref(const float* x, int64_t n, float max, float inv_t, float* w);
+namespace avx2 {
+double exp_weights(const float* x, int64_t n, float max, float inv_t, float* w);
+}
+
 }  // namespace kvserve

@@ -104,4 +104,34 @@ int64_t argmax(const float* x, int64_t n) {
   return 0;  // not reached: m is one of the elements
 }
 
+// Each element's weight depends on its own value only (the vector formula in range, 0 below it or for
+// NaN), so the weights are the same bits at any offset; the sum is taken in double over 8 lanes, then
+// the tail, then the lanes in order.
+double exp_weights(const float* x, int64_t n, float max, float inv_t, float* w) {
+  const __m256 vmax = _mm256_set1_ps(max), vinv = _mm256_set1_ps(inv_t), low = _mm256_set1_ps(kExpLow);
+  __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax), vinv);
+    // Ordered: false for NaN, so NaN lanes get 0 as the ones far below the maximum do.
+    const __m256 in_range = _mm256_cmp_ps(a, low, _CMP_GE_OQ);
+    const __m256 e = _mm256_and_ps(exp_in_range(_mm256_and_ps(a, in_range)), in_range);
+    _mm256_storeu_ps(w + i, e);
+    sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  double tail = 0.0;
+  for (; i < n; ++i) {
+    const float a = (x[i] - max) * inv_t;
+    w[i] = a >= kExpLow ? std::exp(a) : 0.0f;  // false for NaN
+    tail += w[i];
+  }
+  alignas(32) double lanes[8];
+  _mm256_store_pd(lanes, sum_lo);
+  _mm256_store_pd(lanes + 4, sum_hi);
+  double sum = tail;
+  for (double l : lanes) sum += l;
+  return sum;
+}
+
 }  // namespace kvserve::avx2
