@@ -1,6 +1,7 @@
 // Engine: continuous batching gives every request exactly the tokens it gets alone (Generator), under
 // chunking, mixing and preemption; prefix caching reports hits and isolates salts; n > 1 forks with
 // reproducible seeds; aborts and errors; and after every run each block is free or cached.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -126,12 +127,12 @@ void run_batch_against_generator(EngineOptions opts, bool expect_preemption) {
 
   Engine engine(stories(), opts);
   Collector col;
-  for (int i = 0; i < 8; ++i) engine.add_request(col.request("r" + std::to_string(i), prompts[i], params));
+  for (int i = 0; i < 8; ++i) engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params));
   expect_all_blocks_free_or_cached(engine);
 
   for (int i = 0; i < 8; ++i) {
     const GenerationResult want = alone(prompts[i], params);
-    const ChoiceResult got = col.get("r" + std::to_string(i));
+    const ChoiceResult got = col.get(fmt::format("r{}", i));
     EXPECT_TRUE(got.finished);
     EXPECT_EQ(got.ids, want.generated_ids) << "request " << i;
     EXPECT_EQ(got.text, want.text) << "request " << i;
@@ -218,6 +219,36 @@ TEST(Engine, ParallelSamplingForksAndEachChoiceIsReproducible) {
   EXPECT_EQ(c1.ids, alone(prompt, p1).generated_ids);
   EXPECT_EQ(c0.prompt_tokens, 21);
   EXPECT_EQ(engine.stats().prompt_tokens, 42u);  // the prompt counted once per request, not per choice
+}
+
+// 8 concurrent seeded requests, each with its own temperature / top-k / top-p / min-p, whose decode
+// rows the engine samples together on the pool: each matches its sequence generated alone.
+TEST(Engine, ConcurrentSeededSamplingMatchesGeneratorTokenForToken) {
+  std::mt19937 rng(4321);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params(8);
+  for (int i = 0; i < 8; ++i) {
+    prompts.push_back(random_prompt(rng, 4 + 7 * i));
+    SamplingParams& p = params[static_cast<size_t>(i)];
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    p.has_seed = true;
+    p.seed = 500 + static_cast<uint64_t>(i);
+    p.temperature = i == 0 ? 0.0f : 0.5f + 0.2f * static_cast<float>(i);
+    p.top_k = i % 3 == 1 ? 20 : 0;
+    p.top_p = i % 2 == 0 ? 0.9f : 1.0f;
+    p.min_p = i == 5 ? 0.02f : 0.0f;
+  }
+  Engine engine(stories(), small_options());
+  Collector col;
+  const auto name = [](int i) { return fmt::format("s{}", i); };
+  for (int i = 0; i < 8; ++i) engine.add_request(col.request(name(i), prompts[i], params[i]));
+  expect_all_blocks_free_or_cached(engine);
+  for (int i = 0; i < 8; ++i) {
+    const ChoiceResult got = col.get(name(i));
+    EXPECT_EQ(got.completion_tokens, 24);
+    EXPECT_EQ(got.ids, alone(prompts[i], params[i]).generated_ids) << "request " << i;
+  }
 }
 
 TEST(Engine, AbortMidwayFreesBlocks) {

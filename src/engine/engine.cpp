@@ -8,12 +8,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
 #include "engine/sampler.h"
@@ -69,6 +71,8 @@ struct Engine::Impl {
   void on_prompt_or_decode_done(SeqId seq, float* logits);
   void fork_children(ActiveRequest& a);
   void sample_choice(ActiveRequest& a, int index, float* logits);
+  void emit_token(ActiveRequest& a, int index, int32_t id);
+  void sample_decode_rows(const SchedulerOutput& out);
   void finish_choice(ActiveRequest& a, int index, const std::string& reason, RequestEvent ev,
                      const std::string& error = {});
   void reap_finished();
@@ -110,6 +114,14 @@ struct Engine::Impl {
   int32_t next_owner = 0;
   uint64_t prompt_tokens = 0, generation_tokens = 0, requests_finished = 0;
   std::vector<float> logits, scratch;
+  // A step's decode rows, sampled together on the pool before their tokens are handed out in order.
+  struct DecodeRow {
+    SeqId seq;
+    float* row;
+    Sampler* sampler;
+    int32_t id;
+  };
+  std::vector<DecodeRow> decode_rows;
   std::thread thread;
 };
 
@@ -249,12 +261,57 @@ void Engine::Impl::step() {
   }
   runner.forward(batch, view, logits);
   scheduler->update_after_step(out);
+  sample_decode_rows(out);
+  int64_t row = 0;
+  size_t decoded = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.completes_sequence) continue;
+    if (decoded < decode_rows.size() && decode_rows[decoded].seq == c.seq) {
+      if (auto it = by_seq.find(c.seq); it != by_seq.end())
+        emit_token(*it->second.first, it->second.second, decode_rows[decoded].id);
+      ++decoded;
+    } else {
+      on_prompt_or_decode_done(c.seq, logits.data() + row * n_vocab);
+    }
+    ++row;
+  }
+}
+
+// Every row of a sequence past its prompt is drawn from now, all of them at once on the pool: each row
+// and each choice's sampler belong to one sequence, and a temperature draw reads the whole vocabulary
+// (128k weights), which one thread did for 16 sequences while the others waited.
+void Engine::Impl::sample_decode_rows(const SchedulerOutput& out) {
+  decode_rows.clear();
   int64_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.completes_sequence) continue;
-    on_prompt_or_decode_done(c.seq, logits.data() + row * n_vocab);
+    float* r = logits.data() + row * n_vocab;
     ++row;
+    auto it = by_seq.find(c.seq);
+    if (it == by_seq.end() || !it->second.first->prompt_done) continue;
+    Choice& choice = *it->second.first->choices[it->second.second];
+    decode_rows.push_back({c.seq, r, &choice.sampler, -1});
   }
+  std::exception_ptr error;
+  std::mutex error_mu;
+  const auto draw = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      DecodeRow& d = decode_rows[static_cast<size_t>(i)];
+      try {
+        d.id = d.sampler->sample(d.row, n_vocab);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  const auto n = static_cast<int64_t>(decode_rows.size());
+  if (n > 1) {
+    ThreadPool::global().parallel_for_dynamic(n, draw);
+  } else {
+    draw(0, n);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void Engine::Impl::on_prompt_or_decode_done(SeqId seq, float* row) {
@@ -308,10 +365,14 @@ void Engine::Impl::fork_children(ActiveRequest& a) {
 }
 
 void Engine::Impl::sample_choice(ActiveRequest& a, int index, float* row) {
+  emit_token(a, index, a.choices[index]->sampler.sample(row, n_vocab));
+}
+
+// Appends a drawn token to its choice's sequence and reports it (and the end of the choice, if it is).
+void Engine::Impl::emit_token(ActiveRequest& a, int index, int32_t id) {
   Choice& c = *a.choices[index];
   SequenceState& s = *scheduler->find(c.seq);
   const SamplingParams& params = a.req.params;
-  const int32_t id = c.sampler.sample(row, n_vocab);
   c.sampler.accept(id);
   s.tokens.push_back(id);
   ++c.completion_tokens;
