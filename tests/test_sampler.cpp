@@ -262,6 +262,38 @@ TEST(Sampler, LogprobsAreNormalised) {
   EXPECT_NEAR(s.last_logprob(), s.last_top_logprobs()[0].logprob, 1e-6);
 }
 
+// The reported log-probabilities against a double-precision softmax of the same row: the chosen token's
+// and the top ones, in order (ties: lower id first), on a 32k-token row with repeated values.
+TEST(Sampler, LogprobsMatchDoubleSoftmax) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  std::vector<float> l(32000);
+  for (float& v : l) v = std::round(noise(rng) * 4.0f) / 4.0f;  // many ties
+  double mx = -1e30;
+  for (float v : l) mx = std::max(mx, static_cast<double>(v));
+  double z = 0;
+  for (float v : l) z += std::exp(static_cast<double>(v) - mx);
+  std::vector<int32_t> order(l.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  for (float temperature : {0.0f, 0.8f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.logprobs = 7;
+    p.has_seed = true;
+    Sampler s(p);
+    auto c = l;
+    const int32_t id = s.sample(c.data(), static_cast<int32_t>(l.size()));
+    const auto logprob = [&](int32_t i) { return static_cast<double>(l[i]) - mx - std::log(z); };
+    EXPECT_NEAR(s.last_logprob(), logprob(id), 1e-5);
+    ASSERT_EQ(s.last_top_logprobs().size(), 7u);
+    for (int k = 0; k < 7; ++k) {
+      EXPECT_EQ(s.last_top_logprobs()[k].id, order[k]) << k;
+      EXPECT_NEAR(s.last_top_logprobs()[k].logprob, logprob(order[k]), 1e-5) << k;
+    }
+  }
+}
+
 TEST(Sampler, RejectsOutOfRangeParameters) {
   SamplingParams p;
   p.top_p = 0.0f;

@@ -61,23 +61,6 @@ void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {
   }
 }
 
-void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen) {
-  last_top_.clear();
-  if (params_.logprobs <= 0) return;  // a full-vocabulary softmax per token is not free
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
-  double sum = 0.0;
-  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  const float log_z = mx + static_cast<float>(std::log(sum));
-  last_logprob_ = logits[chosen] - log_z;
-  const int k = std::min(params_.logprobs, n_vocab);
-  std::vector<int32_t> idx(n_vocab);
-  for (int32_t i = 0; i < n_vocab; ++i) idx[i] = i;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (int i = 0; i < k; ++i) last_top_.push_back({idx[i], logits[idx[i]] - log_z});
-}
 
 namespace {
 // Token order of the top-k and top-p truncations: higher logit first, lower id first among equals (a
@@ -143,6 +126,28 @@ int32_t walk_to(const float* w, int32_t n, double u) {
 // hundred tokens finds the cut; only a flat distribution needs the later bands.
 constexpr float kTopPBands[] = {1e-4f, 1e-9f, 0.0f};
 }  // namespace
+
+// A full-vocabulary softmax per token when asked for: the weights at temperature 1 in one vectorized
+// pass (weights_ is free again once the draw is made), the top ones by selection rather than a sort.
+void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen) {
+  last_top_.clear();
+  if (params_.logprobs <= 0) return;
+  const float mx = max_logit(logits, n_vocab);
+  if (std::isnan(mx)) {  // a row of NaNs has no distribution
+    last_logprob_ = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (weights_.size() < static_cast<size_t>(n_vocab)) weights_.resize(static_cast<size_t>(n_vocab));
+  const double sum = exp_weights(logits, n_vocab, mx, 1.0f, weights_.data());
+  const float log_z = mx + static_cast<float>(std::log(sum));
+  last_logprob_ = logits[chosen] - log_z;
+  const int k = std::min(params_.logprobs, n_vocab);
+  candidates_.clear();
+  for (int32_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(order_key(logits[i]), i);
+  std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(), by_logit);
+  std::sort(candidates_.begin(), candidates_.begin() + k, by_logit);
+  for (int i = 0; i < k; ++i) last_top_.push_back({candidates_[i].second, candidates_[i].first - log_z});
+}
 
 // What is kept, then one draw from it: top-k (the k first in by_logit order), min-p (at least min_p
 // times the top token's probability), top-p (the shortest run from the top, in by_logit order, whose
