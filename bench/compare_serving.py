@@ -3,10 +3,11 @@
 
 Workload (the serving target of the benchmarks issue): --clients concurrent clients, --requests requests,
 each a shared --prefix-len-token prefix plus a distinct --suffix-len-token suffix, --output-len new tokens
-(EOS ignored). Each server is started, warmed up, measured, and stopped in turn; llama-server runs in
-each configuration of --llama-configs (default: without and with flash attention) and the best is the
-baseline. TTFT on a prefix hit vs a cold prompt is measured one request at a time: cold = random prompts
-of the same length, hit = shared-prefix prompts after the prefix is cached.
+(EOS ignored), greedy unless --temperature is given. Each server is started, warmed up, measured, and
+stopped in turn; llama-server runs in each configuration of --llama-configs (default: without and with
+flash attention) and the best is the baseline. TTFT on a prefix hit vs a cold prompt is measured one
+request at a time: cold = random prompts of the same length, hit = shared-prefix prompts after the prefix
+is cached.
 
 llama-server is not on PyPI: build it from llama-cpp-python's sdist (vendor/llama.cpp) or point
 --llama-server at any binary, e.g.
@@ -65,7 +66,8 @@ def bench(args, url, *extra, seed=None):
 def measure(args, url):
     plen = args.prefix_len + args.suffix_len
     load = bench(args, url, "-n", str(args.requests), "-c", str(args.clients), "--prompts", "shared-prefix",
-                 "--prompt-len", str(plen), "--prefix-len", str(args.prefix_len), "--output-len", str(args.output_len))
+                 "--prompt-len", str(plen), "--prefix-len", str(args.prefix_len), "--output-len", str(args.output_len),
+                 "--temperature", str(args.temperature))
     cold = bench(args, url, "-n", "4", "-c", "1", "--prompts", "random", "--prompt-len", str(plen),
                  "--output-len", "1", "--warmup", "0", seed=args.seed + 1000)
     hit = bench(args, url, "-n", "4", "-c", "1", "--prompts", "shared-prefix", "--prompt-len", str(plen),
@@ -112,6 +114,9 @@ def main():
     ap.add_argument("--suffix-len", type=int, default=16)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature of the measured load (0 = greedy; each server's other sampling "
+                         "settings stay at its defaults)")
     ap.add_argument("--kvserve", default=find_kvserve())
     ap.add_argument("--llama-server", required=True, help="llama-server binary")
     ap.add_argument("--llama-configs", default="fa-off,fa-on",
