@@ -125,10 +125,50 @@ int32_t walk_to(const float* w, int32_t n, double u) {
 // everyday temperatures the tokens above the first hold all but a sliver of the mass, so a sort of a few
 // hundred tokens finds the cut; only a flat distribution needs the later bands.
 constexpr float kTopPBands[] = {1e-4f, 1e-9f, 0.0f};
+
+// Vocabulary-sized scratch, one per thread rather than per sampler: a server holds a sampler per running
+// choice, and samples on the pool's threads (a 128k vocabulary: 1.5 MiB a copy).
+struct Scratch {
+  std::vector<std::pair<float, int32_t>> candidates;  // (logit, id) of the tokens being ordered
+  std::vector<float> weights;                         // by id: exp((logit - max) / T), 0 once dropped
+};
+Scratch& scratch(int32_t n_vocab) {
+  thread_local Scratch s;
+  if (s.weights.size() < static_cast<size_t>(n_vocab)) s.weights.resize(static_cast<size_t>(n_vocab));
+  return s;
+}
+
+// Zeroes the weights of every token after the top-p cut: the candidates gather the tokens of one band at
+// a time and are sorted after the bands above (each band's tokens all weigh less than any above, so
+// their sorted run extends the order as is) until the running weight reaches `target`.
+void cut_top_p(const float* logits, int32_t n_vocab, double target, Scratch& sc) {
+  float* w = sc.weights.data();
+  auto& candidates = sc.candidates;
+  candidates.clear();
+  double cum = 0.0;
+  float upper = std::numeric_limits<float>::infinity();
+  for (float band : kTopPBands) {
+    const size_t start = candidates.size();
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (w[i] > 0.0f && w[i] >= band && w[i] < upper) candidates.emplace_back(order_key(logits[i]), i);
+    std::sort(candidates.begin() + static_cast<std::ptrdiff_t>(start), candidates.end(), by_logit);
+    for (size_t k = start; k < candidates.size(); ++k) {
+      cum += w[candidates[k].second];
+      if (cum >= target) {
+        for (size_t j = k + 1; j < candidates.size(); ++j) w[candidates[j].second] = 0.0f;
+        for (int32_t i = 0; i < n_vocab; ++i)
+          if (w[i] < band) w[i] = 0.0f;
+        return;
+      }
+    }
+    upper = band;
+  }
+  // Rounding left the whole set just short of the target: every token stays.
+}
 }  // namespace
 
 // A full-vocabulary softmax per token when asked for: the weights at temperature 1 in one vectorized
-// pass (weights_ is free again once the draw is made), the top ones by selection rather than a sort.
+// pass (the weights are free again once the draw is made), the top ones by selection rather than a sort.
 void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen) {
   last_top_.clear();
   if (params_.logprobs <= 0) return;
@@ -137,16 +177,17 @@ void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chos
     last_logprob_ = std::numeric_limits<float>::quiet_NaN();
     return;
   }
-  if (weights_.size() < static_cast<size_t>(n_vocab)) weights_.resize(static_cast<size_t>(n_vocab));
-  const double sum = exp_weights(logits, n_vocab, mx, 1.0f, weights_.data());
+  Scratch& sc = scratch(n_vocab);
+  const double sum = exp_weights(logits, n_vocab, mx, 1.0f, sc.weights.data());
   const float log_z = mx + static_cast<float>(std::log(sum));
   last_logprob_ = logits[chosen] - log_z;
   const int k = std::min(params_.logprobs, n_vocab);
-  candidates_.clear();
-  for (int32_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(order_key(logits[i]), i);
-  std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(), by_logit);
-  std::sort(candidates_.begin(), candidates_.begin() + k, by_logit);
-  for (int i = 0; i < k; ++i) last_top_.push_back({candidates_[i].second, candidates_[i].first - log_z});
+  auto& candidates = sc.candidates;
+  candidates.clear();
+  for (int32_t i = 0; i < n_vocab; ++i) candidates.emplace_back(order_key(logits[i]), i);
+  std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), by_logit);
+  std::sort(candidates.begin(), candidates.begin() + k, by_logit);
+  for (int i = 0; i < k; ++i) last_top_.push_back({candidates[i].second, candidates[i].first - log_z});
 }
 
 // What is kept, then one draw from it: top-k (the k first in by_logit order), min-p (at least min_p
@@ -164,17 +205,18 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   }
   const float inv_t = 1.0f / params_.temperature;
   const double u = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
-  if (weights_.size() < static_cast<size_t>(n_vocab)) weights_.resize(static_cast<size_t>(n_vocab));
-  float* w = weights_.data();
+  Scratch& sc = scratch(n_vocab);
+  float* w = sc.weights.data();
   // weights: exp((logit - max) / T), 0 for every token dropped so far; total: the top-k tokens' sum.
   double total = 0.0;
   if (params_.top_k > 0 && params_.top_k < n_vocab) {
-    candidates_.clear();
-    for (int32_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(order_key(logits[i]), i);
-    std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
+    auto& candidates = sc.candidates;
+    candidates.clear();
+    for (int32_t i = 0; i < n_vocab; ++i) candidates.emplace_back(order_key(logits[i]), i);
+    std::nth_element(candidates.begin(), candidates.begin() + params_.top_k, candidates.end(), by_logit);
     std::fill(w, w + n_vocab, 0.0f);
     for (int k = 0; k < params_.top_k; ++k) {
-      const auto [l, i] = candidates_[static_cast<size_t>(k)];
+      const auto [l, i] = candidates[static_cast<size_t>(k)];
       w[i] = std::exp((l - mx) * inv_t);  // 0 for a NaN's -inf
       total += w[i];
     }
@@ -184,38 +226,12 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   if (params_.min_p > 0.0f)
     for (int32_t i = 0; i < n_vocab; ++i)
       if (w[i] < params_.min_p) w[i] = 0.0f;
-  if (params_.top_p < 1.0f) cut_top_p(logits, n_vocab, total * static_cast<double>(params_.top_p));
+  if (params_.top_p < 1.0f) cut_top_p(logits, n_vocab, total * static_cast<double>(params_.top_p), sc);
   const int32_t id = walk_to(w, n_vocab, u);
   if (id < 0) fail("sampler: no token left to draw");  // not reached: the top token keeps weight 1
   record_logprobs(logits, n_vocab, id);
   return id;
 }
 
-// Zeroes the weights of every token after the top-p cut: candidates_ gathers the tokens of one band at
-// a time and sorts them after the bands above (each band's tokens all weigh less than any above, so
-// their sorted run extends the order as is) until the running weight reaches `target`.
-void Sampler::cut_top_p(const float* logits, int32_t n_vocab, double target) {
-  float* w = weights_.data();
-  candidates_.clear();
-  double cum = 0.0;
-  float upper = std::numeric_limits<float>::infinity();
-  for (float band : kTopPBands) {
-    const size_t start = candidates_.size();
-    for (int32_t i = 0; i < n_vocab; ++i)
-      if (w[i] > 0.0f && w[i] >= band && w[i] < upper) candidates_.emplace_back(order_key(logits[i]), i);
-    std::sort(candidates_.begin() + static_cast<std::ptrdiff_t>(start), candidates_.end(), by_logit);
-    for (size_t k = start; k < candidates_.size(); ++k) {
-      cum += w[candidates_[k].second];
-      if (cum >= target) {
-        for (size_t j = k + 1; j < candidates_.size(); ++j) w[candidates_[j].second] = 0.0f;
-        for (int32_t i = 0; i < n_vocab; ++i)
-          if (w[i] < band) w[i] = 0.0f;
-        return;
-      }
-    }
-    upper = band;
-  }
-  // Rounding left the whole set just short of the target: every token stays.
-}
 
 }  // namespace kvserve

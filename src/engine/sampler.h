@@ -36,14 +36,11 @@ class Sampler {
  private:
   void apply_penalties(float* logits, int32_t n_vocab) const;
   void record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen);
-  void cut_top_p(const float* logits, int32_t n_vocab, double target);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> prompt_counts_;
   std::unordered_map<int32_t, int> generated_counts_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // (logit, id) of the tokens being ordered
-  std::vector<float> weights_;                           // by id: exp((logit - max) / T), 0 once dropped
   float last_logprob_ = 0.0f;
   std::vector<TokenLogprob> last_top_;
 };
