@@ -4,8 +4,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
@@ -105,12 +105,14 @@ namespace {
 int32_t reference_draw(const std::vector<float>& logits, const SamplingParams& p, double u) {
   std::vector<std::pair<float, int32_t>> c;
   for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) c.emplace_back(logits[i], i);
-  std::sort(c.begin(), c.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size()) c.resize(static_cast<size_t>(p.top_k));
   std::vector<double> prob(c.size());
   double sum = 0;
-  for (size_t i = 0; i < c.size(); ++i) sum += prob[i] = std::exp(static_cast<double>(c[i].first - c[0].first) / p.temperature);
+  for (size_t i = 0; i < c.size(); ++i)
+    sum += prob[i] = std::exp(static_cast<double>(c[i].first - c[0].first) / p.temperature);
   size_t n = c.size();
   if (p.min_p > 0) {
     size_t m = 1;

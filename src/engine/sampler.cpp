@@ -61,7 +61,6 @@ void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {
   }
 }
 
-
 namespace {
 // Token order of the top-k and top-p truncations: higher logit first, lower id first among equals (a
 // strict total order, so the kept set is the same whatever the algorithm that finds it).
@@ -232,6 +231,5 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   record_logprobs(logits, n_vocab, id);
   return id;
 }
-
 
 }  // namespace kvserve

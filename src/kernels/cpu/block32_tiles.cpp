@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/grow_only.h"
 #include "core/fp16.h"
+#include "core/grow_only.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
