@@ -214,7 +214,8 @@ TEST(Sampler, TopPCutInTheSecondBand) {
   }
 }
 
-// NaN logits (a broken row) are never drawn and do not stop the draw; a row of NaNs still answers.
+// NaN logits (a broken row) are never drawn and do not stop the draw; rows of NaNs or of infinities still
+// answer.
 TEST(Sampler, NanLogitsAreNeverDrawn) {
   SamplingParams p;
   p.temperature = 1.0f;
@@ -231,6 +232,12 @@ TEST(Sampler, NanLogitsAreNeverDrawn) {
     std::vector<float> all_nan(5, nan);
     const int32_t id = s.sample(all_nan.data(), 5);
     EXPECT_TRUE(id >= 0 && id < 5);
+    // Infinite logits: a +inf token is the draw; a row of -inf (everything masked) still answers.
+    std::vector<float> inf_row = {1.0f, INFINITY, 2.0f, nan};
+    EXPECT_EQ(s.sample(inf_row.data(), 4), 1);
+    std::vector<float> masked(5, -INFINITY);
+    const int32_t m = s.sample(masked.data(), 5);
+    EXPECT_TRUE(m >= 0 && m < 5);
   }
 }
 

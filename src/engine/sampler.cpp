@@ -197,7 +197,9 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   if (n_vocab <= 0) fail("sampler: empty vocabulary");
   apply_penalties(logits, n_vocab);
   const float mx = params_.temperature == 0.0f ? 0.0f : max_logit(logits, n_vocab);
-  if (params_.temperature == 0.0f || std::isnan(mx)) {
+  // A row with no finite maximum (all NaN, all -inf, or a +inf) has no distribution to draw from: the
+  // greedy choice, which is a +inf token when there is one.
+  if (params_.temperature == 0.0f || !std::isfinite(mx)) {
     const int32_t id = argmax(logits, n_vocab);
     record_logprobs(logits, n_vocab, id);
     return id;
