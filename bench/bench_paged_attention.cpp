@@ -17,6 +17,7 @@
 //   <shape>/single_f16/<ctx>  one sequence with an f16 cache, scattered: the engine's batch-1 decode
 //   <shape>/single_f16_cold/<ctx>  the same, rotating through copies of the cache (64 MiB and more in
 //                             all) as a model's layers do, so every call reads its K/V from memory
+//   <shape>/region/<ctx>      region_cold with one copy of the cache, which stays in the caches
 //   <shape>/region_cold/<ctx> single_f16_cold the way a batch-1 decode step calls it (ModelRunner::
 //                             forward_single_token): the (partition, KV head) units split evenly over the
 //                             threads, each thread's run of partitions in one partition_heads call (the
@@ -61,7 +62,18 @@ constexpr Shape kShapes[] = {
     {"MQA_8x64", 8, 1, 64},      // multi-query: one KV head for 8 query heads
 };
 
-enum class Variant { Scattered, Contiguous, Batch16, Batch16F16, Batch16F16Cold, SingleF16, SingleF16Cold, RegionCold, Reference };
+enum class Variant {
+  Scattered,
+  Contiguous,
+  Batch16,
+  Batch16F16,
+  Batch16F16Cold,
+  SingleF16,
+  SingleF16Cold,
+  Region,
+  RegionCold,
+  Reference
+};
 
 constexpr int kBlockSize = 16;
 
@@ -123,12 +135,14 @@ void attend_as_decode_region(const PagedAttentionArgs& a, ThreadPool& pool) {
 
 void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   const int64_t ctx = state.range(0);
-  const bool batch16 = variant == Variant::Batch16 || variant == Variant::Batch16F16 || variant == Variant::Batch16F16Cold;
+  const bool batch16 =
+      variant == Variant::Batch16 || variant == Variant::Batch16F16 || variant == Variant::Batch16F16Cold;
   const int n_seqs = batch16 ? 16 : 1;
   Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous);
-  const bool region = variant == Variant::RegionCold;
-  const bool cold = variant == Variant::SingleF16Cold || variant == Variant::Batch16F16Cold || region;
-  if (cold) variant = batch16 ? Variant::Batch16F16 : Variant::SingleF16;
+  const bool region = variant == Variant::Region || variant == Variant::RegionCold;
+  const bool cold =
+      variant == Variant::SingleF16Cold || variant == Variant::Batch16F16Cold || variant == Variant::RegionCold;
+  if (cold || region) variant = batch16 ? Variant::Batch16F16 : Variant::SingleF16;
   // Cold: copies of the f16 K and V, one pair per "layer", used in turn; in one huge-page buffer like the
   // engine's KV pool (on 4 KiB pages every block would also miss the TLB).
   const size_t half_bytes = p.k16.size() * sizeof(uint16_t);
@@ -215,6 +229,7 @@ int main(int argc, char** argv) {
                                                       {"batch16_f16_cold", Variant::Batch16F16Cold},
                                                       {"single_f16", Variant::SingleF16},
                                                       {"single_f16_cold", Variant::SingleF16Cold},
+                                                      {"region", Variant::Region},
                                                       {"region_cold", Variant::RegionCold},
                                                       {"reference", Variant::Reference}};
   for (const Shape& s : kShapes) {
@@ -225,8 +240,8 @@ int main(int argc, char** argv) {
                     ->UseRealTime();
       // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
       const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Batch16F16Cold ||
-                         v == Variant::Reference ||
-                         v == Variant::SingleF16Cold || v == Variant::RegionCold;
+                         v == Variant::Reference || v == Variant::SingleF16Cold || v == Variant::Region ||
+                         v == Variant::RegionCold;
       for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
         if (!small || ctx <= 4096) b->Arg(ctx);
     }
