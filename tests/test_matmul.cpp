@@ -334,6 +334,62 @@ TEST(MatmulSharedInput, MixedWeightTypesFallBackToSeparateCalls) {
   EXPECT_EQ(yb, eb);
 }
 
+// Activations converted token by token on the pool's threads (MatmulActs::prepare / convert_token, rows in
+// a scattered order) give the bits of the matmuls that convert them themselves, for every conversion path:
+// the Q8_0/Q8_1 pack (Q4_0, Q4_1, Q8_0), Q8_K rows (Q4_K), F16 rows and F32 (read in place).
+TEST(MatmulConverted, TokenByTokenConversionMatchesMatmulBitForBit) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  const int64_t n_in = 256, n_tokens = 7;
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::F16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(type));
+    const auto a = random_weights(type, 40, n_in, rng), b = random_weights(type, 24, n_in, rng);
+    const Tensor wa = make_tensor(type, 40, n_in, a), wb = make_tensor(type, 24, n_in, b);
+    const auto x = random_floats(n_tokens * n_in, rng);
+    std::vector<float> ya(n_tokens * 40), yb(n_tokens * 24), ea(ya.size()), eb(yb.size());
+    const MatmulOutput outs[] = {{&wa, ya.data()}, {&wb, yb.data()}};
+    const MatmulOutput expected[] = {{&wa, ea.data()}, {&wb, eb.data()}};
+    matmul_shared_input(expected, x.data(), n_tokens, pool);
+
+    MatmulActs acts;
+    acts.prepare(type, x.data(), n_in, n_tokens);
+    pool.parallel_for_dynamic(n_tokens, [&](int64_t begin, int64_t end) {
+      for (int64_t t = end - 1; t >= begin; --t) acts.convert_token(t);
+    });
+    matmul_converted(outs, acts, pool);
+    EXPECT_EQ(ya, ea);
+    EXPECT_EQ(yb, eb);
+
+    // y += w x: the same as matmul_add.
+    auto residual = random_floats(n_tokens * 40, rng);
+    auto expected_sum = residual;
+    std::vector<float> scratch(ya.size());
+    matmul_add(wa, x.data(), n_tokens, expected_sum.data(), scratch.data(), pool);
+    matmul_add_converted(wa, acts, residual.data(), scratch.data(), pool);
+    EXPECT_EQ(residual, expected_sum);
+  }
+}
+
+TEST(MatmulConverted, RejectsOtherWeightsAndTokensOutOfRange) {
+  std::mt19937 rng(12);
+  const int64_t n_in = 64;
+  const auto a = random_weights(DType::Q8_0, 8, n_in, rng), b = random_weights(DType::F16, 8, n_in, rng);
+  const Tensor wa = make_tensor(DType::Q8_0, 8, n_in, a), wb = make_tensor(DType::F16, 8, n_in, b);
+  const auto x = random_floats(2 * n_in, rng);
+  std::vector<float> y(2 * 8), scratch(y.size());
+  MatmulActs acts;
+  acts.prepare(DType::Q8_0, x.data(), n_in, 2);
+  EXPECT_THROW(acts.convert_token(2), Error);
+  EXPECT_THROW(acts.convert_token(-1), Error);
+  acts.convert_token(0);
+  acts.convert_token(1);
+  // Converted for Q8_0: an F16 weight, or a Q8_0 one beside it, is refused.
+  EXPECT_THROW(matmul_add_converted(wb, acts, y.data(), scratch.data(), ThreadPool::global()), Error);
+  const MatmulOutput mixed[] = {{&wa, y.data()}, {&wb, y.data()}};
+  EXPECT_THROW(matmul_converted(mixed, acts, ThreadPool::global()), Error);
+  EXPECT_THROW(matmul_add_converted(wa, acts, y.data(), nullptr, ThreadPool::global()), Error);
+}
+
 // Weights of kMaxZmmGroups interleaved 8-row groups (the most any kernel takes) and kMaxZmmTokens (the most any kernel takes) packed
 // activation rows, for calling the Q4_0 / Q4_1 / Q8_0 interleaved kernels directly.
 struct Q32KernelCase {

@@ -49,16 +49,32 @@ void add_bias(float* y, const Tensor& b, int64_t n_tokens, int64_t n) {
 }
 }  // namespace
 
-void ModelRunner::normalize_tokens(const float* weight, int64_t n_tokens) {
+void ModelRunner::normalize_tokens(const float* weight, int64_t n_tokens, MatmulActs* acts) {
   const ModelConfig& c = model_.config;
   const int64_t E = c.n_embd;
   pool_.parallel_for(
       n_tokens,
       [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t)
+        for (int64_t t = begin; t < end; ++t) {
           rmsnorm(x_.data() + t * E, weight, xn_.data() + t * E, static_cast<int>(E), c.rms_eps);
+          if (acts != nullptr) acts->convert_token(t);
+        }
       },
       std::max<int64_t>(1, kNormGrainElems / E));
+}
+
+void ModelRunner::project_normalized(std::span<const MatmulOutput> outputs, const float* norm_weight,
+                                     int64_t n_tokens) {
+  // Converting each row where it was just normalized spares the conversion its own pass over the rows
+  // (and the pool a fork and join).
+  if (!matmul_inputs_shareable(outputs)) {
+    normalize_tokens(norm_weight, n_tokens);
+    matmul_shared_input(outputs, xn_.data(), n_tokens, pool_);
+    return;
+  }
+  step_acts_.prepare(outputs[0].w->type, xn_.data(), model_.config.n_embd, n_tokens);
+  normalize_tokens(norm_weight, n_tokens, &step_acts_);
+  matmul_converted(outputs, step_acts_, pool_);
 }
 
 int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits) {
@@ -107,10 +123,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = model_.layers[il];
-    normalize_tokens(static_cast<const float*>(L.attn_norm.data), n_tokens);
-
     const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
-    matmul_shared_input(qkv, xn_.data(), n_tokens, pool_);
+    project_normalized(qkv, static_cast<const float*>(L.attn_norm.data), n_tokens);
     add_bias(q_.data(), L.bq, n_tokens, QD);
     add_bias(k_.data(), L.bk, n_tokens, KD);
     add_bias(v_.data(), L.bv, n_tokens, KD);
@@ -161,14 +175,19 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     matmul_add(L.wo, attn_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
 
     // Feed-forward (SwiGLU).
-    normalize_tokens(static_cast<const float*>(L.ffn_norm.data), n_tokens);
     const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
-    matmul_shared_input(gate_up, xn_.data(), n_tokens, pool_);
-    // Elementwise (results do not depend on the split); one thread would leave the other core idle.
-    pool_.parallel_for_dynamic(
-        n_tokens * c.n_ff,
-        [&](int64_t b, int64_t e) { silu_mul(gate_.data() + b, up_.data() + b, gate_.data() + b, e - b); }, 4096);
-    matmul_add(L.w_down, gate_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
+    project_normalized(gate_up, static_cast<const float*>(L.ffn_norm.data), n_tokens);
+    // Elementwise (results do not depend on the split), token by token so that each thread converts the
+    // rows it just wrote for the down projection.
+    const int64_t F = c.n_ff;
+    step_acts_.prepare(L.w_down.type, gate_.data(), F, n_tokens);
+    pool_.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        silu_mul(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
+        step_acts_.convert_token(t);
+      }
+    });
+    matmul_add_converted(L.w_down, step_acts_, x_.data(), tmp_.data(), pool_);
   }
 
   // Output head only for the rows that need logits.

@@ -51,8 +51,11 @@ class ModelRunner {
 
  private:
   void ensure_scratch(int64_t n_tokens);
-  // xn_ = rmsnorm(x_, weight) for the first n_tokens rows, on the pool when there are enough of them.
-  void normalize_tokens(const float* weight, int64_t n_tokens);
+  // xn_ = rmsnorm(x_, weight) for the first n_tokens rows, on the pool when there are enough of them; with
+  // `acts` (prepared for xn_), each row is converted right after it is normalized.
+  void normalize_tokens(const float* weight, int64_t n_tokens, MatmulActs* acts = nullptr);
+  // outputs = weights x rmsnorm(x_, norm_weight) for the first n_tokens rows (xn_ holds the normalized rows).
+  void project_normalized(std::span<const MatmulOutput> outputs, const float* norm_weight, int64_t n_tokens);
   bool region_weights_ok() const;
   bool single_token_region_applies() const;
   int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);
@@ -64,6 +67,9 @@ class ModelRunner {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
   std::vector<int64_t> kv_offset_;   // per token of the batch: element offset of its K/V slot (head 0), any layer
+  // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
+  // before Q/K/V and gate/up, SiLU before the down projection).
+  MatmulActs step_acts_;
 
   // The single-token region's state: each thread's own copies of what the per-op path computes once on
   // the calling thread, and the attention partitions' partials.

@@ -152,10 +152,10 @@ struct ConvertedActs {
 
 bool use_block32(DType weight_type) { return cpu_has_avx2() && has_block32_tile(weight_type); }
 
-// Converts into `pack` / `scratch`, which must outlive the result. With a pool, many tokens are
-// converted in parallel; without (nullptr), on this thread.
-ConvertedActs convert_activations_into(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens,
-                                       ThreadPool* pool, ActPack32& pack, std::vector<uint8_t>& scratch) {
+// Sizes `pack` / `scratch` (which must outlive the result) for n_tokens rows of x converted for weights of
+// weight_type; convert_token then fills them row by row, in any order and from any thread.
+ConvertedActs prepare_activations(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens, ActPack32& pack,
+                                  std::vector<uint8_t>& scratch) {
   ConvertedActs a;
   a.kind = dot_kind(weight_type, cpu_has_avx2());
   a.block32 = use_block32(weight_type);
@@ -163,33 +163,43 @@ ConvertedActs convert_activations_into(DType weight_type, const float* x, int64_
   a.rows = reinterpret_cast<const uint8_t*>(x);
   a.n_tokens = n_tokens;
   if (a.kind.convert == nullptr) return a;
-  const bool parallel = pool != nullptr && n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems;
   if (a.block32) {
     // Only the pack is read (the interleaved kernels and the block32 tiles): quantize straight into it.
     pack.reset(a.kind.act_type, n_in, n_tokens);
-    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) pack.quantize_avx2(t, x + t * n_in);
-    };
-    if (parallel) {
-      pool->parallel_for(n_tokens, quantize_tokens);
-    } else {
-      quantize_tokens(0, n_tokens);
-    }
     a.rows = nullptr;
     a.pack = &pack;
     return a;
   }
   grow_to(scratch, static_cast<int64_t>(a.row_bytes) * n_tokens);
-  uint8_t* dst = scratch.data();
+  a.rows = scratch.data();
+  return a;
+}
+
+// Token t's row of x (n_in floats) into a (prepared by prepare_activations with `pack` and `scratch`).
+void convert_token(const ConvertedActs& a, ActPack32& pack, std::vector<uint8_t>& scratch, int64_t t,
+                   const float* x_row, int64_t n_in) {
+  if (a.kind.convert == nullptr) return;  // the kernels read x itself
+  if (a.block32) {
+    pack.quantize_avx2(t, x_row);
+  } else {
+    a.kind.convert(x_row, scratch.data() + t * a.row_bytes, n_in);
+  }
+}
+
+// Converts into `pack` / `scratch`, which must outlive the result. With a pool, many tokens are
+// converted in parallel; without (nullptr), on this thread.
+ConvertedActs convert_activations_into(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens,
+                                       ThreadPool* pool, ActPack32& pack, std::vector<uint8_t>& scratch) {
+  const ConvertedActs a = prepare_activations(weight_type, x, n_in, n_tokens, pack, scratch);
+  if (a.kind.convert == nullptr) return a;
   auto convert_tokens = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) a.kind.convert(x + t * n_in, dst + t * a.row_bytes, n_in);
+    for (int64_t t = t0; t < t1; ++t) convert_token(a, pack, scratch, t, x + t * n_in, n_in);
   };
-  if (parallel) {
+  if (pool != nullptr && n_tokens > 1 && n_tokens * n_in >= kParallelConvertElems) {
     pool->parallel_for(n_tokens, convert_tokens);
   } else {
     convert_tokens(0, n_tokens);
   }
-  a.rows = dst;
   return a;
 }
 
@@ -500,6 +510,20 @@ void multiply_stacked_rows(std::span<const MatmulOutput> outputs, const Converte
   }
 }
 
+// y += w x over the pool (matmul_add): each thread adds the rows it computed.
+void add_rows_over_pool(const Tensor& w, const ConvertedActs& acts, float* y, float* scratch, ThreadPool& pool) {
+  const int64_t n_out = w.rows();
+  const int64_t n_tokens = acts.n_tokens;
+  pool.parallel_for_balanced(
+      n_out,
+      [&](int64_t begin, int64_t end) {
+        multiply_rows(w, acts, scratch, begin, end);
+        for (int64_t t = 0; t < n_tokens; ++t)
+          add_inplace(y + t * n_out + begin, scratch + t * n_out + begin, end - begin);
+      },
+      balance_chunk_rows(w.row_size(), n_tokens));
+}
+
 }  // namespace
 
 bool cpu_has_avx2() {
@@ -524,16 +548,7 @@ void matmul_add(const Tensor& w, const float* x, int64_t n_tokens, float* y, flo
   check_matmul_args(w, x, n_tokens, y);
   if (scratch == nullptr) fail("matmul_add: null scratch");
   if (n_tokens == 0) return;
-  const ConvertedActs acts = convert_activations(w.type, x, w.cols(), n_tokens, pool);
-  const int64_t n_out = w.rows();
-  pool.parallel_for_balanced(
-      n_out,
-      [&](int64_t begin, int64_t end) {
-        multiply_rows(w, acts, scratch, begin, end);
-        for (int64_t t = 0; t < n_tokens; ++t)
-          add_inplace(y + t * n_out + begin, scratch + t * n_out + begin, end - begin);
-      },
-      balance_chunk_rows(w.row_size(), n_tokens));
+  add_rows_over_pool(w, convert_activations(w.type, x, w.cols(), n_tokens, pool), y, scratch, pool);
 }
 
 void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens, ThreadPool& pool) {
@@ -562,6 +577,7 @@ struct MatmulActs::Storage {
   ConvertedActs acts;
   DType weight_type = DType::F32;
   int64_t n_in = 0;
+  const float* x = nullptr;  // the rows prepare() was given
 };
 
 MatmulActs::MatmulActs() : storage_(std::make_unique<Storage>()) {}
@@ -574,6 +590,20 @@ void MatmulActs::convert(DType weight_type, const float* x, int64_t n_in, int64_
   st.acts = convert_activations_into(weight_type, x, n_in, n_tokens, nullptr, st.pack, st.scratch);
   st.weight_type = weight_type;
   st.n_in = n_in;
+}
+
+void MatmulActs::prepare(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens) {
+  Storage& st = *storage_;
+  st.acts = prepare_activations(weight_type, x, n_in, n_tokens, st.pack, st.scratch);
+  st.weight_type = weight_type;
+  st.n_in = n_in;
+  st.x = x;
+}
+
+void MatmulActs::convert_token(int64_t t) {
+  Storage& st = *storage_;
+  if (t < 0 || t >= st.acts.n_tokens) fail("MatmulActs: token {} outside the {} prepared", t, st.acts.n_tokens);
+  kvserve::convert_token(st.acts, st.pack, st.scratch, t, st.x + t * st.n_in, st.n_in);
 }
 
 namespace {
@@ -592,6 +622,29 @@ void matmul_rows(const Tensor& w, const MatmulActs& acts, float* y, int64_t row_
 void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end) {
   if (outputs.empty()) return;
   multiply_stacked_rows(outputs, converted_for(*acts.storage_, *outputs[0].w), begin, end);
+}
+
+void matmul_converted(std::span<const MatmulOutput> outputs, const MatmulActs& acts, ThreadPool& pool) {
+  if (outputs.empty()) return;
+  if (!matmul_inputs_shareable(outputs)) fail("matmul_converted: the weights differ in type or row length");
+  const ConvertedActs& a = converted_for(*acts.storage_, *outputs[0].w);
+  int64_t total_rows = 0;
+  for (const MatmulOutput& o : outputs) {
+    check_matmul_args(*o.w, acts.storage_->x, a.n_tokens, o.y);
+    total_rows += o.w->rows();
+  }
+  if (a.n_tokens == 0) return;
+  pool.parallel_for_balanced(
+      total_rows, [&](int64_t begin, int64_t end) { multiply_stacked_rows(outputs, a, begin, end); },
+      balance_chunk_rows(outputs[0].w->row_size(), a.n_tokens));
+}
+
+void matmul_add_converted(const Tensor& w, const MatmulActs& acts, float* y, float* scratch, ThreadPool& pool) {
+  const ConvertedActs& a = converted_for(*acts.storage_, w);
+  check_matmul_args(w, acts.storage_->x, a.n_tokens, y);
+  if (scratch == nullptr) fail("matmul_add: null scratch");
+  if (a.n_tokens == 0) return;
+  add_rows_over_pool(w, a, y, scratch, pool);
 }
 
 bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs) {

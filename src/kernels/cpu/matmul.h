@@ -44,17 +44,29 @@ class MatmulActs {
   MatmulActs& operator=(MatmulActs&&) noexcept;
   // n_tokens rows of n_in floats, converted (on this thread) for weights of type weight_type.
   void convert(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens);
+  // The same token by token, for rows computed by several threads (each converts the rows it just wrote,
+  // while they are in its cache): prepare sizes the storage for x's n_tokens rows (not read yet), then
+  // convert_token(t) converts row t. Distinct rows may be converted on different threads at once; the
+  // bits are convert()'s.
+  void prepare(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens);
+  void convert_token(int64_t t);
 
   struct Storage;
 
  private:
   friend void matmul_rows(const Tensor&, const MatmulActs&, float*, int64_t, int64_t);
   friend void matmul_rows_stacked(std::span<const MatmulOutput>, const MatmulActs&, int64_t, int64_t);
+  friend void matmul_converted(std::span<const MatmulOutput>, const MatmulActs&, ThreadPool&);
+  friend void matmul_add_converted(const Tensor&, const MatmulActs&, float*, float*, ThreadPool&);
   std::unique_ptr<Storage> storage_;
 };
 // y rows [row_begin, row_end) of every token (y laid out as matmul's); acts converted for w's type and
 // row length.
 void matmul_rows(const Tensor& w, const MatmulActs& acts, float* y, int64_t row_begin, int64_t row_end);
+// matmul_shared_input and matmul_add over the pool, with every token of `acts` converted already
+// (MatmulActs::prepare / convert_token, for weights sharing a type and row length). The same bits.
+void matmul_converted(std::span<const MatmulOutput> outputs, const MatmulActs& acts, ThreadPool& pool);
+void matmul_add_converted(const Tensor& w, const MatmulActs& acts, float* y, float* scratch, ThreadPool& pool);
 // Rows [begin, end) of the outputs' weights stacked in order (as matmul_shared_input splits them).
 void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end);
 // True when the weights share a type and row length (one conversion serves all; matmul_rows_stacked).
