@@ -577,7 +577,7 @@ struct MatmulActs::Storage {
   ConvertedActs acts;
   DType weight_type = DType::F32;
   int64_t n_in = 0;
-  const float* x = nullptr;  // the rows prepare() was given
+  const float* x = nullptr;  // the rows convert() or prepare() was given
 };
 
 MatmulActs::MatmulActs() : storage_(std::make_unique<Storage>()) {}
@@ -590,6 +590,7 @@ void MatmulActs::convert(DType weight_type, const float* x, int64_t n_in, int64_
   st.acts = convert_activations_into(weight_type, x, n_in, n_tokens, nullptr, st.pack, st.scratch);
   st.weight_type = weight_type;
   st.n_in = n_in;
+  st.x = x;
 }
 
 void MatmulActs::prepare(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens) {
