@@ -30,7 +30,9 @@ nothing twice can reach.
 The triad is taken before every repeat and after the last; the bound uses the best of them. On a host
 whose bandwidth (and, with busy neighbours, compute) drifts within minutes, two more figures show the
 spread: each repeat's kvserve/llama.cpp ratio (its two runs were taken back to back), and each kvserve
-decode against the triads measured just before and after it.
+decode against the triads measured just before and after it. The same calls also measure what the host
+reads alone (`kvserve bench --triad`'s read-only loop: 8 streams a thread, prefetched into L2), and each
+decode's bytes per second are set against it too: a host can read well below its triad, which also writes.
 
   python3 bench/compare_llamacpp.py -m model.gguf -t 2
   python3 bench/compare_llamacpp.py -m model.gguf -t 2 --prompt-len 64 --gen-len 16 \\
@@ -298,6 +300,7 @@ def main():
     results = {name: {"kvserve": [], "llama.cpp": []} for name, *_ in cases}
     weight_bytes = None
     decode_triads = []  # per repeat: the triads just before and just after kvserve's batch-1 run
+    decode_reads = []   # and the read-only bandwidths measured with them
     for r in range(args.repeats):
         for name, n, plen, glen in cases:
             order = ["kvserve", "llama.cpp"] if r % 2 == 0 else ["llama.cpp", "kvserve"]
@@ -306,11 +309,16 @@ def main():
                     # Batch-1 decode is bandwidth-bound: a triad right before and right after it (this host's
                     # two vCPUs move between placements whose triads differ up to 2.5x within minutes, so a
                     # triad taken with the other runs in between can belong to another placement).
+                    # The same calls measure what the host reads alone (no writes), for decode's reads.
                     if n == 1:
-                        decode_triads.append(kvserve_json(args, "--triad")["triad"]["best_gb_s"])
+                        t = kvserve_json(args, "--triad")
+                        decode_triads.append(t["triad"]["best_gb_s"])
+                        decode_reads.append(t["read"]["best_gb_s"])
                     j = kvserve_run(args, n, plen, glen, n)
                     if n == 1:
-                        decode_triads.append(kvserve_json(args, "--triad")["triad"]["best_gb_s"])
+                        t = kvserve_json(args, "--triad")
+                        decode_triads.append(t["triad"]["best_gb_s"])
+                        decode_reads.append(t["read"]["best_gb_s"])
                     weight_bytes = j["weight_bytes_per_token"]
                     # Decode: the window where every sequence was decoding (kvserve adds requests one by one,
                     # so early steps can mix prefill in); the same as llama.cpp's pure decode loop.
@@ -331,6 +339,8 @@ def main():
     bw = max(triad_best) * 1e9
     bound = bw / weight_bytes
     kv_pos = kv_bytes_per_position(args)
+    # Bytes batch-1 decode reads per token: the weights and the K/V of the average position.
+    per_token = weight_bytes + kv_pos * (args.prompt_len + args.gen_len / 2)
 
     def kv_bound(n_seqs, prompt_len, gen_len):
         # Tokens/s if a step read the weights once and each sequence's K/V once, at triad bandwidth.
@@ -371,6 +381,12 @@ def main():
                 fig["of_bound_with_kv_around_run"] = [
                     x / (bkv * max(decode_triads[2 * r], decode_triads[2 * r + 1]) * 1e9 / bw)
                     for r, x in enumerate(ks)]
+                # What each run read per second against the better read-only loop right around it: how
+                # close decode comes to what this host reads at all (not a target; the triad also writes).
+                fig["decode_reads_gb_s"] = decode_reads
+                fig["reads_of_read_loop_around_run"] = [
+                    x * per_token / (max(decode_reads[2 * r], decode_reads[2 * r + 1]) * 1e9)
+                    for r, x in enumerate(ks)]
         out["figures"].append(fig)
     out["targets"] = targets(out["figures"], args.skip_batched)
     if args.json:
@@ -401,10 +417,14 @@ def main():
                 print("  each kvserve repeat against the better triad taken right before / after it (%s GB/s), "
                       "counting K/V: %s" % (" ".join("%.1f" % t for t in f["decode_triads_gb_s"]),
                                             " ".join("%.0f%%" % (100 * x) for x in f["of_bound_with_kv_around_run"])))
+            if "reads_of_read_loop_around_run" in f:
+                print("  each kvserve repeat's reads (weights + K/V) against the better read-only loop right before / "
+                      "after it (%s GB/s): %s" % (" ".join("%.1f" % t for t in f["decode_reads_gb_s"]),
+                                                 " ".join("%.0f%%" % (100 * x)
+                                                          for x in f["reads_of_read_loop_around_run"])))
     # What batch-1 decode actually read per second (weights + K/V), next to the triad: on a host whose
     # triad moves less than a read stream can, a fraction of the bound above 100 % says so.
     single = out["figures"][0]
-    per_token = weight_bytes + kv_pos * (args.prompt_len + args.gen_len / 2)
     print("batch-1 decode reads: kvserve %.1f GB/s, llama.cpp %.1f GB/s (weights + K/V), triad %.1f GB/s"
           % (single["kvserve"] * per_token / 1e9, single["llama.cpp"] * per_token / 1e9, bw / 1e9))
     print("targets (medians; then each repeat alone):")

@@ -296,6 +296,22 @@ TEST(BenchTriad, MeasuresSomething) {
   EXPECT_EQ(t.array_bytes, 4 << 20);
 }
 
+TEST(BenchRead, MeasuresTheBytesItReads) {
+  const ReadResult r = measure_read(ThreadPool::global(), 8 << 20, 2);
+  EXPECT_GT(r.best_gb_s, 0);
+  EXPECT_GE(r.best_gb_s, r.median_gb_s);
+  EXPECT_EQ(r.threads, ThreadPool::global().size());
+  // Whole 256-byte steps of 8 streams per thread: at most one step of each stream short of the buffer.
+  EXPECT_LE(r.bytes, 8 << 20);
+  EXPECT_GT(r.bytes, (8 << 20) - int64_t{8} * 256 * r.threads);
+  EXPECT_EQ(r.bytes % (int64_t{8} * 256 * r.threads), 0);
+}
+
+TEST(BenchRead, RejectsABufferTooSmallForItsStreams) {
+  EXPECT_THROW(measure_read(ThreadPool::global(), 1024, 2), Error);
+  EXPECT_THROW(measure_read(ThreadPool::global(), 8 << 20, 0), Error);
+}
+
 TEST(BenchServing, CompletesEveryRequestAgainstKvserveServe) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
   StoriesFolder folder;
@@ -439,6 +455,18 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
     of_around.push_back(f[0]["kvserve_runs"][r].get<double>() /
                         (f[0]["bound_with_kv"].get<double>() * best / j["triad_gb_s"].get<double>()));
     EXPECT_NEAR(f[0]["of_bound_with_kv_around_run"][r].get<double>(), of_around[r], 1e-9);
+  }
+  // And its bytes per second (weights + K/V of the average position) against the read-only loops measured
+  // by the same calls.
+  const auto reads = f[0]["decode_reads_gb_s"].get<std::vector<double>>();
+  ASSERT_EQ(reads.size(), 4u);
+  ASSERT_EQ(f[0]["reads_of_read_loop_around_run"].size(), 2u);
+  const double per_token = j["weight_bytes_per_token"].get<double>() + j["kv_bytes_per_position"].get<double>() * (16 + 8 / 2.0);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_GT(reads[2 * r], 0);
+    EXPECT_NEAR(f[0]["reads_of_read_loop_around_run"][r].get<double>(),
+                f[0]["kvserve_runs"][r].get<double>() * per_token / (std::max(reads[2 * r], reads[2 * r + 1]) * 1e9),
+                1e-9);
   }
   // The targets: each median figure against its threshold, met exactly when it reaches it.
   const json& t = j["targets"];

@@ -17,4 +17,18 @@ struct TriadResult {
 // n floats per array (default 32M = 128 MiB each, far beyond any cache); one untimed pass first.
 TriadResult measure_triad(ThreadPool& pool = ThreadPool::global(), int64_t n = int64_t{32} << 20, int reps = 5);
 
+// Read-only bandwidth: each pool thread reads its share of one buffer as 8 interleaved streams, asking
+// for each stream's lines 2 KiB ahead into L2 (on this project's Zen 4 host the fastest of 1-8 streams
+// with and without prefetch, ~1.2x a single stream). Batch-1 decode only reads, and a host's read rate
+// can sit well below its triad (which also writes): this says how close to the host's reads it gets.
+struct ReadResult {
+  double best_gb_s = 0;  // fastest repetition, 1e9 bytes/s of bytes read
+  double median_gb_s = 0;
+  int64_t bytes = 0;     // bytes read per repetition
+  int threads = 0;
+};
+
+// A buffer of `bytes` (default 512 MiB; at least 8 streams of 256 bytes per thread); one untimed pass first.
+ReadResult measure_read(ThreadPool& pool = ThreadPool::global(), int64_t bytes = int64_t{512} << 20, int reps = 5);
+
 }  // namespace kvserve::bench

@@ -89,6 +89,10 @@ nlohmann::json triad_json(const bench::TriadResult& t) {
           {"threads", t.threads}};
 }
 
+nlohmann::json read_json(const bench::ReadResult& r) {
+  return {{"best_gb_s", r.best_gb_s}, {"median_gb_s", r.median_gb_s}, {"bytes", r.bytes}, {"threads", r.threads}};
+}
+
 void print_json(const nlohmann::json& j) {
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -207,11 +211,14 @@ void run_bench(const BenchArgs& a) {
   if (!a.url.empty()) return run_serving(a);
   if (a.model.empty() && a.triad) {
     const bench::TriadResult t = bench::measure_triad();
+    const bench::ReadResult r = bench::measure_read();
     if (a.json) {
-      print_json({{"mode", "triad"}, {"triad", triad_json(t)}});
+      print_json({{"mode", "triad"}, {"triad", triad_json(t)}, {"read", read_json(r)}});
     } else {
       std::printf("STREAM triad: best %.1f GB/s, median %.1f GB/s (%d threads, 3 x %.0f MiB)\n", t.best_gb_s,
                   t.median_gb_s, t.threads, static_cast<double>(t.array_bytes) / (1 << 20));
+      std::printf("reads alone: best %.1f GB/s, median %.1f GB/s (%d threads, %.0f MiB)\n", r.best_gb_s, r.median_gb_s,
+                  r.threads, static_cast<double>(r.bytes) / (1 << 20));
     }
     return;
   }
@@ -265,7 +272,7 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--timeout", a->timeout, "Serving: per-request timeout in seconds")->capture_default_str();
   c->add_option("--max-token-id", a->max_token_id, "Serving without -m: prompt ids are drawn from [100, this)")
       ->capture_default_str();
-  c->add_flag("--triad", a->triad, "Measure the STREAM triad bandwidth too (alone when no model or URL is given)");
+  c->add_flag("--triad", a->triad, "Measure the STREAM triad bandwidth too (alone when no model or URL is given: then the read-only bandwidth too)");
   c->add_flag("--json", a->json, "Print one JSON object with every figure");
   c->callback([a] { run_bench(*a); });
 }
