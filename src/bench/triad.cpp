@@ -54,13 +54,16 @@ constexpr int kReadStreams = 8;
 constexpr int64_t kStepWords = 32;           // 256 bytes per stream per step
 constexpr int64_t kAheadWords = 2048 / 8;    // prefetch distance
 
-// Words [begin, end) of this thread's share: kReadStreams streams of `len` words each, walked side by side.
+// One thread's share: kReadStreams streams of `len` words each, back to back, walked side by side a step
+// at a time; each stream's lines asked for kAheadWords ahead (within the stream).
 uint64_t read_streams(const uint64_t* p, int64_t len) {
   uint64_t acc[kStepWords] = {};
   for (int64_t off = 0; off < len; off += kStepWords) {
+    const bool ahead = off + kAheadWords < len;
     for (int s = 0; s < kReadStreams; ++s) {
       const uint64_t* q = p + s * len + off;
-      for (int64_t l = 0; l < kStepWords; l += 8) __builtin_prefetch(q + kAheadWords + l, 0, 2);
+      if (ahead)
+        for (int64_t l = 0; l < kStepWords; l += 8) __builtin_prefetch(q + kAheadWords + l, 0, 2);
       for (int64_t w = 0; w < kStepWords; ++w) acc[w] += q[w];
     }
   }
@@ -92,7 +95,7 @@ ReadResult measure_read(ThreadPool& pool, int64_t bytes, int reps) {
     const auto t0 = std::chrono::steady_clock::now();
     pool.run([&](int ti, int) { sums[static_cast<size_t>(ti)] = read_streams(buf.get() + ti * share, len); });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0 && s > 0) gbs.push_back(static_cast<double>(share * nt) * 8.0 / s / 1e9);
+    if (r > 0) gbs.push_back(s > 0 ? static_cast<double>(share * nt) * 8.0 / s / 1e9 : 0.0);
   }
   // Keep the reads observable.
   volatile uint64_t sink = 0;
