@@ -23,6 +23,8 @@
 //                             threads, each thread's run of partitions in one partition_heads call (the
 //                             blocks in address order with their heads inside), a barrier, each thread
 //                             merging its share of the heads
+//   <shape>/region_cold_contiguous/<ctx> region_cold with the blocks in order: one request on a fresh pool
+//                             (`kvserve bench -n 1`), where the core's stream prefetcher follows the blocks
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
 //
 // MQA_8x64 (one KV head) is where a single sequence has fewer items than threads: its context
@@ -72,6 +74,7 @@ enum class Variant {
   SingleF16Cold,
   Region,
   RegionCold,
+  RegionColdContiguous,
   Reference
 };
 
@@ -138,10 +141,11 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   const bool batch16 =
       variant == Variant::Batch16 || variant == Variant::Batch16F16 || variant == Variant::Batch16F16Cold;
   const int n_seqs = batch16 ? 16 : 1;
-  Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous);
-  const bool region = variant == Variant::Region || variant == Variant::RegionCold;
-  const bool cold =
-      variant == Variant::SingleF16Cold || variant == Variant::Batch16F16Cold || variant == Variant::RegionCold;
+  Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous && variant != Variant::RegionColdContiguous);
+  const bool region =
+      variant == Variant::Region || variant == Variant::RegionCold || variant == Variant::RegionColdContiguous;
+  const bool cold = variant == Variant::SingleF16Cold || variant == Variant::Batch16F16Cold ||
+                    variant == Variant::RegionCold || variant == Variant::RegionColdContiguous;
   if (cold || region) variant = batch16 ? Variant::Batch16F16 : Variant::SingleF16;
   // Cold: copies of the f16 K and V, one pair per "layer", used in turn; in one huge-page buffer like the
   // engine's KV pool (on 4 KiB pages every block would also miss the TLB).
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
                                                       {"single_f16_cold", Variant::SingleF16Cold},
                                                       {"region", Variant::Region},
                                                       {"region_cold", Variant::RegionCold},
+                                                      {"region_cold_contiguous", Variant::RegionColdContiguous},
                                                       {"reference", Variant::Reference}};
   for (const Shape& s : kShapes) {
     for (const auto& [vname, v] : variants) {
@@ -241,7 +246,7 @@ int main(int argc, char** argv) {
       // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
       const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Batch16F16Cold ||
                          v == Variant::Reference || v == Variant::SingleF16Cold || v == Variant::Region ||
-                         v == Variant::RegionCold;
+                         v == Variant::RegionCold || v == Variant::RegionColdContiguous;
       for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
         if (!small || ctx <= 4096) b->Arg(ctx);
     }

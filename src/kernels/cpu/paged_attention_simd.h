@@ -849,9 +849,14 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       const int rows_max = std::min(bs, max_valid - first);
       // K of the block two ahead (and, at the call's first block, of the next one, which no earlier block
       // asked for): one block ahead, the K rows of a cache in memory arrived after their scores started
-      // (perf: the first FMA on each K row took a sixth of the scores' samples).
+      // (perf: the first FMA on each K row took a sixth of the scores' samples). Not where that block
+      // follows its predecessor in memory (a request's blocks allocated in a row): the core's stream
+      // prefetcher is already fetching it, and the prefetch instructions only took the miss buffers the
+      // V rows' hints need. SmolLM2 batch-1 decode after 512 positions, steps alternating in one process:
+      // attention 4-10 % faster, the step 1.5-5 %; batched decode unchanged.
       const auto k_rows_of = [&](int64_t b, int h) -> const char* {
         if (b > lb_last || !(b < lb1 || part + 1 < part_end)) return nullptr;
+        if (b > 0 && a.block_table[b] == a.block_table[b - 1] + 1) return nullptr;
         return static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(b, h)) * row_bytes;
       };
       if (lb == lb0 && part == part_begin)
