@@ -606,7 +606,7 @@ TEST(PagedAttention, PartitionHeadsIsBitIdenticalToOneHeadAtATime) {
               std::vector<float> one(stride * shape.n_kv_heads, -7.0f), many(one);
               for (int h = h0; h < shape.n_kv_heads; ++h)
                 w.partition(a, 0, h, p0, n_parts, one.data() + static_cast<size_t>(h) * stride);
-              w.partition_heads(a, 0, h0, n_kvh, p0, n_parts, many.data() + static_cast<size_t>(h0) * stride, stride);
+              w.partition_heads(a, 0, h0, n_kvh, p0, n_parts, many.data() + static_cast<size_t>(h0) * stride, stride, nullptr);
               ASSERT_EQ(one, many) << w.name << " type " << static_cast<int>(type) << " heads " << shape.n_heads << "/"
                                    << shape.n_kv_heads << " hd " << shape.head_dim << " pos0 " << pos0 << " bs " << bs
                                    << " from head " << h0 << " partition " << p0;

@@ -316,15 +316,33 @@ void detail::attend_decode_units(const SimdWorker& w, const PagedAttentionArgs& 
   const auto heads_of = [&](int64_t p) {
     return std::pair{std::clamp<int64_t>(first - p * kvh, 0, kvh), std::clamp<int64_t>(last - p * kvh, 0, kvh)};
   };
+  // The calls: runs of partitions with the same heads. A contiguous range of units makes at most three (a
+  // partial partition, whole ones, a partial one).
+  struct Call {
+    int64_t p0, p1, h0, h1;
+  };
+  Call calls[3];
+  int n_calls = 0;
   for (int64_t p0 = first / kvh; p0 < n_parts && p0 * kvh < last;) {
     const auto heads = heads_of(p0);
     int64_t p1 = p0 + 1;
     while (p1 < n_parts && heads_of(p1) == heads) ++p1;
-    if (heads.first < heads.second)
-      w.partition_heads(a, 0, static_cast<int>(heads.first), static_cast<int>(heads.second - heads.first), p0, p1,
-                        partials + static_cast<size_t>(heads.first * n_parts + p0) * unit_floats,
-                        static_cast<size_t>(n_parts) * unit_floats);
+    if (heads.first < heads.second) calls[n_calls++] = {p0, p1, heads.first, heads.second};
     p0 = p1;
+  }
+  // Whole partitions first: their blocks are read in address order, which the core's stream prefetcher
+  // follows from a cold start; a partial partition's heads are pieces of each block, and it starts
+  // streamed in by the call before (`after`). SmolLM2 at ~600 positions: a share that began with two
+  // heads of a partition took ~40 ns a (slot, head) against ~25 for the whole ones.
+  std::stable_partition(calls, calls + n_calls, [&](const Call& c) { return c.h1 - c.h0 == kvh; });
+  for (int i = 0; i < n_calls; ++i) {
+    const Call& c = calls[i];
+    NextPartition next{};
+    if (i + 1 < n_calls)
+      next = {calls[i + 1].p0, static_cast<int>(calls[i + 1].h0), static_cast<int>(calls[i + 1].h1 - calls[i + 1].h0)};
+    w.partition_heads(a, 0, static_cast<int>(c.h0), static_cast<int>(c.h1 - c.h0), c.p0, c.p1,
+                      partials + static_cast<size_t>(c.h0 * n_parts + c.p0) * unit_floats,
+                      static_cast<size_t>(n_parts) * unit_floats, i + 1 < n_calls ? &next : nullptr);
   }
 }
 

@@ -36,8 +36,15 @@ void paged_attention_merge_avx2(const PagedAttentionArgs& a, int64_t t, int kvh,
 // paged_attention_partition for KV heads [kvh, kvh + n_kvh) of token t over the same partitions, head
 // kvh + i's partials head_stride floats after head kvh's: the blocks are read in address order, every
 // head of a block together (a block holds its heads side by side). The same bits as one call per head.
+// `after`, if not null, is the partition the caller reads next on this thread: its K rows stream in during
+// this call's last values pass, as the next partition's do inside a call.
+struct NextPartition {
+  int64_t part;
+  int kvh, n_kvh;  // KV heads [kvh, kvh + n_kvh)
+};
 void paged_attention_partition_heads_avx2(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
-                                          int64_t part_begin, int64_t part_end, float* partials, size_t head_stride);
+                                          int64_t part_begin, int64_t part_end, float* partials, size_t head_stride,
+                                          const NextPartition* after);
 
 // The same in 512-bit registers (paged_attention_zmm_avx512vnni.cpp), bit-identical to the AVX2
 // ones; only where cpu_prefers_zmm().
@@ -46,7 +53,8 @@ void paged_attention_partition_avx512(const PagedAttentionArgs& a, int64_t t, in
                                       int64_t part_end, float* partials);
 void paged_attention_merge_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
 void paged_attention_partition_heads_avx512(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
-                                            int64_t part_begin, int64_t part_end, float* partials, size_t head_stride);
+                                            int64_t part_begin, int64_t part_end, float* partials, size_t head_stride,
+                                            const NextPartition* after);
 
 // Runs of 64-byte lines asked for into L2 a few at a time (prefetch_stream_step in the SIMD worker, per_slot
 // lines at each slot a kernel walks), so coming reads overlap the math instead of following it. Two
@@ -79,7 +87,7 @@ struct SimdWorker {
                     float* partials);
   void (*merge)(const PagedAttentionArgs& a, int64_t t, int kvh, const float* partials);
   void (*partition_heads)(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh, int64_t part_begin,
-                          int64_t part_end, float* partials, size_t head_stride);
+                          int64_t part_end, float* partials, size_t head_stride, const NextPartition* after);
 };
 const SimdWorker& simd_worker();
 // The worker paged_attention() uses now: simd_worker(), or nullptr where it takes the portable path (no

@@ -786,7 +786,8 @@ inline int64_t partition_slots(int block_size) { return partition_blocks(block_s
 // and head i's partials go head_stride floats after head 0's. Each head's arithmetic is the one-head
 // walk's, so the same bits.
 void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok, int kvh, int64_t part_begin,
-                        int64_t part_end, float* scratch_base, float* partials, int n_kvh = 1, size_t head_stride = 0) {
+                        int64_t part_end, float* scratch_base, float* partials, int n_kvh = 1, size_t head_stride = 0,
+                        const NextPartition* after = nullptr) {
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int bs = a.block_size;
@@ -812,8 +813,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   const bool heads = n_kvh > 1;
   if (heads) n_tok = n_kvh;  // rows are KV heads of token t_begin
   const float* q[kTokenGroup];
-  int64_t last_pos[kTokenGroup];
-  int64_t last_block[kTokenGroup];
+  int64_t last_pos[kTokenGroup] = {};
+  int64_t last_block[kTokenGroup] = {};
   int row_kvh[kTokenGroup];  // each row's KV head
   for (int i = 0; i < n_tok; ++i) {
     const int64_t t = heads ? t_begin : t_begin + i;
@@ -823,6 +824,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
     q[i] = a.q + (t * a.n_heads + int64_t{row_kvh[i]} * group) * hd;
   }
   const int64_t lb_last = last_block[n_tok - 1];
+  const bool whole_blocks = (heads ? n_tok : 1) == a.n_kv_heads;
   auto block_row0_of = [&](int64_t lb, int h) {
     return (a.block_table[lb] * a.block_stride + int64_t{h} * bs * hd) / hd;
   };
@@ -849,14 +851,16 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       const int rows_max = std::min(bs, max_valid - first);
       // K of the block two ahead (and, at the call's first block, of the next one, which no earlier block
       // asked for): one block ahead, the K rows of a cache in memory arrived after their scores started
-      // (perf: the first FMA on each K row took a sixth of the scores' samples). Not where that block
-      // follows its predecessor in memory (a request's blocks allocated in a row): the core's stream
-      // prefetcher is already fetching it, and the prefetch instructions only took the miss buffers the
-      // V rows' hints need. SmolLM2 batch-1 decode after 512 positions, steps alternating in one process:
-      // attention 4-10 % faster, the step 1.5-5 %; batched decode unchanged.
+      // (perf: the first FMA on each K row took a sixth of the scores' samples). Not where the walk reads
+      // whole blocks (every KV head) and that block follows its predecessor in memory (a request's blocks
+      // allocated in a row): the core's stream prefetcher is already fetching it, and the prefetch
+      // instructions only took the miss buffers the V rows' hints need. SmolLM2 batch-1 decode after 512
+      // positions, steps alternating in one process: attention 4-10 % faster, the step 1.5-5 %; batched
+      // decode unchanged. Some of a block's heads are pieces of it, which that prefetcher does not follow:
+      // a walk of one or two of SmolLM2's three heads took ~1.5x as long without the prefetch.
       const auto k_rows_of = [&](int64_t b, int h) -> const char* {
         if (b > lb_last || !(b < lb1 || part + 1 < part_end)) return nullptr;
-        if (b > 0 && a.block_table[b] == a.block_table[b - 1] + 1) return nullptr;
+        if (whole_blocks && b > 0 && a.block_table[b] == a.block_table[b - 1] + 1) return nullptr;
         return static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(b, h)) * row_bytes;
       };
       if (lb == lb0 && part == part_begin)
@@ -931,19 +935,24 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       // memory. With the V hint of RowPrefetch, bench_paged_attention (three alternating runs, medians of
       // 3): region_cold SmolLM2 ~1.27x at 512 positions and ~1.5x at 2048, Llama3_1B ~1.25x at 512;
       // batch16_f16_cold ~1.06x. Attention is ~18 % of a SmolLM2 batch-1 decode step at 640 positions.
+      // After the call's last partition, the caller's next one (`after`): a thread's units can take
+      // several calls (attend_decode_units), and without it each started from memory.
       const char* next_k_runs[kMaxNextKRuns];
       LinePrefetchStream next_k{next_k_runs, 0, 0, 0, 0};
-      const int n_heads_read = heads ? n_tok : 1;
-      const int64_t nb0 = (part + 1) * bpp, nb1 = std::min(nb0 + bpp, lb_last + 1);
+      const bool last_part = part + 1 == part_end;
+      const int64_t next_part = !last_part ? part + 1 : after != nullptr ? after->part : -1;
+      const int next_kvh = !last_part ? row_kvh[0] : after != nullptr ? after->kvh : 0;
+      const int n_heads_read = !last_part ? (heads ? n_tok : 1) : after != nullptr ? after->n_kvh : 0;
+      const int64_t nb0 = next_part * bpp, nb1 = std::min(nb0 + bpp, lb_last + 1);
       // Whole lines of each block's rows: none where they are under a line (tiny blocks of tiny heads),
       // and then no stream.
       next_k.run_lines = static_cast<int64_t>(static_cast<size_t>(bs) * row_bytes / 64);
-      if (part + 1 < part_end && nb0 < nb1 && (nb1 - nb0) * n_heads_read <= kMaxNextKRuns) {
+      if (next_part >= 0 && nb0 < nb1 && (nb1 - nb0) * n_heads_read <= kMaxNextKRuns) {
         int64_t n_runs = 0;
         for (int64_t lb = nb0; lb < nb1; ++lb)
           for (int i = 0; i < n_heads_read; ++i)
             next_k_runs[n_runs++] =
-                static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(lb, row_kvh[i])) * row_bytes;
+                static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(lb, next_kvh + i)) * row_bytes;
         next_k.n_lines = n_runs * next_k.run_lines;
         int64_t slots = 0;
         for (int i = first_tok; i < n_tok; ++i) slots += n_valid[i];
@@ -1039,7 +1048,7 @@ void KVSERVE_ATTN_NAME(paged_attention_partition)(const PagedAttentionArgs& a, i
 
 void KVSERVE_ATTN_NAME(paged_attention_partition_heads)(const PagedAttentionArgs& a, int64_t t, int kvh, int n_kvh,
                                                         int64_t part_begin, int64_t part_end, float* partials,
-                                                        size_t head_stride) {
+                                                        size_t head_stride, const NextPartition* after) {
   thread_local std::vector<float> scratch;
   scratch.resize(scratch_floats(a));
   const int group = a.n_heads / a.n_kv_heads;
@@ -1047,8 +1056,11 @@ void KVSERVE_ATTN_NAME(paged_attention_partition_heads)(const PagedAttentionArgs
   const int max_heads = a.head_dim % 8 == 0 && group <= 4 ? kTokenGroup : 1;
   for (int h = 0; h < n_kvh; h += max_heads) {
     const int n = std::min(max_heads, n_kvh - h);
+    // Each walk but the last is followed by the next heads' first partition.
+    const NextPartition next_heads{part_begin, kvh + h + n, std::min(max_heads, n_kvh - h - n)};
     attend_token_group(a, t, 1, kvh + h, part_begin, part_end, scratch.data(),
-                       partials + static_cast<size_t>(h) * head_stride, n, head_stride);
+                       partials + static_cast<size_t>(h) * head_stride, n, head_stride,
+                       h + n < n_kvh ? &next_heads : after);
   }
 }
 
