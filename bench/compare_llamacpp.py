@@ -33,6 +33,9 @@ spread: each repeat's kvserve/llama.cpp ratio (its two runs were taken back to b
 decode against the triads measured just before and after it. The same calls also measure what the host
 reads alone (`kvserve bench --triad`'s read-only loop: 8 streams a thread, prefetched into L2), and each
 decode's bytes per second are set against it too: a host can read well below its triad, which also writes.
+And they time one cache line passed between kvserve's two first threads, which tells the placements of
+a VM's vCPUs apart (sharing an L3 or not: on this project's Zen 4 host ~50-80 ns against ~350, and the
+second reads ~1.5x faster while making every barrier and shared read of a decode step dearer).
 
   python3 bench/compare_llamacpp.py -m model.gguf -t 2
   python3 bench/compare_llamacpp.py -m model.gguf -t 2 --prompt-len 64 --gen-len 16 \\
@@ -301,6 +304,7 @@ def main():
     weight_bytes = None
     decode_triads = []  # per repeat: the triads just before and just after kvserve's batch-1 run
     decode_reads = []   # and the read-only bandwidths measured with them
+    decode_handoffs = []  # and the core-to-core round trips (which placement the host's vCPUs were in)
     for r in range(args.repeats):
         for name, n, plen, glen in cases:
             order = ["kvserve", "llama.cpp"] if r % 2 == 0 else ["llama.cpp", "kvserve"]
@@ -314,11 +318,13 @@ def main():
                         t = kvserve_json(args, "--triad")
                         decode_triads.append(t["triad"]["best_gb_s"])
                         decode_reads.append(t["read"]["best_gb_s"])
+                        decode_handoffs.append(t.get("handoff", {}).get("round_trip_ns", 0.0))
                     j = kvserve_run(args, n, plen, glen, n)
                     if n == 1:
                         t = kvserve_json(args, "--triad")
                         decode_triads.append(t["triad"]["best_gb_s"])
                         decode_reads.append(t["read"]["best_gb_s"])
+                        decode_handoffs.append(t.get("handoff", {}).get("round_trip_ns", 0.0))
                     weight_bytes = j["weight_bytes_per_token"]
                     # Decode: the window where every sequence was decoding (kvserve adds requests one by one,
                     # so early steps can mix prefill in); the same as llama.cpp's pure decode loop.
@@ -384,6 +390,10 @@ def main():
                 # What each run read per second against the better read-only loop right around it: how
                 # close decode comes to what this host reads at all (not a target; the triad also writes).
                 fig["decode_reads_gb_s"] = decode_reads
+                # On a host whose vCPUs move between sharing an L3 and not (tens of ns against hundreds for
+                # one cache line between them), the placement each run saw: the faster-reading placement
+                # also makes every barrier and every shared read dearer, so its decode / bound differs.
+                fig["decode_round_trips_ns"] = decode_handoffs
                 fig["reads_of_read_loop_around_run"] = [
                     x * per_token / (max(decode_reads[2 * r], decode_reads[2 * r + 1]) * 1e9)
                     for r, x in enumerate(ks)]
@@ -422,6 +432,9 @@ def main():
                       "after it (%s GB/s): %s" % (" ".join("%.1f" % t for t in f["decode_reads_gb_s"]),
                                                  " ".join("%.0f%%" % (100 * x)
                                                           for x in f["reads_of_read_loop_around_run"])))
+            if f.get("decode_round_trips_ns") and any(f["decode_round_trips_ns"]):
+                print("  core-to-core round trip right before / after each kvserve repeat: %s ns"
+                      % " ".join("%.0f" % x for x in f["decode_round_trips_ns"]))
     # What batch-1 decode actually read per second (weights + K/V), next to the triad: on a host whose
     # triad moves less than a read stream can, a fraction of the bound above 100 % says so.
     single = out["figures"][0]

@@ -14,13 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/bench_metrics.h"
 #include "bench/offline_bench.h"
@@ -72,8 +71,9 @@ class StoriesFolder {
 class Server {
  public:
   Server(const std::string& model, const std::string& log) : log_(log) {
-    std::vector<std::string> args = {KVSERVE_BINARY, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0",
-                                     "--max-num-seqs", "8", "--kv-cache-memory", "64M"};
+    std::vector<std::string> args = {
+        KVSERVE_BINARY,      "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--max-num-seqs", "8",
+        "--kv-cache-memory", "64M"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -206,7 +206,8 @@ TEST(BenchPrompts, LengthsBosAndSharedPrefixes) {
     const auto& same_group = ps[i % 2];
     EXPECT_TRUE(std::equal(ps[i].begin(), ps[i].begin() + 8, same_group.begin()));
   }
-  EXPECT_NE(std::vector<int32_t>(ps[0].begin(), ps[0].begin() + 8), std::vector<int32_t>(ps[1].begin(), ps[1].begin() + 8));
+  EXPECT_NE(std::vector<int32_t>(ps[0].begin(), ps[0].begin() + 8),
+            std::vector<int32_t>(ps[1].begin(), ps[1].begin() + 8));
   EXPECT_EQ(make_prompts(s, pool, 1), ps);  // reproducible
   s.prefix_len = 21;
   EXPECT_THROW(make_prompts(s, pool, 1), Error);
@@ -269,9 +270,9 @@ TEST(BenchOffline, SharedPrefixesHitTheCache) {
 
 TEST(BenchOffline, CommandPrintsSaneJson) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
-  const auto [status, out, err] = test::run_command(std::string(KVSERVE_BINARY) + " bench -m " + kStories +
-                                                    " --tokenizer " + kTok +
-                                                    " -n 4 --prompt-len 16 --output-len 8 --batch 2 --json");
+  const auto [status, out, err] =
+      test::run_command(std::string(KVSERVE_BINARY) + " bench -m " + kStories + " --tokenizer " + kTok +
+                        " -n 4 --prompt-len 16 --output-len 8 --batch 2 --json");
   ASSERT_EQ(status, 0) << out;
   const json j = json::parse(out);
   EXPECT_EQ(j["mode"], "offline");
@@ -310,6 +311,26 @@ TEST(BenchRead, MeasuresTheBytesItReads) {
 TEST(BenchRead, RejectsABufferTooSmallForItsStreams) {
   EXPECT_THROW(measure_read(ThreadPool::global(), 1024, 2), Error);
   EXPECT_THROW(measure_read(ThreadPool::global(), 8 << 20, 0), Error);
+}
+
+TEST(BenchHandoff, TimesALineBetweenThreadsZeroAndOne) {
+  ThreadPool two(2);
+  const HandoffResult h = measure_handoff(two, 2000, 2);
+  EXPECT_GT(h.round_trip_ns, 0);
+  EXPECT_EQ(h.round_trips, 2000);
+  EXPECT_EQ(h.threads, 2);
+  // Threads past the first two wait the run out; more threads than cores still finish (their waits yield).
+  ThreadPool four(4);
+  EXPECT_GT(measure_handoff(four, 200, 1).round_trip_ns, 0);
+}
+
+TEST(BenchHandoff, OneThreadHasNoOneToPassTo) {
+  ThreadPool one(1);
+  const HandoffResult h = measure_handoff(one, 100, 1);
+  EXPECT_EQ(h.round_trip_ns, 0);
+  EXPECT_EQ(h.threads, 1);
+  EXPECT_THROW(measure_handoff(one, 0, 1), Error);
+  EXPECT_THROW(measure_handoff(one, 100, 0), Error);
 }
 
 TEST(BenchServing, CompletesEveryRequestAgainstKvserveServe) {
@@ -408,7 +429,8 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   const auto [status, out, err] = test::run_command(
       "python3 " KVSERVE_SOURCE_DIR "/bench/compare_llamacpp.py --kvserve " KVSERVE_BINARY " -m " + model +
           " -t 1 --prompt-len 16 --gen-len 8 --n-seqs 3 --batch-prompt-len 8 --batch-gen-len 4 --repeats 2 --json"
-          " --llama-bench " + bench + " --llama-batched-bench " + batched,
+          " --llama-bench " +
+          bench + " --llama-batched-bench " + batched,
       /*capture_stderr=*/true);
   std::filesystem::remove_all(dir);
   ASSERT_EQ(status, 0) << err;
@@ -416,7 +438,7 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   EXPECT_EQ(j["llama_cpp_via"], "llama-bench");
   const json& f = j["figures"];
   ASSERT_EQ(f.size(), 4u);
-  EXPECT_DOUBLE_EQ(f[0]["llama.cpp"].get<double>(), 16 + 8);    // decode: generation at depth = prompt
+  EXPECT_DOUBLE_EQ(f[0]["llama.cpp"].get<double>(), 16 + 8);     // decode: generation at depth = prompt
   EXPECT_DOUBLE_EQ(f[1]["llama.cpp"].get<double>(), 1000 + 16);  // prefill
   EXPECT_DOUBLE_EQ(f[2]["llama.cpp"].get<double>(), 100 * 3 + 4);
   EXPECT_DOUBLE_EQ(f[3]["llama.cpp"].get<double>(), 3 * 4 / 2.0);  // output tokens over the whole run
@@ -441,13 +463,16 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
     for (size_t r = 0; r < 2; ++r) {
       const double adjacent = row["of_bound_with_kv_adjacent"][r].get<double>();
       EXPECT_GE(adjacent, ks[r] / whole - 1e-12);
-      EXPECT_NEAR(adjacent, ks[r] / (whole * std::max(triads[r], triads[r + 1]) / j["triad_gb_s"].get<double>()),
-                  1e-9);
+      EXPECT_NEAR(adjacent, ks[r] / (whole * std::max(triads[r], triads[r + 1]) / j["triad_gb_s"].get<double>()), 1e-9);
     }
   }
   // Batch-1 decode also against a triad taken right before and right after each of its kvserve runs.
   const auto around = f[0]["decode_triads_gb_s"].get<std::vector<double>>();
   ASSERT_EQ(around.size(), 4u);
+  // With them, the core-to-core round trip (none on one thread).
+  const auto trips = f[0]["decode_round_trips_ns"].get<std::vector<double>>();
+  ASSERT_EQ(trips.size(), 4u);
+  for (double t : trips) EXPECT_EQ(t, 0);
   ASSERT_EQ(f[0]["of_bound_with_kv_around_run"].size(), 2u);
   std::vector<double> of_around;
   for (size_t r = 0; r < 2; ++r) {
@@ -461,7 +486,8 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   const auto reads = f[0]["decode_reads_gb_s"].get<std::vector<double>>();
   ASSERT_EQ(reads.size(), 4u);
   ASSERT_EQ(f[0]["reads_of_read_loop_around_run"].size(), 2u);
-  const double per_token = j["weight_bytes_per_token"].get<double>() + j["kv_bytes_per_position"].get<double>() * (16 + 8 / 2.0);
+  const double per_token =
+      j["weight_bytes_per_token"].get<double>() + j["kv_bytes_per_position"].get<double>() * (16 + 8 / 2.0);
   for (size_t r = 0; r < 2; ++r) {
     EXPECT_GT(reads[2 * r], 0);
     EXPECT_NEAR(f[0]["reads_of_read_loop_around_run"][r].get<double>(),
@@ -472,8 +498,8 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   const json& t = j["targets"];
   ASSERT_EQ(t.size(), 4u);
   // (The decode bound target: the median of its runs against the triads around each; with 2 runs, their mean.)
-  const double values[] = {f[0]["ratio"].get<double>(), (of_around[0] + of_around[1]) / 2,
-                           f[1]["ratio"].get<double>(), f[2]["ratio"].get<double>()};
+  const double values[] = {f[0]["ratio"].get<double>(), (of_around[0] + of_around[1]) / 2, f[1]["ratio"].get<double>(),
+                           f[2]["ratio"].get<double>()};
   const double thresholds[] = {1.15, 0.85, 1.0, 3.0};
   // And each repeat alone: the pair ratios, or the decode runs against the triads around them.
   const json* per_repeat[] = {&f[0]["pair_ratios"], &f[0]["of_bound_with_kv_around_run"], &f[1]["pair_ratios"],
@@ -500,11 +526,12 @@ TEST(BenchCommand, BadInputIsAClearError) {
   struct Case {
     std::string args, message;
   };
-  for (const Case& c : {Case{"bench --url http://127.0.0.1:1 --request-rate -1", "--request-rate: must be >= 0, got -1"},
-                        Case{"bench -n 0", "--num-prompts: must be > 0, got 0"},
-                        Case{"bench --prompt-len abc", "--prompt-len: must be a number, got 'abc'"},
-                        Case{"generate -n -3 -p hi", "--max-tokens: must be >= 0, got -3"},
-                        Case{"bench --url http://127.0.0.1:1 -n 2", "could not connect (is a server listening there?)"}}) {
+  for (const Case& c :
+       {Case{"bench --url http://127.0.0.1:1 --request-rate -1", "--request-rate: must be >= 0, got -1"},
+        Case{"bench -n 0", "--num-prompts: must be > 0, got 0"},
+        Case{"bench --prompt-len abc", "--prompt-len: must be a number, got 'abc'"},
+        Case{"generate -n -3 -p hi", "--max-tokens: must be >= 0, got -3"},
+        Case{"bench --url http://127.0.0.1:1 -n 2", "could not connect (is a server listening there?)"}}) {
     const auto r = test::run_command("timeout 60 " + bin + " " + c.args, /*capture_stderr=*/true);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.exit_code, 124) << c.args << ": timed out";

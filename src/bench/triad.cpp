@@ -1,8 +1,10 @@
 #include "bench/triad.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -51,8 +53,8 @@ TriadResult measure_triad(ThreadPool& pool, int64_t n, int reps) {
 namespace {
 
 constexpr int kReadStreams = 8;
-constexpr int64_t kStepWords = 32;           // 256 bytes per stream per step
-constexpr int64_t kAheadWords = 2048 / 8;    // prefetch distance
+constexpr int64_t kStepWords = 32;         // 256 bytes per stream per step
+constexpr int64_t kAheadWords = 2048 / 8;  // prefetch distance
 
 // One thread's share: kReadStreams streams of `len` words each, back to back, walked side by side a step
 // at a time; each stream's lines asked for kAheadWords ahead (within the stream).
@@ -107,6 +109,54 @@ ReadResult measure_read(ThreadPool& pool, int64_t bytes, int reps) {
   res.median_gb_s = gbs[gbs.size() / 2];
   res.bytes = share * nt * 8;
   res.threads = nt;
+  return res;
+}
+
+namespace {
+
+// Spins on `line` until it holds `want`, yielding after a while (a pool sharing one core must let the
+// other thread run to make progress).
+void wait_for(const std::atomic<int64_t>& line, int64_t want) {
+  for (int spin = 0; line.load(std::memory_order_acquire) != want; ++spin)
+    if (spin > 4096) std::this_thread::yield();
+}
+
+}  // namespace
+
+HandoffResult measure_handoff(ThreadPool& pool, int64_t round_trips, int reps) {
+  if (round_trips <= 0 || reps <= 0) fail("core-to-core handoff: round trips and repetitions must be positive");
+  HandoffResult res;
+  res.threads = pool.size();
+  res.round_trips = round_trips;
+  if (pool.size() < 2) return res;
+  // One line, alone in its cache line: thread 0 writes odd values, thread 1 answers with the next even one.
+  struct alignas(64) Line {
+    std::atomic<int64_t> value{0};
+  };
+  Line line;
+  std::vector<double> ns;
+  for (int r = 0; r <= reps; ++r) {
+    line.value.store(0, std::memory_order_relaxed);
+    double elapsed = 0;
+    pool.run([&](int ti, int) {
+      if (ti == 1) {
+        for (int64_t i = 0; i < round_trips; ++i) {
+          wait_for(line.value, 2 * i + 1);
+          line.value.store(2 * i + 2, std::memory_order_release);
+        }
+      } else if (ti == 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < round_trips; ++i) {
+          line.value.store(2 * i + 1, std::memory_order_release);
+          wait_for(line.value, 2 * i + 2);
+        }
+        elapsed = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      }
+    });
+    if (r > 0) ns.push_back(elapsed / static_cast<double>(round_trips));
+  }
+  std::sort(ns.begin(), ns.end());
+  res.round_trip_ns = ns[ns.size() / 2];
   return res;
 }
 

@@ -8,7 +8,7 @@
 namespace kvserve::bench {
 
 struct TriadResult {
-  double best_gb_s = 0;    // fastest repetition, 1e9 bytes/s, counting 3 arrays (2 reads + 1 write)
+  double best_gb_s = 0;  // fastest repetition, 1e9 bytes/s, counting 3 arrays (2 reads + 1 write)
   double median_gb_s = 0;
   int64_t array_bytes = 0;
   int threads = 0;
@@ -24,11 +24,23 @@ TriadResult measure_triad(ThreadPool& pool = ThreadPool::global(), int64_t n = i
 struct ReadResult {
   double best_gb_s = 0;  // fastest repetition, 1e9 bytes/s of bytes read
   double median_gb_s = 0;
-  int64_t bytes = 0;     // bytes read per repetition
+  int64_t bytes = 0;  // bytes read per repetition
   int threads = 0;
 };
 
 // A buffer of `bytes` (default 512 MiB; at least 8 streams of 256 bytes per thread); one untimed pass first.
 ReadResult measure_read(ThreadPool& pool = ThreadPool::global(), int64_t bytes = int64_t{512} << 20, int reps = 5);
+
+// How long the pool's threads 0 and 1 take to pass one cache line back and forth: on this project's Zen 4
+// host ~60-80 ns while its two vCPUs share an L3 and ~350 ns while they sit on different CCDs, the
+// placement in which it also reads ~1.5x faster (so a decode figure is only comparable within one). Each
+// thread's wait yields after a while, so a pool time-shared on one core still finishes (slowly).
+struct HandoffResult {
+  double round_trip_ns = 0;  // median of the repetitions' means; 0 with one thread
+  int64_t round_trips = 0;   // per repetition
+  int threads = 0;
+};
+
+HandoffResult measure_handoff(ThreadPool& pool = ThreadPool::global(), int64_t round_trips = 20000, int reps = 5);
 
 }  // namespace kvserve::bench

@@ -7,18 +7,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/offline_bench.h"
 #include "bench/serving_bench.h"
 #include "bench/triad.h"
 #include "cli/commands.h"
-#include "cli/number_checks.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
+#include "cli/number_checks.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kv/kv_layout.h"
@@ -113,7 +112,8 @@ void run_offline(const BenchArgs& a) {
   o.engine.max_model_len = a.max_model_len;
   o.engine.enable_prefix_caching = !a.no_prefix_caching;
   o.engine.kv_cache_dtype = kv_cache_dtype;
-  if (!a.kv_cache_memory.empty()) o.engine.kv_cache_memory = static_cast<double>(resolve_kv_memory_budget(a.kv_cache_memory));
+  if (!a.kv_cache_memory.empty())
+    o.engine.kv_cache_memory = static_cast<double>(resolve_kv_memory_budget(a.kv_cache_memory));
   std::optional<bench::TriadResult> triad;
   if (a.triad) triad = bench::measure_triad();
   const bench::OfflineBenchResult r = bench::run_offline_bench(*model, o);
@@ -123,11 +123,17 @@ void run_offline(const BenchArgs& a) {
   j["mode"] = "offline";
   j["model"] = model->path;
   j["threads"] = ThreadPool::global().size();
-  j["config"] = {{"num_prompts", a.num_prompts}, {"prompt_len", a.prompt_len}, {"output_len", a.output_len},
-                 {"prompts", a.prompts},         {"prefix_len", o.prompts.prefix_len},
-                 {"prefix_groups", a.prefix_groups}, {"batch", a.batch},
-                 {"max_num_batched_tokens", a.max_num_batched_tokens}, {"block_size", a.block_size},
-                 {"prefix_caching", !a.no_prefix_caching}, {"kv_cache_bytes", r.kv_cache_bytes},
+  j["config"] = {{"num_prompts", a.num_prompts},
+                 {"prompt_len", a.prompt_len},
+                 {"output_len", a.output_len},
+                 {"prompts", a.prompts},
+                 {"prefix_len", o.prompts.prefix_len},
+                 {"prefix_groups", a.prefix_groups},
+                 {"batch", a.batch},
+                 {"max_num_batched_tokens", a.max_num_batched_tokens},
+                 {"block_size", a.block_size},
+                 {"prefix_caching", !a.no_prefix_caching},
+                 {"kv_cache_bytes", r.kv_cache_bytes},
                  {"seed", a.seed}};
   j["weight_bytes_per_token"] = wbytes;
   j["engine"] = {{"preemptions", r.engine_stats.preemptions},
@@ -142,8 +148,8 @@ void run_offline(const BenchArgs& a) {
     return;
   }
   std::printf("offline bench: %s, %d threads, %d prompts of %d tokens (%s), %d output tokens, batch %d\n",
-              model->path.c_str(), ThreadPool::global().size(), a.num_prompts, a.prompt_len, a.prompts.c_str(), a.output_len,
-              a.batch);
+              model->path.c_str(), ThreadPool::global().size(), a.num_prompts, a.prompt_len, a.prompts.c_str(),
+              a.output_len, a.batch);
   std::printf("%s", r.summary.to_text().c_str());
   std::printf("weights read per token: %.1f MiB; preemptions: %llu\n", static_cast<double>(wbytes) / (1 << 20),
               static_cast<unsigned long long>(r.engine_stats.preemptions));
@@ -188,17 +194,16 @@ void run_serving(const BenchArgs& a) {
   j["mode"] = "serving";
   j["url"] = a.url;
   j["model"] = r.model;
-  j["config"] = {{"num_prompts", a.num_prompts}, {"prompt_len", a.prompt_len}, {"output_len", a.output_len},
-                 {"prompts", a.prompts},         {"prefix_len", o.prompts.prefix_len},
-                 {"concurrency", a.concurrency}, {"request_rate", a.request_rate},
-                 {"text_prompts", a.text_prompts}, {"seed", a.seed}};
+  j["config"] = {{"num_prompts", a.num_prompts},   {"prompt_len", a.prompt_len},         {"output_len", a.output_len},
+                 {"prompts", a.prompts},           {"prefix_len", o.prompts.prefix_len}, {"concurrency", a.concurrency},
+                 {"request_rate", a.request_rate}, {"text_prompts", a.text_prompts},     {"seed", a.seed}};
   if (triad) j["triad"] = triad_json(*triad);
   if (a.json) {
     print_json(j);
     return;
   }
-  std::printf("serving bench: %s (model '%s'), %d prompts of %d tokens (%s%s), %d output tokens, %s\n",
-              a.url.c_str(), r.model.c_str(), a.num_prompts, a.prompt_len, a.prompts.c_str(),
+  std::printf("serving bench: %s (model '%s'), %d prompts of %d tokens (%s%s), %d output tokens, %s\n", a.url.c_str(),
+              r.model.c_str(), a.num_prompts, a.prompt_len, a.prompts.c_str(),
               a.text_prompts ? ", text" : ", token ids", a.output_len,
               a.request_rate > 0 ? fmt::format("{} req/s (max {} in flight)", a.request_rate, a.concurrency).c_str()
                                  : fmt::format("concurrency {}", a.concurrency).c_str());
@@ -212,13 +217,21 @@ void run_bench(const BenchArgs& a) {
   if (a.model.empty() && a.triad) {
     const bench::TriadResult t = bench::measure_triad();
     const bench::ReadResult r = bench::measure_read();
+    const bench::HandoffResult h = bench::measure_handoff();
     if (a.json) {
-      print_json({{"mode", "triad"}, {"triad", triad_json(t)}, {"read", read_json(r)}});
+      print_json(
+          {{"mode", "triad"},
+           {"triad", triad_json(t)},
+           {"read", read_json(r)},
+           {"handoff", {{"round_trip_ns", h.round_trip_ns}, {"round_trips", h.round_trips}, {"threads", h.threads}}}});
     } else {
       std::printf("STREAM triad: best %.1f GB/s, median %.1f GB/s (%d threads, 3 x %.0f MiB)\n", t.best_gb_s,
                   t.median_gb_s, t.threads, static_cast<double>(t.array_bytes) / (1 << 20));
       std::printf("reads alone: best %.1f GB/s, median %.1f GB/s (%d threads, %.0f MiB)\n", r.best_gb_s, r.median_gb_s,
                   r.threads, static_cast<double>(r.bytes) / (1 << 20));
+      if (h.threads >= 2)
+        std::printf("core-to-core round trip: %.0f ns (one cache line between the pool's threads 0 and 1)\n",
+                    h.round_trip_ns);
     }
     return;
   }
@@ -237,20 +250,26 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer.bin (default: beside the checkpoint)");
   c->add_option("--url", a->url, "Benchmark a running OpenAI-compatible server at this base URL instead");
   c->add_option("-n,--num-prompts", a->num_prompts, "Number of requests")->capture_default_str()->check(cli::kPositive);
-  c->add_option("--prompt-len", a->prompt_len, "Prompt tokens per request (BOS included)")->capture_default_str()
+  c->add_option("--prompt-len", a->prompt_len, "Prompt tokens per request (BOS included)")
+      ->capture_default_str()
       ->check(cli::kPositive);
-  c->add_option("--output-len", a->output_len, "Output tokens per request (EOS ignored)")->capture_default_str()
+  c->add_option("--output-len", a->output_len, "Output tokens per request (EOS ignored)")
+      ->capture_default_str()
       ->check(cli::kPositive);
   c->add_option("--prompts", a->prompts, "random, or shared-prefix (every prompt starts with the same tokens)")
       ->capture_default_str();
   c->add_option("--prefix-len", a->prefix_len, "Shared prefix tokens with --prompts shared-prefix (default: half)");
   c->add_option("--prefix-groups", a->prefix_groups, "Distinct shared prefixes, used round-robin")
-      ->capture_default_str()->check(cli::kPositive);
-  c->add_option("-b,--batch", a->batch, "Offline: concurrent sequences (requests in flight)")->capture_default_str()
+      ->capture_default_str()
+      ->check(cli::kPositive);
+  c->add_option("-b,--batch", a->batch, "Offline: concurrent sequences (requests in flight)")
+      ->capture_default_str()
       ->check(cli::kPositive);
   c->add_option("-c,--concurrency", a->concurrency, "Serving: requests in flight (the cap, with --request-rate)")
-      ->capture_default_str()->check(cli::kPositive);
-  c->add_option("--request-rate", a->request_rate, "Serving: Poisson arrivals at this many requests/s (0 = closed loop)")
+      ->capture_default_str()
+      ->check(cli::kPositive);
+  c->add_option("--request-rate", a->request_rate,
+                "Serving: Poisson arrivals at this many requests/s (0 = closed loop)")
       ->check(cli::kNonNegative);
   c->add_option("--seed", a->seed, "Prompt seed")->capture_default_str();
   c->add_option("--warmup", a->warmup, "Short untimed requests first")->capture_default_str()->check(cli::kNonNegative);
@@ -272,7 +291,9 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--timeout", a->timeout, "Serving: per-request timeout in seconds")->capture_default_str();
   c->add_option("--max-token-id", a->max_token_id, "Serving without -m: prompt ids are drawn from [100, this)")
       ->capture_default_str();
-  c->add_flag("--triad", a->triad, "Measure the STREAM triad bandwidth too (alone when no model or URL is given: then the read-only bandwidth too)");
+  c->add_flag(
+      "--triad", a->triad,
+      "Measure the STREAM triad bandwidth too (alone when no model or URL is given: then the read-only bandwidth too)");
   c->add_flag("--json", a->json, "Print one JSON object with every figure");
   c->callback([a] { run_bench(*a); });
 }
