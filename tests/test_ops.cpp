@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "engine/kv_row_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 
@@ -131,11 +133,15 @@ TEST(Ops, ArgmaxAvx2MatchesScalarLoop) {
       const int kind = trial % 8;
       if (kind == 1) x[rng() % n] = nan;
       if (kind == 2) x[0] = nan;
-      if (kind == 3) for (float& v : x) v = (rng() % 2) ? 0.0f : -0.0f;
+      if (kind == 3)
+        for (float& v : x) v = (rng() % 2) ? 0.0f : -0.0f;
       if (kind == 4) x[rng() % n] = INFINITY;
-      if (kind == 5) for (float& v : x) v = (rng() % 3) ? nan : -INFINITY;
-      if (kind == 6) for (float& v : x) v = -static_cast<float>(rng() % 1000);
-      if (kind == 7) for (float& v : x) v = nan;
+      if (kind == 5)
+        for (float& v : x) v = (rng() % 3) ? nan : -INFINITY;
+      if (kind == 6)
+        for (float& v : x) v = -static_cast<float>(rng() % 1000);
+      if (kind == 7)
+        for (float& v : x) v = nan;
       ASSERT_EQ(avx2::argmax(x.data(), n), argmax_ref(x.data(), n)) << "n " << n << " trial " << trial;
       ASSERT_EQ(argmax(x.data(), n), argmax_ref(x.data(), n));
       ++checked;
@@ -181,5 +187,40 @@ TEST(Ops, ExpWeightsAvx2MatchesScalar) {
       EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
       EXPECT_GE(sum, 1.0 - 1e-6);  // the maximum's own weight is 1
     }
+  }
+}
+
+TEST(Ops, PrefetchHintsLeaveMemoryAsItWas) {
+  std::vector<float> buf(1000);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i) * 0.5f;
+  const std::vector<float> before = buf;
+  prefetch_for_read(buf.data(), buf.size() * sizeof(float));
+  prefetch_for_write(buf.data(), buf.size() * sizeof(float));
+  // Lines past the end and a null pointer are asked for (or skipped) without a fault.
+  prefetch_for_read(buf.data() + buf.size(), 4096);
+  prefetch_for_read(nullptr, 4096);
+  prefetch_for_write(nullptr, 4096);
+  EXPECT_EQ(std::memcmp(buf.data(), before.data(), buf.size() * sizeof(float)), 0);
+}
+
+TEST(Ops, KvRowAddressIsWhereStoreKvRowWrites) {
+  const int64_t n = 24, off = 40;
+  std::vector<float> src(n);
+  for (int64_t i = 0; i < n; ++i) src[i] = 1.0f + static_cast<float>(i);
+  for (const KVElemType type : {KVElemType::F32, KVElemType::F16, KVElemType::BF16}) {
+    std::vector<unsigned char> cache(1024, 0);
+    store_kv_row(type, src.data(), n, cache.data(), off);
+    const auto* row = static_cast<unsigned char*>(kv_row_address(type, cache.data(), off));
+    const size_t bytes = kv_row_bytes(type, n);
+    EXPECT_EQ(bytes, static_cast<size_t>(n) * (type == KVElemType::F32 ? 4 : 2));
+    // Every byte outside [row, row + bytes) is untouched, and the row's last element is not zero.
+    for (size_t i = 0; i < cache.size(); ++i) {
+      const bool inside = cache.data() + i >= row && cache.data() + i < row + bytes;
+      if (!inside) {
+        EXPECT_EQ(cache[i], 0) << "byte " << i;
+      }
+    }
+    const size_t elem = type == KVElemType::F32 ? 4 : 2;
+    EXPECT_NE(std::memcmp(row + bytes - elem, std::vector<unsigned char>(elem, 0).data(), elem), 0);
   }
 }

@@ -25,6 +25,16 @@ void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
   }
 }
 
+void prefetch_for_read(const void* p, size_t bytes) {
+  if (p == nullptr) return;
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(static_cast<const char*>(p) + off, 0, 3);
+}
+
+void prefetch_for_write(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(static_cast<char*>(p) + off, 1, 3);
+}
+
 Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling)
     : head_dim_(head_dim), n_rot_(n_rot > 0 ? n_rot : head_dim), style_(style) {
   const int half = n_rot_ / 2;

@@ -1,6 +1,7 @@
 #pragma once
 // Elementwise and normalisation kernels of the forward pass, all f32. They are a small share of a
 // step next to the matmuls; written so the compiler vectorises the inner loops.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +11,12 @@ namespace kvserve {
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   (w may be null: no gain)
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps);
+
+// Asks for the cache lines of [p, p + bytes) ahead of a read (into L1) or a write (owned, so the store
+// needs no read-for-ownership later). Hints only: any address, nothing is read or written; null p asks
+// for nothing.
+void prefetch_for_read(const void* p, size_t bytes);
+void prefetch_for_write(void* p, size_t bytes);
 
 // Rotates n_heads heads of head_dim floats in place for token position `pos`. Rotates the first n_rot
 // dims of each head; pair layout and frequencies follow the model's RoPE style and scaling.
