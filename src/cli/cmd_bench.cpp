@@ -2,7 +2,8 @@
 //   offline:  kvserve bench -m MODEL [--batch B] ...   N prompts through the in-process Engine
 //   serving:  kvserve bench --url http://host:port ...  streaming /v1/completions against any
 //             OpenAI-compatible server (kvserve serve, llama-server, vLLM)
-//   --triad:  the STREAM triad bandwidth of this machine (alone, or next to an offline run, where it
+//   --triad:  the STREAM triad bandwidth of this machine (alone, with its read-only bandwidth and the
+//             round trip of a cache line between two threads; or next to an offline run, where it
 //             gives the memory-bandwidth bound on batch-1 decode: triad bytes/s / weight bytes per token)
 #include <cstdio>
 #include <filesystem>
@@ -293,7 +294,8 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   c->add_flag(
       "--triad", a->triad,
-      "Measure the STREAM triad bandwidth too (alone when no model or URL is given: then the read-only bandwidth too)");
+      "Measure the STREAM triad bandwidth too (alone when no model or URL is given: then the read-only bandwidth "
+      "and the core-to-core round trip too)");
   c->add_flag("--json", a->json, "Print one JSON object with every figure");
   c->callback([a] { run_bench(*a); });
 }
