@@ -31,7 +31,7 @@ void store_kv_row(KVElemType type, const float* src, int64_t n, void* base, int6
 }
 
 size_t kv_row_bytes(KVElemType type, int64_t n) {
-  return static_cast<size_t>(n) * (type == KVElemType::F32 ? sizeof(float) : sizeof(uint16_t));
+  return static_cast<size_t>(n) * kv_elem_bytes(type);
 }
 
 void* kv_row_address(KVElemType type, void* base, int64_t elem_off) {

@@ -239,7 +239,7 @@ bool sequence_prefetch_enabled() {
 // them spread across `slots` prefetching slots.
 detail::LinePrefetchStream next_sequence_stream(const PagedAttentionArgs& a, int64_t slots,
                                                 std::vector<const char*>& blocks) {
-  const int64_t block_bytes = a.block_stride * (a.kv_type == KVElemType::F32 ? 4 : 2);
+  const int64_t block_bytes = a.block_stride * static_cast<int64_t>(kv_elem_bytes(a.kv_type));
   blocks.clear();
   for (int64_t b = 0; b <= a.pos0 / a.block_size; ++b) {
     blocks.push_back(static_cast<const char*>(a.k_cache) + a.block_table[b] * block_bytes);

@@ -6,6 +6,7 @@
 // Cache layout of one layer: block b starts at k_cache + b * block_stride (same for V), and inside a
 // block the layout is [kv_head][slot][head_dim] (block_stride = n_kv_heads * block_size * head_dim), so
 // a query group reads its KV head's slots contiguously.
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -16,6 +17,7 @@ namespace kvserve {
 // Element type of the K/V cache. Half-precision elements are widened to f32 as a slot is read; all
 // arithmetic stays f32.
 enum class KVElemType { F32, F16, BF16 };
+inline size_t kv_elem_bytes(KVElemType type) { return type == KVElemType::F32 ? 4 : 2; }
 
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [n_tokens][n_heads][head_dim]

@@ -436,8 +436,6 @@ void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVEle
   }
 }
 
-inline size_t kv_elem_bytes(KVElemType type) { return type == KVElemType::F32 ? 4 : 2; }
-
 
 // Row `index` (hd elements) as f32: the row itself for f32, else widened 8 at a time into `tmp`.
 inline const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
