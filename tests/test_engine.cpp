@@ -143,8 +143,10 @@ void run_batch_against_generator(EngineOptions opts, bool expect_preemption) {
   const EngineStats st = engine.stats();
   EXPECT_EQ(st.requests_finished, 8u);
   EXPECT_EQ(st.generation_tokens, 8u * 40u);
-  if (expect_preemption) EXPECT_GT(st.preemptions, 0u);
-  else EXPECT_EQ(st.preemptions, 0u);
+  if (expect_preemption)
+    EXPECT_GT(st.preemptions, 0u);
+  else
+    EXPECT_EQ(st.preemptions, 0u);
 }
 
 }  // namespace
@@ -291,6 +293,52 @@ TEST(Engine, RejectsRequestsThatCanNeverRun) {
   EXPECT_THROW(engine.add_request(col.request("ok", {1, 5, 6}, params)), Error);  // duplicate id
   expect_all_blocks_free_or_cached(engine);
   EXPECT_TRUE(col.get("ok").finished);
+}
+
+// add_requests queues a batch as one: the engine's first step admits all of them (every first token
+// comes before any second one), and a batch with one bad request queues none.
+TEST(Engine, AddRequestsQueuesTheWholeBatchForOneStepOrNone) {
+  EngineOptions o = small_options();
+  o.max_num_batched_tokens = 256;  // room for every prompt in one step
+  Engine engine(stories(), o);
+  std::mutex mu;
+  std::vector<std::pair<int, size_t>> order;  // (request, its token count so far), in event order
+  std::vector<size_t> seen(6, 0);
+  SamplingParams params;
+  params.max_tokens = 4;
+  params.ignore_eos = true;
+  std::mt19937 rng(9);
+  const auto batch = [&](const std::string& tag, std::vector<int32_t> bad_prompt) {
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 6; ++i) {
+      EngineRequest r;
+      r.id = fmt::format("{}{}", tag, i);
+      r.prompt_ids = i == 4 && !bad_prompt.empty() ? bad_prompt : random_prompt(rng, 6 + 3 * i);
+      r.params = params;
+      r.on_event = [&, i](const RequestEvent& ev) {
+        std::lock_guard lk(mu);
+        for (size_t k = 0; k < ev.tokens.size(); ++k) order.emplace_back(i, ++seen[static_cast<size_t>(i)]);
+      };
+      reqs.push_back(std::move(r));
+    }
+    return reqs;
+  };
+  EXPECT_THROW(engine.add_requests(batch("a", {1, 100000})), Error);  // token outside the vocabulary
+  std::vector<EngineRequest> dup = batch("b", {});
+  dup[5].id = dup[1].id;
+  EXPECT_THROW(engine.add_requests(std::move(dup)), Error);
+  engine.wait_until_idle();
+  EXPECT_EQ(engine.stats().requests_finished, 0u);
+  {
+    std::lock_guard lk(mu);
+    EXPECT_TRUE(order.empty());
+  }
+  engine.add_requests(batch("b", {}));  // the ids of the refused batch are free again
+  expect_all_blocks_free_or_cached(engine);
+  EXPECT_EQ(engine.stats().requests_finished, 6u);
+  std::lock_guard lk(mu);
+  ASSERT_EQ(order.size(), 24u);
+  for (size_t k = 0; k < 6; ++k) EXPECT_EQ(order[k].second, 1u) << "event " << k;
 }
 
 TEST(Engine, StopStringEndsChoiceWithStopAndHidesIt) {

@@ -5,6 +5,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kv/kv_layout.h"
@@ -78,21 +79,26 @@ std::vector<RequestRecord> run_closed_loop(Engine& engine, const std::vector<std
   const Clock::time_point t0 = Clock::now();
   Tracker tracker(prompts.size(), t0);
   size_t next = 0, finished = 0;
-  auto submit = [&] {
+  auto make = [&] {
     EngineRequest req;
     req.id = tag + std::to_string(next);
     req.prompt_ids = prompts[next];
     req.params = sp;
     req.on_event = tracker.callback(next);
     tracker.started(next);
-    engine.add_request(std::move(req));
     ++next;
+    return req;
   };
-  while (next < prompts.size() && next < static_cast<size_t>(batch)) submit();
+  // The first `batch` requests enter the engine together: queued one by one, the engine's first step
+  // could take only the first (it wakes on it) and decode it through the others' whole prefill, which
+  // halved the measured decode rate of 16 sequences in some runs.
+  std::vector<EngineRequest> first;
+  while (next < prompts.size() && next < static_cast<size_t>(batch)) first.push_back(make());
+  engine.add_requests(std::move(first));
   while (finished < prompts.size()) {
     tracker.wait_one();
     ++finished;
-    if (next < prompts.size()) submit();
+    if (next < prompts.size()) engine.add_request(make());
   }
   *duration = std::chrono::duration<double>(Clock::now() - t0).count();
   engine.wait_until_idle();

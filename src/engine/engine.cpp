@@ -466,9 +466,12 @@ void Engine::Impl::publish(bool idle) {
     last_scan = now;
     for (int32_t b = 0; b < nb; ++b) {
       const KVBlock& blk = pool.block(b);
-      if (blk.ref_count > 0) ++st.used_blocks;
-      else if (blk.hash) ++st.cached_blocks;
-      else ++st.free_blocks;
+      if (blk.ref_count > 0)
+        ++st.used_blocks;
+      else if (blk.hash)
+        ++st.cached_blocks;
+      else
+        ++st.free_blocks;
     }
   } else {
     std::lock_guard lk(snap_mu);
@@ -496,9 +499,12 @@ void Engine::Impl::publish(bool idle) {
   std::string problem;
   if (idle) {
     // With nothing running, every block must be free or cached: anything else is a leak.
-    if (!kv->sequences().empty()) problem = fmt::format("{} sequences still hold blocks", kv->sequences().size());
-    else if (st.used_blocks != 0) problem = fmt::format("{} blocks in use with no sequence", st.used_blocks);
-    else if (!by_seq.empty() || !active.empty()) problem = "requests left behind";
+    if (!kv->sequences().empty())
+      problem = fmt::format("{} sequences still hold blocks", kv->sequences().size());
+    else if (st.used_blocks != 0)
+      problem = fmt::format("{} blocks in use with no sequence", st.used_blocks);
+    else if (!by_seq.empty() || !active.empty())
+      problem = "requests left behind";
   }
 
   std::lock_guard lk(snap_mu);
@@ -511,28 +517,46 @@ Engine::Engine(const Model& model, EngineOptions opts) : impl_(std::make_unique<
 
 Engine::~Engine() = default;
 
-void Engine::add_request(EngineRequest req) {
-  Impl& m = *impl_;
+namespace {
+
+// Throws Error naming why `req` can never run on this engine.
+void validate_request(EngineRequest& req, int32_t n_vocab, int64_t max_model_len, int64_t capacity_tokens) {
   req.params.validate();
   if (req.id.empty()) fail("request id is empty");
   if (req.n < 1) fail("n must be at least 1, got {}", req.n);
   if (req.prompt_ids.empty()) fail("prompt is empty: at least one token is needed");
   for (int32_t id : req.prompt_ids)
-    if (id < 0 || id >= m.n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, m.n_vocab);
+    if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
   const int64_t total = n_prompt + req.params.max_tokens;
-  if (n_prompt >= m.max_model_len)
-    fail("prompt has {} tokens, the context holds {}", n_prompt, m.max_model_len);
-  if (total > m.max_model_len)
-    fail("prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens", n_prompt,
-         req.params.max_tokens, total, m.max_model_len);
-  if (total > m.kv->capacity_tokens())
-    fail("prompt + max_tokens = {} tokens exceeds the whole KV cache ({} tokens)", total, m.kv->capacity_tokens());
+  if (n_prompt >= max_model_len) fail("prompt has {} tokens, the context holds {}", n_prompt, max_model_len);
+  if (total > max_model_len)
+    fail("prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens", n_prompt, req.params.max_tokens,
+         total, max_model_len);
+  if (total > capacity_tokens)
+    fail("prompt + max_tokens = {} tokens exceeds the whole KV cache ({} tokens)", total, capacity_tokens);
+}
+
+}  // namespace
+
+void Engine::add_request(EngineRequest req) {
+  std::vector<EngineRequest> one;
+  one.push_back(std::move(req));
+  add_requests(std::move(one));
+}
+
+void Engine::add_requests(std::vector<EngineRequest> reqs) {
+  Impl& m = *impl_;
+  for (EngineRequest& req : reqs) validate_request(req, m.n_vocab, m.max_model_len, m.kv->capacity_tokens());
   {
     std::lock_guard lk(m.inbox_mu);
     if (m.draining || m.stopping) fail("the engine is shutting down and accepts no new requests");
-    if (!m.live_ids.insert(req.id).second) fail("request id '{}' is already in use", req.id);
-    m.inbox.push_back(std::move(req));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (m.live_ids.insert(reqs[i].id).second) continue;
+      for (size_t j = 0; j < i; ++j) m.live_ids.erase(reqs[j].id);  // all or none
+      fail("request id '{}' is already in use", reqs[i].id);
+    }
+    for (EngineRequest& req : reqs) m.inbox.push_back(std::move(req));
     m.idle_published = false;
   }
   m.wake.notify_one();

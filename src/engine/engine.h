@@ -45,8 +45,8 @@ struct RequestEvent {
   std::vector<TokenInfo> tokens;  // tokens produced since the last event
   std::string text;               // text safe to show (stop strings held back / removed)
   bool finished = false;
-  std::string finish_reason;      // "stop", "length", "abort", or "error"
-  std::string error;              // set when finish_reason == "error"
+  std::string finish_reason;  // "stop", "length", "abort", or "error"
+  std::string error;          // set when finish_reason == "error"
   // Usage, filled on the event that finishes a choice:
   int prompt_tokens = 0;
   int completion_tokens = 0;
@@ -67,12 +67,12 @@ struct EngineStats {
   int running = 0;
   int waiting = 0;
   int64_t num_blocks = 0;
-  int64_t free_blocks = 0;   // free and holding no cached prefix
-  int64_t used_blocks = 0;   // held by running sequences
-  int64_t cached_blocks = 0; // free but still holding a cached prefix (reusable)
-  double kv_usage = 0;       // used / total
+  int64_t free_blocks = 0;                       // free and holding no cached prefix
+  int64_t used_blocks = 0;                       // held by running sequences
+  int64_t cached_blocks = 0;                     // free but still holding a cached prefix (reusable)
+  double kv_usage = 0;                           // used / total
   uint64_t prefix_queries = 0, prefix_hits = 0;  // in tokens
-  uint64_t prefix_evictions = 0;  // cached blocks reused for new data (LRU)
+  uint64_t prefix_evictions = 0;                 // cached blocks reused for new data (LRU)
   uint64_t preemptions = 0;
   uint64_t prompt_tokens = 0, generation_tokens = 0;
   uint64_t requests_finished = 0;
@@ -93,6 +93,10 @@ class Engine {
   // Validates and queues. Throws Error (a 4xx for the server) when the request can never run:
   // prompt longer than the context, prompt + max_tokens beyond it, more blocks than the whole pool.
   void add_request(EngineRequest req);
+  // Several requests queued together, all or none: each is validated as add_request does (ids also
+  // unique among them), then all enter the queue under one lock, so the next step sees every one of
+  // them (an offline batch starts as one batch, not with whichever request arrived first).
+  void add_requests(std::vector<EngineRequest> reqs);
   // Cancels a request (client went away): its blocks are freed at the next step.
   void abort_request(const std::string& id);
   // Stop admitting; returns when every queued and running request has finished.
