@@ -496,7 +496,7 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   }
   // The targets: each median figure against its threshold, met exactly when it reaches it.
   const json& t = j["targets"];
-  ASSERT_EQ(t.size(), 4u);
+  ASSERT_EQ(t.size(), 5u);
   // (The decode bound target: the median of its runs against the triads around each; with 2 runs, their mean.)
   const double values[] = {f[0]["ratio"].get<double>(), (of_around[0] + of_around[1]) / 2, f[1]["ratio"].get<double>(),
                            f[2]["ratio"].get<double>()};
@@ -516,6 +516,29 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
       met += x >= thresholds[i] ? 1 : 0;
     }
     EXPECT_EQ(t[i]["repeats_met"].get<int>(), met) << i;
+  }
+  // The decode bound once more, over the runs whose triads before and after agree within 15 %: a run
+  // whose bandwidth moved has no known bound. None such: no value, not met.
+  const auto steady = f[0]["decode_triads_steady"].get<std::vector<bool>>();
+  ASSERT_EQ(steady.size(), 2u);
+  std::vector<double> steady_values;
+  for (size_t r = 0; r < 2; ++r) {
+    const double lo = std::min(around[2 * r], around[2 * r + 1]), hi = std::max(around[2 * r], around[2 * r + 1]);
+    EXPECT_EQ(steady[r], lo >= 0.85 * hi) << r;
+    if (steady[r]) steady_values.push_back(of_around[r]);
+  }
+  const json& ts = t[4];
+  EXPECT_DOUBLE_EQ(ts["threshold"].get<double>(), 0.85);
+  ASSERT_EQ(ts["per_repeat"].size(), steady_values.size());
+  if (steady_values.empty()) {
+    EXPECT_TRUE(ts["value"].is_null());
+    EXPECT_FALSE(ts["met"].get<bool>());
+  } else {
+    double sum = 0;
+    for (double v : steady_values) sum += v;
+    const double median = sum / static_cast<double>(steady_values.size());  // one or two values
+    EXPECT_NEAR(ts["value"].get<double>(), median, 1e-9);
+    EXPECT_EQ(ts["met"].get<bool>(), median >= 0.85);
   }
 }
 
