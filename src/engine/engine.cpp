@@ -58,6 +58,24 @@ struct ActiveRequest {
   int num_unfinished = 0;
 };
 
+// Throws Error naming why `req` can never run on this engine.
+void validate_request(const EngineRequest& req, int32_t n_vocab, int64_t max_model_len, int64_t capacity_tokens) {
+  req.params.validate();
+  if (req.id.empty()) fail("request id is empty");
+  if (req.n < 1) fail("n must be at least 1, got {}", req.n);
+  if (req.prompt_ids.empty()) fail("prompt is empty: at least one token is needed");
+  for (int32_t id : req.prompt_ids)
+    if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
+  const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
+  const int64_t total = n_prompt + req.params.max_tokens;
+  if (n_prompt >= max_model_len) fail("prompt has {} tokens, the context holds {}", n_prompt, max_model_len);
+  if (total > max_model_len)
+    fail("prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens", n_prompt, req.params.max_tokens,
+         total, max_model_len);
+  if (total > capacity_tokens)
+    fail("prompt + max_tokens = {} tokens exceeds the whole KV cache ({} tokens)", total, capacity_tokens);
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -517,28 +535,6 @@ Engine::Engine(const Model& model, EngineOptions opts) : impl_(std::make_unique<
 
 Engine::~Engine() = default;
 
-namespace {
-
-// Throws Error naming why `req` can never run on this engine.
-void validate_request(EngineRequest& req, int32_t n_vocab, int64_t max_model_len, int64_t capacity_tokens) {
-  req.params.validate();
-  if (req.id.empty()) fail("request id is empty");
-  if (req.n < 1) fail("n must be at least 1, got {}", req.n);
-  if (req.prompt_ids.empty()) fail("prompt is empty: at least one token is needed");
-  for (int32_t id : req.prompt_ids)
-    if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
-  const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
-  const int64_t total = n_prompt + req.params.max_tokens;
-  if (n_prompt >= max_model_len) fail("prompt has {} tokens, the context holds {}", n_prompt, max_model_len);
-  if (total > max_model_len)
-    fail("prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens", n_prompt, req.params.max_tokens,
-         total, max_model_len);
-  if (total > capacity_tokens)
-    fail("prompt + max_tokens = {} tokens exceeds the whole KV cache ({} tokens)", total, capacity_tokens);
-}
-
-}  // namespace
-
 void Engine::add_request(EngineRequest req) {
   std::vector<EngineRequest> one;
   one.push_back(std::move(req));
@@ -547,7 +543,7 @@ void Engine::add_request(EngineRequest req) {
 
 void Engine::add_requests(std::vector<EngineRequest> reqs) {
   Impl& m = *impl_;
-  for (EngineRequest& req : reqs) validate_request(req, m.n_vocab, m.max_model_len, m.kv->capacity_tokens());
+  for (const EngineRequest& req : reqs) validate_request(req, m.n_vocab, m.max_model_len, m.kv->capacity_tokens());
   {
     std::lock_guard lk(m.inbox_mu);
     if (m.draining || m.stopping) fail("the engine is shutting down and accepts no new requests");
