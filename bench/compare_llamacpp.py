@@ -268,20 +268,19 @@ def targets(figures, skip_batched):
                 continue
             per_repeat = [x for x, steady in zip(around, f["decode_triads_steady"]) if steady]
             value = statistics.median(per_repeat) if per_repeat else None
-            out.append({"target": label, "value": value, "threshold": threshold,
-                        "met": value is not None and value >= threshold, "per_repeat": per_repeat,
-                        "repeats_met": sum(x >= threshold for x in per_repeat)})
-            continue
+            why = "no run had triads within %.0f%% of each other" % (100 * (1 - STEADY_TRIADS))
         else:
             value = f[key]
             per_repeat = f["pair_ratios"]
-        if value is None:
-            continue
+            why = "llama.cpp measured 0"
         # The same test on each repeat alone (its two runs back to back, or its run against the triads
         # around it): a median just past the threshold with most repeats under it says the host decided.
         per_repeat = [x for x in per_repeat if x is not None]
-        out.append({"target": label, "value": value, "threshold": threshold, "met": value >= threshold,
-                    "per_repeat": per_repeat, "repeats_met": sum(x >= threshold for x in per_repeat)})
+        out.append({"target": label, "value": value, "threshold": threshold,
+                    "met": value is not None and value >= threshold, "per_repeat": per_repeat,
+                    "repeats_met": sum(x >= threshold for x in per_repeat)})
+        if value is None:
+            out[-1]["why_no_value"] = why
     return out
 
 
@@ -469,8 +468,7 @@ def main():
         each = ("  (%s: met in %d of %d)" % (" ".join("%.2f" % x for x in t["per_repeat"]), t["repeats_met"],
                                              len(t["per_repeat"]))) if t["per_repeat"] else ""
         if t["value"] is None:
-            print("  %-56s %8s  >= %.2f: no run had triads within %.0f%% of each other"
-                  % (t["target"], "-", t["threshold"], 100 * (1 - STEADY_TRIADS)))
+            print("  %-56s %8s  >= %.2f: %s" % (t["target"], "-", t["threshold"], t["why_no_value"]))
             continue
         print("  %-56s %8.2f  >= %.2f: %-7s%s"
               % (t["target"], t["value"], t["threshold"], "met" if t["met"] else "NOT met", each))
