@@ -23,28 +23,27 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see above
 
 using avx2_inline::broadcast_4_bytes;
 
-
-// A group's records are read front to back, and in decode (one token) a record takes only a few ns to
-// multiply: the hardware prefetchers alone keep too few lines in flight, so the core waits on memory
-// about as long as it computes. Asking for the record 2 KiB ahead as each one is taken measured 1.19x on
-// 1B-shaped Q4_0 decode and ~1.09x on Q8_0 (whole 8-row groups at once were 0.8x; decode now goes
-// further, below).
+// A group's records are read front to back. Batched passes and prefill ask for each record 2 KiB ahead as
+// they take it (they multiply a chunk from L2 several times; 1B-shaped Q4_0 decode measured 1.19x and
+// Q8_0 ~1.09x with it when it was added).
 // Prefetches past the end of the weights are harmless: they never fault.
 constexpr size_t kPrefetchAhead = 2048;
-// Decode's distance for Q4_0 and Q4_1. With one token a record is multiplied in a few ns, and at 2 KiB
-// ahead the core's reads are bounded by how many lines it keeps in flight, not by the memory:
-// SmolLM2-135M (Q4_1) decode on one thread 1.12x at 8 KiB (16 KiB no better); on two threads, while
-// this host's triad was 65-71 GB/s, SmolLM2 1.13-1.17x and 1B Q4_0 1.05-1.09x, and at a triad of 45-62
-// Q4_0 1.035-1.08x, SmolLM2 ~1.0x (alternating pairs). Q8_0 and the K-quants keep 2 KiB: 1B-shaped
-// Q8_0 decode already reads at the triad and measured 0.98x at 8 KiB and at 4 KiB, Q4_K 0.96x at a
-// triad of ~46. Batched passes and prefill keep 2 KiB too: they read a chunk from L2 several times.
+// Q5_K's decode distance (interleaved_kquant_kernels.h).
 constexpr size_t kQ4DecodePrefetchAhead = 8192;
-// The distance for a Q4_0 / Q4_1 kernel of T tokens.
-constexpr size_t q4_prefetch_distance(int T) { return T == 1 ? kQ4DecodePrefetchAhead : kPrefetchAhead; }
+// Decode (one token) of Q4_0, Q4_1, Q8_0 (and Q4_K) asks for nothing: the core's own stream prefetcher
+// keeps more lines in flight than the software prefetches, which take the L1 miss buffers the
+// prefetcher's lines are waiting to fill. Measured on Zen 4 (2026-11-29), one process alternating the
+// two every 4 decode steps: SmolLM2-135M Q4_1 0.978x the step time on two threads (median of 12) and
+// ~0.94x on one; 1B-shaped Q4_0 0.92-0.99x, Q8_0 0.93-0.97x, Q4_K 0.80-0.95x; bench_matmul cold one-token
+// Q8_0 8192x2048 ~1.2x on one thread. (An earlier host, with a triad of 65-71 GB/s, measured the 8 KiB
+// distance 1.05-1.17x over 2 KiB for Q4; Q5_K and Q6_K still lose without theirs: Q6_K ~3x slower.)
+constexpr size_t q32_prefetch_distance(int T) { return T == 1 ? 0 : kPrefetchAhead; }
 
 // always_inline: see far_stream below.
+// kAhead 0: none.
 template <size_t kRecordBytes, size_t kAhead = kPrefetchAhead>
 [[gnu::always_inline]] inline void prefetch_ahead(const uint8_t* rec) {
+  if constexpr (kAhead == 0) return;
   for (size_t off = 0; off < kRecordBytes; off += 64)
     _mm_prefetch(reinterpret_cast<const char*>(rec + kAhead + off), _MM_HINT_T0);
 }
@@ -140,7 +139,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes, R, 32, q4_prefetch_distance(T)>(group, group_bytes, i, rec, far);
+    block_records<kRecordBytes, R, 32, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
     __m256i sum16[R][T];
     // Vector h holds elements 4h..4h+3 of each row in its low nibbles, 16+4h..16+4h+3 in its high ones.
 #pragma GCC unroll 8
@@ -204,7 +203,7 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes>(group, group_bytes, i, rec, far);
+    block_records<kRecordBytes, R, 32, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
     __m256i isum[R][T];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {

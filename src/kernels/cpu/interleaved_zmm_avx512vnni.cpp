@@ -70,7 +70,7 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[P];
     // A pair's record is two groups' records; the far stream keeps the group layout's bytes per block.
-    block_records<2 * kRecordBytes, P, 32, kQ8 ? kPrefetchAhead : q4_prefetch_distance(T)>(pairs, pair_bytes, i, rec);
+    block_records<2 * kRecordBytes, P, 32, q32_prefetch_distance(T)>(pairs, pair_bytes, i, rec);
     far_stream<kRecordBytes>(far, i);
     __m512i sum[P][T];
 #pragma GCC unroll 8
