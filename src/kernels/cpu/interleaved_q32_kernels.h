@@ -34,7 +34,7 @@ constexpr size_t kQ4DecodePrefetchAhead = 8192;
 // keeps more lines in flight than the software prefetches, which take the L1 miss buffers the
 // prefetcher's lines are waiting to fill. Measured on Zen 4 (2026-11-29), one process alternating the
 // two every 4 decode steps: SmolLM2-135M Q4_1 0.978x the step time on two threads (median of 12) and
-// ~0.94x on one; 1B-shaped Q4_0 0.92-0.99x, Q8_0 0.93-0.97x, Q4_K 0.80-0.95x; bench_matmul cold one-token
+// ~0.94x on one; 1B-shaped Q4_0 0.92-0.99x, Q8_0 0.93-0.98x, Q4_K 0.80-1.00x; bench_matmul cold one-token
 // Q8_0 8192x2048 ~1.2x on one thread. (An earlier host, with a triad of 65-71 GB/s, measured the 8 KiB
 // distance 1.05-1.17x over 2 KiB for Q4; Q5_K and Q6_K still lose without theirs: Q6_K ~3x slower.)
 constexpr size_t q32_prefetch_distance(int T) { return T == 1 ? 0 : kPrefetchAhead; }
