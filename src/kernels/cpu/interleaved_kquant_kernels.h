@@ -168,7 +168,7 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   // and at 2 KiB its decode read memory at about half the bound. 1B-shaped, Zen 4, 7 alternating pairs:
   // 1.06-1.23x (median ~1.1x). One-token Q4_K asks for nothing, as Q4_0 (q32_prefetch_distance): 1B-shaped
   // decode 0.80-1.00x the step time of 2 KiB (6 in-process runs; it measured 0.74-0.84x at 8 KiB).
-  constexpr size_t kAhead = T > 1 ? kPrefetchAhead : kQ5 ? kQ4DecodePrefetchAhead : 0;
+  constexpr size_t kAhead = T > 1 ? kPrefetchAhead : kQ5 ? kQ5KDecodePrefetchAhead : 0;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j

@@ -29,7 +29,7 @@ using avx2_inline::broadcast_4_bytes;
 // Prefetches past the end of the weights are harmless: they never fault.
 constexpr size_t kPrefetchAhead = 2048;
 // Q5_K's decode distance (interleaved_kquant_kernels.h).
-constexpr size_t kQ4DecodePrefetchAhead = 8192;
+constexpr size_t kQ5KDecodePrefetchAhead = 8192;
 // Decode (one token) of Q4_0, Q4_1, Q8_0 (and Q4_K) asks for nothing: the core's own stream prefetcher
 // keeps more lines in flight than the software prefetches, which take the L1 miss buffers the
 // prefetcher's lines are waiting to fill. Measured on Zen 4 (2026-11-29), one process alternating the
@@ -39,8 +39,7 @@ constexpr size_t kQ4DecodePrefetchAhead = 8192;
 // distance 1.05-1.17x over 2 KiB for Q4; Q5_K and Q6_K still lose without theirs: Q6_K ~3x slower.)
 constexpr size_t q32_prefetch_distance(int T) { return T == 1 ? 0 : kPrefetchAhead; }
 
-// always_inline: see far_stream below.
-// kAhead 0: none.
+// kAhead 0 asks for nothing. always_inline: see far_stream below.
 template <size_t kRecordBytes, size_t kAhead = kPrefetchAhead>
 [[gnu::always_inline]] inline void prefetch_ahead(const uint8_t* rec) {
   if constexpr (kAhead == 0) return;
