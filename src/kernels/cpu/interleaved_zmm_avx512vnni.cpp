@@ -72,7 +72,9 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
     // A pair's record is two groups' records; the far stream keeps the group layout's bytes per block.
     block_records<2 * kRecordBytes, P, 32, q32_prefetch_distance(T)>(pairs, pair_bytes, i, rec);
     far_stream<kRecordBytes>(far, i);
+    constexpr bool kTwoChains = two_vnni_chains(P * T);
     __m512i sum[P][T];
+    [[maybe_unused]] __m512i sum_odd[P][T];  // with kTwoChains: the odd vectors' sums
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       __m512i q[P];
@@ -90,7 +92,13 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
         const __m512i start = kQ4_1 ? _mm512_setzero_si512()
                                     : _mm512_set1_epi32((kQ8 ? -16 : -1) * acts[t].q4_offset[i]);
 #pragma GCC unroll 2
-        for (int p = 0; p < P; ++p) sum[p][t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[p][t], q[p], y);
+        for (int p = 0; p < P; ++p) {
+          if (!kTwoChains || g % 2 == 0) {
+            sum[p][t] = _mm512_dpbusd_epi32(g == 0 ? start : sum[p][t], q[p], y);
+          } else {
+            sum_odd[p][t] = _mm512_dpbusd_epi32(g == 1 ? _mm512_setzero_si512() : sum_odd[p][t], q[p], y);
+          }
+        }
       }
     }
 #pragma GCC unroll 2
@@ -101,7 +109,8 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512 dy = _mm512_set1_ps(acts[t].d[i]);
-        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(sum[p][t]), acc[p][t]);
+        const __m512i isum = kTwoChains ? _mm512_add_epi32(sum[p][t], sum_odd[p][t]) : sum[p][t];
+        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(isum), acc[p][t]);
         if constexpr (kQ4_1) acc[p][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(acts[t].s[i]), acc[p][t]);
       }
     }
