@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/attention_split.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
@@ -82,6 +83,7 @@ class ModelRunner {
   std::vector<ThreadScratch> thread_scratch_;
   std::vector<float> partials_;
   std::vector<int64_t> unit_first_;  // first attention unit of each thread's share
+  AttentionSplit attention_split_;
 };
 
 }  // namespace kvserve

@@ -6,6 +6,7 @@
 // is the per-op path's, operation for operation, so the logits are the same bits
 // (test: SingleTokenRegionTest.LogitsAndKVMatchPerOpPathBitForBit).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "engine/kv_row_store.h"
@@ -32,33 +33,6 @@ struct Share {
 Share static_share(int64_t n, int ti, int nt) {
   const int64_t per = (n + nt - 1) / nt;
   return {std::min(n, ti * per), std::min(n, (ti + 1) * per)};
-}
-
-// A unit's cost in attended positions: its slots plus a fixed part (its softmax, its partials, the
-// setup) worth about this many.
-constexpr int64_t kUnitFixedSlots = 16;
-
-// First unit of each thread's share (n_threads + 1 entries). Units are (partition, KV head), partition
-// major (unit p * n_kv_heads + h): the cache's address order, since a block holds its KV heads side by
-// side. Cut where the running cost (a head's newest partition holds fewer positions than the others)
-// passes each thread's equal part.
-void split_units_by_cost(int64_t n_parts, int64_t n_kv_heads, int64_t n_positions, int64_t part_slots, int nt,
-                         std::vector<int64_t>& first) {
-  const int64_t last_slots = n_positions - (n_parts - 1) * part_slots;
-  const auto cost = [&](int64_t u) {
-    return (u / n_kv_heads == n_parts - 1 ? last_slots : part_slots) + kUnitFixedSlots;
-  };
-  const int64_t n_units = n_parts * n_kv_heads;
-  const int64_t total = n_kv_heads * ((n_parts - 1) * (part_slots + kUnitFixedSlots) + last_slots + kUnitFixedSlots);
-  first.assign(static_cast<size_t>(nt) + 1, n_units);
-  first[0] = 0;
-  int64_t run = 0;
-  int t = 1;
-  for (int64_t u = 0; u < n_units && t < nt; ++u) {
-    // Unit u goes to the thread whose part holds the middle of its cost.
-    while (t < nt && 2 * run + cost(u) > 2 * total * t / nt) first[static_cast<size_t>(t++)] = u;
-    run += cost(u);
-  }
 }
 
 }  // namespace
@@ -92,13 +66,17 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   rope_.angles(pos, rope_cos_sin_.data());
   const int64_t kv_offset = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
 
-  // Attention units: (partition, KV head), statically split by their positions, so each thread's share is
-  // one region of the cache. A thread walks it in as few calls as it can, each over a run of partitions
-  // with the same heads, block by block with those heads inside: the cache in address order, and the K
-  // rows of the next partition streaming in while it finishes one (a call per partition started each one
-  // from memory). SmolLM2 decode ~1.03x over one call per KV head (KV-head-major units); 1B-shaped
-  // within noise. The thread whose share holds a KV head's newest partition writes that head's new K/V
-  // row before reading it, so no barrier separates the K/V store from attention.
+  // Attention units: (partition, KV head), split by their cost in positions with each thread's part following the rate
+  // it attended at in the steps before (AttentionSplit), so each thread's share is one region of the cache. (SmolLM2
+  // decode, one process alternating equal and measured parts every 4 steps: 0.968-1.002x the step time over 9 runs,
+  // median 0.993; the 1-2 % of a step that one thread waited for the other at the barrier after attention, when their
+  // cores ran at different speeds. Taking units from each other's shares as they finish instead, 1.008-1.024x: the
+  // extra walks' cold starts cost more than the waits.) A thread walks its share in as few calls as it can, each over a
+  // run of partitions with the same heads, block by block with those heads inside: the cache in address order, and the
+  // K rows of the next partition streaming in while it finishes one (a call per partition started each one from
+  // memory). SmolLM2 decode ~1.03x over one call per KV head (KV-head-major units); 1B-shaped within noise. The thread
+  // whose share holds a KV head's newest partition writes that head's new K/V row before reading it, so no barrier
+  // separates the K/V store from attention.
   PagedAttentionArgs base;
   base.n_tokens = 1;
   base.n_heads = static_cast<int>(H);
@@ -112,7 +90,9 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   base.out = attn_.data();
   const int64_t n_parts = detail::partition_count(base, 0);
   const int64_t n_units = n_parts * KVH;
-  split_units_by_cost(n_parts, KVH, pos + 1, detail::partition_blocks(kv.block_size) * kv.block_size, nt, unit_first_);
+  const AttentionSplit::Units units{n_parts, KVH, pos + 1, detail::partition_blocks(kv.block_size) * kv.block_size};
+  if (attention_split_.threads() != nt) attention_split_.resize(nt);
+  attention_split_.split(units, unit_first_);
   const auto owner_of = [&](int64_t u) {
     return static_cast<int>(std::upper_bound(unit_first_.begin(), unit_first_.end(), u) - unit_first_.begin()) - 1;
   };
@@ -133,7 +113,9 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
 
   pool_.run([&](int ti, int) {
     ThreadScratch& ts = thread_scratch_[static_cast<size_t>(ti)];
-    const Share units{unit_first_[static_cast<size_t>(ti)], unit_first_[static_cast<size_t>(ti) + 1]};
+    const Share my_units{unit_first_[static_cast<size_t>(ti)], unit_first_[static_cast<size_t>(ti) + 1]};
+    // This thread's time in attention over the step's layers, for the next step's split.
+    std::chrono::steady_clock::duration attending{};
     // x += w * in: each thread adds the rows it computed, then a barrier.
     const auto add_projection_to_residual = [&](const Tensor& w, const float* in, int64_t n_in) {
       ts.acts.convert(w.type, in, n_in, 1);
@@ -207,7 +189,9 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       a.kv_type = kv_type;
       norm_ahead(L.ffn_norm);
       // This thread's units into partials_ ([kv head][partition][group][head_dim + 2]).
-      detail::attend_decode_units(attn_worker, a, units.first, units.last, partials_.data());
+      const auto attend_start = std::chrono::steady_clock::now();
+      detail::attend_decode_units(attn_worker, a, my_units.first, my_units.last, partials_.data());
+      attending += std::chrono::steady_clock::now() - attend_start;
       pool_.barrier(ti);
       // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
       if (redundant_merge) a.out = ts.attn.data();
@@ -232,6 +216,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       norm_ahead(il + 1 < c.n_layers ? model_.layers[il + 1].attn_norm : model_.output_norm);
       add_projection_to_residual(L.w_down, ts.ffn.data(), F);
     }
+    attention_split_.record(ti, std::chrono::duration<double, std::nano>(attending).count());
     if (!want_logits) return;
     rmsnorm(x_.data(), static_cast<const float*>(model_.output_norm.data), ts.xn.data(), static_cast<int>(E),
             c.rms_eps);
@@ -241,6 +226,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         [&](int64_t b, int64_t e) { matmul_rows(model_.output, ts.acts, logits.data(), b, e); },
         matmul_balance_chunk_rows(model_.output, 1));
   });
+  attention_split_.update(units, unit_first_);
   return want_logits ? 1 : 0;
 }
 

@@ -1,0 +1,127 @@
+// AttentionSplit (engine/attention_split.h): how a batch-1 decode step's attention units are cut among the
+// threads, and how the measured rates move the cuts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/attention_split.h"
+
+using namespace kvserve;
+
+namespace {
+
+// SmolLM2-shaped: 3 KV heads, 600 positions in partitions of 128 (the last holds 88).
+const AttentionSplit::Units kUnits{5, 3, 600, 128};
+
+TEST(AttentionSplit, UnitCostsCountTheNewestPartitionsPositions) {
+  EXPECT_EQ(kUnits.count(), 15);
+  EXPECT_EQ(kUnits.cost(0), 128 + AttentionSplit::kUnitFixedSlots);
+  EXPECT_EQ(kUnits.cost(11), 128 + AttentionSplit::kUnitFixedSlots);
+  EXPECT_EQ(kUnits.cost(12), 88 + AttentionSplit::kUnitFixedSlots);
+  EXPECT_EQ(kUnits.cost(0, 15), 3 * (4 * 128 + 88) + 15 * AttentionSplit::kUnitFixedSlots);
+}
+
+TEST(AttentionSplit, EqualPartsBeforeAnyRateIsMeasured) {
+  AttentionSplit split;
+  split.resize(2);
+  std::vector<int64_t> first;
+  split.split(kUnits, first);
+  // Unit 7 (cost 144) straddles the middle (1020 of 2040): it starts at 7 * 144 = 1008, its middle 1080 > 1020.
+  ASSERT_EQ(first, (std::vector<int64_t>{0, 7, 15}));
+  const int64_t total = kUnits.cost(0, 15);
+  EXPECT_LE(std::abs(2 * kUnits.cost(0, 8) - total), 2 * kUnits.cost(7));
+}
+
+TEST(AttentionSplit, PartsFollowTheRates) {
+  AttentionSplit split;
+  split.resize(2);
+  split.set_rates({3.0, 1.0});
+  EXPECT_DOUBLE_EQ(split.parts()[0], 0.75);
+  EXPECT_DOUBLE_EQ(split.parts()[1], 0.25);
+  std::vector<int64_t> first;
+  split.split(kUnits, first);
+  // Thread 0's share is within half a unit's cost of three quarters of the total.
+  const double total = static_cast<double>(kUnits.cost(0, 15));
+  EXPECT_LE(std::abs(static_cast<double>(kUnits.cost(first[0], first[1])) - 0.75 * total),
+            0.5 * static_cast<double>(kUnits.cost(0)));
+  EXPECT_EQ(first[2], 15);
+}
+
+TEST(AttentionSplit, PartsAreClampedAroundEqual) {
+  AttentionSplit split;
+  split.resize(2);
+  split.set_rates({100.0, 1.0});
+  EXPECT_DOUBLE_EQ(split.parts()[0], 0.75);
+  EXPECT_DOUBLE_EQ(split.parts()[1], 0.25);
+  split.resize(4);
+  split.set_rates({1.0, 1.0, 1.0, 0.0});  // one thread not measured yet: equal parts
+  for (double p : split.parts()) EXPECT_DOUBLE_EQ(p, 0.25);
+}
+
+TEST(AttentionSplit, UpdateTakesEachThreadsCostOverItsTime) {
+  AttentionSplit split;
+  split.resize(2);
+  std::vector<int64_t> first;
+  split.split(kUnits, first);
+  const auto cost0 = static_cast<double>(kUnits.cost(first[0], first[1]));
+  const auto cost1 = static_cast<double>(kUnits.cost(first[1], first[2]));
+  // Thread 0 attended at half thread 1's rate: the first measurement is taken as it is.
+  split.record(0, 2 * cost0);
+  split.record(1, cost1);
+  split.update(kUnits, first);
+  EXPECT_NEAR(split.parts()[0], 1.0 / 3, 1e-12);
+  // Then both at the same rate: the running rates move a quarter of the way (0.5 -> 0.625 against 1).
+  split.split(kUnits, first);
+  split.record(0, static_cast<double>(kUnits.cost(first[0], first[1])));
+  split.record(1, static_cast<double>(kUnits.cost(first[1], first[2])));
+  split.update(kUnits, first);
+  EXPECT_NEAR(split.parts()[0], 0.625 / 1.625, 1e-12);
+}
+
+TEST(AttentionSplit, ThreadWithoutUnitsKeepsItsRate) {
+  AttentionSplit split;
+  split.resize(3);
+  split.set_rates({1.0, 1.0, 1.2});
+  const AttentionSplit::Units one{1, 1, 10, 128};  // a single unit (cost 26): two threads get nothing
+  std::vector<int64_t> first;
+  split.split(one, first);
+  ASSERT_EQ(first, (std::vector<int64_t>{0, 0, 1, 1}));  // thread 1's part holds the unit's middle
+  split.record(0, 0.0);
+  split.record(1, 1000.0);
+  split.record(2, 0.0);
+  split.update(one, first);
+  // Thread 1: 0.75 * 1 + 0.25 * 26 / 1000; threads 0 and 2 keep 1 and 1.2.
+  const double r1 = 0.75 + 0.25 * 0.026, sum = 1.0 + r1 + 1.2;
+  EXPECT_NEAR(split.parts()[0], 1.0 / sum, 1e-12);
+  EXPECT_NEAR(split.parts()[1], r1 / sum, 1e-12);
+  EXPECT_NEAR(split.parts()[2], 1.2 / sum, 1e-12);
+}
+
+TEST(AttentionSplit, EveryUnitGoesToExactlyOneThreadInOrder) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> rate(0.1, 3.0);
+  AttentionSplit split;
+  for (int trial = 0; trial < 500; ++trial) {
+    const int nt = 1 + static_cast<int>(rng() % 6);
+    split.resize(nt);
+    std::vector<double> rates(static_cast<size_t>(nt));
+    for (double& r : rates) r = rate(rng);
+    split.set_rates(rates);
+    double sum = 0;
+    for (double p : split.parts()) sum += p;
+    ASSERT_NEAR(sum, 1.0, 1e-12);
+    const AttentionSplit::Units u{1 + static_cast<int64_t>(rng() % 40), 1 + static_cast<int64_t>(rng() % 8), 0, 128};
+    const AttentionSplit::Units units{u.n_parts, u.n_kv_heads,
+                                      (u.n_parts - 1) * 128 + 1 + static_cast<int64_t>(rng() % 128), 128};
+    std::vector<int64_t> first;
+    split.split(units, first);
+    ASSERT_EQ(first.size(), static_cast<size_t>(nt) + 1);
+    EXPECT_EQ(first.front(), 0);
+    EXPECT_EQ(first.back(), units.count());
+    for (int t = 0; t < nt; ++t) EXPECT_LE(first[t], first[t + 1]);
+  }
+}
+
+}  // namespace
