@@ -34,7 +34,8 @@ void AttentionSplit::split(const Units& units, std::vector<int64_t>& first) cons
   double part_end = part_[0] * total;
   for (int64_t u = 0; u < n_units && t < nt; ++u) {
     // Unit u goes to the thread whose part holds the middle of its cost.
-    while (t<nt&& static_cast<double>(2 * run + units.cost(u))> 2 * part_end) {
+    const auto twice_middle = static_cast<double>(2 * run + units.cost(u));
+    while (t < nt && twice_middle > 2 * part_end) {
       first[static_cast<size_t>(t)] = u;
       part_end += part_[static_cast<size_t>(t++)] * total;
     }
