@@ -44,21 +44,24 @@ void AttentionSplit::split(const Units& units, std::vector<int64_t>& first) cons
 }
 
 void AttentionSplit::update(const Units& units, const std::vector<int64_t>& first) {
-  std::vector<double> rates = rate_;
-  for (size_t t = 0; t < rates.size(); ++t) {
+  for (size_t t = 0; t < rate_.size(); ++t) {
     const auto cost = static_cast<double>(units.cost(first[t], first[t + 1]));
     const double ns = spent_[t].ns;
     // A thread with nothing to do this step measured nothing: its rate stays.
     if (cost <= 0 || ns <= 0) continue;
     const double rate = cost / ns;
-    rates[t] = rates[t] > 0 ? (1 - kRateUpdate) * rates[t] + kRateUpdate * rate : rate;
+    rate_[t] = rate_[t] > 0 ? (1 - kRateUpdate) * rate_[t] + kRateUpdate * rate : rate;
   }
-  set_rates(rates);
+  parts_from_rates();
 }
 
 void AttentionSplit::set_rates(const std::vector<double>& rates) {
   rate_ = rates;
   rate_.resize(part_.size(), 0.0);
+  parts_from_rates();
+}
+
+void AttentionSplit::parts_from_rates() {
   const auto n = static_cast<double>(part_.size());
   double sum = 0;
   for (double r : rate_) {

@@ -47,6 +47,9 @@ class AttentionSplit {
   void set_rates(const std::vector<double>& rates);
 
  private:
+  // part_ from rate_ (equal until every thread has a rate), clamped by kMaxSkew.
+  void parts_from_rates();
+
   struct alignas(64) Spent {
     double ns = 0;
   };
