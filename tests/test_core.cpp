@@ -5,8 +5,11 @@
 #include <chrono>
 #include <thread>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
+#include "core/available_cpus.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/large_buffer.h"
@@ -98,6 +101,86 @@ TEST(ThreadPool, RunGivesEachThreadItsIndex) {
     });
     for (auto& s : seen) ASSERT_EQ(s.load(), 1);
   }
+}
+
+// Every thread's writes before a barrier are seen by every thread after it. With more threads than this
+// machine has cores, and one thread 2 ms late in some phases (longer than any spin budget), waiting
+// threads also go to sleep and must be woken.
+TEST(ThreadPool, BarrierShowsEveryThreadsWritesEvenWhenWaitersSleep) {
+  for (int nt : {2, 3, 8}) {
+    ThreadPool pool(nt);
+    constexpr int kPhases = 300;
+    std::vector<int64_t> slot(static_cast<size_t>(nt), -1);  // plain: only the barriers order them
+    std::atomic<int> mismatches{0};
+    pool.run([&](int ti, int n) {
+      for (int phase = 0; phase < kPhases; ++phase) {
+        if (phase % 50 == 7 && ti == phase % n) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        slot[static_cast<size_t>(ti)] = int64_t{phase} * n + ti;
+        pool.barrier(ti);
+        for (int j = 0; j < n; ++j)
+          if (slot[static_cast<size_t>(j)] != int64_t{phase} * n + j) mismatches++;
+        pool.barrier(ti);
+      }
+    });
+    EXPECT_EQ(mismatches.load(), 0) << nt;
+    EXPECT_GT(pool.sleeps(), 0u) << nt;
+  }
+}
+
+TEST(ThreadPool, RunReturnsOnlyAfterASlowWorkerFinishes) {
+  ThreadPool pool(3);
+  for (int rep = 0; rep < 5; ++rep) {
+    int finished = 0;  // plain: run() returning must order it
+    pool.run([&](int ti, int) {
+      if (ti != 2) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      finished = 1;
+    });
+    EXPECT_EQ(finished, 1) << rep;
+  }
+  EXPECT_GT(pool.sleeps(), 0u);  // the caller waited 3 ms: it slept instead of spinning
+}
+
+TEST(AvailableCpus, AtLeastOneAndNoMoreThanTheMachineHas) {
+  const int n = available_cpus();
+  EXPECT_GE(n, 1);
+  if (std::thread::hardware_concurrency() > 0) {
+    EXPECT_LE(n, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+}
+
+namespace {
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+}  // namespace
+
+TEST(AvailableCpus, CgroupLimitIsTheSmallestQuotaOnThePathToTheRoot) {
+  const std::filesystem::path root = std::filesystem::path(testing::TempDir()) / "kvserve_cgroup_test";
+  std::filesystem::remove_all(root);
+  // v2: a 2-CPU limit on the parent, none on the process's own cgroup.
+  write_file(root / "v2/kubepods/cpu.max", "200000 100000\n");
+  write_file(root / "v2/kubepods/pod1/cpu.max", "max 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit("0::/kubepods/pod1\n", root / "v2"), 2.0);
+  // A container: its cgroup's path does not exist in its own view, the root holds its limit.
+  write_file(root / "ct/cpu.max", "150000 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit("0::/docker/abc\n", root / "ct"), 1.5);
+  write_file(root / "nolimit/cpu.max", "max 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit("0::/\n", root / "nolimit"), std::nullopt);
+  // v1, the cpu controller mounted with cpuacct; -1 is no limit.
+  write_file(root / "v1/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+  write_file(root / "v1/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  const std::string v1 = "5:memory:/x\n4:cpu,cpuacct:/docker/x\n";
+  EXPECT_EQ(cgroup_cpu_limit(v1, root / "v1"), std::nullopt);
+  write_file(root / "v1/cpu,cpuacct/docker/x/cpu.cfs_quota_us", "50000\n");
+  write_file(root / "v1/cpu,cpuacct/docker/x/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(cgroup_cpu_limit(v1, root / "v1"), 0.5);
+  // Lines that say nothing, or files that do not parse, give no limit.
+  write_file(root / "bad/cpu.max", "lots 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit("0::/\n", root / "bad"), std::nullopt);
+  EXPECT_EQ(cgroup_cpu_limit("garbage\n\n3:memory:/\n", root / "v2"), std::nullopt);
+  std::filesystem::remove_all(root);
 }
 
 TEST(LargeBuffer, ZeroFilledAlignedAndWritableOnBothPaths) {

@@ -275,7 +275,7 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--seed", a->seed, "Prompt seed")->capture_default_str();
   c->add_option("--warmup", a->warmup, "Short untimed requests first")->capture_default_str()->check(cli::kNonNegative);
   c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  c->add_option("-t,--threads", a->threads, "Compute threads (default: all cores)");
+  c->add_option("-t,--threads", a->threads, "Compute threads (default: the CPUs this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("--block-size", a->block_size, "Offline: tokens per KV block")->capture_default_str();
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Offline: token budget of one step")
       ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/available_cpus.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -16,9 +17,34 @@
 namespace kvserve {
 
 namespace {
-// Long enough to cover the gap between back-to-back kernels of one step, short enough not to steal a
-// shared core from other processes for long.
-constexpr int kSpinIterations = 1 << 12;
+// A waiting thread spins (a pause is ~25 ns on Zen 4) before it sleeps on a futex. Spinning costs
+// nothing while every thread has a core: the wait is short and a sleep and wake-up would cost more.
+// With more runnable threads than cores it is ruinous: the thread being waited for is the one
+// without a core, and each wait burns a whole spin before it gets one. (SmolLM2 decode with 3
+// threads on 2 cores: 49 tok/s against 238 with 2, when every wait spun 4096 times and then yielded.)
+// So each thread keeps its own spin budget: a wait that had to sleep halves it, one that ended while
+// spinning doubles it, within [kMinSpin, kMaxSpin]. (Two threads on two cores: ~1 % of waits sleep in
+// a SmolLM2 bench run, at start-up and between prefill's jobs.)
+constexpr int kMaxSpin = 1 << 12;  // ~100 us: the gap between back-to-back kernels of one step
+constexpr int kMinSpin = 1 << 5;
+thread_local int t_spin_budget = kMaxSpin;
+
+// Returns once done() holds: spins up to this thread's budget, then calls sleep(), which must block
+// until done() holds.
+template <typename Done, typename Sleep>
+void spin_then_sleep(Done&& done, Sleep&& sleep) {
+  const int budget = t_spin_budget;
+  for (int spin = 0; spin < budget; ++spin) {
+    if (done()) {
+      t_spin_budget = std::min(kMaxSpin, budget * 2);
+      return;
+    }
+    KVSERVE_PAUSE();
+  }
+  sleep();
+  t_spin_budget = std::max(kMinSpin, budget / 2);
+}
+
 std::unique_ptr<ThreadPool> g_pool;
 std::once_flag g_once;
 int g_requested = 0;
@@ -42,20 +68,25 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
-      KVSERVE_PAUSE();
-      g = generation_.load(std::memory_order_acquire);
-    }
-    while (g == seen) {
-      generation_.wait(seen, std::memory_order_acquire);
-      g = generation_.load(std::memory_order_acquire);
-    }
-    seen = g;
+    spin_then_sleep([&] { return generation_.load(std::memory_order_acquire) != seen; },
+                    [&] { generation_.wait(seen, std::memory_order_acquire); });
+    seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
     job_(index, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    // seq_cst, with the load of sleepers_ after it: either the caller sees pending_ reach 0 before it
+    // sleeps, or this thread sees the caller counted in sleepers_ (sleep_until).
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && sleepers_.load(std::memory_order_seq_cst) != 0)
+      pending_.notify_all();
   }
+}
+
+template <typename T, typename Done>
+void ThreadPool::sleep_until(const std::atomic<T>& word, Done&& done) {
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  sleeps_.fetch_add(1, std::memory_order_relaxed);
+  for (T seen = word.load(std::memory_order_seq_cst); !done(seen); seen = word.load(std::memory_order_seq_cst))
+    word.wait(seen, std::memory_order_acquire);
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void ThreadPool::run(FunctionRef<void(int, int)> fn) {
@@ -68,15 +99,8 @@ void ThreadPool::run(FunctionRef<void(int, int)> fn) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   fn(0, n_threads_);
-  // A worker may have been descheduled (more runnable threads than cores): spin briefly, then yield the
-  // core to it instead of burning our time slice.
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinIterations) {
-      KVSERVE_PAUSE();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  spin_then_sleep([&] { return pending_.load(std::memory_order_acquire) == 0; },
+                  [&] { sleep_until(pending_, [](int left) { return left == 0; }); });
 }
 
 void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain) {
@@ -189,22 +213,27 @@ void ThreadPool::balanced_share(int thread_index, int64_t n, FunctionRef<void(in
 void ThreadPool::barrier(int thread_index) {
   if (n_threads_ == 1) return;
   const uint64_t target = barrier_counts_[thread_index].passed.load(std::memory_order_relaxed) + 1;
-  barrier_counts_[thread_index].passed.store(target, std::memory_order_release);
-  for (int k = 1; k < n_threads_; ++k) {
-    const auto& other = barrier_counts_[(thread_index + k) % n_threads_].passed;
-    for (int spin = 0; other.load(std::memory_order_acquire) < target; ++spin) {
-      if (spin < kSpinIterations) {
-        KVSERVE_PAUSE();
-      } else {
-        std::this_thread::yield();
-      }
+  // seq_cst, with the loads after it: of two threads arriving last at once, at least one sees the other's
+  // count, so a sleeper is always woken (sleep_until counts it in sleepers_ before it looks).
+  barrier_counts_[thread_index].passed.store(target, std::memory_order_seq_cst);
+  const auto all_passed = [&] {
+    for (int k = 1; k < n_threads_; ++k) {
+      const auto& other = barrier_counts_[(thread_index + k) % n_threads_].passed;
+      if (other.load(std::memory_order_seq_cst) < target) return false;
     }
+    return true;
+  };
+  // The last to arrive wakes the sleepers, all at once: one wake-up a barrier, however many threads.
+  if (sleepers_.load(std::memory_order_seq_cst) != 0 && all_passed()) {
+    barrier_wake_.fetch_add(1, std::memory_order_seq_cst);
+    barrier_wake_.notify_all();
   }
+  spin_then_sleep(all_passed, [&] { sleep_until(barrier_wake_, [&](uint32_t) { return all_passed(); }); });
 }
 
 ThreadPool& ThreadPool::global() {
   std::call_once(g_once, [] {
-    int n = g_requested > 0 ? g_requested : static_cast<int>(std::thread::hardware_concurrency());
+    const int n = g_requested > 0 ? g_requested : available_cpus();
     g_pool = std::make_unique<ThreadPool>(std::max(1, n));
   });
   return *g_pool;

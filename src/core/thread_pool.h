@@ -80,12 +80,20 @@ class ThreadPool {
   // never a later call's).
   void balanced_share(int thread_index, int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t chunk);
 
-  // The process-wide pool. Its size is set once by set_global_threads (default: hardware threads).
+  // How many times a thread of this pool has slept (on a futex) in barrier() or at the end of run(),
+  // waiting for a thread that had no core.
+  uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+
+  // The process-wide pool. Its size is set once by set_global_threads (default: available_cpus()).
   static ThreadPool& global();
   static void set_global_threads(int n);
 
  private:
   void worker(int index);
+  // Counts this thread in sleepers_ and blocks on word until done(word's value). A thread that changes a
+  // word others may sleep on notifies it when sleepers_ is not 0.
+  template <typename T, typename Done>
+  void sleep_until(const std::atomic<T>& word, Done&& done);
   void split(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain, bool dynamic);
 
   int n_threads_;
@@ -108,6 +116,13 @@ class ThreadPool {
     std::atomic<uint64_t> passed{0};
   };
   std::unique_ptr<BarrierCount[]> barrier_counts_;
+  // How many threads sleep in sleep_until (on pending_ or a barrier count). Read on every barrier and job
+  // end, written only around a sleep: its line stays in every core's cache.
+  alignas(64) std::atomic<int> sleepers_{0};
+  // What a thread sleeping in barrier() waits on: bumped by the last thread to arrive when sleepers_ is
+  // not 0 (the counts themselves are spun on, one line per thread, but a sleeper would wake for each).
+  alignas(64) std::atomic<uint32_t> barrier_wake_{0};
+  std::atomic<uint64_t> sleeps_{0};
 };
 
 }  // namespace kvserve

@@ -1,0 +1,128 @@
+#include "core/available_cpus.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kvserve {
+
+namespace {
+
+std::optional<std::string> read_small_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::optional<double> parse_number(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  if (s.empty()) return std::nullopt;
+  try {
+    size_t used = 0;
+    const double v = std::stod(std::string(s), &used);
+    if (used != s.size()) return std::nullopt;
+    return v;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+// cgroup v2 cpu.max: "max 100000" (no limit) or "<quota> <period>".
+std::optional<double> limit_from_cpu_max(std::string_view text) {
+  const size_t space = text.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  const auto quota = parse_number(text.substr(0, space));
+  const auto period = parse_number(text.substr(space + 1));
+  if (!quota || !period || *quota <= 0 || *period <= 0) return std::nullopt;
+  return *quota / *period;
+}
+
+// cgroup v1: cpu.cfs_quota_us is -1 when there is no limit.
+std::optional<double> limit_from_cfs(const std::filesystem::path& dir) {
+  const auto quota_text = read_small_file(dir / "cpu.cfs_quota_us");
+  const auto period_text = read_small_file(dir / "cpu.cfs_period_us");
+  if (!quota_text || !period_text) return std::nullopt;
+  const auto quota = parse_number(*quota_text);
+  const auto period = parse_number(*period_text);
+  if (!quota || !period || *quota <= 0 || *period <= 0) return std::nullopt;
+  return *quota / *period;
+}
+
+// The smallest limit `read_limit` finds in base / cgroup_path and each of its parents up to base.
+template <typename ReadLimit>
+std::optional<double> smallest_limit_up_to(const std::filesystem::path& base, std::string_view cgroup_path,
+                                           ReadLimit read_limit) {
+  std::optional<double> smallest;
+  std::filesystem::path rel = std::filesystem::path(std::string(cgroup_path)).relative_path();
+  for (;;) {
+    const std::filesystem::path dir = rel.empty() ? base : base / rel;
+    if (const auto limit = read_limit(dir)) smallest = smallest ? std::min(*smallest, *limit) : *limit;
+    if (rel.empty()) break;
+    rel = rel.parent_path();
+  }
+  return smallest;
+}
+
+std::optional<double> min_of(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+}  // namespace
+
+std::optional<double> cgroup_cpu_limit(std::string_view self_cgroup, const std::filesystem::path& root) {
+  std::optional<double> limit;
+  std::istringstream lines{std::string(self_cgroup)};
+  for (std::string line; std::getline(lines, line);) {
+    // "<hierarchy id>:<controllers>:<path>"; cgroup v2 is "0::<path>".
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string id = line.substr(0, first);
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string_view path = std::string_view(line).substr(second + 1);
+    if (id == "0" && controllers.empty()) {
+      limit = min_of(limit, smallest_limit_up_to(root, path, [](const std::filesystem::path& dir) {
+                       const auto text = read_small_file(dir / "cpu.max");
+                       return text ? limit_from_cpu_max(*text) : std::nullopt;
+                     }));
+      continue;
+    }
+    std::vector<std::string> names;
+    std::istringstream list(controllers);
+    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+    if (std::find(names.begin(), names.end(), "cpu") == names.end()) continue;
+    // The v1 cpu hierarchy is mounted under its controllers' names (cpu, or cpu,cpuacct with links).
+    for (const char* mount : {"cpu", "cpu,cpuacct", "cpuacct,cpu"}) {
+      const std::filesystem::path base = root / mount;
+      std::error_code ec;
+      if (!std::filesystem::is_directory(base, ec)) continue;
+      limit = min_of(limit, smallest_limit_up_to(base, path, limit_from_cfs));
+      break;
+    }
+  }
+  return limit;
+}
+
+int available_cpus() {
+  int n = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+  if (const auto self = read_small_file("/proc/self/cgroup")) {
+    if (const auto limit = cgroup_cpu_limit(*self, "/sys/fs/cgroup"))
+      n = std::min(n, static_cast<int>(std::ceil(*limit - 1e-9)));
+  }
+  return std::max(1, n);
+}
+
+}  // namespace kvserve

@@ -1,0 +1,22 @@
+#pragma once
+// How many threads the process should compute on by default. std::thread::hardware_concurrency() counts
+// the machine's CPUs, not the ones the process may use: under `taskset`, a cpuset or a container's CPU
+// quota (docker --cpus, a Kubernetes limit) it gives more threads than cores, and the pool's threads
+// then wait on each other's time slices.
+#include <filesystem>
+#include <optional>
+#include <string_view>
+
+namespace kvserve {
+
+// The CPUs in this process's affinity mask, capped by its cgroup CPU quota rounded up; at least 1.
+int available_cpus();
+
+// The CPU quota (in CPUs, e.g. 1.5) that the cgroups named in `self_cgroup` (the text of
+// /proc/self/cgroup) impose, read under `root` (/sys/fs/cgroup): cgroup v2's cpu.max, or v1's
+// cpu.cfs_quota_us / cpu.cfs_period_us, in the process's cgroup and each parent up to the root (inside a
+// container the cgroup's path may not exist there, and the root holds the container's own limit). The
+// smallest limit found; nullopt when there is none.
+std::optional<double> cgroup_cpu_limit(std::string_view self_cgroup, const std::filesystem::path& root);
+
+}  // namespace kvserve
