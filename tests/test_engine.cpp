@@ -324,6 +324,9 @@ TEST(Engine, AddRequestsQueuesTheWholeBatchForOneStepOrNone) {
     return reqs;
   };
   EXPECT_THROW(engine.add_requests(batch("a", {1, 100000})), Error);  // token outside the vocabulary
+  std::vector<EngineRequest> bias_outside = batch("c", {});
+  bias_outside[3].params.logit_bias = {{100000, 1.0f}};
+  EXPECT_THROW(engine.add_requests(std::move(bias_outside)), Error);  // logit_bias outside the vocabulary
   std::vector<EngineRequest> dup = batch("b", {});
   dup[5].id = dup[1].id;
   EXPECT_THROW(engine.add_requests(std::move(dup)), Error);

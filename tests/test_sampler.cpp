@@ -258,6 +258,48 @@ TEST(Sampler, PenaltiesLowerRepeatedTokens) {
   EXPECT_FLOAT_EQ(l[2], 1.5f);
 }
 
+// logit_bias is added to the raw logits before the penalties: greedy follows it, -100 bans a token, and
+// a draw at a temperature never picks a banned one.
+TEST(Sampler, LogitBiasShiftsLogitsBeforePenaltiesAndSampling) {
+  {
+    SamplingParams p;
+    p.logit_bias = {{2, 5.0f}, {0, -100.0f}};
+    Sampler s(p);
+    std::vector<float> l = {3.0f, 1.0f, -1.0f, 2.5f};
+    EXPECT_EQ(s.sample(l.data(), 4), 2);  // -1 + 5 = 4 beats 3 - 100 and 2.5
+    EXPECT_FLOAT_EQ(l[2], 4.0f);
+    EXPECT_FLOAT_EQ(l[0], -97.0f);
+  }
+  {
+    SamplingParams p;
+    p.logit_bias = {{1, 2.0f}};
+    p.repetition_penalty = 2.0f;
+    Sampler s(p);
+    s.set_prompt({1});
+    std::vector<float> l = {0.0f, 2.0f};
+    s.sample(l.data(), 2);
+    EXPECT_FLOAT_EQ(l[1], 2.0f);  // (2 + 2) / 2: the bias first, then the penalty
+  }
+  {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = 7;
+    p.has_seed = true;
+    p.logit_bias = {{0, -100.0f}, {1, -100.0f}};
+    Sampler s(p);
+    for (int i = 0; i < 200; ++i) {
+      std::vector<float> l = {5.0f, 5.0f, 0.0f, 0.0f};
+      const int32_t id = s.sample(l.data(), 4);
+      ASSERT_TRUE(id == 2 || id == 3) << id;
+    }
+  }
+  SamplingParams bad;
+  bad.logit_bias = {{3, 101.0f}};
+  EXPECT_THROW(bad.validate(), Error);
+  bad.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(bad.validate(), Error);
+}
+
 TEST(Sampler, LogprobsAreNormalised) {
   SamplingParams p;
   p.logprobs = 3;

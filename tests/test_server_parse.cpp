@@ -2,6 +2,10 @@
 // parameters, wrong types and out-of-range values are 400s naming the field, unknown fields are ignored.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "server/api_error.h"
 #include "server/request_parser.h"
 #include "test_server_fake_engine.h"
@@ -61,7 +65,8 @@ TEST(ServerParse, DefaultsAndNullsMeanNotGiven) {
   const ApiRequest r = parse_completion(
       R"({"prompt": "x", "max_tokens": null, "temperature": null, "stop": null, "logprobs": null, "seed": null})");
   EXPECT_FALSE(r.max_tokens_given);
-  EXPECT_FLOAT_EQ(r.params.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.params.temperature, 1.0f);  // OpenAI's default
+  EXPECT_FLOAT_EQ(parse_completion(R"({"prompt": "x", "temperature": 0})").params.temperature, 0.0f);
   EXPECT_TRUE(r.params.stop.empty());
   EXPECT_FALSE(r.logprobs);
   EXPECT_EQ(r.params.logprobs, 0);
@@ -166,6 +171,43 @@ TEST(ServerParse, OutOfRangeValuesAre400) {
   }
   EXPECT_EQ(parse_completion(R"({"prompt": "x", "top_k": -1})").params.top_k, 0);  // vLLM's "off"
   EXPECT_EQ(parse_completion(R"({"prompt": "x", "seed": -1})").params.seed, ~uint64_t{0});
+}
+
+TEST(ServerParse, LogitBiasMapsTokenIdsToBiases) {
+  const ApiRequest r = parse_completion(R"({"prompt": "x", "logit_bias": {"50256": -100, "7": 2.5}})");
+  auto bias = r.params.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, 2.5f}, {50256, -100.0f}}));
+  EXPECT_TRUE(parse_completion(R"({"prompt": "x", "logit_bias": null})").params.logit_bias.empty());
+  EXPECT_EQ(parse_chat(R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"3": 1}})")
+                .params.logit_bias.size(),
+            1u);
+  std::string many = R"({"prompt": "x", "logit_bias": {)";
+  for (int i = 0; i < 1025; ++i) {
+    if (i > 0) many += ',';
+    many += fmt::format(R"("{}": 1)", i);
+  }
+  many += "}}";
+  for (const std::string& body : std::vector<std::string>{
+           R"({"prompt": "x", "logit_bias": [1, 2]})", R"({"prompt": "x", "logit_bias": {"abc": 1}})",
+        R"({"prompt": "x", "logit_bias": {"-3": 1}})", R"({"prompt": "x", "logit_bias": {"1.5": 1}})",
+        R"({"prompt": "x", "logit_bias": {"99999999999": 1}})", R"({"prompt": "x", "logit_bias": {"5": 101}})",
+        R"({"prompt": "x", "logit_bias": {"5": "high"}})", many}) {
+    SCOPED_TRACE(body.substr(0, 80));
+    EXPECT_EQ(rejection(Endpoint::Completions, body), std::make_pair(400, std::string("logit_bias")));
+  }
+  // Ids past the vocabulary are found where the prompt is built (the fake engine's vocabulary is 256).
+  FakeEngine engine(std::chrono::milliseconds(1), /*context=*/32);
+  ApiRequest inside = parse_completion(R"({"prompt": "abc", "logit_bias": {"255": 1}})");
+  EXPECT_NO_THROW(build_prompt(inside, engine));
+  ApiRequest outside = parse_completion(R"({"prompt": "abc", "logit_bias": {"256": 1}})");
+  try {
+    build_prompt(outside, engine);
+    FAIL() << "expected a 400 for a token id outside the vocabulary";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param(), "logit_bias");
+  }
 }
 
 TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {

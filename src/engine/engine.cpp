@@ -66,6 +66,8 @@ void validate_request(const EngineRequest& req, int32_t n_vocab, int64_t max_mod
   if (req.prompt_ids.empty()) fail("prompt is empty: at least one token is needed");
   for (int32_t id : req.prompt_ids)
     if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
+  for (const auto& [id, bias] : req.params.logit_bias)
+    if (id >= n_vocab) fail("logit_bias token id {} is outside the vocabulary of {}", id, n_vocab);
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
   const int64_t total = n_prompt + req.params.max_tokens;
   if (n_prompt >= max_model_len) fail("prompt has {} tokens, the context holds {}", n_prompt, max_model_len);

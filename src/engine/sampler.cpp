@@ -24,6 +24,10 @@ void SamplingParams::validate() const {
   if (logprobs < 0 || logprobs > 20) fail("logprobs must be in [0, 20], got {}", logprobs);
   for (const auto& s : stop)
     if (s.empty()) fail("stop strings must not be empty");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) fail("logit_bias token id must be >= 0, got {}", id);
+    if (!(bias >= -100.0f && bias <= 100.0f)) fail("logit_bias must be in [-100, 100], got {} for token {}", bias, id);
+  }
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
@@ -45,6 +49,8 @@ int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
 
 void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {
   auto in_range = [&](int32_t id) { return id >= 0 && id < n_vocab; };
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (in_range(id)) logits[id] += bias;
   if (params_.repetition_penalty != 1.0f) {
     auto penalize = [&](int32_t id) {
       float& l = logits[id];

@@ -1,5 +1,5 @@
 #pragma once
-// Turns one position's logits into the next token: penalties, then greedy or top-k / temperature /
+// Turns one position's logits into the next token: logit bias and penalties, then greedy or top-k / temperature /
 // min-p / top-p filtering and a draw from a seeded generator (same seed, same tokens).
 #include <cstdint>
 #include <random>
@@ -26,7 +26,7 @@ class Sampler {
   // Modifies logits in place (penalties, temperature) and returns the chosen id.
   int32_t sample(float* logits, int32_t n_vocab);
 
-  // Log-probabilities of the distribution the last sample() drew from (after penalties, before
+  // Log-probabilities of the distribution the last sample() drew from (after logit bias and penalties, before
   // truncation): the chosen token's and the top `params.logprobs` ones. Only when params.logprobs > 0.
   float last_logprob() const { return last_logprob_; }
   const std::vector<TokenLogprob>& last_top_logprobs() const { return last_top_; }

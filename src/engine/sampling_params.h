@@ -2,6 +2,7 @@
 // What a request asks of the sampler and the stopping rules; shared by the CLI and the server.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvserve {
@@ -20,6 +21,9 @@ struct SamplingParams {
   std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;
   int logprobs = 0;  // top log-probabilities to report per token (0 = none)
+  // OpenAI's logit_bias: added to a token's logit before the penalties and any sampling, greedy included.
+  // Ids are checked against the vocabulary where the request is admitted.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Throws Error naming the first out-of-range field.
   void validate() const;

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,9 @@ namespace {
 constexpr int kMaxChoices = 16;
 constexpr int kMaxTopLogprobs = 20;
 constexpr size_t kMaxStopStrings = 16;
+// More than any real use (OpenAI documents no limit; vLLM none either), few enough that applying them is
+// nothing next to a step.
+constexpr size_t kMaxLogitBias = 1024;
 
 // A known field, or nullptr when absent or JSON null (OpenAI treats null as "not given").
 const json* field(const json& body, const char* name) {
@@ -132,8 +136,23 @@ void parse_stop(const json& v, SamplingParams& params) {
   }
 }
 
+// {"<token id>": bias in [-100, 100], ...}, as OpenAI's API takes it; ids are checked against the
+// vocabulary in build_prompt.
+void parse_logit_bias(const json& v, SamplingParams& params) {
+  if (!v.is_object()) throw bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+  if (v.size() > kMaxLogitBias) throw bad_request(fmt::format("'logit_bias' takes at most {} tokens", kMaxLogitBias), "logit_bias");
+  for (const auto& [key, bias] : v.items()) {
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0)
+      throw bad_request(fmt::format("'logit_bias' keys must be token ids, got '{}'", key), "logit_bias");
+    params.logit_bias.emplace_back(id, static_cast<float>(number_field(bias, "logit_bias", -100, 100)));
+  }
+}
+
 void parse_sampling(const json& body, ApiRequest& req) {
   SamplingParams& p = req.params;
+  p.temperature = kDefaultTemperature;
   if (const json* v = field(body, "temperature")) p.temperature = static_cast<float>(number_field(*v, "temperature", 0, 2));
   if (const json* v = field(body, "top_p")) {
     p.top_p = static_cast<float>(number_field(*v, "top_p", 0, 1));
@@ -163,6 +182,7 @@ void parse_sampling(const json& body, ApiRequest& req) {
     p.has_seed = true;
   }
   if (const json* v = field(body, "stop")) parse_stop(*v, p);
+  if (const json* v = field(body, "logit_bias")) parse_logit_bias(*v, p);
   if (const json* v = field(body, "ignore_eos")) p.ignore_eos = bool_field(*v, "ignore_eos");
 
   // Chat's max_completion_tokens supersedes max_tokens.
@@ -252,6 +272,9 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
   const int32_t n_vocab = backend.vocab_size();
   for (int32_t id : ids)
     if (id < 0 || id >= n_vocab) throw bad_request(fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab), param);
+  for (const auto& [id, bias] : req.params.logit_bias)
+    if (id >= n_vocab)
+      throw bad_request(fmt::format("'logit_bias' token id {} is outside the vocabulary [0, {})", id, n_vocab), "logit_bias");
 
   const int64_t context = backend.context_length();
   if (context > 0 && static_cast<int64_t>(ids.size()) >= context)

@@ -39,6 +39,9 @@ struct ApiRequest {
 // Throws ApiError (400) for malformed JSON, known fields of the wrong type and out-of-range values.
 ApiRequest parse_api_request(Endpoint endpoint, std::string_view body);
 
+// A request without temperature samples at OpenAI's default, 1 (as vLLM and SGLang do); 0 is greedy.
+constexpr float kDefaultTemperature = 1.0f;
+
 // Completions without max_tokens get OpenAI's 16; chat gets the rest of the context.
 constexpr int kDefaultCompletionMaxTokens = 16;
 

@@ -223,6 +223,31 @@ def test_logprobs(client):
         assert isinstance(t.bytes, list) and t.bytes
 
 
+def test_logit_bias(client):
+    rng = random.Random(77)
+    prompt = random_ids(rng, 8)
+    base = dict(model=MODEL, prompt=prompt, max_tokens=6, temperature=0, logprobs=1, extra_body={"ignore_eos": True})
+    plain = client.completions.create(**base).choices[0]
+    # +100 on one token makes greedy pick it at every step. From the vocabulary's last quarter: merged
+    # tokens, not byte-fallback ones whose text alone may be an incomplete UTF-8 sequence.
+    forced_id = rng.randrange(max(FIRST_PLAIN_ID, VOCAB * 3 // 4), VOCAB)
+    forced = client.completions.create(logit_bias={str(forced_id): 100}, **base).choices[0]
+    assert len(forced.logprobs.tokens) == 6
+    assert len(set(forced.logprobs.tokens)) == 1, forced.logprobs.tokens
+    if len(set(plain.logprobs.tokens)) > 1:
+        assert forced.text != plain.text
+    # -100 on that token, with sampling: never drawn.
+    banned = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=1, seed=5, logprobs=1,
+                                       logit_bias={str(forced_id): -100}, extra_body={"ignore_eos": True}).choices[0]
+    forced_text = forced.logprobs.tokens[0]
+    if forced_text.strip(" \ufffd"):
+        assert forced_text not in banned.logprobs.tokens
+    for bias in ({str(VOCAB): 1}, {"x": 1}, {"5": 101}):
+        status, _, body = raw_request("POST", "/v1/completions", {"model": MODEL, "prompt": "Hi", "logit_bias": bias})
+        assert status == 400, (bias, body)
+        assert json.loads(body)["error"]["param"] == "logit_bias"
+
+
 # --- prefix reuse, visible from outside ---------------------------------------------------------------
 
 
