@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/available_cpus.h"
 #include "run_command.h"
 
 using nlohmann::json;
@@ -56,6 +57,28 @@ TEST(GeneratorCli, JsonGreedyIdsMatchGoldenOnPagedCache) {
   // 1 MiB buys 102 blocks, capped at one 512-token context = 64 blocks.
   EXPECT_EQ(j["kv_cache"]["num_blocks"], 64);
   EXPECT_NE(r.err.find("kv cache: 64 blocks of 8 tokens = 512 tokens"), std::string::npos) << r.err;
+}
+
+// More threads than the process has CPUs: a warning naming both counts, and the same greedy ids (the
+// pool's waits sleep instead of spinning, so this also runs in reasonable time).
+TEST(GeneratorCli, MoreThreadsThanCpusWarnsAndGivesTheSameIds) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const json g = golden("Once upon a time");
+  const auto want = g["generated_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(want.size(), 40u);
+  const int cpus = kvserve::available_cpus();
+  const CommandResult r = kvserve::test::run_command(
+      std::string(KVSERVE_BINARY) + " generate -m " + kShared + "/models/stories260K/stories260K.bin --tokenizer " +
+          kShared + "/models/stories260K/tok512.bin -t " + std::to_string(cpus + 2) +
+          " -p 'Once upon a time' --temperature 0 --ignore-eos -n 40 --json",
+      /*capture_stderr=*/true);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: " + std::to_string(cpus + 2) + " threads on the " + std::to_string(cpus) + " CPU"),
+            std::string::npos)
+      << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(want.begin(), want.begin() + 40));
+  EXPECT_EQ(generate("-p 'Once upon a time' -n 1").err.find("warning:"), std::string::npos);  // -t 1: none
 }
 
 TEST(GeneratorCli, BudgetHoldingNoBlockExitsWithAMessage) {

@@ -15,6 +15,7 @@
 #include "bench/offline_bench.h"
 #include "bench/serving_bench.h"
 #include "bench/triad.h"
+#include "cli/compute_threads.h"
 #include "cli/commands.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
@@ -213,7 +214,7 @@ void run_serving(const BenchArgs& a) {
 }
 
 void run_bench(const BenchArgs& a) {
-  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  set_compute_threads(a.threads);
   if (!a.url.empty()) return run_serving(a);
   if (a.model.empty() && a.triad) {
     const bench::TriadResult t = bench::measure_triad();

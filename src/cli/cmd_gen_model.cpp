@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/compute_threads.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/error.h"
@@ -48,7 +49,7 @@ DType parse_type(std::string t) {
 }
 
 void run_gen_model(const GenModelArgs& a) {
-  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  set_compute_threads(a.threads);
   RandomModelSpec s;
   if (!a.preset.empty()) {
     auto p = random_model_preset(a.preset);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/compute_threads.h"
 #include "cli/commands.h"
 #include "cli/number_checks.h"
 #include "cli/kv_cache_options.h"
@@ -35,7 +36,7 @@ struct GenerateArgs {
 void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
-  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json);
 
   std::string text = a.prompt;
