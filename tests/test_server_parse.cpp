@@ -210,6 +210,23 @@ TEST(ServerParse, LogitBiasMapsTokenIdsToBiases) {
   }
 }
 
+TEST(ServerParse, StructuredOutputAndToolsAre400InsteadOfIgnored) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_NO_THROW(parse_chat("{" + msgs + R"(, "response_format": {"type": "text"}, "tools": []})"));
+  EXPECT_NO_THROW(parse_chat("{" + msgs + R"(, "response_format": null, "tools": null})"));
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"("response_format": {"type": "json_object"})", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})", "response_format"},
+      {R"("response_format": "json")", "response_format"},
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools"},
+      {R"("functions": [{"name": "f"}])", "functions"},
+  };
+  for (const auto& [extra, param] : refused) {
+    SCOPED_TRACE(extra);
+    EXPECT_EQ(rejection(Endpoint::ChatCompletions, "{" + msgs + ", " + extra + "}"), std::make_pair(400, param));
+  }
+}
+
 TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {
   FakeEngine engine(std::chrono::milliseconds(1), /*context=*/32);
   ApiRequest completion = parse_completion(R"({"prompt": "abc"})");

@@ -123,6 +123,24 @@ void parse_messages(const json& body, ApiRequest& req) {
   }
 }
 
+// Features a client relies on for the shape of the answer: ignoring them would return plain text the
+// client then fails to parse, so they are 400s. The plain-text format and an empty tool list are fine.
+void reject_unsupported_chat_features(const json& body) {
+  if (const json* v = field(body, "response_format")) {
+    if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
+      throw bad_request("'response_format' must be an object with a string 'type'", "response_format");
+    const std::string type = (*v)["type"].get<std::string>();
+    if (type != "text")
+      throw bad_request(fmt::format("'response_format' of type '{}' is not supported (only 'text')", type),
+                        "response_format");
+  }
+  for (const char* name : {"tools", "functions"}) {
+    const json* v = field(body, name);
+    if (v && !(v->is_array() && v->empty()))
+      throw bad_request(fmt::format("'{}' is not supported: this server does not call tools", name), name);
+  }
+}
+
 void parse_stop(const json& v, SamplingParams& params) {
   if (v.is_string()) {
     if (!v.get<std::string>().empty()) params.stop.push_back(v.get<std::string>());
@@ -232,6 +250,7 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
       throw bad_request("'best_of' > 1 is not supported; use n", "best_of");
   } else {
     parse_messages(body, req);
+    reject_unsupported_chat_features(body);
   }
   parse_sampling(body, req);
   parse_logprobs(body, req);
