@@ -75,10 +75,19 @@ class FakeEngine final : public EngineBackend {
   }
   int block_size() const override { return 16; }
 
-  std::vector<int32_t> tokenize(std::string_view text) const override {
+  // One id per byte; after set_bos(true), add_special puts a 1 (a BOS) first, as a llama vocabulary does.
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special) const override {
     std::vector<int32_t> ids;
+    if (add_special && bos_) ids.push_back(1);
     for (unsigned char c : text) ids.push_back(c);
     return ids;
+  }
+  // Drops the BOS (1), as a detokenizer leaves out special tokens.
+  std::string detokenize(const std::vector<int32_t>& ids) const override {
+    std::string text;
+    for (int32_t id : ids)
+      if (id != 1) text.push_back(static_cast<char>(id));
+    return text;
   }
   std::string render_chat(const std::vector<ChatMessage>& messages) const override {
     std::string out;
@@ -103,8 +112,10 @@ class FakeEngine final : public EngineBackend {
     return live_.size();
   }
   void set_cached_tokens(int n) { cached_tokens_ = n; }
+  void set_bos(bool bos) { bos_ = bos; }
 
  private:
+  bool bos_ = false;
   struct Live {
     EngineRequest req;
     std::vector<int> produced;

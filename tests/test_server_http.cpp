@@ -242,6 +242,41 @@ TEST(ServerHttp, ApiKeyGuardsV1AndSaltsTheCache) {
   EXPECT_EQ(added[0].cache_salt, derive_cache_salt("sekret", false, "t1"));
 }
 
+TEST(ServerHttp, TokenizeAndDetokenizeRoundTripBehindTheApiKey) {
+  FakeEngine engine;
+  engine.set_bos(true);
+  ServerOptions opts;
+  opts.api_key = "sekret";
+  LiveServer server(engine, opts);
+  auto cli = server.client("sekret");
+  auto tok = cli.Post("/tokenize", R"({"prompt": "hi"})", "application/json");
+  ASSERT_TRUE(tok);
+  ASSERT_EQ(tok->status, 200) << tok->body;
+  const json t = json::parse(tok->body);
+  EXPECT_EQ(t["tokens"], json({1, 'h', 'i'}));
+  EXPECT_EQ(t["count"], 3);
+  EXPECT_EQ(t["max_model_len"], engine.context_length());
+  auto plain = cli.Post("/tokenize", R"({"content": "hi", "add_special_tokens": false})", "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(json::parse(plain->body)["tokens"], json({'h', 'i'}));
+  // Chat messages go through the template, as /v1/chat/completions renders them.
+  auto chat = cli.Post("/tokenize", R"({"messages": [{"role": "user", "content": "a"}]})", "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(json::parse(chat->body)["count"], engine.tokenize("user: a\nassistant:", true).size());
+
+  auto detok = cli.Post("/detokenize", json{{"tokens", t["tokens"]}}.dump(), "application/json");
+  ASSERT_TRUE(detok);
+  ASSERT_EQ(detok->status, 200) << detok->body;
+  EXPECT_EQ(json::parse(detok->body)["prompt"], "hi");
+  EXPECT_EQ(json::parse(detok->body)["content"], "hi");
+
+  expect_error(cli.Post("/detokenize", R"({"tokens": [999]})", "application/json"), 400);
+  expect_error(cli.Post("/tokenize", R"({"prompt": "x", "model": "other"})", "application/json"), 404);
+  expect_error(server.client().Post("/tokenize", R"({"prompt": "hi"})", "application/json"), 401);
+  expect_error(server.client("wrong").Post("/detokenize", R"({"tokens": [1]})", "application/json"), 401);
+  EXPECT_TRUE(engine.added().empty());  // nothing reached the engine's queue
+}
+
 TEST(ServerHttp, MetricsAndBlockMap) {
   FakeEngine engine;
   LiveServer server(engine);

@@ -227,6 +227,49 @@ TEST(ServerParse, StructuredOutputAndToolsAre400InsteadOfIgnored) {
   }
 }
 
+TEST(ServerParse, TokenizeAndDetokenizeRequests) {
+  TokenizeRequest t = parse_tokenize_request(R"({"model": "m", "prompt": "hi"})");
+  EXPECT_EQ(t.model, "m");
+  EXPECT_EQ(t.text, "hi");
+  EXPECT_TRUE(t.add_special);
+  EXPECT_FALSE(t.is_chat);
+  t = parse_tokenize_request(R"({"content": "yo", "add_special_tokens": false})");  // llama.cpp's field
+  EXPECT_EQ(t.text, "yo");
+  EXPECT_FALSE(t.add_special);
+  t = parse_tokenize_request(R"({"messages": [{"role": "user", "content": "hey"}]})");
+  EXPECT_TRUE(t.is_chat);
+  ASSERT_EQ(t.messages.size(), 1u);
+  EXPECT_EQ(t.messages[0].content, "hey");
+  const auto tokenize_rejection = [](const std::string& body) -> std::pair<int, std::string> {
+    try {
+      parse_tokenize_request(body);
+    } catch (const ApiError& e) {
+      return {e.status(), e.param()};
+    }
+    return {0, ""};
+  };
+  EXPECT_EQ(tokenize_rejection("{}"), std::make_pair(400, std::string("prompt")));
+  EXPECT_EQ(tokenize_rejection(R"({"prompt": 5})"), std::make_pair(400, std::string("prompt")));
+  EXPECT_EQ(tokenize_rejection(R"({"prompt": "a", "messages": []})"), std::make_pair(400, std::string("messages")));
+  EXPECT_EQ(tokenize_rejection(R"({"prompt": "a", "add_special_tokens": 1})"),
+            std::make_pair(400, std::string("add_special_tokens")));
+  EXPECT_EQ(tokenize_rejection("[1]").first, 400);
+
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens": [1, 104, 255]})", 256).tokens, (std::vector<int32_t>{1, 104, 255}));
+  EXPECT_TRUE(parse_detokenize_request(R"({"tokens": []})", 256).tokens.empty());
+  for (const std::string body : {R"({})", R"({"tokens": "abc"})", R"({"tokens": [256]})", R"({"tokens": [-1]})",
+                                 R"({"tokens": [1.5]})", R"({"tokens": [[1]]})"}) {
+    SCOPED_TRACE(body);
+    try {
+      parse_detokenize_request(body, 256);
+      ADD_FAILURE() << "expected a 400";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "tokens");
+    }
+  }
+}
+
 TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {
   FakeEngine engine(std::chrono::milliseconds(1), /*context=*/32);
   ApiRequest completion = parse_completion(R"({"prompt": "abc"})");
@@ -235,7 +278,7 @@ TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {
 
   ApiRequest chat = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
   const auto chat_ids = build_prompt(chat, engine);
-  EXPECT_EQ(chat_ids, engine.tokenize("user: hi\nassistant:"));
+  EXPECT_EQ(chat_ids, engine.tokenize("user: hi\nassistant:", true));
   EXPECT_EQ(chat.params.max_tokens, 32 - static_cast<int>(chat_ids.size()));  // the rest of the context
 
   ApiRequest too_long = parse_completion(R"({"prompt": ")" + std::string(40, 'x') + R"("})");

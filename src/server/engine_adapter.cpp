@@ -14,12 +14,16 @@ EngineStats EngineAdapter::stats() const { return engine_.stats(); }
 BlockMap EngineAdapter::block_map() const { return engine_.block_map(); }
 int EngineAdapter::block_size() const { return engine_.options().block_size; }
 
-std::vector<int32_t> EngineAdapter::tokenize(std::string_view text) const {
-  return model_.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+std::vector<int32_t> EngineAdapter::tokenize(std::string_view text, bool add_special) const {
+  return model_.tokenizer->encode(text, add_special, /*parse_special=*/true);
 }
 
 std::string EngineAdapter::render_chat(const std::vector<ChatMessage>& messages) const {
   return apply_chat_template(model_.vocab, messages, /*add_generation_prompt=*/true);
+}
+
+std::string EngineAdapter::detokenize(const std::vector<int32_t>& ids) const {
+  return model_.tokenizer->decode(ids, /*special=*/false);
 }
 
 std::string EngineAdapter::token_piece(int32_t id) const { return model_.tokenizer->token_to_piece(id, false); }

@@ -16,7 +16,8 @@ class EngineAdapter final : public EngineBackend {
   BlockMap block_map() const override;
   int block_size() const override;
 
-  std::vector<int32_t> tokenize(std::string_view text) const override;
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special) const override;
+  std::string detokenize(const std::vector<int32_t>& ids) const override;
   std::string render_chat(const std::vector<ChatMessage>& messages) const override;
   std::string token_piece(int32_t id) const override;
   int32_t vocab_size() const override;

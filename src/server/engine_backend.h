@@ -24,8 +24,10 @@ class EngineBackend {
   virtual BlockMap block_map() const = 0;
   virtual int block_size() const = 0;
 
-  // Prompt text -> ids, with BOS/EOS as the vocabulary asks and special-token text parsed as tokens.
-  virtual std::vector<int32_t> tokenize(std::string_view text) const = 0;
+  // Prompt text -> ids, special-token text parsed as tokens; with add_special, BOS/EOS as the vocabulary asks.
+  virtual std::vector<int32_t> tokenize(std::string_view text, bool add_special) const = 0;
+  // Ids -> text, special tokens left out (ids are in [0, vocab_size())).
+  virtual std::string detokenize(const std::vector<int32_t>& ids) const = 0;
   // The model's chat template applied to a conversation, ending with the assistant's turn header.
   virtual std::string render_chat(const std::vector<ChatMessage>& messages) const = 0;
   // Raw bytes of one token, for logprobs (may be an incomplete UTF-8 sequence).

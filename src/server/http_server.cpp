@@ -83,7 +83,8 @@ struct HttpServer::Impl {
 
   void install_routes() {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (opts.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+      const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+      if (opts.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
       if (keys_equal(bearer_token(req), opts.api_key)) return httplib::Server::HandlerResponse::Unhandled;
       send_error(res, ApiError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')", {}, "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
@@ -141,15 +142,47 @@ struct HttpServer::Impl {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       generate(Endpoint::ChatCompletions, req, res);
     });
+    // vLLM's and llama.cpp's token endpoints (both at the root): count a prompt as the server will.
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      try {
+        const TokenizeRequest t = parse_tokenize_request(req.body);
+        check_model(t.model);
+        std::vector<int32_t> ids;
+        try {
+          ids = backend.tokenize(t.is_chat ? backend.render_chat(t.messages) : t.text, t.add_special);
+        } catch (const Error& e) {
+          throw ApiError(400, e.what(), t.is_chat ? "messages" : "prompt");
+        }
+        const json body = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", backend.context_length()}};
+        res.set_content(dump_json(body), "application/json");
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      }
+    });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      try {
+        const DetokenizeRequest d = parse_detokenize_request(req.body, backend.vocab_size());
+        check_model(d.model);
+        const std::string text = backend.detokenize(d.tokens);
+        // "prompt" is vLLM's name for the text, "content" llama.cpp's.
+        res.set_content(dump_json(json{{"prompt", text}, {"content", text}}), "application/json");
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      }
+    });
+  }
+
+  void check_model(const std::string& model) const {
+    if (!model.empty() && model != opts.model_name)
+      throw ApiError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", model, opts.model_name),
+                     "model", "model_not_found");
   }
 
   void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     std::shared_ptr<CompletionJob> job;
     try {
       ApiRequest api = parse_api_request(endpoint, req.body);
-      if (!api.model.empty() && api.model != opts.model_name)
-        throw ApiError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", api.model, opts.model_name),
-                       "model", "model_not_found");
+      check_model(api.model);
       std::vector<int32_t> prompt = build_prompt(api, backend);
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
       job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompt), opts.model_name,

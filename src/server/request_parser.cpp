@@ -228,9 +228,7 @@ void parse_logprobs(const json& body, ApiRequest& req) {
   }
 }
 
-}  // namespace
-
-ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
+json parse_body(std::string_view body_text) {
   json body;
   try {
     body = json::parse(body_text);
@@ -238,7 +236,13 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
     throw bad_request(fmt::format("request body is not valid JSON: {}", e.what()));
   }
   if (!body.is_object()) throw bad_request("request body must be a JSON object");
+  return body;
+}
 
+}  // namespace
+
+ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
+  const json body = parse_body(body_text);
   ApiRequest req;
   req.endpoint = endpoint;
   if (const json* v = field(body, "model")) req.model = string_field(*v, "model");
@@ -273,15 +277,48 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
   return req;
 }
 
+TokenizeRequest parse_tokenize_request(std::string_view body_text) {
+  const json body = parse_body(body_text);
+  TokenizeRequest req;
+  if (const json* v = field(body, "model")) req.model = string_field(*v, "model");
+  const json* prompt = field(body, "prompt");
+  if (!prompt) prompt = field(body, "content");  // llama.cpp's name
+  if (prompt && field(body, "messages")) throw bad_request("give 'prompt' or 'messages', not both", "messages");
+  if (prompt) {
+    req.text = string_field(*prompt, "prompt");
+  } else if (field(body, "messages")) {
+    ApiRequest chat;
+    parse_messages(body, chat);
+    req.messages = std::move(chat.messages);
+    req.is_chat = true;
+  } else {
+    throw bad_request("'prompt' (or 'messages') is required", "prompt");
+  }
+  if (const json* v = field(body, "add_special_tokens")) req.add_special = bool_field(*v, "add_special_tokens");
+  return req;
+}
+
+DetokenizeRequest parse_detokenize_request(std::string_view body_text, int32_t vocab_size) {
+  const json body = parse_body(body_text);
+  DetokenizeRequest req;
+  if (const json* v = field(body, "model")) req.model = string_field(*v, "model");
+  const json* tokens = field(body, "tokens");
+  if (!tokens) throw bad_request("'tokens' is required", "tokens");
+  if (!tokens->is_array()) throw bad_request("'tokens' must be an array of token ids", "tokens");
+  for (const json& id : *tokens)
+    req.tokens.push_back(static_cast<int32_t>(integer_field(id, "tokens", 0, int64_t{vocab_size} - 1)));
+  return req;
+}
+
 std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend) {
   std::vector<int32_t> ids;
   try {
     if (req.endpoint == Endpoint::ChatCompletions) {
-      ids = backend.tokenize(backend.render_chat(req.messages));
+      ids = backend.tokenize(backend.render_chat(req.messages), /*add_special=*/true);
     } else if (req.prompt_is_ids) {
       ids = req.prompt_ids;
     } else {
-      ids = backend.tokenize(req.prompt_text);
+      ids = backend.tokenize(req.prompt_text, /*add_special=*/true);
     }
   } catch (const Error& e) {
     throw bad_request(e.what(), req.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");

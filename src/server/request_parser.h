@@ -39,6 +39,24 @@ struct ApiRequest {
 // Throws ApiError (400) for malformed JSON, known fields of the wrong type and out-of-range values.
 ApiRequest parse_api_request(Endpoint endpoint, std::string_view body);
 
+// POST /tokenize, in vLLM's shape ("prompt", or chat "messages" through the template; "add_special_tokens",
+// default true); llama.cpp's "content" is taken for "prompt". Throws ApiError (400).
+struct TokenizeRequest {
+  std::string model;
+  bool is_chat = false;
+  std::string text;
+  std::vector<ChatMessage> messages;
+  bool add_special = true;
+};
+TokenizeRequest parse_tokenize_request(std::string_view body);
+
+// POST /detokenize: {"tokens": [ids]}, each in [0, vocab_size). Throws ApiError (400).
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+DetokenizeRequest parse_detokenize_request(std::string_view body, int32_t vocab_size);
+
 // A request without temperature samples at OpenAI's default, 1 (as vLLM and SGLang do); 0 is greedy.
 constexpr float kDefaultTemperature = 1.0f;
 

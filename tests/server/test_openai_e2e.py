@@ -248,6 +248,21 @@ def test_logit_bias(client):
         assert json.loads(body)["error"]["param"] == "logit_bias"
 
 
+def test_tokenize_counts_as_the_completion_does(client):
+    prompt = "Once upon a time, a cat"
+    status, _, body = raw_request("POST", "/tokenize", {"model": MODEL, "prompt": prompt})
+    assert status == 200, body
+    t = json.loads(body)
+    assert t["count"] == len(t["tokens"]) and t["max_model_len"] == CONTEXT
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0)
+    assert r.usage.prompt_tokens == t["count"]
+    status, _, body = raw_request("POST", "/detokenize", {"tokens": t["tokens"]})
+    assert status == 200, body
+    assert json.loads(body)["prompt"] == prompt
+    status, _, body = raw_request("POST", "/detokenize", {"tokens": [VOCAB]})
+    assert status == 400 and json.loads(body)["error"]["param"] == "tokens"
+
+
 # --- prefix reuse, visible from outside ---------------------------------------------------------------
 
 
