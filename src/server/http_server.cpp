@@ -86,25 +86,27 @@ struct HttpServer::Impl {
       const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
       if (opts.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
       if (keys_equal(bearer_token(req), opts.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-      send_error(res, ApiError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')", {}, "invalid_api_key"));
+      send_error(res,
+                 ApiError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')", {}, "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     });
     // Statuses httplib sets itself (no route, body too large, bad HTTP) get OpenAI-shaped bodies too.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      std::string message, code;
-      if (res.status == 404) {
-        message = fmt::format("no such route: {} {}", req.method, req.path);
-        code = "not_found";
-      } else if (res.status == 413) {
-        message = "request body too large";
-        code = "payload_too_large";
-      } else {
-        message = fmt::format("HTTP error {}", res.status);
-      }
-      send_error(res, ApiError(res.status, message, {}, code));
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          std::string message, code;
+          if (res.status == 404) {
+            message = fmt::format("no such route: {} {}", req.method, req.path);
+            code = "not_found";
+          } else if (res.status == 413) {
+            message = "request body too large";
+            code = "payload_too_large";
+          } else {
+            message = fmt::format("HTTP error {}", res.status);
+          }
+          send_error(res, ApiError(res.status, message, {}, code));
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string message = "internal error";
       try {
@@ -123,7 +125,8 @@ struct HttpServer::Impl {
       res.set_content(R"({"status":"ok"})", "application/json");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(dump_json(models_json(opts.model_name, started_at, backend.context_length())), "application/json");
+      res.set_content(dump_json(models_json(opts.model_name, started_at, backend.context_length())),
+                      "application/json");
     });
     http.Get("/v1/kv/blocks", [this](const httplib::Request&, httplib::Response& res) {
       // Stats first: a block map read a moment later is at least as fresh as the numbers beside it.
@@ -174,7 +177,8 @@ struct HttpServer::Impl {
 
   void check_model(const std::string& model) const {
     if (!model.empty() && model != opts.model_name)
-      throw ApiError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", model, opts.model_name),
+      throw ApiError(404,
+                     fmt::format("the model '{}' does not exist (this server serves '{}')", model, opts.model_name),
                      "model", "model_not_found");
   }
 
@@ -217,7 +221,8 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(EngineBackend& backend, ServerOptions opts) : impl_(std::make_unique<Impl>(backend, std::move(opts))) {}
+HttpServer::HttpServer(EngineBackend& backend, ServerOptions opts)
+    : impl_(std::make_unique<Impl>(backend, std::move(opts))) {}
 HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::bind() {

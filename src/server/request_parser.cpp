@@ -158,7 +158,8 @@ void parse_stop(const json& v, SamplingParams& params) {
 // vocabulary in build_prompt.
 void parse_logit_bias(const json& v, SamplingParams& params) {
   if (!v.is_object()) throw bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
-  if (v.size() > kMaxLogitBias) throw bad_request(fmt::format("'logit_bias' takes at most {} tokens", kMaxLogitBias), "logit_bias");
+  if (v.size() > kMaxLogitBias)
+    throw bad_request(fmt::format("'logit_bias' takes at most {} tokens", kMaxLogitBias), "logit_bias");
   for (const auto& [key, bias] : v.items()) {
     int32_t id = -1;
     const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
@@ -171,7 +172,8 @@ void parse_logit_bias(const json& v, SamplingParams& params) {
 void parse_sampling(const json& body, ApiRequest& req) {
   SamplingParams& p = req.params;
   p.temperature = kDefaultTemperature;
-  if (const json* v = field(body, "temperature")) p.temperature = static_cast<float>(number_field(*v, "temperature", 0, 2));
+  if (const json* v = field(body, "temperature"))
+    p.temperature = static_cast<float>(number_field(*v, "temperature", 0, 2));
   if (const json* v = field(body, "top_p")) {
     p.top_p = static_cast<float>(number_field(*v, "top_p", 0, 1));
     if (p.top_p <= 0) throw bad_request("'top_p' must be in (0, 1]", "top_p");
@@ -327,10 +329,12 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
   if (ids.empty()) throw bad_request("the prompt is empty", param);
   const int32_t n_vocab = backend.vocab_size();
   for (int32_t id : ids)
-    if (id < 0 || id >= n_vocab) throw bad_request(fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab), param);
+    if (id < 0 || id >= n_vocab)
+      throw bad_request(fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab), param);
   for (const auto& [id, bias] : req.params.logit_bias)
     if (id >= n_vocab)
-      throw bad_request(fmt::format("'logit_bias' token id {} is outside the vocabulary [0, {})", id, n_vocab), "logit_bias");
+      throw bad_request(fmt::format("'logit_bias' token id {} is outside the vocabulary [0, {})", id, n_vocab),
+                        "logit_bias");
 
   const int64_t context = backend.context_length();
   if (context > 0 && static_cast<int64_t>(ids.size()) >= context)
@@ -341,7 +345,8 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
   if (!req.max_tokens_given) {
     if (req.endpoint == Endpoint::Completions) {
       req.params.max_tokens = kDefaultCompletionMaxTokens;
-      if (context > 0) req.params.max_tokens = static_cast<int>(std::min<int64_t>(req.params.max_tokens, context - ids.size()));
+      if (context > 0)
+        req.params.max_tokens = static_cast<int>(std::min<int64_t>(req.params.max_tokens, context - ids.size()));
     } else {
       req.params.max_tokens = context > 0 ? static_cast<int>(std::min<int64_t>(context - ids.size(), 1 << 30)) : 256;
     }
