@@ -47,7 +47,7 @@ int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
   return static_cast<int32_t>(kvserve::argmax(logits, n_vocab));
 }
 
-void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {
+void Sampler::apply_bias_and_penalties(float* logits, int32_t n_vocab) const {
   auto in_range = [&](int32_t id) { return id >= 0 && id < n_vocab; };
   for (const auto& [id, bias] : params_.logit_bias)
     if (in_range(id)) logits[id] += bias;
@@ -201,7 +201,7 @@ void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chos
 // which only the order of the walk depends on, so no truncation sorts the vocabulary just to draw.
 int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   if (n_vocab <= 0) fail("sampler: empty vocabulary");
-  apply_penalties(logits, n_vocab);
+  apply_bias_and_penalties(logits, n_vocab);
   const float mx = params_.temperature == 0.0f ? 0.0f : max_logit(logits, n_vocab);
   // A row with no finite maximum (all NaN, all -inf, or a +inf) has no distribution to draw from: the
   // greedy choice, which is a +inf token when there is one.

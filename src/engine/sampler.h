@@ -23,7 +23,7 @@ class Sampler {
   void set_prompt(const std::vector<int32_t>& prompt_ids);
   void accept(int32_t id);
 
-  // Modifies logits in place (penalties, temperature) and returns the chosen id.
+  // Modifies logits in place (logit bias, penalties, temperature) and returns the chosen id.
   int32_t sample(float* logits, int32_t n_vocab);
 
   // Log-probabilities of the distribution the last sample() drew from (after logit bias and penalties, before
@@ -34,7 +34,7 @@ class Sampler {
   static int32_t argmax(const float* logits, int32_t n_vocab);  // lowest id wins exact ties
 
  private:
-  void apply_penalties(float* logits, int32_t n_vocab) const;
+  void apply_bias_and_penalties(float* logits, int32_t n_vocab) const;
   void record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen);
 
   SamplingParams params_;
