@@ -164,12 +164,15 @@ TEST(ServerParse, OutOfRangeValuesAre400) {
       {R"({"prompt": "x", "n": 17})", "n"},
       {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
       {R"({"prompt": "x", "max_tokens": 99999999999})", "max_tokens"},
+      {R"({"prompt": "x", "suffix": "and then"})", "suffix"},
+      {R"({"prompt": "x", "suffix": 3})", "suffix"},
   };
   for (const auto& [body, param] : out_of_range) {
     SCOPED_TRACE(body);
     EXPECT_EQ(rejection(Endpoint::Completions, body), std::make_pair(400, param));
   }
   EXPECT_EQ(parse_completion(R"({"prompt": "x", "top_k": -1})").params.top_k, 0);  // vLLM's "off"
+  EXPECT_NO_THROW(parse_completion(R"({"prompt": "x", "suffix": ""})"));
   EXPECT_EQ(parse_completion(R"({"prompt": "x", "seed": -1})").params.seed, ~uint64_t{0});
 }
 

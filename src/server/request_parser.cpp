@@ -254,6 +254,8 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
       throw bad_request("'echo' is not supported", "echo");
     if (const json* v = field(body, "best_of"); v && integer_field(*v, "best_of", 1, kMaxChoices) > 1)
       throw bad_request("'best_of' > 1 is not supported; use n", "best_of");
+    if (const json* v = field(body, "suffix"); v && !string_field(*v, "suffix").empty())
+      throw bad_request("'suffix' (text after the completion) is not supported", "suffix");
   } else {
     parse_messages(body, req);
     reject_unsupported_chat_features(body);
