@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/available_cpus.h"
@@ -155,6 +157,29 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 }  // namespace
+
+TEST(AvailableCpus, PhysicalCoresCountSmtSiblingsOnce) {
+  const std::filesystem::path root = std::filesystem::path(testing::TempDir()) / "kvserve_topology_test";
+  std::filesystem::remove_all(root);
+  // 2 cores x 2 threads, Linux's numbering (siblings n and n + 2), plus cpu4 on a kernel without
+  // core_cpus_list and cpu5 without any topology.
+  for (const auto& [cpu, list] : std::vector<std::pair<int, std::string>>{{0, "0,2"}, {1, "1,3"}, {2, "0,2"}, {3, "1,3"}})
+    write_file(root / ("cpu" + std::to_string(cpu)) / "topology/core_cpus_list", list + "\n");
+  write_file(root / "cpu4/topology/thread_siblings_list", "4\n");
+  EXPECT_EQ(physical_cores({0, 1, 2, 3}, root), 2);
+  EXPECT_EQ(physical_cores({0, 2}, root), 1);  // taskset on both threads of one core
+  EXPECT_EQ(physical_cores({0, 1}, root), 2);  // one thread of each core
+  EXPECT_EQ(physical_cores({3}, root), 1);
+  EXPECT_EQ(physical_cores({0, 1, 2, 3, 4, 5}, root), 4);
+  EXPECT_EQ(physical_cores({}, root), 0);
+  std::filesystem::remove_all(root);
+}
+
+TEST(AvailableCpus, DefaultThreadsAreAtLeastOneAndNoMoreThanTheCpus) {
+  const int n = default_compute_threads();
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, available_cpus());
+}
 
 TEST(AvailableCpus, CgroupLimitIsTheSmallestQuotaOnThePathToTheRoot) {
   const std::filesystem::path root = std::filesystem::path(testing::TempDir()) / "kvserve_cgroup_test";

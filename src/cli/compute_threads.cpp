@@ -15,7 +15,7 @@ void set_compute_threads(int requested) {
     std::fprintf(stderr,
                  "kvserve: warning: %d threads on the %d CPU%s this process may use (affinity and CPU quota): "
                  "steps will wait on threads without a core; leave -t out to use %d\n",
-                 requested, cpus, cpus == 1 ? "" : "s", cpus);
+                 requested, cpus, cpus == 1 ? "" : "s", default_compute_threads());
 }
 
 }  // namespace kvserve::cli

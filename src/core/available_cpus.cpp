@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -113,16 +114,52 @@ std::optional<double> cgroup_cpu_limit(std::string_view self_cgroup, const std::
   return limit;
 }
 
-int available_cpus() {
-  int n = static_cast<int>(std::thread::hardware_concurrency());
+int physical_cores(const std::vector<int>& cpus, const std::filesystem::path& sys_cpu) {
+  std::set<std::string> cores;
+  for (const int cpu : cpus) {
+    const std::filesystem::path topology = sys_cpu / ("cpu" + std::to_string(cpu)) / "topology";
+    std::optional<std::string> siblings = read_small_file(topology / "core_cpus_list");
+    if (!siblings || siblings->empty()) siblings = read_small_file(topology / "thread_siblings_list");
+    while (siblings && !siblings->empty() && (siblings->back() == '\n' || siblings->back() == ' '))
+      siblings->pop_back();
+    cores.insert(siblings && !siblings->empty() ? *siblings : "cpu" + std::to_string(cpu) + " alone");
+  }
+  return static_cast<int>(cores.size());
+}
+
+namespace {
+
+std::vector<int> affinity_cpus() {
+  std::vector<int> cpus;
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+int capped_by_quota(int n) {
   if (const auto self = read_small_file("/proc/self/cgroup")) {
     if (const auto limit = cgroup_cpu_limit(*self, "/sys/fs/cgroup"))
       n = std::min(n, static_cast<int>(std::ceil(*limit - 1e-9)));
   }
   return std::max(1, n);
+}
+
+}  // namespace
+
+int available_cpus() {
+  const std::vector<int> cpus = affinity_cpus();
+  return capped_by_quota(cpus.empty() ? static_cast<int>(std::thread::hardware_concurrency())
+                                      : static_cast<int>(cpus.size()));
+}
+
+int default_compute_threads() {
+  const std::vector<int> cpus = affinity_cpus();
+  return capped_by_quota(cpus.empty() ? static_cast<int>(std::thread::hardware_concurrency())
+                                      : physical_cores(cpus, "/sys/devices/system/cpu"));
 }
 
 }  // namespace kvserve

@@ -6,11 +6,24 @@
 #include <filesystem>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace kvserve {
 
 // The CPUs in this process's affinity mask, capped by its cgroup CPU quota rounded up; at least 1.
 int available_cpus();
+
+// The default compute thread count: the physical cores among the CPUs in this process's affinity mask,
+// capped by its cgroup CPU quota rounded up; at least 1. On an SMT host two threads on one core share its
+// load and FMA units and its caches, so a second thread there adds little to the arithmetic and nothing
+// to the memory bandwidth a decode step waits on, while every barrier then waits for the slower sibling
+// (llama.cpp defaults to physical cores for the same reason). -t still takes any count.
+int default_compute_threads();
+
+// How many physical cores the CPUs `cpus` sit on, from the topology under `sys_cpu`
+// (/sys/devices/system/cpu): CPUs with the same core_cpus_list (or, on older kernels,
+// thread_siblings_list) are one core. A CPU whose topology cannot be read counts as a core of its own.
+int physical_cores(const std::vector<int>& cpus, const std::filesystem::path& sys_cpu);
 
 // The CPU quota (in CPUs, e.g. 1.5) that the cgroups named in `self_cgroup` (the text of
 // /proc/self/cgroup) impose, read under `root` (/sys/fs/cgroup): cgroup v2's cpu.max, or v1's

@@ -233,7 +233,7 @@ void ThreadPool::barrier(int thread_index) {
 
 ThreadPool& ThreadPool::global() {
   std::call_once(g_once, [] {
-    const int n = g_requested > 0 ? g_requested : available_cpus();
+    const int n = g_requested > 0 ? g_requested : default_compute_threads();
     g_pool = std::make_unique<ThreadPool>(std::max(1, n));
   });
   return *g_pool;

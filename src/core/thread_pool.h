@@ -84,7 +84,8 @@ class ThreadPool {
   // waiting for a thread that had no core.
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
 
-  // The process-wide pool. Its size is set once by set_global_threads (default: available_cpus()).
+  // The process-wide pool. Its size is set once by set_global_threads (default: default_compute_threads(),
+  // the physical cores the process may use).
   static ThreadPool& global();
   static void set_global_threads(int n);
 
