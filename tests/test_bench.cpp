@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/bench_metrics.h"
+#include "bench/bound_segments.h"
 #include "bench/offline_bench.h"
 #include "bench/prompts.h"
 #include "bench/serving_bench.h"
@@ -288,6 +289,83 @@ TEST(BenchOffline, CommandPrintsSaneJson) {
   for (const char* k : {"prefill_tokens_per_s", "decode_tokens_per_s", "requests_per_s", "output_tokens_per_s"})
     EXPECT_GT(j[k].get<double>(), 0) << k;
   EXPECT_EQ(j["prefix_hit_rate"], 0.0);
+}
+
+// The probe sees a request's events as the engine sends them: the prefill's token, then one per decode
+// step. Segments hold exactly segment_steps steps (the last what is left), with the context and bytes
+// per token of their steps, and a triad on each side.
+TEST(BenchBoundSegments, SegmentsCountStepsContextAndBytes) {
+  ThreadPool two(2);
+  BoundProbe probe(two, /*segment_steps=*/4, /*weight_bytes=*/1000, /*kv_bytes_per_position=*/10,
+                   /*triad_floats=*/1 << 18);
+  probe.begin_request(10);
+  probe.on_tokens(1);  // prefill: 11 tokens in context for the first decode step
+  for (int i = 0; i < 10; ++i) probe.on_tokens(1);
+  probe.on_finished();
+  const std::vector<BoundSegment>& segs = probe.segments();
+  ASSERT_EQ(segs.size(), 3u);
+  const int steps[] = {4, 4, 2};
+  const int64_t first[] = {11, 15, 19};
+  for (size_t i = 0; i < segs.size(); ++i) {
+    EXPECT_EQ(segs[i].steps, steps[i]) << i;
+    EXPECT_EQ(segs[i].context_first, first[i]) << i;
+    EXPECT_DOUBLE_EQ(segs[i].bytes_per_token, 1000 + 10 * (first[i] + 0.5 * (steps[i] - 1))) << i;
+    EXPECT_GT(segs[i].seconds, 0) << i;
+    EXPECT_GT(segs[i].triad_before_gb_s, 0) << i;
+    EXPECT_GT(segs[i].triad_after_gb_s, 0) << i;
+    EXPECT_GT(segs[i].round_trip_ns, 0) << i;
+    EXPECT_GT(segs[i].of_bound(), 0) << i;
+    // Each segment's "after" triad is the next one's "before": one measurement between two segments.
+    if (i > 0) {
+      EXPECT_EQ(segs[i].triad_before_gb_s, segs[i - 1].triad_after_gb_s) << i;
+    }
+  }
+  // A second request starts its own segments from its own prompt.
+  probe.begin_request(3);
+  probe.on_tokens(1);
+  probe.on_tokens(1);
+  probe.on_finished();
+  ASSERT_EQ(probe.segments().size(), 4u);
+  EXPECT_EQ(probe.segments()[3].steps, 1);
+  EXPECT_EQ(probe.segments()[3].context_first, 4);
+  EXPECT_THROW(BoundProbe(two, 0, 1, 1, 1 << 10), Error);
+}
+
+TEST(BenchBoundSegments, OfBoundAndMedian) {
+  BoundSegment s;
+  s.steps = 10;
+  s.seconds = 0.1;            // 100 tok/s
+  s.bytes_per_token = 100e6;  // 10 GB/s read
+  s.triad_before_gb_s = 20;
+  s.triad_after_gb_s = 25;  // the better of the two: 10 / 25
+  EXPECT_DOUBLE_EQ(s.of_bound(), 0.4);
+  BoundSegment t = s;
+  t.triad_after_gb_s = 10;
+  t.triad_before_gb_s = 12.5;  // 10 / 12.5
+  BoundSegment u = s;
+  u.seconds = 0.05;  // 200 tok/s: 20 / 25
+  EXPECT_DOUBLE_EQ(median_of_bound({s, t, u}), 0.8);
+  EXPECT_DOUBLE_EQ(median_of_bound({s, t}), 0.6);
+  EXPECT_EQ(median_of_bound({}), 0);
+}
+
+TEST(BenchBoundSegments, OfflineRunSegmentsItsDecode) {
+  OfflineBenchOptions o;
+  o.prompts.num_prompts = 2;
+  o.prompts.prompt_len = 20;
+  o.output_len = 11;  // the prefill's token, then 10 decode steps: segments of 4, 4, 2 per request
+  o.batch = 1;
+  o.bound_segment_steps = 4;
+  const OfflineBenchResult r = run_offline_bench(stories(), o);
+  EXPECT_EQ(r.summary.completed, 2);
+  ASSERT_EQ(r.bound_segments.size(), 6u);
+  int steps = 0;
+  for (const BoundSegment& seg : r.bound_segments) steps += seg.steps;
+  EXPECT_EQ(steps, 2 * 10);
+  EXPECT_EQ(r.bound_segments[0].context_first, 21);
+  EXPECT_EQ(r.bound_segments[3].context_first, 21);
+  o.batch = 2;
+  EXPECT_THROW(run_offline_bench(stories(), o), Error);
 }
 
 TEST(BenchTriad, MeasuresSomething) {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -73,9 +74,10 @@ class Tracker {
 };
 
 // Runs `prompts` with at most `batch` in flight; returns the records and the wall time.
+// With a probe (batch 1), it sees each request's events on the engine thread after the tracker has.
 std::vector<RequestRecord> run_closed_loop(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                                            const SamplingParams& sp, int batch, const std::string& tag,
-                                           double* duration) {
+                                           double* duration, BoundProbe* probe = nullptr) {
   const Clock::time_point t0 = Clock::now();
   Tracker tracker(prompts.size(), t0);
   size_t next = 0, finished = 0;
@@ -85,6 +87,15 @@ std::vector<RequestRecord> run_closed_loop(Engine& engine, const std::vector<std
     req.prompt_ids = prompts[next];
     req.params = sp;
     req.on_event = tracker.callback(next);
+    if (probe != nullptr) {
+      req.on_event = [track = std::move(req.on_event), probe, prompt_len = static_cast<int64_t>(prompts[next].size()),
+                      begun = false](const RequestEvent& ev) mutable {
+        track(ev);
+        if (!begun) probe->begin_request(prompt_len), begun = true;
+        if (!ev.tokens.empty()) probe->on_tokens(static_cast<int>(ev.tokens.size()));
+        if (ev.finished) probe->on_finished();
+      };
+    }
     tracker.started(next);
     ++next;
     return req;
@@ -117,6 +128,9 @@ uint64_t kv_bytes_for_tokens(const Model& model, int64_t tokens, int block_size,
 OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptions& o) {
   if (o.batch < 1) fail("bench: --batch must be at least 1, got {}", o.batch);
   if (o.output_len < 1) fail("bench: output length must be at least 1, got {}", o.output_len);
+  if (o.bound_segment_steps > 0 && o.batch != 1)
+    fail("bench: decode segments against the bound are for batch 1 (one sequence decoding), got --batch {}",
+         o.batch);
   const int64_t ctx = o.engine.max_model_len > 0 ? o.engine.max_model_len : model.config.n_ctx_train;
   if (o.prompts.prompt_len + o.output_len > ctx)
     fail("bench: prompt {} + output {} tokens exceed the context of {} tokens", o.prompts.prompt_len, o.output_len,
@@ -160,8 +174,16 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
   }
   const EngineStats before = engine.stats();
   const std::vector<std::vector<int32_t>> prompts = make_prompts(o.prompts, pool, bos);
+  std::unique_ptr<BoundProbe> probe;
+  if (o.bound_segment_steps > 0) {
+    const ModelConfig& c = model.config;
+    const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, eo.kv_cache_dtype, eo.block_size);
+    probe = std::make_unique<BoundProbe>(ThreadPool::global(), o.bound_segment_steps, model.weight_bytes(),
+                                         layout.bytes_per_token());
+  }
   double duration = 0;
-  std::vector<RequestRecord> records = run_closed_loop(engine, prompts, sp, o.batch, "bench-", &duration);
+  std::vector<RequestRecord> records =
+      run_closed_loop(engine, prompts, sp, o.batch, "bench-", &duration, probe.get());
 
   OfflineBenchResult res;
   res.summary = summarize(records, duration);
@@ -173,6 +195,7 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
   res.engine_stats.generation_tokens -= before.generation_tokens;
   res.engine_stats.requests_finished -= before.requests_finished;
   res.kv_cache_bytes = static_cast<uint64_t>(eo.kv_cache_memory);
+  if (probe) res.bound_segments = probe->segments();
   return res;
 }
 

@@ -4,7 +4,10 @@
 // of exactly output_len tokens each (EOS ignored).
 #include <cstdint>
 
+#include <vector>
+
 #include "bench/bench_metrics.h"
+#include "bench/bound_segments.h"
 #include "bench/prompts.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -18,6 +21,10 @@ struct OfflineBenchOptions {
   int batch = 1;          // concurrent sequences (also the engine's max_num_seqs)
   int warmup = 1;         // short requests run (and not measured) before the timed run
   float temperature = 0;  // 0 = greedy
+  // > 0 (batch 1 only): time the decode in segments of this many steps, each with a triad and a
+  // core-to-core round trip measured right before and after it (BoundProbe). The summary's rates then
+  // include those pauses; the segments' do not.
+  int bound_segment_steps = 0;
   // Engine settings; max_num_seqs is set from batch, and kv_cache_memory (when 0) from what the run
   // needs: batch x (prompt + output) tokens of cache, plus room for cached prefixes.
   EngineOptions engine;
@@ -27,6 +34,7 @@ struct OfflineBenchResult {
   BenchSummary summary;
   EngineStats engine_stats;  // after the run (preemptions, prefix queries/hits, ...)
   uint64_t kv_cache_bytes = 0;
+  std::vector<BoundSegment> bound_segments;  // with bound_segment_steps
 };
 
 // Throws Error when the options cannot run (prompt + output beyond the context, ...).

@@ -2,6 +2,7 @@
 // STREAM triad (a[i] = b[i] + s * c[i]) on the compute thread pool, the same kernel as bench_matmul's
 // BM_Triad: the memory bandwidth that batch-1 decode, which reads every weight once per token, is bound by.
 #include <cstdint>
+#include <memory>
 
 #include "core/thread_pool.h"
 
@@ -16,6 +17,20 @@ struct TriadResult {
 
 // n floats per array (default 32M = 128 MiB each, far beyond any cache); one untimed pass first.
 TriadResult measure_triad(ThreadPool& pool = ThreadPool::global(), int64_t n = int64_t{32} << 20, int reps = 5);
+
+// The triad's three arrays, allocated and first touched by the pool's threads once, so that the
+// bandwidth can be measured again and again (between decode steps) without page faults each time.
+class TriadArrays {
+ public:
+  TriadArrays(ThreadPool& pool, int64_t n);
+  // One untimed pass, then `reps` timed ones.
+  TriadResult measure(int reps);
+
+ private:
+  ThreadPool& pool_;
+  int64_t n_;
+  std::unique_ptr<float[]> a_, b_, c_;
+};
 
 // Read-only bandwidth: each pool thread reads its share of one buffer as 8 interleaved streams, asking
 // for each stream's lines 2 KiB ahead into L2 (on this project's Zen 4 host the fastest of 1-8 streams

@@ -64,6 +64,7 @@ struct BenchArgs {
   int max_token_id = 500;
   // output
   bool triad = false;
+  int bound_segments = 0;
   bool json = false;
 };
 
@@ -109,6 +110,7 @@ void run_offline(const BenchArgs& a) {
   o.batch = a.batch;
   o.warmup = a.warmup;
   o.temperature = a.temperature;
+  o.bound_segment_steps = a.bound_segments;
   o.engine.block_size = a.block_size;
   o.engine.max_num_batched_tokens = a.max_num_batched_tokens;
   o.engine.max_model_len = a.max_model_len;
@@ -145,6 +147,21 @@ void run_offline(const BenchArgs& a) {
     j["triad"] = triad_json(*triad);
     j["bandwidth_bound_tokens_per_s"] = wbytes > 0 ? triad->best_gb_s * 1e9 / static_cast<double>(wbytes) : 0.0;
   }
+  if (!r.bound_segments.empty()) {
+    nlohmann::json segs = nlohmann::json::array();
+    for (const bench::BoundSegment& seg : r.bound_segments)
+      segs.push_back({{"steps", seg.steps},
+                      {"seconds", seg.seconds},
+                      {"tokens_per_s", seg.tokens_per_s()},
+                      {"context_first", seg.context_first},
+                      {"bytes_per_token", seg.bytes_per_token},
+                      {"triad_before_gb_s", seg.triad_before_gb_s},
+                      {"triad_after_gb_s", seg.triad_after_gb_s},
+                      {"round_trip_ns", seg.round_trip_ns},
+                      {"of_bound", seg.of_bound()}});
+    j["bound_segments"] = segs;
+    j["bound_segments_median_of_bound"] = bench::median_of_bound(r.bound_segments);
+  }
   if (a.json) {
     print_json(j);
     return;
@@ -158,6 +175,17 @@ void run_offline(const BenchArgs& a) {
   if (triad)
     std::printf("triad bandwidth: %.1f GB/s -> batch-1 decode bound %.1f tok/s\n", triad->best_gb_s,
                 j["bandwidth_bound_tokens_per_s"].get<double>());
+  if (!r.bound_segments.empty()) {
+    std::printf("decode in segments of %d steps, each against the triads right before and after it (the rates above "
+                "include those measurements):\n",
+                a.bound_segments);
+    for (const bench::BoundSegment& seg : r.bound_segments)
+      std::printf("  context %6lld: %6.1f tok/s, triad %5.1f / %5.1f GB/s, round trip %5.0f ns -> %.2f of the bound\n",
+                  static_cast<long long>(seg.context_first), seg.tokens_per_s(), seg.triad_before_gb_s,
+                  seg.triad_after_gb_s, seg.round_trip_ns, seg.of_bound());
+    std::printf("median of the segments: %.2f of the bound (weights + K/V per token)\n",
+                bench::median_of_bound(r.bound_segments));
+  }
 }
 
 void run_serving(const BenchArgs& a) {
@@ -297,6 +325,10 @@ void add_bench_command(CLI::App& app) {
       "--triad", a->triad,
       "Measure the STREAM triad bandwidth too (alone when no model or URL is given: then the read-only bandwidth "
       "and the core-to-core round trip too)");
+  c->add_option("--bound-segments", a->bound_segments,
+                "Offline, batch 1: time the decode in segments of this many steps, each against a triad and the "
+                "core-to-core round trip measured right before and after it (for hosts whose bandwidth moves)")
+      ->check(cli::kPositive);
   c->add_flag("--json", a->json, "Print one JSON object with every figure");
   c->callback([a] { run_bench(*a); });
 }
