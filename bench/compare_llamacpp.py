@@ -37,6 +37,13 @@ And they time one cache line passed between kvserve's two first threads, which t
 a VM's vCPUs apart (sharing an L3 or not: on this project's Zen 4 host ~50-80 ns against ~350, and the
 second reads ~1.5x faster while making every barrier and shared read of a decode step dearer).
 
+On such a host even the triads right around a run can miss a switch of placement inside it. So each
+repeat also runs kvserve's batch-1 decode once more with `--bound-segments N` (default 16; 0 skips it):
+the decode is timed N steps at a time, with a short triad and the round trip measured between segments
+on kvserve's own threads, and each segment is set against the better triad on its two sides. That figure
+is kvserve's alone (llama.cpp is not measured this way); it is printed per placement (round trip below or
+above SPLIT_ROUND_TRIP_NS) and is a target line of its own.
+
   python3 bench/compare_llamacpp.py -m model.gguf -t 2
   python3 bench/compare_llamacpp.py -m model.gguf -t 2 --prompt-len 64 --gen-len 16 \\
       --n-seqs 4 --batch-prompt-len 32 --batch-gen-len 16 --repeats 1
@@ -241,7 +248,12 @@ TARGETS = (
     ("prefill tok/s, kvserve / llama.cpp", 1, "ratio", 1.0),
     ("batched decode tok/s, kvserve / llama.cpp", 2, "ratio", 3.0),
     ("decode / bound with K/V, runs with steady triads around", 0, "of_bound_with_kv_steady", 0.85),
+    ("decode / bound with K/V, segments against in-run triads", 0, "of_bound_segments", 0.85),
 )
+
+# A core-to-core round trip above this says the two threads sat on different L3s (this project's Zen 4
+# host: 50-80 ns sharing one, 300-700 ns apart).
+SPLIT_ROUND_TRIP_NS = 200
 
 # A run's triads before and after agree when the smaller is at least this share of the larger: the
 # bandwidth it decoded under is then known. Where they differ (the host moved its vCPUs between a
@@ -261,6 +273,14 @@ def targets(figures, skip_batched):
             around = f.get("of_bound_with_kv_around_run")
             value = statistics.median(around) if around else f["kvserve"] / f["bound_with_kv"]
             per_repeat = around or []
+        elif key == "of_bound_segments":
+            segs = f.get("bound_segments")
+            if not segs:
+                continue
+            # Each repeat's median over its segments; the value, the median over every segment.
+            per_repeat = [statistics.median(x["of_bound"] for x in run) for run in f["bound_segments_runs"] if run]
+            value = statistics.median(x["of_bound"] for x in segs)
+            why = ""
         elif key == "of_bound_with_kv_steady":
             # The same, over the runs whose two triads agree (none: no value, not met).
             around = f.get("of_bound_with_kv_around_run")
@@ -299,6 +319,8 @@ def main():
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary: its figures instead of llama-cpp-python's")
     ap.add_argument("--llama-batched-bench", help="llama.cpp's llama-batched-bench binary (with --llama-bench)")
     ap.add_argument("--skip-batched", action="store_true")
+    ap.add_argument("--bound-segments", type=int, default=16,
+                    help="decode steps per segment of kvserve's extra in-run-triad decode (0: no such run)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args()
 
@@ -322,6 +344,7 @@ def main():
     decode_triads = []  # per repeat: the triads just before and just after kvserve's batch-1 run
     decode_reads = []   # and the read-only bandwidths measured with them
     decode_handoffs = []  # and the core-to-core round trips (which placement the host's vCPUs were in)
+    segment_runs = []  # per repeat: kvserve's decode segments, each against the triads right around it
     for r in range(args.repeats):
         for name, n, plen, glen in cases:
             order = ["kvserve", "llama.cpp"] if r % 2 == 0 else ["llama.cpp", "kvserve"]
@@ -342,6 +365,12 @@ def main():
                         decode_triads.append(t["triad"]["best_gb_s"])
                         decode_reads.append(t["read"]["best_gb_s"])
                         decode_handoffs.append(t.get("handoff", {}).get("round_trip_ns", 0.0))
+                    if n == 1 and args.bound_segments > 0:
+                        js = kvserve_json(args, "-m", args.model, "-n", "1", "--prompt-len", str(plen),
+                                          "--output-len", str(glen), "--batch", "1",
+                                          "--max-num-batched-tokens", str(max(512, plen)), "--seed",
+                                          str(args.seed), "--bound-segments", str(args.bound_segments))
+                        segment_runs.append(js.get("bound_segments", []))
                     weight_bytes = j["weight_bytes_per_token"]
                     # Decode: the window where every sequence was decoding (the same as llama.cpp's pure
                     # decode loop; a request that finishes early would otherwise count its steps alone).
@@ -414,6 +443,9 @@ def main():
                 # one cache line between them), the placement each run saw: the faster-reading placement
                 # also makes every barrier and every shared read dearer, so its decode / bound differs.
                 fig["decode_round_trips_ns"] = decode_handoffs
+                if segment_runs:
+                    fig["bound_segments_runs"] = segment_runs
+                    fig["bound_segments"] = [x for run in segment_runs for x in run]
                 fig["reads_of_read_loop_around_run"] = [
                     x * per_token / (max(decode_reads[2 * r], decode_reads[2 * r + 1]) * 1e9)
                     for r, x in enumerate(ks)]
@@ -457,6 +489,21 @@ def main():
             if f.get("decode_round_trips_ns") and any(f["decode_round_trips_ns"]):
                 print("  core-to-core round trip right before / after each kvserve repeat: %s ns"
                       % " ".join("%.0f" % x for x in f["decode_round_trips_ns"]))
+            if f.get("bound_segments"):
+                segs = f["bound_segments"]
+                print("  kvserve's decode in segments of %d steps, each against in-run triads on its two sides "
+                      "(%d segments): median %.2f of the bound with K/V"
+                      % (args.bound_segments, len(segs), statistics.median(x["of_bound"] for x in segs)))
+                for name, pick in (("sharing an L3", lambda x: x["round_trip_ns"] < SPLIT_ROUND_TRIP_NS),
+                                   ("on different L3s", lambda x: x["round_trip_ns"] >= SPLIT_ROUND_TRIP_NS)):
+                    part = [x for x in segs if pick(x)]
+                    if part:
+                        print("    round trip %s %d ns (%s): %d segments, median %.2f (%.2f-%.2f), triads %.1f-%.1f GB/s"
+                              % ("<" if name == "sharing an L3" else ">=", SPLIT_ROUND_TRIP_NS, name, len(part),
+                                 statistics.median(x["of_bound"] for x in part), min(x["of_bound"] for x in part),
+                                 max(x["of_bound"] for x in part),
+                                 min(max(x["triad_before_gb_s"], x["triad_after_gb_s"]) for x in part),
+                                 max(max(x["triad_before_gb_s"], x["triad_after_gb_s"]) for x in part)))
     # What batch-1 decode actually read per second (weights + K/V), next to the triad: on a host whose
     # triad moves less than a read stream can, a fraction of the bound above 100 % says so.
     single = out["figures"][0]

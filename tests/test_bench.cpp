@@ -574,7 +574,7 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   }
   // The targets: each median figure against its threshold, met exactly when it reaches it.
   const json& t = j["targets"];
-  ASSERT_EQ(t.size(), 5u);
+  ASSERT_EQ(t.size(), 6u);
   // (The decode bound target: the median of its runs against the triads around each; with 2 runs, their mean.)
   const double values[] = {f[0]["ratio"].get<double>(), (of_around[0] + of_around[1]) / 2, f[1]["ratio"].get<double>(),
                            f[2]["ratio"].get<double>()};
@@ -618,6 +618,24 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
     EXPECT_NEAR(ts["value"].get<double>(), median, 1e-9);
     EXPECT_EQ(ts["met"].get<bool>(), median >= 0.85);
   }
+  // kvserve's extra decode per repeat in segments (default 16 steps) against in-run triads: 8 tokens are
+  // the prefill's and 7 decode steps, one short segment a repeat.
+  const json& runs = f[0]["bound_segments_runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  std::vector<double> seg_values;
+  for (const json& run : runs) {
+    ASSERT_EQ(run.size(), 1u);
+    EXPECT_EQ(run[0]["steps"], 7);
+    EXPECT_EQ(run[0]["context_first"], 17);
+    EXPECT_GT(run[0]["of_bound"].get<double>(), 0);
+    seg_values.push_back(run[0]["of_bound"].get<double>());
+  }
+  ASSERT_EQ(f[0]["bound_segments"].size(), 2u);
+  const json& tg = t[5];
+  EXPECT_DOUBLE_EQ(tg["threshold"].get<double>(), 0.85);
+  EXPECT_NEAR(tg["value"].get<double>(), (seg_values[0] + seg_values[1]) / 2, 1e-9);
+  ASSERT_EQ(tg["per_repeat"].size(), 2u);
+  EXPECT_NEAR(tg["per_repeat"][0].get<double>(), seg_values[0], 1e-9);
 }
 
 // Bad options and an unreachable server: a message naming the problem and a non-zero exit, quickly.
