@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
+#include "bench/bench_metrics.h"
 #include "core/error.h"
 
 namespace kvserve::bench {
@@ -40,26 +42,27 @@ void BoundProbe::measure_between() {
   last_round_trip_ = measure_handoff(pool_, kRoundTrips, 3).round_trip_ns;
 }
 
+void BoundProbe::close_segment(std::chrono::steady_clock::time_point end) {
+  current_.seconds = std::chrono::duration<double>(end - segment_start_).count();
+  const double mean_context = static_cast<double>(current_.context_first) + 0.5 * (current_.steps - 1);
+  current_.bytes_per_token = weight_bytes_ + kv_bytes_per_position_ * mean_context;
+  measure_between();
+  current_.triad_after_gb_s = last_triad_;
+  segments_.push_back(current_);
+  open_ = false;
+}
+
 void BoundProbe::on_tokens(int n) {
   const auto now = std::chrono::steady_clock::now();
+  context_ += n;
   if (!started_) {
     // The prefill's token: the decode steps start after it.
     started_ = true;
-    context_ += n;
+    measure_between();
   } else {
     current_.steps += n;
-    context_ += n;
     if (current_.steps < segment_steps_) return;
-    current_.seconds = std::chrono::duration<double>(now - segment_start_).count();
-  }
-  if (open_) {
-    const double mean_context = static_cast<double>(current_.context_first) + 0.5 * (current_.steps - 1);
-    current_.bytes_per_token = weight_bytes_ + kv_bytes_per_position_ * mean_context;
-    measure_between();
-    current_.triad_after_gb_s = last_triad_;
-    segments_.push_back(current_);
-  } else {
-    measure_between();
+    close_segment(now);
   }
   current_ = BoundSegment{};
   current_.context_first = context_;
@@ -70,23 +73,14 @@ void BoundProbe::on_tokens(int n) {
 }
 
 void BoundProbe::on_finished() {
-  if (open_ && current_.steps > 0) {
-    current_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - segment_start_).count();
-    const double mean_context = static_cast<double>(current_.context_first) + 0.5 * (current_.steps - 1);
-    current_.bytes_per_token = weight_bytes_ + kv_bytes_per_position_ * mean_context;
-    measure_between();
-    current_.triad_after_gb_s = last_triad_;
-    segments_.push_back(current_);
-  }
+  if (open_ && current_.steps > 0) close_segment(std::chrono::steady_clock::now());
   open_ = false;
 }
 
 double median_of_bound(const std::vector<BoundSegment>& segments) {
-  if (segments.empty()) return 0;
   std::vector<double> r;
   for (const BoundSegment& s : segments) r.push_back(s.of_bound());
-  std::sort(r.begin(), r.end());
-  return r.size() % 2 ? r[r.size() / 2] : 0.5 * (r[r.size() / 2 - 1] + r[r.size() / 2]);
+  return percentile(std::move(r), 50);
 }
 
 }  // namespace kvserve::bench

@@ -5,6 +5,7 @@
 // before and after a whole decode run may belong to another placement than the run. Here the decode is
 // cut into segments of a few steps; before each segment, on the engine thread between two steps, a short
 // triad and the core-to-core round trip are measured, so each segment has a bound of its own moment.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -43,8 +44,10 @@ class BoundProbe {
   const std::vector<BoundSegment>& segments() const { return segments_; }
 
  private:
-  // Triad (and round trip) now; closes the open segment with it as its `after`.
+  // Triad (and round trip) now, into last_triad_ / last_round_trip_.
   void measure_between();
+  // The open segment's steps ended at `end`: its time and bytes, a measurement as its `after`, stored.
+  void close_segment(std::chrono::steady_clock::time_point end);
 
   ThreadPool& pool_;
   int segment_steps_;
