@@ -130,6 +130,11 @@ TEST(ServerParse, MalformedJsonAndWrongTypesAre400) {
   EXPECT_EQ(rejection(Endpoint::Completions, "{not json").first, 400);
   EXPECT_EQ(rejection(Endpoint::Completions, "[1, 2]").first, 400);
   EXPECT_EQ(rejection(Endpoint::Completions, "").first, 400);
+  // Numbers beyond a double are the JSON parser's out_of_range, not its parse_error (found by fuzz_request:
+  // it escaped as an uncaught exception).
+  EXPECT_EQ(rejection(Endpoint::Completions, "1e44444444444444444444444444444444").first, 400);
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [], "temperature": 1e999})").first, 400);
+  EXPECT_EQ(api_rejection([] { parse_tokenize_request(R"({"prompt": "x", "n": -1e400})"); }).first, 400);
   const std::vector<std::pair<std::string, std::string>> wrong_types = {
       {R"({"prompt": "x", "max_tokens": "5"})", "max_tokens"},
       {R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens"},

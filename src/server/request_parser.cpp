@@ -234,7 +234,8 @@ json parse_body(std::string_view body_text) {
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number beyond a double (1e400): both the client's JSON.
     throw bad_request(fmt::format("request body is not valid JSON: {}", e.what()));
   }
   if (!body.is_object()) throw bad_request("request body must be a JSON object");
