@@ -650,7 +650,9 @@ TEST(BenchCommand, BadInputIsAClearError) {
         Case{"bench -n 0", "--num-prompts: must be > 0, got 0"},
         Case{"bench --prompt-len abc", "--prompt-len: must be a number, got 'abc'"},
         Case{"generate -n -3 -p hi", "--max-tokens: must be >= 0, got -3"},
-        Case{"bench --url http://127.0.0.1:1 -n 2", "could not connect (is a server listening there?)"}}) {
+        Case{"bench --url http://127.0.0.1:1 -n 2", "could not connect (is a server listening there?)"},
+        Case{"bench --url http://127.0.0.1:1 --bound-segments 16", "--bound-segments times the offline decode"},
+        Case{"bench --bound-segments 0", "--bound-segments: must be > 0, got 0"}}) {
     const auto r = test::run_command("timeout 60 " + bin + " " + c.args, /*capture_stderr=*/true);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.exit_code, 124) << c.args << ": timed out";

@@ -243,6 +243,9 @@ void run_serving(const BenchArgs& a) {
 
 void run_bench(const BenchArgs& a) {
   set_compute_threads(a.threads);
+  if (a.bound_segments > 0 && (!a.url.empty() || (a.model.empty() && a.triad)))
+    fail("bench: --bound-segments times the offline decode of a model (-m MODEL), not {}",
+         a.url.empty() ? "--triad alone" : "a server (--url)");
   if (!a.url.empty()) return run_serving(a);
   if (a.model.empty() && a.triad) {
     const bench::TriadResult t = bench::measure_triad();
@@ -304,7 +307,7 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--seed", a->seed, "Prompt seed")->capture_default_str();
   c->add_option("--warmup", a->warmup, "Short untimed requests first")->capture_default_str()->check(cli::kNonNegative);
   c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  c->add_option("-t,--threads", a->threads, "Compute threads (default: the CPUs this process may use, counting its affinity and cgroup CPU quota)");
+  c->add_option("-t,--threads", a->threads, "Compute threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("--block-size", a->block_size, "Offline: tokens per KV block")->capture_default_str();
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Offline: token budget of one step")
       ->capture_default_str();

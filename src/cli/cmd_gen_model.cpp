@@ -118,7 +118,7 @@ void add_gen_model_command(CLI::App& app) {
   c->add_option("--name", a->name, "general.name");
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
   c->add_option("--stddev", a->stddev, "Standard deviation of the weights")->capture_default_str();
-  c->add_option("-t,--threads", a->threads, "Threads (default: the CPUs this process may use, counting its affinity and cgroup CPU quota)");
+  c->add_option("-t,--threads", a->threads, "Threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->callback([a] { run_gen_model(*a); });
 }
 

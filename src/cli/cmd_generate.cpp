@@ -122,7 +122,7 @@ void add_generate_command(CLI::App& app) {
   });
   c->add_option("--stop", a->sp.stop, "Stop string (repeatable)");
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence tokens");
-  c->add_option("-t,--threads", a->threads, "Threads (default: the CPUs this process may use, counting its affinity and cgroup CPU quota)");
+  c->add_option("-t,--threads", a->threads, "Threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("-c,--context", a->context, "Context length (default: the model's)");
   a->kv_cache.kv_cache_dtype = "f32";  // one sequence: memory is not the limit, keep the reference numerics
   add_kv_cache_options(*c, a->kv_cache);

@@ -137,7 +137,7 @@ void add_serve_command(CLI::App& app) {
               "Make the whole KV pool resident at start (no first-touch page faults in decode steps)");
   c->add_option("--prefix-cache-ttl", a->prefix_cache_ttl, "Seconds a cached prefix stays reusable (0 = forever)")
       ->check(cli::kNonNegative);
-  c->add_option("-t,--threads", a->threads, "Compute threads (default: the CPUs this process may use, counting its affinity and cgroup CPU quota)");
+  c->add_option("-t,--threads", a->threads, "Compute threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("--served-model-name", a->served_model_name, "Model name in the API (default: the model file's name)");
   c->callback([a] { run_serve(*a); });
 }
