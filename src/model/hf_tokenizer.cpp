@@ -357,12 +357,7 @@ Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& toke
     }
   }
 
-  // End-of-turn tokens by text, as for GGUF vocabularies.
-  for (size_t i = 0; i < n; ++i) {
-    if (!is_eog_token_text(v.tokens[i])) continue;
-    if (v.eot_id < 0) v.eot_id = static_cast<int32_t>(i);
-    v.token_types[i] = TokenType::Control;
-  }
+  mark_end_of_turn_tokens(v);
   return v;
 }
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/gguf.h"
 #include "model/loaders.h"
+#include "model/tokenizer.h"
 
 namespace kvserve {
 
@@ -162,15 +163,23 @@ Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = t
   return out;
 }
 
-constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>",      "_<EOT>",     "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+constexpr std::string_view kEndOfTurnTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",         "<|end_of_text|>",
+    "<EOT>",      "_<EOT>",     "[EOT]",   "<｜end▁of▁sentence｜>", "<end_of_utterance>",
 };
 
 }  // namespace
 
-bool is_eog_token_text(const std::string& text) {
-  return std::find(std::begin(kEogTexts), std::end(kEogTexts), text) != std::end(kEogTexts);
+bool is_end_of_turn_text(const std::string& text) {
+  return std::find(std::begin(kEndOfTurnTexts), std::end(kEndOfTurnTexts), text) != std::end(kEndOfTurnTexts);
+}
+
+void mark_end_of_turn_tokens(Vocab& v) {
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const bool end_of_turn = is_end_of_turn_text(v.tokens[i]);
+    if (end_of_turn && v.eot_id < 0) v.eot_id = static_cast<int32_t>(i);
+    if (end_of_turn || is_end_of_generation_text(v.tokens[i])) v.token_types[i] = TokenType::Control;
+  }
 }
 
 Vocab vocab_from_gguf(const GGUFFile& f) {
@@ -191,12 +200,19 @@ Vocab vocab_from_gguf(const GGUFFile& f) {
     v.add_bos = p == "llama3" || p == "llama-v3" || p == "llama-bpe" || p == "falcon3" || p == "tekken" ||
                 p == "chameleon";
     if (p == "chatglm-bpe" || p == "glm4") v.bos_id = -1;
+  } else if (model == "gemma4") {
+    // BPE with SentencePiece-style text (spaces as U+2581, byte tokens); llama.cpp names its pre-tokenizer
+    // after the model whatever the file says, and has no default special ids for it.
+    v.kind = Vocab::Kind::BPE;
+    v.pre = "gemma4";
+    v.bos_id = -1, v.eos_id = -1, v.unk_id = -1, v.pad_id = -1;
+    v.add_space_prefix = false, v.add_eos = false, v.add_bos = false;
   } else if (model == "bert") {
     v.kind = Vocab::Kind::WPM;
     v.bos_id = 101, v.eos_id = -1, v.unk_id = 100, v.pad_id = 0, v.sep_id = 102;
     v.add_bos = true, v.add_eos = false, v.add_sep = true, v.add_space_prefix = false;
   } else {
-    fail("{}: unsupported tokenizer model '{}' (supported: llama, gpt2, bert)", f.name(), model);
+    fail("{}: unsupported tokenizer model '{}' (supported: llama, gpt2, gemma4, bert)", f.name(), model);
   }
 
   v.tokens = f.get_str_array("tokenizer.ggml.tokens");
@@ -243,15 +259,11 @@ Vocab vocab_from_gguf(const GGUFFile& f) {
   if (auto b = f.find_bool("tokenizer.ggml.add_eos_token")) v.add_eos = *b;
   if (auto b = f.find_bool("tokenizer.ggml.add_sep_token")) v.add_sep = *b;
   if (auto b = f.find_bool("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = *b;
+  // llama.cpp turns BOS on for Gemma 4 whatever the file says (its PR 21500).
+  if (v.kind == Vocab::Kind::BPE && (v.pre == "gemma4" || v.pre == "granite-embed-multi-311m")) v.add_bos = true;
   v.chat_template = f.find_str("tokenizer.chat_template").value_or("");
 
-  // End-of-turn / end-of-generation tokens found by text, as llama.cpp does: the first match becomes
-  // eot_id when the file names none, and every match is treated as a control token.
-  for (size_t i = 0; i < n; ++i) {
-    if (!is_eog_token_text(v.tokens[i])) continue;
-    if (v.eot_id < 0) v.eot_id = static_cast<int32_t>(i);
-    v.token_types[i] = TokenType::Control;
-  }
+  mark_end_of_turn_tokens(v);
   return v;
 }
 

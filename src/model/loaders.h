@@ -24,9 +24,13 @@ bool is_gguf_file(const std::string& path);
 Vocab load_gguf_vocab(const std::string& path);
 Vocab vocab_from_gguf(const GGUFFile& file);
 
-// llama.cpp's end-of-turn / end-of-generation token texts ("<|im_end|>", "<|eot_id|>", ...), used to
-// find eot_id when the file does not name it.
-bool is_eog_token_text(const std::string& text);
+// llama.cpp's end-of-turn token texts ("<|im_end|>", "<|eot_id|>", ...), which give eot_id when the file
+// does not name it.
+bool is_end_of_turn_text(const std::string& text);
+
+// As llama.cpp's loader: the first end-of-turn token becomes eot_id when none is set, and every
+// end-of-turn or end-of-generation token (is_end_of_generation_text) becomes a control token.
+void mark_end_of_turn_tokens(Vocab& v);
 
 // llama2.c "v0" checkpoint (run.c format) with its tokenizer.bin: opts.tokenizer_path when set, else
 // tokenizer.bin in the checkpoint's directory.

@@ -19,6 +19,9 @@ const char* const kLlama3 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5: as Qwen2, with combining marks (\p{M}) kept inside letter runs.
+const char* const kQwen35 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kTekken =
     R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kGpt4o =
@@ -83,18 +86,20 @@ std::string adapt_for_pcre2(const std::string& expr) {
 
 }  // namespace
 
-std::vector<std::string> PreTokenizer::regexes_for(const std::string& pre, bool* ignore_merges) {
+std::vector<std::string> PreTokenizer::regexes_for(const std::string& pre, PreTokenizerStyle* style) {
   auto is = [&](std::initializer_list<const char*> names) {
     for (const char* n : names)
       if (pre == n) return true;
     return false;
   };
-  if (ignore_merges) *ignore_merges = false;
+  PreTokenizerStyle unused;
+  PreTokenizerStyle& out = style ? *style : unused;
+  out = PreTokenizerStyle{};
   if (pre.empty() || pre == "default") {
     return {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
   }
   if (is({"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "falcon-h1", "midm-2.0", "lfm2"})) {
-    if (ignore_merges) *ignore_merges = true;
+    out.ignore_merges = true;
     return {kLlama3};
   }
   if (is({"dbrx", "smaug-bpe", "chatglm-bpe", "glm4"})) return {kLlama3};
@@ -127,10 +132,19 @@ std::vector<std::string> PreTokenizer::regexes_for(const std::string& pre, bool*
     return {kGpt2};
   }
   if (is({"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan", "kormo", "grok-2"})) return {kQwen2};
+  if (pre == "qwen35") return {kQwen35};
+  // SentencePiece-style BPE (spaces already escaped to U+2581, merges over whole lines): only runs of
+  // newlines are split off, as merge lookup never sees a newline inside a longer symbol.
+  if (is({"gemma4", "granite-embed-multi-311m", "sarvam-moe"})) {
+    out.byte_level = false;
+    out.escape_spaces = true;
+    out.newline_runs_whole = pre != "sarvam-moe";
+    return {"[^\n]+|[\n]+"};
+  }
   if (is({"poro-chat", "bloom", "gpt3-finnish"})) return {R"( ?[^(\s|.,!?…。，、।۔،)]+)"};
   if (pre == "viking") return {R"( ?[^(\s|.,!?…。，、।۔،)]+)", R"(\p{N})"};
   if (pre == "tekken") {
-    if (ignore_merges) *ignore_merges = true;
+    out.ignore_merges = true;
     return {kTekken};
   }
   if (pre == "chameleon") {
@@ -154,7 +168,7 @@ struct PreTokenizer::Compiled {
 };
 
 PreTokenizer::PreTokenizer(const std::string& pre) {
-  const std::vector<std::string> sources = regexes_for(pre, &ignore_merges_);
+  const std::vector<std::string> sources = regexes_for(pre, &style_);
   if (sources.empty()) fail("unsupported BPE pre-tokenizer '{}' (tokenizer.ggml.pre)", pre);
   for (const std::string& source : sources) {
     const std::string pattern = adapt_for_pcre2(source);

@@ -10,6 +10,19 @@
 
 namespace kvserve {
 
+// How llama.cpp's BPE session treats the text and the words of a pre-tokenizer.
+struct PreTokenizerStyle {
+  // A whole word that is itself a token is that token, skipping merges (Llama-3 family).
+  bool ignore_merges = false;
+  // Words are mapped byte by byte to GPT-2's stand-in symbols. When false (SentencePiece-style BPE), they
+  // stay raw UTF-8 and a byte without a token of its own falls back to its "<0xXX>" token.
+  bool byte_level = true;
+  // ' ' becomes U+2581 before splitting, as SentencePiece's normalizer writes it (Gemma 4).
+  bool escape_spaces = false;
+  // A word of newlines only that is a token is that token (llama.cpp's Gemma 4 fix, PR 21343).
+  bool newline_runs_whole = false;
+};
+
 class PreTokenizer {
  public:
   // Throws Error naming `pre` when llama.cpp does not know it.
@@ -22,17 +35,16 @@ class PreTokenizer {
   // the sanitized text back.
   std::vector<std::string> split(std::string_view text) const;
 
-  // llama.cpp treats a whole pre-tokenized word that is itself a token as that token, skipping merges,
-  // for these pre-tokenizers (Llama-3 family).
-  bool ignore_merges() const { return ignore_merges_; }
+  const PreTokenizerStyle& style() const { return style_; }
 
-  // The regex sources llama.cpp lists for `pre` (before PCRE2 adaptation); empty for an unknown name.
-  static std::vector<std::string> regexes_for(const std::string& pre, bool* ignore_merges = nullptr);
+  // The regex sources llama.cpp lists for `pre` (before PCRE2 adaptation), and its style; empty for an
+  // unknown name.
+  static std::vector<std::string> regexes_for(const std::string& pre, PreTokenizerStyle* style = nullptr);
 
  private:
   struct Compiled;
   std::vector<std::unique_ptr<Compiled>> regexes_;
-  bool ignore_merges_ = false;
+  PreTokenizerStyle style_;
 };
 
 }  // namespace kvserve

@@ -7,20 +7,17 @@
 
 namespace kvserve {
 
-namespace {
-
-// Token texts llama.cpp treats as ending generation (llama-vocab.cpp, special_eog_ids), besides the
-// file's EOS/EOT ids.
-bool is_llama_cpp_eog_text(std::string_view text) {
+bool is_end_of_generation_text(std::string_view text) {
+  // llama-vocab.cpp's special_eog_ids by text, and the FIM pad / repo / file-separator tokens it adds.
   static constexpr std::string_view kTexts[] = {
-      "<|eot_id|>",  "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-      "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+      "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+      "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+      "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+      "<｜end▁of▁sentence｜>", "[e~[",
       "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>", "<|file_sep|>",
   };
   return std::find(std::begin(kTexts), std::end(kTexts), text) != std::end(kTexts);
 }
-
-}  // namespace
 
 std::string unescape_spaces(std::string_view token_text) {
   static constexpr std::string_view kEscapedSpace = "\xE2\x96\x81";
@@ -83,7 +80,7 @@ VocabTokenizer::VocabTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
     if (type == TokenType::Control || type == TokenType::UserDefined || type == TokenType::Unknown) {
       if (!vocab_.tokens[id].empty()) special_tokens_longest_first_.push_back(id);
     }
-    if (is_llama_cpp_eog_text(vocab_.tokens[id])) eog_ids_.insert(id);
+    if (is_end_of_generation_text(vocab_.tokens[id])) eog_ids_.insert(id);
   }
   std::stable_sort(special_tokens_longest_first_.begin(), special_tokens_longest_first_.end(),
                    [&](int32_t a, int32_t b) { return vocab_.tokens[a].size() > vocab_.tokens[b].size(); });

@@ -11,6 +11,10 @@
 
 namespace kvserve {
 
+// Token texts llama.cpp treats as ending generation besides the file's EOS / EOT ids ("<|im_end|>",
+// "<end_of_turn>", ...). Its loader also makes such tokens control tokens.
+bool is_end_of_generation_text(std::string_view text);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

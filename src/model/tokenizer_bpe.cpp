@@ -1,6 +1,7 @@
-// Byte-level BPE as llama.cpp's llm_tokenizer_bpe does it: pre-tokenize with the vocabulary's regexes,
-// map every byte of a word to its GPT-2 stand-in symbol, then repeatedly merge the adjacent pair with
-// the lowest merge rank (leftmost on ties) and look the resulting symbols up as tokens.
+// BPE as llama.cpp's llm_tokenizer_bpe does it: pre-tokenize with the vocabulary's regexes, map every
+// byte of a word to its GPT-2 stand-in symbol, then repeatedly merge the adjacent pair with the lowest
+// merge rank (leftmost on ties) and look the resulting symbols up as tokens. SentencePiece-style BPE
+// vocabularies (Gemma 4) instead write spaces as U+2581, merge raw UTF-8 and fall back to byte tokens.
 #include <memory>
 #include <queue>
 #include <string>
@@ -46,6 +47,7 @@ class BpeTokenizer final : public VocabTokenizer {
 
  protected:
   std::string normal_piece(const std::string& token_text) const override {
+    if (!pre_tokenizer_.style().byte_level) return unescape_spaces(token_text);
     std::string piece;
     piece.reserve(token_text.size());
     for (const uint32_t cpt : unicode::decode_utf8(token_text)) {
@@ -98,17 +100,47 @@ class BpeTokenizer final : public VocabTokenizer {
     }
   };
 
-  void tokenize_text(std::string_view text, std::vector<int32_t>& out) const {
+  // A byte of a symbol that is no token: its GPT-2 stand-in, or "<0xXX>" without byte-level symbols.
+  int32_t byte_token(uint8_t byte) const {
+    if (pre_tokenizer_.style().byte_level) {
+      const char c = static_cast<char>(byte);
+      return text_to_token(std::string_view(&c, 1));
+    }
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const char name[6] = {'<', '0', 'x', kHex[byte >> 4], kHex[byte & 15], '>'};
+    return text_to_token(std::string_view(name, sizeof(name)));
+  }
+
+  void tokenize_text(std::string_view raw_text, std::vector<int32_t>& out) const {
+    const PreTokenizerStyle& style = pre_tokenizer_.style();
+    std::string escaped;
+    std::string_view text = raw_text;
+    if (style.escape_spaces) {
+      escaped.reserve(raw_text.size());
+      for (const char c : raw_text) {
+        if (c == ' ') {
+          escaped += "\xE2\x96\x81";
+        } else {
+          escaped += c;
+        }
+      }
+      text = escaped;
+    }
     std::string word;
     std::string scratch;
     std::vector<Symbol> symbols;
     std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
 
     for (const std::string& raw_word : pre_tokenizer_.split(text)) {
-      word.clear();
-      for (const char c : raw_word) word += unicode::byte_to_symbol(static_cast<uint8_t>(c));
+      if (style.byte_level) {
+        word.clear();
+        for (const char c : raw_word) word += unicode::byte_to_symbol(static_cast<uint8_t>(c));
+      } else {
+        word = raw_word;
+      }
 
-      if (pre_tokenizer_.ignore_merges()) {
+      if (style.ignore_merges ||
+          (style.newline_runs_whole && word.find_first_not_of('\n') == std::string::npos)) {
         const int32_t whole = text_to_token(word);
         if (whole >= 0) {
           out.push_back(whole);
@@ -162,7 +194,7 @@ class BpeTokenizer final : public VocabTokenizer {
         // No token for the merged symbol: each byte of its text on its own, skipping any that are not
         // tokens either (llama.cpp does the same).
         for (const char c : symbol_text) {
-          const int32_t byte_id = text_to_token(std::string_view(&c, 1));
+          const int32_t byte_id = byte_token(static_cast<uint8_t>(c));
           if (byte_id >= 0) out.push_back(byte_id);
         }
       }
