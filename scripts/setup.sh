@@ -4,12 +4,13 @@
 #     `apt-get update` only when something has to be installed and the package
 #     lists are missing or older than a day),
 #  2. pip-installs the server test packages (scripts/requirements-test.txt),
-#  3. fetches the default model (scripts/fetch_default_model.sh) into
+#  3. fetches the default model (scripts/fetch_default_model.sh) and llama.cpp's
+#     tokenizer test vocabularies (scripts/fetch_llama_cpp_vocab.sh) into
 #     ${KVSERVE_MODELS:-$HOME/.cache/kvserve/models}/.
 #
 # Run as root (no sudo needed then) or as a user with sudo.
 # Options:
-#   --no-model     skip the model download
+#   --no-model     skip the model and vocabulary downloads
 #   --dev-python   also `pip install -r scripts/requirements-dev.txt`
 #                  (llama-cpp-python builds llama.cpp from source: slow)
 set -euo pipefail
@@ -111,6 +112,9 @@ if [[ $WITH_MODEL == 1 ]]; then
   log "fetching the default model"
   MODEL_PATH="$(bash "$SCRIPT_DIR/fetch_default_model.sh")"
   log "default model: $MODEL_PATH"
+  log "fetching llama.cpp's vocabulary tests"
+  VOCAB_DIR="$(bash "$SCRIPT_DIR/fetch_llama_cpp_vocab.sh")"
+  log "llama.cpp vocabulary tests: $VOCAB_DIR"
 else
   log "skipping the model (--no-model)"
 fi

@@ -76,12 +76,24 @@ std::string ids_to_string(const std::vector<int32_t>& ids) {
   return s;
 }
 
+// llama.cpp's own vocabulary tests as a newer llama.cpp ships them (scripts/fetch_llama_cpp_vocab.sh,
+// which scripts/setup.sh runs): Gemma 4, Qwen3.5, Llama-3 BPE, Qwen2 and Command-R, which shared/ lacks.
+std::string llama_cpp_vocab_dir() {
+  std::filesystem::path dir;
+  if (const char* d = std::getenv("KVSERVE_MODELS"); d && *d) {
+    dir = d;
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    dir = std::filesystem::path(h) / ".cache/kvserve/models";
+  }
+  return (dir / "llama.cpp-vocab-0.3.36").string();
+}
+
 // Runs at test registration, before main: a missing ../shared must not abort the binary (gtest discovery
 // runs it to list the tests), so an unreadable directory gives no cases and the test below says why.
-std::vector<std::string> vocab_files_with_cases() {
+std::vector<std::string> vocab_files_with_cases(const std::string& dir = kVocabDir) {
   std::vector<std::string> files;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(kVocabDir, ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string path = entry.path().string();
     if (entry.path().extension() == ".gguf" && std::filesystem::exists(path + ".inp") &&
         std::filesystem::exists(path + ".out")) {
@@ -118,13 +130,24 @@ TEST_P(TokenizerVocabTest, MatchesLlamaCppExactly) {
   EXPECT_EQ(failures, 0) << failures << " of " << cases.size() << " cases differ";
 }
 
+TEST(TokenizerVocab, LlamaCppVocabularyTestsAreFetched) {
+  // CI fetches them in set-up; without them Gemma 4 and Qwen3.5 would go untested.
+  EXPECT_GE(vocab_files_with_cases(llama_cpp_vocab_dir()).size(), 15u)
+      << "llama.cpp's vocabulary tests are missing from " << llama_cpp_vocab_dir()
+      << " (run scripts/fetch_llama_cpp_vocab.sh)";
+}
+
+std::string vocab_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = std::filesystem::path(info.param).stem().string();
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerVocabTest, ::testing::ValuesIn(vocab_files_with_cases()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = std::filesystem::path(info.param).stem().string();
-                           for (char& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+                         vocab_test_name);
+INSTANTIATE_TEST_SUITE_P(LlamaCpp0336, TokenizerVocabTest,
+                         ::testing::ValuesIn(vocab_files_with_cases(llama_cpp_vocab_dir())), vocab_test_name);
 
 // Round trip: decoding what was encoded gives the text back, for texts every vocabulary can represent
 // (byte fallback / byte-level symbols cover all bytes).
@@ -252,7 +275,7 @@ TEST(TokenizerBpe, EveryKnownPreTokenizerCompiles) {
   for (const char* pre : {"default", "llama-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "mpt",
                           "starcoder", "gpt-2", "refact", "command-r", "qwen2", "stablelm2", "olmo", "dbrx",
                           "smollm", "poro-chat", "viking", "tekken", "chameleon", "gpt-4o", "seed-coder",
-                          "bailingmoe", "superbpe", "chatglm-bpe"}) {
+                          "bailingmoe", "superbpe", "chatglm-bpe", "qwen35", "gemma4", "sarvam-moe"}) {
     EXPECT_NO_THROW({
       PreTokenizer p(pre);
       p.split("Hello, world! 123456 don't  \n\n 你好 🦙");
@@ -264,6 +287,38 @@ TEST(TokenizerBpe, Llama3RegexSplits) {
   PreTokenizer p("llama-bpe");
   EXPECT_EQ(p.split("Hello world's 12345  \n\n x"),
             (std::vector<std::string>{"Hello", " world", "'s", " ", "123", "45", "  \n\n", " x"}));
+}
+
+TEST(TokenizerBpe, Qwen35KeepsCombiningMarksInsideWords) {
+  // "e" + U+0301 (combining acute): Qwen2's regex ends the word before the mark, Qwen3.5's keeps it.
+  const std::string text = "caf" "e\xCC\x81s ok";
+  EXPECT_EQ(PreTokenizer("qwen35").split(text), (std::vector<std::string>{"caf" "e\xCC\x81s", " ok"}));
+  EXPECT_EQ(PreTokenizer("qwen2").split(text), (std::vector<std::string>{"cafe", "\xCC\x81s", " ok"}));
+}
+
+// Gemma 4's BPE on a hand-made vocabulary small enough to know every answer: spaces as U+2581, merges on
+// raw UTF-8, "<0xXX>" byte fallback, a newline run taken whole when it is a token.
+TEST(TokenizerBpe, Gemma4SentencePieceStyle) {
+  Vocab v;
+  v.kind = Vocab::Kind::BPE;
+  v.pre = "gemma4";
+  v.tokens = {"<pad>", "<eos>", "<bos>", "\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi", "\n",
+              "\n\n\n", "<0xC3>", "<0xA9>", "<turn|>"};
+  v.token_types.assign(v.tokens.size(), TokenType::Normal);
+  for (const int id : {0, 1, 2, 12}) v.token_types[id] = TokenType::Control;
+  v.token_types[10] = v.token_types[11] = TokenType::Byte;
+  v.merges = {"\xE2\x96\x81 h", "\xE2\x96\x81h i"};
+  v.bos_id = 2, v.eos_id = 1, v.add_bos = true, v.add_space_prefix = false;
+  auto tok = Tokenizer::create(v);
+  // "é" (C3 A9) has no token: its bytes; "\n\n\n" is one token although no merge builds it; "\n\n" is not
+  // a token, so it stays two.
+  const std::string text = " hi\n\n\n\xC3\xA9\n\n";
+  const std::vector<int32_t> ids = tok->encode(text, true, false);
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 7, 9, 10, 11, 8, 8}));
+  EXPECT_EQ(tok->decode(ids), text);
+  EXPECT_EQ(tok->token_to_piece(7), " hi");
+  EXPECT_TRUE(tok->is_eog(12));
+  EXPECT_EQ(tok->encode("<turn|>", false, true), (std::vector<int32_t>{12}));
 }
 
 // ---------------------------------------------------------------------------------------------------
