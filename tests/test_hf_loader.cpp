@@ -469,13 +469,15 @@ TEST(HfTokenizer, UnknownSplitRegexIsRefused) {
   expect_error([&] { vocab_from_tokenizer_json(tmp / "tokenizer.json", ""); }, {"tokenizer.json", "[a-z]+"});
 }
 
-TEST(HfTokenizer, RecognizesLlama3AndQwen2Splits) {
+TEST(HfTokenizer, RecognizesLlama3AndQwenSplits) {
   TempDir tmp;
   const std::pair<const char*, const char*> cases[] = {
       {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
        "llama-bpe"},
       {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
        "qwen2"},
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       "qwen35"},
   };
   for (const auto& [regex, pre] : cases) {
     json t = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", json::array({json::array({"a", "b"})})}}},

@@ -29,6 +29,8 @@ constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen35Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kSingleDigitRegex = R"(\p{N})";
 
 struct KnownPreTokenizer {
@@ -42,6 +44,7 @@ const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
       {{kSingleDigitRegex, kGpt2Regex}, "smollm"},  // SmolLM/StarCoder: Digits(individual) + ByteLevel
       {{kLlama3Regex}, "llama-bpe"},
       {{kQwen2Regex}, "qwen2"},
+      {{kQwen35Regex}, "qwen35"},
   };
   return table;
 }
@@ -100,7 +103,7 @@ std::string byte_level_pre_name(const std::vector<json>& pre_tokenizers, const s
   std::string listed;
   for (const std::string& r : regexes) listed += (listed.empty() ? "" : ", ") + ("'" + r + "'");
   fail("'{}': byte-level pre-tokenizer splits with [{}], which matches no supported pre-tokenizer "
-       "(gpt-2, smollm, llama-bpe, qwen2)",
+       "(gpt-2, smollm, llama-bpe, qwen2, qwen35)",
        path, listed);
 }
 
