@@ -1,9 +1,11 @@
 // libFuzzer target: arbitrary bytes as text to tokenize with real vocabularies of each kind (WordPiece,
-// byte-level BPE, SentencePiece) from ../shared/models/vocab. The first byte picks the vocabulary and the
-// add_special / parse_special flags. Every id must be in range, decoding must not fail, and a byte-level
-// BPE vocabulary with every byte's symbol must give valid UTF-8 text back exactly.
+// byte-level BPE, SentencePiece, Gemma 4's SentencePiece-style BPE) from ../shared/models/vocab and
+// llama.cpp's vocabulary tests. The first byte picks the vocabulary and the add_special / parse_special
+// flags. Every id must be in range, decoding must not fail, and a byte-level BPE vocabulary with every
+// byte's symbol must give valid UTF-8 text back exactly.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,13 +26,27 @@ struct Loaded {
   bool byte_level = false;
 };
 
+// llama.cpp's vocabulary tests as scripts/fetch_llama_cpp_vocab.sh installs them.
+std::string llama_cpp_vocab_dir() {
+  std::string dir;
+  if (const char* d = std::getenv("KVSERVE_MODELS"); d && *d) {
+    dir = d;
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    dir = std::string(h) + "/.cache/kvserve/models";
+  }
+  return dir + "/llama.cpp-vocab-0.3.36/";
+}
+
 std::vector<Loaded> load_all() {
-  const std::string dir = std::string(KVSERVE_SOURCE_DIR) + "/../shared/models/vocab/";
+  const std::string shared = std::string(KVSERVE_SOURCE_DIR) + "/../shared/models/vocab/";
+  const std::string llama_cpp = llama_cpp_vocab_dir();
   std::vector<Loaded> out;
-  for (const char* name : {"ggml-vocab-bert-bge.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf",
-                           "ggml-vocab-falcon.gguf", "ggml-vocab-phi-3.gguf"}) {
+  for (const std::string path :
+       {shared + "ggml-vocab-bert-bge.gguf", shared + "ggml-vocab-gpt-2.gguf", shared + "ggml-vocab-llama-spm.gguf",
+        shared + "ggml-vocab-falcon.gguf", shared + "ggml-vocab-phi-3.gguf", llama_cpp + "ggml-vocab-gemma-4.gguf",
+        llama_cpp + "ggml-vocab-qwen35.gguf"}) {
     try {
-      Vocab v = load_gguf_vocab(dir + name);
+      Vocab v = load_gguf_vocab(path);
       // Byte-level BPE round-trips any text only when every byte's symbol is a token: llama.cpp (and so
       // kvserve) drops bytes that have none, and some vocabularies (Falcon's) lack a few controls.
       bool byte_complete = v.kind == Vocab::Kind::BPE;
@@ -39,7 +55,7 @@ std::vector<Loaded> load_all() {
         byte_complete = texts.count(unicode::byte_to_symbol(static_cast<uint8_t>(b))) > 0;
       out.push_back({Tokenizer::create(std::move(v)), byte_complete});
     } catch (const Error&) {
-      // Not there (no ../shared beside the checkout): fuzz the others.
+      // Not there (no ../shared beside the checkout, or the llama.cpp tests not fetched): fuzz the others.
     }
   }
   return out;
