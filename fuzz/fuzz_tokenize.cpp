@@ -5,7 +5,6 @@
 // byte's symbol must give valid UTF-8 text back exactly.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +13,7 @@
 
 #include "core/error.h"
 #include "model/loaders.h"
+#include "model/model_cache.h"
 #include "model/tokenizer.h"
 #include "model/unicode.h"
 
@@ -26,20 +26,10 @@ struct Loaded {
   bool byte_level = false;
 };
 
-// llama.cpp's vocabulary tests as scripts/fetch_llama_cpp_vocab.sh installs them.
-std::string llama_cpp_vocab_dir() {
-  std::string dir;
-  if (const char* d = std::getenv("KVSERVE_MODELS"); d && *d) {
-    dir = d;
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    dir = std::string(h) + "/.cache/kvserve/models";
-  }
-  return dir + "/llama.cpp-vocab-0.3.36/";
-}
-
 std::vector<Loaded> load_all() {
   const std::string shared = std::string(KVSERVE_SOURCE_DIR) + "/../shared/models/vocab/";
-  const std::string llama_cpp = llama_cpp_vocab_dir();
+  // llama.cpp's vocabulary tests as scripts/fetch_llama_cpp_vocab.sh installs them.
+  const std::string llama_cpp = model_cache_dir() + "/llama.cpp-vocab-0.3.36/";
   std::vector<Loaded> out;
   for (const std::string path :
        {shared + "ggml-vocab-bert-bge.gguf", shared + "ggml-vocab-gpt-2.gguf", shared + "ggml-vocab-llama-spm.gguf",

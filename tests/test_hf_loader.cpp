@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "hf_test_folder.h"
 #include "model/hf_tokenizer.h"
+#include "model/model_cache.h"
 #include "model/safetensors.h"
 
 using namespace kvserve;
@@ -421,8 +422,7 @@ TEST(HfTokenizer, SmolLM2MatchesTokenizersLibrary) {
 }
 
 TEST(HfTokenizer, SmolLM2VocabMatchesGguf) {
-  const std::string gguf = std::string(getenv("HOME") ? getenv("HOME") : "") +
-                           "/.cache/kvserve/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string gguf = model_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!fs::exists(gguf)) GTEST_SKIP() << "no " << gguf;
   const std::string dir = hf_fixture_dir("smollm2");
   const Vocab v = vocab_from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");

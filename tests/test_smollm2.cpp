@@ -12,6 +12,7 @@
 
 #include "engine/generator.h"
 #include "model/model.h"
+#include "model/model_cache.h"
 
 using namespace kvserve;
 using nlohmann::json;
@@ -19,13 +20,7 @@ using nlohmann::json;
 namespace {
 
 std::string smollm2_path() {
-  std::filesystem::path dir;
-  if (const char* d = std::getenv("KVSERVE_MODELS"); d && *d) {
-    dir = d;
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    dir = std::filesystem::path(h) / ".cache/kvserve/models";
-  }
-  const auto p = dir / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  const auto p = std::filesystem::path(model_cache_dir()) / "SmolLM2-135M-Instruct.Q4_1.gguf";
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/chat_template.h"
 #include "model/loaders.h"
+#include "model/model_cache.h"
 #include "model/pretokenizer.h"
 #include "model/stream_decoder.h"
 #include "model/tokenizer.h"
@@ -78,15 +79,7 @@ std::string ids_to_string(const std::vector<int32_t>& ids) {
 
 // llama.cpp's own vocabulary tests as a newer llama.cpp ships them (scripts/fetch_llama_cpp_vocab.sh,
 // which scripts/setup.sh runs): Gemma 4, Qwen3.5, Llama-3 BPE, Qwen2 and Command-R, which shared/ lacks.
-std::string llama_cpp_vocab_dir() {
-  std::filesystem::path dir;
-  if (const char* d = std::getenv("KVSERVE_MODELS"); d && *d) {
-    dir = d;
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    dir = std::filesystem::path(h) / ".cache/kvserve/models";
-  }
-  return (dir / "llama.cpp-vocab-0.3.36").string();
-}
+std::string llama_cpp_vocab_dir() { return model_cache_dir() + "/llama.cpp-vocab-0.3.36"; }
 
 // Runs at test registration, before main: a missing ../shared must not abort the binary (gtest discovery
 // runs it to list the tests), so an unreadable directory gives no cases and the test below says why.
