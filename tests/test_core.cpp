@@ -175,6 +175,30 @@ TEST(AvailableCpus, PhysicalCoresCountSmtSiblingsOnce) {
   std::filesystem::remove_all(root);
 }
 
+TEST(AvailableCpus, CpuListsParseAsTheKernelWritesThem) {
+  EXPECT_EQ(parse_cpu_list("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parse_cpu_list("5"), (std::vector<int>{5}));
+  EXPECT_EQ(parse_cpu_list(""), (std::vector<int>{}));
+  for (const char* bad : {"3-1", "a", "1,", "1--2", "-1", "1,,2", "99999999"})
+    EXPECT_EQ(parse_cpu_list(bad), std::nullopt) << bad;
+}
+
+TEST(AvailableCpus, HybridCpusKeepOnlyPerformanceCores) {
+  const std::filesystem::path root = std::filesystem::path(testing::TempDir()) / "kvserve_hybrid_test";
+  std::filesystem::remove_all(root);
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(performance_cpus(all, root), all);  // not hybrid: no cpu_atom
+  // An Alder Lake-like part: P-cores with SMT on CPUs 0-3, E-cores on 4-7.
+  write_file(root / "cpu_core/cpus", "0-3\n");
+  write_file(root / "cpu_atom/cpus", "4-7\n");
+  EXPECT_EQ(performance_cpus(all, root), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(performance_cpus({2, 5}, root), (std::vector<int>{2}));
+  EXPECT_EQ(performance_cpus({5, 6}, root), (std::vector<int>{5, 6}));  // taskset on E-cores only
+  write_file(root / "cpu_core/cpus", "garbage\n");
+  EXPECT_EQ(performance_cpus(all, root), all);
+  std::filesystem::remove_all(root);
+}
+
 TEST(AvailableCpus, DefaultThreadsAreAtLeastOneAndNoMoreThanTheCpus) {
   const int n = default_compute_threads();
   EXPECT_GE(n, 1);

@@ -127,6 +127,46 @@ int physical_cores(const std::vector<int>& cpus, const std::filesystem::path& sy
   return static_cast<int>(cores.size());
 }
 
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  std::vector<int> cpus;
+  constexpr int kMaxCpu = 1 << 16;
+  auto number = [](std::string_view s) -> std::optional<int> {
+    if (s.empty() || s.size() > 6) return std::nullopt;
+    int v = 0;
+    for (const char c : s) {
+      if (c < '0' || c > '9') return std::nullopt;
+      v = v * 10 + (c - '0');
+    }
+    return v < kMaxCpu ? std::optional<int>(v) : std::nullopt;
+  };
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    const size_t dash = item.find('-');
+    const auto first = number(item.substr(0, dash));
+    const auto last = dash == std::string_view::npos ? first : number(item.substr(dash + 1));
+    if (!first || !last || *last < *first) return std::nullopt;
+    for (int cpu = *first; cpu <= *last; ++cpu) cpus.push_back(cpu);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+    if (text.empty()) return std::nullopt;  // a trailing comma
+  }
+  return cpus;
+}
+
+std::vector<int> performance_cpus(const std::vector<int>& cpus, const std::filesystem::path& sys_devices) {
+  const auto atom_text = read_small_file(sys_devices / "cpu_atom" / "cpus");
+  const auto core_text = read_small_file(sys_devices / "cpu_core" / "cpus");
+  if (!atom_text || !core_text) return cpus;
+  const auto core = parse_cpu_list(*core_text);
+  if (!core) return cpus;
+  std::vector<int> on_p_cores;
+  for (const int cpu : cpus)
+    if (std::find(core->begin(), core->end(), cpu) != core->end()) on_p_cores.push_back(cpu);
+  return on_p_cores.empty() ? cpus : on_p_cores;
+}
+
 namespace {
 
 std::vector<int> affinity_cpus() {
@@ -159,7 +199,8 @@ int available_cpus() {
 int default_compute_threads() {
   const std::vector<int> cpus = affinity_cpus();
   return capped_by_quota(cpus.empty() ? static_cast<int>(std::thread::hardware_concurrency())
-                                      : physical_cores(cpus, "/sys/devices/system/cpu"));
+                                      : physical_cores(performance_cpus(cpus, "/sys/devices"),
+                                                       "/sys/devices/system/cpu"));
 }
 
 }  // namespace kvserve
