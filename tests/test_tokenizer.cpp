@@ -227,6 +227,27 @@ TEST(TokenizerStories, DecodeStripsDummySpaceAfterBos) {
   }
 }
 
+// llama.cpp's test-tokenizer-1-spm on its Llama SPM vocabulary: every token's text, and every Unicode
+// code point, tokenized (special text parsed) and decoded again gives the same text.
+TEST(TokenizerSpm, EveryTokenAndCodePointRoundTripsAsLlamaCppChecks) {
+  auto tok = Tokenizer::create(load_gguf_vocab(kVocabDir + "/ggml-vocab-llama-spm.gguf"));
+  int failures = 0;
+  for (int32_t id = 0; id < tok->n_vocab(); ++id) {
+    const std::string text = tok->decode({id}, /*special=*/true);
+    const std::string again = tok->decode(tok->encode(text, false, true), true);
+    if (again != text && ++failures <= 5) ADD_FAILURE() << "token " << id << ": '" << text << "' -> '" << again << "'";
+  }
+  for (uint32_t cpt = 0; cpt < 0x110000; ++cpt) {
+    if ((cpt >= 0xD800 && cpt <= 0xDFFF) || (cpt >= 0x40000 && cpt <= 0xE0000)) continue;
+    if (cpt == 0x2581) continue;  // "▁" itself decodes as a space, in llama.cpp too
+    std::string text;
+    unicode::append_utf8(text, cpt);
+    const std::string again = tok->decode(tok->encode(text, false, true), true);
+    if (again != text && ++failures <= 10) ADD_FAILURE() << "code point " << cpt << " -> '" << again << "'";
+  }
+  EXPECT_EQ(failures, 0);
+}
+
 TEST(TokenizerSpm, ParseSpecialSplitsControlTokens) {
   auto tok = Tokenizer::create(load_gguf_vocab(kVocabDir + "/ggml-vocab-llama-spm.gguf"));
   const auto plain = tok->encode("<s>Hi", false, false);
