@@ -1,6 +1,8 @@
 #pragma once
-// Chat prompt formatting for the common template families, as llama.cpp's built-in (non-Jinja)
-// llm_chat_apply_template renders them. The family is detected from the vocabulary's Jinja source.
+// Chat prompt formatting as llama.cpp's built-in (non-Jinja) llm_chat_apply_template renders it, for
+// every template family llama.cpp 0.3.36 knows. The family is detected from the vocabulary's Jinja source
+// by the same tests llama.cpp makes, or named directly ("chatml", "llama3", "mistral-v7", ...).
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,21 +12,74 @@
 namespace kvserve {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant" (some families also know "tool")
   std::string content;
 };
 
 enum class ChatTemplateFamily {
-  ChatML,         // <|im_start|>role\n...<|im_end|>\n (SmolLM2, Qwen2, ...)
-  Llama2,         // [INST] ... [/INST], system text folded into the first turn
-  Llama2Sys,      // [INST] <<SYS>>\n...\n<</SYS>>\n\n ... [/INST]
-  Llama2SysBos,   // as Llama2Sys, later turns start with <s>[INST]
-  Llama2SysStrip, // as Llama2Sys, message text trimmed
-  Llama3,         // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
-  Gemma,          // <start_of_turn>user\n...<end_of_turn>\n, "assistant" is "model"
+  ChatML,  // <|im_start|>role\n...<|im_end|>\n (SmolLM2, Qwen2, ...)
+  Llama2,  // [INST] ... [/INST], system text folded into the first turn
+  Llama2Sys,       // [INST] <<SYS>>\n...\n<</SYS>>\n\n ... [/INST]
+  Llama2SysBos,    // as Llama2Sys, later turns start with <s>[INST]
+  Llama2SysStrip,  // as Llama2Sys, message text trimmed
+  MistralV1,
+  MistralV3,
+  MistralV3Tekken,
+  MistralV7,
+  MistralV7Tekken,
+  Phi3,
+  Phi4,
+  Falcon3,
+  Zephyr,
+  Monarch,
+  Gemma,  // <start_of_turn>user\n...<end_of_turn>\n, "assistant" is "model"
+  Orion,
+  OpenChat,
+  Vicuna,
+  VicunaOrca,
+  DeepSeek,
+  DeepSeek2,
+  DeepSeek3,  // DeepSeek-V3 / R1 and the R1 distills
+  DeepSeekOcr,
+  CommandR,
+  Llama3,  // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  ChatGlm3,
+  ChatGlm4,
+  GlmEdge,
+  MiniCpm,
+  Exaone3,
+  Exaone4,
+  ExaoneMoe,
+  RwkvWorld,
+  Granite,
+  Granite40,
+  Granite41,
+  GigaChat,
+  Megrez,
+  Yandex,
+  Bailing,
+  BailingThink,
+  Bailing2,
+  Llama4,
+  SmolVlm,
+  HunyuanMoe,
+  GptOss,
+  HunyuanDense,
+  HunyuanVl,
+  KimiK2,
+  SeedOss,
+  Grok2,
+  PanguEmbedded,
+  SolarOpen,
 };
 
-// Family of a Jinja chat template; ChatML when the text is empty or not recognized.
+// llama.cpp's name of a family ("chatml", "llama2-sys-bos", ...).
+std::string_view chat_template_name(ChatTemplateFamily family);
+// The family llama.cpp calls `name`; nullopt for a name it does not know.
+std::optional<ChatTemplateFamily> chat_template_from_name(std::string_view name);
+
+// Family of a chat template (its Jinja source, or a family's name); ChatML when the text is empty or not
+// recognized.
 ChatTemplateFamily detect_chat_template(std::string_view jinja_source);
 
 std::string apply_chat_template(ChatTemplateFamily family, const std::vector<ChatMessage>& msgs,

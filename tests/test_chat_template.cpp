@@ -1,0 +1,107 @@
+// Chat templates against llama.cpp 0.3.36 (as llama-cpp-python 0.3.36 vendors it), from
+// tests/golden/chat_templates/llama_cpp_0.3.36.json (scripts/make_chat_template_fixture.py):
+// - every real Jinja template of llama.cpp's tests/test-chat-template.cpp is detected as the family that
+//   renders that test's conversation to its expected text;
+// - every built-in family, by name, renders six conversations exactly as llama.cpp's own
+//   llama_chat_apply_template did.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/chat_template.h"
+
+namespace kvserve {
+namespace {
+
+const std::string kFixture = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/llama_cpp_0.3.36.json";
+
+nlohmann::json read_fixture() {
+  std::ifstream in(kFixture);
+  if (!in) return nlohmann::json::object();
+  return nlohmann::json::parse(in);
+}
+
+struct TemplateCase {
+  std::string name;
+  std::string jinja;
+  std::string expected;
+};
+
+// gtest names a failing case by this instead of dumping its bytes.
+void PrintTo(const TemplateCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<TemplateCase> fixture_cases() {
+  std::vector<TemplateCase> cases;
+  const nlohmann::json fixture = read_fixture();
+  for (const auto& c : fixture.value("cases", nlohmann::json::array()))
+    cases.push_back({c.at("name").get<std::string>(), c.at("template").get<std::string>(),
+                     c.at("expected").get<std::string>()});
+  return cases;
+}
+
+std::vector<ChatMessage> fixture_conversation() {
+  const nlohmann::json fixture = read_fixture();
+  std::vector<ChatMessage> msgs;
+  for (const auto& m : fixture.at("conversation")) msgs.push_back({m.at(0).get<std::string>(), m.at(1).get<std::string>()});
+  return msgs;
+}
+
+TEST(ChatTemplateLlamaCpp, FixtureHasTheTestsCases) { EXPECT_GE(fixture_cases().size(), 30u) << kFixture; }
+
+class ChatTemplateLlamaCpp : public ::testing::TestWithParam<TemplateCase> {};
+
+TEST_P(ChatTemplateLlamaCpp, RendersAsLlamaCpp) {
+  const TemplateCase& c = GetParam();
+  const ChatTemplateFamily family = detect_chat_template(c.jinja);
+  EXPECT_EQ(apply_chat_template(family, fixture_conversation(), /*add_generation_prompt=*/true), c.expected)
+      << c.name << " (detected as " << chat_template_name(family) << ")";
+}
+
+TEST(ChatTemplateLlamaCpp, EveryBuiltinFamilyRendersAsLlamaCpp) {
+  const nlohmann::json fixture = read_fixture();
+  ASSERT_TRUE(fixture.contains("builtin")) << kFixture;
+  std::set<std::string> names;
+  int failures = 0;
+  for (const auto& c : fixture.at("builtin")) {
+    const std::string name = c.at("name").get<std::string>();
+    names.insert(name);
+    const auto family = chat_template_from_name(name);
+    if (!family) {
+      ADD_FAILURE() << "llama.cpp's built-in template '" << name << "' is unknown here";
+      continue;
+    }
+    EXPECT_EQ(chat_template_name(*family), name);
+    EXPECT_EQ(detect_chat_template(name), *family);
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : c.at("conversation")) msgs.push_back({m.at(0).get<std::string>(), m.at(1).get<std::string>()});
+    const bool add_generation_prompt = c.at("add_generation_prompt").get<bool>();
+    const std::string got = apply_chat_template(*family, msgs, add_generation_prompt);
+    if (got != c.at("expected").get<std::string>() && ++failures <= 20) {
+      ADD_FAILURE() << name << " (" << msgs.size() << " messages, generation prompt " << add_generation_prompt
+                    << ")\n  expected: " << c.at("expected").dump() << "\n  got:      " << nlohmann::json(got).dump();
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  EXPECT_GE(names.size(), 50u);
+}
+
+TEST(ChatTemplateLlamaCpp, UnknownTemplatesFallBackToChatML) {
+  EXPECT_EQ(detect_chat_template(""), ChatTemplateFamily::ChatML);
+  EXPECT_EQ(detect_chat_template("{{ messages }}"), ChatTemplateFamily::ChatML);
+  EXPECT_EQ(chat_template_from_name("no-such-template"), std::nullopt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixture, ChatTemplateLlamaCpp, ::testing::ValuesIn(fixture_cases()),
+                         [](const ::testing::TestParamInfo<TemplateCase>& info) {
+                           std::string name = std::to_string(info.index) + "_" + info.param.name;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name.substr(0, 60);
+                         });
+
+}  // namespace
+}  // namespace kvserve
