@@ -113,6 +113,20 @@ TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   EXPECT_NE(block.exit_code, 0);
 }
 
+// --chat-template replaces the model's template by a family's name; an unknown name lists the known ones.
+TEST(GeneratorCli, ChatTemplateByName) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const CommandResult r = generate("--chat --chat-template llama3 --system 'Be brief.' -p hi -n 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["prompt"],
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  const CommandResult bad = generate("--chat --chat-template llama9 -p hi -n 1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown chat template 'llama9'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("mistral-v7"), std::string::npos) << bad.err;
+}
+
 // `kvserve tokenize` needs only a GGUF's vocabulary: vocab-only files and architectures the engine does
 // not run (BERT) tokenize too; llama2.c checkpoints still go through their tokenizer.bin.
 TEST(TokenizeCli, VocabOnlyGgufAndLlama2c) {

@@ -25,6 +25,7 @@ struct GenerateArgs {
   std::string tokenizer;
   std::string prompt;
   std::string system;
+  std::string chat_template;
   bool chat = false;
   bool json = false;
   int threads = 0;
@@ -37,7 +38,7 @@ void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   set_compute_threads(a.threads);
-  std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json);
+  std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json, a.chat_template);
 
   std::string text = a.prompt;
   bool parse_special = false;
@@ -109,6 +110,8 @@ void add_generate_command(CLI::App& app) {
   c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   c->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as a user message");
   c->add_option("--system", a->system, "System message (with --chat)");
+  c->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's (chatml, llama3, ...)")
+      ->check(cli::chat_template_name_check());
   c->add_option("-n,--max-tokens", a->sp.max_tokens, "Maximum new tokens")->check(cli::kNonNegative);
   c->add_option("--temperature,--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->capture_default_str();

@@ -28,6 +28,7 @@ namespace {
 struct ServeArgs {
   std::string model;
   std::string tokenizer;
+  std::string chat_template;
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
@@ -67,7 +68,7 @@ void run_serve(const ServeArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   set_compute_threads(a.threads);
-  std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, true);
+  std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, true, a.chat_template);
 
   EngineOptions eo;
   eo.kv_cache_memory = kv_cache_memory;
@@ -121,6 +122,8 @@ void add_serve_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand("serve", "Serve an OpenAI-compatible API (and a web page) over HTTP");
   c->add_option("-m,--model", a->model, "GGUF file, Hugging Face folder or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer.bin (default: beside the checkpoint)");
+  c->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's (chatml, llama3, ...)")
+      ->check(cli::chat_template_name_check());
   c->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   c->add_option("--port", a->port, "Port to listen on (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   c->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");

@@ -5,6 +5,7 @@
 
 #include "cli/progress.h"
 #include "core/error.h"
+#include "model/chat_template.h"
 #include "model/model_cache.h"
 
 namespace kvserve::cli {
@@ -23,7 +24,8 @@ std::string default_model_path() {
   return path.string();
 }
 
-std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress) {
+std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress,
+                                      const std::string& chat_template) {
   const std::string path = model_arg.empty() ? default_model_path() : model_arg;
   LoadOptions lo;
   lo.tokenizer_path = tokenizer;
@@ -31,7 +33,19 @@ std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::s
   lo.progress = [&](float f) { bar.update(f); };
   std::unique_ptr<Model> model = load_model(path, lo);
   bar.done();
+  if (!chat_template.empty()) model->vocab.chat_template = chat_template;
   return model;
+}
+
+CLI::Validator chat_template_name_check() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        if (chat_template_from_name(name)) return {};
+        std::string known;
+        for (const std::string_view n : chat_template_names()) known += (known.empty() ? "" : ", ") + std::string(n);
+        return "unknown chat template '" + name + "' (known: " + known + ")";
+      },
+      "NAME");
 }
 
 }  // namespace kvserve::cli

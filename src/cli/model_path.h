@@ -2,6 +2,8 @@
 #include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "model/model.h"
 
 namespace kvserve::cli {
@@ -13,6 +15,11 @@ std::string default_model_path();
 
 // Loads `model_arg` (or the default model when empty), with a progress bar on stderr when asked.
 // `tokenizer` is a llama.cpp-format tokenizer.bin for llama2.c checkpoints (empty: beside the file).
-std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress);
+// `chat_template`, a family's name ("chatml", "llama3", ...), replaces the file's template when given.
+std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress,
+                                      const std::string& chat_template = {});
+
+// --chat-template's check: one of the families' names (chat_template_names()).
+CLI::Validator chat_template_name_check();
 
 }  // namespace kvserve::cli

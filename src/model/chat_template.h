@@ -77,6 +77,8 @@ enum class ChatTemplateFamily {
 std::string_view chat_template_name(ChatTemplateFamily family);
 // The family llama.cpp calls `name`; nullopt for a name it does not know.
 std::optional<ChatTemplateFamily> chat_template_from_name(std::string_view name);
+// Every family's name, in llama.cpp's order.
+std::vector<std::string_view> chat_template_names();
 
 // Family of a chat template (its Jinja source, or a family's name); ChatML when the text is empty or not
 // recognized.

@@ -76,6 +76,12 @@ std::string_view chat_template_name(ChatTemplateFamily family) {
   return "unknown";
 }
 
+std::vector<std::string_view> chat_template_names() {
+  std::vector<std::string_view> names;
+  for (const auto& entry : kNames) names.push_back(entry.second);
+  return names;
+}
+
 std::optional<ChatTemplateFamily> chat_template_from_name(std::string_view name) {
   for (const auto& [family, n] : kNames)
     if (n == name) return family;
