@@ -7,25 +7,25 @@ Two references, both from llama.cpp 0.3.36 (as llama-cpp-python 0.3.36 vendors i
   expected string. This script parses that file (from the sdist) for name, template and expected output.
 - "builtin": every built-in template, by name, rendered by llama.cpp's own llama_chat_apply_template
   (called through ctypes in libllama.so) on a few conversations, with and without the generation prompt.
+- "jinja_files": each real template of llama.cpp's models/templates/*.jinja, as llama_chat_apply_template
+  detects and renders it (null: llama.cpp has no built-in family for it). The templates themselves are
+  not copied here: scripts/fetch_llama_cpp_vocab.sh installs them beside the vocabularies.
 
 Writes tests/golden/chat_templates/llama_cpp_0.3.36.json.
 
-Usage: scripts/make_chat_template_fixture.py --libllama path/to/libllama.so [--source test-chat-template.cpp]
+Usage: scripts/make_chat_template_fixture.py --libllama path/to/libllama.so --llama-cpp DIR
 libllama.so: from `pip install -r scripts/requirements-dev.txt` (llama_cpp/lib/ in site-packages) or a
-llama.cpp 0.3.36 build. Without --source the sdist is pip-downloaded (no deps) into a temporary folder.
+llama.cpp 0.3.36 build. DIR: vendor/llama.cpp of the extracted llama-cpp-python 0.3.36 sdist
+(`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`).
 """
 import argparse
 import ctypes
 import json
 import os
 import re
-import subprocess
 import sys
-import tarfile
-import tempfile
 
 VERSION = "0.3.36"
-MEMBER = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/tests/test-chat-template.cpp"
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "golden", "chat_templates",
                    f"llama_cpp_{VERSION}.json")
 
@@ -49,38 +49,51 @@ class Message(ctypes.Structure):
     _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p)]
 
 
-def builtin_outputs(libllama):
+def load(libllama):
     lib = ctypes.CDLL(libllama)
     lib.llama_chat_builtin_templates.restype = ctypes.c_int32
     lib.llama_chat_builtin_templates.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]
     lib.llama_chat_apply_template.restype = ctypes.c_int32
     lib.llama_chat_apply_template.argtypes = [ctypes.c_char_p, ctypes.POINTER(Message), ctypes.c_size_t,
                                               ctypes.c_bool, ctypes.c_char_p, ctypes.c_int32]
+    return lib
+
+
+def render(lib, template, conversation, add_generation_prompt):
+    """llama.cpp's built-in rendering of `template` (a name or Jinja source); None when it has none."""
+    msgs = (Message * len(conversation))(*[Message(r.encode(), c.encode()) for r, c in conversation])
+    buf = ctypes.create_string_buffer(1 << 16)
+    size = lib.llama_chat_apply_template(template.encode(), msgs, len(conversation), add_generation_prompt, buf,
+                                         1 << 16)
+    if size > (1 << 16):
+        sys.exit(f"llama_chat_apply_template: {size} bytes do not fit")
+    return None if size < 0 else buf.raw[:size].decode("utf-8")
+
+
+def builtin_outputs(lib):
     n = lib.llama_chat_builtin_templates(None, 0)
     names = (ctypes.c_char_p * n)()
     lib.llama_chat_builtin_templates(names, n)
     out = []
     for name in (names[i].decode() for i in range(n)):
         for conversation, add_generation_prompt in CONVERSATIONS:
-            msgs = (Message * len(conversation))(*[Message(r.encode(), c.encode()) for r, c in conversation])
-            buf = ctypes.create_string_buffer(1 << 16)
-            size = lib.llama_chat_apply_template(name.encode(), msgs, len(conversation), add_generation_prompt, buf,
-                                                 1 << 16)
-            if size < 0 or size > (1 << 16):
-                sys.exit(f"llama_chat_apply_template({name}) failed: {size}")
+            expected = render(lib, name, conversation, add_generation_prompt)
+            if expected is None:
+                sys.exit(f"llama_chat_apply_template({name}) failed")
             out.append({"name": name, "conversation": conversation, "add_generation_prompt": add_generation_prompt,
-                        "expected": buf.raw[:size].decode("utf-8")})
+                        "expected": expected})
     return out
 
 
-def read_source(path):
-    if path:
-        return open(path, encoding="utf-8").read()
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
-                        f"llama-cpp-python=={VERSION}", "-d", tmp], check=True)
-        with tarfile.open(os.path.join(tmp, f"llama_cpp_python-{VERSION}.tar.gz")) as tar:
-            return tar.extractfile(MEMBER).read().decode("utf-8")
+def jinja_file_outputs(lib, templates_dir):
+    out = []
+    for name in sorted(os.listdir(templates_dir)):
+        if not name.endswith(".jinja"):
+            continue
+        template = open(os.path.join(templates_dir, name), encoding="utf-8").read()
+        conversation, add_generation_prompt = CONVERSATIONS[0]
+        out.append({"file": name, "expected": render(lib, template, conversation, add_generation_prompt)})
+    return out
 
 
 def tokens(src):
@@ -121,9 +134,10 @@ def tokens(src):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--libllama", required=True)
-    parser.add_argument("--source")
+    parser.add_argument("--llama-cpp", required=True)
     args = parser.parse_args()
-    src = read_source(args.source)
+    src = open(os.path.join(args.llama_cpp, "tests", "test-chat-template.cpp"), encoding="utf-8").read()
+    lib = load(args.libllama)
     start = src.index("std::vector<TestCase> test_cases {")
     end = src.index("};", start)
     body = src[start + len("std::vector<TestCase> test_cases {"):end]
@@ -159,7 +173,8 @@ def main():
                    "conversation": [["system", "You are a helpful assistant"], ["user", "Hello"],
                                     ["assistant", "Hi there"], ["user", "Who are you"],
                                     ["assistant", "   I am an assistant   "], ["user", "Another question"]],
-                   "cases": out, "builtin": builtin_outputs(args.libllama)}, f, ensure_ascii=False, indent=1)
+                   "cases": out, "builtin": builtin_outputs(lib),
+                   "jinja_files": jinja_file_outputs(lib, os.path.join(args.llama_cpp, "models", "templates"))}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"{len(out)} cases -> {OUT} ({len(cases) - len(out)} with extra messages left out)")
 

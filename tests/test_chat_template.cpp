@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "model/chat_template.h"
+#include "model/model_cache.h"
 
 namespace kvserve {
 namespace {
@@ -87,6 +90,34 @@ TEST(ChatTemplateLlamaCpp, EveryBuiltinFamilyRendersAsLlamaCpp) {
   }
   EXPECT_EQ(failures, 0);
   EXPECT_GE(names.size(), 50u);
+}
+
+// llama.cpp's real templates (models/templates/*.jinja, installed by scripts/fetch_llama_cpp_vocab.sh):
+// detected and rendered as llama.cpp's built-in path does, and ChatML where llama.cpp knows no family.
+TEST(ChatTemplateLlamaCpp, RealJinjaTemplatesAsLlamaCppDetectsThem) {
+  const nlohmann::json fixture = read_fixture();
+  ASSERT_TRUE(fixture.contains("jinja_files")) << kFixture;
+  const std::filesystem::path dir = std::filesystem::path(model_cache_dir()) / "llama.cpp-vocab-0.3.36" / "templates";
+  const std::vector<ChatMessage> conversation = fixture_conversation();
+  int rendered = 0;
+  for (const auto& c : fixture.at("jinja_files")) {
+    const std::string file = c.at("file").get<std::string>();
+    std::ifstream in(dir / file, std::ios::binary);
+    if (!in) {
+      ADD_FAILURE() << "missing " << (dir / file) << " (run scripts/fetch_llama_cpp_vocab.sh)";
+      continue;
+    }
+    const std::string jinja((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const ChatTemplateFamily family = detect_chat_template(jinja);
+    if (c.at("expected").is_null()) {
+      EXPECT_EQ(family, ChatTemplateFamily::ChatML) << file << " has no llama.cpp family, detected as " << chat_template_name(family);
+      continue;
+    }
+    EXPECT_EQ(apply_chat_template(family, conversation, true), c.at("expected").get<std::string>())
+        << file << " (detected as " << chat_template_name(family) << ")";
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 45);
 }
 
 TEST(ChatTemplateLlamaCpp, UnknownTemplatesFallBackToChatML) {
