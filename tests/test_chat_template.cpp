@@ -5,11 +5,11 @@
 // - every built-in family, by name, renders six conversations exactly as llama.cpp's own
 //   llama_chat_apply_template did.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,15 +41,16 @@ std::vector<TemplateCase> fixture_cases() {
   std::vector<TemplateCase> cases;
   const nlohmann::json fixture = read_fixture();
   for (const auto& c : fixture.value("cases", nlohmann::json::array()))
-    cases.push_back({c.at("name").get<std::string>(), c.at("template").get<std::string>(),
-                     c.at("expected").get<std::string>()});
+    cases.push_back(
+        {c.at("name").get<std::string>(), c.at("template").get<std::string>(), c.at("expected").get<std::string>()});
   return cases;
 }
 
 std::vector<ChatMessage> fixture_conversation() {
   const nlohmann::json fixture = read_fixture();
   std::vector<ChatMessage> msgs;
-  for (const auto& m : fixture.at("conversation")) msgs.push_back({m.at(0).get<std::string>(), m.at(1).get<std::string>()});
+  for (const auto& m : fixture.at("conversation"))
+    msgs.push_back({m.at(0).get<std::string>(), m.at(1).get<std::string>()});
   return msgs;
 }
 
@@ -110,7 +111,8 @@ TEST(ChatTemplateLlamaCpp, RealJinjaTemplatesAsLlamaCppDetectsThem) {
     const std::string jinja((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const ChatTemplateFamily family = detect_chat_template(jinja);
     if (c.at("expected").is_null()) {
-      EXPECT_EQ(family, ChatTemplateFamily::ChatML) << file << " has no llama.cpp family, detected as " << chat_template_name(family);
+      EXPECT_EQ(family, ChatTemplateFamily::ChatML)
+          << file << " has no llama.cpp family, detected as " << chat_template_name(family);
       continue;
     }
     EXPECT_EQ(apply_chat_template(family, conversation, true), c.at("expected").get<std::string>())

@@ -82,12 +82,12 @@ struct RoleFramedFamily {
 };
 
 const RoleFramedFamily kRoleFramed[] = {
-    {Family::DeepSeek, frame("", ""), frame("### Instruction:\n", "\n"), frame("### Response:\n", "\n<|EOT|>\n"), kDropped,
-     "### Response:\n"},
-    {Family::DeepSeek2, frame("", "\n\n"), frame("User: ", "\n\n"), frame("Assistant: ", "<｜end▁of▁sentence｜>"), kDropped,
-     "Assistant:"},
-    {Family::DeepSeek3, frame("", "\n\n"), frame("<｜User｜>", ""), frame("<｜Assistant｜>", "<｜end▁of▁sentence｜>"), kDropped,
-     "<｜Assistant｜>"},
+    {Family::DeepSeek, frame("", ""), frame("### Instruction:\n", "\n"), frame("### Response:\n", "\n<|EOT|>\n"),
+     kDropped, "### Response:\n"},
+    {Family::DeepSeek2, frame("", "\n\n"), frame("User: ", "\n\n"), frame("Assistant: ", "<｜end▁of▁sentence｜>"),
+     kDropped, "Assistant:"},
+    {Family::DeepSeek3, frame("", "\n\n"), frame("<｜User｜>", ""), frame("<｜Assistant｜>", "<｜end▁of▁sentence｜>"),
+     kDropped, "<｜Assistant｜>"},
     {Family::CommandR, frame("<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>", "<|END_OF_TURN_TOKEN|>", true),
      frame("<|START_OF_TURN_TOKEN|><|USER_TOKEN|>", "<|END_OF_TURN_TOKEN|>", true),
      frame("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>", true), kDropped,
@@ -312,7 +312,8 @@ std::string apply_chat_template(ChatTemplateFamily family, const std::vector<Cha
       if (has_system) ss << msgs[0].content << "<|message_sep|>";
       for (size_t i = has_system ? 1 : 0; i < msgs.size(); ++i) {
         if (msgs[i].role == "user") {
-          ss << "user<|role_sep|>" << msgs[i].content << "<|message_sep|>available functions<|role_sep|>[]<|message_sep|>";
+          ss << "user<|role_sep|>" << msgs[i].content
+             << "<|message_sep|>available functions<|role_sep|>[]<|message_sep|>";
         } else if (msgs[i].role == "assistant") {
           ss << "assistant<|role_sep|>" << msgs[i].content << "<|message_sep|>";
         }
@@ -336,7 +337,8 @@ std::string apply_chat_template(ChatTemplateFamily family, const std::vector<Cha
     case Family::BailingThink:
     case Family::Bailing2: {
       const bool two = family == Family::Bailing2;
-      if (two && (msgs.empty() || msgs[0].role != "system")) ss << "<role>SYSTEM</role>detailed thinking off<|role_end|>";
+      if (two && (msgs.empty() || msgs[0].role != "system"))
+        ss << "<role>SYSTEM</role>detailed thinking off<|role_end|>";
       for (const ChatMessage& m : msgs) {
         ss << "<role>" << (m.role == "user" ? std::string("HUMAN") : upper(m.role)) << "</role>" << m.content
            << (two ? "<|role_end|>" : "");

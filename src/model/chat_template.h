@@ -17,8 +17,8 @@ struct ChatMessage {
 };
 
 enum class ChatTemplateFamily {
-  ChatML,  // <|im_start|>role\n...<|im_end|>\n (SmolLM2, Qwen2, ...)
-  Llama2,  // [INST] ... [/INST], system text folded into the first turn
+  ChatML,          // <|im_start|>role\n...<|im_end|>\n (SmolLM2, Qwen2, ...)
+  Llama2,          // [INST] ... [/INST], system text folded into the first turn
   Llama2Sys,       // [INST] <<SYS>>\n...\n<</SYS>>\n\n ... [/INST]
   Llama2SysBos,    // as Llama2Sys, later turns start with <s>[INST]
   Llama2SysStrip,  // as Llama2Sys, message text trimmed
@@ -86,7 +86,6 @@ ChatTemplateFamily detect_chat_template(std::string_view jinja_source);
 
 std::string apply_chat_template(ChatTemplateFamily family, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt);
-std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
-                                bool add_generation_prompt);
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt);
 
 }  // namespace kvserve
