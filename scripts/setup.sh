@@ -22,7 +22,7 @@ for arg in "$@"; do
   case "$arg" in
     --no-model) WITH_MODEL=0 ;;
     --dev-python) WITH_DEV_PY=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
