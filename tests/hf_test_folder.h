@@ -99,8 +99,8 @@ struct SafetensorsWriter {
 
 // Writes an HF folder for `gguf_path` into `dir` with 2-D weights stored as `matrix_type` (norms and
 // biases F32, as HF F32 checkpoints have them; pass F16/BF16 only where the GGUF holds exactly that
-// type or F16→F32 for exactness). llama q/k rows are permuted back to HF's rotate-half order; qwen2
-// GGUF rows are already in that order. The tokenizer is the stories512 fixture (the vocabulary of
+// type or F16→F32 for exactness). llama q/k rows are permuted back to HF's rotate-half order; qwen2 and
+// qwen3 GGUF rows are already in that order. The tokenizer is the stories512 fixture (the vocabulary of
 // every tiny-* golden file).
 inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const std::string& dir, DType matrix_type) {
   namespace fs = std::filesystem;
@@ -124,6 +124,10 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       w.add(p + "self_attn.k_proj.bias", L.bk, DType::F32);
       w.add(p + "self_attn.v_proj.bias", L.bv, DType::F32);
     }
+    if (c.qk_norm) {
+      w.add(p + "self_attn.q_norm.weight", L.q_norm, DType::F32);
+      w.add(p + "self_attn.k_norm.weight", L.k_norm, DType::F32);
+    }
     w.add(p + "post_attention_layernorm.weight", L.ffn_norm, DType::F32);
     w.add(p + "mlp.gate_proj.weight", L.w_gate, matrix_type);
     w.add(p + "mlp.up_proj.weight", L.w_up, matrix_type);
@@ -134,12 +138,14 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
   w.write((fs::path(dir) / "model.safetensors").string());
 
   nlohmann::json config = {
-      {"architectures", {c.arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"architectures",
+       {c.arch == "qwen2" ? "Qwen2ForCausalLM" : c.arch == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
       {"model_type", c.arch},
       {"hidden_size", c.n_embd},
       {"num_hidden_layers", c.n_layers},
       {"num_attention_heads", c.n_heads},
       {"num_key_value_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim},
       {"intermediate_size", c.n_ff},
       {"max_position_embeddings", c.n_ctx_train},
       {"rms_norm_eps", c.rms_eps},

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "engine/generator.h"
 #include "hf_test_folder.h"
 #include "model/hf_tokenizer.h"
 #include "model/model_cache.h"
@@ -74,6 +75,7 @@ void expect_same_model(const Model& hf, const Model& gguf, DType matrix_type) {
   EXPECT_EQ(a.rope_style, RopeStyle::NeoX);  // HF rows are rotate-half for llama and qwen2 alike
   EXPECT_EQ(a.tied_output, b.tied_output);
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
   // Weights are used in place with the requested type; norms/biases in F32.
   EXPECT_EQ(hf.tok_embd.type, matrix_type);
   EXPECT_EQ(hf.layers[0].wq.type, matrix_type);
@@ -94,6 +96,10 @@ void expect_same_model(const Model& hf, const Model& gguf, DType matrix_type) {
       expect_same_weights(x.bq, y.bq, p + "bq");
       expect_same_weights(x.bk, y.bk, p + "bk");
       expect_same_weights(x.bv, y.bv, p + "bv");
+    }
+    if (b.qk_norm) {
+      expect_same_weights(x.q_norm, y.q_norm, p + "q_norm");
+      expect_same_weights(x.k_norm, y.k_norm, p + "k_norm");
     }
     expect_same_weights(x.ffn_norm, y.ffn_norm, p + "ffn_norm");
     expect_same_weights(x.w_gate, y.w_gate, p + "w_gate");
@@ -171,6 +177,31 @@ TEST(HfLoader, Qwen2TiedWithBiasMatchesGguf) {
   EXPECT_TRUE(hf->config.qkv_bias);
   EXPECT_EQ(hf->output.data, hf->tok_embd.data);
   expect_same_model(*hf, *ref, DType::F16);
+}
+
+// Qwen3: the per-head q/k norms (self_attn.{q,k}_norm) and a head_dim that is not hidden_size / heads, read
+// from the HF folder, give llama.cpp's logits (its golden for the same weights, tests/golden/arch).
+TEST(HfLoader, Qwen3QkNormMatchesGgufAndLlamaCpp) {
+  TempDir tmp;
+  const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3.gguf";
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+  auto hf = load_model(tmp.path());
+  EXPECT_EQ(hf->config.arch, "qwen3");
+  EXPECT_TRUE(hf->config.qk_norm);
+  EXPECT_EQ(hf->config.head_dim, 32);
+  EXPECT_EQ(hf->config.n_embd, 64);
+  expect_same_model(*hf, *load_gguf_model(gguf), DType::F32);
+
+  std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(golden, line));
+  const json g = json::parse(line);
+  Generator gen(*hf, {.max_context = 512});
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto logits = gen.teacher_forced_logits(prompt, static_cast<int>(prompt.size()));
+  const auto want = g["first_logits"].get<std::vector<float>>();
+  ASSERT_EQ(logits[0].size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) ASSERT_NEAR(logits[0][j], want[j], 1e-4f) << "token " << j;
 }
 
 TEST(HfLoader, VocabMatchesGgufVocab) {

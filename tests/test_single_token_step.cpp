@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,12 @@ using namespace kvserve;
 namespace {
 
 const std::string kShared = KVSERVE_SHARED_DIR;
+
+// A model of the shared golden set, or of tests/golden/arch (architectures the shared set lacks).
+std::string golden_model_path(const std::string& stem) {
+  const std::string arch = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf";
+  return std::filesystem::exists(arch) ? arch : kShared + "/golden/gguf/models/" + stem + ".gguf";
+}
 
 // A paged cache of n_blocks blocks per layer, handed out in a scrambled order so block tables are not
 // the identity.
@@ -56,7 +63,7 @@ class SingleTokenRegionTest : public ::testing::TestWithParam<RegionCase> {};
 
 TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
   const RegionCase& p = GetParam();
-  auto model = load_model(kShared + "/golden/gguf/models/" + p.stem + ".gguf");
+  auto model = load_model(golden_model_path(p.stem));
   const ModelConfig& c = model->config;
   ThreadPool pool(p.threads);
   using Mode = ModelRunner::SingleTokenRegion;
@@ -104,7 +111,8 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
 }
 
 // Contexts past 128 positions (several partitions); MHA, GQA and MQA; F16, BF16, F32 and quantized weights;
-// qwen2's biases; 8-wide heads (stories260K); 2 and 3 threads, so KV heads and partitions split unevenly.
+// qwen2's biases; qwen3's per-head q/k norms (and q wider than the embedding); 8-wide heads (stories260K); 2 and 3
+// threads, so KV heads and partitions split unevenly.
 INSTANTIATE_TEST_SUITE_P(
     Models, SingleTokenRegionTest,
     ::testing::Values(RegionCase{"tiny-gqa-Q4_0", 2, 16, 300}, RegionCase{"tiny-gqa-Q8_0", 2, 32, 200},
@@ -113,7 +121,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RegionCase{"tiny-mha", 2, 16, 260}, RegionCase{"tiny-mqa", 2, 16, 260},
                       RegionCase{"tiny-qwen2", 2, 16, 140}, RegionCase{"stories260K-Q4_1", 2, 16, 200},
                       RegionCase{"stories260K-F32", 2, 8, 140}, RegionCase{"tiny-gqa", 3, 16, 140},
-                      RegionCase{"tiny-mqa", 3, 16, 140}),
+                      RegionCase{"tiny-mqa", 3, 16, 140}, RegionCase{"tiny-qwen3", 2, 16, 140},
+                      RegionCase{"tiny-qwen3", 3, 16, 140}),
     [](const auto& info) {
       std::string n =
           info.param.stem + "_t" + std::to_string(info.param.threads) + "_bs" + std::to_string(info.param.block_size);

@@ -1,13 +1,12 @@
 #include "engine/model_runner.h"
 
-#include "engine/kv_row_store.h"
-
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/grow_only.h"
+#include "engine/kv_row_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quants.h"
@@ -129,7 +128,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     add_bias(k_.data(), L.bk, n_tokens, KD);
     add_bias(v_.data(), L.bv, n_tokens, KD);
 
-    // RoPE, then K/V into their cache slots.
+    // Per-head q/k norms (Qwen3) and RoPE, then K/V into their cache slots.
     void* kl = kv.k_layers[il];
     void* vl = kv.v_layers[il];
     const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
@@ -138,6 +137,12 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         n_tokens,
         [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
+            if (c.qk_norm) {
+              rmsnorm_heads(q_.data() + t * QD, static_cast<const float*>(L.q_norm.data), static_cast<int>(H),
+                            static_cast<int>(D), c.rms_eps);
+              rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), static_cast<int>(KVH),
+                            static_cast<int>(D), c.rms_eps);
+            }
             rope_.rotate(q_.data() + t * QD, static_cast<int>(H), rope_cos_sin_.data() + t * n_rot);
             rope_.rotate(k_.data() + t * KD, static_cast<int>(KVH), rope_cos_sin_.data() + t * n_rot);
             for (int64_t h = 0; h < KVH; ++h) {

@@ -11,8 +11,8 @@
 
 #include "engine/kv_row_store.h"
 #include "engine/model_runner.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve {
@@ -173,10 +173,14 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       // RoPE: every thread rotates its own copy of q; a KV head's k is rotated and stored with its v by
       // the thread that reads the newest partition.
       std::copy_n(q_.data(), QD, ts.q.data());
+      if (c.qk_norm)
+        rmsnorm_heads(ts.q.data(), static_cast<const float*>(L.q_norm.data), static_cast<int>(H), static_cast<int>(D),
+                      c.rms_eps);
       rope_.rotate(ts.q.data(), static_cast<int>(H), rope_cos_sin_.data());
       for (int64_t h = 0; h < KVH; ++h) {
         if (owner_of((n_parts - 1) * KVH + h) != ti) continue;
         float* kh = k_.data() + h * D;
+        if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
         rope_.rotate(kh, 1, rope_cos_sin_.data());
         const int64_t off = kv_offset + h * kv.block_size * D;
         store_kv_row(kv_type, kh, D, kl, off);

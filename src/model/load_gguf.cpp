@@ -21,11 +21,13 @@ struct ArchTraits {
   std::string_view name;
   RopeStyle rope_style;
   bool qkv_bias;  // attn_{q,k,v}.bias present in every layer
+  bool qk_norm;   // attn_{q,k}_norm.weight present in every layer
 };
 
 constexpr ArchTraits kArchTable[] = {
-    {"llama", RopeStyle::Interleaved, false},
-    {"qwen2", RopeStyle::NeoX, true},
+    {"llama", RopeStyle::Interleaved, false, false},
+    {"qwen2", RopeStyle::NeoX, true, false},
+    {"qwen3", RopeStyle::NeoX, false, true},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -141,6 +143,7 @@ ModelConfig read_config(const GGUFFile& f) {
     fail("{}: rms epsilon {} and rope base {} must be positive", f.name(), c.rms_eps, c.rope_base);
   c.rope_style = traits.rope_style;
   c.qkv_bias = traits.qkv_bias;
+  c.qk_norm = traits.qk_norm;
   read_rope_scaling(f, a, c);
   return c;
 }
@@ -306,6 +309,10 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     L.bq = make_tensor(f, p + "attn_q.bias", c.qkv_bias);
     L.bk = make_tensor(f, p + "attn_k.bias", c.qkv_bias);
     L.bv = make_tensor(f, p + "attn_v.bias", c.qkv_bias);
+    if (c.qk_norm) {
+      L.q_norm = make_tensor(f, p + "attn_q_norm.weight");
+      L.k_norm = make_tensor(f, p + "attn_k_norm.weight");
+    }
     L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
     L.w_gate = make_tensor(f, p + "ffn_gate.weight");
     L.w_up = make_tensor(f, p + "ffn_up.weight");

@@ -32,11 +32,13 @@ struct HfArch {
   const char* hf_name;  // config.json "architectures"[0]
   const char* arch;     // ModelConfig::arch (GGUF general.architecture)
   bool qkv_bias;
+  bool qk_norm;
 };
 
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", "llama", false},
-    {"Qwen2ForCausalLM", "qwen2", true},
+    {"LlamaForCausalLM", "llama", false, false},
+    {"Qwen2ForCausalLM", "qwen2", true, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true},
 };
 
 class ConfigReader {
@@ -150,6 +152,7 @@ ModelConfig read_config(const json& j, const std::string& path) {
   c.n_rot = c.head_dim;
   c.rope_style = RopeStyle::NeoX;
   c.qkv_bias = arch->qkv_bias;
+  c.qk_norm = arch->qk_norm;
   c.tied_output = r.bool_or("tie_word_embeddings", false);
   if (r.has("vocab_size")) c.n_vocab = r.positive_int("vocab_size");
   read_rope_scaling(j, path, c);
@@ -258,6 +261,10 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.bq = vector_f32(p + "self_attn.q_proj.bias");
       L.bk = vector_f32(p + "self_attn.k_proj.bias");
       L.bv = vector_f32(p + "self_attn.v_proj.bias");
+    }
+    if (c.qk_norm) {
+      L.q_norm = vector_f32(p + "self_attn.q_norm.weight");
+      L.k_norm = vector_f32(p + "self_attn.k_norm.weight");
     }
     L.ffn_norm = vector_f32(p + "post_attention_layernorm.weight");
     L.w_gate = matrix(p + "mlp.gate_proj.weight");

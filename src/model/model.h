@@ -16,7 +16,8 @@ namespace kvserve {
 struct LayerWeights {
   Tensor attn_norm;
   Tensor wq, wk, wv, wo;
-  Tensor bq, bk, bv;  // optional biases (Qwen2)
+  Tensor bq, bk, bv;      // optional biases (Qwen2)
+  Tensor q_norm, k_norm;  // per-head RMSNorm weights, [head_dim] (Qwen3)
   Tensor ffn_norm;
   Tensor w_gate, w_up, w_down;
 };

@@ -36,6 +36,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tied_output = false;  // output projection is token_embd
   bool qkv_bias = false;
+  bool qk_norm = false;  // q and k RMS-normalized per head before RoPE (Qwen3)
 };
 
 }  // namespace kvserve

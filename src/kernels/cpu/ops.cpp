@@ -25,6 +25,11 @@ void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
   }
 }
 
+void rmsnorm_heads(float* x, const float* w, int n_heads, int head_dim, float eps) {
+  for (int h = 0; h < n_heads; ++h)
+    rmsnorm(x + static_cast<int64_t>(h) * head_dim, w, x + static_cast<int64_t>(h) * head_dim, head_dim, eps);
+}
+
 void prefetch_for_read(const void* p, size_t bytes) {
   if (p == nullptr) return;
   for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(static_cast<const char*>(p) + off, 0, 3);

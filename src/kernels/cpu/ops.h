@@ -11,6 +11,8 @@ namespace kvserve {
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   (w may be null: no gain)
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps);
+// rmsnorm of each of n_heads rows of head_dim in place, all with the same weights (Qwen3's q/k norm).
+void rmsnorm_heads(float* x, const float* w, int n_heads, int head_dim, float eps);
 
 // Asks for the cache lines of [p, p + bytes) ahead of a read (into L1) or a write (owned, so the store
 // needs no read-for-ownership later). Hints only: any address, nothing is read or written; null p asks

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Builds tests/golden/arch/: tiny random-weight GGUF files of architectures that ../shared/golden lacks,
+and llama.cpp's greedy ids and logits for each (the protocol of ../shared/golden/gguf/README.md). Run once;
+the output is committed. The vocabulary is stories260K's (512 SentencePiece tokens), copied from
+../shared/golden/gguf/models/stories260K-F32.gguf, so the prompts are the shared set's.
+
+    python3 scripts/make_arch_goldens.py --llama-cpp DIR
+
+DIR is the llama.cpp that llama-cpp-python 0.3.36 vendors (its sdist, see fetch_llama_cpp_vocab.sh), built
+with CMake into DIR/build (libllama.so in DIR/build/bin). Needs numpy; gguf-py is taken from DIR.
+"""
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tests" / "golden" / "arch"
+VOCAB_FROM = REPO.parent / "shared" / "golden" / "gguf" / "models" / "stories260K-F32.gguf"
+PROMPTS = ["Once upon a time", "Lily and Ben", "The cat", "One day, a little girl named"]
+N_STEPS = 48
+
+
+def copy_vocab(gguf, writer):
+    r = gguf.GGUFReader(VOCAB_FROM)
+    f = r.fields
+    tokens = [bytes(f["tokenizer.ggml.tokens"].parts[i]) for i in f["tokenizer.ggml.tokens"].data]
+    scores = [float(f["tokenizer.ggml.scores"].parts[i][0]) for i in f["tokenizer.ggml.scores"].data]
+    types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    return len(tokens)
+
+
+def tiny_qwen3(gguf, path, seed):
+    """Qwen3: per-head RMSNorm of q and k (attn_q_norm / attn_k_norm) before NeoX RoPE, head_dim * heads
+    (128) unlike n_embd (64), no biases. The output head is its own tensor: tied to a large embedding,
+    greedy decoding only repeats the last token."""
+    rng = np.random.default_rng(seed)
+    E, L, H, KVH, D, F = 64, 3, 4, 2, 32, 192
+    w = gguf.GGUFWriter(str(path), "qwen3")
+    w.add_name("tiny-qwen3")
+    w.add_context_length(512)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KVH)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    n_vocab = copy_vocab(gguf, w)
+
+    def mat(rows, cols, scale=1.0):  # numpy [rows][cols] is ggml's ne = {cols, rows}
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n, spread):
+        return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E)) * 1.0).astype(np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", mat(H * D, E))
+        w.add_tensor(p + "attn_k.weight", mat(KVH * D, E))
+        w.add_tensor(p + "attn_v.weight", mat(KVH * D, E))
+        # Spread widely so that each head's norm weights (not one shared scale) shape the scores.
+        w.add_tensor(p + "attn_q_norm.weight", norm(D, 0.5))
+        w.add_tensor(p + "attn_k_norm.weight", norm(D, 0.5))
+        w.add_tensor(p + "attn_output.weight", mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", mat(F, E))
+        w.add_tensor(p + "ffn_up.weight", mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", mat(E, F))
+    w.add_tensor("output_norm.weight", norm(E, 0.1))
+    w.add_tensor("output.weight", mat(n_vocab, E, 4.0))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+MODELS = {"tiny-qwen3": (tiny_qwen3, 3001)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-cpp", required=True, type=Path, help="llama.cpp source folder, built into build/")
+    ap.add_argument("--only", nargs="*", help="model stems to rebuild (default: all)")
+    args = ap.parse_args()
+    lcpp = args.llama_cpp.resolve()
+    sys.path.insert(0, str(lcpp / "gguf-py"))
+    import gguf  # noqa: E402  (from the llama.cpp tree given)
+
+    bindir = lcpp / "build" / "bin"
+    with tempfile.TemporaryDirectory() as tmp:
+        tool = Path(tmp) / "llama_cpp_golden"
+        subprocess.run(["g++", "-std=c++17", "-O2", f"-I{lcpp}/include", f"-I{lcpp}/ggml/include",
+                        str(REPO / "scripts" / "llama_cpp_golden.cpp"), f"-L{bindir}", "-lllama", "-lggml",
+                        "-lggml-base", f"-Wl,-rpath,{bindir}", "-o", str(tool)], check=True)
+        OUT.mkdir(parents=True, exist_ok=True)
+        for stem, (build, seed) in MODELS.items():
+            if args.only and stem not in args.only:
+                continue
+            model = OUT / f"{stem}.gguf"
+            build(gguf, model, seed)
+            with open(OUT / f"{stem}.jsonl", "w") as out:
+                subprocess.run([str(tool), str(model), str(N_STEPS), *PROMPTS], stdout=out, check=True)
+            print(f"{stem}: {model.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
