@@ -33,6 +33,7 @@ struct Case {
   int block_size;
   int64_t pos0;
   int n_tokens;
+  int64_t window = 0;  // sliding window (0: none)
 };
 
 struct Fixture {
@@ -85,10 +86,12 @@ std::vector<double> dense_attention(const Case& c, const Fixture& f, double scal
   std::vector<double> out(static_cast<size_t>(c.n_tokens) * nh * hd, 0.0);
   for (int t = 0; t < c.n_tokens; ++t) {
     const int64_t n_ctx = c.pos0 + t + 1;
+    // Positions before a sliding window weigh nothing.
+    const int64_t j0 = c.window > 0 ? std::max<int64_t>(0, n_ctx - c.window) : 0;
     for (int h = 0; h < nh; ++h) {
       const int g = h / group;
-      std::vector<double> s(n_ctx);
-      for (int64_t j = 0; j < n_ctx; ++j) {
+      std::vector<double> s(n_ctx, -std::numeric_limits<double>::infinity());
+      for (int64_t j = j0; j < n_ctx; ++j) {
         double dot = 0;
         for (int d = 0; d < hd; ++d)
           dot += double(f.q[(size_t(t) * nh + h) * hd + d]) * f.k_dense[(size_t(j) * nkv + g) * hd + d];
@@ -120,6 +123,7 @@ PagedAttentionArgs make_args(const Case& c, const Fixture& f, std::vector<float>
   a.v_cache = f.v_cache.data();
   a.block_stride = f.block_stride;
   a.scale = 1.0f / std::sqrt(float(c.shape.head_dim));
+  a.window = c.window;
   return a;
 }
 
@@ -130,7 +134,8 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
     const double tol = 1e-5 * std::max(1.0, std::abs(want[i]));
     ASSERT_NEAR(got[i], want[i], tol) << what << " heads=" << c.shape.n_heads << "/" << c.shape.n_kv_heads
                                       << " hd=" << c.shape.head_dim << " bs=" << c.block_size
-                                      << " pos0=" << c.pos0 << " n_tokens=" << c.n_tokens << " i=" << i;
+                                      << " pos0=" << c.pos0 << " n_tokens=" << c.n_tokens << " window=" << c.window
+                                      << " i=" << i;
   }
 }
 
@@ -173,6 +178,45 @@ TEST(PagedAttention, MatchesDenseAcrossShapesBlocksAndChunks) {
         if (shape.n_heads * shape.head_dim >= 256 && pos0 + n > 64 && bs != 16) continue;
         check_case({shape, bs, pos0, n}, rng, pool);
         if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Sliding windows (Gemma's local layers, Mistral): each token attends to its last `window` positions, so
+// whole partitions (128 positions) and blocks fall before the window, or a window starts mid-block, for
+// different tokens of one chunk at different places. SIMD worker and reference against dense attention,
+// on one thread and with partitions spread over threads (which must give the one thread's bits).
+TEST(PagedAttention, SlidingWindowMatchesDense) {
+  std::mt19937 rng(4321);
+  ThreadPool pool(2);
+  for (const Shape& shape : kShapes) {
+    for (int bs : {1, 16, 32}) {
+      const std::pair<int64_t, int> chunks[] = {{0, 7}, {5, 11}, {31, 1}, {99, 1}, {130, 6}, {299, 1}, {270, 30}};
+      for (auto [pos0, n] : chunks) {
+        for (int64_t window : {1, 3, 16, 40, 128, 129, 200, 1000}) {
+          if (shape.n_heads * shape.head_dim >= 256 && pos0 + n > 64 && bs != 16) continue;
+          const Case c{shape, bs, pos0, n, window};
+          check_case(c, rng, pool);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+  for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{4, 2, 12}}) {
+    for (int64_t window : {5, 128, 300}) {
+      const Case c{shape, 16, 700, 1, window};
+      const Fixture f = make_fixture(c, rng);
+      std::vector<float> one(f.q.size(), -7.0f);
+      {
+        ThreadPool one_thread(1);
+        paged_attention(make_args(c, f, one), one_thread);
+      }
+      for (int threads : {2, 3}) {
+        ThreadPool split_pool(threads);
+        std::vector<float> split(f.q.size(), -9.0f);
+        paged_attention(make_args(c, f, split), split_pool);
+        ASSERT_EQ(split, one) << "window " << window << " threads " << threads;
       }
     }
   }

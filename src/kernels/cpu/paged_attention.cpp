@@ -30,6 +30,7 @@ void validate(const PagedAttentionArgs& a) {
     fail("paged_attention: n_heads {} is not a multiple of n_kv_heads {}", a.n_heads, a.n_kv_heads);
   if (a.block_size <= 0) fail("paged_attention: block_size {} must be positive", a.block_size);
   if (a.pos0 < 0) fail("paged_attention: pos0 {} is negative", a.pos0);
+  if (a.window < 0) fail("paged_attention: window {} is negative", a.window);
   const int64_t min_stride = int64_t{a.n_kv_heads} * a.block_size * a.head_dim;
   if (a.block_stride % a.head_dim != 0)
     fail("paged_attention: block_stride {} is not a multiple of head_dim {}", a.block_stride, a.head_dim);
@@ -80,18 +81,21 @@ void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end
   for (int64_t item = begin; item < end; ++item) {
     const int64_t t = item / a.n_kv_heads;
     const int kvh = static_cast<int>(item % a.n_kv_heads);
-    const int64_t last_pos = a.pos0 + t;  // causal: attends to [0, last_pos]
+    const int64_t last_pos = a.pos0 + t;  // causal: attends to [first_pos, last_pos]
+    const int64_t first_pos = detail::first_attended(a, t);
     const float* q = a.q + (t * a.n_heads + int64_t{kvh} * group) * hd;
     std::fill(acc, acc + static_cast<size_t>(group) * hd, 0.0f);
     std::fill(run_max, run_max + group, -std::numeric_limits<float>::infinity());
     std::fill(run_sum, run_sum + group, 0.0f);
 
     const int64_t n_blocks = last_pos / bs + 1;
-    for (int64_t lb = 0; lb < n_blocks; ++lb) {
+    for (int64_t lb = first_pos / bs; lb < n_blocks; ++lb) {
       const int64_t phys = a.block_table[lb];
-      // Rows are head_dim elements: the block's first row of this KV head, in rows.
-      const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd;
-      const int n_valid = static_cast<int>(std::min<int64_t>(bs, last_pos + 1 - lb * bs));
+      // Rows are head_dim elements: the block's first attended row of this KV head, in rows; slots before
+      // a sliding window's start are left out.
+      const int64_t skip = std::max<int64_t>(0, first_pos - lb * bs);
+      const int64_t row0 = (phys * a.block_stride + int64_t{kvh} * bs * hd) / hd + skip;
+      const int n_valid = static_cast<int>(std::min<int64_t>(bs, last_pos + 1 - lb * bs) - skip);
 
       for (int s = 0; s < n_valid; ++s) {
         const float* k = load_row(a.k_cache, a.kv_type, row0 + s, hd, row);

@@ -29,6 +29,9 @@ struct PagedAttentionArgs {
   const int32_t* block_table = nullptr;  // logical block -> physical block
   int block_size = 16;
   int64_t pos0 = 0;  // query token i sits at position pos0 + i and attends to positions [0, pos0 + i]
+  // > 0: a sliding-window layer, where token i attends only to the last `window` positions,
+  // [pos0 + i - window + 1, pos0 + i] (Mistral, Gemma's local layers; llama.cpp's LLAMA_SWA_TYPE_STANDARD).
+  int64_t window = 0;
   const void* k_cache = nullptr;  // elements of kv_type
   const void* v_cache = nullptr;
   KVElemType kv_type = KVElemType::F32;

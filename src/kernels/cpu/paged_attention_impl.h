@@ -20,6 +20,11 @@ inline int64_t partition_blocks(int block_size) { return std::max<int64_t>(1, kP
 inline int64_t partition_count(const PagedAttentionArgs& a, int64_t t) {
   return (a.pos0 + t) / a.block_size / partition_blocks(a.block_size) + 1;
 }
+// First position token t attends to: 0, or the start of its sliding window. Partitions before the one
+// holding it are empty (sum 0, see fold_partition) and read nothing.
+inline int64_t first_attended(const PagedAttentionArgs& a, int64_t t) {
+  return a.window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.window + 1) : 0;
+}
 
 // Computes the outputs of work items [begin, end), item = token * n_kv_heads + kv_head: every query
 // head of that KV head's group for that token. Arguments are already validated.

@@ -638,9 +638,11 @@ struct SoftmaxState {
 // Folds partition state `p` into `into` (a plain copy for the first partition): the two normalized rows
 // weighted by their shares of the combined sum. Partitions are always folded left to right through this
 // one function, on one thread or after a split across threads, so a token's output never depends on how
-// the work was spread.
+// the work was spread. A partition wholly before a sliding window is empty (sum 0, every other sum is at
+// least 1: its max contributes e^0) and folds to nothing.
 inline void fold_partition(const SoftmaxState& into, bool first, float p_max, float p_sum, const float* p_acc, int hd) {
-  if (first) {
+  if (p_sum == 0.0f && !first) return;
+  if (first || *into.sum == 0.0f) {
     *into.max = p_max;
     *into.sum = p_sum;
     std::copy(p_acc, p_acc + hd, into.acc);
@@ -812,12 +814,14 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   if (heads) n_tok = n_kvh;  // rows are KV heads of token t_begin
   const float* q[kTokenGroup];
   int64_t last_pos[kTokenGroup] = {};
+  int64_t first_pos[kTokenGroup] = {};  // sliding window start, else 0
   int64_t last_block[kTokenGroup] = {};
   int row_kvh[kTokenGroup];  // each row's KV head
   for (int i = 0; i < n_tok; ++i) {
     const int64_t t = heads ? t_begin : t_begin + i;
     row_kvh[i] = heads ? kvh + i : kvh;
     last_pos[i] = a.pos0 + t;
+    first_pos[i] = first_attended(a, t);
     last_block[i] = last_pos[i] / bs;
     q[i] = a.q + (t * a.n_heads + int64_t{row_kvh[i]} * group) * hd;
   }
@@ -840,6 +844,45 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       if (n_valid[i] > 0) first_tok = i;
     }
     const int max_valid = n_valid[n_tok - 1];
+    // Slots before a token's sliding window: [0, f_valid) of the partition. Their scores are computed with
+    // the rest and then weigh 0; a partition that no token attends to is skipped, its states empty.
+    int f_valid[kTokenGroup] = {};
+    bool any_attended = false;
+    for (int i = first_tok; i < n_tok; ++i) {
+      f_valid[i] = static_cast<int>(std::clamp<int64_t>(first_pos[i] - lb0 * bs, 0, ps));
+      any_attended |= f_valid[i] < n_valid[i];
+    }
+
+    // The partition's state per (token, head): out to the split path's partials, or folded.
+    const auto emit_states = [&] {
+      for (int i = first_tok; i < n_tok; ++i) {
+        for (int h = 0; h < group; ++h) {
+          const int hh = i * group + h;
+          const float* p_acc = acc + static_cast<size_t>(hh) * hd;
+          if (partials != nullptr) {
+            float* dst = partials + (heads ? static_cast<size_t>(i) * head_stride : 0) +
+                         static_cast<size_t>((part - part_begin) * group + h) * (hd + 2);
+            std::copy(p_acc, p_acc + hd, dst);
+            dst[hd] = part_max[hh];
+            dst[hd + 1] = part_sum[hh];
+            continue;
+          }
+          const SoftmaxState merged{merged_max + hh, merged_sum + hh, merged_acc + static_cast<size_t>(hh) * hd};
+          fold_partition(merged, part == 0, part_max[hh], part_sum[hh], p_acc, hd);
+          if (last_block[i] < lb0 + bpp) {
+            float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
+            std::copy(merged.acc, merged.acc + hd, o);
+          }
+        }
+      }
+    };
+    if (!any_attended) {
+      std::fill(acc, acc + static_cast<size_t>(n_tok) * group * hd, 0.0f);
+      std::fill(part_max, part_max + static_cast<size_t>(n_tok) * group, 0.0f);
+      std::fill(part_sum, part_sum + static_cast<size_t>(n_tok) * group, 0.0f);
+      emit_states();
+      continue;
+    }
 
     // Pass 1: scores. While block lb's scores are computed, the K rows of block lb + 2 and this block's V
     // rows (read in pass 3, a few blocks later) stream in.
@@ -909,15 +952,23 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       if (!heads) pf.rows(pf_rows, rows_max);
     }
 
-    // Pass 2: one softmax per (token, head) over its slots of the partition.
+    // Pass 2: one softmax per (token, head) over its slots of the partition (from its window's start).
     for (int i = first_tok; i < n_tok; ++i) {
+      const int fv = f_valid[i];
       for (int h = 0; h < group; ++h) {
         const int hh = i * group + h;
         float* sc = scores + static_cast<size_t>(hh) * ps;
-        part_max[hh] = max_of(sc, n_valid[i]);
-        part_sum[hh] = exp_block(sc, n_valid[i], part_max[hh], 0.0f);
+        if (fv >= n_valid[i]) {  // this token's window starts after the partition
+          part_max[hh] = 0.0f;
+          part_sum[hh] = 0.0f;
+          std::fill(sc, sc + n_valid[i], 0.0f);
+          continue;
+        }
+        part_max[hh] = max_of(sc + fv, n_valid[i] - fv);
+        part_sum[hh] = exp_block(sc + fv, n_valid[i] - fv, part_max[hh], 0.0f);
         // Normalized before the V sums, as llama.cpp's softmax does (its outputs match more often).
-        scale_in_place(sc, 1.0f / part_sum[hh], n_valid[i]);
+        scale_in_place(sc + fv, 1.0f / part_sum[hh], n_valid[i] - fv);
+        std::fill(sc, sc + fv, 0.0f);
       }
       std::fill(acc + static_cast<size_t>(i) * group * hd, acc + static_cast<size_t>(i + 1) * group * hd, 0.0f);
     }
@@ -962,8 +1013,9 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         int n_blocks = 0;
         for (int64_t lb = lb0; lb < lb1; ++lb) {
           const int first = static_cast<int>((lb - lb0) * bs);
-          const int rows = std::min(bs, n_valid[i] - first);
-          if (rows > 0) blocks[n_blocks++] = {block_row0_of(lb, row_kvh[i]), first, rows};
+          const int lo = std::max(first, f_valid[i]);  // a sliding window's first slot in this block
+          const int rows = std::min(bs, n_valid[i] - first) - (lo - first);
+          if (rows > 0) blocks[n_blocks++] = {block_row0_of(lb, row_kvh[i]) + (lo - first), lo, rows};
         }
         partition_values(acc + static_cast<size_t>(i * group) * hd, group, hd,
                          scores + static_cast<size_t>(i * group) * ps, ps, a.v_cache, a.kv_type, blocks, n_blocks, vpf);
@@ -986,27 +1038,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       }
     }
 
-    // The partition's state per (token, head): out to the split path's partials, or folded.
-    for (int i = first_tok; i < n_tok; ++i) {
-      for (int h = 0; h < group; ++h) {
-        const int hh = i * group + h;
-        const float* p_acc = acc + static_cast<size_t>(hh) * hd;
-        if (partials != nullptr) {
-          float* dst = partials + (heads ? static_cast<size_t>(i) * head_stride : 0) +
-                       static_cast<size_t>((part - part_begin) * group + h) * (hd + 2);
-          std::copy(p_acc, p_acc + hd, dst);
-          dst[hd] = part_max[hh];
-          dst[hd + 1] = part_sum[hh];
-          continue;
-        }
-        const SoftmaxState merged{merged_max + hh, merged_sum + hh, merged_acc + static_cast<size_t>(hh) * hd};
-        fold_partition(merged, part == 0, part_max[hh], part_sum[hh], p_acc, hd);
-        if (last_block[i] < lb0 + bpp) {
-          float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
-          std::copy(merged.acc, merged.acc + hd, o);
-        }
-      }
-    }
+    emit_states();
   }
 }
 
