@@ -89,7 +89,62 @@ def tiny_qwen3(gguf, path, seed):
     w.close()
 
 
-MODELS = {"tiny-qwen3": (tiny_qwen3, 3001)}
+def tiny_gemma3(gguf, path, seed):
+    """Gemma 3: embeddings times sqrt(n_embd), per-head q/k norms, post-norms of the attention and FFN outputs,
+    GeGLU, an output head of its own (tied, greedy decoding only repeats the last token). Sliding-window layers by llama.cpp's default pattern (every 6th layer global: here
+    layers 0-4 local with a window of 8 positions and RoPE base 10000, layer 5 global at 1e6), so the
+    prompts and 48 steps run well past the window. 4 query heads on 1 KV head (as Gemma 3 1B), head_dim 32
+    * 4 = 128 unlike n_embd 64. A final logit soft-cap (Gemma 2's; llama.cpp applies it to Gemma 3 when set)."""
+    rng = np.random.default_rng(seed)
+    E, L, H, KVH, D, F = 64, 6, 4, 1, 32, 192
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_name("tiny-gemma3")
+    w.add_context_length(512)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KVH)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_sliding_window(8)
+    w.add_final_logit_softcapping(10.0)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_add_space_prefix(True)
+
+    def mat(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n, spread):  # the file holds 1 + w, as llama.cpp's converter writes Gemma's norms
+        return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E)) * 0.5).astype(np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", mat(H * D, E))
+        w.add_tensor(p + "attn_k.weight", mat(KVH * D, E))
+        w.add_tensor(p + "attn_v.weight", mat(KVH * D, E))
+        w.add_tensor(p + "attn_q_norm.weight", norm(D, 0.5))
+        w.add_tensor(p + "attn_k_norm.weight", norm(D, 0.5))
+        w.add_tensor(p + "attn_output.weight", mat(E, H * D))
+        w.add_tensor(p + "post_attention_norm.weight", norm(E, 0.3))
+        w.add_tensor(p + "ffn_norm.weight", norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", mat(F, E, 2.0))
+        w.add_tensor(p + "ffn_up.weight", mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", mat(E, F))
+        w.add_tensor(p + "post_ffw_norm.weight", norm(E, 0.3))
+    w.add_tensor("output_norm.weight", norm(E, 0.1))
+    w.add_tensor("output.weight", mat(n_vocab, E, 4.0))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+MODELS = {"tiny-qwen3": (tiny_qwen3, 3001), "tiny-gemma3": (tiny_gemma3, 3002)}
 
 
 def main():

@@ -101,8 +101,9 @@ uint64_t bytes_per_block(const Model& m, int block_size) {
   return KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, block_size).bytes_per_block();
 }
 
-GenerationResult alone(const std::vector<int32_t>& prompt, const SamplingParams& params) {
-  Generator g(stories(), {});
+GenerationResult alone(const std::vector<int32_t>& prompt, const SamplingParams& params,
+                       const Model& model = stories()) {
+  Generator g(model, {});
   return g.generate(prompt, params);
 }
 
@@ -117,7 +118,7 @@ void expect_all_blocks_free_or_cached(Engine& e) {
 }
 
 // 8 concurrent greedy requests, each compared token for token with the single-sequence Generator.
-void run_batch_against_generator(EngineOptions opts, bool expect_preemption) {
+void run_batch_against_generator(EngineOptions opts, bool expect_preemption, const Model& model = stories()) {
   std::mt19937 rng(1234);
   SamplingParams params;
   params.max_tokens = 40;
@@ -125,13 +126,13 @@ void run_batch_against_generator(EngineOptions opts, bool expect_preemption) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(random_prompt(rng, 5 + 9 * i));
 
-  Engine engine(stories(), opts);
+  Engine engine(model, opts);
   Collector col;
   for (int i = 0; i < 8; ++i) engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params));
   expect_all_blocks_free_or_cached(engine);
 
   for (int i = 0; i < 8; ++i) {
-    const GenerationResult want = alone(prompts[i], params);
+    const GenerationResult want = alone(prompts[i], params, model);
     const ChoiceResult got = col.get(fmt::format("r{}", i));
     EXPECT_TRUE(got.finished);
     EXPECT_EQ(got.ids, want.generated_ids) << "request " << i;
@@ -153,6 +154,16 @@ void run_batch_against_generator(EngineOptions opts, bool expect_preemption) {
 
 TEST(Engine, ConcurrentGreedyRequestsMatchGeneratorTokenForToken) {
   run_batch_against_generator(small_options(), false);
+}
+
+// Gemma 3's sliding-window layers (8 positions) in batched steps with chunked prefill: each sequence's
+// windows start at its own positions, mid-chunk and mid-block, and match the one-sequence Generator.
+TEST(Engine, SlidingWindowModelInBatchesMatchesGeneratorTokenForToken) {
+  auto gemma = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma3.gguf");
+  ASSERT_EQ(gemma->config.sliding_window, 8);
+  EngineOptions o = small_options();
+  o.model_id = "tiny-gemma3";
+  run_batch_against_generator(o, false, *gemma);
 }
 
 TEST(Engine, TinyKVBudgetPreemptsAndEveryRequestStillCompletesIdentically) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "core/fp16.h"
 #include "engine/kv_row_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -61,6 +62,41 @@ TEST(Ops, SiluMul) {
 
 // The AVX2 path against the scalar reference: within a few ulp across the whole float range a gate can
 // take, every tail length, in place, and non-finite inputs giving exactly what the scalar formula gives.
+// GeGLU as llama.cpp's CPU backend computes it: the gate rounded to f16 and its GELU taken from a table of f16
+// values, 0 at or below -10 and the gate itself at or above 10. Against the exact tanh formula in double
+// (within f16 rounding of input and output) and against the table's definition bit for bit.
+TEST(Ops, GeluMulFollowsLlamaCppsF16Table) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uni(-12.0f, 12.0f);
+  std::vector<float> gate(4096), up(4096), out(4096);
+  for (size_t i = 0; i < gate.size(); ++i) gate[i] = uni(rng), up[i] = uni(rng);
+  gate[0] = -10.0f, gate[1] = 10.0f, gate[2] = 0.0f, gate[3] = -10.5f, gate[4] = 11.0f;
+  gelu_mul(gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size()));
+  bool some_rounded = false;
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      ASSERT_EQ(out[i], 0.0f) << x;
+      continue;
+    }
+    if (x >= 10.0f) {
+      ASSERT_EQ(out[i], x * up[i]) << x;
+      continue;
+    }
+    const float table = fp16_to_fp32(fp32_to_fp16(gelu_tanh(fp16_to_fp32(fp32_to_fp16(x)))));
+    ASSERT_EQ(out[i], table * up[i]) << x;
+    const double xd = x;
+    const double exact = 0.5 * xd * (1.0 + std::tanh(0.7978845608028654 * xd * (1.0 + 0.044715 * xd * xd)));
+    // f16 keeps 11 bits: the input moves by up to 2^-11 relative and the output by as much again.
+    ASSERT_NEAR(out[i] / up[i], exact, 2e-3 * std::max(1.0, std::fabs(exact))) << x;
+    some_rounded |= table != gelu_tanh(x);
+  }
+  EXPECT_TRUE(some_rounded);  // the table is not the float formula
+  std::vector<float> in_place = gate;
+  gelu_mul(in_place.data(), up.data(), in_place.data(), static_cast<int64_t>(gate.size()));
+  EXPECT_EQ(in_place, out);
+}
+
 TEST(Ops, SiluMulAvx2MatchesScalarReference) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::vector<float> g, u;

@@ -18,6 +18,8 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
       pool_(pool),
       rope_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
             model.config.rope_scaling),
+      rope_swa_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
+                RopeScaling{}),
       region_weights_ok_(region_weights_ok()) {}
 
 void ModelRunner::ensure_scratch(int64_t n) {
@@ -46,7 +48,22 @@ void add_bias(float* y, const Tensor& b, int64_t n_tokens, int64_t n) {
   const float* bias = static_cast<const float*>(b.data);
   for (int64_t t = 0; t < n_tokens; ++t) add_inplace(y + t * n, bias, n);
 }
+
+// x += rmsnorm(y, post_norm) row by row (Gemma's post-norms); y is overwritten.
+void add_post_normed(float* x, float* y, const Tensor& post_norm, int64_t n_tokens, int64_t n, float eps) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    rmsnorm(y + t * n, static_cast<const float*>(post_norm.data), y + t * n, static_cast<int>(n), eps);
+    add_inplace(x + t * n, y + t * n, n);
+  }
+}
 }  // namespace
+
+void ModelRunner::apply_final_softcap(float* logits, int64_t n) const {
+  const float cap = model_.config.final_logit_softcap;
+  if (cap <= 0) return;
+  // As llama.cpp: scale by 1/cap, tanh, scale by cap.
+  for (int64_t i = 0; i < n; ++i) logits[i] = std::tanh(logits[i] * (1.0f / cap)) * cap;
+}
 
 void ModelRunner::normalize_tokens(const float* weight, int64_t n_tokens, MatmulActs* acts) {
   const ModelConfig& c = model_.config;
@@ -101,6 +118,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     for (const auto& s : batch)
       for (int32_t id : s.tokens) {
         dequantize_row(model_.tok_embd.type, model_.tok_embd.row(id), x_.data() + t * E, E);
+        if (c.embd_scale != 1.0f)
+          for (int64_t i = 0; i < E; ++i) x_[static_cast<size_t>(t * E + i)] *= c.embd_scale;
         ++t;
       }
   }
@@ -108,6 +127,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   // A position's rotation angles are the same in every layer and for q and k.
   const int64_t n_rot = rope_.n_rot();
   rope_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
+  const bool has_swa = !c.swa_layers.empty();
+  if (has_swa) rope_swa_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
   kv_offset_.resize(static_cast<size_t>(n_tokens));
   {
     int64_t t = 0;
@@ -115,13 +136,17 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
         const int64_t pos = s.pos0 + static_cast<int64_t>(i);
         rope_.angles(pos, rope_cos_sin_.data() + t * n_rot);
+        if (has_swa) rope_swa_.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
         kv_offset_[t] = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
       }
   }
 
-  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float attn_scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = model_.layers[il];
+    const bool swa = c.is_swa_layer(il);
+    const Rope& rope = swa ? rope_swa_ : rope_;
+    const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
     const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
     project_normalized(qkv, static_cast<const float*>(L.attn_norm.data), n_tokens);
     add_bias(q_.data(), L.bq, n_tokens, QD);
@@ -143,8 +168,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
               rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), static_cast<int>(KVH),
                             static_cast<int>(D), c.rms_eps);
             }
-            rope_.rotate(q_.data() + t * QD, static_cast<int>(H), rope_cos_sin_.data() + t * n_rot);
-            rope_.rotate(k_.data() + t * KD, static_cast<int>(KVH), rope_cos_sin_.data() + t * n_rot);
+            rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * n_rot);
+            rope.rotate(k_.data() + t * KD, static_cast<int>(KVH), cos_sin + t * n_rot);
             for (int64_t h = 0; h < KVH; ++h) {
               const int64_t off = kv_offset_[t] + h * kv.block_size * D;
               store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);
@@ -173,13 +198,19 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.kv_type = kv_type;
       a.block_stride = kv.block_stride;
       a.scale = attn_scale;
+      a.window = swa ? c.sliding_window : 0;
       t += static_cast<int64_t>(s.tokens.size());
     }
     paged_attention_batch(attn_args_, pool_);
 
-    matmul_add(L.wo, attn_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
+    if (c.post_norms) {
+      matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
+      add_post_normed(x_.data(), tmp_.data(), L.attn_post_norm, n_tokens, E, c.rms_eps);
+    } else {
+      matmul_add(L.wo, attn_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
+    }
 
-    // Feed-forward (SwiGLU).
+    // Feed-forward (SwiGLU, or GeGLU).
     const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
     project_normalized(gate_up, static_cast<const float*>(L.ffn_norm.data), n_tokens);
     // Elementwise (results do not depend on the split), token by token so that each thread converts the
@@ -188,11 +219,21 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     step_acts_.prepare(L.w_down.type, gate_.data(), F, n_tokens);
     pool_.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
-        silu_mul(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
+        if (c.ffn_act == FfnActivation::GeluTanh) {
+          gelu_mul(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
+        } else {
+          silu_mul(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
+        }
         step_acts_.convert_token(t);
       }
     });
-    matmul_add_converted(L.w_down, step_acts_, x_.data(), tmp_.data(), pool_);
+    if (c.post_norms) {
+      const MatmulOutput down[] = {{&L.w_down, tmp_.data()}};
+      matmul_converted(down, step_acts_, pool_);
+      add_post_normed(x_.data(), tmp_.data(), L.ffn_post_norm, n_tokens, E, c.rms_eps);
+    } else {
+      matmul_add_converted(L.w_down, step_acts_, x_.data(), tmp_.data(), pool_);
+    }
   }
 
   // Output head only for the rows that need logits.
@@ -211,6 +252,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   if (n_out == 0) return 0;
   logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
   matmul(model_.output, xn_.data(), n_out, logits.data(), pool_);
+  apply_final_softcap(logits.data(), static_cast<int64_t>(n_out) * c.n_vocab);
   return n_out;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // One forward pass over every scheduled token of every sequence in a step: the weights are read once per
 // step for the whole batch (each matmul covers all tokens), attention reads each sequence's K/V through
-// its block table. This is the llama-family builder (llama, qwen2); other families get their own.
+// its block table. One builder for the llama family (llama, qwen2, qwen3) and Gemma 3, whose differences
+// are ModelConfig flags (q/k norms, post-norms, GeGLU, embedding scale, sliding-window layers).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -58,6 +59,8 @@ class ModelRunner {
   // outputs = weights x rmsnorm(x_, norm_weight) for the first n_tokens rows (xn_ holds the normalized rows).
   void project_normalized(std::span<const MatmulOutput> outputs, const float* norm_weight, int64_t n_tokens);
   bool region_weights_ok() const;
+  // Gemma's final logit soft-capping (no-op for other models).
+  void apply_final_softcap(float* logits, int64_t n) const;
   bool single_token_region_applies() const;
   int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);
   std::vector<PagedAttentionArgs> attn_args_;  // one per sequence of the step
@@ -65,8 +68,10 @@ class ModelRunner {
   const Model& model_;
   ThreadPool& pool_;
   Rope rope_;
+  Rope rope_swa_;  // sliding-window layers' RoPE (Gemma 3: base 10000, no context scaling)
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
+  std::vector<float> rope_swa_cos_sin_;  // the same for the sliding-window layers (when the model has them)
   std::vector<int64_t> kv_offset_;   // per token of the batch: element offset of its K/V slot (head 0), any layer
   // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
   // before Q/K/V and gate/up, SiLU before the down projection).

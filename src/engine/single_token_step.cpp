@@ -44,6 +44,11 @@ bool ModelRunner::single_token_region_applies() const {
 }
 
 bool ModelRunner::region_weights_ok() const {
+  // Gemma's post-norms, GeGLU, embedding scale and sliding windows take the per-op path for now.
+  const ModelConfig& c = model_.config;
+  if (c.post_norms || c.ffn_act != FfnActivation::SiLU || c.embd_scale != 1.0f || c.sliding_window > 0 ||
+      c.attn_scale > 0 || c.final_logit_softcap > 0)
+    return false;
   for (const LayerWeights& L : model_.layers) {
     const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
     const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};

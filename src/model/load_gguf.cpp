@@ -28,6 +28,7 @@ constexpr ArchTraits kArchTable[] = {
     {"llama", RopeStyle::Interleaved, false, false},
     {"qwen2", RopeStyle::NeoX, true, false},
     {"qwen3", RopeStyle::NeoX, false, true},
+    {"gemma3", RopeStyle::NeoX, false, true},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -108,6 +109,39 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
     fail("{}: invalid llama3 rope scaling parameters", f.name());
 }
 
+// Gemma 3, as llama.cpp's llama_model_gemma3 reads it: embeddings times sqrt(n_embd), post-norms, GeGLU,
+// and (when `sliding_window` is set) local layers by `sliding_window_pattern`: a bool per layer, or n
+// for "every n-th layer is global" (default 6), with their own RoPE base (`rope.freq_base_swa`, 10000).
+// The norm weights in the file already hold HF's 1 + w (the converter adds it).
+void read_gemma3(const GGUFFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.post_norms = true;
+  c.ffn_act = FfnActivation::GeluTanh;
+  // gemma_pytorch scales queries by 1/sqrt(n_embd / n_heads) for the 27B (62 layers), else 1/sqrt(head_dim).
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_layers == 62 ? c.n_embd / c.n_heads : c.head_dim));
+  c.final_logit_softcap = f.find_f32(a + ".final_logit_softcapping").value_or(0.0f);
+  if (!(c.final_logit_softcap >= 0) || !std::isfinite(c.final_logit_softcap))
+    fail("{}: final_logit_softcapping {} must be a non-negative number", f.name(), c.final_logit_softcap);
+  const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(0);
+  if (window == 0) return;
+  c.sliding_window = positive_int(f, a + ".attention.sliding_window", window);
+  c.rope_base_swa = f.find_f32(a + ".rope.freq_base_swa").value_or(10000.0f);
+  if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
+  const std::string pattern_key = a + ".attention.sliding_window_pattern";
+  const GGUFValue* pattern = f.find(pattern_key);
+  c.swa_layers.assign(static_cast<size_t>(c.n_layers), false);
+  if (pattern != nullptr && pattern->is_array()) {
+    const std::vector<int32_t> flags = f.get_i32_array(pattern_key);
+    if (flags.size() != static_cast<size_t>(c.n_layers))
+      fail("{}: '{}' has {} entries for {} layers", f.name(), pattern_key, flags.size(), c.n_layers);
+    for (size_t l = 0; l < flags.size(); ++l) c.swa_layers[l] = flags[l] != 0;
+  } else {
+    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : 6;
+    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
+  }
+}
+
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
@@ -145,6 +179,7 @@ ModelConfig read_config(const GGUFFile& f) {
   c.qkv_bias = traits.qkv_bias;
   c.qk_norm = traits.qk_norm;
   read_rope_scaling(f, a, c);
+  if (c.arch == "gemma3") read_gemma3(f, c);
   return c;
 }
 
@@ -312,6 +347,10 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     if (c.qk_norm) {
       L.q_norm = make_tensor(f, p + "attn_q_norm.weight");
       L.k_norm = make_tensor(f, p + "attn_k_norm.weight");
+    }
+    if (c.post_norms) {
+      L.attn_post_norm = make_tensor(f, p + "post_attention_norm.weight");
+      L.ffn_post_norm = make_tensor(f, p + "post_ffw_norm.weight");
     }
     L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
     L.w_gate = make_tensor(f, p + "ffn_gate.weight");

@@ -116,6 +116,10 @@ void validate_model(const Model& m) {
       s.check(L.q_norm, p + "attn_q_norm.weight", {c.head_dim}, true);
       s.check(L.k_norm, p + "attn_k_norm.weight", {c.head_dim}, true);
     }
+    if (c.post_norms) {
+      s.check(L.attn_post_norm, p + "post_attention_norm.weight", {c.n_embd}, true);
+      s.check(L.ffn_post_norm, p + "post_ffw_norm.weight", {c.n_embd}, true);
+    }
     s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
     s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, false);
     s.check(L.w_up, p + "ffn_up.weight", {c.n_embd, c.n_ff}, false);
@@ -130,7 +134,7 @@ size_t Model::weight_bytes() const {
   size_t total = bytes(output_norm) + bytes(output) + (tok_embd.valid() ? tok_embd.row_size() : 0);
   for (const LayerWeights& L : layers) {
     for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
-                            &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down})
+                            &L.attn_post_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_post_norm})
       total += bytes(*t);
   }
   return total;

@@ -18,6 +18,7 @@ struct LayerWeights {
   Tensor wq, wk, wv, wo;
   Tensor bq, bk, bv;      // optional biases (Qwen2)
   Tensor q_norm, k_norm;  // per-head RMSNorm weights, [head_dim] (Qwen3)
+  Tensor attn_post_norm, ffn_post_norm;  // Gemma 2/3: norms of the attention and FFN outputs
   Tensor ffn_norm;
   Tensor w_gate, w_up, w_down;
 };

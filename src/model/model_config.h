@@ -2,6 +2,7 @@
 // Architecture hyper-parameters, filled by every loader (GGUF, llama2.c, Hugging Face). A forward
 // builder reads only this and the weights, so a new model family is data plus one builder.
 #include <string>
+#include <vector>
 
 namespace kvserve {
 
@@ -16,6 +17,12 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_context = 8192;
+};
+
+// The feed-forward's gate activation: out = act(gate) * up.
+enum class FfnActivation {
+  SiLU,      // SwiGLU: llama, qwen
+  GeluTanh,  // GeGLU with the tanh approximation: Gemma (as llama.cpp computes it, see ops.h gelu_mul)
 };
 
 struct ModelConfig {
@@ -36,7 +43,23 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tied_output = false;  // output projection is token_embd
   bool qkv_bias = false;
-  bool qk_norm = false;  // q and k RMS-normalized per head before RoPE (Qwen3)
+  bool qk_norm = false;  // q and k RMS-normalized per head before RoPE (Qwen3, Gemma 3)
+  // Gemma: token embeddings times embd_scale (sqrt(n_embd)); each block's output RMS-normalized
+  // (attn_post_norm, ffn_post_norm) before its residual add; GeGLU.
+  float embd_scale = 1.0f;
+  bool post_norms = false;
+  FfnActivation ffn_act = FfnActivation::SiLU;
+  float attn_scale = 0.0f;  // scale of q.k; 0: 1/sqrt(head_dim)
+  // Sliding-window layers (Gemma 3's local layers): layer l attends to the last `sliding_window`
+  // positions where swa_layers[l], with RoPE base rope_base_swa and no context scaling.
+  int sliding_window = 0;
+  std::vector<bool> swa_layers;  // empty: none
+  float rope_base_swa = 10000.0f;
+  float final_logit_softcap = 0.0f;  // > 0: logits = cap * tanh(logits / cap)
+
+  bool is_swa_layer(int l) const {
+    return sliding_window > 0 && static_cast<size_t>(l) < swa_layers.size() && swa_layers[static_cast<size_t>(l)];
+  }
 };
 
 }  // namespace kvserve

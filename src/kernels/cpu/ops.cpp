@@ -1,7 +1,10 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
+#include "core/fp16.h"
 #include "kernels/cpu/matmul.h"
 
 namespace kvserve {
@@ -28,6 +31,30 @@ void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
 void rmsnorm_heads(float* x, const float* w, int n_heads, int head_dim, float eps) {
   for (int h = 0; h < n_heads; ++h)
     rmsnorm(x + static_cast<int64_t>(h) * head_dim, w, x + static_cast<int64_t>(h) * head_dim, head_dim, eps);
+}
+
+float gelu_tanh(float x) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
+}
+
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(65536);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = fp32_to_fp16(gelu_tanh(fp16_to_fp32(static_cast<uint16_t>(i))));
+    return t;
+  }();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      out[i] = x * up[i];
+    } else {
+      out[i] = fp16_to_fp32(table[fp32_to_fp16(x)]) * up[i];
+    }
+  }
 }
 
 void prefetch_for_read(const void* p, size_t bytes) {

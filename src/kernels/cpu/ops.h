@@ -48,6 +48,14 @@ namespace avx2 {
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 }
 
+// out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation as llama.cpp's CPU backend computes it
+// (ggml_vec_geglu_f32 under GGML_GELU_FP16): 0 for gate <= -10, gate * up for gate >= 10, else the gate
+// rounded to f16 and looked up in a table of f16 GELU values. The table keeps its logits within float
+// rounding of llama.cpp's (exact GELU differs by up to ~1e-3 relative). out may be gate.
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
+// 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) in float, ggml_gelu_f32: the table's entries.
+float gelu_tanh(float x);
+
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t n);
 
