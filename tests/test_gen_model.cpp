@@ -123,6 +123,42 @@ TEST(GenModel, WrittenFileLoadsAndGenerates) {
   }
 }
 
+// qwen3 and gemma3 files: the loader finds their q/k norms (and gemma3's post-norms and sliding window, every
+// 6th layer global), and they generate.
+TEST(GenModel, Qwen3AndGemma3FilesLoadWithTheirArchitecture) {
+  TempDir dir;
+  for (const char* arch : {"qwen3", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    RandomModelSpec s = tiny_spec(DType::Q8_0);
+    s.arch = arch;
+    s.n_layers = 7;
+    s.head_dim = 32;  // q is 128 wide, n_embd 64
+    if (s.arch == "gemma3") s.sliding_window = 16;
+    auto m = load_model(write_tiny(dir, s, std::string(arch) + ".gguf"));
+    EXPECT_EQ(m->config.arch, arch);
+    EXPECT_TRUE(m->config.qk_norm);
+    EXPECT_EQ(m->config.head_dim, 32);
+    EXPECT_TRUE(m->layers[6].q_norm.valid());
+    EXPECT_EQ(m->config.post_norms, s.arch == "gemma3");
+    if (s.arch == "gemma3") {
+      EXPECT_EQ(m->config.sliding_window, 16);
+      for (int l = 0; l < 7; ++l) EXPECT_EQ(m->config.is_swa_layer(l), l != 5) << l;
+      EXPECT_TRUE(m->layers[3].ffn_post_norm.valid());
+    }
+    Generator gen(*m, {.max_context = 64});
+    SamplingParams sp;
+    sp.max_tokens = 40;
+    sp.ignore_eos = true;
+    EXPECT_EQ(gen.generate(m->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 40u);
+  }
+  RandomModelSpec bad = tiny_spec(DType::F16);
+  bad.sliding_window = 8;  // llama has no sliding window
+  EXPECT_THROW(plan_random_model(bad), Error);
+  bad = tiny_spec(DType::F16);
+  bad.arch = "gpt2";
+  EXPECT_THROW(plan_random_model(bad), Error);
+}
+
 TEST(GenModel, MetadataRoundTrips) {
   TempDir dir;
   RandomModelSpec s = tiny_spec(DType::F16);
@@ -285,6 +321,14 @@ TEST(GenModel, PresetsAndSeeds) {
   EXPECT_EQ(q->n_kv_heads, 3);
   EXPECT_EQ(q->n_ff, 1536);
   EXPECT_FALSE(random_model_preset("gpt-5"));
+  // Parameter counts of the real models (their model cards: Qwen3-0.6B 0.6B, of which 0.44B not embedding;
+  // Gemma 3 1B 1.0B) with their vocabulary sizes.
+  for (auto [name, want_m] : {std::pair<const char*, double>{"qwen3-0.6b", 596.0}, {"gemma-3-1b", 999.9}}) {
+    auto r = random_model_preset(name);
+    ASSERT_TRUE(r) << name;
+    r->vocab_from = kVocab;
+    EXPECT_NEAR(static_cast<double>(plan_random_model(*r).n_params) / 1e6, want_m, 1.0) << name;
+  }
 
   // The smollm2-135m shapes with the real parameter count (134.5M with its 49152-token vocabulary).
   q->vocab_from = kVocab;

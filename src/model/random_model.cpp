@@ -76,6 +76,10 @@ void RandomModelSpec::validate() const {
   if (vocab_from.empty()) fail("random model: no vocabulary file given");
   if (vocab_size < 0) fail("random model: vocab size {} is negative", vocab_size);
   if (!(stddev > 0) || !(rms_eps > 0) || !(rope_base > 0)) fail("random model: stddev, rms eps and rope base must be positive");
+  if (arch != "llama" && arch != "qwen3" && arch != "gemma3")
+    fail("random model: architecture '{}' is not one of llama, qwen3, gemma3", arch);
+  if (sliding_window < 0 || (sliding_window > 0 && arch != "gemma3"))
+    fail("random model: a sliding window ({}) is for gemma3 only and must not be negative", sliding_window);
 }
 
 std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
@@ -85,6 +89,22 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
     s.n_embd = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.n_ff = 8192;
     s.n_ctx = 8192, s.rms_eps = 1e-5f, s.rope_base = 500000.0f, s.tied_output = true;
     s.vocab_size = 128256;
+    return s;
+  }
+  if (name == "qwen3-0.6b") {
+    s.name = "Qwen3-0.6B (random weights)";
+    s.arch = "qwen3";
+    s.n_embd = 1024, s.n_layers = 28, s.n_heads = 16, s.n_kv_heads = 8, s.head_dim = 128, s.n_ff = 3072;
+    s.n_ctx = 40960, s.rms_eps = 1e-6f, s.rope_base = 1000000.0f, s.tied_output = true;
+    s.vocab_size = 151936;
+    return s;
+  }
+  if (name == "gemma-3-1b") {
+    s.name = "Gemma-3-1B (random weights)";
+    s.arch = "gemma3";
+    s.n_embd = 1152, s.n_layers = 26, s.n_heads = 4, s.n_kv_heads = 1, s.head_dim = 256, s.n_ff = 6912;
+    s.n_ctx = 32768, s.rms_eps = 1e-6f, s.rope_base = 1000000.0f, s.tied_output = true, s.sliding_window = 512;
+    s.vocab_size = 262144;
     return s;
   }
   if (name == "smollm2-135m") {
@@ -97,7 +117,9 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
   return std::nullopt;
 }
 
-std::vector<std::string> random_model_preset_names() { return {"llama-3.2-1b", "smollm2-135m"}; }
+std::vector<std::string> random_model_preset_names() {
+  return {"llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b"};
+}
 
 DType fallback_weight_type(DType wanted, int64_t cols) {
   const DType chain[] = {wanted, DType::Q4_0, DType::Q8_0, DType::F16};
@@ -123,8 +145,8 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     fail("vocab size {} is smaller than the {} tokens of {}", n_vocab, n_file, spec.vocab_from);
   plan.n_vocab = n_vocab;
 
-  const std::string a = "llama.";
-  w.add_str("general.architecture", "llama");
+  const std::string a = spec.arch + ".";
+  w.add_str("general.architecture", spec.arch);
   w.add_str("general.name", spec.name);
   w.add_str("general.description", "random weights N(0, " + std::to_string(spec.stddev) + "), seed " +
                                          std::to_string(spec.seed) + ", written by kvserve gen-model");
@@ -144,6 +166,7 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   }
   w.add_f32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps);
   w.add_f32(a + "rope.freq_base", spec.rope_base);
+  if (spec.sliding_window > 0) w.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
 
   const int n_pad = n_vocab - n_file;
   for (const auto& [key, value] : vocab->metadata()) {
@@ -191,14 +214,16 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
       }, 16);
     });
   };
-  auto norm = [&](const std::string& name) {
+  auto norm = [&](const std::string& name, int64_t n = 0) {
+    if (n == 0) n = spec.n_embd;
     ++tensor_index;
-    plan.n_params += static_cast<uint64_t>(spec.n_embd);
-    std::vector<uint8_t> ones(static_cast<size_t>(spec.n_embd) * sizeof(float));
+    plan.n_params += static_cast<uint64_t>(n);
+    std::vector<uint8_t> ones(static_cast<size_t>(n) * sizeof(float));
     const float one = 1.0f;
     for (size_t i = 0; i < ones.size(); i += sizeof(float)) std::memcpy(ones.data() + i, &one, sizeof(float));
-    w.add_tensor(name, DType::F32, {spec.n_embd}, std::move(ones));
+    w.add_tensor(name, DType::F32, {n}, std::move(ones));
   };
+  const bool qk_norm = spec.arch != "llama", post_norms = spec.arch == "gemma3";
 
   const int64_t q_dim = static_cast<int64_t>(spec.n_heads) * head_dim;
   const int64_t kv_dim = static_cast<int64_t>(spec.n_kv_heads) * head_dim;
@@ -212,10 +237,16 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     weight(p + "attn_k.weight", spec.n_embd, kv_dim);
     weight(p + "attn_v.weight", spec.n_embd, kv_dim);
     weight(p + "attn_output.weight", q_dim, spec.n_embd);
+    if (qk_norm) {
+      norm(p + "attn_q_norm.weight", head_dim);
+      norm(p + "attn_k_norm.weight", head_dim);
+    }
+    if (post_norms) norm(p + "post_attention_norm.weight");
     norm(p + "ffn_norm.weight");
     weight(p + "ffn_gate.weight", spec.n_embd, spec.n_ff);
     weight(p + "ffn_up.weight", spec.n_embd, spec.n_ff);
     weight(p + "ffn_down.weight", spec.n_ff, spec.n_embd);
+    if (post_norms) norm(p + "post_ffw_norm.weight");
   }
   for (auto& [kind, note] : fallbacks) plan.notes.push_back(note);
   return plan;
