@@ -23,6 +23,26 @@ TEST(AttentionSplit, UnitCostsCountTheNewestPartitionsPositions) {
   EXPECT_EQ(kUnits.cost(0, 15), 3 * (4 * 128 + 88) + 15 * AttentionSplit::kUnitFixedSlots);
 }
 
+// A sliding window from position 300: partitions 0 and 1 (positions < 256) cost nothing, partition 2 holds
+// 84 attended positions; the split puts its cuts among the attended units only.
+TEST(AttentionSplit, SlidingWindowUnitsBeforeTheWindowCostNothing) {
+  AttentionSplit::Units w = kUnits;
+  w.first_position = 300;
+  for (int64_t u = 0; u < 6; ++u) EXPECT_EQ(w.cost(u), 0) << u;
+  EXPECT_EQ(w.cost(6), 84 + AttentionSplit::kUnitFixedSlots);
+  EXPECT_EQ(w.cost(9), 128 + AttentionSplit::kUnitFixedSlots);
+  EXPECT_EQ(w.cost(14), 88 + AttentionSplit::kUnitFixedSlots);
+  EXPECT_EQ(w.cost(0, 15), 3 * (84 + 128 + 88) + 9 * AttentionSplit::kUnitFixedSlots);
+  AttentionSplit split;
+  split.resize(2);
+  std::vector<int64_t> first;
+  split.split(w, first);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_GE(first[1], 6);  // thread 1 starts among the attended units
+  const int64_t total = w.cost(0, 15);
+  EXPECT_LE(std::abs(2 * w.cost(0, first[1]) - total), 2 * w.cost(first[1]));
+}
+
 TEST(AttentionSplit, EqualPartsBeforeAnyRateIsMeasured) {
   AttentionSplit split;
   split.resize(2);

@@ -111,7 +111,8 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
 }
 
 // Contexts past 128 positions (several partitions); MHA, GQA and MQA; F16, BF16, F32 and quantized weights;
-// qwen2's biases; qwen3's per-head q/k norms (and q wider than the embedding); 8-wide heads (stories260K); 2 and 3
+// qwen2's biases; qwen3's per-head q/k norms (and q wider than the embedding); Gemma 3's post-norms, GeGLU
+// and sliding windows of 8 positions (local layers past whole partitions of 128); 8-wide heads (stories260K); 2 and 3
 // threads, so KV heads and partitions split unevenly.
 INSTANTIATE_TEST_SUITE_P(
     Models, SingleTokenRegionTest,
@@ -122,7 +123,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RegionCase{"tiny-qwen2", 2, 16, 140}, RegionCase{"stories260K-Q4_1", 2, 16, 200},
                       RegionCase{"stories260K-F32", 2, 8, 140}, RegionCase{"tiny-gqa", 3, 16, 140},
                       RegionCase{"tiny-mqa", 3, 16, 140}, RegionCase{"tiny-qwen3", 2, 16, 140},
-                      RegionCase{"tiny-qwen3", 3, 16, 140}),
+                      RegionCase{"tiny-qwen3", 3, 16, 140}, RegionCase{"tiny-gemma3", 2, 16, 300},
+                      RegionCase{"tiny-gemma3", 3, 8, 160}),
     [](const auto& info) {
       std::string n =
           info.param.stem + "_t" + std::to_string(info.param.threads) + "_bs" + std::to_string(info.param.block_size);

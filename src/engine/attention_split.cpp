@@ -5,9 +5,10 @@
 namespace kvserve {
 
 int64_t AttentionSplit::Units::cost(int64_t u) const {
-  // A head's newest partition holds fewer positions than the others.
-  const int64_t last_slots = n_positions - (n_parts - 1) * part_slots;
-  return (u / n_kv_heads == n_parts - 1 ? last_slots : part_slots) + kUnitFixedSlots;
+  // A head's newest partition holds fewer positions than the others, and a window's first ones fewer too.
+  const int64_t p = u / n_kv_heads;
+  const int64_t slots = std::min((p + 1) * part_slots, n_positions) - std::max(p * part_slots, first_position);
+  return slots > 0 ? slots + kUnitFixedSlots : 0;
 }
 
 int64_t AttentionSplit::Units::cost(int64_t first, int64_t last) const {

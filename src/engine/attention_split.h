@@ -23,9 +23,10 @@ class AttentionSplit {
   // Weight of the newest step in the running rates.
   static constexpr double kRateUpdate = 0.25;
 
-  // The shape of one step's units: n_positions positions of context in partitions of part_slots.
+  // The shape of one step's units: n_positions positions of context in partitions of part_slots, of which
+  // a sliding-window layer attends to those from first_position on (units wholly before it cost nothing).
   struct Units {
-    int64_t n_parts = 0, n_kv_heads = 0, n_positions = 0, part_slots = 0;
+    int64_t n_parts = 0, n_kv_heads = 0, n_positions = 0, part_slots = 0, first_position = 0;
     int64_t count() const { return n_parts * n_kv_heads; }
     int64_t cost(int64_t u) const;                    // of unit u
     int64_t cost(int64_t first, int64_t last) const;  // of units [first, last)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -20,7 +22,11 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
             model.config.rope_scaling),
       rope_swa_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
                 RopeScaling{}),
-      region_weights_ok_(region_weights_ok()) {}
+      region_weights_ok_(region_weights_ok()) {
+  // For A/B runs: KVSERVE_DECODE_REGION=0 sends batch-1 decode steps down the per-op path.
+  if (const char* v = std::getenv("KVSERVE_DECODE_REGION"); v != nullptr && std::string_view(v) == "0")
+    single_token_region_ = SingleTokenRegion::Off;
+}
 
 void ModelRunner::ensure_scratch(int64_t n) {
   const auto& c = model_.config;

@@ -81,13 +81,15 @@ class ModelRunner {
   // the calling thread, and the attention partitions' partials.
   struct ThreadScratch {
     std::vector<float> xn, q, attn, ffn;
+    std::vector<float> x;  // the residual stream, with post-norms (each thread's own copy)
     MatmulActs acts;
   };
   SingleTokenRegion single_token_region_ = SingleTokenRegion::On;
   bool region_weights_ok_ = false;
   std::vector<ThreadScratch> thread_scratch_;
   std::vector<float> partials_;
-  std::vector<int64_t> unit_first_;  // first attention unit of each thread's share
+  std::vector<int64_t> unit_first_;      // first attention unit of each thread's share
+  std::vector<int64_t> unit_first_swa_;  // the same in the sliding-window layers
   AttentionSplit attention_split_;
 };
 

@@ -44,11 +44,6 @@ bool ModelRunner::single_token_region_applies() const {
 }
 
 bool ModelRunner::region_weights_ok() const {
-  // Gemma's post-norms, GeGLU, embedding scale and sliding windows take the per-op path for now.
-  const ModelConfig& c = model_.config;
-  if (c.post_norms || c.ffn_act != FfnActivation::SiLU || c.embd_scale != 1.0f || c.sliding_window > 0 ||
-      c.attn_scale > 0 || c.final_logit_softcap > 0)
-    return false;
   for (const LayerWeights& L : model_.layers) {
     const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
     const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
@@ -65,10 +60,17 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   const detail::SimdWorker& attn_worker = *detail::simd_worker_in_use();
 
   dequantize_row(model_.tok_embd.type, model_.tok_embd.row(s.tokens[0]), x_.data(), E);
+  if (c.embd_scale != 1.0f)
+    for (int64_t i = 0; i < E; ++i) x_[static_cast<size_t>(i)] *= c.embd_scale;
   const int64_t pos = s.pos0;
   const int64_t n_rot = rope_.n_rot();
   rope_cos_sin_.resize(static_cast<size_t>(n_rot));
   rope_.angles(pos, rope_cos_sin_.data());
+  const bool has_swa = !c.swa_layers.empty();
+  if (has_swa) {
+    rope_swa_cos_sin_.resize(static_cast<size_t>(n_rot));
+    rope_swa_.angles(pos, rope_swa_cos_sin_.data());
+  }
   const int64_t kv_offset = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
 
   // Attention units: (partition, KV head), split by their cost in positions with each thread's part following the rate
@@ -91,15 +93,31 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   base.block_size = kv.block_size;
   base.pos0 = pos;
   base.block_stride = kv.block_stride;
-  base.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  base.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   base.out = attn_.data();
   const int64_t n_parts = detail::partition_count(base, 0);
   const int64_t n_units = n_parts * KVH;
-  const AttentionSplit::Units units{n_parts, KVH, pos + 1, detail::partition_blocks(kv.block_size) * kv.block_size};
+  const int64_t part_slots = detail::partition_blocks(kv.block_size) * kv.block_size;
+  const AttentionSplit::Units units{n_parts, KVH, pos + 1, part_slots};
   if (attention_split_.threads() != nt) attention_split_.resize(nt);
   attention_split_.split(units, unit_first_);
-  const auto owner_of = [&](int64_t u) {
-    return static_cast<int>(std::upper_bound(unit_first_.begin(), unit_first_.end(), u) - unit_first_.begin()) - 1;
+  // Sliding-window layers (Gemma 3's local ones) split only the units their window reaches: those before
+  // it cost nothing, and no thread takes them (the merge starts at the window's partition).
+  PagedAttentionArgs swa_base = base;
+  swa_base.window = c.sliding_window;
+  const int64_t swa_first_pos = has_swa ? detail::first_attended(swa_base, 0) : 0;
+  const int64_t swa_first_unit = swa_first_pos / part_slots * KVH;
+  const AttentionSplit::Units swa_units{n_parts, KVH, pos + 1, part_slots, swa_first_pos};
+  if (has_swa) {
+    attention_split_.split(swa_units, unit_first_swa_);
+    for (int64_t& u : unit_first_swa_) u = std::max(u, swa_first_unit);
+  }
+  // The step's attention time per thread goes to the split's rates from one kind of layer: the sliding-window
+  // ones where the model has them (most of Gemma 3's), else all.
+  const AttentionSplit::Units& timed_units = has_swa ? swa_units : units;
+  const std::vector<int64_t>& timed_first = has_swa ? unit_first_swa_ : unit_first_;
+  const auto owner_of = [](const std::vector<int64_t>& first, int64_t u) {
+    return static_cast<int>(std::upper_bound(first.begin(), first.end(), u) - first.begin()) - 1;
   };
   const size_t unit_floats = detail::partition_partial_floats(base);
   partials_.resize(static_cast<size_t>(n_units) * unit_floats);
@@ -109,6 +127,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   thread_scratch_.resize(static_cast<size_t>(nt));
   for (ThreadScratch& ts : thread_scratch_) {
     ts.xn.resize(static_cast<size_t>(E));
+    ts.x.resize(c.post_norms ? static_cast<size_t>(E) : 0);
     ts.q.resize(static_cast<size_t>(QD));
     ts.attn.resize(redundant_merge ? static_cast<size_t>(QD) : 0);
     ts.ffn.resize(static_cast<size_t>(F));
@@ -118,20 +137,28 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
 
   pool_.run([&](int ti, int) {
     ThreadScratch& ts = thread_scratch_[static_cast<size_t>(ti)];
-    const Share my_units{unit_first_[static_cast<size_t>(ti)], unit_first_[static_cast<size_t>(ti) + 1]};
-    // This thread's time in attention over the step's layers, for the next step's split.
+    // This thread's time in attention over the step's (timed) layers, for the next step's split.
     std::chrono::steady_clock::duration attending{};
-    // x += w * in: each thread adds the rows it computed, then a barrier.
-    const auto add_projection_to_residual = [&](const Tensor& w, const float* in, int64_t n_in) {
+    // The residual stream. With post-norms (Gemma) each thread keeps its own copy: a projection's output must
+    // be whole before its norm, so every thread normalizes all of it and adds it to its copy, the same
+    // operations in the same order on every thread (the per-op path's too), and no second barrier is needed.
+    float* x = c.post_norms ? ts.x.data() : x_.data();
+    if (c.post_norms) std::copy_n(x_.data(), E, x);
+    // x += w * in (or x += post_norm(w * in)): each thread adds the rows it computed, then a barrier.
+    const auto add_projection_to_residual = [&](const Tensor& w, const float* in, int64_t n_in, const Tensor& post) {
       ts.acts.convert(w.type, in, n_in, 1);
       pool_.balanced_share(
           ti, w.rows(),
           [&](int64_t b, int64_t e) {
             matmul_rows(w, ts.acts, tmp_.data(), b, e);
-            add_inplace(x_.data() + b, tmp_.data() + b, e - b);
+            if (!c.post_norms) add_inplace(x_.data() + b, tmp_.data() + b, e - b);
           },
           matmul_balance_chunk_rows(w, 1));
       pool_.barrier(ti);
+      if (c.post_norms) {
+        rmsnorm(tmp_.data(), static_cast<const float*>(post.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
+        add_inplace(x, ts.xn.data(), E);
+      }
     };
     // The norm weights (2 KiB at SmolLM2 shapes) are read once a token, and the weights streamed between
     // two reads push them out of every cache: asked for one phase ahead, each norm took ~0.5 instead of
@@ -145,13 +172,18 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       void* kl = kv.k_layers[il];
       void* vl = kv.v_layers[il];
       const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+      const bool swa = c.is_swa_layer(il);
+      const std::vector<int64_t>& first_unit = swa ? unit_first_swa_ : unit_first_;
+      const Share my_units{first_unit[static_cast<size_t>(ti)], first_unit[static_cast<size_t>(ti) + 1]};
+      const Rope& rope = swa ? rope_swa_ : rope_;
+      const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
 
-      rmsnorm(x_.data(), static_cast<const float*>(L.attn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
+      rmsnorm(x, static_cast<const float*>(L.attn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
       ts.acts.convert(L.wq.type, ts.xn.data(), E, 1);
       // The new K/V rows' lines, owned ahead of their stores after the projection: the thread storing
       // them otherwise waits on memory there while the other waits for it at the next barrier.
       for (int64_t h = 0; h < KVH; ++h) {
-        if (owner_of((n_parts - 1) * KVH + h) != ti) continue;
+        if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         const int64_t off = kv_offset + h * kv.block_size * D;
         prefetch_for_write(kv_row_address(kv_type, kl, off), kv_row_bytes(kv_type, D));
         prefetch_for_write(kv_row_address(kv_type, vl, off), kv_row_bytes(kv_type, D));
@@ -181,12 +213,12 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       if (c.qk_norm)
         rmsnorm_heads(ts.q.data(), static_cast<const float*>(L.q_norm.data), static_cast<int>(H), static_cast<int>(D),
                       c.rms_eps);
-      rope_.rotate(ts.q.data(), static_cast<int>(H), rope_cos_sin_.data());
+      rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
       for (int64_t h = 0; h < KVH; ++h) {
-        if (owner_of((n_parts - 1) * KVH + h) != ti) continue;
+        if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         float* kh = k_.data() + h * D;
         if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
-        rope_.rotate(kh, 1, rope_cos_sin_.data());
+        rope.rotate(kh, 1, cos_sin);
         const int64_t off = kv_offset + h * kv.block_size * D;
         store_kv_row(kv_type, kh, D, kl, off);
         store_kv_row(kv_type, v_.data() + h * D, D, vl, off);
@@ -196,11 +228,12 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       a.k_cache = kl;
       a.v_cache = vl;
       a.kv_type = kv_type;
+      a.window = swa ? c.sliding_window : 0;
       norm_ahead(L.ffn_norm);
       // This thread's units into partials_ ([kv head][partition][group][head_dim + 2]).
       const auto attend_start = std::chrono::steady_clock::now();
       detail::attend_decode_units(attn_worker, a, my_units.first, my_units.last, partials_.data());
-      attending += std::chrono::steady_clock::now() - attend_start;
+      if (swa == has_swa) attending += std::chrono::steady_clock::now() - attend_start;
       pool_.barrier(ti);
       // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
       if (redundant_merge) a.out = ts.attn.data();
@@ -210,10 +243,10 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       if (!redundant_merge) pool_.barrier(ti);
       const float* attn = redundant_merge ? ts.attn.data() : attn_.data();
 
-      add_projection_to_residual(L.wo, attn, QD);
+      add_projection_to_residual(L.wo, attn, QD, L.attn_post_norm);
 
-      // Feed-forward (SwiGLU).
-      rmsnorm(x_.data(), static_cast<const float*>(L.ffn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
+      // Feed-forward (SwiGLU, or GeGLU).
+      rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
       ts.acts.convert(L.w_gate.type, ts.xn.data(), E, 1);
       const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
       pool_.balanced_share(
@@ -221,21 +254,27 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
           [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); },
           matmul_balance_chunk_rows(L.w_gate, 1));
       pool_.barrier(ti);
-      silu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
+      if (c.ffn_act == FfnActivation::GeluTanh) {
+        gelu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
+      } else {
+        silu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
+      }
       norm_ahead(il + 1 < c.n_layers ? model_.layers[il + 1].attn_norm : model_.output_norm);
-      add_projection_to_residual(L.w_down, ts.ffn.data(), F);
+      add_projection_to_residual(L.w_down, ts.ffn.data(), F, L.ffn_post_norm);
     }
     attention_split_.record(ti, std::chrono::duration<double, std::nano>(attending).count());
     if (!want_logits) return;
-    rmsnorm(x_.data(), static_cast<const float*>(model_.output_norm.data), ts.xn.data(), static_cast<int>(E),
-            c.rms_eps);
+    rmsnorm(x, static_cast<const float*>(model_.output_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
     ts.acts.convert(model_.output.type, ts.xn.data(), E, 1);
     pool_.balanced_share(
         ti, model_.output.rows(),
-        [&](int64_t b, int64_t e) { matmul_rows(model_.output, ts.acts, logits.data(), b, e); },
+        [&](int64_t b, int64_t e) {
+          matmul_rows(model_.output, ts.acts, logits.data(), b, e);
+          apply_final_softcap(logits.data() + b, e - b);
+        },
         matmul_balance_chunk_rows(model_.output, 1));
   });
-  attention_split_.update(units, unit_first_);
+  attention_split_.update(timed_units, timed_first);
   return want_logits ? 1 : 0;
 }
 

@@ -1098,13 +1098,16 @@ void KVSERVE_ATTN_NAME(paged_attention_merge)(const PagedAttentionArgs& a, int64
   const int group = a.n_heads / a.n_kv_heads;
   const int hd = a.head_dim;
   const int64_t n_parts = partition_count(a, t);
+  // Partitions wholly before a sliding window are empty and fold to nothing: they are not read, so a caller
+  // need not compute them (the batch-1 decode step gives none of its units to them).
+  const int64_t p_first = first_attended(a, t) / a.block_size / partition_blocks(a.block_size);
   thread_local std::vector<float> merged;
   merged.resize(static_cast<size_t>(hd) + 2);
   for (int h = 0; h < group; ++h) {
     const SoftmaxState state{merged.data() + hd, merged.data() + hd + 1, merged.data()};
-    for (int64_t p = 0; p < n_parts; ++p) {
+    for (int64_t p = p_first; p < n_parts; ++p) {
       const float* src = partials + (static_cast<size_t>(p) * group + h) * (hd + 2);
-      fold_partition(state, p == 0, src[hd], src[hd + 1], src, hd);
+      fold_partition(state, p == p_first, src[hd], src[hd + 1], src, hd);
     }
     std::copy(state.acc, state.acc + hd, a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd);
   }
