@@ -144,7 +144,68 @@ def tiny_gemma3(gguf, path, seed):
     w.close()
 
 
-MODELS = {"tiny-qwen3": (tiny_qwen3, 3001), "tiny-gemma3": (tiny_gemma3, 3002)}
+def tiny_gemma12(gguf, path, seed, arch):
+    """Gemma (1): embeddings times sqrt(n_embd), GeGLU, 4 query heads on 1 KV head, head_dim 32 * 4 unlike
+    n_embd 64, the output tied to the embeddings (llama.cpp reads no output.weight for Gemma 1 and 2; a small
+    embedding and strong layers keep greedy decoding from only repeating the last token). Gemma 2 adds post-norms, an attention logit soft-cap (3 here, so that it bites) and the final
+    one (llama.cpp's default 30, the file gives none), and local layers by llama.cpp's default pattern (every
+    2nd layer global: layers 0 and 2 local) with a window of 8 positions and the global RoPE base."""
+    rng = np.random.default_rng(seed)
+    E, L, H, KVH, D, F = 64, 4, 4, 1, 32, 192
+    # Embedding spread: the largest (tried 0.02-0.2) at which greedy decoding moves on from the last token.
+    EMBD, OUT, POST = (0.1 if arch == "gemma" else 0.03), 3.0, 0.3
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"tiny-{arch}")
+    w.add_context_length(512)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KVH)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    if arch == "gemma2":
+        w.add_sliding_window(8)
+        w.add_attn_logit_softcapping(3.0)
+    n_vocab = copy_vocab(gguf, w)
+
+    def mat(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n, spread):
+        return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E)) * EMBD).astype(np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_k.weight", mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_v.weight", mat(KVH * D, E))
+        w.add_tensor(p + "attn_output.weight", mat(E, H * D, OUT))
+        if arch == "gemma2":
+            w.add_tensor(p + "post_attention_norm.weight", norm(E, POST))
+        w.add_tensor(p + "ffn_norm.weight", norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", mat(F, E, 2.0))
+        w.add_tensor(p + "ffn_up.weight", mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", mat(E, F, OUT))
+        if arch == "gemma2":
+            w.add_tensor(p + "post_ffw_norm.weight", norm(E, POST))
+    w.add_tensor("output_norm.weight", norm(E, 0.1))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+MODELS = {
+    "tiny-qwen3": (tiny_qwen3, 3001),
+    "tiny-gemma3": (tiny_gemma3, 3002),
+    "tiny-gemma": (lambda g, p, s: tiny_gemma12(g, p, s, "gemma"), 3003),
+    "tiny-gemma2": (lambda g, p, s: tiny_gemma12(g, p, s, "gemma2"), 3004),
+}
 
 
 def main():

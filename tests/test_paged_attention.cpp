@@ -34,6 +34,7 @@ struct Case {
   int64_t pos0;
   int n_tokens;
   int64_t window = 0;  // sliding window (0: none)
+  float softcap = 0;   // attention logit soft-cap (0: none)
 };
 
 struct Fixture {
@@ -96,6 +97,7 @@ std::vector<double> dense_attention(const Case& c, const Fixture& f, double scal
         for (int d = 0; d < hd; ++d)
           dot += double(f.q[(size_t(t) * nh + h) * hd + d]) * f.k_dense[(size_t(j) * nkv + g) * hd + d];
         s[j] = dot * scale;
+        if (c.softcap > 0) s[j] = c.softcap * std::tanh(s[j] / c.softcap);
       }
       const double mx = *std::max_element(s.begin(), s.end());
       double sum = 0;
@@ -124,6 +126,7 @@ PagedAttentionArgs make_args(const Case& c, const Fixture& f, std::vector<float>
   a.block_stride = f.block_stride;
   a.scale = 1.0f / std::sqrt(float(c.shape.head_dim));
   a.window = c.window;
+  a.softcap = c.softcap;
   return a;
 }
 
@@ -183,7 +186,7 @@ TEST(PagedAttention, MatchesDenseAcrossShapesBlocksAndChunks) {
   }
 }
 
-// Sliding windows (Gemma's local layers, Mistral): each token attends to its last `window` positions, so
+// Sliding windows (Gemma's local layers, Mistral), some with Gemma 2's score soft-cap: each token attends to its last `window` positions, so
 // whole partitions (128 positions) and blocks fall before the window, or a window starts mid-block, for
 // different tokens of one chunk at different places. SIMD worker and reference against dense attention,
 // on one thread and with partitions spread over threads (which must give the one thread's bits).
@@ -196,7 +199,8 @@ TEST(PagedAttention, SlidingWindowMatchesDense) {
       for (auto [pos0, n] : chunks) {
         for (int64_t window : {1, 3, 16, 40, 128, 129, 200, 1000}) {
           if (shape.n_heads * shape.head_dim >= 256 && pos0 + n > 64 && bs != 16) continue;
-          const Case c{shape, bs, pos0, n, window};
+          // Gemma 2's soft-capped scores with some of the windows (its local layers have both).
+          const Case c{shape, bs, pos0, n, window, window % 2 == 0 ? 0.5f : 0.0f};
           check_case(c, rng, pool);
           if (HasFatalFailure()) return;
         }
@@ -205,7 +209,7 @@ TEST(PagedAttention, SlidingWindowMatchesDense) {
   }
   for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{4, 2, 12}}) {
     for (int64_t window : {5, 128, 300}) {
-      const Case c{shape, 16, 700, 1, window};
+      const Case c{shape, 16, 700, 1, window, window == 128 ? 0.7f : 0.0f};
       const Fixture f = make_fixture(c, rng);
       std::vector<float> one(f.q.size(), -7.0f);
       {

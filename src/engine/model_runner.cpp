@@ -21,7 +21,7 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
       rope_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
             model.config.rope_scaling),
       rope_swa_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
-                RopeScaling{}),
+                model.config.rope_scaling_swa),
       region_weights_ok_(region_weights_ok()) {
   // For A/B runs: KVSERVE_DECODE_REGION=0 sends batch-1 decode steps down the per-op path.
   if (const char* v = std::getenv("KVSERVE_DECODE_REGION"); v != nullptr && std::string_view(v) == "0")
@@ -205,6 +205,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.block_stride = kv.block_stride;
       a.scale = attn_scale;
       a.window = swa ? c.sliding_window : 0;
+      a.softcap = c.attn_softcap;
       t += static_cast<int64_t>(s.tokens.size());
     }
     paged_attention_batch(attn_args_, pool_);

@@ -95,6 +95,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   base.block_stride = kv.block_stride;
   base.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   base.out = attn_.data();
+  base.softcap = c.attn_softcap;
   const int64_t n_parts = detail::partition_count(base, 0);
   const int64_t n_units = n_parts * KVH;
   const int64_t part_slots = detail::partition_blocks(kv.block_size) * kv.block_size;

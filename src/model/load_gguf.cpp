@@ -28,6 +28,8 @@ constexpr ArchTraits kArchTable[] = {
     {"llama", RopeStyle::Interleaved, false, false},
     {"qwen2", RopeStyle::NeoX, true, false},
     {"qwen3", RopeStyle::NeoX, false, true},
+    {"gemma", RopeStyle::NeoX, false, false},
+    {"gemma2", RopeStyle::NeoX, false, false},
     {"gemma3", RopeStyle::NeoX, false, true},
 };
 
@@ -109,24 +111,35 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
     fail("{}: invalid llama3 rope scaling parameters", f.name());
 }
 
-// Gemma 3, as llama.cpp's llama_model_gemma3 reads it: embeddings times sqrt(n_embd), post-norms, GeGLU,
-// and (when `sliding_window` is set) local layers by `sliding_window_pattern`: a bool per layer, or n
-// for "every n-th layer is global" (default 6), with their own RoPE base (`rope.freq_base_swa`, 10000).
-// The norm weights in the file already hold HF's 1 + w (the converter adds it).
-void read_gemma3(const GGUFFile& f, ModelConfig& c) {
+// Gemma, Gemma 2 and Gemma 3, as llama.cpp's llama_model_gemma* read them: embeddings times sqrt(n_embd) and
+// GeGLU; Gemma 2 and 3 add post-norms, a final logit soft-cap (Gemma 2: 30 unless the file says, Gemma 3:
+// none unless it says) and local layers of `sliding_window` positions by `sliding_window_pattern` (a bool
+// per layer, or n for "every n-th layer is global"). Gemma 2: window 4096 and n = 2 unless the file says,
+// attention scores soft-capped (50 unless it says), local RoPE base the global one. Gemma 3: local layers
+// only with a window in the file, n = 6, local RoPE base 10000, q/k norms. The norm weights in the file
+// already hold HF's 1 + w (the converter adds it).
+void read_gemma(const GGUFFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
+  const bool gemma2 = c.arch == "gemma2", gemma3 = c.arch == "gemma3";
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-  c.post_norms = true;
   c.ffn_act = FfnActivation::GeluTanh;
-  // gemma_pytorch scales queries by 1/sqrt(n_embd / n_heads) for the 27B (62 layers), else 1/sqrt(head_dim).
-  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_layers == 62 ? c.n_embd / c.n_heads : c.head_dim));
-  c.final_logit_softcap = f.find_f32(a + ".final_logit_softcapping").value_or(0.0f);
-  if (!(c.final_logit_softcap >= 0) || !std::isfinite(c.final_logit_softcap))
-    fail("{}: final_logit_softcapping {} must be a non-negative number", f.name(), c.final_logit_softcap);
-  const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(0);
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (!gemma2 && !gemma3) return;
+  c.post_norms = true;
+  // gemma_pytorch scales queries by 1/sqrt(n_embd / n_heads) for the 27B models, else 1/sqrt(head_dim).
+  if (c.n_layers == (gemma2 ? 46 : 62)) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_heads));
+  const auto softcap = [&](const std::string& key, float fallback) {
+    const float v = f.find_f32(a + "." + key).value_or(fallback);
+    if (!(v >= 0) || !std::isfinite(v)) fail("{}: {} {} must be a non-negative number", f.name(), key, v);
+    return v;
+  };
+  c.final_logit_softcap = softcap("final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
+  if (gemma2) c.attn_softcap = softcap("attn_logit_softcapping", 50.0f);
+  const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(gemma2 ? 4096 : 0);
   if (window == 0) return;
   c.sliding_window = positive_int(f, a + ".attention.sliding_window", window);
-  c.rope_base_swa = f.find_f32(a + ".rope.freq_base_swa").value_or(10000.0f);
+  c.rope_base_swa = f.find_f32(a + ".rope.freq_base_swa").value_or(gemma2 ? c.rope_base : 10000.0f);
+  if (gemma2) c.rope_scaling_swa = c.rope_scaling;
   if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
   const std::string pattern_key = a + ".attention.sliding_window_pattern";
   const GGUFValue* pattern = f.find(pattern_key);
@@ -137,7 +150,7 @@ void read_gemma3(const GGUFFile& f, ModelConfig& c) {
       fail("{}: '{}' has {} entries for {} layers", f.name(), pattern_key, flags.size(), c.n_layers);
     for (size_t l = 0; l < flags.size(); ++l) c.swa_layers[l] = flags[l] != 0;
   } else {
-    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : 6;
+    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 ? 2 : 6;
     for (int l = 0; l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
   }
 }
@@ -179,7 +192,7 @@ ModelConfig read_config(const GGUFFile& f) {
   c.qkv_bias = traits.qkv_bias;
   c.qk_norm = traits.qk_norm;
   read_rope_scaling(f, a, c);
-  if (c.arch == "gemma3") read_gemma3(f, c);
+  if (c.arch.starts_with("gemma")) read_gemma(f, c);
   return c;
 }
 
@@ -324,6 +337,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
   m->tok_embd = make_tensor(f, "token_embd.weight");
   m->output_norm = make_tensor(f, "output_norm.weight");
   m->output = make_tensor(f, "output.weight", /*required=*/false);
+  // Gemma and Gemma 2 always project with the embeddings; llama.cpp refuses such a file with its own head.
+  if ((c.arch == "gemma" || c.arch == "gemma2") && m->output.valid())
+    fail("{}: a {} model's output is its token_embd.weight, but the file also has 'output.weight'", f.name(), c.arch);
   if (!m->output.valid()) {
     c.tied_output = true;
     m->output = m->tok_embd;

@@ -44,18 +44,20 @@ struct ModelConfig {
   bool tied_output = false;  // output projection is token_embd
   bool qkv_bias = false;
   bool qk_norm = false;  // q and k RMS-normalized per head before RoPE (Qwen3, Gemma 3)
-  // Gemma: token embeddings times embd_scale (sqrt(n_embd)); each block's output RMS-normalized
-  // (attn_post_norm, ffn_post_norm) before its residual add; GeGLU.
+  // Gemma: token embeddings times embd_scale (sqrt(n_embd)); GeGLU; Gemma 2 and 3: each block's output
+  // RMS-normalized (attn_post_norm, ffn_post_norm) before its residual add.
   float embd_scale = 1.0f;
   bool post_norms = false;
   FfnActivation ffn_act = FfnActivation::SiLU;
   float attn_scale = 0.0f;  // scale of q.k; 0: 1/sqrt(head_dim)
-  // Sliding-window layers (Gemma 3's local layers): layer l attends to the last `sliding_window`
+  // Sliding-window layers (Gemma 2 and 3's local layers): layer l attends to the last `sliding_window`
   // positions where swa_layers[l], with RoPE base rope_base_swa and no context scaling.
   int sliding_window = 0;
   std::vector<bool> swa_layers;  // empty: none
   float rope_base_swa = 10000.0f;
+  RopeScaling rope_scaling_swa;  // none, but Gemma 2's local layers scale as its global ones
   float final_logit_softcap = 0.0f;  // > 0: logits = cap * tanh(logits / cap)
+  float attn_softcap = 0.0f;         // > 0: attention scores soft-capped so (Gemma 2)
 
   bool is_swa_layer(int l) const {
     return sliding_window > 0 && static_cast<size_t>(l) < swa_layers.size() && swa_layers[static_cast<size_t>(l)];

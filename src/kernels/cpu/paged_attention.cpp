@@ -31,6 +31,7 @@ void validate(const PagedAttentionArgs& a) {
   if (a.block_size <= 0) fail("paged_attention: block_size {} must be positive", a.block_size);
   if (a.pos0 < 0) fail("paged_attention: pos0 {} is negative", a.pos0);
   if (a.window < 0) fail("paged_attention: window {} is negative", a.window);
+  if (!(a.softcap >= 0) || !std::isfinite(a.softcap)) fail("paged_attention: softcap {} is not a non-negative number", a.softcap);
   const int64_t min_stride = int64_t{a.n_kv_heads} * a.block_size * a.head_dim;
   if (a.block_stride % a.head_dim != 0)
     fail("paged_attention: block_stride {} is not a multiple of head_dim {}", a.block_stride, a.head_dim);
@@ -103,7 +104,7 @@ void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end
           const float* qh = q + static_cast<size_t>(h) * hd;
           float dot = 0.0f;
           for (int d = 0; d < hd; ++d) dot += qh[d] * k[d];
-          scores[h * bs + s] = dot * a.scale;
+          scores[h * bs + s] = a.softcap > 0 ? detail::soft_cap(dot * a.scale, a.softcap) : dot * a.scale;
         }
       }
       for (int h = 0; h < group; ++h) {

@@ -37,6 +37,9 @@ struct PagedAttentionArgs {
   KVElemType kv_type = KVElemType::F32;
   int64_t block_stride = 0;  // elements per block
   float scale = 1.0f;        // usually 1/sqrt(head_dim)
+  // > 0: each scaled score s becomes softcap * tanh(s / softcap) before the softmax (Gemma 2's attention
+  // logit soft-capping, as llama.cpp: tanh(s * (1 / softcap)) * softcap).
+  float softcap = 0.0f;
 };
 
 // Fast path (AVX2 when available), parallel over (token, kv head) pairs.

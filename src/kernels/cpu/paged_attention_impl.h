@@ -3,6 +3,7 @@
 // The AVX2 worker lives in its own translation unit (compiled with -mavx2 -mfma) so nothing in the
 // portable file can pick up AVX2 instructions by accident.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -20,6 +21,8 @@ inline int64_t partition_blocks(int block_size) { return std::max<int64_t>(1, kP
 inline int64_t partition_count(const PagedAttentionArgs& a, int64_t t) {
   return (a.pos0 + t) / a.block_size / partition_blocks(a.block_size) + 1;
 }
+// Gemma 2's attention logit soft-capping of one scaled score, as llama.cpp computes it.
+inline float soft_cap(float s, float cap) { return std::tanh(s * (1.0f / cap)) * cap; }
 // First position token t attends to: 0, or the start of its sliding window. Partitions before the one
 // holding it are empty (sum 0, see fold_partition) and read nothing.
 inline int64_t first_attended(const PagedAttentionArgs& a, int64_t t) {

@@ -964,6 +964,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
           std::fill(sc, sc + n_valid[i], 0.0f);
           continue;
         }
+        if (a.softcap > 0)
+          for (int s = fv; s < n_valid[i]; ++s) sc[s] = soft_cap(sc[s], a.softcap);
         part_max[hh] = max_of(sc + fv, n_valid[i] - fv);
         part_sum[hh] = exp_block(sc + fv, n_valid[i] - fv, part_max[hh], 0.0f);
         // Normalized before the V sums, as llama.cpp's softmax does (its outputs match more often).
