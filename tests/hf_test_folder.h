@@ -54,8 +54,8 @@ struct SafetensorsWriter {
   std::vector<Entry> entries;
 
   // Adds `t` (GGUF dims) as an HF tensor of type `type`; rows are taken through `row_map` (HF row →
-  // source row), which un-permutes q/k for llama.
-  void add(const std::string& name, const Tensor& t, DType type, int64_t rope_head_dim = 0) {
+  // source row), which un-permutes q/k for llama; `offset` is added to every value (-1: Gemma's norms).
+  void add(const std::string& name, const Tensor& t, DType type, int64_t rope_head_dim = 0, float offset = 0.0f) {
     Entry e{name, type, {}, {}};
     for (int i = t.n_dims - 1; i >= 0; --i) e.shape.push_back(t.ne[i]);
     const int64_t cols = t.ne[0], rows = t.rows();
@@ -64,7 +64,7 @@ struct SafetensorsWriter {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t src_row = rope_head_dim ? gguf_row_of_hf_row(r, rope_head_dim) : r;
       for (int64_t c = 0; c < cols; ++c) {
-        const float f = tensor_value(t, src_row * cols + c);
+        const float f = tensor_value(t, src_row * cols + c) + offset;
         uint8_t* dst = e.bytes.data() + static_cast<size_t>(r * cols + c) * elem;
         if (type == DType::F32) {
           std::memcpy(dst, &f, 4);
@@ -110,11 +110,16 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
   const bool permute_qk = c.rope_style == RopeStyle::Interleaved;
 
   SafetensorsWriter w;
+  // Gemma's HF norms hold w where its GGUF holds 1 + w.
+  const bool gemma = c.arch.starts_with("gemma");
+  const auto add_norm = [&](const std::string& name, const Tensor& t) {
+    w.add(name, t, DType::F32, 0, gemma ? -1.0f : 0.0f);
+  };
   w.add("model.embed_tokens.weight", g->tok_embd, matrix_type);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = g->layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    w.add(p + "input_layernorm.weight", L.attn_norm, DType::F32);
+    add_norm(p + "input_layernorm.weight", L.attn_norm);
     w.add(p + "self_attn.q_proj.weight", L.wq, matrix_type, permute_qk ? c.head_dim : 0);
     w.add(p + "self_attn.k_proj.weight", L.wk, matrix_type, permute_qk ? c.head_dim : 0);
     w.add(p + "self_attn.v_proj.weight", L.wv, matrix_type);
@@ -125,21 +130,32 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       w.add(p + "self_attn.v_proj.bias", L.bv, DType::F32);
     }
     if (c.qk_norm) {
-      w.add(p + "self_attn.q_norm.weight", L.q_norm, DType::F32);
-      w.add(p + "self_attn.k_norm.weight", L.k_norm, DType::F32);
+      add_norm(p + "self_attn.q_norm.weight", L.q_norm);
+      add_norm(p + "self_attn.k_norm.weight", L.k_norm);
     }
-    w.add(p + "post_attention_layernorm.weight", L.ffn_norm, DType::F32);
+    if (c.post_norms) {
+      add_norm(p + "post_attention_layernorm.weight", L.attn_post_norm);
+      add_norm(p + "pre_feedforward_layernorm.weight", L.ffn_norm);
+      add_norm(p + "post_feedforward_layernorm.weight", L.ffn_post_norm);
+    } else {
+      add_norm(p + "post_attention_layernorm.weight", L.ffn_norm);
+    }
     w.add(p + "mlp.gate_proj.weight", L.w_gate, matrix_type);
     w.add(p + "mlp.up_proj.weight", L.w_up, matrix_type);
     w.add(p + "mlp.down_proj.weight", L.w_down, matrix_type);
   }
-  w.add("model.norm.weight", g->output_norm, DType::F32);
+  add_norm("model.norm.weight", g->output_norm);
   if (!c.tied_output) w.add("lm_head.weight", g->output, matrix_type);
   w.write((fs::path(dir) / "model.safetensors").string());
 
   nlohmann::json config = {
       {"architectures",
-       {c.arch == "qwen2" ? "Qwen2ForCausalLM" : c.arch == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+       {c.arch == "qwen2"    ? "Qwen2ForCausalLM"
+        : c.arch == "qwen3"  ? "Qwen3ForCausalLM"
+        : c.arch == "gemma"  ? "GemmaForCausalLM"
+        : c.arch == "gemma2" ? "Gemma2ForCausalLM"
+        : c.arch == "gemma3" ? "Gemma3ForCausalLM"
+                             : "LlamaForCausalLM"}},
       {"model_type", c.arch},
       {"hidden_size", c.n_embd},
       {"num_hidden_layers", c.n_layers},
@@ -157,6 +173,22 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       {"eos_token_id", 2},
       {"torch_dtype", matrix_type == DType::F32 ? "float32" : matrix_type == DType::F16 ? "float16" : "bfloat16"},
   };
+  if (gemma) {
+    config["hidden_activation"] = "gelu_pytorch_tanh";
+    config["query_pre_attn_scalar"] = c.head_dim;
+    if (c.post_norms) {
+      config["final_logit_softcapping"] = c.final_logit_softcap > 0 ? nlohmann::json(c.final_logit_softcap) : nullptr;
+      config["attn_logit_softcapping"] = c.attn_softcap > 0 ? nlohmann::json(c.attn_softcap) : nullptr;
+      config["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+      if (c.arch == "gemma3") config["rope_local_base_freq"] = c.rope_base_swa;
+      // Gemma 3 as newer transformers write it (one type per layer); Gemma 2 by its fixed every-other pattern.
+      if (c.arch == "gemma3" && c.sliding_window > 0) {
+        nlohmann::json types = nlohmann::json::array();
+        for (int l = 0; l < c.n_layers; ++l) types.push_back(c.is_swa_layer(l) ? "sliding_attention" : "full_attention");
+        config["layer_types"] = types;
+      }
+    }
+  }
   std::ofstream(fs::path(dir) / "config.json") << config.dump(2);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(fs::path(hf_fixture_dir("stories512")) / f, fs::path(dir) / f,

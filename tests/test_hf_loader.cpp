@@ -204,6 +204,51 @@ TEST(HfLoader, Qwen3QkNormMatchesGgufAndLlamaCpp) {
   for (size_t j = 0; j < want.size(); ++j) ASSERT_NEAR(logits[0][j], want[j], 1e-4f) << "token " << j;
 }
 
+// Gemma, Gemma 2 and Gemma 3 folders (norms stored as w for HF's 1 + w, Gemma 2/3's four norms per layer,
+// the soft-caps, sliding windows by Gemma 2's fixed pattern and Gemma 3's layer_types) read into the GGUF
+// file's configuration, and their teacher-forced logits follow llama.cpp's golden for the same weights.
+TEST(HfLoader, GemmaFamilyMatchesGgufAndLlamaCpp) {
+  for (const char* stem : {"tiny-gemma", "tiny-gemma2", "tiny-gemma3"}) {
+    SCOPED_TRACE(stem);
+    TempDir tmp;
+    const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf";
+    make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+    auto hf = load_model(tmp.path());
+    auto ref = load_gguf_model(gguf);
+    const ModelConfig &a = hf->config, &b = ref->config;
+    EXPECT_EQ(a.arch, b.arch);
+    EXPECT_EQ(a.embd_scale, b.embd_scale);
+    EXPECT_EQ(a.ffn_act, b.ffn_act);
+    EXPECT_EQ(a.post_norms, b.post_norms);
+    EXPECT_EQ(a.qk_norm, b.qk_norm);
+    EXPECT_FLOAT_EQ(a.attn_scale, b.attn_scale);
+    EXPECT_EQ(a.attn_softcap, b.attn_softcap);
+    EXPECT_EQ(a.final_logit_softcap, b.final_logit_softcap);
+    EXPECT_EQ(a.sliding_window, b.sliding_window);
+    EXPECT_EQ(a.swa_layers, b.swa_layers);
+    EXPECT_EQ(a.rope_base_swa, b.rope_base_swa);
+    EXPECT_EQ(a.tied_output, b.tied_output);
+    for (size_t i = 0; i < 8; ++i)  // 1 + w restored from w to within a rounding
+      EXPECT_NEAR(static_cast<const float*>(hf->layers[0].attn_norm.data)[i],
+                  static_cast<const float*>(ref->layers[0].attn_norm.data)[i], 1e-6f);
+
+    std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".jsonl");
+    std::string line;
+    ASSERT_TRUE(std::getline(golden, line));
+    const json g = json::parse(line);
+    auto seq = g["prompt_ids"].get<std::vector<int32_t>>();
+    const size_t n_prompt = seq.size();
+    const auto ids = g["generated_ids"].get<std::vector<int32_t>>();
+    seq.insert(seq.end(), ids.begin(), ids.end() - 1);
+    Generator gen(*hf, {.max_context = 512});
+    const auto logits = gen.teacher_forced_logits(seq, static_cast<int>(n_prompt));
+    const auto& steps = g["step_logits_top"];
+    for (size_t s = 0; s < steps.size(); ++s)
+      for (const auto& pair : steps[s])
+        ASSERT_NEAR(logits[s][pair[0].get<int>()], pair[1].get<float>(), 1e-3f) << "step " << s;
+  }
+}
+
 TEST(HfLoader, VocabMatchesGgufVocab) {
   TempDir tmp;
   const std::string gguf = golden_model("tiny-gqa.gguf");
@@ -276,6 +321,30 @@ TEST_F(HfLoaderErrors, UnsupportedArchitectureIsNamed) {
 TEST_F(HfLoaderErrors, UnsupportedRopeScalingIsNamed) {
   edit_config([](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
   expect_error([&] { load_model(tmp.path()); }, {"yarn"});
+}
+
+// A Gemma 3 folder whose config asks for what kvserve does not run, or lists its layers wrong.
+TEST(HfLoaderGemmaErrors, BadActivationAndLayerTypesAreNamed) {
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma3.gguf", tmp.path(),
+                           DType::F32);
+  const json good = read_json(tmp / "config.json");
+  json c = good;
+  c["hidden_activation"] = "relu";
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"hidden_activation", "relu"});
+  c = good;
+  c["layer_types"] = json::array({"sliding_attention"});
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"layer_types", "6 layers"});
+  c = good;
+  c["layer_types"][2] = "chunked_attention";
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"layer_types[2]"});
+  c = good;
+  c["sliding_window"] = nullptr;  // no local layers at all
+  write_json(tmp / "config.json", c);
+  EXPECT_EQ(load_model(tmp.path())->config.sliding_window, 0);
 }
 
 TEST_F(HfLoaderErrors, RopeScalingIsRead) {

@@ -39,6 +39,9 @@ constexpr HfArch kHfArchs[] = {
     {"LlamaForCausalLM", "llama", false, false},
     {"Qwen2ForCausalLM", "qwen2", true, false},
     {"Qwen3ForCausalLM", "qwen3", false, true},
+    {"GemmaForCausalLM", "gemma", false, false},
+    {"Gemma2ForCausalLM", "gemma2", false, false},
+    {"Gemma3ForCausalLM", "gemma3", false, true},
 };
 
 class ConfigReader {
@@ -113,6 +116,56 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
   }
 }
 
+// Gemma, Gemma 2 and Gemma 3 (text) as transformers builds them, with transformers' defaults for absent keys:
+// embeddings times sqrt(hidden_size), GeGLU with the tanh GELU, queries scaled by query_pre_attn_scalar^-0.5
+// (head_dim^-0.5 without it); Gemma 2/3 post-norms, logit soft-caps and sliding-window layers (`layer_types`,
+// else Gemma 2 every even layer and Gemma 3 all but every sliding_window_pattern-th), the local layers'
+// RoPE base rope_local_base_freq (Gemma 3) or rope_theta (Gemma 2). The output is the embedding (Gemma 3:
+// unless tie_word_embeddings is false, as transformers and llama.cpp allow).
+void read_gemma_config(const json& j, const ConfigReader& r, const std::string& path, ModelConfig& c) {
+  const bool gemma2 = c.arch == "gemma2", gemma3 = c.arch == "gemma3";
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.tied_output = !gemma3 || r.bool_or("tie_word_embeddings", true);
+  for (const char* key : {"hidden_activation", "hidden_act"}) {
+    if (!r.has(key)) continue;
+    if (!j[key].is_string()) fail("'{}': '{}' must be a string", path, key);
+    const std::string act = j[key].get<std::string>();
+    // transformers runs Gemma's "gelu" as the tanh approximation too (and warns).
+    if (act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
+      fail("'{}': {} '{}' is not supported for {} (gelu_pytorch_tanh)", path, key, act, c.arch);
+    break;
+  }
+  c.ffn_act = FfnActivation::GeluTanh;
+  c.attn_scale = 1.0f / std::sqrt(r.positive_float_or("query_pre_attn_scalar", static_cast<float>(c.head_dim)));
+  if (!gemma2 && !gemma3) return;
+  c.post_norms = true;
+  const auto cap = [&](const char* key, float fallback) {
+    if (j.contains(key) && j[key].is_null()) return 0.0f;
+    return r.positive_float_or(key, fallback);
+  };
+  c.final_logit_softcap = cap("final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
+  c.attn_softcap = cap("attn_logit_softcapping", gemma2 ? 50.0f : 0.0f);
+  if (j.contains("sliding_window") && j["sliding_window"].is_null()) return;
+  c.sliding_window = r.positive_int_or("sliding_window", 4096);
+  c.rope_base_swa = gemma3 ? r.positive_float_or("rope_local_base_freq", 10000.0f) : c.rope_base;
+  if (gemma2) c.rope_scaling_swa = c.rope_scaling;
+  c.swa_layers.assign(static_cast<size_t>(c.n_layers), false);
+  if (r.has("layer_types")) {
+    const json& types = j["layer_types"];
+    if (!types.is_array() || types.size() != static_cast<size_t>(c.n_layers))
+      fail("'{}': 'layer_types' must list the {} layers", path, c.n_layers);
+    for (size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
+      if (t != "sliding_attention" && t != "full_attention")
+        fail("'{}': layer_types[{}] must be \"sliding_attention\" or \"full_attention\"", path, l);
+      c.swa_layers[l] = t == "sliding_attention";
+    }
+  } else {
+    const int n = gemma2 ? 2 : r.positive_int_or("sliding_window_pattern", 6);
+    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = (l + 1) % n != 0;
+  }
+}
+
 ModelConfig read_config(const json& j, const std::string& path) {
   if (!j.is_object()) fail("'{}': not a JSON object", path);
   ConfigReader r(j, path);
@@ -125,8 +178,11 @@ ModelConfig read_config(const json& j, const std::string& path) {
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs)
     if (hf_arch == a.hf_name) arch = &a;
-  if (!arch) fail("'{}': architecture '{}' is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM)",
-                  path, hf_arch);
+  if (!arch) {
+    std::string known;
+    for (const HfArch& a : kHfArchs) known += (known.empty() ? "" : ", ") + std::string(a.hf_name);
+    fail("'{}': architecture '{}' is not supported (supported: {})", path, hf_arch, known);
+  }
 
   ModelConfig c;
   c.arch = arch->arch;
@@ -156,6 +212,7 @@ ModelConfig read_config(const json& j, const std::string& path) {
   c.tied_output = r.bool_or("tie_word_embeddings", false);
   if (r.has("vocab_size")) c.n_vocab = r.positive_int("vocab_size");
   read_rope_scaling(j, path, c);
+  if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
   return c;
 }
 
@@ -238,8 +295,32 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     if (!v.scores.empty()) v.scores.push_back(0.0f);
   }
 
-  m->output_norm = vector_f32("model.norm.weight");
-  if (weights->has("lm_head.weight")) {
+  // Gemma's RMSNorm multiplies by 1 + w (llama.cpp's converter stores that sum; so do we, once, here).
+  const bool gemma = c.arch.starts_with("gemma");
+  auto norm = [&](const std::string& name) {
+    if (!gemma) return vector_f32(name);
+    Tensor t = weights->tensor(name);
+    auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(t.elements()));
+    const uint8_t* src = static_cast<const uint8_t*>(t.data);
+    for (size_t i = 0; i < buf->size(); ++i) {
+      float f;
+      if (t.type == DType::F32) {
+        std::memcpy(&f, src + 4 * i, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        f = t.type == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+      }
+      (*buf)[i] = f + 1.0f;
+    }
+    t.type = DType::F32;
+    t.data = buf->data();
+    m->storage.push_back(buf);
+    return t;
+  };
+
+  m->output_norm = norm("model.norm.weight");
+  if ((!gemma || !c.tied_output) && weights->has("lm_head.weight")) {
     m->output = matrix("lm_head.weight");
     c.tied_output = false;
   } else if (c.tied_output) {
@@ -252,7 +333,7 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
-    L.attn_norm = vector_f32(p + "input_layernorm.weight");
+    L.attn_norm = norm(p + "input_layernorm.weight");
     L.wq = matrix(p + "self_attn.q_proj.weight");
     L.wk = matrix(p + "self_attn.k_proj.weight");
     L.wv = matrix(p + "self_attn.v_proj.weight");
@@ -263,10 +344,16 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.bv = vector_f32(p + "self_attn.v_proj.bias");
     }
     if (c.qk_norm) {
-      L.q_norm = vector_f32(p + "self_attn.q_norm.weight");
-      L.k_norm = vector_f32(p + "self_attn.k_norm.weight");
+      L.q_norm = norm(p + "self_attn.q_norm.weight");
+      L.k_norm = norm(p + "self_attn.k_norm.weight");
     }
-    L.ffn_norm = vector_f32(p + "post_attention_layernorm.weight");
+    if (c.post_norms) {  // Gemma 2/3: the post-attention norm is the attention's output norm
+      L.attn_post_norm = norm(p + "post_attention_layernorm.weight");
+      L.ffn_norm = norm(p + "pre_feedforward_layernorm.weight");
+      L.ffn_post_norm = norm(p + "post_feedforward_layernorm.weight");
+    } else {
+      L.ffn_norm = norm(p + "post_attention_layernorm.weight");
+    }
     L.w_gate = matrix(p + "mlp.gate_proj.weight");
     L.w_up = matrix(p + "mlp.up_proj.weight");
     L.w_down = matrix(p + "mlp.down_proj.weight");
