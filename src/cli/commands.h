@@ -10,5 +10,6 @@ void add_kv_calc_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_gen_model_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 }  // namespace kvserve::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   kvserve::cli::add_serve_command(app);
   kvserve::cli::add_gen_model_command(app);
   kvserve::cli::add_bench_command(app);
+  kvserve::cli::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -171,4 +171,33 @@ std::vector<std::vector<float>> Generator::teacher_forced_logits(const std::vect
   return out;
 }
 
+std::vector<float> Generator::prefill_logits(const std::vector<int32_t>& ids, int64_t first) {
+  const int64_t n_ids = static_cast<int64_t>(ids.size());
+  if (first < 0 || first >= n_ids) fail("prefill logits: first position {} is not in [0, {})", first, n_ids);
+  if (n_ids > opts_.max_context)
+    fail("{} tokens do not fit the context of {} tokens", n_ids, opts_.max_context);
+  check_fits(0, n_ids, "tokens");
+  KVCacheManager& kv = *kv_->manager;
+  const SequenceGuard guard{kv, next_seq_++};
+  if (!kv.allocate_slots(guard.seq, n_ids)) fail("the KV cache has no room for {} tokens", n_ids);
+  const std::span<const int32_t> table = kv.block_table(guard.seq).ids();
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>((n_ids - first) * model_.config.n_vocab));
+  std::vector<float> logits;
+  for (int64_t pos = 0; pos < n_ids;) {
+    // Chunks never straddle `first`: the ones before it need no logits.
+    const int64_t end = std::min({n_ids, pos + opts_.prefill_chunk, pos < first ? first : n_ids});
+    BatchSequence s;
+    s.tokens = std::span<const int32_t>(ids.data() + pos, static_cast<size_t>(end - pos));
+    s.pos0 = pos;
+    s.block_table = table;
+    s.want_logits = false;
+    s.all_logits = pos >= first;
+    runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
+    if (s.all_logits) out.insert(out.end(), logits.begin(), logits.end());
+    pos = end;
+  }
+  return out;
+}
+
 }  // namespace kvserve

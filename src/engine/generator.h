@@ -49,8 +49,12 @@ class Generator {
   GenerationResult generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
                             const TokenCallback& on_token = {});
 
-  // Logits of every position of `ids` fed one token at a time (teacher forcing), for tests/perplexity.
+  // Logits of every position of `ids` fed one token at a time (teacher forcing), for tests.
   std::vector<std::vector<float>> teacher_forced_logits(const std::vector<int32_t>& ids, int prompt_len);
+
+  // Logits of positions [first, ids.size()) of `ids` ([row][n_vocab], row i after ids[first + i]), the whole
+  // sequence run as prompt chunks (prefill_chunk tokens, cut at `first`): one perplexity chunk.
+  std::vector<float> prefill_logits(const std::vector<int32_t>& ids, int64_t first);
 
   // The paged cache: block counts and budget (summary() is the start-up log line), and its manager,
   // whose pool shows every block free or cached between calls.

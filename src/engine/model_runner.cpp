@@ -113,7 +113,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   }
   if (n_tokens == 0) return 0;
   ensure_scratch(n_tokens);
-  if (n_tokens == 1 && single_token_region_applies()) return forward_single_token(batch[0], kv, logits);
+  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits)
+    return forward_single_token(batch[0], kv, logits);
 
   const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;
   const int64_t QD = H * D, KD = KVH * D;
@@ -248,12 +249,13 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   {
     int64_t t = 0;
     for (const auto& s : batch) {
-      t += static_cast<int64_t>(s.tokens.size());
-      if (s.want_logits) {
-        rmsnorm(x_.data() + (t - 1) * E, static_cast<const float*>(model_.output_norm.data), xn_.data() + n_out * E, E,
-                c.rms_eps);
+      const int64_t n = static_cast<int64_t>(s.tokens.size());
+      for (int64_t i = s.all_logits ? 0 : n - 1; i < n && (s.want_logits || s.all_logits); ++i) {
+        rmsnorm(x_.data() + (t + i) * E, static_cast<const float*>(model_.output_norm.data), xn_.data() + n_out * E,
+                E, c.rms_eps);
         ++n_out;
       }
+      t += n;
     }
   }
   if (n_out == 0) return 0;

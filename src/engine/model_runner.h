@@ -32,14 +32,15 @@ struct BatchSequence {
   int64_t pos0 = 0;                      // tokens before them already in the cache
   std::span<const int32_t> block_table;  // covers positions [0, pos0 + tokens.size())
   bool want_logits = true;               // logits of the last token of this chunk
+  bool all_logits = false;               // logits of every token of this chunk (perplexity), in order
 };
 
 class ModelRunner {
  public:
   explicit ModelRunner(const Model& model, ThreadPool& pool = ThreadPool::global());
 
-  // Runs the step; writes n_vocab logits per sequence with want_logits (in batch order) to `logits`.
-  // Returns the number of logit rows written.
+  // Runs the step; writes n_vocab logits per sequence with want_logits (in batch order), or per token of a
+  // sequence with all_logits, to `logits`. Returns the number of logit rows written.
   int forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits);
 
   const Model& model() const { return model_; }
