@@ -40,164 +40,145 @@ def copy_vocab(gguf, writer):
     return len(tokens)
 
 
+def begin(gguf, path, arch, shape, rope_base):
+    """A writer with the hyper-parameters every tiny model sets, in one order (the files' key order)."""
+    E, L, H, KVH, D, F = shape
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(path.stem)
+    w.add_context_length(512)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KVH)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(rope_base)
+    return w
+
+
+class Draws:
+    """Weights from one seeded stream: matrices N(0, scale^2 / cols) (numpy [rows][cols] is ggml's
+    ne = {cols, rows}), norm weights 1 + spread * N(0, 1) (Gemma's files hold 1 + w too)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def mat(self, rows, cols, scale=1.0):
+        return (self.rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(self, n, spread):
+        return (1.0 + spread * self.rng.standard_normal(n)).astype(np.float32)
+
+    def embedding(self, n_vocab, E, spread):
+        return (self.rng.standard_normal((n_vocab, E)) * spread).astype(np.float32)
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def tiny_qwen3(gguf, path, seed):
     """Qwen3: per-head RMSNorm of q and k (attn_q_norm / attn_k_norm) before NeoX RoPE, head_dim * heads
     (128) unlike n_embd (64), no biases. The output head is its own tensor: tied to a large embedding,
     greedy decoding only repeats the last token."""
-    rng = np.random.default_rng(seed)
-    E, L, H, KVH, D, F = 64, 3, 4, 2, 32, 192
-    w = gguf.GGUFWriter(str(path), "qwen3")
-    w.add_name("tiny-qwen3")
-    w.add_context_length(512)
-    w.add_embedding_length(E)
-    w.add_block_count(L)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KVH)
-    w.add_key_length(D)
-    w.add_value_length(D)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(1e6)
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 3, 4, 2, 32, 192
+    w = begin(gguf, path, "qwen3", shape, 1e6)
     n_vocab = copy_vocab(gguf, w)
-
-    def mat(rows, cols, scale=1.0):  # numpy [rows][cols] is ggml's ne = {cols, rows}
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n, spread):
-        return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
-
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E)) * 1.0).astype(np.float32))
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", mat(H * D, E))
-        w.add_tensor(p + "attn_k.weight", mat(KVH * D, E))
-        w.add_tensor(p + "attn_v.weight", mat(KVH * D, E))
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
         # Spread widely so that each head's norm weights (not one shared scale) shape the scores.
-        w.add_tensor(p + "attn_q_norm.weight", norm(D, 0.5))
-        w.add_tensor(p + "attn_k_norm.weight", norm(D, 0.5))
-        w.add_tensor(p + "attn_output.weight", mat(E, H * D))
-        w.add_tensor(p + "ffn_norm.weight", norm(E, 0.1))
-        w.add_tensor(p + "ffn_gate.weight", mat(F, E))
-        w.add_tensor(p + "ffn_up.weight", mat(F, E))
-        w.add_tensor(p + "ffn_down.weight", mat(E, F))
-    w.add_tensor("output_norm.weight", norm(E, 0.1))
-    w.add_tensor("output.weight", mat(n_vocab, E, 4.0))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
 
 
 def tiny_gemma3(gguf, path, seed):
     """Gemma 3: embeddings times sqrt(n_embd), per-head q/k norms, post-norms of the attention and FFN outputs,
-    GeGLU, an output head of its own (tied, greedy decoding only repeats the last token). Sliding-window layers by llama.cpp's default pattern (every 6th layer global: here
+    GeGLU, an output head of its own (tied, greedy decoding only repeats the last token). Sliding-window
+    layers by llama.cpp's default pattern (every 6th layer global: here
     layers 0-4 local with a window of 8 positions and RoPE base 10000, layer 5 global at 1e6), so the
     prompts and 48 steps run well past the window. 4 query heads on 1 KV head (as Gemma 3 1B), head_dim 32
     * 4 = 128 unlike n_embd 64. A final logit soft-cap (Gemma 2's; llama.cpp applies it to Gemma 3 when set)."""
-    rng = np.random.default_rng(seed)
-    E, L, H, KVH, D, F = 64, 6, 4, 1, 32, 192
-    w = gguf.GGUFWriter(str(path), "gemma3")
-    w.add_name("tiny-gemma3")
-    w.add_context_length(512)
-    w.add_embedding_length(E)
-    w.add_block_count(L)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KVH)
-    w.add_key_length(D)
-    w.add_value_length(D)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(1e6)
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 6, 4, 1, 32, 192
+    w = begin(gguf, path, "gemma3", shape, 1e6)
     w.add_sliding_window(8)
     w.add_final_logit_softcapping(10.0)
     n_vocab = copy_vocab(gguf, w)
     w.add_add_space_prefix(True)
-
-    def mat(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n, spread):  # the file holds 1 + w, as llama.cpp's converter writes Gemma's norms
-        return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
-
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E)) * 0.5).astype(np.float32))
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.5))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", mat(H * D, E))
-        w.add_tensor(p + "attn_k.weight", mat(KVH * D, E))
-        w.add_tensor(p + "attn_v.weight", mat(KVH * D, E))
-        w.add_tensor(p + "attn_q_norm.weight", norm(D, 0.5))
-        w.add_tensor(p + "attn_k_norm.weight", norm(D, 0.5))
-        w.add_tensor(p + "attn_output.weight", mat(E, H * D))
-        w.add_tensor(p + "post_attention_norm.weight", norm(E, 0.3))
-        w.add_tensor(p + "ffn_norm.weight", norm(E, 0.1))
-        w.add_tensor(p + "ffn_gate.weight", mat(F, E, 2.0))
-        w.add_tensor(p + "ffn_up.weight", mat(F, E))
-        w.add_tensor(p + "ffn_down.weight", mat(E, F))
-        w.add_tensor(p + "post_ffw_norm.weight", norm(E, 0.3))
-    w.add_tensor("output_norm.weight", norm(E, 0.1))
-    w.add_tensor("output.weight", mat(n_vocab, E, 4.0))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E, 2.0))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+        w.add_tensor(p + "post_ffw_norm.weight", r.norm(E, 0.3))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
 
 
 def tiny_gemma12(gguf, path, seed, arch):
     """Gemma (1): embeddings times sqrt(n_embd), GeGLU, 4 query heads on 1 KV head, head_dim 32 * 4 unlike
     n_embd 64, the output tied to the embeddings (llama.cpp reads no output.weight for Gemma 1 and 2; a small
-    embedding and strong layers keep greedy decoding from only repeating the last token). Gemma 2 adds post-norms, an attention logit soft-cap (3 here, so that it bites) and the final
-    one (llama.cpp's default 30, the file gives none), and local layers by llama.cpp's default pattern (every
-    2nd layer global: layers 0 and 2 local) with a window of 8 positions and the global RoPE base."""
-    rng = np.random.default_rng(seed)
-    E, L, H, KVH, D, F = 64, 4, 4, 1, 32, 192
+    embedding and strong layers keep greedy decoding from only repeating the last token). Gemma 2 adds
+    post-norms, an attention logit soft-cap (3 here, so that it bites) and the final one (llama.cpp's
+    default 30, the file gives none), and local layers by llama.cpp's default pattern (every 2nd layer
+    global: layers 0 and 2 local) with a window of 8 positions and the global RoPE base."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 4, 4, 1, 32, 192
     # Embedding spread: the largest (tried 0.02-0.2) at which greedy decoding moves on from the last token.
-    EMBD, OUT, POST = (0.1 if arch == "gemma" else 0.03), 3.0, 0.3
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"tiny-{arch}")
-    w.add_context_length(512)
-    w.add_embedding_length(E)
-    w.add_block_count(L)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KVH)
-    w.add_key_length(D)
-    w.add_value_length(D)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000.0)
+    embd, out = (0.1 if arch == "gemma" else 0.03), 3.0
+    w = begin(gguf, path, arch, shape, 10000.0)
     if arch == "gemma2":
         w.add_sliding_window(8)
         w.add_attn_logit_softcapping(3.0)
     n_vocab = copy_vocab(gguf, w)
-
-    def mat(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n, spread):
-        return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
-
-    w.add_tensor("token_embd.weight", (rng.standard_normal((n_vocab, E)) * EMBD).astype(np.float32))
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, embd))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", mat(H * D, E, 2.0))
-        w.add_tensor(p + "attn_k.weight", mat(KVH * D, E, 2.0))
-        w.add_tensor(p + "attn_v.weight", mat(KVH * D, E))
-        w.add_tensor(p + "attn_output.weight", mat(E, H * D, OUT))
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D, out))
         if arch == "gemma2":
-            w.add_tensor(p + "post_attention_norm.weight", norm(E, POST))
-        w.add_tensor(p + "ffn_norm.weight", norm(E, 0.1))
-        w.add_tensor(p + "ffn_gate.weight", mat(F, E, 2.0))
-        w.add_tensor(p + "ffn_up.weight", mat(F, E))
-        w.add_tensor(p + "ffn_down.weight", mat(E, F, OUT))
+            w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E, 2.0))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F, out))
         if arch == "gemma2":
-            w.add_tensor(p + "post_ffw_norm.weight", norm(E, POST))
-    w.add_tensor("output_norm.weight", norm(E, 0.1))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+            w.add_tensor(p + "post_ffw_norm.weight", r.norm(E, 0.3))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    finish(w)
 
 
 MODELS = {
