@@ -64,6 +64,21 @@ void add_post_normed(float* x, float* y, const Tensor& post_norm, int64_t n_toke
 }
 }  // namespace
 
+void ModelRunner::embed(int32_t id, float* out) const {
+  const ModelConfig& c = model_.config;
+  dequantize_row(model_.tok_embd.type, model_.tok_embd.row(id), out, c.n_embd);
+  if (c.embd_scale != 1.0f)
+    for (int64_t i = 0; i < c.n_embd; ++i) out[i] *= c.embd_scale;
+}
+
+void ModelRunner::ffn_activation(const float* gate, const float* up, float* out, int64_t n) const {
+  if (model_.config.ffn_act == FfnActivation::GeluTanh) {
+    gelu_mul(gate, up, out, n);
+  } else {
+    silu_mul(gate, up, out, n);
+  }
+}
+
 void ModelRunner::apply_final_softcap(float* logits, int64_t n) const {
   const float cap = model_.config.final_logit_softcap;
   if (cap <= 0) return;
@@ -124,9 +139,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     int64_t t = 0;
     for (const auto& s : batch)
       for (int32_t id : s.tokens) {
-        dequantize_row(model_.tok_embd.type, model_.tok_embd.row(id), x_.data() + t * E, E);
-        if (c.embd_scale != 1.0f)
-          for (int64_t i = 0; i < E; ++i) x_[static_cast<size_t>(t * E + i)] *= c.embd_scale;
+        embed(id, x_.data() + t * E);
         ++t;
       }
   }
@@ -227,11 +240,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     step_acts_.prepare(L.w_down.type, gate_.data(), F, n_tokens);
     pool_.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
-        if (c.ffn_act == FfnActivation::GeluTanh) {
-          gelu_mul(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
-        } else {
-          silu_mul(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
-        }
+        ffn_activation(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
         step_acts_.convert_token(t);
       }
     });

@@ -62,6 +62,10 @@ class ModelRunner {
   bool region_weights_ok() const;
   // Gemma's final logit soft-capping (no-op for other models).
   void apply_final_softcap(float* logits, int64_t n) const;
+  // Token id's embedding row (times Gemma's scale) into out[n_embd].
+  void embed(int32_t id, float* out) const;
+  // out = act(gate) * up over n elements: SwiGLU, or Gemma's GeGLU. out may be gate.
+  void ffn_activation(const float* gate, const float* up, float* out, int64_t n) const;
   bool single_token_region_applies() const;
   int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);
   std::vector<PagedAttentionArgs> attn_args_;  // one per sequence of the step

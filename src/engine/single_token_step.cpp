@@ -59,9 +59,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   const int64_t QD = H * D;
   const detail::SimdWorker& attn_worker = *detail::simd_worker_in_use();
 
-  dequantize_row(model_.tok_embd.type, model_.tok_embd.row(s.tokens[0]), x_.data(), E);
-  if (c.embd_scale != 1.0f)
-    for (int64_t i = 0; i < E; ++i) x_[static_cast<size_t>(i)] *= c.embd_scale;
+  embed(s.tokens[0], x_.data());
   const int64_t pos = s.pos0;
   const int64_t n_rot = rope_.n_rot();
   rope_cos_sin_.resize(static_cast<size_t>(n_rot));
@@ -255,11 +253,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
           [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); },
           matmul_balance_chunk_rows(L.w_gate, 1));
       pool_.barrier(ti);
-      if (c.ffn_act == FfnActivation::GeluTanh) {
-        gelu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
-      } else {
-        silu_mul(gate_.data(), up_.data(), ts.ffn.data(), F);
-      }
+      ffn_activation(gate_.data(), up_.data(), ts.ffn.data(), F);
       norm_ahead(il + 1 < c.n_layers ? model_.layers[il + 1].attn_norm : model_.output_norm);
       add_projection_to_residual(L.w_down, ts.ffn.data(), F, L.ffn_post_norm);
     }
