@@ -40,11 +40,11 @@ def copy_vocab(gguf, writer):
     return len(tokens)
 
 
-def begin(gguf, path, arch, shape, rope_base):
+def begin(gguf, path, arch, shape, rope_base, name=None):
     """A writer with the hyper-parameters every tiny model sets, in one order (the files' key order)."""
     E, L, H, KVH, D, F = shape
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(path.stem)
+    w.add_name(name or path.stem)
     w.add_context_length(512)
     w.add_embedding_length(E)
     w.add_block_count(L)
@@ -181,11 +181,38 @@ def tiny_gemma12(gguf, path, seed, arch):
     finish(w)
 
 
+def tiny_phi3(gguf, path, seed):
+    """Phi-3: q, k and v fused into attn_qkv, the gate's and up projection's rows fused into ffn_up (2 x n_ff
+    rows, the gate's first), NeoX RoPE, 4 query heads on 2 KV heads. A sliding window in the file, which
+    llama.cpp ignores for Phi-3 (so every layer here attends to the whole context)."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 3, 4, 2, 16, 160
+    # Not named "phi3": llama.cpp gives a vocabulary of a model so named Phi-3's special-token attributes,
+    # which need tokens stories260K's vocabulary does not have.
+    w = begin(gguf, path, "phi3", shape, 10000.0, name="tiny-fused")
+    w.add_rope_dimension_count(D)
+    w.add_sliding_window(8)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_qkv.weight", r.mat((H + 2 * KVH) * D, E, 2.0))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_up.weight", r.mat(2 * F, E, 2.0))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 MODELS = {
     "tiny-qwen3": (tiny_qwen3, 3001),
     "tiny-gemma3": (tiny_gemma3, 3002),
     "tiny-gemma": (lambda g, p, s: tiny_gemma12(g, p, s, "gemma"), 3003),
     "tiny-gemma2": (lambda g, p, s: tiny_gemma12(g, p, s, "gemma2"), 3004),
+    "tiny-phi3": (tiny_phi3, 3005),
 }
 
 

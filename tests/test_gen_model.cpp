@@ -397,3 +397,39 @@ TEST(GGUFWriterTest, ScalarsArraysAndCopiedValuesRoundTrip) {
   w2.add_tensor("t", DType::F32, {4, 2}, std::vector<uint8_t>(32, 0));
   EXPECT_EQ(w2.to_bytes(), bytes);
 }
+
+// A copy of tiny-phi3 with one tensor changed: loading it must fail naming what is wrong, never crash.
+namespace {
+std::vector<uint8_t> phi3_variant(const std::string& drop, const std::string& add_name, const std::vector<int64_t>& ne) {
+  const GGUFFile src(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3.gguf");
+  GGUFWriter w;
+  for (const auto& [key, value] : src.metadata())
+    if (key != "general.alignment") w.add_value(key, value);
+  for (const GGUFTensorInfo& t : src.tensors())
+    if (t.name != drop) w.add_tensor(t.name, t.type, {t.ne[0], t.ne[1]}, std::vector<uint8_t>(t.data, t.data + t.bytes));
+  if (!add_name.empty()) {
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    w.add_tensor(add_name, DType::F32, ne, std::vector<uint8_t>(static_cast<size_t>(n) * 4, 0));
+  }
+  return w.to_bytes();
+}
+
+void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
+  try {
+    load_gguf_model(std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "variant.gguf"), {});
+    ADD_FAILURE() << "no error, expected one naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
+TEST(GenModel, Phi3FusedTensorsOfTheWrongShapeAndLongRopeAreNamed) {
+  // ffn_up must hold 2 x 160 rows (gate and up); q/k/v together (4 + 2 + 2) x 16 = 128.
+  expect_load_error(phi3_variant("blk.1.ffn_up.weight", "blk.1.ffn_up.weight", {64, 160}), "blk.1.ffn_up.weight");
+  expect_load_error(phi3_variant("blk.0.attn_qkv.weight", "blk.0.attn_qkv.weight", {64, 96}), "attn_qkv.weight");
+  expect_load_error(phi3_variant("", "rope_factors_long.weight", {8}), "LongRoPE");
+  // Without the fused q/k/v the separate ones are required.
+  expect_load_error(phi3_variant("blk.2.attn_qkv.weight", "", {}), "blk.2.attn_q.weight");
+}

@@ -183,7 +183,8 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"tiny-qwen3", 1e-4f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-gemma3", 5e-4f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-gemma", 1e-3f, 1.0f, kArchGoldens},
-                      GgufCase{"tiny-gemma2", 5e-4f, 1.0f, kArchGoldens}),
+                      GgufCase{"tiny-gemma2", 5e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-phi3", 1e-4f, 1.0f, kArchGoldens}),
     [](const auto& info) {
       std::string n = info.param.stem;
       std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');

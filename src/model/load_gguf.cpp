@@ -28,6 +28,7 @@ constexpr ArchTraits kArchTable[] = {
     {"llama", RopeStyle::Interleaved, false, false},
     {"qwen2", RopeStyle::NeoX, true, false},
     {"qwen3", RopeStyle::NeoX, false, true},
+    {"phi3", RopeStyle::NeoX, false, false},
     {"gemma", RopeStyle::NeoX, false, false},
     {"gemma2", RopeStyle::NeoX, false, false},
     {"gemma3", RopeStyle::NeoX, false, true},
@@ -193,6 +194,9 @@ ModelConfig read_config(const GGUFFile& f) {
   c.qk_norm = traits.qk_norm;
   read_rope_scaling(f, a, c);
   if (c.arch.starts_with("gemma")) read_gemma(f, c);
+  // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
+  if (c.arch == "phi3" && (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight")))
+    fail("{}: Phi-3 long-context RoPE (LongRoPE factors, the 128k models) is not supported yet", f.name());
   return c;
 }
 
@@ -211,6 +215,17 @@ Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = t
   out.ne = t->ne;
   out.n_dims = t->n_dims;
   out.data = t->data;
+  return out;
+}
+
+// Rows [first, first + n) of a 2-D weight, as a tensor of its own (the rows are contiguous in the file):
+// how a fused projection (Phi-3's attn_qkv, its gate-and-up ffn_up) becomes the separate ones.
+Tensor row_range(const Tensor& t, int64_t first, int64_t n, const std::string& name) {
+  Tensor out = t;
+  out.name = name;
+  out.data = t.row(first);
+  out.ne = {t.ne[0], n, 1, 1};
+  out.n_dims = 2;
   return out;
 }
 
@@ -344,8 +359,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     c.tied_output = true;
     m->output = m->tok_embd;
   }
-  // Each layer has at least 9 tensors; checking first keeps an absurd block_count from allocating.
-  if (static_cast<size_t>(c.n_layers) > f.tensors().size() / 9)
+  // Each layer has at least 6 tensors (Phi-3 fuses q/k/v and gate/up); checking first keeps an absurd
+  // block_count from allocating.
+  if (static_cast<size_t>(c.n_layers) > f.tensors().size() / 6)
     fail("{}: {}.block_count = {} but the file has only {} tensors", f.name(), c.arch, c.n_layers,
          f.tensors().size());
   m->layers.resize(static_cast<size_t>(c.n_layers));
@@ -353,9 +369,20 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
     L.attn_norm = make_tensor(f, p + "attn_norm.weight");
-    L.wq = make_tensor(f, p + "attn_q.weight");
-    L.wk = make_tensor(f, p + "attn_k.weight");
-    L.wv = make_tensor(f, p + "attn_v.weight");
+    const int64_t q_rows = int64_t{c.n_heads} * c.head_dim, kv_rows = int64_t{c.n_kv_heads} * c.head_dim;
+    if (const Tensor qkv = make_tensor(f, p + "attn_qkv.weight", false); qkv.valid()) {
+      // Phi-3 fuses q, k and v into one projection (rows in that order).
+      if (qkv.n_dims != 2 || qkv.ne[1] != q_rows + 2 * kv_rows)
+        fail("{}: tensor '{}attn_qkv.weight' has {} rows, expected {} (q {} + k {} + v {})", f.name(), p, qkv.ne[1],
+             q_rows + 2 * kv_rows, q_rows, kv_rows, kv_rows);
+      L.wq = row_range(qkv, 0, q_rows, p + "attn_q.weight");
+      L.wk = row_range(qkv, q_rows, kv_rows, p + "attn_k.weight");
+      L.wv = row_range(qkv, q_rows + kv_rows, kv_rows, p + "attn_v.weight");
+    } else {
+      L.wq = make_tensor(f, p + "attn_q.weight");
+      L.wk = make_tensor(f, p + "attn_k.weight");
+      L.wv = make_tensor(f, p + "attn_v.weight");
+    }
     L.wo = make_tensor(f, p + "attn_output.weight");
     L.bq = make_tensor(f, p + "attn_q.bias", c.qkv_bias);
     L.bk = make_tensor(f, p + "attn_k.bias", c.qkv_bias);
@@ -369,8 +396,18 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       L.ffn_post_norm = make_tensor(f, p + "post_ffw_norm.weight");
     }
     L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
-    L.w_gate = make_tensor(f, p + "ffn_gate.weight");
-    L.w_up = make_tensor(f, p + "ffn_up.weight");
+    if (c.arch == "phi3") {
+      // Phi-3's ffn_up holds the gate's rows, then the up projection's (llama.cpp's fused SwiGLU).
+      const Tensor up = make_tensor(f, p + "ffn_up.weight");
+      if (up.n_dims != 2 || up.ne[1] != 2 * int64_t{c.n_ff})
+        fail("{}: tensor '{}ffn_up.weight' has {} rows, expected 2 x feed_forward_length = {}", f.name(), p, up.ne[1],
+             2 * int64_t{c.n_ff});
+      L.w_gate = row_range(up, 0, c.n_ff, p + "ffn_gate.weight");
+      L.w_up = row_range(up, c.n_ff, c.n_ff, p + "ffn_up.weight");
+    } else {
+      L.w_gate = make_tensor(f, p + "ffn_gate.weight");
+      L.w_up = make_tensor(f, p + "ffn_up.weight");
+    }
     L.w_down = make_tensor(f, p + "ffn_down.weight");
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
