@@ -551,6 +551,23 @@ TEST(HfTokenizer, StoriesPromptIdsMatchLlamaCppGolden) {
   EXPECT_GT(n, 0);
 }
 
+// An added token with lstrip / rstrip swallows the whitespace on that side of it when special tokens are
+// parsed, as the tokenizers library matches such a token together with its whitespace.
+TEST(HfTokenizer, AddedTokensStripTheirWhitespace) {
+  TempDir tmp;
+  json t = read_json(hf_fixture_dir("stories512") + "/tokenizer.json");
+  const int64_t id = static_cast<int64_t>(t["model"]["vocab"].size()) + 7;
+  t["added_tokens"].push_back({{"id", id}, {"content", "<|user|>"}, {"special", true}, {"lstrip", true}, {"rstrip", true}});
+  t["added_tokens"].push_back({{"id", id + 1}, {"content", "<|end|>"}, {"special", true}});
+  write_json(tmp / "tokenizer.json", t);
+  auto tok = Tokenizer::create(vocab_from_tokenizer_json(tmp / "tokenizer.json", ""));
+  const auto ids = [&](const std::string& text) { return tok->encode(text, false, true); };
+  EXPECT_EQ(ids("Once upon \t <|user|>\n  a time"), ids("Once upon<|user|>a time"));
+  EXPECT_NE(ids("Once upon <|end|> a time"), ids("Once upon<|end|>a time"));  // no strip: spaces stay
+  const std::vector<int32_t> xy = ids("x <|user|> y");
+  EXPECT_EQ(std::count(xy.begin(), xy.end(), static_cast<int32_t>(id)), 1);
+}
+
 TEST(HfTokenizer, UnsupportedModelTypeIsNamed) {
   TempDir tmp;
   write_json(tmp / "tokenizer.json", {{"model", {{"type", "Unigram"}, {"vocab", json::array()}}}});

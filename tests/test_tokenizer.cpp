@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -121,6 +123,29 @@ TEST_P(TokenizerVocabTest, MatchesLlamaCppExactly) {
     }
   }
   EXPECT_EQ(failures, 0) << failures << " of " << cases.size() << " cases differ";
+}
+
+// Special tokens parsed out of chat-like text, against llama.cpp's llama_tokenize with parse_special
+// (scripts/make_special_token_fixture.py): Phi-3's special tokens swallow the whitespace after them
+// (llama.cpp's RSTRIP, set for a vocabulary named Phi-3), all but <unk>, <s> and <|endoftext|>; Llama's
+// swallow none.
+TEST(TokenizerVocab, SpecialTokensStripWhitespaceAsLlamaCppDoes) {
+  std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/tokenizer/special_tokens_llama_cpp_0.3.36.json");
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  std::map<std::string, std::unique_ptr<Tokenizer>> tokenizers;
+  int checked = 0;
+  for (const auto& c : fixture["cases"]) {
+    const std::string path = llama_cpp_vocab_dir() + "/" + c["vocab"].get<std::string>();
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " (run scripts/fetch_llama_cpp_vocab.sh)";
+    auto& tok = tokenizers[path];
+    if (!tok) tok = Tokenizer::create(load_gguf_vocab(path));
+    const std::string text = c["text"];
+    EXPECT_EQ(tok->encode(text, c["add_special"].get<bool>(), /*parse_special=*/true),
+              c["ids"].get<std::vector<int32_t>>())
+        << c["vocab"] << " '" << text << "'";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 36);
 }
 
 TEST(TokenizerVocab, LlamaCppVocabularyTestsAreFetched) {

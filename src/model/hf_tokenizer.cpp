@@ -223,6 +223,7 @@ Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& toke
     by_id[id.get<int64_t>()] = text;
   }
   std::map<int64_t, bool> added_special;  // id -> special
+  std::map<int64_t, uint8_t> added_strip;  // id -> Vocab::kStripLeft | kStripRight (its lstrip / rstrip)
   if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
     for (const json& a : tj["added_tokens"]) {
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
@@ -232,6 +233,9 @@ Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& toke
       if (id < 0 || id >= INT32_MAX) fail("'{}': added token '{}' has an invalid id", path, a["content"].dump());
       by_id[id] = a["content"].get<std::string>();
       added_special[id] = a.value("special", false);
+      const auto flag = [&](const char* key) { return a.contains(key) && a[key].is_boolean() && a[key].get<bool>(); };
+      const uint8_t strip = (flag("lstrip") ? Vocab::kStripLeft : 0) | (flag("rstrip") ? Vocab::kStripRight : 0);
+      if (strip != 0) added_strip[id] = strip;
     }
   }
   if (by_id.empty()) fail("'{}': empty vocabulary", path);
@@ -252,6 +256,10 @@ Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& toke
   for (size_t i = 0; i < n; ++i) id_of.emplace(v.tokens[i], static_cast<int32_t>(i));
   for (const auto& [id, special] : added_special)
     v.token_types[static_cast<size_t>(id)] = special ? TokenType::Control : TokenType::UserDefined;
+  if (!added_strip.empty()) {
+    v.strip.assign(n, 0);
+    for (const auto& [id, strip] : added_strip) v.strip[static_cast<size_t>(id)] = strip;
+  }
 
   // Merges: "a b" strings (older files) or [a, b] pairs (tokenizers >= 0.20).
   if (model.contains("merges") && model["merges"].is_array()) {

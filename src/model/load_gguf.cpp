@@ -1,6 +1,7 @@
 // GGUF → Model: hyper-parameters from "<arch>.*" keys, weights as views into the mapped file, and the
 // vocabulary from "tokenizer.ggml.*" with llama.cpp's defaults (llama-vocab.cpp) for absent keys.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -248,6 +249,43 @@ void mark_end_of_turn_tokens(Vocab& v) {
   }
 }
 
+namespace {
+
+// llama.cpp's per-model special-token attributes (llama_vocab::impl::load, "set attributes by model name"):
+// a model named Phi-3 strips the whitespace after each special token but <unk>, <s> and <|endoftext|>;
+// Jina v2 / v3 and Nomic BERT MoE strip it before <mask>, ModernBERT before [MASK].
+void set_strip_attributes(const GGUFFile& f, Vocab& v) {
+  std::string name = f.find_str("general.name").value_or("");
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const std::string pre = f.find_str("tokenizer.ggml.pre").value_or("");
+  const std::string arch = f.find_str("general.architecture").value_or("");
+  const auto contains = [](const std::string& s, std::initializer_list<std::string_view> any) {
+    return std::any_of(any.begin(), any.end(), [&](std::string_view x) { return s.find(x) != std::string::npos; });
+  };
+  const auto set = [&](std::string_view text, uint8_t bit, bool on) {
+    const auto it = std::find(v.tokens.begin(), v.tokens.end(), text);
+    if (it == v.tokens.end()) return;
+    if (v.strip.empty()) v.strip.assign(v.tokens.size(), 0);
+    uint8_t& s = v.strip[static_cast<size_t>(it - v.tokens.begin())];
+    s = on ? (s | bit) : (s & ~bit);
+  };
+  if (contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) || contains(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+    set("<mask>", Vocab::kStripLeft, true);
+  } else if (contains(name, {"phi-3", "phi3"})) {
+    v.strip.assign(v.tokens.size(), 0);
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+      const TokenType t = v.token_types[i];
+      if (t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown) v.strip[i] = Vocab::kStripRight;
+    }
+    set("</s>", Vocab::kStripRight, true);
+    for (std::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) set(text, Vocab::kStripRight, false);
+  } else if (contains(name, {"modern-bert"})) {
+    set("[MASK]", Vocab::kStripLeft, true);
+  }
+}
+
+}  // namespace
+
 Vocab vocab_from_gguf(const GGUFFile& f) {
   Vocab v;
   const std::string model = f.get_str("tokenizer.ggml.model");
@@ -330,6 +368,7 @@ Vocab vocab_from_gguf(const GGUFFile& f) {
   v.chat_template = f.find_str("tokenizer.chat_template").value_or("");
 
   mark_end_of_turn_tokens(v);
+  set_strip_attributes(f, v);
   return v;
 }
 

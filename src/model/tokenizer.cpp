@@ -109,14 +109,22 @@ std::vector<TextFragment> VocabTokenizer::partition_special(std::string_view tex
         continue;
       }
       const std::string_view raw = text.substr(fragment.offset, fragment.length);
+      const uint8_t strip = vocab_.strip.empty() ? 0 : vocab_.strip[static_cast<size_t>(special_id)];
+      // isspace in the C locale, as llama.cpp strips.
+      const auto space = [](char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r'); };
       size_t from = 0;
       while (true) {
         const size_t at = raw.find(special_text, from);
         if (at == std::string_view::npos) break;
         changed = true;
-        if (at > from) next.push_back({-1, fragment.offset + from, at - from});
+        size_t left_end = at;
+        if (strip & Vocab::kStripLeft)
+          while (left_end > from && space(raw[left_end - 1])) --left_end;
+        if (left_end > from) next.push_back({-1, fragment.offset + from, left_end - from});
         next.push_back({special_id, 0, 0});
         from = at + special_text.size();
+        if (strip & Vocab::kStripRight)
+          while (from < raw.size() && space(raw[from])) ++from;
       }
       if (from < raw.size()) next.push_back({-1, fragment.offset + from, raw.size() - from});
     }

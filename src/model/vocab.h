@@ -34,6 +34,11 @@ struct Vocab {
   bool add_eos = false;
   bool add_sep = false;
   bool add_space_prefix = true;  // SPM dummy prefix
+  // Per token, or empty: whitespace that a special token swallows when parse_special splits it out, to its
+  // left (kStripLeft) or right (kStripRight); llama.cpp's LSTRIP / RSTRIP attributes (Phi-3's special
+  // tokens strip to the right, so "<|user|>\nHi" tokenizes as "<|user|>Hi").
+  static constexpr uint8_t kStripLeft = 1, kStripRight = 2;
+  std::vector<uint8_t> strip;
   std::string chat_template;     // Jinja source from the file, may be empty
 };
 
