@@ -77,6 +77,20 @@ struct SafetensorsWriter {
     entries.push_back(std::move(e));
   }
 
+  // Adds the rows of `parts` (GGUF dims, one row length) one after the other as one HF tensor: Phi-3's fused
+  // qkv_proj and gate_up_proj.
+  void add_fused(const std::string& name, std::initializer_list<const Tensor*> parts, DType type) {
+    std::vector<uint8_t> bytes;
+    int64_t rows = 0;
+    for (const Tensor* t : parts) {
+      add(name, *t, type);
+      bytes.insert(bytes.end(), entries.back().bytes.begin(), entries.back().bytes.end());
+      rows += t->rows();
+      entries.pop_back();
+    }
+    entries.push_back({name, type, {rows, (*parts.begin())->cols()}, std::move(bytes)});
+  }
+
   void write(const std::string& path) const {
     nlohmann::json header = nlohmann::json::object();
     header["__metadata__"] = {{"format", "pt"}};
@@ -120,9 +134,13 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     const LayerWeights& L = g->layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add_norm(p + "input_layernorm.weight", L.attn_norm);
-    w.add(p + "self_attn.q_proj.weight", L.wq, matrix_type, permute_qk ? c.head_dim : 0);
-    w.add(p + "self_attn.k_proj.weight", L.wk, matrix_type, permute_qk ? c.head_dim : 0);
-    w.add(p + "self_attn.v_proj.weight", L.wv, matrix_type);
+    if (c.arch == "phi3") {
+      w.add_fused(p + "self_attn.qkv_proj.weight", {&L.wq, &L.wk, &L.wv}, matrix_type);
+    } else {
+      w.add(p + "self_attn.q_proj.weight", L.wq, matrix_type, permute_qk ? c.head_dim : 0);
+      w.add(p + "self_attn.k_proj.weight", L.wk, matrix_type, permute_qk ? c.head_dim : 0);
+      w.add(p + "self_attn.v_proj.weight", L.wv, matrix_type);
+    }
     w.add(p + "self_attn.o_proj.weight", L.wo, matrix_type);
     if (c.qkv_bias) {
       w.add(p + "self_attn.q_proj.bias", L.bq, DType::F32);
@@ -140,8 +158,12 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     } else {
       add_norm(p + "post_attention_layernorm.weight", L.ffn_norm);
     }
-    w.add(p + "mlp.gate_proj.weight", L.w_gate, matrix_type);
-    w.add(p + "mlp.up_proj.weight", L.w_up, matrix_type);
+    if (c.arch == "phi3") {
+      w.add_fused(p + "mlp.gate_up_proj.weight", {&L.w_gate, &L.w_up}, matrix_type);
+    } else {
+      w.add(p + "mlp.gate_proj.weight", L.w_gate, matrix_type);
+      w.add(p + "mlp.up_proj.weight", L.w_up, matrix_type);
+    }
     w.add(p + "mlp.down_proj.weight", L.w_down, matrix_type);
   }
   add_norm("model.norm.weight", g->output_norm);
@@ -155,6 +177,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         : c.arch == "gemma"  ? "GemmaForCausalLM"
         : c.arch == "gemma2" ? "Gemma2ForCausalLM"
         : c.arch == "gemma3" ? "Gemma3ForCausalLM"
+        : c.arch == "phi3"   ? "Phi3ForCausalLM"
                              : "LlamaForCausalLM"}},
       {"model_type", c.arch},
       {"hidden_size", c.n_embd},

@@ -249,6 +249,31 @@ TEST(HfLoader, GemmaFamilyMatchesGgufAndLlamaCpp) {
   }
 }
 
+// Phi-3: q/k/v fused in qkv_proj and the gate's and up's rows in gate_up_proj, split into views; the weights
+// equal the GGUF file's (fused the same way), and the logits llama.cpp's.
+TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {
+  TempDir tmp;
+  const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3.gguf";
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+  auto hf = load_model(tmp.path());
+  EXPECT_EQ(hf->config.arch, "phi3");
+  expect_same_model(*hf, *load_gguf_model(gguf), DType::F32);
+  std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(golden, line));
+  const json g = json::parse(line);
+  Generator gen(*hf, {.max_context = 512});
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto logits = gen.teacher_forced_logits(prompt, static_cast<int>(prompt.size()));
+  const auto want = g["first_logits"].get<std::vector<float>>();
+  for (size_t j = 0; j < want.size(); ++j) ASSERT_NEAR(logits[0][j], want[j], 1e-4f) << "token " << j;
+
+  json c = read_json(tmp / "config.json");
+  c["partial_rotary_factor"] = 0.75;  // Phi-4-mini's: not supported, and said so
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"partial_rotary_factor"});
+}
+
 TEST(HfLoader, VocabMatchesGgufVocab) {
   TempDir tmp;
   const std::string gguf = golden_model("tiny-gqa.gguf");

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/dtype.h"
 
@@ -29,5 +30,17 @@ struct Tensor {
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_size(); }
   bool valid() const { return data != nullptr; }
 };
+
+// Rows [first, first + n) of a 2-D weight as a tensor of its own (rows are contiguous): how a fused
+// projection (Phi-3's q/k/v, its gate-and-up) becomes the separate ones without a copy.
+inline Tensor row_range(const Tensor& t, int64_t first, int64_t n, std::string name) {
+  Tensor out = t;
+  out.name = std::move(name);
+  out.data = t.row(first);
+  out.ne = {t.ne[0], n, 1, 1};
+  out.n_dims = 2;
+  out.interleaved = nullptr;
+  return out;
+}
 
 }  // namespace kvserve

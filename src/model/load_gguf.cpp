@@ -219,17 +219,6 @@ Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = t
   return out;
 }
 
-// Rows [first, first + n) of a 2-D weight, as a tensor of its own (the rows are contiguous in the file):
-// how a fused projection (Phi-3's attn_qkv, its gate-and-up ffn_up) becomes the separate ones.
-Tensor row_range(const Tensor& t, int64_t first, int64_t n, const std::string& name) {
-  Tensor out = t;
-  out.name = name;
-  out.data = t.row(first);
-  out.ne = {t.ne[0], n, 1, 1};
-  out.n_dims = 2;
-  return out;
-}
-
 constexpr std::string_view kEndOfTurnTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",         "<|end_of_text|>",
     "<EOT>",      "_<EOT>",     "[EOT]",   "<｜end▁of▁sentence｜>", "<end_of_utterance>",

@@ -39,6 +39,7 @@ constexpr HfArch kHfArchs[] = {
     {"LlamaForCausalLM", "llama", false, false},
     {"Qwen2ForCausalLM", "qwen2", true, false},
     {"Qwen3ForCausalLM", "qwen3", false, true},
+    {"Phi3ForCausalLM", "phi3", false, false},
     {"GemmaForCausalLM", "gemma", false, false},
     {"Gemma2ForCausalLM", "gemma2", false, false},
     {"Gemma3ForCausalLM", "gemma3", false, true},
@@ -211,6 +212,9 @@ ModelConfig read_config(const json& j, const std::string& path) {
   c.qk_norm = arch->qk_norm;
   c.tied_output = r.bool_or("tie_word_embeddings", false);
   if (r.has("vocab_size")) c.n_vocab = r.positive_int("vocab_size");
+  if (r.has("partial_rotary_factor") && r.positive_float_or("partial_rotary_factor", 1.0f) != 1.0f)
+    fail("'{}': partial_rotary_factor {} (RoPE on part of each head) is not supported", path,
+         j["partial_rotary_factor"].dump());
   read_rope_scaling(j, path, c);
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
   return c;
@@ -334,9 +338,20 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
     L.attn_norm = norm(p + "input_layernorm.weight");
-    L.wq = matrix(p + "self_attn.q_proj.weight");
-    L.wk = matrix(p + "self_attn.k_proj.weight");
-    L.wv = matrix(p + "self_attn.v_proj.weight");
+    const int64_t q_rows = int64_t{c.n_heads} * c.head_dim, kv_rows = int64_t{c.n_kv_heads} * c.head_dim;
+    if (c.arch == "phi3") {  // q, k and v fused (rows in that order), as in its GGUF files
+      const Tensor qkv = matrix(p + "self_attn.qkv_proj.weight");
+      if (qkv.n_dims != 2 || qkv.ne[1] != q_rows + 2 * kv_rows)
+        fail("'{}': tensor '{}self_attn.qkv_proj.weight' has {} rows, expected {}", dir, p, qkv.ne[1],
+             q_rows + 2 * kv_rows);
+      L.wq = row_range(qkv, 0, q_rows, p + "self_attn.q_proj.weight");
+      L.wk = row_range(qkv, q_rows, kv_rows, p + "self_attn.k_proj.weight");
+      L.wv = row_range(qkv, q_rows + kv_rows, kv_rows, p + "self_attn.v_proj.weight");
+    } else {
+      L.wq = matrix(p + "self_attn.q_proj.weight");
+      L.wk = matrix(p + "self_attn.k_proj.weight");
+      L.wv = matrix(p + "self_attn.v_proj.weight");
+    }
     L.wo = matrix(p + "self_attn.o_proj.weight");
     if (c.qkv_bias) {
       L.bq = vector_f32(p + "self_attn.q_proj.bias");
@@ -354,8 +369,17 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     } else {
       L.ffn_norm = norm(p + "post_attention_layernorm.weight");
     }
-    L.w_gate = matrix(p + "mlp.gate_proj.weight");
-    L.w_up = matrix(p + "mlp.up_proj.weight");
+    if (c.arch == "phi3") {  // the gate's rows, then up's
+      const Tensor gate_up = matrix(p + "mlp.gate_up_proj.weight");
+      if (gate_up.n_dims != 2 || gate_up.ne[1] != 2 * int64_t{c.n_ff})
+        fail("'{}': tensor '{}mlp.gate_up_proj.weight' has {} rows, expected 2 x intermediate_size = {}", dir, p,
+             gate_up.ne[1], 2 * int64_t{c.n_ff});
+      L.w_gate = row_range(gate_up, 0, c.n_ff, p + "mlp.gate_proj.weight");
+      L.w_up = row_range(gate_up, c.n_ff, c.n_ff, p + "mlp.up_proj.weight");
+    } else {
+      L.w_gate = matrix(p + "mlp.gate_proj.weight");
+      L.w_up = matrix(p + "mlp.up_proj.weight");
+    }
     L.w_down = matrix(p + "mlp.down_proj.weight");
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
