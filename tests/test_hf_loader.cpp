@@ -179,6 +179,26 @@ TEST(HfLoader, Qwen2TiedWithBiasMatchesGguf) {
   expect_same_model(*hf, *ref, DType::F16);
 }
 
+// The first prompt of tests/golden/arch/<stem>.jsonl teacher-forced through `m`: every step's top-5 logits
+// within `tol` of llama.cpp's (its golden for the GGUF file the HF folder was written from).
+void expect_follows_arch_golden(const Model& m, const std::string& stem, float tol) {
+  std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(golden, line)) << stem;
+  const json g = json::parse(line);
+  auto seq = g["prompt_ids"].get<std::vector<int32_t>>();
+  const size_t n_prompt = seq.size();
+  const auto ids = g["generated_ids"].get<std::vector<int32_t>>();
+  seq.insert(seq.end(), ids.begin(), ids.end() - 1);
+  Generator gen(m, {.max_context = 512});
+  const auto logits = gen.teacher_forced_logits(seq, static_cast<int>(n_prompt));
+  const auto& steps = g["step_logits_top"];
+  ASSERT_EQ(logits.size(), steps.size());
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (const auto& pair : steps[s])
+      ASSERT_NEAR(logits[s][pair[0].get<int>()], pair[1].get<float>(), tol) << stem << " step " << s;
+}
+
 // Qwen3: the per-head q/k norms (self_attn.{q,k}_norm) and a head_dim that is not hidden_size / heads, read
 // from the HF folder, give llama.cpp's logits (its golden for the same weights, tests/golden/arch).
 TEST(HfLoader, Qwen3QkNormMatchesGgufAndLlamaCpp) {
@@ -192,16 +212,7 @@ TEST(HfLoader, Qwen3QkNormMatchesGgufAndLlamaCpp) {
   EXPECT_EQ(hf->config.n_embd, 64);
   expect_same_model(*hf, *load_gguf_model(gguf), DType::F32);
 
-  std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3.jsonl");
-  std::string line;
-  ASSERT_TRUE(std::getline(golden, line));
-  const json g = json::parse(line);
-  Generator gen(*hf, {.max_context = 512});
-  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
-  const auto logits = gen.teacher_forced_logits(prompt, static_cast<int>(prompt.size()));
-  const auto want = g["first_logits"].get<std::vector<float>>();
-  ASSERT_EQ(logits[0].size(), want.size());
-  for (size_t j = 0; j < want.size(); ++j) ASSERT_NEAR(logits[0][j], want[j], 1e-4f) << "token " << j;
+  expect_follows_arch_golden(*hf, "tiny-qwen3", 1e-4f);
 }
 
 // Gemma, Gemma 2 and Gemma 3 folders (norms stored as w for HF's 1 + w, Gemma 2/3's four norms per layer,
@@ -232,20 +243,7 @@ TEST(HfLoader, GemmaFamilyMatchesGgufAndLlamaCpp) {
       EXPECT_NEAR(static_cast<const float*>(hf->layers[0].attn_norm.data)[i],
                   static_cast<const float*>(ref->layers[0].attn_norm.data)[i], 1e-6f);
 
-    std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".jsonl");
-    std::string line;
-    ASSERT_TRUE(std::getline(golden, line));
-    const json g = json::parse(line);
-    auto seq = g["prompt_ids"].get<std::vector<int32_t>>();
-    const size_t n_prompt = seq.size();
-    const auto ids = g["generated_ids"].get<std::vector<int32_t>>();
-    seq.insert(seq.end(), ids.begin(), ids.end() - 1);
-    Generator gen(*hf, {.max_context = 512});
-    const auto logits = gen.teacher_forced_logits(seq, static_cast<int>(n_prompt));
-    const auto& steps = g["step_logits_top"];
-    for (size_t s = 0; s < steps.size(); ++s)
-      for (const auto& pair : steps[s])
-        ASSERT_NEAR(logits[s][pair[0].get<int>()], pair[1].get<float>(), 1e-3f) << "step " << s;
+    expect_follows_arch_golden(*hf, stem, 1e-3f);
   }
 }
 
@@ -258,15 +256,7 @@ TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {
   auto hf = load_model(tmp.path());
   EXPECT_EQ(hf->config.arch, "phi3");
   expect_same_model(*hf, *load_gguf_model(gguf), DType::F32);
-  std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3.jsonl");
-  std::string line;
-  ASSERT_TRUE(std::getline(golden, line));
-  const json g = json::parse(line);
-  Generator gen(*hf, {.max_context = 512});
-  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
-  const auto logits = gen.teacher_forced_logits(prompt, static_cast<int>(prompt.size()));
-  const auto want = g["first_logits"].get<std::vector<float>>();
-  for (size_t j = 0; j < want.size(); ++j) ASSERT_NEAR(logits[0][j], want[j], 1e-4f) << "token " << j;
+  expect_follows_arch_golden(*hf, "tiny-phi3", 1e-4f);
 
   json c = read_json(tmp / "config.json");
   c["partial_rotary_factor"] = 0.75;  // Phi-4-mini's: not supported, and said so
