@@ -12,7 +12,6 @@
 #include "cli/compute_threads.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
-#include "cli/number_checks.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/perplexity.h"
