@@ -166,6 +166,91 @@ TEST(Engine, SlidingWindowModelInBatchesMatchesGeneratorTokenForToken) {
   run_batch_against_generator(o, false, *gemma);
 }
 
+const Model& tiny_gemma3() {
+  static const std::unique_ptr<Model> m =
+      load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma3.gguf");
+  return *m;
+}
+
+// The hybrid cache's sliding-window layers read released blocks as the zeroed null block, and every slot
+// before a window weighs exactly 0: the logits are the very bits of a cache that keeps every position.
+TEST(Engine, HybridCacheGivesTheBitsOfAFullCache) {
+  const Model& gemma = tiny_gemma3();
+  std::mt19937 rng(5);
+  const std::vector<int32_t> ids = random_prompt(rng, 90);
+  GeneratorOptions full_opts;
+  full_opts.hybrid_kv_cache = false;
+  GeneratorOptions hybrid_opts;
+  hybrid_opts.prefill_chunk = 20;  // blocks are released between prompt chunks too
+  Generator full(gemma, full_opts), hybrid(gemma, hybrid_opts);
+  EXPECT_FALSE(full.kv_cache().groups.hybrid());
+  ASSERT_TRUE(hybrid.kv_cache().groups.hybrid());
+  EXPECT_EQ(hybrid.kv_cache().groups.windows, (std::vector<int64_t>{0, 8, 8, 8, 8, 8}));
+  const auto want = full.teacher_forced_logits(ids, 30);
+  const auto got = hybrid.teacher_forced_logits(ids, 30);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "position " << i;
+  EXPECT_EQ(hybrid.prefill_logits(ids, 50), full.prefill_logits(ids, 50));
+}
+
+// Concurrent requests sharing a prefix, on a budget that a full cache would not fit them in: the hybrid
+// cache runs them all (with prefix hits through its windowed groups), token for token as a full cache
+// computes them alone, and leaves every block free or cached.
+TEST(Engine, HybridCacheRunsLongerSequencesInTheSameMemory) {
+  const Model& gemma = tiny_gemma3();
+  const ModelConfig& c = gemma.config;
+  std::mt19937 rng(77);
+  const std::vector<int32_t> shared = random_prompt(rng, 70);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = shared;
+    for (int j = 0; j <= 7 * i; ++j) p.push_back(static_cast<int32_t>(3 + (31 * i + 7 * j) % 500));
+    prompts.push_back(p);
+  }
+  SamplingParams params;
+  params.max_tokens = 40;
+  params.ignore_eos = true;
+
+  EngineOptions o = small_options();
+  o.model_id = "tiny-gemma3";
+  // 10 blocks of every layer: 160 positions for a full cache.
+  o.kv_cache_memory = static_cast<double>(
+      KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, o.block_size).bytes_per_block() * 10);
+  EngineOptions full_opts = o;
+  full_opts.hybrid_kv_cache = false;
+  // A request of 210 tokens does not fit a full cache at all.
+  std::vector<int32_t> longest = shared;
+  while (longest.size() < 170) longest.push_back(static_cast<int32_t>(3 + longest.size() * 13 % 500));
+  prompts.push_back(longest);
+  {
+    Engine full(gemma, full_opts);
+    EXPECT_EQ(full.stats().num_blocks, 10);
+    Collector none;
+    EXPECT_THROW(full.add_request(none.request("long", longest, params)), Error);
+  }
+  Engine engine(gemma, o);
+  EXPECT_EQ(engine.stats().num_blocks, 6 * 10 - 1);  // one-layer blocks, less the null block
+  Collector col;
+  engine.add_request(col.request("first", prompts[0], params));
+  engine.wait_until_idle();
+  for (int i = 1; i < 7; ++i) engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params));
+  expect_all_blocks_free_or_cached(engine);
+
+  GeneratorOptions go;
+  go.hybrid_kv_cache = false;
+  Generator reference(gemma, go);
+  for (int i = 0; i < 7; ++i) {
+    const std::string id = i == 0 ? "first" : fmt::format("r{}", i);
+    const ChoiceResult got = col.get(id);
+    ASSERT_TRUE(got.finished) << id;
+    EXPECT_EQ(got.ids, reference.generate(prompts[i], params).generated_ids) << id;
+  }
+  // The second wave found the first request's prefix: full blocks of 16, all of them in the full layers and
+  // the last window's in the sliding-window ones.
+  EXPECT_EQ(col.get("r1").cached_tokens, 64);
+  EXPECT_GT(engine.stats().preemptions + 0u, 0u);  // 59 one-layer blocks hold one or two of them at a time
+}
+
 TEST(Engine, TinyKVBudgetPreemptsAndEveryRequestStillCompletesIdentically) {
   EngineOptions o = small_options();
   // The longest request needs ceil((68 + 40) / 16) = 7 blocks; 10 blocks hold one or two at a time.

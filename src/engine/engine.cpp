@@ -160,6 +160,8 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   ko.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
   ko.model_id = opts.model_id;
   ko.prefault = opts.prefault_kv;
+  ko.max_chunk_tokens = opts.max_num_batched_tokens;
+  ko.hybrid = opts.hybrid_kv_cache;
   ko.who = "engine";
   PagedKVCache cache(c, ko);
   fmt::print(stderr, "{}\n", cache.summary());
@@ -275,7 +277,7 @@ void Engine::Impl::step() {
     BatchSequence b;
     b.tokens = std::span<const int32_t>(s.tokens.data() + c.start, static_cast<size_t>(c.num_tokens));
     b.pos0 = c.start;
-    b.block_table = kv->block_table(c.seq).ids();
+    set_block_tables(*kv, c.seq, b);
     b.want_logits = c.completes_sequence;
     batch.push_back(b);
   }
@@ -373,7 +375,7 @@ void Engine::Impl::fork_children(ActiveRequest& a) {
     if (f) {
       // The child's private copy of the partial last block must hold the prompt's K/V before the next
       // forward writes into it.
-      if (f.copy) storage->copy_block(f.copy->src, f.copy->dst);
+      for (const BlockCopy& copy : f.copies) storage->copy_block(copy.src, copy.dst);
       scheduler->add_running(std::move(child));
     } else {
       // No block for the copy right now: the child waits and computes the prompt on its own (mostly
@@ -512,7 +514,9 @@ void Engine::Impl::publish(bool idle) {
     }
     for (const auto& [seq, where] : by_seq) {
       if (!kv->has_sequence(seq)) continue;
-      for (int32_t b : kv->block_table(seq).ids()) map.owner[b] = where.first->owner % 1000000;
+      for (int g = 0; g < kv->num_groups(); ++g)
+        for (int32_t b : kv->block_table(seq, g).ids())
+          if (b != kv->null_block()) map.owner[b] = where.first->owner % 1000000;
     }
   }
 

@@ -31,6 +31,9 @@ struct EngineOptions {
   // its cache zeroed), so no decode step stops in a first-touch page fault; the pool is then resident
   // from the start. `kvserve bench` sets it (steady-state figures); `serve --kv-prefault`.
   bool prefault_kv = false;
+  // Models with sliding-window layers: their windowed layers release the positions no token will attend
+  // to again (PagedKVCacheOptions::hybrid). Off keeps every layer's K/V of every position.
+  bool hybrid_kv_cache = true;
 };
 
 struct TokenInfo {

@@ -38,24 +38,27 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
   ko.max_model_len = opts_.max_context;
   ko.max_num_seqs = 1;
   ko.enable_prefix_caching = opts_.enable_prefix_caching;
+  ko.max_chunk_tokens = opts_.prefill_chunk;
+  ko.hybrid = opts_.hybrid_kv_cache;
   ko.who = "generate";
   kv_ = std::make_unique<PagedKVCache>(c, ko);
 }
 
 Generator::~Generator() = default;
 
-void Generator::check_fits(int64_t n_prompt, int64_t n_tokens, const char* what) const {
+void Generator::check_fits(int64_t n_prompt, int64_t n_tokens, const char* what, int64_t max_chunk) const {
   const int64_t ctx = opts_.max_context;
   if (n_prompt >= ctx) fail("prompt has {} tokens, the context holds {}", n_prompt, ctx);
   if (n_tokens > ctx)
     fail("prompt ({} tokens) + {} ({}) = {} tokens exceeds the context of {} tokens", n_prompt, what,
          n_tokens - n_prompt, n_tokens, ctx);
   const PagedKVCache& kv = *kv_;
-  if (n_tokens > kv.capacity_tokens())
+  const int64_t capacity = kv.manager->capacity_tokens_for_chunk(max_chunk);
+  if (n_tokens > capacity)
     fail("prompt ({} tokens) + {} ({}) = {} tokens does not fit in the KV cache: a budget of {} bytes ({}) "
-         "holds {} blocks of {} tokens = {} tokens; raise the KV cache memory (--kv-cache-memory)",
+         "holds {} blocks of {} tokens, room for {} tokens; raise the KV cache memory (--kv-cache-memory)",
          n_prompt, what, n_tokens - n_prompt, n_tokens, kv.budget_bytes, human_bytes(kv.budget_bytes), kv.num_blocks,
-         kv.block_size, kv.capacity_tokens());
+         kv.block_size, capacity);
 }
 
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
@@ -67,7 +70,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   for (int32_t id : prompt_ids)
     if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
   const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
-  check_fits(n_prompt, n_prompt + params.max_tokens, "max_tokens");
+  check_fits(n_prompt, n_prompt + params.max_tokens, "max_tokens", opts_.prefill_chunk);
   const int64_t ctx = opts_.max_context;
 
   GenerationResult r;
@@ -96,7 +99,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     BatchSequence s;
     s.tokens = std::span<const int32_t>(tokens.data() + pos, static_cast<size_t>(n));
     s.pos0 = pos;
-    s.block_table = kv.block_table(seq).ids();
+    set_block_tables(kv, seq, s);
     s.want_logits = want_logits;
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
     pos += n;
@@ -146,27 +149,23 @@ std::vector<std::vector<float>> Generator::teacher_forced_logits(const std::vect
   if (prompt_len < 1 || prompt_len > n_ids)
     fail("teacher forcing: prompt length {} is not in [1, {}]", prompt_len, n_ids);
   if (n_ids > opts_.max_context) fail("sequence longer than the context");
-  check_fits(prompt_len, n_ids, "forced tokens");
+  check_fits(prompt_len, n_ids, "forced tokens", prompt_len);
   KVCacheManager& kv = *kv_->manager;
   const SequenceGuard guard{kv, next_seq_++};
-  // The whole sequence gets its slots up front (no prefix reuse: every position's logits are wanted).
-  if (!kv.allocate_slots(guard.seq, n_ids)) fail("the KV cache has no room for {} tokens", n_ids);
-  const std::span<const int32_t> table = kv.block_table(guard.seq).ids();
-
   std::vector<std::vector<float>> out;
   std::vector<float> logits;
-  // The prompt goes in as one batch (as the references do), then one token per step.
+  // The prompt goes in as one batch (as the references do), then one token per step; no prefix reuse:
+  // every position's logits are wanted.
   BatchSequence s;
-  s.tokens = std::span<const int32_t>(ids.data(), static_cast<size_t>(prompt_len));
-  s.pos0 = 0;
-  s.block_table = table;
-  runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
-  out.push_back(logits);
-  for (size_t i = static_cast<size_t>(prompt_len); i < ids.size(); ++i) {
-    s.tokens = std::span<const int32_t>(ids.data() + i, 1);
-    s.pos0 = static_cast<int64_t>(i);
+  for (int64_t pos = 0; pos < n_ids;) {
+    const int64_t n = pos == 0 ? prompt_len : 1;
+    if (!kv.allocate_slots(guard.seq, n)) fail("the KV cache has no room for {} tokens", pos + n);
+    set_block_tables(kv, guard.seq, s);
+    s.tokens = std::span<const int32_t>(ids.data() + pos, static_cast<size_t>(n));
+    s.pos0 = pos;
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
     out.push_back(logits);
+    pos += n;
   }
   return out;
 }
@@ -176,21 +175,20 @@ std::vector<float> Generator::prefill_logits(const std::vector<int32_t>& ids, in
   if (first < 0 || first >= n_ids) fail("prefill logits: first position {} is not in [0, {})", first, n_ids);
   if (n_ids > opts_.max_context)
     fail("{} tokens do not fit the context of {} tokens", n_ids, opts_.max_context);
-  check_fits(0, n_ids, "tokens");
+  check_fits(0, n_ids, "tokens", opts_.prefill_chunk);
   KVCacheManager& kv = *kv_->manager;
   const SequenceGuard guard{kv, next_seq_++};
-  if (!kv.allocate_slots(guard.seq, n_ids)) fail("the KV cache has no room for {} tokens", n_ids);
-  const std::span<const int32_t> table = kv.block_table(guard.seq).ids();
   std::vector<float> out;
   out.reserve(static_cast<size_t>((n_ids - first) * model_.config.n_vocab));
   std::vector<float> logits;
   for (int64_t pos = 0; pos < n_ids;) {
     // Chunks never straddle `first`: the ones before it need no logits.
     const int64_t end = std::min({n_ids, pos + opts_.prefill_chunk, pos < first ? first : n_ids});
+    if (!kv.allocate_slots(guard.seq, end - pos)) fail("the KV cache has no room for {} tokens", end);
     BatchSequence s;
     s.tokens = std::span<const int32_t>(ids.data() + pos, static_cast<size_t>(end - pos));
     s.pos0 = pos;
-    s.block_table = table;
+    set_block_tables(kv, guard.seq, s);
     s.want_logits = false;
     s.all_logits = pos >= first;
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);

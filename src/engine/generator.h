@@ -39,6 +39,7 @@ struct GeneratorOptions {
   // parse_kv_cache_memory for the command-line spelling). Capped at what one sequence can use.
   double kv_cache_memory = 0.25;
   bool enable_prefix_caching = true;
+  bool hybrid_kv_cache = true;  // as EngineOptions::hybrid_kv_cache
 };
 
 class Generator {
@@ -64,7 +65,8 @@ class Generator {
 
  private:
   // Throws Error when a sequence of `n_tokens` (prompt + max_tokens) can never fit the cache.
-  void check_fits(int64_t n_prompt, int64_t n_tokens, const char* what) const;
+  // n_tokens must fit the context and the cache, computed at most max_chunk tokens a step.
+  void check_fits(int64_t n_prompt, int64_t n_tokens, const char* what, int64_t max_chunk) const;
 
   const Model& model_;
   GeneratorOptions opts_;

@@ -15,6 +15,10 @@
 
 namespace kvserve {
 
+int KVCacheView::num_groups() const {
+  return layer_group.empty() ? 1 : *std::max_element(layer_group.begin(), layer_group.end()) + 1;
+}
+
 ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
     : model_(model),
       pool_(pool),
@@ -116,12 +120,18 @@ void ModelRunner::project_normalized(std::span<const MatmulOutput> outputs, cons
 
 int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits) {
   const ModelConfig& c = model_.config;
+  const int n_groups = kv.num_groups();
+  if (!kv.layer_group.empty() && static_cast<int>(kv.layer_group.size()) != c.n_layers)
+    fail("forward: the cache groups {} layers, the model has {}", kv.layer_group.size(), c.n_layers);
   int64_t n_tokens = 0;
   for (const auto& s : batch) {
     if (s.tokens.empty()) fail("forward: a sequence in the batch has no tokens");
     const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
-    if (static_cast<int64_t>(s.block_table.size()) * kv.block_size < end)
-      fail("forward: block table covers {} positions, sequence needs {}", s.block_table.size() * kv.block_size, end);
+    if (static_cast<int64_t>(s.group_tables.size()) != n_groups - 1)
+      fail("forward: a sequence brings {} block tables, the cache has {} groups", s.group_tables.size() + 1, n_groups);
+    for (int g = 0; g < n_groups; ++g)
+      if (static_cast<int64_t>(s.table(g).size()) * kv.block_size < end)
+        fail("forward: block table covers {} positions, sequence needs {}", s.table(g).size() * kv.block_size, end);
     for (int32_t id : s.tokens)
       if (id < 0 || id >= c.n_vocab) fail("forward: token id {} outside vocabulary of {}", id, c.n_vocab);
     n_tokens += static_cast<int64_t>(s.tokens.size());
@@ -149,7 +159,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   rope_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
   const bool has_swa = !c.swa_layers.empty();
   if (has_swa) rope_swa_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
-  kv_offset_.resize(static_cast<size_t>(n_tokens));
+  kv_offset_.resize(static_cast<size_t>(n_groups * n_tokens));
   {
     int64_t t = 0;
     for (const auto& s : batch)
@@ -157,7 +167,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         const int64_t pos = s.pos0 + static_cast<int64_t>(i);
         rope_.angles(pos, rope_cos_sin_.data() + t * n_rot);
         if (has_swa) rope_swa_.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
-        kv_offset_[t] = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
+        for (int g = 0; g < n_groups; ++g)
+          kv_offset_[g * n_tokens + t] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
       }
   }
 
@@ -165,6 +176,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = model_.layers[il];
     const bool swa = c.is_swa_layer(il);
+    const int group = kv.layer_group.empty() ? 0 : kv.layer_group[il];
+    const int64_t* kv_offset = kv_offset_.data() + group * n_tokens;
     const Rope& rope = swa ? rope_swa_ : rope_;
     const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
     const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
@@ -191,7 +204,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
             rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * n_rot);
             rope.rotate(k_.data() + t * KD, static_cast<int>(KVH), cos_sin + t * n_rot);
             for (int64_t h = 0; h < KVH; ++h) {
-              const int64_t off = kv_offset_[t] + h * kv.block_size * D;
+              const int64_t off = kv_offset[t] + h * kv.block_size * D;
               store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);
               store_kv_row(kv_type, v_.data() + t * KD + h * D, D, vl, off);
             }
@@ -210,7 +223,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.n_heads = static_cast<int>(H);
       a.n_kv_heads = static_cast<int>(KVH);
       a.head_dim = static_cast<int>(D);
-      a.block_table = s.block_table.data();
+      a.block_table = s.table(group).data();
       a.block_size = kv.block_size;
       a.pos0 = s.pos0;
       a.k_cache = kl;

@@ -22,15 +22,21 @@ struct KVCacheView {
   std::vector<void*> k_layers;  // elements of layer_types[l]
   std::vector<void*> v_layers;
   std::vector<KVElemType> layer_types;  // empty: every layer f32
+  // Per layer, its KV-cache group (a hybrid cache: BatchSequence::group_tables); empty: every layer reads
+  // BatchSequence::block_table.
+  std::vector<int> layer_group;
   int block_size = 16;
   int64_t block_stride = 0;
   int64_t n_blocks = 0;
+  int num_groups() const;
 };
 
 struct BatchSequence {
   std::span<const int32_t> tokens;       // tokens of this step, at positions pos0, pos0+1, ...
   int64_t pos0 = 0;                      // tokens before them already in the cache
   std::span<const int32_t> block_table;  // covers positions [0, pos0 + tokens.size())
+  std::vector<std::span<const int32_t>> group_tables;  // groups 1.. of a hybrid cache, as block_table
+  std::span<const int32_t> table(int group) const { return group == 0 ? block_table : group_tables[group - 1]; }
   bool want_logits = true;               // logits of the last token of this chunk
   bool all_logits = false;               // logits of every token of this chunk (perplexity), in order
 };
@@ -77,7 +83,7 @@ class ModelRunner {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
   std::vector<float> rope_swa_cos_sin_;  // the same for the sliding-window layers (when the model has them)
-  std::vector<int64_t> kv_offset_;   // per token of the batch: element offset of its K/V slot (head 0), any layer
+  std::vector<int64_t> kv_offset_;   // per group and token of the batch: element offset of its K/V slot (head 0)
   // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
   // before Q/K/V and gate/up, SiLU before the down projection).
   MatmulActs step_acts_;

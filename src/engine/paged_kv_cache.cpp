@@ -4,10 +4,58 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "core/error.h"
 
 namespace kvserve {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCacheDType>& layer_dtypes,
+                                   int64_t max_model_len, bool hybrid) {
+  KVCacheGroups g;
+  const int n = c.n_layers;
+  std::vector<int> full, windowed;
+  for (int l = 0; l < n; ++l) (c.is_swa_layer(l) ? windowed : full).push_back(l);
+  const auto one_group = [&] {
+    KVCacheGroups one;
+    one.windows = {0};
+    for (int l = 0; l < n; ++l) {
+      one.layer_group.push_back(0);
+      one.layer_slot.push_back(l);
+      one.slot_dtypes.push_back(layer_dtypes[static_cast<size_t>(l)]);
+    }
+    return one;
+  };
+  // A window that covers the whole context releases nothing: the groups would only cost their padding.
+  if (!hybrid || windowed.empty() || c.sliding_window <= 0 || c.sliding_window >= max_model_len) return one_group();
+  const int per_block = static_cast<int>(full.empty() ? windowed.size() : full.size());
+  g.layer_group.assign(static_cast<size_t>(n), -1);
+  g.layer_slot.assign(static_cast<size_t>(n), -1);
+  std::vector<std::optional<KVCacheDType>> slot_dtype(static_cast<size_t>(per_block));
+  bool uniform = true;
+  const auto place = [&](const std::vector<int>& layers, int64_t window) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (i % static_cast<size_t>(per_block) == 0) g.windows.push_back(window);
+      const int l = layers[i];
+      const size_t slot = i % static_cast<size_t>(per_block);
+      g.layer_group[static_cast<size_t>(l)] = static_cast<int>(g.windows.size()) - 1;
+      g.layer_slot[static_cast<size_t>(l)] = static_cast<int>(slot);
+      const KVCacheDType t = layer_dtypes[static_cast<size_t>(l)];
+      if (slot_dtype[slot] && *slot_dtype[slot] != t) uniform = false;
+      slot_dtype[slot] = t;
+    }
+  };
+  place(full, 0);
+  place(windowed, c.sliding_window);
+  if (!uniform) return one_group();
+  for (const auto& t : slot_dtype) g.slot_dtypes.push_back(*t);
+  return g;
+}
+
 PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts) : block_size(opts.block_size) {
   const std::string_view who = opts.who;
   if (opts.block_size <= 0) fail("{}: block size must be positive, got {}", who, opts.block_size);
@@ -32,12 +80,24 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   budget_bytes = opts.kv_cache_memory > 1
                      ? static_cast<uint64_t>(opts.kv_cache_memory)
                      : static_cast<uint64_t>(opts.kv_cache_memory * static_cast<double>(total_ram_bytes()));
-  bytes_per_block = layout.bytes_per_block();
-  affordable_blocks = blocks_for_budget(layout, budget_bytes);
+  groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid);
+  const bool hybrid = groups.hybrid();
+  // A block holds `slots` layers; a hybrid cache keeps one more, the null block of released entries.
+  KVLayout block_layout = layout;
+  block_layout.n_layers = groups.slots();
+  block_layout.layer_dtypes = groups.slot_dtypes;
+  bytes_per_block = block_layout.bytes_per_block();
+  affordable_blocks = blocks_for_budget(block_layout, budget_bytes) - (hybrid ? 1 : 0);
   // More blocks than every sequence at full context twice over would only hold cold prefixes (once over
   // when there is no prefix cache), and the storage is committed up front: a fraction of RAM for a
   // tiny model would otherwise take gigabytes.
-  const int64_t blocks_per_seq = (opts.max_model_len + opts.block_size - 1) / opts.block_size;
+  const int64_t bs = opts.block_size;
+  const int64_t chunk =
+      opts.max_chunk_tokens > 0 ? std::min(opts.max_chunk_tokens, opts.max_model_len) : opts.max_model_len;
+  int64_t blocks_per_seq = 0;
+  for (int64_t w : groups.windows)
+    blocks_per_seq += w == 0 ? ceil_div(opts.max_model_len, bs)
+                             : std::min(ceil_div(opts.max_model_len, bs), ceil_div(w + chunk, bs) + 1);
   const int64_t useful = blocks_per_seq * std::max(opts.max_num_seqs, 1) * (opts.enable_prefix_caching ? 2 : 1);
   const int64_t n = std::min<int64_t>({affordable_blocks, useful, std::numeric_limits<int32_t>::max()});
   if (n < 1)
@@ -45,19 +105,21 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
          who, budget_bytes, human_bytes(budget_bytes), opts.block_size, bytes_per_block);
   num_blocks = static_cast<int32_t>(n);
 
-  storage = std::make_unique<KVStorage>(layout, num_blocks, opts.prefault);
+  storage = std::make_unique<KVStorage>(block_layout, num_blocks + (hybrid ? 1 : 0), opts.prefault);
   storage_bytes = storage->bytes();
   for (int l = 0; l < c.n_layers; ++l) {
-    view.k_layers.push_back(storage->k_layer(l));
-    view.v_layers.push_back(storage->v_layer(l));
-    const KVCacheDType t = storage->dtype(l);
+    const int slot = groups.layer_slot[static_cast<size_t>(l)];
+    view.k_layers.push_back(storage->k_layer(slot));
+    view.v_layers.push_back(storage->v_layer(slot));
+    const KVCacheDType t = storage->dtype(slot);
     view.layer_types.push_back(t == KVCacheDType::F16    ? KVElemType::F16
                                : t == KVCacheDType::BF16 ? KVElemType::BF16
                                                          : KVElemType::F32);
   }
+  if (hybrid) view.layer_group = groups.layer_group;
   view.block_size = opts.block_size;
   view.block_stride = storage->block_stride();
-  view.n_blocks = num_blocks;
+  view.n_blocks = storage->num_blocks();
 
   KVCacheManagerConfig kc;
   kc.num_blocks = num_blocks;
@@ -65,16 +127,34 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   kc.enable_prefix_caching = opts.enable_prefix_caching;
   kc.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
   kc.model_id = opts.model_id;
+  kc.group_windows = groups.windows;
+  kc.max_chunk_tokens = chunk;
   manager = std::make_unique<KVCacheManager>(kc);
+  capacity = manager->capacity_tokens();
 }
 
 std::string PagedKVCache::summary() const {
   std::string s = fmt::format("kv cache: {} blocks of {} tokens = {} tokens, {} {}", num_blocks, block_size,
-                              capacity_tokens(), human_bytes(storage_bytes), dtype_names);
+                              int64_t{num_blocks} * block_size, human_bytes(storage_bytes), dtype_names);
+  if (groups.hybrid()) {
+    int n_windowed = 0;
+    for (int64_t w : groups.windows) n_windowed += w > 0 ? 1 : 0;
+    const int n_full = static_cast<int>(groups.windows.size()) - n_windowed;
+    s += fmt::format(" (hybrid: {} full-attention and {} sliding-window group{} of {} layer{}, window {}, {} tokens "
+                     "per sequence)",
+                     n_full, n_windowed, n_windowed == 1 ? "" : "s", groups.slots(), groups.slots() == 1 ? "" : "s",
+                     *std::max_element(groups.windows.begin(), groups.windows.end()), capacity);
+  }
   if (num_blocks < affordable_blocks)
     s += fmt::format(" (budget {} allowed {} blocks; capped at what the context can use)", human_bytes(budget_bytes),
                      affordable_blocks);
   return s;
+}
+
+void set_block_tables(const KVCacheManager& kv, SeqId seq, BatchSequence& b) {
+  b.block_table = kv.block_table(seq).ids();
+  b.group_tables.clear();
+  for (int g = 1; g < kv.num_groups(); ++g) b.group_tables.push_back(kv.block_table(seq, g).ids());
 }
 
 std::string human_bytes(uint64_t bytes) {

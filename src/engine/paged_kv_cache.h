@@ -29,8 +29,30 @@ struct PagedKVCacheOptions {
   double prefix_cache_ttl_seconds = 0;
   std::string model_id;
   bool prefault = false;  // KVStorage's prefault: the whole pool resident from the start
+  // Most tokens a step computes for one sequence (scheduler budget, prefill chunk); 0: max_model_len.
+  int64_t max_chunk_tokens = 0;
+  // Models with sliding-window layers get a hybrid cache (KVCacheManager's groups), whose windowed groups
+  // release what no later token attends to. Off: every layer keeps every position, as before.
+  bool hybrid = true;
   std::string_view who = "kv cache";  // prefix of error messages ("engine", "generate")
 };
+
+// How the model's layers share pool blocks (KVCacheManager's groups). Without sliding-window layers (or
+// with the hybrid cache off, or a window no shorter than the context): one group, every layer in every
+// block. Otherwise group 0 holds the full-attention layers, and the sliding-window ones follow in groups of
+// as many layers (the last one padded), so a block holds `slots` layers of whichever group owns it.
+struct KVCacheGroups {
+  std::vector<int> layer_group;  // per model layer
+  std::vector<int> layer_slot;   // per model layer: its K/V array in the storage
+  std::vector<KVCacheDType> slot_dtypes;  // per storage array
+  std::vector<int64_t> windows;  // per group (0: full attention)
+  int slots() const { return static_cast<int>(slot_dtypes.size()); }
+  bool hybrid() const { return windows.size() > 1 || (windows.size() == 1 && windows[0] > 0); }
+};
+// layer_dtypes: one per layer. Layers sharing a storage array must share a dtype; where per-layer dtypes
+// would put two different ones in one array, the cache stays one group.
+KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCacheDType>& layer_dtypes,
+                                   int64_t max_model_len, bool hybrid);
 
 struct PagedKVCache {
   PagedKVCache(const ModelConfig& config, const PagedKVCacheOptions& opts);
@@ -42,15 +64,21 @@ struct PagedKVCache {
   std::string dtype_names;         // "f16", or "f32,f16,...,f32" when layers differ
   uint64_t bytes_per_block = 0;    // per the layout
   uint64_t storage_bytes = 0;      // memory the storage holds
+  KVCacheGroups groups;
+  int64_t capacity = 0;            // capacity_tokens() of the manager, kept when the engine takes it
   // The engine takes these three over; the figures above stay valid.
   std::unique_ptr<KVStorage> storage;
   KVCacheView view;
   std::unique_ptr<KVCacheManager> manager;
 
-  int64_t capacity_tokens() const { return int64_t{num_blocks} * block_size; }
+  // Most tokens one sequence can hold (with a hybrid cache: computed at most max_chunk_tokens a step).
+  int64_t capacity_tokens() const { return capacity; }
   // "kv cache: 64 blocks of 16 tokens = 1024 tokens, 1.2 MiB f32 (budget 4.0 MiB)": the start-up log line.
   std::string summary() const;
 };
+
+// b.block_table and b.group_tables: the sequence's table in every group of the cache.
+void set_block_tables(const KVCacheManager& kv, SeqId seq, BatchSequence& b);
 
 // "512 B", "20.0 KiB", "1.5 MiB", "2.0 GiB": a byte count for messages.
 std::string human_bytes(uint64_t bytes);

@@ -69,7 +69,11 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     rope_swa_cos_sin_.resize(static_cast<size_t>(n_rot));
     rope_swa_.angles(pos, rope_swa_cos_sin_.data());
   }
-  const int64_t kv_offset = s.block_table[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
+  // The new token's K/V slot in each group's block (one group unless the cache is hybrid).
+  const int n_groups = kv.num_groups();
+  kv_offset_.resize(static_cast<size_t>(n_groups));
+  for (int g = 0; g < n_groups; ++g)
+    kv_offset_[static_cast<size_t>(g)] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
 
   // Attention units: (partition, KV head), split by their cost in positions with each thread's part following the rate
   // it attended at in the steps before (AttentionSplit), so each thread's share is one region of the cache. (SmolLM2
@@ -172,6 +176,8 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       void* vl = kv.v_layers[il];
       const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
       const bool swa = c.is_swa_layer(il);
+      const int group = kv.layer_group.empty() ? 0 : kv.layer_group[static_cast<size_t>(il)];
+      const int64_t kv_offset = kv_offset_[static_cast<size_t>(group)];
       const std::vector<int64_t>& first_unit = swa ? unit_first_swa_ : unit_first_;
       const Share my_units{first_unit[static_cast<size_t>(ti)], first_unit[static_cast<size_t>(ti) + 1]};
       const Rope& rope = swa ? rope_swa_ : rope_;
@@ -223,6 +229,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         store_kv_row(kv_type, v_.data() + h * D, D, vl, off);
       }
       PagedAttentionArgs a = base;
+      a.block_table = s.table(group).data();
       a.q = ts.q.data();
       a.k_cache = kl;
       a.v_cache = vl;

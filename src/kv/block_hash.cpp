@@ -44,6 +44,13 @@ BlockHash hash_block_tokens(const std::optional<BlockHash>& parent, std::span<co
   return BlockHash{h.low64, h.high64};
 }
 
+BlockHash group_block_hash(const BlockHash& h, int group) {
+  if (group <= 0) return h;
+  const uint64_t words[2] = {h.low, h.high};
+  const XXH128_hash_t g = XXH3_128bits_withSeed(words, sizeof words, static_cast<XXH64_hash_t>(group));
+  return BlockHash{g.low64, g.high64};
+}
+
 std::vector<BlockHash> hash_full_blocks(std::span<const int32_t> tokens, int block_size,
                                         const BlockHashExtraKeys& extra) {
   if (block_size <= 0) fail("block hash: block_size {} must be positive", block_size);

@@ -30,6 +30,11 @@ struct BlockHashExtraKeys {
 BlockHash hash_block_tokens(const std::optional<BlockHash>& parent, std::span<const int32_t> block_tokens,
                             const BlockHashExtraKeys& extra);
 
+// The key of a block of KV-cache group `group` (> 0) holding the tokens whose chained hash is `h`: groups of a
+// hybrid cache (sliding-window layers beside full ones) keep different layers' K/V for the same tokens in
+// one pool, so each needs its own keys. Group 0 uses the chained hash itself.
+BlockHash group_block_hash(const BlockHash& h, int group);
+
 // Hashes of the full blocks of `tokens` (a trailing partial block is not hashed), chained from the start.
 std::vector<BlockHash> hash_full_blocks(std::span<const int32_t> tokens, int block_size,
                                         const BlockHashExtraKeys& extra);

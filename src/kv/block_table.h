@@ -1,6 +1,7 @@
 #pragma once
 // One sequence's logical block index -> physical block id. Append-only while the sequence lives: ids
 // handed to a forward step never change under it (copy-on-write gives a forked child its own table).
+// The one exception is release(): a sliding-window group's entries that no later token attends to.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -15,6 +16,9 @@ class BlockTable {
 
   void append(int32_t block_id) { ids_.push_back(block_id); }
   void append(std::span<const int32_t> block_ids) { ids_.insert(ids_.end(), block_ids.begin(), block_ids.end()); }
+
+  // Entry `logical` now names `null_block` (a released sliding-window block).
+  void release(size_t logical, int32_t null_block) { ids_.at(logical) = null_block; }
 
   size_t size() const { return ids_.size(); }
   bool empty() const { return ids_.empty(); }

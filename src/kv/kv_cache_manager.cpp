@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 
@@ -12,12 +13,43 @@ int64_t blocks_for_tokens(int64_t n_tokens, int block_size) { return (n_tokens +
 
 KVCacheManager::KVCacheManager(const KVCacheManagerConfig& config, KVClock clock)
     : block_size_(config.block_size),
+      windows_(config.group_windows.empty() ? std::vector<int64_t>{0} : config.group_windows),
+      max_chunk_tokens_(config.max_chunk_tokens),
       model_id_(config.model_id),
       pool_(config.num_blocks, config.enable_prefix_caching, std::move(clock)) {
   if (config.block_size <= 0) fail("kv cache: block size {} must be positive", config.block_size);
   if (config.prefix_cache_ttl_seconds < 0)
     fail("kv cache: prefix cache TTL {} s must not be negative", config.prefix_cache_ttl_seconds);
+  for (int64_t w : windows_)
+    if (w < 0) fail("kv cache: a group's sliding window {} is negative", w);
+  if (config.max_chunk_tokens < 0) fail("kv cache: max chunk of {} tokens is negative", config.max_chunk_tokens);
   pool_.set_cache_ttl(config.prefix_cache_ttl_seconds);
+}
+
+bool KVCacheManager::has_windowed_groups() const {
+  return std::any_of(windows_.begin(), windows_.end(), [](int64_t w) { return w > 0; });
+}
+
+int64_t KVCacheManager::capacity_tokens_for_chunk(int64_t max_chunk) const {
+  const int64_t n = pool_.num_blocks();
+  int64_t n_full = 0, n_windowed = 0, window_blocks = 0;
+  for (int64_t w : windows_) {
+    if (w == 0) {
+      ++n_full;
+      continue;
+    }
+    ++n_windowed;
+    // Most entries a windowed group holds at once: the window before a chunk's first token, the chunk, and
+    // the partial blocks at both ends.
+    if (max_chunk > 0) window_blocks = std::max(window_blocks, blocks_for_tokens(w + max_chunk, block_size_) + 1);
+  }
+  if (n_windowed == 0) return n * block_size_;
+  if (max_chunk <= 0) return n / (n_full + n_windowed) * block_size_;  // a chunk may hold the whole sequence
+  // The longest sequence B blocks long with n_full * B + n_windowed * min(B, window_blocks) <= n.
+  const int64_t short_b = n / (n_full + n_windowed);
+  if (short_b < window_blocks) return short_b * block_size_;
+  if (n_full == 0) return std::numeric_limits<int64_t>::max() / 2;  // every group windowed: no bound
+  return (n - n_windowed * window_blocks) / n_full * block_size_;
 }
 
 KVCacheManager::Sequence& KVCacheManager::get(SeqId seq) {
@@ -32,8 +64,20 @@ const KVCacheManager::Sequence& KVCacheManager::get(SeqId seq) const {
   return it->second;
 }
 
-const BlockTable& KVCacheManager::block_table(SeqId seq) const { return get(seq).table; }
+const BlockTable& KVCacheManager::block_table(SeqId seq, int group) const {
+  const Sequence& s = get(seq);
+  if (group < 0 || group >= num_groups()) fail("kv cache: group {} out of range [0, {})", group, num_groups());
+  return s.tables[static_cast<size_t>(group)];
+}
+
 int64_t KVCacheManager::num_tokens(SeqId seq) const { return get(seq).num_tokens; }
+
+int64_t KVCacheManager::num_held_blocks(SeqId seq) const {
+  const Sequence& s = get(seq);
+  int64_t n = 0;
+  for (size_t g = 0; g < s.tables.size(); ++g) n += static_cast<int64_t>(s.tables[g].size() - s.released[g]);
+  return n;
+}
 
 std::vector<SeqId> KVCacheManager::sequences() const {
   std::vector<SeqId> out;
@@ -47,74 +91,181 @@ BlockHashExtraKeys KVCacheManager::extra_keys(std::string_view salt) const {
   return BlockHashExtraKeys{std::string(salt), model_id_};
 }
 
-std::vector<int32_t> KVCacheManager::find_cached_prefix(std::span<const int32_t> tokens, std::string_view salt,
-                                                        size_t max_blocks) {
-  std::vector<int32_t> found;
+int64_t KVCacheManager::first_needed_block(int64_t window, int64_t pos) const {
+  if (window <= 0) return 0;
+  return std::max<int64_t>(0, pos - window + 1) / block_size_;
+}
+
+CachedPrefix KVCacheManager::find_cached_prefix(std::span<const int32_t> tokens, std::string_view salt,
+                                                size_t max_blocks) {
+  CachedPrefix found;
+  const size_t n_groups = windows_.size();
+  found.other_groups.resize(n_groups - 1);
   if (!pool_.caching_enabled()) return found;
   const BlockHashExtraKeys extra = extra_keys(salt);
-  const size_t n_blocks = std::min(max_blocks, tokens.size() / static_cast<size_t>(block_size_));
-  std::optional<BlockHash> parent;
-  for (size_t i = 0; i < n_blocks; ++i) {
-    parent = hash_block_tokens(parent, tokens.subspan(i * block_size_, block_size_), extra);
-    const std::optional<int32_t> id = pool_.get_cached_block(*parent);
-    if (!id) break;  // chained hashes: nothing after a miss can match
-    found.push_back(*id);
+  const int64_t n_blocks = static_cast<int64_t>(std::min(max_blocks, tokens.size() / static_cast<size_t>(block_size_)));
+  // Chained hashes, computed as far as a lookup needs them (a full group stops at its first miss).
+  std::vector<BlockHash> chain;
+  const auto hash_at = [&](int64_t i) {
+    while (static_cast<int64_t>(chain.size()) <= i) {
+      const size_t k = chain.size();
+      chain.push_back(hash_block_tokens(chain.empty() ? std::nullopt : std::optional<BlockHash>(chain.back()),
+                                        tokens.subspan(k * static_cast<size_t>(block_size_), block_size_), extra));
+    }
+    return chain[static_cast<size_t>(i)];
+  };
+  // Per group, the cached block of each logical block, looked up once when first needed (-2: not yet).
+  std::vector<std::vector<int32_t>> ids(n_groups, std::vector<int32_t>(static_cast<size_t>(n_blocks), -2));
+  const auto lookup = [&](size_t g, int64_t i) {
+    int32_t& id = ids[g][static_cast<size_t>(i)];
+    if (id == -2)
+      id = pool_.get_cached_block(group_block_hash(hash_at(i), static_cast<int>(g))).value_or(-1);
+    return id >= 0;
+  };
+  // Shrink the hit until every group serves it: a full group needs all its blocks (chained hashes: nothing
+  // after a miss can match), a windowed group those its first computed token attends to.
+  int64_t h = n_blocks;
+  for (bool changed = true; changed && h > 0;) {
+    changed = false;
+    for (size_t g = 0; g < n_groups && h > 0; ++g) {
+      int64_t fit = h;
+      if (windows_[g] == 0) {
+        for (int64_t i = 0; i < h; ++i)
+          if (!lookup(g, i)) {
+            fit = i;
+            break;
+          }
+      } else {
+        // From the end down: a miss at block i means a hit can end no later than i.
+        int64_t i = fit - 1;
+        while (fit > 0) {
+          const int64_t lo = first_needed_block(windows_[g], fit * block_size_);
+          while (i >= lo && lookup(g, i)) --i;
+          if (i < lo) break;
+          fit = i;
+          i = fit - 1;
+        }
+      }
+      if (fit < h) {
+        h = fit;
+        changed = true;
+      }
+    }
   }
+  const auto group_ids = [&](size_t g) {
+    std::vector<int32_t> out(static_cast<size_t>(h), null_block());
+    for (int64_t i = first_needed_block(windows_[g], h * block_size_); i < h; ++i)
+      out[static_cast<size_t>(i)] = ids[g][static_cast<size_t>(i)];
+    return out;
+  };
+  found.block_ids = group_ids(0);
+  for (size_t g = 1; g < n_groups; ++g) found.other_groups[g - 1] = group_ids(g);
+  found.num_tokens = h * block_size_;
   return found;
+}
+
+std::vector<int32_t> KVCacheManager::held_ids(const CachedPrefix& prefix) {
+  std::vector<int32_t> out;
+  const auto add = [&](const std::vector<int32_t>& ids) {
+    for (int32_t id : ids) out.push_back(id);
+  };
+  add(prefix.block_ids);
+  for (const auto& g : prefix.other_groups) add(g);
+  return out;
 }
 
 CachedPrefix KVCacheManager::get_computed_blocks(std::span<const int32_t> prompt, std::string_view cache_salt) {
   ++stats_.queries;
   stats_.query_tokens += prompt.size();
-  CachedPrefix prefix;
-  if (prompt.size() <= 1) return prefix;
+  if (prompt.size() <= 1) {
+    CachedPrefix none;
+    none.other_groups.resize(windows_.size() - 1);
+    return none;
+  }
   // Cap at n_prompt - 1 tokens: the last prompt token must run through the model for its logits.
   const size_t max_blocks = (prompt.size() - 1) / static_cast<size_t>(block_size_);
-  prefix.block_ids = find_cached_prefix(prompt, cache_salt, max_blocks);
-  prefix.num_tokens = static_cast<int64_t>(prefix.block_ids.size()) * block_size_;
-  if (!prefix.block_ids.empty()) {
+  CachedPrefix prefix = find_cached_prefix(prompt, cache_salt, max_blocks);
+  if (prefix.num_tokens > 0) {
     ++stats_.hits;
     stats_.hit_tokens += static_cast<uint64_t>(prefix.num_tokens);
   }
   return prefix;
 }
 
+void KVCacheManager::release_outside_window(Sequence& s) {
+  for (size_t g = 0; g < windows_.size(); ++g) {
+    if (windows_[g] == 0) continue;
+    BlockTable& t = s.tables[g];
+    const size_t first = static_cast<size_t>(first_needed_block(windows_[g], s.num_tokens));
+    for (size_t i = s.released[g]; i < std::min(first, t.size()); ++i) {
+      const int32_t id = t[i];
+      if (id == null_block()) continue;
+      pool_.free_blocks(std::span<const int32_t>(&id, 1));
+      t.release(i, null_block());
+    }
+    s.released[g] = std::max(s.released[g], std::min(first, t.size()));
+  }
+}
+
 bool KVCacheManager::allocate_slots(SeqId seq, int64_t n_new_tokens, const CachedPrefix& prefix,
                                     std::string_view cache_salt) {
   if (n_new_tokens < 0) fail("kv cache: cannot allocate {} tokens", n_new_tokens);
+  const int64_t n_groups = num_groups();
   auto it = seqs_.find(seq);
   if (it != seqs_.end()) {
     if (!prefix.block_ids.empty()) fail("kv cache: sequence {} already exists; a prefix is only for a new one", seq);
     Sequence& s = it->second;
-    const int64_t need = blocks_for_tokens(s.num_tokens + n_new_tokens, block_size_) - static_cast<int64_t>(s.table.size());
-    if (need > pool_.num_free_blocks()) return false;
-    if (need > 0) s.table.append(pool_.get_new_blocks(static_cast<int32_t>(need)));
+    release_outside_window(s);
+    const int64_t need = blocks_for_tokens(s.num_tokens + n_new_tokens, block_size_) -
+                         static_cast<int64_t>(s.tables.front().size());
+    if (need * n_groups > pool_.num_free_blocks()) return false;
+    if (need > 0)
+      for (BlockTable& t : s.tables) t.append(pool_.get_new_blocks(static_cast<int32_t>(need)));
     s.num_tokens += n_new_tokens;
     return true;
   }
 
-  if (prefix.num_tokens != static_cast<int64_t>(prefix.block_ids.size()) * block_size_)
-    fail("kv cache: prefix of {} blocks claims {} tokens", prefix.block_ids.size(), prefix.num_tokens);
+  const size_t n_prefix = prefix.block_ids.size();
+  if (prefix.num_tokens != static_cast<int64_t>(n_prefix) * block_size_)
+    fail("kv cache: prefix of {} blocks claims {} tokens", n_prefix, prefix.num_tokens);
+  if (n_prefix > 0) {
+    if (static_cast<int64_t>(prefix.other_groups.size()) != n_groups - 1)
+      fail("kv cache: prefix has {} groups, the cache {}", prefix.other_groups.size() + 1, n_groups);
+    for (const auto& g : prefix.other_groups)
+      if (g.size() != n_prefix) fail("kv cache: prefix groups differ in length ({} against {})", g.size(), n_prefix);
+  }
   // Hit blocks that sit idle in the free queue leave it when touched, so they count against the free
   // blocks exactly like new ones.
+  const std::vector<int32_t> hit = n_prefix > 0 ? held_ids(prefix) : std::vector<int32_t>{};
+  std::vector<int32_t> touched;
   int64_t idle_hits = 0;
-  for (int32_t id : prefix.block_ids) {
+  for (int32_t id : hit) {
+    if (id == null_block()) continue;
     const KVBlock& b = pool_.block(id);
     if (!b.hash) fail("kv cache: prefix block {} is no longer cached; call allocate_slots right after lookup", id);
     if (b.in_free_queue) ++idle_hits;
+    touched.push_back(id);
   }
   const int64_t need =
-      blocks_for_tokens(prefix.num_tokens + n_new_tokens, block_size_) - static_cast<int64_t>(prefix.block_ids.size());
-  if (need + idle_hits > pool_.num_free_blocks()) return false;
+      blocks_for_tokens(prefix.num_tokens + n_new_tokens, block_size_) - static_cast<int64_t>(n_prefix);
+  if (need * n_groups + idle_hits > pool_.num_free_blocks()) return false;
   // Touch before allocating: otherwise get_new_blocks could evict the very blocks we are reusing.
-  pool_.touch(prefix.block_ids);
+  pool_.touch(touched);
   Sequence s;
-  s.table.append(prefix.block_ids);
-  if (need > 0) s.table.append(pool_.get_new_blocks(static_cast<int32_t>(need)));
+  s.tables.resize(static_cast<size_t>(n_groups));
+  s.released.assign(static_cast<size_t>(n_groups), 0);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    BlockTable& t = s.tables[static_cast<size_t>(g)];
+    if (n_prefix > 0) t.append(g == 0 ? prefix.block_ids : prefix.other_groups[static_cast<size_t>(g - 1)]);
+    s.released[static_cast<size_t>(g)] =
+        static_cast<size_t>(std::min<int64_t>(first_needed_block(windows_[static_cast<size_t>(g)], prefix.num_tokens),
+                                              static_cast<int64_t>(n_prefix)));
+    if (need > 0) t.append(pool_.get_new_blocks(static_cast<int32_t>(need)));
+  }
   s.cache_salt = std::string(cache_salt);
   s.num_tokens = prefix.num_tokens + n_new_tokens;
-  s.num_hashed_blocks = prefix.block_ids.size();
-  if (!prefix.block_ids.empty()) s.last_hash = pool_.block(prefix.block_ids.back()).hash;
+  s.num_hashed_blocks = n_prefix;
+  if (n_prefix > 0) s.last_hash = pool_.block(prefix.block_ids.back()).hash;  // group 0 keys by the chain itself
   seqs_.emplace(seq, std::move(s));
   return true;
 }
@@ -127,7 +278,11 @@ void KVCacheManager::cache_blocks(SeqId seq, std::span<const int32_t> tokens, in
   const BlockHashExtraKeys extra = extra_keys(s.cache_salt);
   for (size_t i = s.num_hashed_blocks; i < n_full; ++i) {
     const BlockHash h = hash_block_tokens(s.last_hash, tokens.subspan(i * block_size_, block_size_), extra);
-    pool_.cache_full_block(s.table[i], h);  // a duplicate of an indexed block just stays unindexed
+    for (size_t g = 0; g < s.tables.size(); ++g) {
+      const int32_t id = s.tables[g][i];
+      // A duplicate of an indexed block just stays unindexed.
+      if (id != null_block()) pool_.cache_full_block(id, group_block_hash(h, static_cast<int>(g)));
+    }
     s.last_hash = h;
     s.num_hashed_blocks = i + 1;
   }
@@ -136,21 +291,30 @@ void KVCacheManager::cache_blocks(SeqId seq, std::span<const int32_t> tokens, in
 ForkResult KVCacheManager::fork(SeqId parent, SeqId child) {
   if (seqs_.count(child)) fail("kv cache: fork target sequence {} already exists", child);
   const Sequence& p = get(parent);
-  const bool partial_tail = !p.table.empty() && p.num_tokens % block_size_ != 0;
-  if (partial_tail && pool_.num_free_blocks() < 1) return {};
+  const size_t n_groups = p.tables.size();
+  const bool partial_tail = !p.tables.front().empty() && p.num_tokens % block_size_ != 0;
+  if (partial_tail && pool_.num_free_blocks() < static_cast<int32_t>(n_groups)) return {};
   Sequence c;
   c.cache_salt = p.cache_salt;
   c.num_tokens = p.num_tokens;
-  const size_t n_shared = p.table.size() - (partial_tail ? 1 : 0);
-  std::vector<int32_t> shared(p.table.ids().begin(), p.table.ids().begin() + static_cast<std::ptrdiff_t>(n_shared));
-  pool_.touch(shared);
-  c.table.append(shared);
+  c.released = p.released;
+  c.tables.resize(n_groups);
   ForkResult result;
   result.ok = true;
-  if (partial_tail) {
-    const int32_t dst = pool_.get_new_blocks(1).front();
-    c.table.append(dst);
-    result.copy = BlockCopy{p.table.back(), dst};
+  const size_t n_shared = p.tables.front().size() - (partial_tail ? 1 : 0);
+  for (size_t g = 0; g < n_groups; ++g) {
+    const BlockTable& pt = p.tables[g];
+    std::vector<int32_t> shared(pt.ids().begin(), pt.ids().begin() + static_cast<std::ptrdiff_t>(n_shared));
+    std::vector<int32_t> held;
+    for (int32_t id : shared)
+      if (id != null_block()) held.push_back(id);
+    pool_.touch(held);
+    c.tables[g].append(shared);
+    if (partial_tail) {
+      const int32_t dst = pool_.get_new_blocks(1).front();
+      c.tables[g].append(dst);
+      result.copies.push_back(BlockCopy{pt.back(), dst});
+    }
   }
   c.num_hashed_blocks = std::min(p.num_hashed_blocks, n_shared);
   c.last_hash = p.last_hash;
@@ -161,22 +325,30 @@ ForkResult KVCacheManager::fork(SeqId parent, SeqId child) {
 void KVCacheManager::free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) fail("kv cache: unknown sequence {}", seq);
-  std::vector<int32_t> reversed(it->second.table.ids().rbegin(), it->second.table.ids().rend());
+  // Tail first, every group's block of a position together.
+  std::vector<int32_t> reversed;
+  const std::vector<BlockTable>& tables = it->second.tables;
+  for (size_t i = tables.front().size(); i-- > 0;)
+    for (const BlockTable& t : tables)
+      if (t[i] != null_block()) reversed.push_back(t[i]);
   seqs_.erase(it);
   pool_.free_blocks(reversed);
 }
 
 int64_t KVCacheManager::pin_prefix(std::span<const int32_t> tokens, std::string_view cache_salt) {
-  const std::vector<int32_t> blocks = find_cached_prefix(tokens, cache_salt, tokens.size());
-  for (int32_t id : blocks) pool_.pin(id);
-  return static_cast<int64_t>(blocks.size()) * block_size_;
+  const CachedPrefix prefix = find_cached_prefix(tokens, cache_salt, tokens.size());
+  for (int32_t id : held_ids(prefix))
+    if (id != null_block()) pool_.pin(id);
+  return prefix.num_tokens;
 }
 
 int64_t KVCacheManager::unpin_prefix(std::span<const int32_t> tokens, std::string_view cache_salt) {
-  const std::vector<int32_t> blocks = find_cached_prefix(tokens, cache_salt, tokens.size());
+  const CachedPrefix prefix = find_cached_prefix(tokens, cache_salt, tokens.size());
   // Unpin tail first so the prefix's last blocks are evicted before its first ones.
-  for (auto id = blocks.rbegin(); id != blocks.rend(); ++id) pool_.unpin(*id);
-  return static_cast<int64_t>(blocks.size()) * block_size_;
+  const std::vector<int32_t> ids = held_ids(prefix);
+  for (auto id = ids.rbegin(); id != ids.rend(); ++id)
+    if (*id != null_block()) pool_.unpin(*id);
+  return prefix.num_tokens;
 }
 
 PrefixCacheStats KVCacheManager::stats() const {

@@ -11,6 +11,16 @@
 //   mgr.free(seq);                                           // also what preemption does
 // Blocks are indexed only after the step that computed them (cache_blocks), so another sequence can
 // never hit a block whose K/V has not been written yet.
+//
+// Groups (a hybrid cache, for models with sliding-window layers beside full-attention ones): every pool
+// block holds the K/V of a fixed number of layers, and the layers are split into groups of that many
+// (Gemma 3 1B: its 4 global layers, then its 22 local ones as 6 groups of 4). A sequence holds one block
+// table per group, all of the same length. A group with a window releases the blocks no later token can
+// attend to (wholly before `window - 1` positions ahead of the next token): their table entries become
+// null_block(), a block the pool never hands out, which the storage keeps zeroed. So a long sequence holds
+// every block of its full-attention layers and only the last window's worth of its sliding-window ones,
+// and the released blocks stay in the prefix cache until evicted. A prefix hit needs every full group's
+// blocks of the prefix and each windowed group's blocks within the window before its end.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -33,12 +43,20 @@ struct KVCacheManagerConfig {
   bool enable_prefix_caching = true;
   double prefix_cache_ttl_seconds = 0;  // 0: cached blocks never expire
   std::string model_id;                 // part of every block hash
+  // One entry per KV-cache group: 0 = full attention, else the sliding window in positions (a token at p
+  // attends to [p - window + 1, p]). Empty: one full-attention group (every layer in every block).
+  std::vector<int64_t> group_windows;
+  // Most tokens one step computes for one sequence (the scheduler's token budget, the prefill chunk):
+  // with windowed groups, what capacity_tokens() assumes a sequence holds at once. 0: no limit.
+  int64_t max_chunk_tokens = 0;
 };
 
-// A cached prefix found for a prompt: its blocks in order, and the tokens they hold.
+// A cached prefix found for a prompt: its blocks in order (group 0's; a windowed group's blocks before
+// its window are the null block), and the tokens they hold.
 struct CachedPrefix {
   std::vector<int32_t> block_ids;
   int64_t num_tokens = 0;
+  std::vector<std::vector<int32_t>> other_groups;  // groups 1.. (as block_ids), when there are several
 };
 
 // The K/V of block `src` must be copied into block `dst` (all layers) before the next step.
@@ -50,7 +68,7 @@ struct BlockCopy {
 
 struct ForkResult {
   bool ok = false;                // false: not enough free blocks now, nothing changed
-  std::optional<BlockCopy> copy;  // the copy-on-write of the parent's partial last block, if any
+  std::vector<BlockCopy> copies;  // the copy-on-write of the parent's partial last block (one per group), if any
   explicit operator bool() const { return ok; }
 };
 
@@ -68,8 +86,17 @@ class KVCacheManager {
   explicit KVCacheManager(const KVCacheManagerConfig& config, KVClock clock = steady_kv_clock());
 
   int block_size() const { return block_size_; }
+  int num_groups() const { return static_cast<int>(windows_.size()); }
+  int64_t group_window(int group) const { return windows_.at(static_cast<size_t>(group)); }
+  bool has_windowed_groups() const;
+  // The id windowed groups' released table entries hold: one past the pool's blocks (the storage keeps it,
+  // zeroed, for the attention reads of a window's first partition).
+  int32_t null_block() const { return pool_.num_blocks(); }
   // Most tokens one sequence could ever hold: a request needing more can never run (reject it early).
-  int64_t capacity_tokens() const { return int64_t{pool_.num_blocks()} * block_size_; }
+  // With windowed groups this assumes steps of at most max_chunk_tokens (see capacity_tokens_for_chunk).
+  int64_t capacity_tokens() const { return capacity_tokens_for_chunk(max_chunk_tokens_); }
+  // The same for a sequence computed `max_chunk` tokens a step at most (0: all at once).
+  int64_t capacity_tokens_for_chunk(int64_t max_chunk) const;
   double usage() const { return pool_.usage(); }
   int32_t num_free_blocks() const { return pool_.num_free_blocks(); }
 
@@ -80,7 +107,9 @@ class KVCacheManager {
 
   // Ensures `seq` has slots for `n_new_tokens` more tokens. The first call for a sequence creates it,
   // starting from `prefix` (from get_computed_blocks, with the same salt); later calls pass no prefix.
-  // Returns false when the pool is short right now; then nothing changed. Never throws for exhaustion.
+  // Returns false when the pool is short right now; then nothing else changed. Never throws for
+  // exhaustion. A later call takes the sequence's tokens so far as computed: its windowed groups first
+  // release the blocks the new tokens cannot attend to (even when it then returns false).
   bool allocate_slots(SeqId seq, int64_t n_new_tokens, const CachedPrefix& prefix = {},
                       std::string_view cache_salt = {});
 
@@ -97,7 +126,9 @@ class KVCacheManager {
   void free(SeqId seq);
 
   bool has_sequence(SeqId seq) const { return seqs_.count(seq) != 0; }
-  const BlockTable& block_table(SeqId seq) const;
+  const BlockTable& block_table(SeqId seq, int group = 0) const;
+  // Blocks the sequence holds now, over all groups (released ones not counted).
+  int64_t num_held_blocks(SeqId seq) const;
   int64_t num_tokens(SeqId seq) const;  // tokens the sequence has slots for
   std::vector<SeqId> sequences() const;
 
@@ -112,7 +143,8 @@ class KVCacheManager {
 
  private:
   struct Sequence {
-    BlockTable table;
+    std::vector<BlockTable> tables;  // one per group, of equal length
+    std::vector<size_t> released;    // per group: entries [0, released) are null_block()
     std::string cache_salt;
     int64_t num_tokens = 0;        // tokens with allocated slots
     size_t num_hashed_blocks = 0;  // leading blocks whose chained hash is known
@@ -122,10 +154,18 @@ class KVCacheManager {
   Sequence& get(SeqId seq);
   const Sequence& get(SeqId seq) const;
   BlockHashExtraKeys extra_keys(std::string_view salt) const;
-  // Cached blocks matching the first full blocks of tokens, at most max_blocks of them.
-  std::vector<int32_t> find_cached_prefix(std::span<const int32_t> tokens, std::string_view salt, size_t max_blocks);
+  // The longest cached prefix of tokens' first full blocks, at most max_blocks of them, that every group
+  // can serve (see the groups note above).
+  CachedPrefix find_cached_prefix(std::span<const int32_t> tokens, std::string_view salt, size_t max_blocks);
+  // Ids of a prefix in every group, null ones left out.
+  static std::vector<int32_t> held_ids(const CachedPrefix& prefix);
+  // First logical block a token at `pos` can attend to in a group with this window (0 for full groups).
+  int64_t first_needed_block(int64_t window, int64_t pos) const;
+  void release_outside_window(Sequence& s);
 
   int block_size_;
+  std::vector<int64_t> windows_;
+  int64_t max_chunk_tokens_ = 0;
   std::string model_id_;
   BlockPool pool_;
   std::unordered_map<SeqId, Sequence> seqs_;
