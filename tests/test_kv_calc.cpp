@@ -192,3 +192,57 @@ TEST(KVCalc, ReadsGgufHyperParameters) {
   EXPECT_EQ(j["bytes_per_token"].get<uint64_t>(), 1024u);
   EXPECT_EQ(j["bytes_per_request"].get<uint64_t>(), 524288u);
 }
+
+// Gemma-3-1B at 32k: 22 of 26 layers keep only their 512-token window, so a cache that drops the rest
+// holds 4 * 32768 + 22 * 512 tokens of 1 KiB each (f16, one KV head of 256): 139 MiB against 832 MiB.
+TEST(KVCalc, SlidingWindowLayersKeepOnlyTheirWindow) {
+  KVModelShape s = mha(26, 4, 1, 256);
+  s.sliding_window = 512;
+  s.n_swa_layers = 22;
+  KVCalcRequest r;
+  r.shape = s;
+  r.seq_len = 32768;
+  r.batch = 3;
+  r.memory_bytes = 4ull << 30;
+  const KVCalcFigures f = compute_kv_figures(r);
+  EXPECT_EQ(f.bytes_per_request, 26ull * 32768 * 1024);
+  ASSERT_TRUE(f.windowed_bytes_per_request);
+  EXPECT_EQ(*f.windowed_bytes_per_request, (4ull * 32768 + 22ull * 512) * 1024);
+  EXPECT_EQ(*f.windowed_bytes_total, 3 * *f.windowed_bytes_per_request);
+  EXPECT_EQ(*f.requests_fit, 4u);
+  EXPECT_EQ(*f.windowed_requests_fit, (4ull << 30) / ((4ull * 32768 + 22ull * 512) * 1024));
+  // Shorter than the window: nothing to drop.
+  r.seq_len = 300;
+  EXPECT_EQ(*compute_kv_figures(r).windowed_bytes_per_request, compute_kv_figures(r).bytes_per_request);
+  // No windowed layers: no windowed figures.
+  EXPECT_FALSE(figures(mha(26, 4, 1, 256), 32768).windowed_bytes_per_request);
+  s.n_swa_layers = 27;
+  EXPECT_THROW(validate_kv_shape(s), Error);
+}
+
+// The GGUF's window and llama.cpp's default pattern (Gemma 3: every 6th layer global), and the flags.
+TEST(KVCalc, CliReadsSlidingWindowsFromGgufAndFlags) {
+  test::CommandResult r =
+      run_cli("kv-calc -m " + std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma3.gguf --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layers"], 6);
+  EXPECT_EQ(j["sliding_window"], 8);
+  EXPECT_EQ(j["sliding_window_layers"], 5);
+  const uint64_t per_layer = j["bytes_per_token_per_layer"].get<uint64_t>();
+  const uint64_t seq = j["seq_len"].get<uint64_t>();
+  EXPECT_EQ(j["windowed_bytes_per_request"].get<uint64_t>(), per_layer * (1 * seq + 5 * 8));
+
+  r = run_cli("kv-calc --layers 26 --kv-heads 1 --head-dim 256 --sliding-window 512 --swa-layers 22 "
+              "--seq-len 32768 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["windowed_bytes_per_request"].get<uint64_t>(), 145'752'064ull);
+  // --sliding-window alone: every layer is windowed (Mistral-style).
+  r = run_cli("kv-calc --layers 32 --kv-heads 8 --head-dim 128 --sliding-window 4096 --seq-len 32768 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["windowed_bytes_per_request"].get<uint64_t>(), 32ull * 4096 * 4096);
+  EXPECT_NE(run_cli("kv-calc --layers 2 --kv-heads 2 --head-dim 64 --seq-len 10 --sliding-window 4 --swa-layers 3")
+                .exit_code,
+            0);
+}

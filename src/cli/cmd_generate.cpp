@@ -55,6 +55,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.context > 0) go.max_context = a.context;
   go.kv_cache_memory = kv_cache_memory;
   go.block_size = a.kv_cache.block_size;
+  go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
   go.kv_cache_dtype = kv_cache_dtype;
   go.enable_prefix_caching = false;  // one request: nothing to share, and half the blocks suffice
   Generator gen(*model, go);

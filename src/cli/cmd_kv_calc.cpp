@@ -20,7 +20,8 @@ namespace {
 struct KVCalcArgs {
   std::string model;
   std::string config;
-  std::optional<int> layers, heads, kv_heads, head_dim, kv_lora_rank, rope_dim;
+  std::optional<int> layers, heads, kv_heads, head_dim, kv_lora_rank, rope_dim, swa_layers;
+  std::optional<int64_t> sliding_window;
   std::optional<int64_t> seq_len;
   int64_t batch = 1;
   std::string kv_dtype = "f16";
@@ -59,6 +60,9 @@ KVModelShape read_shape(const KVCalcArgs& a) {
     s.kind = s.kv_lora_rank > 0 ? AttentionKind::MLA : AttentionKind::MHA;
   }
   if (a.rope_dim) s.rope_dim = *a.rope_dim;
+  if (a.sliding_window) s.sliding_window = *a.sliding_window;
+  if (a.swa_layers) s.n_swa_layers = *a.swa_layers;
+  if (a.sliding_window && !a.swa_layers && s.n_swa_layers == 0) s.n_swa_layers = s.n_layers;  // every layer
   if (s.kind == AttentionKind::MHA && s.n_kv_heads == 0 && s.n_heads > 0) s.n_kv_heads = s.n_heads;
   validate_kv_shape(s);
   return s;
@@ -97,6 +101,9 @@ void add_kv_calc_command(CLI::App& app) {
   c->add_option("--head-dim", a->head_dim, "Dimension per head");
   c->add_option("--kv-lora-rank", a->kv_lora_rank, "MLA latent rank (DeepSeek-V2: 512); > 0 selects MLA");
   c->add_option("--rope-dim", a->rope_dim, "MLA decoupled rope key dim (DeepSeek-V2: 64)");
+  c->add_option("--sliding-window", a->sliding_window,
+                "Sliding window in tokens of the windowed layers (Gemma 2/3 GGUF files say theirs)");
+  c->add_option("--swa-layers", a->swa_layers, "How many layers use the sliding window (default with --sliding-window: all)");
   c->add_option("--seq-len", a->seq_len, "Tokens per request (default: the model's context length)");
   c->add_option("--batch", a->batch, "Concurrent requests")->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "KV dtype: f32, f16, bf16, fp8, int8 (1 B), int4 (0.5 B); scales excluded")

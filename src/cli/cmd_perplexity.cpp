@@ -54,6 +54,7 @@ void run_perplexity(const PerplexityArgs& a) {
   go.prefill_chunk = a.context;
   go.kv_cache_memory = kv_cache_memory;
   go.block_size = a.kv_cache.block_size;
+  go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
   go.kv_cache_dtype = kv_cache_dtype;
   go.enable_prefix_caching = false;  // each chunk starts from an empty cache
   Generator gen(*model, go);

@@ -32,6 +32,9 @@ void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
                "(0.5, 50%; default 0.25)");
   c.add_option("--kv-cache-dtype", a.kv_cache_dtype, "KV cache element type: f32, f16 or bf16")->capture_default_str();
   c.add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 1024));
+  c.add_flag("--no-hybrid-kv-cache", a.no_hybrid,
+             "Keep every position's K/V in sliding-window layers too (default: a model with them, such as Gemma 2 "
+             "and 3, gets a hybrid cache whose local layers hold only their window)");
 }
 
 }  // namespace kvserve::cli

@@ -12,6 +12,7 @@ struct KVCacheArgs {
   std::string kv_cache_memory;  // empty: the default budget
   int block_size = 16;
   std::string kv_cache_dtype;  // set to the command's default before add_kv_cache_options
+  bool no_hybrid = false;      // --no-hybrid-kv-cache: sliding-window layers keep every position
 
   // The budget in the form EngineOptions / GeneratorOptions take (bytes > 1, or a fraction of RAM);
   // throws Error naming the flag when the text is not a budget.

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "core/error.h"
 #include "model/gguf.h"
+#include "model/loaders.h"
 
 namespace kvserve {
 
@@ -65,6 +67,9 @@ void validate_kv_shape(const KVModelShape& s) {
   if (s.head_dim <= 0) fail("kv-calc: head dim missing or not positive (--head-dim)");
   if (s.n_heads > 0 && s.n_heads % s.n_kv_heads != 0)
     fail("kv-calc: {} attention heads is not a multiple of {} KV heads", s.n_heads, s.n_kv_heads);
+  if (s.sliding_window < 0) fail("kv-calc: sliding window {} must not be negative (--sliding-window)", s.sliding_window);
+  if (s.n_swa_layers < 0 || s.n_swa_layers > s.n_layers)
+    fail("kv-calc: {} sliding-window layers is not in [0, {}] (--swa-layers)", s.n_swa_layers, s.n_layers);
 }
 
 KVModelShape kv_shape_from_hf_config(const nlohmann::json& config) {
@@ -121,6 +126,11 @@ KVModelShape kv_shape_from_gguf(const GGUFFile& f) {
     if (s.n_heads <= 0) fail("{}: attention.head_count must be positive", f.name());
     s.head_dim = static_cast<int>(f.get_u32(a + ".embedding_length")) / s.n_heads;
   }
+  const SlidingWindowLayers swa = gguf_sliding_window_layers(f, a, s.n_layers);
+  if (swa.window > 0) {
+    s.sliding_window = swa.window;
+    s.n_swa_layers = static_cast<int>(std::count(swa.layers.begin(), swa.layers.end(), true));
+  }
   validate_kv_shape(s);
   return s;
 }
@@ -144,6 +154,18 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
     f.tokens_fit = *r.memory_bytes / f.bytes_per_token;
     f.blocks_fit = *r.memory_bytes / f.bytes_per_block;
     f.requests_fit = *f.tokens_fit / static_cast<uint64_t>(r.seq_len);
+  }
+  const KVModelShape& s = r.shape;
+  if (s.sliding_window > 0 && s.n_swa_layers > 0) {
+    // Every layer's bytes per token are the same (one dtype): full layers keep seq_len tokens, windowed
+    // ones at most the window.
+    const uint64_t per_layer = f.bytes_per_token_per_layer;
+    const uint64_t windowed_tokens = static_cast<uint64_t>(std::min(r.seq_len, s.sliding_window));
+    f.windowed_bytes_per_request =
+        mul(per_layer, mul(static_cast<uint64_t>(s.n_layers - s.n_swa_layers), static_cast<uint64_t>(r.seq_len))) +
+        mul(per_layer, mul(static_cast<uint64_t>(s.n_swa_layers), windowed_tokens));
+    f.windowed_bytes_total = mul(*f.windowed_bytes_per_request, static_cast<uint64_t>(r.batch));
+    if (r.memory_bytes) f.windowed_requests_fit = *r.memory_bytes / *f.windowed_bytes_per_request;
   }
   return f;
 }
@@ -174,6 +196,13 @@ nlohmann::json kv_figures_json(const KVCalcRequest& r, const KVCalcFigures& f) {
   j["bytes_total"] = f.bytes_total;
   j["bytes_per_block"] = f.bytes_per_block;
   if (f.mha_bytes_per_token_per_layer) j["mha_bytes_per_token_per_layer"] = *f.mha_bytes_per_token_per_layer;
+  if (f.windowed_bytes_per_request) {
+    j["sliding_window"] = s.sliding_window;
+    j["sliding_window_layers"] = s.n_swa_layers;
+    j["windowed_bytes_per_request"] = *f.windowed_bytes_per_request;
+    j["windowed_bytes_total"] = *f.windowed_bytes_total;
+    if (f.windowed_requests_fit) j["windowed_requests_fit"] = *f.windowed_requests_fit;
+  }
   if (r.memory_bytes) {
     j["memory_bytes"] = *r.memory_bytes;
     j["tokens_fit"] = *f.tokens_fit;
@@ -224,6 +253,16 @@ std::string kv_figures_text(const KVCalcRequest& r, const KVCalcFigures& f) {
     line("  tokens that fit", with_commas(*f.tokens_fit));
     line(fmt::format("  blocks of {} tokens", r.block_size), with_commas(*f.blocks_fit));
     line(fmt::format("  requests of {} tokens", r.seq_len), with_commas(*f.requests_fit));
+  }
+  if (f.windowed_bytes_per_request) {
+    line("sliding window", fmt::format("{} of {} layers attend to the last {} tokens", s.n_swa_layers, s.n_layers,
+                                       with_commas(static_cast<uint64_t>(s.sliding_window))));
+    line("  hybrid cache per request", fmt::format("{}, {:.1f}x less", format_bytes(*f.windowed_bytes_per_request),
+                                                   static_cast<double>(f.bytes_per_request) /
+                                                       static_cast<double>(*f.windowed_bytes_per_request)));
+    line(fmt::format("  hybrid batch of {}", r.batch), format_bytes(*f.windowed_bytes_total));
+    if (f.windowed_requests_fit)
+      line(fmt::format("  hybrid requests that fit"), with_commas(*f.windowed_requests_fit));
   }
   return out;
 }

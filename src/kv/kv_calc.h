@@ -27,6 +27,10 @@ struct KVModelShape {
   int kv_lora_rank = 0;  // MLA
   int rope_dim = 0;      // MLA: decoupled rope key dim
   int64_t context_length = 0;  // trained context (0 = unknown), the default sequence length
+  // Sliding-window layers (Gemma 2 and 3's local ones): n_swa_layers of the layers attend to the last
+  // sliding_window positions only, so a hybrid cache keeps at most that many of their tokens.
+  int64_t sliding_window = 0;
+  int n_swa_layers = 0;
 };
 
 // "MHA", "GQA", "MQA" or "MLA".
@@ -38,7 +42,8 @@ void validate_kv_shape(const KVModelShape& shape);  // throws Error naming the m
 // (DeepSeek-V2/V3). A nested "text_config" is used when the top level has no layers.
 KVModelShape kv_shape_from_hf_config(const nlohmann::json& config);
 // GGUF metadata: {arch}.block_count, .attention.head_count(_kv), .attention.key_length or
-// embedding_length / heads, and .attention.kv_lora_rank + .rope.dimension_count for MLA.
+// embedding_length / heads, and .attention.kv_lora_rank + .rope.dimension_count for MLA; Gemma 2 and
+// 3's sliding-window layers as the loader reads them.
 KVModelShape kv_shape_from_gguf(const GGUFFile& file);
 
 struct KVCalcRequest {
@@ -62,6 +67,11 @@ struct KVCalcFigures {
   std::optional<uint64_t> tokens_fit;    // whole tokens
   std::optional<uint64_t> blocks_fit;    // whole blocks (what a paged pool really gets)
   std::optional<uint64_t> requests_fit;  // whole requests of seq_len tokens
+  // With sliding-window layers: what a cache keeping only their window holds per request (full layers
+  // seq_len tokens, windowed ones min(seq_len, window)), for the batch, and requests a budget fits.
+  std::optional<uint64_t> windowed_bytes_per_request;
+  std::optional<uint64_t> windowed_bytes_total;
+  std::optional<uint64_t> windowed_requests_fit;
 };
 
 KVCalcFigures compute_kv_figures(const KVCalcRequest& request);

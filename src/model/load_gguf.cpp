@@ -113,6 +113,32 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
     fail("{}: invalid llama3 rope scaling parameters", f.name());
 }
 
+}  // namespace
+
+SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::string& a, int n_layers) {
+  SlidingWindowLayers swa;
+  const bool gemma2 = a == "gemma2";
+  if (!gemma2 && a != "gemma3") return swa;
+  const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(gemma2 ? 4096 : 0);
+  if (window == 0) return swa;
+  swa.window = positive_int(f, a + ".attention.sliding_window", window);
+  const std::string pattern_key = a + ".attention.sliding_window_pattern";
+  const GGUFValue* pattern = f.find(pattern_key);
+  swa.layers.assign(static_cast<size_t>(n_layers), false);
+  if (pattern != nullptr && pattern->is_array()) {
+    const std::vector<int32_t> flags = f.get_i32_array(pattern_key);
+    if (flags.size() != static_cast<size_t>(n_layers))
+      fail("{}: '{}' has {} entries for {} layers", f.name(), pattern_key, flags.size(), n_layers);
+    for (size_t l = 0; l < flags.size(); ++l) swa.layers[l] = flags[l] != 0;
+  } else {
+    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 ? 2 : 6;
+    for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
+  }
+  return swa;
+}
+
+namespace {
+
 // Gemma, Gemma 2 and Gemma 3, as llama.cpp's llama_model_gemma* read them: embeddings times sqrt(n_embd) and
 // GeGLU; Gemma 2 and 3 add post-norms, a final logit soft-cap (Gemma 2: 30 unless the file says, Gemma 3:
 // none unless it says) and local layers of `sliding_window` positions by `sliding_window_pattern` (a bool
@@ -137,24 +163,13 @@ void read_gemma(const GGUFFile& f, ModelConfig& c) {
   };
   c.final_logit_softcap = softcap("final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
   if (gemma2) c.attn_softcap = softcap("attn_logit_softcapping", 50.0f);
-  const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(gemma2 ? 4096 : 0);
-  if (window == 0) return;
-  c.sliding_window = positive_int(f, a + ".attention.sliding_window", window);
+  SlidingWindowLayers swa = gguf_sliding_window_layers(f, a, c.n_layers);
+  if (swa.window == 0) return;
+  c.sliding_window = swa.window;
+  c.swa_layers = std::move(swa.layers);
   c.rope_base_swa = f.find_f32(a + ".rope.freq_base_swa").value_or(gemma2 ? c.rope_base : 10000.0f);
   if (gemma2) c.rope_scaling_swa = c.rope_scaling;
   if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
-  const std::string pattern_key = a + ".attention.sliding_window_pattern";
-  const GGUFValue* pattern = f.find(pattern_key);
-  c.swa_layers.assign(static_cast<size_t>(c.n_layers), false);
-  if (pattern != nullptr && pattern->is_array()) {
-    const std::vector<int32_t> flags = f.get_i32_array(pattern_key);
-    if (flags.size() != static_cast<size_t>(c.n_layers))
-      fail("{}: '{}' has {} entries for {} layers", f.name(), pattern_key, flags.size(), c.n_layers);
-    for (size_t l = 0; l < flags.size(); ++l) c.swa_layers[l] = flags[l] != 0;
-  } else {
-    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 ? 2 : 6;
-    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
-  }
 }
 
 ModelConfig read_config(const GGUFFile& f) {

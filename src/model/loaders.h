@@ -3,6 +3,7 @@
 // them directly when the format is known. All throw Error naming the file and the problem.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "model/vocab.h"
@@ -15,6 +16,15 @@ class GGUFFile;
 std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOptions& opts = {});
 // Same, from an already parsed file (e.g. one parsed from memory). The Model keeps `file` alive.
 std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, const LoadOptions& opts = {});
+
+// Gemma 2 and 3's sliding-window layers as llama.cpp reads a GGUF file: the window (0: none, and for
+// every other architecture) and a flag per layer (`sliding_window_pattern`: a bool per layer, or n for
+// "every n-th layer is global"; Gemma 2: window 4096 and n = 2 unless the file says, Gemma 3: n = 6).
+struct SlidingWindowLayers {
+  int window = 0;
+  std::vector<bool> layers;
+};
+SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& file, const std::string& arch, int n_layers);
 
 // True when `path` is a regular file that starts with the GGUF magic.
 bool is_gguf_file(const std::string& path);
