@@ -246,3 +246,38 @@ TEST(KVCalc, CliReadsSlidingWindowsFromGgufAndFlags) {
                 .exit_code,
             0);
 }
+
+// Hugging Face configs name their local layers as transformers reads them.
+TEST(KVCalc, ReadsSlidingWindowsFromHuggingFaceConfigs) {
+  // Gemma-3-1B's config.json (the keys that matter): every 6th layer global.
+  const nlohmann::json gemma3 = nlohmann::json::parse(R"({"architectures": ["Gemma3ForCausalLM"],
+      "model_type": "gemma3_text", "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1,
+      "head_dim": 256, "hidden_size": 1152, "max_position_embeddings": 32768, "sliding_window": 512,
+      "sliding_window_pattern": 6})");
+  KVModelShape s = kv_shape_from_hf_config(gemma3);
+  EXPECT_EQ(s.sliding_window, 512);
+  EXPECT_EQ(s.n_swa_layers, 22);
+  // Gemma 3 4B's multimodal config: the text part, with explicit layer types.
+  nlohmann::json text = gemma3;
+  text["num_hidden_layers"] = 4;
+  text["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "sliding_attention"};
+  const nlohmann::json mm{{"model_type", "gemma3"}, {"text_config", text}};
+  s = kv_shape_from_hf_config(mm);
+  EXPECT_EQ(s.n_swa_layers, 3);
+  // Gemma 2: every even layer, window 4096 by default; null: none.
+  nlohmann::json gemma2 = gemma3;
+  gemma2["model_type"] = "gemma2";
+  gemma2.erase("sliding_window");
+  s = kv_shape_from_hf_config(gemma2);
+  EXPECT_EQ(s.sliding_window, 4096);
+  EXPECT_EQ(s.n_swa_layers, 13);
+  gemma2["sliding_window"] = nullptr;
+  EXPECT_EQ(kv_shape_from_hf_config(gemma2).n_swa_layers, 0);
+  // Other models keep every position (llama.cpp and kvserve run Mistral's window as full attention).
+  nlohmann::json mistral = gemma3;
+  mistral["model_type"] = "mistral";
+  EXPECT_EQ(kv_shape_from_hf_config(mistral).sliding_window, 0);
+  // A bad layer type is named.
+  text["layer_types"][1] = "global";
+  EXPECT_THROW(kv_shape_from_hf_config(nlohmann::json{{"model_type", "gemma3"}, {"text_config", text}}), Error);
+}

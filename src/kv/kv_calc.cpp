@@ -99,6 +99,12 @@ KVModelShape kv_shape_from_hf_config(const nlohmann::json& config) {
     if (s.n_heads <= 0) fail("config.json: 'num_attention_heads' must be positive");
     s.head_dim = json_int(*c, "hidden_size") / s.n_heads;
   }
+  const std::string model_type = c->value("model_type", config.value("model_type", std::string()));
+  const SlidingWindowLayers swa = hf_sliding_window_layers(*c, model_type, s.n_layers, "config.json");
+  if (swa.window > 0) {
+    s.sliding_window = swa.window;
+    s.n_swa_layers = static_cast<int>(std::count(swa.layers.begin(), swa.layers.end(), true));
+  }
   validate_kv_shape(s);
   return s;
 }

@@ -123,6 +123,31 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
 // else Gemma 2 every even layer and Gemma 3 all but every sliding_window_pattern-th), the local layers'
 // RoPE base rope_local_base_freq (Gemma 3) or rope_theta (Gemma 2). The output is the embedding (Gemma 3:
 // unless tie_word_embeddings is false, as transformers and llama.cpp allow).
+// Gemma 2 and 3's local layers: `layer_types`, else Gemma 2 every even layer and Gemma 3 all but every
+// sliding_window_pattern-th; window 4096 unless the config says (null: no local layers).
+SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader& r, const std::string& path,
+                                               bool gemma2, int n_layers) {
+  SlidingWindowLayers swa;
+  if (j.contains("sliding_window") && j["sliding_window"].is_null()) return swa;
+  swa.window = r.positive_int_or("sliding_window", 4096);
+  swa.layers.assign(static_cast<size_t>(n_layers), false);
+  if (r.has("layer_types")) {
+    const json& types = j["layer_types"];
+    if (!types.is_array() || types.size() != static_cast<size_t>(n_layers))
+      fail("'{}': 'layer_types' must list the {} layers", path, n_layers);
+    for (size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
+      if (t != "sliding_attention" && t != "full_attention")
+        fail("'{}': layer_types[{}] must be \"sliding_attention\" or \"full_attention\"", path, l);
+      swa.layers[l] = t == "sliding_attention";
+    }
+  } else {
+    const int n = gemma2 ? 2 : r.positive_int_or("sliding_window_pattern", 6);
+    for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = (l + 1) % n != 0;
+  }
+  return swa;
+}
+
 void read_gemma_config(const json& j, const ConfigReader& r, const std::string& path, ModelConfig& c) {
   const bool gemma2 = c.arch == "gemma2", gemma3 = c.arch == "gemma3";
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
@@ -146,25 +171,12 @@ void read_gemma_config(const json& j, const ConfigReader& r, const std::string& 
   };
   c.final_logit_softcap = cap("final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
   c.attn_softcap = cap("attn_logit_softcapping", gemma2 ? 50.0f : 0.0f);
-  if (j.contains("sliding_window") && j["sliding_window"].is_null()) return;
-  c.sliding_window = r.positive_int_or("sliding_window", 4096);
+  SlidingWindowLayers swa = read_sliding_window_layers(j, r, path, gemma2, c.n_layers);
+  if (swa.window == 0) return;
+  c.sliding_window = swa.window;
+  c.swa_layers = std::move(swa.layers);
   c.rope_base_swa = gemma3 ? r.positive_float_or("rope_local_base_freq", 10000.0f) : c.rope_base;
   if (gemma2) c.rope_scaling_swa = c.rope_scaling;
-  c.swa_layers.assign(static_cast<size_t>(c.n_layers), false);
-  if (r.has("layer_types")) {
-    const json& types = j["layer_types"];
-    if (!types.is_array() || types.size() != static_cast<size_t>(c.n_layers))
-      fail("'{}': 'layer_types' must list the {} layers", path, c.n_layers);
-    for (size_t l = 0; l < types.size(); ++l) {
-      const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
-      if (t != "sliding_attention" && t != "full_attention")
-        fail("'{}': layer_types[{}] must be \"sliding_attention\" or \"full_attention\"", path, l);
-      c.swa_layers[l] = t == "sliding_attention";
-    }
-  } else {
-    const int n = gemma2 ? 2 : r.positive_int_or("sliding_window_pattern", 6);
-    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = (l + 1) % n != 0;
-  }
 }
 
 ModelConfig read_config(const json& j, const std::string& path) {
@@ -251,6 +263,13 @@ Tensor aligned(const Tensor& t, Model& m) {
 }
 
 }  // namespace
+
+SlidingWindowLayers hf_sliding_window_layers(const json& config, const std::string& model_type, int n_layers,
+                                             const std::string& path) {
+  const bool gemma2 = model_type == "gemma2";
+  if (!gemma2 && model_type != "gemma3" && model_type != "gemma3_text") return {};
+  return read_sliding_window_layers(config, ConfigReader(config, path), path, gemma2, n_layers);
+}
 
 std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& opts) {
   namespace fs = std::filesystem;

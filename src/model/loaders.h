@@ -2,6 +2,7 @@
 // Format-specific model loaders. load_model (model.h) picks one of these by looking at the path; call
 // them directly when the format is known. All throw Error naming the file and the problem.
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct SlidingWindowLayers {
   std::vector<bool> layers;
 };
 SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& file, const std::string& arch, int n_layers);
+// The same from a Hugging Face config.json (its text part) of model_type gemma2, gemma3 or gemma3_text, as
+// transformers reads it: `layer_types`, else Gemma 2 every even layer and Gemma 3 all but every
+// sliding_window_pattern-th; window 4096 unless given, none when null. Other model types: none.
+SlidingWindowLayers hf_sliding_window_layers(const nlohmann::json& config, const std::string& model_type,
+                                             int n_layers, const std::string& path);
 
 // True when `path` is a regular file that starts with the GGUF magic.
 bool is_gguf_file(const std::string& path);
