@@ -319,6 +319,35 @@ TEST(Engine, ParallelSamplingForksAndEachChoiceIsReproducible) {
   EXPECT_EQ(engine.stats().prompt_tokens, 42u);  // the prompt counted once per request, not per choice
 }
 
+// n > 1 on the hybrid cache: the fork copies the partial last block of every group, and each choice then
+// releases its own windowed blocks; each samples as one sequence on a full cache with seed + i.
+TEST(Engine, ParallelSamplingOnTheHybridCacheForksEveryGroup) {
+  const Model& gemma = tiny_gemma3();
+  std::mt19937 rng(99);
+  const std::vector<int32_t> prompt = random_prompt(rng, 37);
+  SamplingParams params;
+  params.temperature = 0.9f;
+  params.seed = 42;
+  params.has_seed = true;
+  params.max_tokens = 40;
+  params.ignore_eos = true;
+  EngineOptions o = small_options();
+  o.model_id = "tiny-gemma3";
+  Engine engine(gemma, o);
+  Collector col;
+  engine.add_request(col.request("n3", prompt, params, 3));
+  expect_all_blocks_free_or_cached(engine);
+  GeneratorOptions go;
+  go.hybrid_kv_cache = false;
+  Generator reference(gemma, go);
+  for (int i = 0; i < 3; ++i) {
+    SamplingParams p = params;
+    p.seed = 42 + static_cast<uint64_t>(i);
+    EXPECT_EQ(col.get("n3", i).ids, reference.generate(prompt, p).generated_ids) << "choice " << i;
+  }
+  EXPECT_NE(col.get("n3", 0).ids, col.get("n3", 1).ids);
+}
+
 // 8 concurrent seeded requests, each with its own temperature / top-k / top-p / min-p, whose decode
 // rows the engine samples together on the pool: each matches its sequence generated alone.
 TEST(Engine, ConcurrentSeededSamplingMatchesGeneratorTokenForToken) {
