@@ -247,6 +247,101 @@ TEST(HfLoader, GemmaFamilyMatchesGgufAndLlamaCpp) {
   }
 }
 
+// Renames every tensor of dir/model.safetensors to prefix + its name after "model." (lm_head and extras
+// as given), keeping the data as it is: the header is JSON with offsets relative to the data.
+void rename_safetensors(const std::string& path, const std::string& prefix, const std::string& lm_head,
+                        const std::vector<std::string>& extra) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const json h = json::parse(header);
+  json out = json::object();
+  for (const auto& [name, v] : h.items())
+    out[name.starts_with("model.") ? prefix + name.substr(6) : name == "lm_head.weight" ? lm_head : name] = v;
+  // Tensors the text model does not read (a vision tower's): an alias of the first bytes.
+  for (const std::string& name : extra) out[name] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
+  std::string text = out.dump();
+  while ((8 + text.size()) % 8 != 0) text += ' ';
+  std::ofstream o(path, std::ios::binary | std::ios::trunc);
+  const uint64_t m = text.size();
+  o.write(reinterpret_cast<const char*>(&m), 8);
+  o.write(text.data(), static_cast<std::streamsize>(text.size()));
+  o.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+// Gemma 3 4B-27B ship as Gemma3ForConditionalGeneration: a text_config that leaves most keys to
+// transformers' defaults, and the text model's tensors under language_model.model. (as published) or
+// model.language_model. (as transformers 4.52+ saves them) beside a vision tower. The text model reads
+// as the same Gemma 3 and follows llama.cpp's logits.
+TEST(HfLoader, Gemma3ImageTextCheckpointReadsItsTextModel) {
+  const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma3.gguf";
+  auto ref = load_gguf_model(gguf);
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(prefix);
+    TempDir tmp;
+    make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+    const json causal = read_json(tmp / "config.json");
+    json text = json::object();
+    // Defaults left out: hidden_activation, attn_logit_softcapping (none). This file has its own output
+    // (llama.cpp and transformers allow it): tie_word_embeddings false, lm_head beside the text model.
+    for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                            "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps",
+                            "rope_theta", "query_pre_attn_scalar", "sliding_window", "rope_local_base_freq",
+                            "layer_types", "final_logit_softcapping", "tie_word_embeddings"})
+      text[key] = causal[key];
+    text["model_type"] = "gemma3_text";
+    const json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                         {"model_type", "gemma3"},
+                         {"text_config", text},
+                         {"vision_config", {{"model_type", "siglip_vision_model"}, {"hidden_size", 1152}}},
+                         {"mm_tokens_per_image", 256},
+                         {"eos_token_id", {1, 106}}};
+    write_json(tmp / "config.json", config);
+    rename_safetensors(tmp / "model.safetensors", prefix,
+                       prefix == "language_model.model." ? "language_model.lm_head.weight" : "lm_head.weight",
+                       {"vision_tower.vision_model.embeddings.patch_embedding.weight",
+                        "multi_modal_projector.mm_input_projection_weight"});
+    auto hf = load_model(tmp.path());
+    const ModelConfig &a = hf->config, &b = ref->config;
+    EXPECT_EQ(a.arch, "gemma3");
+    EXPECT_EQ(a.n_layers, b.n_layers);
+    EXPECT_EQ(a.swa_layers, b.swa_layers);
+    EXPECT_EQ(a.sliding_window, b.sliding_window);
+    EXPECT_EQ(a.tied_output, b.tied_output);
+    EXPECT_EQ(a.final_logit_softcap, b.final_logit_softcap);
+    EXPECT_EQ(a.attn_scale, b.attn_scale);
+    EXPECT_EQ(a.embd_scale, b.embd_scale);
+    EXPECT_EQ(a.rope_base, b.rope_base);
+    EXPECT_EQ(a.rope_base_swa, b.rope_base_swa);
+    EXPECT_EQ(a.rms_eps, b.rms_eps);
+    EXPECT_EQ(a.qk_norm, b.qk_norm);
+    EXPECT_EQ(a.post_norms, b.post_norms);
+    EXPECT_EQ(a.ffn_act, b.ffn_act);
+    EXPECT_EQ(a.n_vocab, b.n_vocab);
+    EXPECT_EQ(a.rope_style, b.rope_style);
+    EXPECT_EQ(a.head_dim, b.head_dim);
+    expect_follows_arch_golden(*hf, "tiny-gemma3", 1e-3f);
+  }
+}
+
+TEST(HfLoaderGemmaErrors, ImageTextConfigErrorsAreNamed) {
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma3.gguf", tmp.path(),
+                           DType::F32);
+  write_json(tmp / "config.json", {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"text_config", 5}});
+  expect_error([&] { load_model(tmp.path()); }, {"text_config"});
+  write_json(tmp / "config.json", {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                   {"text_config", {{"use_bidirectional_attention", true}}}});
+  expect_error([&] { load_model(tmp.path()); }, {"bidirectional"});
+  // Transformers' defaults alone (a 2304-wide model) do not fit these tensors: the shape is named.
+  write_json(tmp / "config.json", {{"architectures", {"Gemma3ForConditionalGeneration"}}});
+  expect_error([&] { load_model(tmp.path()); }, {"embed_tokens"});
+}
+
 // Phi-3: q/k/v fused in qkv_proj and the gate's and up's rows in gate_up_proj, split into views; the weights
 // equal the GGUF file's (fused the same way), and the logits llama.cpp's.
 TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {

@@ -179,6 +179,37 @@ void read_gemma_config(const json& j, const ConfigReader& r, const std::string& 
   if (gemma2) c.rope_scaling_swa = c.rope_scaling;
 }
 
+ModelConfig read_config(const json& j, const std::string& path);
+
+// Gemma 3 4B-27B (image-text checkpoints): the text model only, from `text_config` over transformers'
+// Gemma3TextConfig defaults (the published configs give little more than the sizes and the window).
+ModelConfig read_gemma3_text_config(const json& j, const std::string& path) {
+  json t = {{"vocab_size", 262208},
+            {"hidden_size", 2304},
+            {"intermediate_size", 9216},
+            {"num_hidden_layers", 26},
+            {"num_attention_heads", 8},
+            {"num_key_value_heads", 4},
+            {"head_dim", 256},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"max_position_embeddings", 131072},
+            {"rms_norm_eps", 1e-6},
+            {"tie_word_embeddings", true},
+            {"rope_theta", 1000000.0},
+            {"query_pre_attn_scalar", 256},
+            {"sliding_window", 4096},
+            {"rope_local_base_freq", 10000.0}};
+  if (j.contains("text_config")) {
+    if (!j["text_config"].is_object()) fail("'{}': 'text_config' must be an object", path);
+    for (const auto& [key, value] : j["text_config"].items()) t[key] = value;
+  }
+  if (t.value("use_bidirectional_attention", false))
+    fail("'{}': bidirectional attention (an embedding model) is not supported", path);
+  t["architectures"] = json::array({"Gemma3ForCausalLM"});
+  if (j.contains("_name_or_path")) t["_name_or_path"] = j["_name_or_path"];
+  return read_config(t, path);
+}
+
 ModelConfig read_config(const json& j, const std::string& path) {
   if (!j.is_object()) fail("'{}': not a JSON object", path);
   ConfigReader r(j, path);
@@ -188,12 +219,14 @@ ModelConfig read_config(const json& j, const std::string& path) {
     hf_arch = j["architectures"][0].get<std::string>();
   else
     fail("'{}': required key 'architectures' is missing", path);
+  if (hf_arch == "Gemma3ForConditionalGeneration") return read_gemma3_text_config(j, path);
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs)
     if (hf_arch == a.hf_name) arch = &a;
   if (!arch) {
     std::string known;
     for (const HfArch& a : kHfArchs) known += (known.empty() ? "" : ", ") + std::string(a.hf_name);
+    known += ", Gemma3ForConditionalGeneration (its text model)";
     fail("'{}': architecture '{}' is not supported (supported: {})", path, hf_arch, known);
   }
 
@@ -298,15 +331,26 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     return t.type == DType::F32 ? aligned(t, *m) : to_f32(t, *m);
   };
 
-  m->tok_embd = matrix("model.embed_tokens.weight");
+  // Image-text checkpoints keep the text model under language_model.model. (as published) or
+  // model.language_model. (as transformers saves it since 4.52); their vision tower is not read.
+  std::string prefix = "model.", head = "lm_head.weight";
+  if (!weights->has("model.embed_tokens.weight")) {
+    if (weights->has("language_model.model.embed_tokens.weight")) {
+      prefix = "language_model.model.";
+      head = "language_model.lm_head.weight";
+    } else if (weights->has("model.language_model.embed_tokens.weight")) {
+      prefix = "model.language_model.";
+    }
+  }
+  m->tok_embd = matrix(prefix + "embed_tokens.weight");
   // The embedding decides the vocabulary size: HF checkpoints often pad it past the tokenizer (Qwen2:
   // 151936 rows for 151665 tokens); the extra ids become unused tokens, as in llama.cpp's converter.
   const int64_t embd_rows = m->tok_embd.ne[1];
   if (m->tok_embd.n_dims != 2 || embd_rows <= 0 || embd_rows > INT32_MAX)
-    fail("'{}': tensor 'model.embed_tokens.weight' must be 2-D [vocab, hidden]", dir);
+    fail("'{}': tensor '{}embed_tokens.weight' must be 2-D [vocab, hidden]", dir, prefix);
   if (c.n_vocab != 0 && c.n_vocab != embd_rows)
-    fail("'{}': vocab_size {} differs from the {} rows of 'model.embed_tokens.weight'", config_path, c.n_vocab,
-         embd_rows);
+    fail("'{}': vocab_size {} differs from the {} rows of '{}embed_tokens.weight'", config_path, c.n_vocab,
+         embd_rows, prefix);
   c.n_vocab = static_cast<int>(embd_rows);
   Vocab& v = m->vocab;
   if (v.tokens.size() > static_cast<size_t>(c.n_vocab))
@@ -342,19 +386,19 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     return t;
   };
 
-  m->output_norm = norm("model.norm.weight");
-  if ((!gemma || !c.tied_output) && weights->has("lm_head.weight")) {
-    m->output = matrix("lm_head.weight");
+  m->output_norm = norm(prefix + "norm.weight");
+  if ((!gemma || !c.tied_output) && weights->has(head)) {
+    m->output = matrix(head);
     c.tied_output = false;
   } else if (c.tied_output) {
     m->output = m->tok_embd;
   } else {
-    fail("'{}': tensor 'lm_head.weight' is missing and config.json does not set tie_word_embeddings", dir);
+    fail("'{}': tensor '{}' is missing and config.json does not set tie_word_embeddings", dir, head);
   }
 
   m->layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = prefix + "layers." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
     L.attn_norm = norm(p + "input_layernorm.weight");
     const int64_t q_rows = int64_t{c.n_heads} * c.head_dim, kv_rows = int64_t{c.n_kv_heads} * c.head_dim;
@@ -403,10 +447,10 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
   // A llama checkpoint with attention_bias=true carries q/k/v biases too; use them when present.
-  if (!c.qkv_bias && weights->has("model.layers.0.self_attn.q_proj.bias")) {
+  if (!c.qkv_bias && weights->has(prefix + "layers.0.self_attn.q_proj.bias")) {
     c.qkv_bias = true;
     for (int l = 0; l < c.n_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const std::string p = prefix + "layers." + std::to_string(l) + ".";
       LayerWeights& L = m->layers[static_cast<size_t>(l)];
       L.bq = vector_f32(p + "self_attn.q_proj.bias");
       L.bk = vector_f32(p + "self_attn.k_proj.bias");
