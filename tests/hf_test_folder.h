@@ -196,6 +196,14 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       {"eos_token_id", 2},
       {"torch_dtype", matrix_type == DType::F32 ? "float32" : matrix_type == DType::F16 ? "float16" : "bfloat16"},
   };
+  if (c.rope_scaling.type == RopeScaling::Type::LongRope) {
+    // As Phi-3 128k configs: the factors, and the original context beside max_position_embeddings (the
+    // attention factor follows from the two, as transformers computes it).
+    config["rope_scaling"] = {{"type", "longrope"},
+                              {"long_factor", c.rope_scaling.long_factors},
+                              {"short_factor", c.rope_scaling.short_factors}};
+    config["original_max_position_embeddings"] = c.rope_scaling.original_context;
+  }
   if (gemma) {
     config["hidden_activation"] = "gelu_pytorch_tanh";
     config["query_pre_attn_scalar"] = c.head_dim;

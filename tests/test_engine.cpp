@@ -251,6 +251,16 @@ TEST(Engine, HybridCacheRunsLongerSequencesInTheSameMemory) {
   EXPECT_GT(engine.stats().preemptions + 0u, 0u);  // 59 one-layer blocks hold one or two of them at a time
 }
 
+// LongRoPE through the engine: its context (the model's 512, beyond the original 256) picks the long
+// factors, as the Generator's does; batched, chunked and decoded steps all rotate with them.
+TEST(Engine, LongRopeModelInBatchesMatchesGeneratorTokenForToken) {
+  auto phi = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3-longrope.gguf");
+  ASSERT_EQ(phi->config.rope_scaling.type, RopeScaling::Type::LongRope);
+  EngineOptions o = small_options();
+  o.model_id = "tiny-phi3-longrope";
+  run_batch_against_generator(o, false, *phi);
+}
+
 TEST(Engine, TinyKVBudgetPreemptsAndEveryRequestStillCompletesIdentically) {
   EngineOptions o = small_options();
   // The longest request needs ceil((68 + 40) / 16) = 7 blocks; 10 blocks hold one or two at a time.

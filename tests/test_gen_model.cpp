@@ -425,11 +425,13 @@ void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& nee
 }
 }  // namespace
 
-TEST(GenModel, Phi3FusedTensorsOfTheWrongShapeAndLongRopeAreNamed) {
+TEST(GenModel, Phi3FusedTensorsAndLongRopeFactorsOfTheWrongShapeAreNamed) {
   // ffn_up must hold 2 x 160 rows (gate and up); q/k/v together (4 + 2 + 2) x 16 = 128.
   expect_load_error(phi3_variant("blk.1.ffn_up.weight", "blk.1.ffn_up.weight", {64, 160}), "blk.1.ffn_up.weight");
   expect_load_error(phi3_variant("blk.0.attn_qkv.weight", "blk.0.attn_qkv.weight", {64, 96}), "attn_qkv.weight");
-  expect_load_error(phi3_variant("", "rope_factors_long.weight", {8}), "LongRoPE");
+  // LongRoPE factors (zeros here) must be positive, and one per rotated pair (16 / 2).
+  expect_load_error(phi3_variant("", "rope_factors_long.weight", {8}), "factors must be positive");
+  expect_load_error(phi3_variant("", "rope_factors_short.weight", {6}), "must be F32 [8]");
   // Without the fused q/k/v the separate ones are required.
   expect_load_error(phi3_variant("blk.2.attn_qkv.weight", "", {}), "blk.2.attn_q.weight");
 }

@@ -169,6 +169,25 @@ TEST_P(GoldenGguf, MatchesLlamaCpp) {
       << c.stem << ": only " << steps_exact << " of " << steps_total << " steps within 1e-3 of llama.cpp";
 }
 
+// LongRoPE picks its factors by the context a sequence may reach: tiny-phi3-longrope's golden (llama.cpp at
+// n_ctx 512, beyond its original 256) needs the long ones, so a context of 256 (the short ones) must miss
+// it, by far more than the tolerance.
+TEST(GoldenLongRope, FactorsFollowTheContextLength) {
+  auto model = load_model(kArchGoldens + "/tiny-phi3-longrope.gguf");
+  const json g = read_jsonl(kArchGoldens + "/tiny-phi3-longrope.jsonl").front();
+  const auto ids = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto first = g["first_logits"].get<std::vector<float>>();
+  const auto worst = [&](int64_t context) {
+    Generator gen(*model, {.max_context = context});
+    const auto logits = gen.teacher_forced_logits(ids, static_cast<int>(ids.size()));
+    float w = 0;
+    for (size_t j = 0; j < first.size(); ++j) w = std::max(w, std::fabs(logits[0][j] - first[j]));
+    return w;
+  };
+  EXPECT_LE(worst(512), 1e-4f);
+  EXPECT_GT(worst(256), 1e-2f);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllModels, GoldenGguf,
     ::testing::Values(GgufCase{"stories260K-F32", 1e-4f, 1.0f}, GgufCase{"stories260K-F16", 1e-2f, 0.0f},
@@ -184,7 +203,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"tiny-gemma3", 5e-4f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-gemma", 1e-3f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-gemma2", 5e-4f, 1.0f, kArchGoldens},
-                      GgufCase{"tiny-phi3", 1e-4f, 1.0f, kArchGoldens}),
+                      GgufCase{"tiny-phi3", 1e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-phi3-longrope", 1e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-phi3-longrope-short", 1e-4f, 1.0f, kArchGoldens}),
     [](const auto& info) {
       std::string n = info.param.stem;
       std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');

@@ -352,11 +352,40 @@ TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {
   EXPECT_EQ(hf->config.arch, "phi3");
   expect_same_model(*hf, *load_gguf_model(gguf), DType::F32);
   expect_follows_arch_golden(*hf, "tiny-phi3", 1e-4f);
-
   json c = read_json(tmp / "config.json");
   c["partial_rotary_factor"] = 0.75;  // Phi-4-mini's: not supported, and said so
   write_json(tmp / "config.json", c);
   expect_error([&] { load_model(tmp.path()); }, {"partial_rotary_factor"});
+}
+
+// Phi-3 128k / Phi-3.5: rope_scaling "longrope" with its per-pair factors, original_max_position_embeddings
+// beside max_position_embeddings, and transformers' attention factor sqrt(1 + ln 2 / ln 256): the GGUF
+// file's configuration, and llama.cpp's logits with the long factors (and with the short ones).
+TEST(HfLoader, Phi3LongRopeMatchesGgufAndLlamaCpp) {
+  for (const char* stem : {"tiny-phi3-longrope", "tiny-phi3-longrope-short"}) {
+    SCOPED_TRACE(stem);
+    TempDir tmp;
+    const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf";
+    make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+    auto hf = load_model(tmp.path());
+    auto ref = load_gguf_model(gguf);
+    const RopeScaling &a = hf->config.rope_scaling, &b = ref->config.rope_scaling;
+    EXPECT_EQ(a.type, RopeScaling::Type::LongRope);
+    EXPECT_EQ(a.long_factors, b.long_factors);
+    EXPECT_EQ(a.short_factors, b.short_factors);
+    EXPECT_EQ(a.original_context, b.original_context);
+    EXPECT_FLOAT_EQ(a.attn_factor, b.attn_factor);
+    expect_follows_arch_golden(*hf, stem, 1e-4f);
+  }
+  // A factor list of the wrong length is named.
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3-longrope.gguf", tmp.path(),
+                           DType::F32);
+  json c = read_json(tmp / "config.json");
+  c["rope_scaling"]["short_factor"] = json::array({1.0, 2.0});
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"short_factor", "8 numbers"});
+
 }
 
 TEST(HfLoader, VocabMatchesGgufVocab) {

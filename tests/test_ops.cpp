@@ -9,6 +9,7 @@
 #include "core/fp16.h"
 #include "engine/kv_row_store.h"
 #include "kernels/cpu/matmul.h"
+#include "core/error.h"
 #include "kernels/cpu/ops.h"
 
 using namespace kvserve;
@@ -50,6 +51,33 @@ TEST(Ops, RopeMatchesReferenceBothStyles) {
       }
     }
   }
+}
+
+// LongRoPE: pair i's angle is pos * base^(-2i/d) / factor_i, its cos and sin times the attention factor,
+// with the long factors only when the context exceeds the original one.
+TEST(Ops, LongRopeDividesByItsFactorsAndScales) {
+  const int hd = 8;
+  RopeScaling s;
+  s.type = RopeScaling::Type::LongRope;
+  s.long_factors = {1.0f, 2.0f, 4.0f, 8.0f};
+  s.short_factors = {1.0f, 1.5f, 1.25f, 3.0f};
+  s.original_context = 4096;
+  s.attn_factor = 1.19f;
+  for (int64_t context : {4096, 131072}) {
+    const Rope rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, context);
+    const std::vector<float>& f = context > 4096 ? s.long_factors : s.short_factors;
+    for (int64_t pos : {0, 3, 1000, 100000}) {
+      std::vector<float> cs(hd);
+      rope.angles(pos, cs.data());
+      for (int i = 0; i < hd / 2; ++i) {
+        const double theta = static_cast<double>(pos) * std::pow(10000.0, -2.0 * i / hd) / f[static_cast<size_t>(i)];
+        EXPECT_NEAR(cs[2 * i], std::cos(theta) * 1.19, 2e-3 * std::max<double>(1, pos / 1000.0)) << pos << " " << i;
+        EXPECT_NEAR(cs[2 * i + 1], std::sin(theta) * 1.19, 2e-3 * std::max<double>(1, pos / 1000.0)) << pos << " " << i;
+      }
+    }
+  }
+  s.short_factors.pop_back();
+  EXPECT_THROW(Rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, 100), Error);
 }
 
 TEST(Ops, SiluMul) {

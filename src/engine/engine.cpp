@@ -150,6 +150,7 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   if (!model.tokenizer) fail("engine: the model has no tokenizer");
   n_vocab = c.n_vocab;
   max_model_len = opts.max_model_len > 0 ? opts.max_model_len : (c.n_ctx_train > 0 ? c.n_ctx_train : 2048);
+  runner.set_context_length(max_model_len);
   PagedKVCacheOptions ko;
   ko.kv_cache_memory = opts.kv_cache_memory;
   ko.block_size = opts.block_size;

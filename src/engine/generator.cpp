@@ -30,6 +30,7 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
     : model_(model), opts_(opts), runner_(model, pool) {
   const ModelConfig& c = model.config;
   if (opts_.max_context <= 0) opts_.max_context = c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
+  runner_.set_context_length(opts_.max_context);
   if (opts_.prefill_chunk <= 0) fail("generate: prefill chunk must be positive, got {}", opts_.prefill_chunk);
   PagedKVCacheOptions ko;
   ko.kv_cache_memory = opts_.kv_cache_memory;

@@ -23,9 +23,9 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
     : model_(model),
       pool_(pool),
       rope_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
-            model.config.rope_scaling),
+            model.config.rope_scaling, model.config.n_ctx_train),
       rope_swa_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
-                model.config.rope_scaling_swa),
+                model.config.rope_scaling_swa, model.config.n_ctx_train),
       region_weights_ok_(region_weights_ok()) {
   // For A/B runs: KVSERVE_DECODE_REGION=0 sends batch-1 decode steps down the per-op path.
   if (const char* v = std::getenv("KVSERVE_DECODE_REGION"); v != nullptr && std::string_view(v) == "0")
@@ -116,6 +116,12 @@ void ModelRunner::project_normalized(std::span<const MatmulOutput> outputs, cons
   step_acts_.prepare(outputs[0].w->type, xn_.data(), model_.config.n_embd, n_tokens);
   normalize_tokens(norm_weight, n_tokens, &step_acts_);
   matmul_converted(outputs, step_acts_, pool_);
+}
+
+void ModelRunner::set_context_length(int64_t n) {
+  const ModelConfig& c = model_.config;
+  rope_ = Rope(c.head_dim, c.n_rot, c.rope_base, c.rope_style, c.rope_scaling, n);
+  rope_swa_ = Rope(c.head_dim, c.n_rot, c.rope_base_swa, c.rope_style, c.rope_scaling_swa, n);
 }
 
 int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits) {

@@ -50,6 +50,9 @@ class ModelRunner {
   int forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits);
 
   const Model& model() const { return model_; }
+  // The most positions a sequence may reach (default: the model's training context). LongRoPE models
+  // (Phi-3 128k) take their long factors only beyond their original context, as llama.cpp does by n_ctx.
+  void set_context_length(int64_t n);
 
   // A step of one token runs in one parallel region (single_token_step.cpp) where it can: several
   // threads, the SIMD attention worker, Q/K/V and gate/up weights that share their input's conversion.

@@ -139,6 +139,42 @@ SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::str
 
 namespace {
 
+// Phi-3's LongRoPE (the 128k models, Phi-3.5): per-pair factors in rope_factors_long / rope_factors_short
+// (F32 [n_rot / 2]), the attention factor and the original context in keys (llama.cpp's defaults: 1, and
+// the training context).
+void read_longrope(const GGUFFile& f, ModelConfig& c) {
+  const auto factors = [&](const char* name) {
+    std::vector<float> out;
+    const GGUFTensorInfo* t = f.find_tensor(name);
+    if (t == nullptr) return out;
+    if (t->type != DType::F32 || t->ne[0] != c.n_rot / 2 || t->ne[1] * t->ne[2] * t->ne[3] != 1)
+      fail("{}: tensor '{}' must be F32 [{}], found {} [{}, {}]", f.name(), name, c.n_rot / 2, dtype_name(t->type),
+           t->ne[0], t->ne[1]);
+    out.resize(static_cast<size_t>(t->ne[0]));
+    std::memcpy(out.data(), t->data, out.size() * sizeof(float));
+    for (float v : out)
+      if (!(v > 0) || !std::isfinite(v)) fail("{}: tensor '{}' holds {}; factors must be positive", f.name(), name, v);
+    return out;
+  };
+  std::vector<float> long_f = factors("rope_factors_long.weight"), short_f = factors("rope_factors_short.weight");
+  if (long_f.empty() && short_f.empty()) return;
+  // llama.cpp runs without factors where the one its context asks for is missing: ones do the same.
+  if (long_f.empty()) long_f.assign(short_f.size(), 1.0f);
+  if (short_f.empty()) short_f.assign(long_f.size(), 1.0f);
+  RopeScaling& s = c.rope_scaling;
+  if (s.type != RopeScaling::Type::None)
+    fail("{}: LongRoPE factors together with rope scaling of another type", f.name());
+  s.type = RopeScaling::Type::LongRope;
+  s.long_factors = std::move(long_f);
+  s.short_factors = std::move(short_f);
+  s.attn_factor = f.find_f32(c.arch + ".rope.scaling.attn_factor").value_or(1.0f);
+  if (!(s.attn_factor > 0) || !std::isfinite(s.attn_factor))
+    fail("{}: rope.scaling.attn_factor {} must be positive", f.name(), s.attn_factor);
+  const std::optional<uint32_t> original = f.find_u32(c.arch + ".rope.scaling.original_context_length");
+  s.original_context = original ? positive_int(f, c.arch + ".rope.scaling.original_context_length", *original)
+                                : c.n_ctx_train;
+}
+
 // Gemma, Gemma 2 and Gemma 3, as llama.cpp's llama_model_gemma* read them: embeddings times sqrt(n_embd) and
 // GeGLU; Gemma 2 and 3 add post-norms, a final logit soft-cap (Gemma 2: 30 unless the file says, Gemma 3:
 // none unless it says) and local layers of `sliding_window` positions by `sliding_window_pattern` (a bool
@@ -211,8 +247,7 @@ ModelConfig read_config(const GGUFFile& f) {
   read_rope_scaling(f, a, c);
   if (c.arch.starts_with("gemma")) read_gemma(f, c);
   // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
-  if (c.arch == "phi3" && (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight")))
-    fail("{}: Phi-3 long-context RoPE (LongRoPE factors, the 128k models) is not supported yet", f.name());
+  if (c.arch == "phi3") read_longrope(f, c);
   return c;
 }
 

@@ -112,8 +112,38 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
     s.original_context = static_cast<int>(original);
     if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0))
       fail("'{}': invalid llama3 rope_scaling parameters", path);
+  } else if (type == "longrope" || type == "su") {
+    // As transformers' _compute_longrope_parameters: factor = max_position_embeddings / the original one
+    // (when the config gives it), the attention factor sqrt(1 + ln factor / ln original) unless given.
+    s.type = RopeScaling::Type::LongRope;
+    const auto factors = [&](const char* key) {
+      if (!rs.contains(key) || !rs[key].is_array() || rs[key].size() != static_cast<size_t>(c.n_rot / 2))
+        fail("'{}': rope_scaling.{} must list {} numbers (one per rotated pair)", path, key, c.n_rot / 2);
+      std::vector<float> out;
+      for (const json& v : rs[key]) {
+        if (!v.is_number() || !(v.get<double>() > 0))
+          fail("'{}': rope_scaling.{} must hold positive numbers", path, key);
+        out.push_back(v.get<float>());
+      }
+      return out;
+    };
+    s.long_factors = factors("long_factor");
+    s.short_factors = factors("short_factor");
+    double original = c.n_ctx_train;
+    if (j.contains("original_max_position_embeddings") && !j["original_max_position_embeddings"].is_null()) {
+      if (!j["original_max_position_embeddings"].is_number_integer() ||
+          j["original_max_position_embeddings"].get<int64_t>() <= 0 ||
+          j["original_max_position_embeddings"].get<int64_t>() > (int64_t{1} << 30))
+        fail("'{}': original_max_position_embeddings must be a positive integer", path);
+      original = static_cast<double>(j["original_max_position_embeddings"].get<int64_t>());
+    }
+    s.original_context = static_cast<int>(original);
+    const double factor = c.n_ctx_train / original;
+    const double attention = number("attention_factor", factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(original)));
+    if (!(attention > 0)) fail("'{}': rope_scaling.attention_factor must be positive", path);
+    s.attn_factor = static_cast<float>(attention);
   } else {
-    fail("'{}': rope_scaling type '{}' is not supported (supported: linear, llama3)", path, type);
+    fail("'{}': rope_scaling type '{}' is not supported (supported: linear, llama3, longrope)", path, type);
   }
 }
 

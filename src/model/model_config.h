@@ -12,11 +12,16 @@ enum class RopeStyle {
 };
 
 struct RopeScaling {
-  enum class Type { None, Linear, Llama3 } type = Type::None;
+  enum class Type { None, Linear, Llama3, LongRope } type = Type::None;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_context = 8192;
+  // LongRoPE (Phi-3 128k, Phi-3.5): each rotated pair's angle divided by its factor, the long ones when the
+  // context a sequence may reach exceeds original_context (as llama.cpp chooses, by its n_ctx), else the
+  // short ones; cos and sin times attn_factor.
+  std::vector<float> long_factors, short_factors;
+  float attn_factor = 1.0f;
 };
 
 // The feed-forward's gate activation: out = act(gate) * up.

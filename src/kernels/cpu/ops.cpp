@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/cpu/matmul.h"
 
@@ -67,9 +68,16 @@ void prefetch_for_write(void* p, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(static_cast<char*>(p) + off, 1, 3);
 }
 
-Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling)
+Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling, int64_t context)
     : head_dim_(head_dim), n_rot_(n_rot > 0 ? n_rot : head_dim), style_(style) {
   const int half = n_rot_ / 2;
+  if (scaling.type == RopeScaling::Type::LongRope) {
+    // As ggml's rope with freq_factors: the angle theta / factor, cos and sin times the attention factor.
+    freq_div_ = context > scaling.original_context ? scaling.long_factors : scaling.short_factors;
+    if (static_cast<int>(freq_div_.size()) != half)
+      fail("rope: {} LongRoPE factors for {} rotated pairs", freq_div_.size(), half);
+    mscale_ = scaling.attn_factor;
+  }
   // llama.cpp forms theta_i = pos * theta_scale^i by repeated float multiplication; doing the same keeps
   // our logits within float rounding of its goldens.
   theta_scale_ = std::pow(base, -2.0f / static_cast<float>(n_rot_));
@@ -97,6 +105,14 @@ Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScali
 void Rope::angles(int64_t pos, float* cos_sin) const {
   const int half = n_rot_ / 2;
   float theta = static_cast<float>(pos);
+  if (!freq_div_.empty()) {
+    for (int i = 0; i < half; ++i, theta *= theta_scale_) {
+      const float t = theta / freq_div_[i];
+      cos_sin[2 * i] = std::cos(t) * mscale_;
+      cos_sin[2 * i + 1] = std::sin(t) * mscale_;
+    }
+    return;
+  }
   for (int i = 0; i < half; ++i, theta *= theta_scale_) {
     const float t = theta * freq_mul_[i];
     cos_sin[2 * i] = std::cos(t);

@@ -24,7 +24,8 @@ void prefetch_for_write(void* p, size_t bytes);
 // dims of each head; pair layout and frequencies follow the model's RoPE style and scaling.
 class Rope {
  public:
-  Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling);
+  // context: the most positions a sequence may reach (LongRoPE picks its factors by it; 0: the short ones).
+  Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling, int64_t context = 0);
   // In two steps, so a forward pass computes a position's cos/sin once for all layers and for q and k:
   // angles() fills n_rot() floats (cos, sin of each rotated pair), rotate() applies them to n_heads heads.
   void angles(int64_t pos, float* cos_sin) const;
@@ -37,6 +38,8 @@ class Rope {
   RopeStyle style_;
   float theta_scale_ = 1.0f;
   std::vector<float> freq_mul_;  // per rotated pair: 1, or the context-scaling factor
+  std::vector<float> freq_div_;  // LongRoPE: per rotated pair, the factor its angle is divided by
+  float mscale_ = 1.0f;          // LongRoPE's attention factor on cos and sin
 };
 
 // out[i] = silu(gate[i]) * up[i]; out may be gate. The AVX2 path approximates exp (as llama.cpp's
