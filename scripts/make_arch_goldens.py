@@ -207,24 +207,25 @@ def tiny_phi3(gguf, path, seed):
     finish(w)
 
 
-def tiny_phi3_longrope(gguf, path, seed, original_ctx):
+def tiny_phi3_longrope(gguf, path, seed, original_ctx, n_rot=16, tied=False):
     """Phi-3 with LongRoPE (the 128k models, Phi-3.5): per-pair factors in rope_factors_long/short, the
     attention factor sqrt(1 + ln(512 / original) / ln(original)) as the converter writes it, and the original
     context. llama.cpp takes the long factors when its context (512 here) exceeds the original context: with
-    256 the golden exercises the long ones, with 512 the short ones."""
+    256 the golden exercises the long ones, with 512 the short ones. With n_rot < 16 and tied, Phi-4-mini's
+    shape: partial RoPE (the first n_rot dimensions of each head) and the output tied to the embedding."""
     import math
     r = Draws(seed)
     E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 16, 128
     w = begin(gguf, path, "phi3", shape, 10000.0, name="tiny-fused")
-    w.add_rope_dimension_count(D)
+    w.add_rope_dimension_count(n_rot)
     scale = 512 / original_ctx
     w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original_ctx)) if scale > 1 else 1.0)
     w.add_rope_scaling_orig_ctx_len(original_ctx)
     n_vocab = copy_vocab(gguf, w)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     # Long factors stretch the low frequencies far (as the real ones do, up to ~60), short ones a little.
-    w.add_tensor("rope_factors_long.weight", np.geomspace(1.0, 40.0, D // 2).astype(np.float32))
-    w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * r.rng.random(D // 2)).astype(np.float32))
+    w.add_tensor("rope_factors_long.weight", np.geomspace(1.0, 40.0, n_rot // 2).astype(np.float32))
+    w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * r.rng.random(n_rot // 2)).astype(np.float32))
     for i in range(L):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
@@ -234,7 +235,8 @@ def tiny_phi3_longrope(gguf, path, seed, original_ctx):
         w.add_tensor(p + "ffn_up.weight", r.mat(2 * F, E, 2.0))
         w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
     w.add_tensor("output_norm.weight", r.norm(E, 0.1))
-    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    if not tied:
+        w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
     finish(w)
 
 
@@ -246,6 +248,7 @@ MODELS = {
     "tiny-phi3": (tiny_phi3, 3005),
     "tiny-phi3-longrope": (lambda g, p, s: tiny_phi3_longrope(g, p, s, 256), 3006),
     "tiny-phi3-longrope-short": (lambda g, p, s: tiny_phi3_longrope(g, p, s, 512), 3007),
+    "tiny-phi4": (lambda g, p, s: tiny_phi3_longrope(g, p, s, 256, n_rot=12, tied=True), 3008),
 }
 
 

@@ -196,6 +196,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       {"eos_token_id", 2},
       {"torch_dtype", matrix_type == DType::F32 ? "float32" : matrix_type == DType::F16 ? "float16" : "bfloat16"},
   };
+  if (c.n_rot != c.head_dim) config["partial_rotary_factor"] = static_cast<double>(c.n_rot) / c.head_dim;
   if (c.rope_scaling.type == RopeScaling::Type::LongRope) {
     // As Phi-3 128k configs: the factors, and the original context beside max_position_embeddings (the
     // attention factor follows from the two, as transformers computes it).

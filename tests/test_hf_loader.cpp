@@ -353,16 +353,17 @@ TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {
   expect_same_model(*hf, *load_gguf_model(gguf), DType::F32);
   expect_follows_arch_golden(*hf, "tiny-phi3", 1e-4f);
   json c = read_json(tmp / "config.json");
-  c["partial_rotary_factor"] = 0.75;  // Phi-4-mini's: not supported, and said so
+  c["partial_rotary_factor"] = 0.7;  // 11.2 of 16 dimensions: not a whole number of pairs
   write_json(tmp / "config.json", c);
-  expect_error([&] { load_model(tmp.path()); }, {"partial_rotary_factor"});
+  expect_error([&] { load_model(tmp.path()); }, {"partial_rotary_factor", "even"});
 }
 
 // Phi-3 128k / Phi-3.5: rope_scaling "longrope" with its per-pair factors, original_max_position_embeddings
 // beside max_position_embeddings, and transformers' attention factor sqrt(1 + ln 2 / ln 256): the GGUF
-// file's configuration, and llama.cpp's logits with the long factors (and with the short ones).
+// file's configuration, and llama.cpp's logits with the long factors (and with the short ones). Phi-4-mini's
+// shape adds partial_rotary_factor (0.75: 12 of 16 dimensions rotate) and a tied output.
 TEST(HfLoader, Phi3LongRopeMatchesGgufAndLlamaCpp) {
-  for (const char* stem : {"tiny-phi3-longrope", "tiny-phi3-longrope-short"}) {
+  for (const char* stem : {"tiny-phi3-longrope", "tiny-phi3-longrope-short", "tiny-phi4"}) {
     SCOPED_TRACE(stem);
     TempDir tmp;
     const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf";
@@ -375,6 +376,8 @@ TEST(HfLoader, Phi3LongRopeMatchesGgufAndLlamaCpp) {
     EXPECT_EQ(a.short_factors, b.short_factors);
     EXPECT_EQ(a.original_context, b.original_context);
     EXPECT_FLOAT_EQ(a.attn_factor, b.attn_factor);
+    EXPECT_EQ(hf->config.n_rot, ref->config.n_rot);
+    EXPECT_EQ(hf->config.tied_output, ref->config.tied_output);
     expect_follows_arch_golden(*hf, stem, 1e-4f);
   }
   // A factor list of the wrong length is named.

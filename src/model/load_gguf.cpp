@@ -236,9 +236,9 @@ ModelConfig read_config(const GGUFFile& f) {
   }
   c.n_rot = positive_int(f, a + ".rope.dimension_count",
                          f.find_u32(a + ".rope.dimension_count").value_or(static_cast<uint32_t>(c.head_dim)));
-  if (c.n_rot != c.head_dim)
-    fail("{}: rope.dimension_count {} differs from head_dim {}; partial RoPE is not supported", f.name(), c.n_rot,
-         c.head_dim);
+  // Partial RoPE (Phi-4-mini: 96 of 128): the first n_rot dimensions of each head rotate, the rest pass.
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
+    fail("{}: rope.dimension_count {} must be even and at most head_dim {}", f.name(), c.n_rot, c.head_dim);
   if (!(c.rms_eps > 0) || !(c.rope_base > 0))
     fail("{}: rms epsilon {} and rope base {} must be positive", f.name(), c.rms_eps, c.rope_base);
   c.rope_style = traits.rope_style;

@@ -287,9 +287,17 @@ ModelConfig read_config(const json& j, const std::string& path) {
   c.qk_norm = arch->qk_norm;
   c.tied_output = r.bool_or("tie_word_embeddings", false);
   if (r.has("vocab_size")) c.n_vocab = r.positive_int("vocab_size");
-  if (r.has("partial_rotary_factor") && r.positive_float_or("partial_rotary_factor", 1.0f) != 1.0f)
-    fail("'{}': partial_rotary_factor {} (RoPE on part of each head) is not supported", path,
-         j["partial_rotary_factor"].dump());
+  if (r.has("partial_rotary_factor")) {
+    // Phi-4-mini (0.75): the first int(head_dim * factor) dimensions of each head rotate, as transformers
+    // and llama.cpp's converter count them.
+    const double factor = r.positive_float_or("partial_rotary_factor", 1.0f);
+    if (!j["partial_rotary_factor"].is_number() || j["partial_rotary_factor"].get<double>() > 1.0)
+      fail("'{}': partial_rotary_factor {} must be in (0, 1]", path, j["partial_rotary_factor"].dump());
+    c.n_rot = static_cast<int>(c.head_dim * j["partial_rotary_factor"].get<double>());
+    if (c.n_rot <= 0 || c.n_rot % 2 != 0)
+      fail("'{}': partial_rotary_factor {} gives {} rotated dimensions of {}; an even count is needed", path,
+           factor, c.n_rot, c.head_dim);
+  }
   read_rope_scaling(j, path, c);
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
   return c;
