@@ -181,6 +181,19 @@ def tiny_gemma12(gguf, path, seed, arch):
     finish(w)
 
 
+def add_phi3_blocks(w, r, shape):
+    """Phi-3's blocks: q/k/v fused in attn_qkv, the gate's and up's rows in ffn_up (the gate's first)."""
+    E, L, H, KVH, D, F = shape
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_qkv.weight", r.mat((H + 2 * KVH) * D, E, 2.0))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_up.weight", r.mat(2 * F, E, 2.0))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+
+
 def tiny_phi3(gguf, path, seed):
     """Phi-3: q, k and v fused into attn_qkv, the gate's and up projection's rows fused into ffn_up (2 x n_ff
     rows, the gate's first), NeoX RoPE, 4 query heads on 2 KV heads. A sliding window in the file, which
@@ -194,14 +207,7 @@ def tiny_phi3(gguf, path, seed):
     w.add_sliding_window(8)
     n_vocab = copy_vocab(gguf, w)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
-    for i in range(L):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_qkv.weight", r.mat((H + 2 * KVH) * D, E, 2.0))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
-        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "ffn_up.weight", r.mat(2 * F, E, 2.0))
-        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+    add_phi3_blocks(w, r, shape)
     w.add_tensor("output_norm.weight", r.norm(E, 0.1))
     w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
     finish(w)
@@ -226,14 +232,7 @@ def tiny_phi3_longrope(gguf, path, seed, original_ctx, n_rot=16, tied=False):
     # Long factors stretch the low frequencies far (as the real ones do, up to ~60), short ones a little.
     w.add_tensor("rope_factors_long.weight", np.geomspace(1.0, 40.0, n_rot // 2).astype(np.float32))
     w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * r.rng.random(n_rot // 2)).astype(np.float32))
-    for i in range(L):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_qkv.weight", r.mat((H + 2 * KVH) * D, E, 2.0))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
-        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "ffn_up.weight", r.mat(2 * F, E, 2.0))
-        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+    add_phi3_blocks(w, r, shape)
     w.add_tensor("output_norm.weight", r.norm(E, 0.1))
     if not tied:
         w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
