@@ -178,6 +178,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         : c.arch == "gemma2" ? "Gemma2ForCausalLM"
         : c.arch == "gemma3" ? "Gemma3ForCausalLM"
         : c.arch == "phi3"   ? "Phi3ForCausalLM"
+        : c.arch == "smollm3" ? "SmolLM3ForCausalLM"
                              : "LlamaForCausalLM"}},
       {"model_type", c.arch},
       {"hidden_size", c.n_embd},

@@ -342,6 +342,29 @@ TEST(HfLoaderGemmaErrors, ImageTextConfigErrorsAreNamed) {
   expect_error([&] { load_model(tmp.path()); }, {"embed_tokens"});
 }
 
+// SmolLM3: llama's tensors (q/k rows back in HF's rotate-half order), every 4th layer without RoPE, by
+// transformers' default interval or its explicit no_rope_layers list; llama.cpp's logits either way.
+TEST(HfLoader, SmolLM3NoRopeLayersMatchGgufAndLlamaCpp) {
+  TempDir tmp;
+  const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-smollm3.gguf";
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+  const std::vector<bool> want{false, false, false, true};
+  {
+    auto hf = load_model(tmp.path());
+    EXPECT_EQ(hf->config.arch, "smollm3");
+    EXPECT_EQ(hf->config.nope_layers, want);
+    EXPECT_EQ(load_gguf_model(gguf)->config.nope_layers, want);
+    expect_follows_arch_golden(*hf, "tiny-smollm3", 1e-4f);
+  }
+  json c = read_json(tmp / "config.json");
+  c["no_rope_layers"] = json::array({1, 1, 1, 0});
+  write_json(tmp / "config.json", c);
+  expect_follows_arch_golden(*load_model(tmp.path()), "tiny-smollm3", 1e-4f);
+  c["no_rope_layers"] = json::array({1, 1, 0});
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"no_rope_layers", "4 layers"});
+}
+
 // Phi-3: q/k/v fused in qkv_proj and the gate's and up's rows in gate_up_proj, split into views; the weights
 // equal the GGUF file's (fused the same way), and the logits llama.cpp's.
 TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {

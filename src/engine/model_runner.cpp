@@ -186,6 +186,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     const int64_t* kv_offset = kv_offset_.data() + group * n_tokens;
     const Rope& rope = swa ? rope_swa_ : rope_;
     const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
+    const bool rotates = c.uses_rope(il);
     const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
     project_normalized(qkv, static_cast<const float*>(L.attn_norm.data), n_tokens);
     add_bias(q_.data(), L.bq, n_tokens, QD);
@@ -207,8 +208,10 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
               rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), static_cast<int>(KVH),
                             static_cast<int>(D), c.rms_eps);
             }
-            rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * n_rot);
-            rope.rotate(k_.data() + t * KD, static_cast<int>(KVH), cos_sin + t * n_rot);
+            if (rotates) {
+              rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * n_rot);
+              rope.rotate(k_.data() + t * KD, static_cast<int>(KVH), cos_sin + t * n_rot);
+            }
             for (int64_t h = 0; h < KVH; ++h) {
               const int64_t off = kv_offset[t] + h * kv.block_size * D;
               store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);

@@ -218,12 +218,13 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       if (c.qk_norm)
         rmsnorm_heads(ts.q.data(), static_cast<const float*>(L.q_norm.data), static_cast<int>(H), static_cast<int>(D),
                       c.rms_eps);
-      rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
+      const bool rotates = c.uses_rope(il);
+      if (rotates) rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
       for (int64_t h = 0; h < KVH; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         float* kh = k_.data() + h * D;
         if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
-        rope.rotate(kh, 1, cos_sin);
+        if (rotates) rope.rotate(kh, 1, cos_sin);
         const int64_t off = kv_offset + h * kv.block_size * D;
         store_kv_row(kv_type, kh, D, kl, off);
         store_kv_row(kv_type, v_.data() + h * D, D, vl, off);

@@ -33,6 +33,7 @@ constexpr ArchTraits kArchTable[] = {
     {"gemma", RopeStyle::NeoX, false, false},
     {"gemma2", RopeStyle::NeoX, false, false},
     {"gemma3", RopeStyle::NeoX, false, true},
+    {"smollm3", RopeStyle::Interleaved, false, false},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -248,6 +249,9 @@ ModelConfig read_config(const GGUFFile& f) {
   if (c.arch.starts_with("gemma")) read_gemma(f, c);
   // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
   if (c.arch == "phi3") read_longrope(f, c);
+  // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
+  if (c.arch == "smollm3")
+    for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
   return c;
 }
 

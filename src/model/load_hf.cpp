@@ -43,6 +43,7 @@ constexpr HfArch kHfArchs[] = {
     {"GemmaForCausalLM", "gemma", false, false},
     {"Gemma2ForCausalLM", "gemma2", false, false},
     {"Gemma3ForCausalLM", "gemma3", false, true},
+    {"SmolLM3ForCausalLM", "smollm3", false, false},
 };
 
 class ConfigReader {
@@ -300,6 +301,23 @@ ModelConfig read_config(const json& j, const std::string& path) {
   }
   read_rope_scaling(j, path, c);
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
+  if (c.arch == "smollm3") {
+    // `no_rope_layers`: 1 where a layer rotates, 0 where it does not; else every no_rope_layer_interval-th
+    // layer (4) goes without, as transformers' SmolLM3Config builds the list.
+    if (r.has("no_rope_layers")) {
+      const json& flags = j["no_rope_layers"];
+      if (!flags.is_array() || flags.size() != static_cast<size_t>(c.n_layers))
+        fail("'{}': 'no_rope_layers' must list the {} layers", path, c.n_layers);
+      for (const json& f : flags) {
+        if (!f.is_number_integer() || (f.get<int>() != 0 && f.get<int>() != 1))
+          fail("'{}': 'no_rope_layers' entries must be 0 or 1", path);
+        c.nope_layers.push_back(f.get<int>() == 0);
+      }
+    } else {
+      const int n = r.positive_int_or("no_rope_layer_interval", 4);
+      for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % n == 0);
+    }
+  }
   return c;
 }
 

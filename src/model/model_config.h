@@ -64,6 +64,12 @@ struct ModelConfig {
   float final_logit_softcap = 0.0f;  // > 0: logits = cap * tanh(logits / cap)
   float attn_softcap = 0.0f;         // > 0: attention scores soft-capped so (Gemma 2)
 
+  // Layers whose q and k get no RoPE (SmolLM3: every 4th); empty: every layer rotates.
+  std::vector<bool> nope_layers;
+
+  bool uses_rope(int l) const {
+    return static_cast<size_t>(l) >= nope_layers.size() || !nope_layers[static_cast<size_t>(l)];
+  }
   bool is_swa_layer(int l) const {
     return sliding_window > 0 && static_cast<size_t>(l) < swa_layers.size() && swa_layers[static_cast<size_t>(l)];
   }
