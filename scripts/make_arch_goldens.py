@@ -239,6 +239,34 @@ def tiny_phi3_longrope(gguf, path, seed, original_ctx, n_rot=16, tied=False):
     finish(w)
 
 
+def tiny_granite(gguf, path, seed):
+    """Granite 3.x (dense): llama's blocks with its four multipliers: embeddings times embedding_scale, each
+    block's output times residual_scale before the residual add, scores times attention.scale instead of
+    1/sqrt(head_dim), logits divided by logit_scale. The output is tied to the embedding, as Granite's is."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 3, 4, 2, 16, 128
+    w = begin(gguf, path, "granite", shape, 10000.0)
+    w.add_embedding_scale(6.0)
+    w.add_residual_scale(0.8)
+    w.add_attention_scale(0.5)
+    w.add_logit_scale(0.25)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.05))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F, 3.0))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    finish(w)
+
+
 def tiny_smollm3(gguf, path, seed):
     """SmolLM3: llama's blocks (q/k rows in GGUF's interleaved RoPE order), but every 4th layer's q and k get
     no RoPE at all (llama.cpp's n_no_rope_layer_step = 4): with 4 layers, the last one."""
@@ -273,6 +301,7 @@ MODELS = {
     "tiny-phi3-longrope-short": (lambda g, p, s: tiny_phi3_longrope(g, p, s, 512), 3007),
     "tiny-phi4": (lambda g, p, s: tiny_phi3_longrope(g, p, s, 256, n_rot=12, tied=True), 3008),
     "tiny-smollm3": (tiny_smollm3, 3009),
+    "tiny-granite": (tiny_granite, 3010),
 }
 
 

@@ -179,6 +179,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         : c.arch == "gemma3" ? "Gemma3ForCausalLM"
         : c.arch == "phi3"   ? "Phi3ForCausalLM"
         : c.arch == "smollm3" ? "SmolLM3ForCausalLM"
+        : c.arch == "granite" ? "GraniteForCausalLM"
                              : "LlamaForCausalLM"}},
       {"model_type", c.arch},
       {"hidden_size", c.n_embd},
@@ -197,6 +198,12 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       {"eos_token_id", 2},
       {"torch_dtype", matrix_type == DType::F32 ? "float32" : matrix_type == DType::F16 ? "float16" : "bfloat16"},
   };
+  if (c.arch == "granite") {
+    config["embedding_multiplier"] = c.embd_scale;
+    config["residual_multiplier"] = c.residual_scale;
+    config["attention_multiplier"] = c.attn_scale;
+    config["logits_scaling"] = c.logit_scale;
+  }
   if (c.n_rot != c.head_dim) config["partial_rotary_factor"] = static_cast<double>(c.n_rot) / c.head_dim;
   if (c.rope_scaling.type == RopeScaling::Type::LongRope) {
     // As Phi-3 128k configs: the factors, and the original context beside max_position_embeddings (the

@@ -365,6 +365,25 @@ TEST(HfLoader, SmolLM3NoRopeLayersMatchGgufAndLlamaCpp) {
   expect_error([&] { load_model(tmp.path()); }, {"no_rope_layers", "4 layers"});
 }
 
+// Granite: its four multipliers from config.json (embedding, residual, attention, logits) read into the
+// GGUF file's configuration; llama.cpp's logits.
+TEST(HfLoader, GraniteMultipliersMatchGgufAndLlamaCpp) {
+  TempDir tmp;
+  const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-granite.gguf";
+  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+  auto hf = load_model(tmp.path());
+  auto ref = load_gguf_model(gguf);
+  const ModelConfig &a = hf->config, &b = ref->config;
+  EXPECT_EQ(a.arch, "granite");
+  EXPECT_EQ(a.embd_scale, 6.0f);
+  EXPECT_EQ(a.embd_scale, b.embd_scale);
+  EXPECT_EQ(a.residual_scale, b.residual_scale);
+  EXPECT_EQ(a.attn_scale, b.attn_scale);
+  EXPECT_EQ(a.logit_scale, b.logit_scale);
+  EXPECT_TRUE(a.tied_output);
+  expect_follows_arch_golden(*hf, "tiny-granite", 1e-4f);
+}
+
 // Phi-3: q/k/v fused in qkv_proj and the gate's and up's rows in gate_up_proj, split into views; the weights
 // equal the GGUF file's (fused the same way), and the logits llama.cpp's.
 TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {

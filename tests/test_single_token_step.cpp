@@ -127,7 +127,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RegionCase{"tiny-gemma3", 3, 8, 160}, RegionCase{"tiny-gemma2", 2, 16, 200},
                       RegionCase{"tiny-gemma", 2, 16, 140}, RegionCase{"tiny-phi3", 2, 16, 140},
                       RegionCase{"tiny-phi3-longrope", 2, 16, 140}, RegionCase{"tiny-phi4", 2, 16, 140},
-                      RegionCase{"tiny-smollm3", 2, 16, 140}),
+                      RegionCase{"tiny-smollm3", 2, 16, 140}, RegionCase{"tiny-granite", 2, 16, 140}),
     [](const auto& info) {
       std::string n =
           info.param.stem + "_t" + std::to_string(info.param.threads) + "_bs" + std::to_string(info.param.block_size);

@@ -84,10 +84,16 @@ void ModelRunner::ffn_activation(const float* gate, const float* up, float* out,
 }
 
 void ModelRunner::apply_final_softcap(float* logits, int64_t n) const {
+  if (const float scale = model_.config.logit_scale; scale != 0.0f)
+    for (int64_t i = 0; i < n; ++i) logits[i] *= 1.0f / scale;  // as llama.cpp's ggml_scale(1 / scale)
   const float cap = model_.config.final_logit_softcap;
   if (cap <= 0) return;
   // As llama.cpp: scale by 1/cap, tanh, scale by cap.
   for (int64_t i = 0; i < n; ++i) logits[i] = std::tanh(logits[i] * (1.0f / cap)) * cap;
+}
+
+void add_scaled(float* x, const float* y, float scale, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i] * scale;
 }
 
 void ModelRunner::normalize_tokens(const float* weight, int64_t n_tokens, MatmulActs* acts) {
@@ -249,6 +255,9 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     if (c.post_norms) {
       matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
       add_post_normed(x_.data(), tmp_.data(), L.attn_post_norm, n_tokens, E, c.rms_eps);
+    } else if (c.residual_scale != 0.0f) {
+      matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
+      add_scaled(x_.data(), tmp_.data(), c.residual_scale, n_tokens * E);
     } else {
       matmul_add(L.wo, attn_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
     }
@@ -270,6 +279,10 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       const MatmulOutput down[] = {{&L.w_down, tmp_.data()}};
       matmul_converted(down, step_acts_, pool_);
       add_post_normed(x_.data(), tmp_.data(), L.ffn_post_norm, n_tokens, E, c.rms_eps);
+    } else if (c.residual_scale != 0.0f) {
+      const MatmulOutput down[] = {{&L.w_down, tmp_.data()}};
+      matmul_converted(down, step_acts_, pool_);
+      add_scaled(x_.data(), tmp_.data(), c.residual_scale, n_tokens * E);
     } else {
       matmul_add_converted(L.w_down, step_acts_, x_.data(), tmp_.data(), pool_);
     }

@@ -16,6 +16,9 @@
 
 namespace kvserve {
 
+// x[i] += y[i] * scale: a block's output into the residual stream with Granite's residual multiplier.
+void add_scaled(float* x, const float* y, float scale, int64_t n);
+
 // Where the K/V of every layer lives: block b of layer l starts at k_layers[l] + b * block_stride, laid out
 // [kv_head][slot][head_dim] (see kernels/cpu/paged_attention.h).
 struct KVCacheView {
@@ -69,7 +72,7 @@ class ModelRunner {
   // outputs = weights x rmsnorm(x_, norm_weight) for the first n_tokens rows (xn_ holds the normalized rows).
   void project_normalized(std::span<const MatmulOutput> outputs, const float* norm_weight, int64_t n_tokens);
   bool region_weights_ok() const;
-  // Gemma's final logit soft-capping (no-op for other models).
+  // Granite's logit divisor, then Gemma's final logit soft-capping (no-op for other models).
   void apply_final_softcap(float* logits, int64_t n) const;
   // Token id's embedding row (times Gemma's scale) into out[n_embd].
   void embed(int32_t id, float* out) const;

@@ -154,7 +154,11 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
           ti, w.rows(),
           [&](int64_t b, int64_t e) {
             matmul_rows(w, ts.acts, tmp_.data(), b, e);
-            if (!c.post_norms) add_inplace(x_.data() + b, tmp_.data() + b, e - b);
+            if (c.post_norms) return;
+            if (c.residual_scale != 0.0f)
+              add_scaled(x_.data() + b, tmp_.data() + b, c.residual_scale, e - b);
+            else
+              add_inplace(x_.data() + b, tmp_.data() + b, e - b);
           },
           matmul_balance_chunk_rows(w, 1));
       pool_.barrier(ti);

@@ -34,6 +34,7 @@ constexpr ArchTraits kArchTable[] = {
     {"gemma2", RopeStyle::NeoX, false, false},
     {"gemma3", RopeStyle::NeoX, false, true},
     {"smollm3", RopeStyle::Interleaved, false, false},
+    {"granite", RopeStyle::Interleaved, false, false},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -176,6 +177,25 @@ void read_longrope(const GGUFFile& f, ModelConfig& c) {
                                 : c.n_ctx_train;
 }
 
+// Granite (3.x dense), as llama.cpp's llama_model_granite: embeddings times embedding_scale, each block's
+// output times residual_scale before its residual add, attention scores scaled by attention.scale (not
+// 1/sqrt(head_dim)), logits divided by logit_scale (required, as llama.cpp requires it). Absent optional
+// keys, or 0, leave that step out.
+void read_granite(const GGUFFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  const auto scale = [&](const std::string& key, bool required) {
+    const std::optional<float> v = f.find_f32(a + "." + key);
+    if (!v && required) fail("{}: required key '{}.{}' is missing", f.name(), a, key);
+    if (v && (!(*v >= 0) || !std::isfinite(*v))) fail("{}: {} {} must be a non-negative number", f.name(), key, *v);
+    return v.value_or(0.0f);
+  };
+  c.logit_scale = scale("logit_scale", true);
+  if (c.logit_scale == 0.0f) fail("{}: logit_scale must not be 0", f.name());
+  c.residual_scale = scale("residual_scale", false);
+  if (const float e = scale("embedding_scale", false); e != 0.0f) c.embd_scale = e;
+  if (const float s = scale("attention.scale", false); s != 0.0f) c.attn_scale = s;
+}
+
 // Gemma, Gemma 2 and Gemma 3, as llama.cpp's llama_model_gemma* read them: embeddings times sqrt(n_embd) and
 // GeGLU; Gemma 2 and 3 add post-norms, a final logit soft-cap (Gemma 2: 30 unless the file says, Gemma 3:
 // none unless it says) and local layers of `sliding_window` positions by `sliding_window_pattern` (a bool
@@ -249,6 +269,7 @@ ModelConfig read_config(const GGUFFile& f) {
   if (c.arch.starts_with("gemma")) read_gemma(f, c);
   // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
   if (c.arch == "phi3") read_longrope(f, c);
+  if (c.arch == "granite") read_granite(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")
     for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);

@@ -44,6 +44,7 @@ constexpr HfArch kHfArchs[] = {
     {"Gemma2ForCausalLM", "gemma2", false, false},
     {"Gemma3ForCausalLM", "gemma3", false, true},
     {"SmolLM3ForCausalLM", "smollm3", false, false},
+    {"GraniteForCausalLM", "granite", false, false},
 };
 
 class ConfigReader {
@@ -301,6 +302,13 @@ ModelConfig read_config(const json& j, const std::string& path) {
   }
   read_rope_scaling(j, path, c);
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
+  if (c.arch == "granite") {
+    // transformers' GraniteConfig multipliers (its defaults: 1, 1, 1, 1); as the GGUF converter maps them.
+    c.embd_scale = r.positive_float_or("embedding_multiplier", 1.0f);
+    c.residual_scale = r.positive_float_or("residual_multiplier", 1.0f);
+    c.attn_scale = r.positive_float_or("attention_multiplier", 1.0f);
+    c.logit_scale = r.positive_float_or("logits_scaling", 1.0f);
+  }
   if (c.arch == "smollm3") {
     // `no_rope_layers`: 1 where a layer rotates, 0 where it does not; else every no_rope_layer_interval-th
     // layer (4) goes without, as transformers' SmolLM3Config builds the list.

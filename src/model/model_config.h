@@ -62,6 +62,10 @@ struct ModelConfig {
   float rope_base_swa = 10000.0f;
   RopeScaling rope_scaling_swa;  // none, but Gemma 2's local layers scale as its global ones
   float final_logit_softcap = 0.0f;  // > 0: logits = cap * tanh(logits / cap)
+  // Granite: each block's output times residual_scale before its residual add, logits divided by
+  // logit_scale (0: neither).
+  float residual_scale = 0.0f;
+  float logit_scale = 0.0f;
   float attn_softcap = 0.0f;         // > 0: attention scores soft-capped so (Gemma 2)
 
   // Layers whose q and k get no RoPE (SmolLM3: every 4th); empty: every layer rotates.
