@@ -239,6 +239,22 @@ def tiny_phi3_longrope(gguf, path, seed, original_ctx, n_rot=16, tied=False):
     finish(w)
 
 
+def add_llama_blocks(w, r, shape, down_scale=1.0):
+    """Llama's blocks: separate q/k/v (q and k drawn twice as wide, so positions matter), SwiGLU."""
+    E, L, H, KVH, D, F = shape
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F, down_scale))
+
+
 def tiny_granite(gguf, path, seed):
     """Granite 3.x (dense): llama's blocks with its four multipliers: embeddings times embedding_scale, each
     block's output times residual_scale before the residual add, scores times attention.scale instead of
@@ -252,17 +268,7 @@ def tiny_granite(gguf, path, seed):
     w.add_logit_scale(0.25)
     n_vocab = copy_vocab(gguf, w)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.05))
-    for i in range(L):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
-        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
-        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
-        w.add_tensor(p + "ffn_down.weight", r.mat(E, F, 3.0))
+    add_llama_blocks(w, r, shape, down_scale=3.0)
     w.add_tensor("output_norm.weight", r.norm(E, 0.1))
     finish(w)
 
@@ -275,17 +281,7 @@ def tiny_smollm3(gguf, path, seed):
     w = begin(gguf, path, "smollm3", shape, 10000.0)
     n_vocab = copy_vocab(gguf, w)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
-    for i in range(L):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
-        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
-        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
-        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+    add_llama_blocks(w, r, shape)
     w.add_tensor("output_norm.weight", r.norm(E, 0.1))
     w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
     finish(w)
