@@ -199,6 +199,19 @@ void expect_follows_arch_golden(const Model& m, const std::string& stem, float t
       ASSERT_NEAR(logits[s][pair[0].get<int>()], pair[1].get<float>(), tol) << stem << " step " << s;
 }
 
+// The tiny arch golden `stem` as an HF folder (F32), loaded, beside the GGUF file it was written from.
+struct ArchHfCopy {
+  explicit ArchHfCopy(const std::string& stem)
+      : gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf") {
+    make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
+    hf = load_model(tmp.path());
+    ref = load_gguf_model(gguf);
+  }
+  TempDir tmp;
+  std::string gguf;
+  std::unique_ptr<Model> hf, ref;
+};
+
 // Qwen3: the per-head q/k norms (self_attn.{q,k}_norm) and a head_dim that is not hidden_size / heads, read
 // from the HF folder, give llama.cpp's logits (its golden for the same weights, tests/golden/arch).
 TEST(HfLoader, Qwen3QkNormMatchesGgufAndLlamaCpp) {
@@ -221,12 +234,9 @@ TEST(HfLoader, Qwen3QkNormMatchesGgufAndLlamaCpp) {
 TEST(HfLoader, GemmaFamilyMatchesGgufAndLlamaCpp) {
   for (const char* stem : {"tiny-gemma", "tiny-gemma2", "tiny-gemma3"}) {
     SCOPED_TRACE(stem);
-    TempDir tmp;
-    const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf";
-    make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
-    auto hf = load_model(tmp.path());
-    auto ref = load_gguf_model(gguf);
-    const ModelConfig &a = hf->config, &b = ref->config;
+    const ArchHfCopy copy(stem);
+    const Model &hf = *copy.hf, &ref = *copy.ref;
+    const ModelConfig &a = hf.config, &b = ref.config;
     EXPECT_EQ(a.arch, b.arch);
     EXPECT_EQ(a.embd_scale, b.embd_scale);
     EXPECT_EQ(a.ffn_act, b.ffn_act);
@@ -240,10 +250,10 @@ TEST(HfLoader, GemmaFamilyMatchesGgufAndLlamaCpp) {
     EXPECT_EQ(a.rope_base_swa, b.rope_base_swa);
     EXPECT_EQ(a.tied_output, b.tied_output);
     for (size_t i = 0; i < 8; ++i)  // 1 + w restored from w to within a rounding
-      EXPECT_NEAR(static_cast<const float*>(hf->layers[0].attn_norm.data)[i],
-                  static_cast<const float*>(ref->layers[0].attn_norm.data)[i], 1e-6f);
+      EXPECT_NEAR(static_cast<const float*>(hf.layers[0].attn_norm.data)[i],
+                  static_cast<const float*>(ref.layers[0].attn_norm.data)[i], 1e-6f);
 
-    expect_follows_arch_golden(*hf, stem, 1e-3f);
+    expect_follows_arch_golden(hf, stem, 1e-3f);
   }
 }
 
@@ -368,12 +378,8 @@ TEST(HfLoader, SmolLM3NoRopeLayersMatchGgufAndLlamaCpp) {
 // Granite: its four multipliers from config.json (embedding, residual, attention, logits) read into the
 // GGUF file's configuration; llama.cpp's logits.
 TEST(HfLoader, GraniteMultipliersMatchGgufAndLlamaCpp) {
-  TempDir tmp;
-  const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-granite.gguf";
-  make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
-  auto hf = load_model(tmp.path());
-  auto ref = load_gguf_model(gguf);
-  const ModelConfig &a = hf->config, &b = ref->config;
+  const ArchHfCopy copy("tiny-granite");
+  const ModelConfig &a = copy.hf->config, &b = copy.ref->config;
   EXPECT_EQ(a.arch, "granite");
   EXPECT_EQ(a.embd_scale, 6.0f);
   EXPECT_EQ(a.embd_scale, b.embd_scale);
@@ -381,7 +387,7 @@ TEST(HfLoader, GraniteMultipliersMatchGgufAndLlamaCpp) {
   EXPECT_EQ(a.attn_scale, b.attn_scale);
   EXPECT_EQ(a.logit_scale, b.logit_scale);
   EXPECT_TRUE(a.tied_output);
-  expect_follows_arch_golden(*hf, "tiny-granite", 1e-4f);
+  expect_follows_arch_golden(*copy.hf, "tiny-granite", 1e-4f);
 }
 
 // Phi-3: q/k/v fused in qkv_proj and the gate's and up's rows in gate_up_proj, split into views; the weights
@@ -407,20 +413,17 @@ TEST(HfLoader, Phi3FusedProjectionsMatchGgufAndLlamaCpp) {
 TEST(HfLoader, Phi3LongRopeMatchesGgufAndLlamaCpp) {
   for (const char* stem : {"tiny-phi3-longrope", "tiny-phi3-longrope-short", "tiny-phi4"}) {
     SCOPED_TRACE(stem);
-    TempDir tmp;
-    const std::string gguf = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf";
-    make_hf_folder_from_gguf(gguf, tmp.path(), DType::F32);
-    auto hf = load_model(tmp.path());
-    auto ref = load_gguf_model(gguf);
-    const RopeScaling &a = hf->config.rope_scaling, &b = ref->config.rope_scaling;
+    const ArchHfCopy copy(stem);
+    const Model &hf = *copy.hf, &ref = *copy.ref;
+    const RopeScaling &a = hf.config.rope_scaling, &b = ref.config.rope_scaling;
     EXPECT_EQ(a.type, RopeScaling::Type::LongRope);
     EXPECT_EQ(a.long_factors, b.long_factors);
     EXPECT_EQ(a.short_factors, b.short_factors);
     EXPECT_EQ(a.original_context, b.original_context);
     EXPECT_FLOAT_EQ(a.attn_factor, b.attn_factor);
-    EXPECT_EQ(hf->config.n_rot, ref->config.n_rot);
-    EXPECT_EQ(hf->config.tied_output, ref->config.tied_output);
-    expect_follows_arch_golden(*hf, stem, 1e-4f);
+    EXPECT_EQ(hf.config.n_rot, ref.config.n_rot);
+    EXPECT_EQ(hf.config.tied_output, ref.config.tied_output);
+    expect_follows_arch_golden(hf, stem, 1e-4f);
   }
   // A factor list of the wrong length is named.
   TempDir tmp;
