@@ -83,7 +83,7 @@ void ModelRunner::ffn_activation(const float* gate, const float* up, float* out,
   }
 }
 
-void ModelRunner::apply_final_softcap(float* logits, int64_t n) const {
+void ModelRunner::finish_logits(float* logits, int64_t n) const {
   if (const float scale = model_.config.logit_scale; scale != 0.0f)
     for (int64_t i = 0; i < n; ++i) logits[i] *= 1.0f / scale;  // as llama.cpp's ggml_scale(1 / scale)
   const float cap = model_.config.final_logit_softcap;
@@ -305,7 +305,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   if (n_out == 0) return 0;
   logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
   matmul(model_.output, xn_.data(), n_out, logits.data(), pool_);
-  apply_final_softcap(logits.data(), static_cast<int64_t>(n_out) * c.n_vocab);
+  finish_logits(logits.data(), static_cast<int64_t>(n_out) * c.n_vocab);
   return n_out;
 }
 

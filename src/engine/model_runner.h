@@ -73,7 +73,7 @@ class ModelRunner {
   void project_normalized(std::span<const MatmulOutput> outputs, const float* norm_weight, int64_t n_tokens);
   bool region_weights_ok() const;
   // Granite's logit divisor, then Gemma's final logit soft-capping (no-op for other models).
-  void apply_final_softcap(float* logits, int64_t n) const;
+  void finish_logits(float* logits, int64_t n) const;
   // Token id's embedding row (times Gemma's scale) into out[n_embd].
   void embed(int32_t id, float* out) const;
   // out = act(gate) * up over n elements: SwiGLU, or Gemma's GeGLU. out may be gate.

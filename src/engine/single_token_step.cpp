@@ -277,7 +277,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         ti, model_.output.rows(),
         [&](int64_t b, int64_t e) {
           matmul_rows(model_.output, ts.acts, logits.data(), b, e);
-          apply_final_softcap(logits.data() + b, e - b);
+          finish_logits(logits.data() + b, e - b);
         },
         matmul_balance_chunk_rows(model_.output, 1));
   });
