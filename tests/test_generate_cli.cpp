@@ -113,6 +113,37 @@ TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   EXPECT_NE(block.exit_code, 0);
 }
 
+// --rope-factors on a LongRoPE model (original context 256): auto takes the short factors for a short
+// sequence (the ids of `short`) and restarts once with the long ones when a sequence grows past 256 tokens
+// (the ids of `long` for a prompt already past it); an unknown choice is named.
+TEST(GeneratorCli, RopeFactorsFlag) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const std::string phi = std::string(KVSERVE_BINARY) + " generate -m " + KVSERVE_SOURCE_DIR +
+                          "/tests/golden/arch/tiny-phi3-longrope.gguf -t 1 --temperature 0 --ignore-eos --json ";
+  const auto ids = [&](const std::string& args) {
+    const CommandResult r = kvserve::test::run_command(phi + args, true);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    if (r.exit_code != 0) return std::pair{std::vector<int32_t>{}, -1};
+    const json j = json::parse(r.out);
+    return std::pair{j["generated_ids"].get<std::vector<int32_t>>(), j["rope_restarts"].get<int>()};
+  };
+  const auto a = ids("-p 'Once upon a time' -n 12");
+  EXPECT_EQ(a.second, 0);
+  EXPECT_EQ(a.first, ids("-p 'Once upon a time' -n 12 --rope-factors short").first);
+  // Past 256 tokens before the first one is generated: the long factors from the start.
+  std::string words;
+  for (int i = 0; i < 150; ++i) words += "time upon ";
+  const auto b = ids("-p '" + words + "' -n 4");
+  EXPECT_EQ(b.second, 0);
+  EXPECT_EQ(b.first, ids("-p '" + words + "' -n 4 --rope-factors long").first);
+  EXPECT_NE(b.first, ids("-p '" + words + "' -n 4 --rope-factors short").first);
+  const auto c = ids("-p 'Once upon a time' -n 260 -c 512");
+  EXPECT_EQ(c.second, 1);
+  const CommandResult bad = kvserve::test::run_command(phi + "-p hi --rope-factors longest", true);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--rope-factors"), std::string::npos) << bad.err;
+}
+
 // --chat-template replaces the model's template by a family's name; an unknown name lists the known ones.
 TEST(GeneratorCli, ChatTemplateByName) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;

@@ -131,7 +131,8 @@ TEST_P(GoldenGguf, MatchesLlamaCpp) {
   const GgufCase& c = GetParam();
   const bool shared = c.dir != kArchGoldens;
   auto model = load_model(c.dir + (shared ? "/models/" : "/") + c.stem + ".gguf");
-  Generator gen(*model, {.max_context = 512});
+  // llama.cpp ran at n_ctx 512, which picks LongRoPE's factors for every sequence.
+  Generator gen(*model, {.max_context = 512, .rope_factors = fixed_context_rope_factors(model->config, 512)});
   int steps_total = 0, steps_exact = 0;
   for (const json& g : read_jsonl(c.dir + (shared ? "/golden/" : "/") + c.stem + ".jsonl")) {
     const std::string prompt = g["prompt"];
@@ -169,23 +170,26 @@ TEST_P(GoldenGguf, MatchesLlamaCpp) {
       << c.stem << ": only " << steps_exact << " of " << steps_total << " steps within 1e-3 of llama.cpp";
 }
 
-// LongRoPE picks its factors by the context a sequence may reach: tiny-phi3-longrope's golden (llama.cpp at
-// n_ctx 512, beyond its original 256) needs the long ones, so a context of 256 (the short ones) must miss
-// it, by far more than the tolerance.
+// llama.cpp picks LongRoPE's factors by its context: tiny-phi3-longrope's golden (n_ctx 512, beyond the
+// original 256) has the long ones throughout. The long factors reproduce it; the short ones, which the
+// default (auto) takes for a sequence this short, miss it by far more than the tolerance.
 TEST(GoldenLongRope, FactorsFollowTheContextLength) {
   auto model = load_model(kArchGoldens + "/tiny-phi3-longrope.gguf");
   const json g = read_jsonl(kArchGoldens + "/tiny-phi3-longrope.jsonl").front();
   const auto ids = g["prompt_ids"].get<std::vector<int32_t>>();
   const auto first = g["first_logits"].get<std::vector<float>>();
-  const auto worst = [&](int64_t context) {
-    Generator gen(*model, {.max_context = context});
+  const auto worst = [&](LongRopeFactors f) {
+    Generator gen(*model, {.max_context = 512, .rope_factors = f});
     const auto logits = gen.teacher_forced_logits(ids, static_cast<int>(ids.size()));
     float w = 0;
     for (size_t j = 0; j < first.size(); ++j) w = std::max(w, std::fabs(logits[0][j] - first[j]));
     return w;
   };
-  EXPECT_LE(worst(512), 1e-4f);
-  EXPECT_GT(worst(256), 1e-2f);
+  EXPECT_EQ(fixed_context_rope_factors(model->config, 512), LongRopeFactors::Long);
+  EXPECT_EQ(fixed_context_rope_factors(model->config, 256), LongRopeFactors::Short);
+  EXPECT_LE(worst(LongRopeFactors::Long), 1e-4f);
+  EXPECT_GT(worst(LongRopeFactors::Short), 1e-2f);
+  EXPECT_EQ(worst(LongRopeFactors::Auto), worst(LongRopeFactors::Short));
 }
 
 // SmolLM3's fourth layer runs without RoPE: rotating it too misses llama.cpp's logits by far.

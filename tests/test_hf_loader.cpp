@@ -190,7 +190,8 @@ void expect_follows_arch_golden(const Model& m, const std::string& stem, float t
   const size_t n_prompt = seq.size();
   const auto ids = g["generated_ids"].get<std::vector<int32_t>>();
   seq.insert(seq.end(), ids.begin(), ids.end() - 1);
-  Generator gen(m, {.max_context = 512});
+  // The goldens were made at n_ctx 512: LongRoPE models rotate as llama.cpp does at that context.
+  Generator gen(m, {.max_context = 512, .rope_factors = fixed_context_rope_factors(m.config, 512)});
   const auto logits = gen.teacher_forced_logits(seq, static_cast<int>(n_prompt));
   const auto& steps = g["step_logits_top"];
   ASSERT_EQ(logits.size(), steps.size());

@@ -54,7 +54,7 @@ TEST(Ops, RopeMatchesReferenceBothStyles) {
 }
 
 // LongRoPE: pair i's angle is pos * base^(-2i/d) / factor_i, its cos and sin times the attention factor,
-// with the long factors only when the context exceeds the original one.
+// with the long or the short factors as asked.
 TEST(Ops, LongRopeDividesByItsFactorsAndScales) {
   const int hd = 8;
   RopeScaling s;
@@ -63,9 +63,9 @@ TEST(Ops, LongRopeDividesByItsFactorsAndScales) {
   s.short_factors = {1.0f, 1.5f, 1.25f, 3.0f};
   s.original_context = 4096;
   s.attn_factor = 1.19f;
-  for (int64_t context : {4096, 131072}) {
-    const Rope rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, context);
-    const std::vector<float>& f = context > 4096 ? s.long_factors : s.short_factors;
+  for (bool long_factors : {false, true}) {
+    const Rope rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, long_factors);
+    const std::vector<float>& f = long_factors ? s.long_factors : s.short_factors;
     for (int64_t pos : {0, 3, 1000, 100000}) {
       std::vector<float> cs(hd);
       rope.angles(pos, cs.data());
@@ -77,7 +77,10 @@ TEST(Ops, LongRopeDividesByItsFactorsAndScales) {
     }
   }
   s.short_factors.pop_back();
-  EXPECT_THROW(Rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, 100), Error);
+  EXPECT_THROW(Rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, false), Error);
+  EXPECT_NO_THROW(Rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, true));
+  s.long_factors.pop_back();
+  EXPECT_THROW(Rope(hd, hd, 10000.0f, RopeStyle::NeoX, s, true), Error);
 }
 
 TEST(Ops, SiluMul) {

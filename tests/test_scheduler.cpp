@@ -178,3 +178,41 @@ TEST(Scheduler, NewestPreemptsItselfWhenItIsTheOneShortOfBlocks) {
   EXPECT_EQ(s.waiting(), (std::deque<SeqId>{2}));
   EXPECT_EQ(kv.num_free_blocks(), 2);
 }
+
+// LongRoPE on auto (long_rope_after 10): a running sequence that reaches 11 tokens gives its blocks back and
+// is recomputed from the front of the queue with the long factors; the prefix cache keys its blocks apart
+// from the short ones (no hit on them), and a prompt already past 10 tokens is admitted long.
+TEST(Scheduler, SequenceOutgrowingItsShortRopeFactorsIsRecomputedWithTheLongOnes) {
+  KVCacheManager kv(kv_config(64));
+  Scheduler s(kv, {.max_num_batched_tokens = 100, .max_num_seqs = 8});
+  SequenceState a = seq(1, 9);
+  a.long_rope_after = 10;
+  s.add_waiting(a);
+  SequenceState b = seq(2, 12, 50);
+  b.long_rope_after = 10;
+  s.add_waiting(b);
+
+  auto out = s.schedule();
+  EXPECT_EQ(chunks(out), (Chunks{{1, 0, 9}, {2, 0, 12}}));
+  EXPECT_FALSE(s.find(1)->long_rope);
+  EXPECT_TRUE(s.find(2)->long_rope);
+  complete_step(s, out);  // 10 tokens: still short
+  out = s.schedule();
+  EXPECT_EQ(chunks(out), (Chunks{{1, 9, 1}, {2, 12, 1}}));
+  complete_step(s, out);  // 11 tokens: past the original context
+
+  out = s.schedule();  // seq 1 restarts: every token again, its 8 short tokens in full blocks not reused
+  EXPECT_EQ(chunks(out), (Chunks{{2, 13, 1}, {1, 0, 11}}));
+  EXPECT_TRUE(s.find(1)->long_rope);
+  EXPECT_EQ(s.num_rope_restarts(), 1u);
+  EXPECT_EQ(s.num_preemptions(), 0u);
+  EXPECT_EQ(s.running(), (std::vector<SeqId>{2, 1}));
+  EXPECT_EQ(s.find(1)->prefix_cache_key(), "long-rope:");
+  complete_step(s, out);
+  out = s.schedule();
+  EXPECT_EQ(chunks(out), (Chunks{{2, 14, 1}, {1, 11, 1}}));
+  EXPECT_EQ(s.num_rope_restarts(), 1u);
+  s.finish(1);
+  s.finish(2);
+  EXPECT_EQ(kv.num_free_blocks(), 64);
+}

@@ -56,6 +56,7 @@ struct BenchArgs {
   std::string kv_cache_dtype = "f16";
   bool no_prefix_caching = false;
   bool no_hybrid = false;
+  std::string rope_factors = "auto";
   // serving
   std::string served_model;
   std::string api_key;
@@ -117,6 +118,7 @@ void run_offline(const BenchArgs& a) {
   o.engine.max_model_len = a.max_model_len;
   o.engine.enable_prefix_caching = !a.no_prefix_caching;
   o.engine.hybrid_kv_cache = !a.no_hybrid;
+  o.engine.rope_factors = parse_long_rope_factors(a.rope_factors);
   o.engine.kv_cache_dtype = kv_cache_dtype;
   if (!a.kv_cache_memory.empty())
     o.engine.kv_cache_memory = static_cast<double>(resolve_kv_memory_budget(a.kv_cache_memory));
@@ -321,6 +323,9 @@ void add_bench_command(CLI::App& app) {
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Offline: never reuse KV blocks across requests");
   c->add_flag("--no-hybrid-kv-cache", a->no_hybrid,
               "Offline: sliding-window layers keep every position (default: only their window)");
+  c->add_option("--rope-factors", a->rope_factors, std::string("Offline: ") + kRopeFactorsHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "short", "long"}));
   c->add_option("--served-model", a->served_model, "Serving: the 'model' field (default: first of GET /v1/models)");
   c->add_option("--api-key", a->api_key, "Serving: bearer token");
   c->add_flag("--text-prompts", a->text_prompts, "Serving: send words instead of token ids");

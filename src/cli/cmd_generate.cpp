@@ -56,6 +56,7 @@ void run_generate(const GenerateArgs& a) {
   go.kv_cache_memory = kv_cache_memory;
   go.block_size = a.kv_cache.block_size;
   go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
+  go.rope_factors = a.kv_cache.rope_factors_value();
   go.kv_cache_dtype = kv_cache_dtype;
   go.enable_prefix_caching = false;  // one request: nothing to share, and half the blocks suffice
   Generator gen(*model, go);
@@ -79,6 +80,7 @@ void run_generate(const GenerateArgs& a) {
     j["text"] = r.text;
     j["finish_reason"] = r.finish_reason;
     j["cached_tokens"] = r.cached_tokens;
+    j["rope_restarts"] = r.rope_restarts;
     j["kv_cache"] = {{"num_blocks", gen.kv_cache().num_blocks},
                      {"block_size", gen.kv_cache().block_size},
                      {"capacity_tokens", gen.kv_cache().capacity_tokens()},

@@ -55,6 +55,7 @@ void run_perplexity(const PerplexityArgs& a) {
   go.kv_cache_memory = kv_cache_memory;
   go.block_size = a.kv_cache.block_size;
   go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
+  go.rope_factors = a.kv_cache.rope_factors_value();
   go.kv_cache_dtype = kv_cache_dtype;
   go.enable_prefix_caching = false;  // each chunk starts from an empty cache
   Generator gen(*model, go);

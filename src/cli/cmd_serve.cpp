@@ -74,6 +74,7 @@ void run_serve(const ServeArgs& a) {
   eo.kv_cache_memory = kv_cache_memory;
   eo.block_size = a.kv_cache.block_size;
   eo.hybrid_kv_cache = !a.kv_cache.no_hybrid;
+  eo.rope_factors = a.kv_cache.rope_factors_value();
   eo.kv_cache_dtype = kv_cache_dtype;
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_num_seqs = a.max_num_seqs;

@@ -26,6 +26,11 @@ KVCacheDType parse_kv_cache_dtype_flag(const std::string& text) {
   return t;
 }
 
+const char* const kRopeFactorsHelp =
+    "LongRoPE models (Phi-3 128k, Phi-3.5, Phi-4-mini): auto (short factors within the original context, long "
+    "past it, a sequence that outgrows it recomputed; as Hugging Face), short, or long (always; as llama.cpp "
+    "with a context beyond the original)";
+
 void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
   c.add_option("--kv-cache-memory", a.kv_cache_memory,
                "KV cache budget: bytes (512M, 2G, 1.5GiB; KB/MB/GB are powers of 1000) or a fraction of RAM "
@@ -35,6 +40,9 @@ void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
   c.add_flag("--no-hybrid-kv-cache", a.no_hybrid,
              "Keep every position's K/V in sliding-window layers too (default: a model with them, such as Gemma 2 "
              "and 3, gets a hybrid cache whose local layers hold only their window)");
+  c.add_option("--rope-factors", a.rope_factors, kRopeFactorsHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "short", "long"}));
 }
 
 }  // namespace kvserve::cli

@@ -1,9 +1,11 @@
 #pragma once
-// The KV cache flags `kvserve serve` and `kvserve generate` share: --kv-cache-memory and --block-size,
-// with one spelling, one default and one parser (parse_kv_cache_memory).
+// The KV cache flags `kvserve serve`, `generate` and `perplexity` share: --kv-cache-memory, --block-size and
+// the rest, with one spelling, one default and one parser (parse_kv_cache_memory). --rope-factors is here
+// too: which LongRoPE factors rotate a sequence decides what its K/V hold.
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "engine/long_rope.h"
 #include "kv/kv_layout.h"
 
 namespace kvserve::cli {
@@ -13,13 +15,18 @@ struct KVCacheArgs {
   int block_size = 16;
   std::string kv_cache_dtype;  // set to the command's default before add_kv_cache_options
   bool no_hybrid = false;      // --no-hybrid-kv-cache: sliding-window layers keep every position
+  std::string rope_factors = "auto";  // --rope-factors: auto, short or long (LongRoPE models)
 
   // The budget in the form EngineOptions / GeneratorOptions take (bytes > 1, or a fraction of RAM);
   // throws Error naming the flag when the text is not a budget.
   double kv_cache_memory_value() const;
   // The dtype (f32, f16, bf16); throws Error naming the flag otherwise.
   KVCacheDType kv_cache_dtype_value() const;
+  LongRopeFactors rope_factors_value() const { return parse_long_rope_factors(rope_factors); }
 };
+
+// The help text of --rope-factors (bench's offline mode has the flag too).
+extern const char* const kRopeFactorsHelp;
 
 // --kv-cache-dtype's value (f32, f16, bf16); throws Error naming the flag otherwise.
 KVCacheDType parse_kv_cache_dtype_flag(const std::string& text);

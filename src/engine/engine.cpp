@@ -150,7 +150,6 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   if (!model.tokenizer) fail("engine: the model has no tokenizer");
   n_vocab = c.n_vocab;
   max_model_len = opts.max_model_len > 0 ? opts.max_model_len : (c.n_ctx_train > 0 ? c.n_ctx_train : 2048);
-  runner.set_context_length(max_model_len);
   PagedKVCacheOptions ko;
   ko.kv_cache_memory = opts.kv_cache_memory;
   ko.block_size = opts.block_size;
@@ -251,6 +250,7 @@ void Engine::Impl::admit(EngineRequest r) {
   s.tokens = r.prompt_ids;
   s.num_prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
   s.cache_salt = r.cache_salt;
+  s.long_rope_after = long_rope_after(model.config, opts.rope_factors);
   a->choices[0]->seq = s.id;
   by_seq[s.id] = {a.get(), 0};
   scheduler->add_waiting(std::move(s));
@@ -280,6 +280,7 @@ void Engine::Impl::step() {
     b.pos0 = c.start;
     set_block_tables(*kv, c.seq, b);
     b.want_logits = c.completes_sequence;
+    b.long_rope = s.long_rope;
     batch.push_back(b);
   }
   runner.forward(batch, view, logits);
@@ -479,6 +480,7 @@ void Engine::Impl::publish(bool idle) {
   st.waiting = static_cast<int>(scheduler->waiting().size());
   st.num_blocks = nb;
   st.preemptions = scheduler->num_preemptions();
+  st.rope_restarts = scheduler->num_rope_restarts();
   st.prefix_queries = scheduler->prefix_query_tokens();
   st.prefix_hits = scheduler->prefix_hit_tokens();
   st.prefix_evictions = kv->stats().evictions;

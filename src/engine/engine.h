@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/long_rope.h"
 #include "engine/sampling_params.h"
 #include "kv/kv_layout.h"
 #include "model/model.h"
@@ -34,6 +35,8 @@ struct EngineOptions {
   // Models with sliding-window layers: their windowed layers release the positions no token will attend
   // to again (PagedKVCacheOptions::hybrid). Off keeps every layer's K/V of every position.
   bool hybrid_kv_cache = true;
+  // LongRoPE models (Phi-3 128k): which factors a sequence rotates with (engine/long_rope.h).
+  LongRopeFactors rope_factors = LongRopeFactors::Auto;
 };
 
 struct TokenInfo {
@@ -77,6 +80,7 @@ struct EngineStats {
   uint64_t prefix_queries = 0, prefix_hits = 0;  // in tokens
   uint64_t prefix_evictions = 0;                 // cached blocks reused for new data (LRU)
   uint64_t preemptions = 0;
+  uint64_t rope_restarts = 0;  // LongRoPE sequences recomputed with the long factors past the original context
   uint64_t prompt_tokens = 0, generation_tokens = 0;
   uint64_t requests_finished = 0;
 };

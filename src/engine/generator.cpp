@@ -30,7 +30,6 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
     : model_(model), opts_(opts), runner_(model, pool) {
   const ModelConfig& c = model.config;
   if (opts_.max_context <= 0) opts_.max_context = c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
-  runner_.set_context_length(opts_.max_context);
   if (opts_.prefill_chunk <= 0) fail("generate: prefill chunk must be positive, got {}", opts_.prefill_chunk);
   PagedKVCacheOptions ko;
   ko.kv_cache_memory = opts_.kv_cache_memory;
@@ -85,16 +84,23 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   KVCacheManager& kv = *kv_->manager;
   const SequenceGuard guard{kv, next_seq_++};
   const SeqId seq = guard.seq;
-  const CachedPrefix prefix = opts_.enable_prefix_caching ? kv.get_computed_blocks(prompt_ids) : CachedPrefix{};
-  r.cached_tokens = static_cast<int>(prefix.num_tokens);
+  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors);
+  bool long_rope = long_after >= 0 && n_prompt > long_after;
   // Every token whose K/V is (or is about to be) in the cache: the prompt, then each generated token.
   std::vector<int32_t> tokens = prompt_ids;
   tokens.reserve(prompt_ids.size() + static_cast<size_t>(params.max_tokens));
-  int64_t pos = prefix.num_tokens;  // tokens whose K/V are in the cache
+  CachedPrefix prefix;
+  int64_t pos = 0;  // tokens whose K/V are in the cache
+  // Starts the sequence (again) from the longest cached prefix of `tokens` computed with its RoPE factors.
+  auto start_sequence = [&] {
+    const std::string key = long_rope_cache_key({}, long_after, long_rope);
+    prefix = opts_.enable_prefix_caching ? kv.get_computed_blocks(tokens, key) : CachedPrefix{};
+    pos = prefix.num_tokens;
+  };
   // Runs tokens[pos, pos + n) through the model into fresh slots of the sequence.
   auto forward = [&](int64_t n, bool want_logits) {
     const bool first = !kv.has_sequence(seq);
-    if (!kv.allocate_slots(seq, n, first ? prefix : CachedPrefix{}))
+    if (!kv.allocate_slots(seq, n, first ? prefix : CachedPrefix{}, long_rope_cache_key({}, long_after, long_rope)))
       fail("the KV cache has no free block for token {} ({} blocks of {} tokens in all)", pos + n, kv_->num_blocks,
            kv_->block_size);
     BatchSequence s;
@@ -102,16 +108,24 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     s.pos0 = pos;
     set_block_tables(kv, seq, s);
     s.want_logits = want_logits;
+    s.long_rope = long_rope;
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
     pos += n;
     if (opts_.enable_prefix_caching) kv.cache_blocks(seq, tokens, pos);
   };
+  // Computes every token not yet in the cache, prefill_chunk at a time; the logits are the last token's.
+  auto catch_up = [&] {
+    const int64_t end = static_cast<int64_t>(tokens.size());
+    while (pos < end) {
+      const int64_t n = std::min<int64_t>(opts_.prefill_chunk, end - pos);
+      forward(n, pos + n == end);
+    }
+  };
 
   const auto t0 = clock::now();
-  while (pos < n_prompt) {
-    const int64_t n = std::min<int64_t>(opts_.prefill_chunk, n_prompt - pos);
-    forward(n, pos + n == n_prompt);
-  }
+  start_sequence();
+  r.cached_tokens = static_cast<int>(prefix.num_tokens);
+  catch_up();
   const auto t1 = clock::now();
   r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 
@@ -133,7 +147,16 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     }
     if (static_cast<int>(r.generated_ids.size()) >= params.max_tokens || pos + 1 >= ctx) break;
     tokens.push_back(id);
-    forward(1, true);
+    if (long_after >= 0 && !long_rope && static_cast<int64_t>(tokens.size()) > long_after) {
+      // Past the original context: the K/V rotated with the short factors are recomputed with the long ones.
+      kv.free(seq);
+      long_rope = true;
+      ++r.rope_restarts;
+      start_sequence();
+      catch_up();
+    } else {
+      forward(1, true);
+    }
   }
   if (!stops.stopped()) {
     std::string rest = stops.push(decoder.flush());
@@ -157,9 +180,17 @@ std::vector<std::vector<float>> Generator::teacher_forced_logits(const std::vect
   std::vector<float> logits;
   // The prompt goes in as one batch (as the references do), then one token per step; no prefix reuse:
   // every position's logits are wanted.
+  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors);
   BatchSequence s;
   for (int64_t pos = 0; pos < n_ids;) {
-    const int64_t n = pos == 0 ? prompt_len : 1;
+    int64_t n = pos == 0 ? prompt_len : 1;
+    if (long_after >= 0 && !s.long_rope && pos + n > long_after) {
+      // As generate(): past the original context, the whole sequence again with the long factors.
+      if (kv.has_sequence(guard.seq)) kv.free(guard.seq);
+      s.long_rope = true;
+      n += pos;
+      pos = 0;
+    }
     if (!kv.allocate_slots(guard.seq, n)) fail("the KV cache has no room for {} tokens", pos + n);
     set_block_tables(kv, guard.seq, s);
     s.tokens = std::span<const int32_t>(ids.data() + pos, static_cast<size_t>(n));
@@ -182,6 +213,9 @@ std::vector<float> Generator::prefill_logits(const std::vector<int32_t>& ids, in
   std::vector<float> out;
   out.reserve(static_cast<size_t>((n_ids - first) * model_.config.n_vocab));
   std::vector<float> logits;
+  // The whole sequence is known: one factor set for all of it, as one pass over it would take.
+  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors);
+  const bool long_rope = long_after >= 0 && n_ids > long_after;
   for (int64_t pos = 0; pos < n_ids;) {
     // Chunks never straddle `first`: the ones before it need no logits.
     const int64_t end = std::min({n_ids, pos + opts_.prefill_chunk, pos < first ? first : n_ids});
@@ -192,6 +226,7 @@ std::vector<float> Generator::prefill_logits(const std::vector<int32_t>& ids, in
     set_block_tables(kv, guard.seq, s);
     s.want_logits = false;
     s.all_logits = pos >= first;
+    s.long_rope = long_rope;
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
     if (s.all_logits) out.insert(out.end(), logits.begin(), logits.end());
     pos = end;

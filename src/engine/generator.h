@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/long_rope.h"
 #include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
 #include "engine/sampler.h"
@@ -23,6 +24,7 @@ struct GenerationResult {
   std::string text;
   std::string finish_reason;  // "stop" (EOS or stop string) or "length"
   int cached_tokens = 0;      // prompt tokens served from the prefix cache
+  int rope_restarts = 0;      // LongRoPE: the sequence was recomputed with the long factors (0 or 1)
   double prompt_seconds = 0;
   double generate_seconds = 0;
 };
@@ -40,6 +42,7 @@ struct GeneratorOptions {
   double kv_cache_memory = 0.25;
   bool enable_prefix_caching = true;
   bool hybrid_kv_cache = true;  // as EngineOptions::hybrid_kv_cache
+  LongRopeFactors rope_factors = LongRopeFactors::Auto;  // as EngineOptions::rope_factors
 };
 
 class Generator {

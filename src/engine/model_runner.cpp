@@ -23,9 +23,13 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
     : model_(model),
       pool_(pool),
       rope_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
-            model.config.rope_scaling, model.config.n_ctx_train),
+            model.config.rope_scaling, false),
       rope_swa_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
-                model.config.rope_scaling_swa, model.config.n_ctx_train),
+                model.config.rope_scaling_swa, false),
+      rope_long_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
+                 model.config.rope_scaling, true),
+      rope_swa_long_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
+                     model.config.rope_scaling_swa, true),
       region_weights_ok_(region_weights_ok()) {
   // For A/B runs: KVSERVE_DECODE_REGION=0 sends batch-1 decode steps down the per-op path.
   if (const char* v = std::getenv("KVSERVE_DECODE_REGION"); v != nullptr && std::string_view(v) == "0")
@@ -124,12 +128,6 @@ void ModelRunner::project_normalized(std::span<const MatmulOutput> outputs, cons
   matmul_converted(outputs, step_acts_, pool_);
 }
 
-void ModelRunner::set_context_length(int64_t n) {
-  const ModelConfig& c = model_.config;
-  rope_ = Rope(c.head_dim, c.n_rot, c.rope_base, c.rope_style, c.rope_scaling, n);
-  rope_swa_ = Rope(c.head_dim, c.n_rot, c.rope_base_swa, c.rope_style, c.rope_scaling_swa, n);
-}
-
 int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits) {
   const ModelConfig& c = model_.config;
   const int n_groups = kv.num_groups();
@@ -174,14 +172,17 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   kv_offset_.resize(static_cast<size_t>(n_groups * n_tokens));
   {
     int64_t t = 0;
-    for (const auto& s : batch)
+    for (const auto& s : batch) {
+      const Rope& rope = s.long_rope ? rope_long_ : rope_;
+      const Rope& rope_swa = s.long_rope ? rope_swa_long_ : rope_swa_;
       for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
         const int64_t pos = s.pos0 + static_cast<int64_t>(i);
-        rope_.angles(pos, rope_cos_sin_.data() + t * n_rot);
-        if (has_swa) rope_swa_.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
+        rope.angles(pos, rope_cos_sin_.data() + t * n_rot);
+        if (has_swa) rope_swa.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
         for (int g = 0; g < n_groups; ++g)
           kv_offset_[g * n_tokens + t] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
       }
+    }
   }
 
   const float attn_scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));

@@ -42,6 +42,7 @@ struct BatchSequence {
   std::span<const int32_t> table(int group) const { return group == 0 ? block_table : group_tables[group - 1]; }
   bool want_logits = true;               // logits of the last token of this chunk
   bool all_logits = false;               // logits of every token of this chunk (perplexity), in order
+  bool long_rope = false;                // LongRoPE models: rotate with the long factors (engine/long_rope.h)
 };
 
 class ModelRunner {
@@ -53,9 +54,6 @@ class ModelRunner {
   int forward(std::span<const BatchSequence> batch, const KVCacheView& kv, std::vector<float>& logits);
 
   const Model& model() const { return model_; }
-  // The most positions a sequence may reach (default: the model's training context). LongRoPE models
-  // (Phi-3 128k) take their long factors only beyond their original context, as llama.cpp does by n_ctx.
-  void set_context_length(int64_t n);
 
   // A step of one token runs in one parallel region (single_token_step.cpp) where it can: several
   // threads, the SIMD attention worker, Q/K/V and gate/up weights that share their input's conversion.
@@ -86,6 +84,7 @@ class ModelRunner {
   ThreadPool& pool_;
   Rope rope_;
   Rope rope_swa_;  // sliding-window layers' RoPE (Gemma 3: base 10000, no context scaling)
+  Rope rope_long_, rope_swa_long_;  // the same with LongRoPE's long factors (BatchSequence::long_rope)
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
   std::vector<float> rope_swa_cos_sin_;  // the same for the sliding-window layers (when the model has them)

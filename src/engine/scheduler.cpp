@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/long_rope.h"
 
 namespace kvserve {
 
@@ -53,6 +54,21 @@ SeqId Scheduler::preempt_newest() {
   return victim;
 }
 
+std::string SequenceState::prefix_cache_key() const {
+  return long_rope_cache_key(cache_salt, long_rope_after, long_rope);
+}
+
+void Scheduler::restart_with_long_rope(size_t running_index) {
+  const SeqId id = running_[running_index];
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
+  kv_.free(id);
+  SequenceState& s = get(id);
+  s.long_rope = true;
+  s.num_computed_tokens = 0;
+  waiting_.push_front(id);
+  ++num_rope_restarts_;
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
@@ -60,6 +76,10 @@ SchedulerOutput Scheduler::schedule() {
   // Running sequences first, oldest first, so the newest is the one that loses its blocks.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     SequenceState& s = get(running_[i]);
+    if (s.outgrew_short_rope()) {
+      restart_with_long_rope(i);
+      continue;
+    }
     const int64_t n = std::min(s.num_tokens() - s.num_computed_tokens, budget);
     if (n <= 0) {  // nothing to compute (should not happen: the engine samples after each completion)
       ++i;
@@ -86,11 +106,13 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     SequenceState& s = get(waiting_.front());
+    if (s.outgrew_short_rope()) s.long_rope = true;  // a prompt past the original context starts long
+    const std::string key = s.prefix_cache_key();
     CachedPrefix prefix;
-    if (config_.enable_prefix_caching) prefix = kv_.get_computed_blocks(s.tokens, s.cache_salt);
+    if (config_.enable_prefix_caching) prefix = kv_.get_computed_blocks(s.tokens, key);
     const int64_t start = prefix.num_tokens;
     const int64_t n = std::min(s.num_tokens() - start, budget);
-    if (!kv_.allocate_slots(s.id, n, prefix, s.cache_salt)) break;
+    if (!kv_.allocate_slots(s.id, n, prefix, key)) break;
     waiting_.pop_front();
     running_.push_back(s.id);
     s.num_computed_tokens = start;

@@ -31,8 +31,14 @@ struct SequenceState {
   int64_t num_computed_tokens = 0; // tokens whose K/V are in the cache
   int64_t num_cached_tokens = -1;  // prefix-cache hit at first admission; -1 until admitted
   std::string cache_salt;
+  // LongRoPE (engine/long_rope.h): the sequence rotates with the long factors; it switches to them, its K/V
+  // recomputed, once it has more than long_rope_after tokens (-1: never).
+  bool long_rope = false;
+  int64_t long_rope_after = -1;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  bool outgrew_short_rope() const { return !long_rope && long_rope_after >= 0 && num_tokens() > long_rope_after; }
+  std::string prefix_cache_key() const;
   // The forward step that completes num_tokens() yields the logits for the next token.
   bool needs_tokens() const { return num_computed_tokens < num_tokens(); }
 };
@@ -75,6 +81,7 @@ class Scheduler {
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
 
   uint64_t num_preemptions() const { return num_preemptions_; }
+  uint64_t num_rope_restarts() const { return num_rope_restarts_; }  // sequences recomputed for LongRoPE
   uint64_t prefix_query_tokens() const { return prefix_query_tokens_; }  // tokens looked up at admission
   uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }      // of those, served by the cache
 
@@ -82,6 +89,9 @@ class Scheduler {
   SequenceState& get(SeqId seq);
   // Frees the newest running sequence and puts it at the front of the waiting queue; returns its id.
   SeqId preempt_newest();
+  // Frees a running sequence that outgrew its short LongRoPE factors and queues it, switched to the long
+  // ones, at the front of the waiting queue to be recomputed.
+  void restart_with_long_rope(size_t running_index);
 
   KVCacheManager& kv_;
   SchedulerConfig config_;
@@ -89,6 +99,7 @@ class Scheduler {
   std::vector<SeqId> running_;  // oldest first: the back is preempted first
   std::deque<SeqId> waiting_;
   uint64_t num_preemptions_ = 0;
+  uint64_t num_rope_restarts_ = 0;
   uint64_t prefix_query_tokens_ = 0;
   uint64_t prefix_hit_tokens_ = 0;
 };

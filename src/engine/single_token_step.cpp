@@ -63,11 +63,11 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   const int64_t pos = s.pos0;
   const int64_t n_rot = rope_.n_rot();
   rope_cos_sin_.resize(static_cast<size_t>(n_rot));
-  rope_.angles(pos, rope_cos_sin_.data());
+  (s.long_rope ? rope_long_ : rope_).angles(pos, rope_cos_sin_.data());
   const bool has_swa = !c.swa_layers.empty();
   if (has_swa) {
     rope_swa_cos_sin_.resize(static_cast<size_t>(n_rot));
-    rope_swa_.angles(pos, rope_swa_cos_sin_.data());
+    (s.long_rope ? rope_swa_long_ : rope_swa_).angles(pos, rope_swa_cos_sin_.data());
   }
   // The new token's K/V slot in each group's block (one group unless the cache is hybrid).
   const int n_groups = kv.num_groups();

@@ -17,9 +17,9 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_context = 8192;
-  // LongRoPE (Phi-3 128k, Phi-3.5): each rotated pair's angle divided by its factor, the long ones when the
-  // context a sequence may reach exceeds original_context (as llama.cpp chooses, by its n_ctx), else the
-  // short ones; cos and sin times attn_factor.
+  // LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): each rotated pair's angle divided by its factor, the long
+  // ones for sequences beyond original_context, else the short ones (LongRopeFactors in
+  // engine/model_runner.h says how a sequence is judged); cos and sin times attn_factor either way.
   std::vector<float> long_factors, short_factors;
   float attn_factor = 1.0f;
 };

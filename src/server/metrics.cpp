@@ -77,6 +77,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   counter(out, "kvserve_prefix_cache_evictions_total", "Cached prefix blocks evicted (reused for new data).",
           s.prefix_evictions);
   counter(out, "kvserve_preemptions_total", "Requests preempted for lack of KV blocks.", s.preemptions);
+  counter(out, "kvserve_rope_restarts_total",
+          "Sequences recomputed with LongRoPE's long factors past the original context.", s.rope_restarts);
   gauge(out, "kvserve_requests_running", "Requests being computed.", s.running);
   gauge(out, "kvserve_requests_waiting", "Requests queued for admission.", s.waiting);
   counter(out, "kvserve_prompt_tokens_total", "Prompt tokens computed or served from cache.", s.prompt_tokens);

@@ -139,6 +139,7 @@ json kv_blocks_json(const BlockMap& map, const EngineStats& stats, int block_siz
           {"prefix_hits", stats.prefix_hits},
           {"prefix_hit_rate", hit_rate},
           {"preemptions", stats.preemptions},
+          {"rope_restarts", stats.rope_restarts},
           {"running", stats.running},
           {"waiting", stats.waiting},
           {"owner", map.owner},

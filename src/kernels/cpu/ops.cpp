@@ -68,12 +68,12 @@ void prefetch_for_write(void* p, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(static_cast<char*>(p) + off, 1, 3);
 }
 
-Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling, int64_t context)
+Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling, bool long_factors)
     : head_dim_(head_dim), n_rot_(n_rot > 0 ? n_rot : head_dim), style_(style) {
   const int half = n_rot_ / 2;
   if (scaling.type == RopeScaling::Type::LongRope) {
     // As ggml's rope with freq_factors: the angle theta / factor, cos and sin times the attention factor.
-    freq_div_ = context > scaling.original_context ? scaling.long_factors : scaling.short_factors;
+    freq_div_ = long_factors ? scaling.long_factors : scaling.short_factors;
     if (static_cast<int>(freq_div_.size()) != half)
       fail("rope: {} LongRoPE factors for {} rotated pairs", freq_div_.size(), half);
     mscale_ = scaling.attn_factor;

@@ -24,8 +24,9 @@ void prefetch_for_write(void* p, size_t bytes);
 // dims of each head; pair layout and frequencies follow the model's RoPE style and scaling.
 class Rope {
  public:
-  // context: the most positions a sequence may reach (LongRoPE picks its factors by it; 0: the short ones).
-  Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling, int64_t context = 0);
+  // long_factors: LongRoPE's long factors rather than its short ones (which a sequence takes is the engine's
+  // choice: LongRopeFactors in engine/model_runner.h).
+  Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScaling& scaling, bool long_factors = false);
   // In two steps, so a forward pass computes a position's cos/sin once for all layers and for q and k:
   // angles() fills n_rot() floats (cos, sin of each rotated pair), rotate() applies them to n_heads heads.
   void angles(int64_t pos, float* cos_sin) const;
