@@ -80,6 +80,9 @@ TEST(KVCalc, DeepSeekV2_MLA) {
 TEST(KVCalc, QuantizedDtypesAndMemoryBudget) {
   const KVModelShape s = mha(32, 32, 8, 128);
   EXPECT_EQ(figures(s, 8192, KVCacheDType::INT8).bytes_per_request, 536'870'912ull);
+  // The textbook figure is the values'; kvserve's int8 also stores an f16 scale per 32 of them.
+  EXPECT_EQ(figures(s, 8192, KVCacheDType::INT8).stored_bytes_per_token, 32u * 16u * (128u + 8u));
+  EXPECT_FALSE(figures(s, 8192, KVCacheDType::F16).stored_bytes_per_token.has_value());
   EXPECT_EQ(figures(s, 8192, KVCacheDType::FP8_E4M3).bytes_per_request, 536'870'912ull);
   EXPECT_EQ(figures(s, 8192, KVCacheDType::INT4).bytes_per_request, 268'435'456ull);
   EXPECT_EQ(figures(s, 8192, KVCacheDType::F32).bytes_per_request, 2'147'483'648ull);

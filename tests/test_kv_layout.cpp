@@ -28,6 +28,14 @@ TEST(KVLayout, BytesPerTokenFollowTheFormulas) {
   EXPECT_EQ(KVLayout::mha(1, 8, 128, KVCacheDType::INT8).bytes_per_token(), 2048u);
   EXPECT_EQ(KVLayout::mha(1, 8, 128, KVCacheDType::FP8_E4M3).bytes_per_token(), 2048u);
   EXPECT_EQ(KVLayout::mha(1, 8, 128, KVCacheDType::INT4).bytes_per_token(), 1024u);
+  // Stored: int8 as q8_0 adds an f16 scale per 32 values (128 + 4 * 2 bytes a row of 128, 16 rows a token);
+  // the other dtypes store exactly the values.
+  EXPECT_EQ(KVLayout::mha(1, 8, 128, KVCacheDType::INT8).stored_bytes_per_token(), 16u * 136u);
+  EXPECT_EQ(KVLayout::mha(2, 8, 128, KVCacheDType::F16).stored_bytes_per_token(), 2u * 4096u);
+  EXPECT_EQ(KVLayout::mla(1, 512, 64, KVCacheDType::INT8).stored_bytes_per_token(), 576u + 36u);
+  EXPECT_EQ(kv_dtype_row_bytes(KVCacheDType::INT8, 64), 68u);
+  EXPECT_EQ(kv_dtype_row_bytes(KVCacheDType::INT8, 8), 10u);  // one (partial) group: one scale
+  EXPECT_EQ(kv_dtype_row_bytes(KVCacheDType::BF16, 64), 128u);
 }
 
 TEST(KVLayout, PerLayerDtypesAndBlocks) {
@@ -39,7 +47,11 @@ TEST(KVLayout, PerLayerDtypesAndBlocks) {
   EXPECT_EQ(l.bytes_per_token_layer(3), 64u);
   EXPECT_EQ(l.bytes_per_token(), 128u + 32u + 32u + 64u);
   EXPECT_EQ(l.bytes_per_block(), 16u * 256u);
-  EXPECT_EQ(blocks_for_budget(l, 16 * 256 * 10 + 5), 10);
+  // Stored, the int8 layers' 4 rows of 8 values a token take a scale each: 40 bytes instead of 32.
+  EXPECT_EQ(l.stored_bytes_per_token(), 128u + 40u + 40u + 64u);
+  EXPECT_EQ(l.stored_bytes_per_block(), 16u * 272u);
+  EXPECT_EQ(blocks_for_budget(l, 16 * 272 * 10 + 5), 10);
+  EXPECT_EQ(blocks_for_budget(l, 16 * 272 * 10 - 1), 9);
   l.layer_dtypes.pop_back();
   EXPECT_THROW(l.validate(), Error);
   EXPECT_THROW(KVLayout::mha(0, 8, 128, KVCacheDType::F16), Error);
@@ -53,7 +65,9 @@ TEST(KVLayout, ParsesDtypesAndSizes) {
   EXPECT_EQ(parse_kv_dtype("int4"), KVCacheDType::INT4);
   EXPECT_THROW(parse_kv_dtype("f12"), Error);
   EXPECT_TRUE(kv_dtype_supported(KVCacheDType::F32));
-  EXPECT_FALSE(kv_dtype_supported(KVCacheDType::INT8));
+  EXPECT_TRUE(kv_dtype_supported(KVCacheDType::INT8));
+  EXPECT_FALSE(kv_dtype_supported(KVCacheDType::FP8_E4M3));
+  EXPECT_FALSE(kv_dtype_supported(KVCacheDType::INT4));
   EXPECT_EQ(parse_byte_size("4096"), 4096u);
   EXPECT_EQ(parse_byte_size("512K"), 512u * 1024);
   EXPECT_EQ(parse_byte_size("2GiB"), 2ull << 30);

@@ -122,7 +122,7 @@ uint64_t kv_bytes_for_tokens(const Model& model, int64_t tokens, int block_size,
   const ModelConfig& c = model.config;
   const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, dtype, block_size);
   const int64_t blocks = (tokens + block_size - 1) / block_size;
-  return static_cast<uint64_t>(blocks) * layout.bytes_per_block();
+  return static_cast<uint64_t>(blocks) * layout.stored_bytes_per_block();
 }
 
 OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptions& o) {
@@ -179,7 +179,7 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
     const ModelConfig& c = model.config;
     const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, eo.kv_cache_dtype, eo.block_size);
     probe = std::make_unique<BoundProbe>(ThreadPool::global(), o.bound_segment_steps, model.weight_bytes(),
-                                         layout.bytes_per_token());
+                                         layout.stored_bytes_per_token());
   }
   double duration = 0;
   std::vector<RequestRecord> records =

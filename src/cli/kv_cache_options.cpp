@@ -22,7 +22,8 @@ KVCacheDType parse_kv_cache_dtype_flag(const std::string& text) {
   } catch (const Error& e) {
     fail("--kv-cache-dtype: {}", e.what());
   }
-  if (!kv_dtype_supported(t)) fail("--kv-cache-dtype: {} is not supported yet (use f32, f16 or bf16)", kv_dtype_name(t));
+  if (!kv_dtype_supported(t))
+    fail("--kv-cache-dtype: {} is not supported yet (use f32, f16, bf16 or int8)", kv_dtype_name(t));
   return t;
 }
 
@@ -35,7 +36,9 @@ void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
   c.add_option("--kv-cache-memory", a.kv_cache_memory,
                "KV cache budget: bytes (512M, 2G, 1.5GiB; KB/MB/GB are powers of 1000) or a fraction of RAM "
                "(0.5, 50%; default 0.25)");
-  c.add_option("--kv-cache-dtype", a.kv_cache_dtype, "KV cache element type: f32, f16 or bf16")->capture_default_str();
+  c.add_option("--kv-cache-dtype", a.kv_cache_dtype,
+               "KV cache element type: f32, f16, bf16 or int8 (q8_0: an f16 scale per 32 values, 8.5 bits each)")
+      ->capture_default_str();
   c.add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 1024));
   c.add_flag("--no-hybrid-kv-cache", a.no_hybrid,
              "Keep every position's K/V in sliding-window layers too (default: a model with them, such as Gemma 2 "

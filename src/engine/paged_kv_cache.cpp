@@ -68,9 +68,14 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
       fail("{}: {} per-layer KV dtypes given for a model of {} layers", who, opts.layer_dtypes.size(), c.n_layers);
     layout.layer_dtypes = opts.layer_dtypes;
   }
-  for (const KVCacheDType t : layout.layer_dtypes)
+  for (const KVCacheDType t : layout.layer_dtypes) {
     if (!kv_dtype_supported(t))
-      fail("{}: KV cache dtype {} is not supported yet (use f32, f16 or bf16)", who, kv_dtype_name(t));
+      fail("{}: KV cache dtype {} is not supported yet (use f32, f16, bf16 or int8)", who, kv_dtype_name(t));
+    if (t == KVCacheDType::INT8 && c.head_dim % kKVQ8Group != 0)
+      fail("{}: an int8 KV cache keeps each head's row in blocks of {} values, and this model's head size is {}; "
+           "use f16 or bf16",
+           who, kKVQ8Group, c.head_dim);
+  }
   const bool uniform = std::all_of(layout.layer_dtypes.begin(), layout.layer_dtypes.end(),
                                    [&](KVCacheDType t) { return t == layout.layer_dtypes.front(); });
   for (size_t l = 0; l < layout.layer_dtypes.size() && (l == 0 || !uniform); ++l) {
@@ -86,7 +91,7 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   KVLayout block_layout = layout;
   block_layout.n_layers = groups.slots();
   block_layout.layer_dtypes = groups.slot_dtypes;
-  bytes_per_block = block_layout.bytes_per_block();
+  bytes_per_block = block_layout.stored_bytes_per_block();
   affordable_blocks = blocks_for_budget(block_layout, budget_bytes) - (hybrid ? 1 : 0);
   // More blocks than every sequence at full context twice over would only hold cold prefixes (once over
   // when there is no prefix cache), and the storage is committed up front: a fraction of RAM for a
@@ -114,6 +119,7 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
     const KVCacheDType t = storage->dtype(slot);
     view.layer_types.push_back(t == KVCacheDType::F16    ? KVElemType::F16
                                : t == KVCacheDType::BF16 ? KVElemType::BF16
+                               : t == KVCacheDType::INT8 ? KVElemType::Q8_0
                                                          : KVElemType::F32);
   }
   if (hybrid) view.layer_group = groups.layer_group;

@@ -153,6 +153,7 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
   f.bytes_per_request = mul(f.bytes_per_token, static_cast<uint64_t>(r.seq_len));
   f.bytes_total = mul(f.bytes_per_request, static_cast<uint64_t>(r.batch));
   f.bytes_per_block = layout.bytes_per_block();
+  if (layout.stored_bytes_per_token() != f.bytes_per_token) f.stored_bytes_per_token = layout.stored_bytes_per_token();
   if (r.shape.kind == AttentionKind::MLA && r.shape.n_heads > 0 && r.shape.head_dim > 0)
     f.mha_bytes_per_token_per_layer =
         KVLayout::mha(1, r.shape.n_heads, r.shape.head_dim, r.dtype, r.block_size).bytes_per_token_layer(0);
@@ -202,6 +203,7 @@ nlohmann::json kv_figures_json(const KVCalcRequest& r, const KVCalcFigures& f) {
   j["bytes_total"] = f.bytes_total;
   j["bytes_per_block"] = f.bytes_per_block;
   if (f.mha_bytes_per_token_per_layer) j["mha_bytes_per_token_per_layer"] = *f.mha_bytes_per_token_per_layer;
+  if (f.stored_bytes_per_token) j["stored_bytes_per_token"] = *f.stored_bytes_per_token;
   if (f.windowed_bytes_per_request) {
     j["sliding_window"] = s.sliding_window;
     j["sliding_window_layers"] = s.n_swa_layers;
@@ -252,6 +254,8 @@ std::string kv_figures_text(const KVCalcRequest& r, const KVCalcFigures& f) {
                      static_cast<double>(*f.mha_bytes_per_token_per_layer) /
                          static_cast<double>(f.bytes_per_token_per_layer)));
   line("per token", format_bytes(f.bytes_per_token));
+  if (f.stored_bytes_per_token)
+    line("  as kvserve stores it", fmt::format("{} (q8_0: an f16 scale per 32 values)", format_bytes(*f.stored_bytes_per_token)));
   line(fmt::format("per request ({} tokens)", r.seq_len), format_bytes(f.bytes_per_request));
   line(fmt::format("batch of {}", r.batch), format_bytes(f.bytes_total));
   if (r.memory_bytes) {

@@ -61,6 +61,8 @@ struct KVCalcFigures {
   uint64_t bytes_per_request = 0;  // seq_len tokens
   uint64_t bytes_total = 0;        // batch requests
   uint64_t bytes_per_block = 0;    // block_size tokens, all layers
+  // Where kvserve stores more than the values (int8: an f16 scale per 32 values), what it stores per token.
+  std::optional<uint64_t> stored_bytes_per_token;
   // MLA only: what an MHA cache of n_heads x head_dim would take per token per layer.
   std::optional<uint64_t> mha_bytes_per_token_per_layer;
   // With a memory budget:

@@ -38,7 +38,13 @@ std::string_view kv_dtype_name(KVCacheDType t) {
 }
 
 bool kv_dtype_supported(KVCacheDType t) {
-  return t == KVCacheDType::F32 || t == KVCacheDType::F16 || t == KVCacheDType::BF16;
+  return t == KVCacheDType::F32 || t == KVCacheDType::F16 || t == KVCacheDType::BF16 || t == KVCacheDType::INT8;
+}
+
+uint64_t kv_dtype_row_bytes(KVCacheDType t, int64_t n) {
+  const auto values = static_cast<uint64_t>(n);
+  if (t == KVCacheDType::INT8) return values + 2 * ((values + 31) / 32);
+  return (values * static_cast<uint64_t>(kv_dtype_bits(t)) + 7) / 8;
 }
 
 KVCacheDType parse_kv_dtype(std::string_view name) {
@@ -97,10 +103,43 @@ int64_t KVLayout::elements_per_token_layer() const {
   return 2 * int64_t{n_kv_heads} * head_dim;
 }
 
+int64_t KVLayout::rows_per_token_layer() const { return kind == AttentionKind::MLA ? 1 : 2 * int64_t{n_kv_heads}; }
+
+int64_t KVLayout::row_elements() const {
+  return kind == AttentionKind::MLA ? int64_t{kv_lora_rank} + rope_dim : int64_t{head_dim};
+}
+
 uint64_t KVLayout::bytes_per_token_layer(int layer) const {
   if (layer < 0 || layer >= n_layers) fail("kv layout: layer {} out of range [0, {})", layer, n_layers);
   const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * kv_dtype_bits(layer_dtypes[layer]);
   return (bits + 7) / 8;
+}
+
+uint64_t KVLayout::stored_bytes_per_token_layer(int layer) const {
+  const uint64_t values = bytes_per_token_layer(layer);
+  const KVCacheDType t = layer_dtypes[static_cast<size_t>(layer)];
+  if (t != KVCacheDType::INT8) return values;
+  return static_cast<uint64_t>(rows_per_token_layer()) * kv_dtype_row_bytes(t, row_elements());
+}
+
+uint64_t KVLayout::stored_bytes_per_token() const {
+  uint64_t total = 0;
+  for (int l = 0; l < n_layers; ++l) total += stored_bytes_per_token_layer(l);
+  return total;
+}
+
+uint64_t KVLayout::stored_bytes_per_block() const {
+  uint64_t total = 0;
+  for (int l = 0; l < n_layers; ++l) {
+    const KVCacheDType t = layer_dtypes[static_cast<size_t>(l)];
+    if (t == KVCacheDType::INT8) {
+      total += static_cast<uint64_t>(block_size) * stored_bytes_per_token_layer(l);
+      continue;
+    }
+    const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * block_size * kv_dtype_bits(t);
+    total += (bits + 7) / 8;
+  }
+  return total;
 }
 
 uint64_t KVLayout::bytes_per_token() const {
@@ -120,7 +159,7 @@ uint64_t KVLayout::bytes_per_block() const {
 
 int64_t blocks_for_budget(const KVLayout& layout, uint64_t budget_bytes) {
   layout.validate();
-  return static_cast<int64_t>(budget_bytes / layout.bytes_per_block());
+  return static_cast<int64_t>(budget_bytes / layout.stored_bytes_per_block());
 }
 
 uint64_t parse_byte_size(std::string_view text) {

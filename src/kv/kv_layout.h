@@ -15,8 +15,11 @@ enum class KVCacheDType { F32, F16, BF16, FP8_E4M3, FP8_E5M2, INT8, INT4 };
 
 int kv_dtype_bits(KVCacheDType t);
 std::string_view kv_dtype_name(KVCacheDType t);
-// f32, f16, bf16 can be computed with today; the others are reserved for the layout and kv-calc.
+// f32, f16, bf16 and int8 can be computed with today; the others are reserved for the layout and kv-calc.
 bool kv_dtype_supported(KVCacheDType t);
+// Bytes one row of n cached values takes (a KV head's K or V of one token, or an MLA latent). int8 is
+// stored as ggml's q8_0: an f16 scale for each 32 values beside their int8, so 34 bytes per 32 values.
+uint64_t kv_dtype_row_bytes(KVCacheDType t, int64_t n);
 // Accepts f32, f16 (fp16), bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, int4; throws Error otherwise.
 KVCacheDType parse_kv_dtype(std::string_view name);
 
@@ -41,15 +44,22 @@ struct KVLayout {
   void validate() const;  // throws Error on a non-positive dimension or a dtype list of the wrong length
   // Cached values per token per layer: 2 * n_kv_heads * head_dim, or kv_lora_rank + rope_dim.
   int64_t elements_per_token_layer() const;
-  // Bytes per token of one layer (a half byte of int4 rounds up; blocks round per block instead).
+  // The rows those values form (2 * n_kv_heads of head_dim, or 1 of kv_lora_rank + rope_dim) and their length.
+  int64_t rows_per_token_layer() const;
+  int64_t row_elements() const;
+  // The textbook figures, the values alone (bits per value x values): bytes per token of one layer (a half
+  // byte of int4 rounds up; blocks round per block instead), per token over all layers, and of one block
+  // (block_size tokens) over all layers.
   uint64_t bytes_per_token_layer(int layer) const;
-  // Bytes per token over all layers.
   uint64_t bytes_per_token() const;
-  // Bytes of one block (block_size tokens) over all layers.
   uint64_t bytes_per_block() const;
+  // What KVStorage holds: the same but for int8's scales (kv_dtype_row_bytes).
+  uint64_t stored_bytes_per_token_layer(int layer) const;
+  uint64_t stored_bytes_per_token() const;
+  uint64_t stored_bytes_per_block() const;
 };
 
-// Whole blocks that fit in budget_bytes.
+// Whole blocks (as stored) that fit in budget_bytes.
 int64_t blocks_for_budget(const KVLayout& layout, uint64_t budget_bytes);
 
 // "4096", "512K", "1.5GiB", "2GB": K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB powers of

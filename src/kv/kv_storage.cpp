@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/large_buffer.h"
+#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 
@@ -15,9 +16,12 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   if (num_blocks <= 0) fail("kv storage: need at least one block, got {}", num_blocks);
   for (int l = 0; l < layout_.n_layers; ++l) {
     const KVCacheDType t = layout_.layer_dtypes[static_cast<size_t>(l)];
-    if (t != KVCacheDType::F32 && t != KVCacheDType::F16 && t != KVCacheDType::BF16)
-      fail("kv storage: layer {} asks for KV dtype {}, which cannot be stored yet (supported: f32, f16, bf16)", l,
-           kv_dtype_name(t));
+    if (!kv_dtype_supported(t))
+      fail("kv storage: layer {} asks for KV dtype {}, which cannot be stored yet (supported: f32, f16, bf16, int8)",
+           l, kv_dtype_name(t));
+    if (t == KVCacheDType::INT8 && layout_.row_elements() % kQK8_0 != 0)
+      fail("kv storage: an int8 KV cache stores rows in blocks of {} values; this model's rows have {} (head size)",
+           kQK8_0, layout_.row_elements());
   }
   if (layout_.kind == AttentionKind::MLA) {
     n_heads_ = 1;
@@ -30,7 +34,7 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   // One zeroed allocation for every layer's K and V, on huge pages when large: attention reads blocks
   // anywhere in the pool, and on 4 KiB pages most block reads would start with a TLB miss.
   const size_t elems = static_cast<size_t>(block_stride_) * static_cast<size_t>(num_blocks);
-  auto array_bytes = [&](int l) { return elems * elem_bytes(l); };
+  auto array_bytes = [&](int l) { return bytes_of(l, static_cast<int64_t>(elems)); };
   const int arrays = has_v() ? 2 : 1;
   bytes_ = 0;
   for (int l = 0; l < layout_.n_layers; ++l) bytes_ += arrays * array_bytes(l);
@@ -54,7 +58,11 @@ KVCacheDType KVStorage::dtype(int layer) const {
   return layout_.layer_dtypes[static_cast<size_t>(layer)];
 }
 
-size_t KVStorage::elem_bytes(int layer) const { return dtype(layer) == KVCacheDType::F32 ? 4 : 2; }
+size_t KVStorage::bytes_of(int layer, int64_t n) const {
+  // Rows start at multiples of row_elements(), whole q8_0 blocks for int8: n elements take n / 32 blocks.
+  return dtype(layer) == KVCacheDType::INT8 ? static_cast<size_t>(n / kQK8_0) * sizeof(BlockQ8_0)
+                                            : static_cast<size_t>(n) * (dtype(layer) == KVCacheDType::F32 ? 4 : 2);
+}
 
 size_t KVStorage::bytes() const { return bytes_; }
 
@@ -71,7 +79,7 @@ const void* KVStorage::v_layer(int layer) const { return v_.at(static_cast<size_
 
 std::byte* KVStorage::row(std::byte* arr, int layer, int32_t block, int head, int slot) const {
   const int64_t elem = block * block_stride_ + (int64_t{head} * layout_.block_size + slot) * head_dim_;
-  return arr + static_cast<size_t>(elem) * elem_bytes(layer);
+  return arr + bytes_of(layer, elem);
 }
 
 namespace {
@@ -79,6 +87,10 @@ namespace {
 void store_row(KVCacheDType t, const float* src, int n, std::byte* dst) {
   if (t == KVCacheDType::F32) {
     std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+    return;
+  }
+  if (t == KVCacheDType::INT8) {
+    quantize_row_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), n);
     return;
   }
   uint16_t* h = reinterpret_cast<uint16_t*>(dst);
@@ -92,6 +104,10 @@ void store_row(KVCacheDType t, const float* src, int n, std::byte* dst) {
 void load_row(KVCacheDType t, const std::byte* src, int n, float* dst) {
   if (t == KVCacheDType::F32) {
     std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+    return;
+  }
+  if (t == KVCacheDType::INT8) {
+    dequantize_row_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, n);
     return;
   }
   const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
@@ -138,7 +154,7 @@ void KVStorage::copy_block(int32_t src, int32_t dst) {
   for (int l = 0; l < layout_.n_layers; ++l) {
     check(l, src);
     check(l, dst);
-    const size_t n = static_cast<size_t>(block_stride_) * elem_bytes(l);
+    const size_t n = bytes_of(l, block_stride_);
     std::byte* k = k_[static_cast<size_t>(l)];
     std::memcpy(k + static_cast<size_t>(dst) * n, k + static_cast<size_t>(src) * n, n);
     if (has_v()) {

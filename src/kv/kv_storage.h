@@ -5,7 +5,8 @@
 //
 // MLA layouts store the per-token latent (kv_lora_rank + rope_dim values) as a single "head" in the K
 // array and have no V array. Each layer keeps its layout dtype: f32, f16 or bf16 (values are rounded to
-// nearest even on write; attention widens them back to f32 as it reads). fp8/int8/int4 need scales and
+// nearest even on write; attention widens them back to f32 as it reads), or int8 as ggml's q8_0 (a row
+// in blocks of 32 values, each block an f16 scale and 32 int8; rows must be whole blocks). fp8/int4 need
 // kernels that read them; a layout asking for them is refused here.
 #include <cstddef>
 #include <cstdint>
@@ -51,7 +52,7 @@ class KVStorage {
 
  private:
   void check(int layer, int32_t block) const;
-  size_t elem_bytes(int layer) const;
+  size_t bytes_of(int layer, int64_t n_elements) const;  // of a layer's array
   std::byte* row(std::byte* arr, int layer, int32_t block, int head, int slot) const;
 
   KVLayout layout_;

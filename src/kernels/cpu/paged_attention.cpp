@@ -35,6 +35,8 @@ void validate(const PagedAttentionArgs& a) {
   const int64_t min_stride = int64_t{a.n_kv_heads} * a.block_size * a.head_dim;
   if (a.block_stride % a.head_dim != 0)
     fail("paged_attention: block_stride {} is not a multiple of head_dim {}", a.block_stride, a.head_dim);
+  if (a.kv_type == KVElemType::Q8_0 && a.head_dim % kKVQ8Group != 0)
+    fail("paged_attention: an int8 (q8_0) cache needs head_dim a multiple of {}, got {}", kKVQ8Group, a.head_dim);
   if (a.block_stride < min_stride)
     fail("paged_attention: block_stride {} is smaller than n_kv_heads*block_size*head_dim = {}", a.block_stride,
          min_stride);
@@ -59,6 +61,17 @@ const float* load_row(const void* base, KVElemType type, int64_t index, int hd, 
     case KVElemType::BF16: {
       const uint16_t* h = static_cast<const uint16_t*>(base) + off;
       for (int d = 0; d < hd; ++d) tmp[d] = bf16_to_fp32(h[d]);
+      return tmp;
+    }
+    case KVElemType::Q8_0: {
+      const auto* blk = static_cast<const unsigned char*>(base) + kv_bytes(type, off);
+      for (int b = 0; b < hd / kKVQ8Group; ++b, blk += kKVQ8BlockBytes) {
+        uint16_t d16;
+        std::memcpy(&d16, blk, 2);
+        const float d = fp16_to_fp32(d16);
+        const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
+        for (int j = 0; j < kKVQ8Group; ++j) tmp[b * kKVQ8Group + j] = static_cast<float>(qs[j]) * d;
+      }
       return tmp;
     }
   }
@@ -244,7 +257,7 @@ bool sequence_prefetch_enabled() {
 // them spread across `slots` prefetching slots.
 detail::LinePrefetchStream next_sequence_stream(const PagedAttentionArgs& a, int64_t slots,
                                                 std::vector<const char*>& blocks) {
-  const int64_t block_bytes = a.block_stride * static_cast<int64_t>(kv_elem_bytes(a.kv_type));
+  const auto block_bytes = static_cast<int64_t>(kv_bytes(a.kv_type, a.block_stride));
   blocks.clear();
   for (int64_t b = 0; b <= a.pos0 / a.block_size; ++b) {
     blocks.push_back(static_cast<const char*>(a.k_cache) + a.block_table[b] * block_bytes);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -58,10 +59,24 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-// 8 consecutive cache elements as f32.
+// The q8_0 block holding element `index` of a Q8_0 array, its scale, and where the element's int8 sits.
+inline const int8_t* q8_elements(const void* base, size_t index, float* scale) {
+  const auto* blk = static_cast<const unsigned char*>(base) + index / kKVQ8Group * kKVQ8BlockBytes;
+  uint16_t d16;
+  std::memcpy(&d16, blk, 2);
+  *scale = fp16_to_fp32(d16);
+  return reinterpret_cast<const int8_t*>(blk + 2) + index % kKVQ8Group;
+}
+
+// 8 consecutive cache elements as f32 (for Q8_0, index a multiple of 8: they share a block).
 template <KVElemType kType>
 inline __m256 load8(const void* base, size_t index) {
-  if constexpr (kType == KVElemType::F32) {
+  if constexpr (kType == KVElemType::Q8_0) {
+    float d;
+    const int8_t* q = q8_elements(base, index, &d);
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+    return _mm256_mul_ps(v, _mm256_set1_ps(d));
+  } else if constexpr (kType == KVElemType::F32) {
     return _mm256_loadu_ps(static_cast<const float*>(base) + index);
   } else {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
@@ -71,10 +86,15 @@ inline __m256 load8(const void* base, size_t index) {
 }
 
 #if KVSERVE_ATTN_ZMM
-// 16 consecutive cache elements as f32.
+// 16 consecutive cache elements as f32 (for Q8_0, index a multiple of 16).
 template <KVElemType kType>
 inline __m512 load16(const void* base, size_t index) {
-  if constexpr (kType == KVElemType::F32) {
+  if constexpr (kType == KVElemType::Q8_0) {
+    float d;
+    const int8_t* q = q8_elements(base, index, &d);
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+    return _mm512_mul_ps(v, _mm512_set1_ps(d));
+  } else if constexpr (kType == KVElemType::F32) {
     return _mm512_loadu_ps(static_cast<const float*>(base) + index);
   } else {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + index));
@@ -433,6 +453,9 @@ void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVEle
     case KVElemType::BF16:
       block_scores_typed<KVElemType::BF16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
       break;
+    case KVElemType::Q8_0:
+      block_scores_typed<KVElemType::Q8_0>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
+      break;
   }
 }
 
@@ -441,6 +464,10 @@ void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVEle
 inline const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
   const int64_t off = index * hd;
   if (type == KVElemType::F32) return static_cast<const float*>(base) + off;
+  if (type == KVElemType::Q8_0) {
+    for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(tmp + d, load8<KVElemType::Q8_0>(base, static_cast<size_t>(off + d)));
+    return tmp;
+  }
   const uint16_t* h = static_cast<const uint16_t*>(base) + off;
   int d = 0;
   if (type == KVElemType::F16) {
@@ -766,6 +793,9 @@ void partition_values(float* acc, int n_heads, int hd, const float* p, int p_str
     case KVElemType::BF16:
       partition_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
       break;
+    case KVElemType::Q8_0:
+      partition_values_typed<KVElemType::Q8_0>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
+      break;
   }
 }
 
@@ -808,7 +838,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   const float** v_rows = v_rows_storage.data();
   thread_local std::vector<BlockRows> blocks_storage;
   blocks_storage.resize(static_cast<size_t>(bpp));
-  const size_t row_bytes = static_cast<size_t>(hd) * kv_elem_bytes(a.kv_type);
+  const size_t row_bytes = kv_bytes(a.kv_type, hd);
 
   const bool heads = n_kvh > 1;
   if (heads) n_tok = n_kvh;  // rows are KV heads of token t_begin
