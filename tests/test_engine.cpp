@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "kv/kv_layout.h"
+#include "model/loaders.h"
 #include "stories_model.h"
 
 using namespace kvserve;
@@ -295,6 +296,39 @@ TEST(Engine, LongRopeSequencesOutgrowingTheOriginalContextAreRecomputedAndMatchT
   // 240 + 20, 250 + 20 and 256 + 20 tokens cross 256 in each round; 200 + 20 never does; 270 starts long.
   EXPECT_EQ(engine.stats().rope_restarts, 6u);
   EXPECT_EQ(engine.stats().preemptions, 0u);
+}
+
+// An int8 KV cache (tiny-gqa, head size 64) under chunked prefill, mixed steps, batched decode and a prefix
+// hit: every request gets the tokens the Generator gives it alone on an int8 cache (each K/V row is
+// quantized by itself, so batching changes no stored bit), and every block is free or cached after.
+TEST(Engine, Int8KVCacheInBatchesMatchesGeneratorTokenForToken) {
+  auto gqa = load_model(kShared + "/golden/gguf/models/tiny-gqa.gguf");
+  EngineOptions o = small_options();
+  o.model_id = "tiny-gqa";
+  o.kv_cache_dtype = KVCacheDType::INT8;
+  SamplingParams params;
+  params.max_tokens = 24;
+  params.ignore_eos = true;
+  std::mt19937 rng(21);
+  const std::vector<int32_t> shared = random_prompt(rng, 40);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_prompt(rng, 3 + 17 * i));
+  prompts.push_back(shared);
+  prompts.back().push_back(77);
+  Engine engine(*gqa, o);
+  Collector col;
+  engine.add_request(col.request("warm", shared, params));
+  engine.wait_until_idle();
+  for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params));
+  expect_all_blocks_free_or_cached(engine);
+  GeneratorOptions go;
+  go.kv_cache_dtype = KVCacheDType::INT8;
+  go.enable_prefix_caching = false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Generator g(*gqa, go);
+    EXPECT_EQ(col.get(fmt::format("r{}", i)).ids, g.generate(prompts[i], params).generated_ids) << i;
+  }
+  EXPECT_GE(col.get(fmt::format("r{}", prompts.size() - 1)).cached_tokens, 32);
 }
 
 TEST(Engine, TinyKVBudgetPreemptsAndEveryRequestStillCompletesIdentically) {

@@ -111,6 +111,33 @@ TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   EXPECT_NE(ctx.err.find("exceeds the context of 32 tokens"), std::string::npos) << ctx.err;
   const CommandResult block = generate("-p hi --block-size 0");
   EXPECT_NE(block.exit_code, 0);
+  // int8 needs head rows of whole 32-value blocks: stories260K's head size 8 is named, not misread.
+  const CommandResult int8 = generate("-p hi --kv-cache-dtype int8");
+  EXPECT_NE(int8.exit_code, 0);
+  EXPECT_NE(int8.err.find("head size is 8"), std::string::npos) << int8.err;
+  const CommandResult fp8 = generate("-p hi --kv-cache-dtype fp8");
+  EXPECT_NE(fp8.exit_code, 0);
+  EXPECT_NE(fp8.err.find("not supported yet"), std::string::npos) << fp8.err;
+}
+
+// --kv-cache-dtype int8 on a model with 64-wide heads: the greedy tokens of llama.cpp's golden (made with an
+// f32 cache) for as long as its margins are wide, and the start-up line names the dtype.
+TEST(GeneratorCli, Int8KVCacheGenerates) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  std::ifstream f(kShared + "/golden/gguf/golden/tiny-gqa.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(f, line));
+  const json g = json::parse(line);
+  const std::string prompt = g["prompt"];
+  const CommandResult r = kvserve::test::run_command(
+      std::string(KVSERVE_BINARY) + " generate -m " + kShared + "/golden/gguf/models/tiny-gqa.gguf -t 1 -p '" + prompt +
+          "' --temperature 0 --ignore-eos -n 8 --json --kv-cache-dtype int8",
+      true);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const auto want = g["generated_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(want.begin(), want.begin() + 8));
+  EXPECT_NE(r.err.find("int8"), std::string::npos) << r.err;
 }
 
 // --rope-factors on a LongRoPE model (original context 256): auto takes the short factors for a short

@@ -3,11 +3,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "kernels/cpu/quants.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_storage.h"
 
@@ -126,6 +128,49 @@ TEST(KVStorage, PrefaultedPoolIsResidentWhenCreatedAndStillZero) {
   size_t nonzero = 0;
   for (size_t i = 0; i < st.bytes(); i += 997) nonzero += base[i] != 0;
   EXPECT_EQ(nonzero, 0u);
+}
+
+// int8 layers hold each row as q8_0 blocks (an f16 scale per 32 values): a row reads back as ggml's
+// dequantized q8_0 of it, within half a step (amax / 254) of each value; rows of other heads and slots are
+// untouched; copy_block moves the bytes; a row that is not whole blocks is refused.
+TEST(KVStorage, Int8LayersStoreQ8_0Rows) {
+  KVLayout l = KVLayout::mha(2, 2, 64, KVCacheDType::INT8, 4);
+  l.layer_dtypes[1] = KVCacheDType::F16;
+  KVStorage st(l, 3);
+  EXPECT_EQ(st.bytes(), 3u * l.stored_bytes_per_block());
+  EXPECT_EQ(l.stored_bytes_per_block(), 4u * (4u * 68u + 4u * 128u));  // 4 slots: 4 int8 rows, 4 f16 rows
+  std::vector<float> k(128), v(128);
+  for (int i = 0; i < 128; ++i) {
+    k[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * (i < 32 ? 0.01f : 3.0f);
+    v[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i)) - 0.5f;
+  }
+  st.write(0, 1, 2, k.data(), v.data());
+  std::vector<float> rk(128), rv(128);
+  st.read(0, 1, 2, rk.data(), rv.data());
+  for (int h = 0; h < 2; ++h) {
+    std::vector<BlockQ8_0> q(2);
+    std::vector<float> want(64);
+    quantize_row_q8_0(k.data() + h * 64, q.data(), 64);
+    dequantize_row_q8_0(q.data(), want.data(), 64);
+    for (int i = 0; i < 64; ++i) {
+      const size_t j = static_cast<size_t>(h * 64 + i);
+      EXPECT_EQ(rk[j], want[static_cast<size_t>(i)]) << h << " " << i;
+      const float amax = i < 32 && h == 0 ? 0.01f : 3.0f;
+      EXPECT_NEAR(rk[j], k[j], amax / 254.0f * 1.01f) << h << " " << i;
+    }
+  }
+  for (int i = 0; i < 128; ++i) EXPECT_NEAR(rv[static_cast<size_t>(i)], v[static_cast<size_t>(i)], 1.5f / 254.0f * 1.01f);
+  // The small first group keeps its own scale: 0.01-sized values are not rounded to zero.
+  EXPECT_NE(rk[5], 0.0f);
+  std::vector<float> other(128, -1.0f), other_v(128, -1.0f);
+  st.read(0, 1, 1, other.data(), other_v.data());
+  EXPECT_EQ(other, std::vector<float>(128, 0.0f));  // never written: zeroed memory reads as 0
+  st.copy_block(1, 0);
+  std::vector<float> ck(128), cv(128);
+  st.read(0, 0, 2, ck.data(), cv.data());
+  EXPECT_EQ(ck, rk);
+  EXPECT_EQ(cv, rv);
+  EXPECT_THROW(KVStorage(KVLayout::mha(1, 2, 48, KVCacheDType::INT8, 4), 2), Error);
 }
 
 TEST(KVStorage, HalfPrecisionLayersRoundToNearestAndHalveTheBytes) {
