@@ -115,13 +115,19 @@ TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   const CommandResult int8 = generate("-p hi --kv-cache-dtype int8");
   EXPECT_NE(int8.exit_code, 0);
   EXPECT_NE(int8.err.find("head size is 8"), std::string::npos) << int8.err;
+  const CommandResult layers = generate("-p hi --kv-layer-dtypes 0=f16,7=int8");
+  EXPECT_NE(layers.exit_code, 0);
+  EXPECT_NE(layers.err.find("outside the model's 5 layers"), std::string::npos) << layers.err;
+  const CommandResult spelling = generate("-p hi --kv-layer-dtypes first=f16");
+  EXPECT_NE(spelling.exit_code, 0);
+  EXPECT_NE(spelling.err.find("--kv-layer-dtypes"), std::string::npos) << spelling.err;
   const CommandResult fp8 = generate("-p hi --kv-cache-dtype fp8");
   EXPECT_NE(fp8.exit_code, 0);
   EXPECT_NE(fp8.err.find("not supported yet"), std::string::npos) << fp8.err;
 }
 
-// --kv-cache-dtype int8 on a model with 64-wide heads: the greedy tokens of llama.cpp's golden (made with an
-// f32 cache) for as long as its margins are wide, and the start-up line names the dtype.
+// --kv-cache-dtype int8 on a model with 64-wide heads, its last layer at f16: the greedy tokens of llama.cpp's
+// golden (made with an f32 cache) for as long as its margins are wide, and the start-up line names the dtypes.
 TEST(GeneratorCli, Int8KVCacheGenerates) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
   std::ifstream f(kShared + "/golden/gguf/golden/tiny-gqa.jsonl");
@@ -131,13 +137,13 @@ TEST(GeneratorCli, Int8KVCacheGenerates) {
   const std::string prompt = g["prompt"];
   const CommandResult r = kvserve::test::run_command(
       std::string(KVSERVE_BINARY) + " generate -m " + kShared + "/golden/gguf/models/tiny-gqa.gguf -t 1 -p '" + prompt +
-          "' --temperature 0 --ignore-eos -n 8 --json --kv-cache-dtype int8",
+          "' --temperature 0 --ignore-eos -n 8 --json --kv-cache-dtype int8 --kv-layer-dtypes=-1=f16",
       true);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
   const auto want = g["generated_ids"].get<std::vector<int32_t>>();
   EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(want.begin(), want.begin() + 8));
-  EXPECT_NE(r.err.find("int8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("int8,f16"), std::string::npos) << r.err;  // the start-up line names each layer's dtype
 }
 
 // --rope-factors on a LongRoPE model (original context 256): auto takes the short factors for a short

@@ -57,6 +57,7 @@ struct BenchArgs {
   bool no_prefix_caching = false;
   bool no_hybrid = false;
   std::string rope_factors = "auto";
+  std::string kv_layer_dtypes;
   // serving
   std::string served_model;
   std::string api_key;
@@ -119,6 +120,7 @@ void run_offline(const BenchArgs& a) {
   o.engine.enable_prefix_caching = !a.no_prefix_caching;
   o.engine.hybrid_kv_cache = !a.no_hybrid;
   o.engine.rope_factors = parse_long_rope_factors(a.rope_factors);
+  o.engine.kv_layer_dtypes = parse_kv_layer_dtypes_flag(a.kv_layer_dtypes);
   o.engine.kv_cache_dtype = kv_cache_dtype;
   if (!a.kv_cache_memory.empty())
     o.engine.kv_cache_memory = static_cast<double>(resolve_kv_memory_budget(a.kv_cache_memory));
@@ -323,6 +325,7 @@ void add_bench_command(CLI::App& app) {
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Offline: never reuse KV blocks across requests");
   c->add_flag("--no-hybrid-kv-cache", a->no_hybrid,
               "Offline: sliding-window layers keep every position (default: only their window)");
+  c->add_option("--kv-layer-dtypes", a->kv_layer_dtypes, std::string("Offline: ") + kKVLayerDtypesHelp);
   c->add_option("--rope-factors", a->rope_factors, std::string("Offline: ") + kRopeFactorsHelp)
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "short", "long"}));

@@ -37,6 +37,7 @@ struct GenerateArgs {
 void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
+  const std::vector<KVLayerDtype> kv_layer_dtypes = a.kv_cache.kv_layer_dtypes_value();
   set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json, a.chat_template);
 
@@ -57,6 +58,7 @@ void run_generate(const GenerateArgs& a) {
   go.block_size = a.kv_cache.block_size;
   go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
   go.rope_factors = a.kv_cache.rope_factors_value();
+  go.kv_layer_dtypes = kv_layer_dtypes;
   go.kv_cache_dtype = kv_cache_dtype;
   go.enable_prefix_caching = false;  // one request: nothing to share, and half the blocks suffice
   Generator gen(*model, go);

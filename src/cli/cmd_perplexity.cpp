@@ -43,6 +43,7 @@ std::string read_text(const std::string& path) {
 void run_perplexity(const PerplexityArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
+  const std::vector<KVLayerDtype> kv_layer_dtypes = a.kv_cache.kv_layer_dtypes_value();
   if (a.context < 4) fail("perplexity: --context {} is too short (at least 4)", a.context);
   const std::string text = read_text(a.file);
   set_compute_threads(a.threads);
@@ -56,6 +57,7 @@ void run_perplexity(const PerplexityArgs& a) {
   go.block_size = a.kv_cache.block_size;
   go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
   go.rope_factors = a.kv_cache.rope_factors_value();
+  go.kv_layer_dtypes = kv_layer_dtypes;
   go.kv_cache_dtype = kv_cache_dtype;
   go.enable_prefix_caching = false;  // each chunk starts from an empty cache
   Generator gen(*model, go);

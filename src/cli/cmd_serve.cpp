@@ -67,6 +67,7 @@ void run_serve(const ServeArgs& a) {
 
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
+  const std::vector<KVLayerDtype> kv_layer_dtypes = a.kv_cache.kv_layer_dtypes_value();
   set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, true, a.chat_template);
 
@@ -75,6 +76,7 @@ void run_serve(const ServeArgs& a) {
   eo.block_size = a.kv_cache.block_size;
   eo.hybrid_kv_cache = !a.kv_cache.no_hybrid;
   eo.rope_factors = a.kv_cache.rope_factors_value();
+  eo.kv_layer_dtypes = kv_layer_dtypes;
   eo.kv_cache_dtype = kv_cache_dtype;
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_num_seqs = a.max_num_seqs;

@@ -15,6 +15,25 @@ double KVCacheArgs::kv_cache_memory_value() const {
 
 KVCacheDType KVCacheArgs::kv_cache_dtype_value() const { return parse_kv_cache_dtype_flag(kv_cache_dtype); }
 
+std::vector<KVLayerDtype> KVCacheArgs::kv_layer_dtypes_value() const { return parse_kv_layer_dtypes_flag(kv_layer_dtypes); }
+
+std::vector<KVLayerDtype> parse_kv_layer_dtypes_flag(const std::string& text) {
+  std::vector<KVLayerDtype> items;
+  try {
+    items = parse_kv_layer_dtypes(text);
+  } catch (const Error& e) {
+    fail("--kv-layer-dtypes: {}", e.what());
+  }
+  for (const KVLayerDtype& d : items)
+    if (!kv_dtype_supported(d.dtype))
+      fail("--kv-layer-dtypes: {} is not supported yet (use f32, f16, bf16 or int8)", kv_dtype_name(d.dtype));
+  return items;
+}
+
+const char* const kKVLayerDtypesHelp =
+    "Layers whose KV cache takes another dtype than --kv-cache-dtype: LAYERS=DTYPE,... with LAYERS an index or "
+    "I:J, negative from the end (e.g. --kv-cache-dtype int8 --kv-layer-dtypes 0=f16,-1=f16)";
+
 KVCacheDType parse_kv_cache_dtype_flag(const std::string& text) {
   KVCacheDType t;
   try {
@@ -43,6 +62,7 @@ void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
   c.add_flag("--no-hybrid-kv-cache", a.no_hybrid,
              "Keep every position's K/V in sliding-window layers too (default: a model with them, such as Gemma 2 "
              "and 3, gets a hybrid cache whose local layers hold only their window)");
+  c.add_option("--kv-layer-dtypes", a.kv_layer_dtypes, kKVLayerDtypesHelp);
   c.add_option("--rope-factors", a.rope_factors, kRopeFactorsHelp)
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "short", "long"}));

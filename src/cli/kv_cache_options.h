@@ -4,8 +4,10 @@
 // too: which LongRoPE factors rotate a sequence decides what its K/V hold.
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "engine/long_rope.h"
+#include "kv/kv_layer_dtypes.h"
 #include "kv/kv_layout.h"
 
 namespace kvserve::cli {
@@ -16,6 +18,7 @@ struct KVCacheArgs {
   std::string kv_cache_dtype;  // set to the command's default before add_kv_cache_options
   bool no_hybrid = false;      // --no-hybrid-kv-cache: sliding-window layers keep every position
   std::string rope_factors = "auto";  // --rope-factors: auto, short or long (LongRoPE models)
+  std::string kv_layer_dtypes;        // --kv-layer-dtypes: layers that differ from --kv-cache-dtype
 
   // The budget in the form EngineOptions / GeneratorOptions take (bytes > 1, or a fraction of RAM);
   // throws Error naming the flag when the text is not a budget.
@@ -23,7 +26,13 @@ struct KVCacheArgs {
   // The dtype (f32, f16, bf16, int8); throws Error naming the flag otherwise.
   KVCacheDType kv_cache_dtype_value() const;
   LongRopeFactors rope_factors_value() const { return parse_long_rope_factors(rope_factors); }
+  // The per-layer items; throws Error naming the flag when the text is not LAYERS=DTYPE,...
+  std::vector<KVLayerDtype> kv_layer_dtypes_value() const;
 };
+
+// --kv-layer-dtypes' value, checked as the engine will need it (each dtype one it can store).
+std::vector<KVLayerDtype> parse_kv_layer_dtypes_flag(const std::string& text);
+extern const char* const kKVLayerDtypesHelp;
 
 // The help text of --rope-factors (bench's offline mode has the flag too).
 extern const char* const kRopeFactorsHelp;

@@ -154,6 +154,8 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   ko.kv_cache_memory = opts.kv_cache_memory;
   ko.block_size = opts.block_size;
   ko.kv_dtype = opts.kv_cache_dtype;
+  if (!opts.kv_layer_dtypes.empty())
+    ko.layer_dtypes = resolve_kv_layer_dtypes(opts.kv_layer_dtypes, c.n_layers, opts.kv_cache_dtype);
   ko.max_model_len = max_model_len;
   ko.max_num_seqs = opts.max_num_seqs;
   ko.enable_prefix_caching = opts.enable_prefix_caching;

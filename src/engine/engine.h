@@ -12,6 +12,7 @@
 
 #include "engine/long_rope.h"
 #include "engine/sampling_params.h"
+#include "kv/kv_layer_dtypes.h"
 #include "kv/kv_layout.h"
 #include "model/model.h"
 
@@ -22,6 +23,7 @@ struct EngineOptions {
   double kv_cache_memory = 0.25;
   int block_size = 16;
   KVCacheDType kv_cache_dtype = KVCacheDType::F32;
+  std::vector<KVLayerDtype> kv_layer_dtypes;  // layers that differ from kv_cache_dtype (kv/kv_layer_dtypes.h)
   int max_num_batched_tokens = 512;  // tokens per forward step
   int max_num_seqs = 64;             // sequences per step
   int64_t max_model_len = 0;         // 0 = the model's training context

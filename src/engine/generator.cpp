@@ -35,6 +35,8 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
   ko.kv_cache_memory = opts_.kv_cache_memory;
   ko.block_size = opts_.block_size;
   ko.kv_dtype = opts_.kv_cache_dtype;
+  if (!opts_.kv_layer_dtypes.empty())
+    ko.layer_dtypes = resolve_kv_layer_dtypes(opts_.kv_layer_dtypes, c.n_layers, opts_.kv_cache_dtype);
   ko.max_model_len = opts_.max_context;
   ko.max_num_seqs = 1;
   ko.enable_prefix_caching = opts_.enable_prefix_caching;

@@ -13,6 +13,7 @@
 #include "engine/long_rope.h"
 #include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
+#include "kv/kv_layer_dtypes.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -35,6 +36,7 @@ using TokenCallback = std::function<bool(int32_t id, const std::string& text)>;
 struct GeneratorOptions {
   int block_size = 16;
   KVCacheDType kv_cache_dtype = KVCacheDType::F32;  // f32 keeps the reference numerics
+  std::vector<KVLayerDtype> kv_layer_dtypes;         // as EngineOptions::kv_layer_dtypes
   int64_t max_context = 0;   // 0 = the model's training context
   int prefill_chunk = 512;   // prompt tokens per forward step
   // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1), as EngineOptions (see
