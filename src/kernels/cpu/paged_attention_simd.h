@@ -64,7 +64,7 @@ inline const int8_t* q8_elements(const void* base, size_t index, float* scale) {
   const auto* blk = static_cast<const unsigned char*>(base) + index / kKVQ8Group * kKVQ8BlockBytes;
   uint16_t d16;
   std::memcpy(&d16, blk, 2);
-  *scale = fp16_to_fp32(d16);
+  *scale = _cvtsh_ss(d16);  // F16C: exact, as fp16_to_fp32, in one instruction
   return reinterpret_cast<const int8_t*>(blk + 2) + index % kKVQ8Group;
 }
 
