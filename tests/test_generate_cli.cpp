@@ -59,6 +59,23 @@ TEST(GeneratorCli, JsonGreedyIdsMatchGoldenOnPagedCache) {
   EXPECT_NE(r.err.find("kv cache: 64 blocks of 8 tokens = 512 tokens"), std::string::npos) << r.err;
 }
 
+// --speculative-tokens: greedy ids still llama2.c's, with n-gram drafts proposed and counted in the JSON; a
+// shortest n-gram longer than the longest is named.
+TEST(GeneratorCli, SpeculativeTokensKeepGreedyIds) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const json g = golden("Once upon a time");
+  const auto want = g["generated_ids"].get<std::vector<int32_t>>();
+  const CommandResult r = generate("-p 'Once upon a time' --temperature 0 --ignore-eos -n 100 --json --speculative-tokens 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(want.begin(), want.begin() + 100));
+  EXPECT_GT(j["speculative"]["draft_tokens"].get<int>(), 0);
+  EXPECT_LE(j["speculative"]["accepted_draft_tokens"].get<int>(), j["speculative"]["draft_tokens"].get<int>());
+  const CommandResult bad = generate("-p hi --speculative-tokens 4 --ngram-min 3 --ngram-max 2");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--ngram-min 3 is more than --ngram-max 2"), std::string::npos) << bad.err;
+}
+
 // More threads than the process has CPUs: a warning naming both counts, and the same greedy ids (the
 // pool's waits sleep instead of spinning, so this also runs in reasonable time).
 TEST(GeneratorCli, MoreThreadsThanCpusWarnsAndGivesTheSameIds) {

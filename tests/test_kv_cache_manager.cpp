@@ -60,6 +60,33 @@ TEST(KVCacheManager, ShortPoolSaysNotNowAndChangesNothing) {
   EXPECT_EQ(m.block_table(3).ids(), (Ids{2}));  // tail of seq 1 was freed first
 }
 
+// Speculative tokens that were not accepted: the sequence is cut back, its blocks past the kept tokens go back
+// to the pool (tail first), and a cut into a block already in the prefix cache is refused.
+TEST(KVCacheManager, TruncateCutsTheTailBackAndKeepsCachedBlocks) {
+  KVCacheManager m(config(8));
+  const Tokens t = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  ASSERT_TRUE(m.allocate_slots(1, 6));
+  m.cache_blocks(1, t, 6);  // block 0 full: cached
+  ASSERT_TRUE(m.allocate_slots(1, 5));  // 11 tokens: 3 blocks
+  EXPECT_EQ(m.block_table(1).ids(), (Ids{0, 1, 2}));
+  m.truncate(1, 7);
+  EXPECT_EQ(m.num_tokens(1), 7);
+  EXPECT_EQ(m.block_table(1).ids(), (Ids{0, 1}));
+  EXPECT_EQ(m.num_free_blocks(), 6);
+  m.truncate(1, 7);  // nothing to cut
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_THROW(m.truncate(1, 8), Error);  // more than it holds
+  EXPECT_THROW(m.truncate(1, 3), Error);  // into the cached block 0
+  m.truncate(1, 4);
+  EXPECT_EQ(m.block_table(1).ids(), (Ids{0}));
+  ASSERT_TRUE(m.allocate_slots(1, 5));  // grows again from there
+  EXPECT_EQ(m.num_tokens(1), 9);
+  EXPECT_EQ(m.block_table(1).size(), 3u);
+  m.free(1);
+  EXPECT_EQ(m.num_free_blocks(), 8);
+  EXPECT_THROW(m.truncate(1, 0), Error);  // unknown sequence
+}
+
 TEST(KVCacheManager, FreeReleasesTailFirst) {
   KVCacheManager m(config(6));
   ASSERT_TRUE(m.allocate_slots(1, 12));

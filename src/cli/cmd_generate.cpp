@@ -30,6 +30,9 @@ struct GenerateArgs {
   bool json = false;
   int threads = 0;
   int context = 0;
+  int speculative_tokens = 0;
+  int ngram_max = 3;
+  int ngram_min = 2;
   KVCacheArgs kv_cache;
   SamplingParams sp;
 };
@@ -38,6 +41,7 @@ void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   const std::vector<KVLayerDtype> kv_layer_dtypes = a.kv_cache.kv_layer_dtypes_value();
+  if (a.ngram_min > a.ngram_max) fail("--ngram-min {} is more than --ngram-max {}", a.ngram_min, a.ngram_max);
   set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json, a.chat_template);
 
@@ -60,6 +64,8 @@ void run_generate(const GenerateArgs& a) {
   go.rope_factors = a.kv_cache.rope_factors_value();
   go.kv_layer_dtypes = kv_layer_dtypes;
   go.kv_cache_dtype = kv_cache_dtype;
+  go.speculative_tokens = a.speculative_tokens;
+  go.ngram = {.max_n = a.ngram_max, .min_n = a.ngram_min};
   go.enable_prefix_caching = false;  // one request: nothing to share, and half the blocks suffice
   Generator gen(*model, go);
   std::fprintf(stderr, "%s\n", gen.kv_cache().summary().c_str());
@@ -83,6 +89,8 @@ void run_generate(const GenerateArgs& a) {
     j["finish_reason"] = r.finish_reason;
     j["cached_tokens"] = r.cached_tokens;
     j["rope_restarts"] = r.rope_restarts;
+    if (a.speculative_tokens > 0)
+      j["speculative"] = {{"draft_tokens", r.draft_tokens}, {"accepted_draft_tokens", r.accepted_draft_tokens}};
     j["kv_cache"] = {{"num_blocks", gen.kv_cache().num_blocks},
                      {"block_size", gen.kv_cache().block_size},
                      {"capacity_tokens", gen.kv_cache().capacity_tokens()},
@@ -98,6 +106,9 @@ void run_generate(const GenerateArgs& a) {
     std::printf("\n");
     std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s | %d threads\n",
                  r.prompt_ids.size(), pp, r.generated_ids.size(), tg, ThreadPool::global().size());
+    if (a.speculative_tokens > 0)
+      std::fprintf(stderr, "n-gram drafts: %d proposed, %d accepted (%.0f%%)\n", r.draft_tokens, r.accepted_draft_tokens,
+                   r.draft_tokens > 0 ? 100.0 * r.accepted_draft_tokens / r.draft_tokens : 0.0);
   }
 }
 
@@ -132,6 +143,14 @@ void add_generate_command(CLI::App& app) {
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence tokens");
   c->add_option("-t,--threads", a->threads, "Threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("-c,--context", a->context, "Context length (default: the model's)");
+  c->add_option("--speculative-tokens", a->speculative_tokens,
+                "Speculative decoding with prompt-lookup (n-gram) drafts: up to this many tokens proposed and verified "
+                "a step, each kept by exact rejection sampling, so the output follows the same distribution (0 = off)")
+      ->check(CLI::Range(0, 64));
+  c->add_option("--ngram-max", a->ngram_max, "Longest suffix the drafts look up (with --speculative-tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  c->add_option("--ngram-min", a->ngram_min, "Shortest suffix the drafts look up")->capture_default_str()->check(CLI::Range(1, 64));
   a->kv_cache.kv_cache_dtype = "f32";  // one sequence: memory is not the limit, keep the reference numerics
   add_kv_cache_options(*c, a->kv_cache);
   c->add_flag("--json", a->json, "Print one JSON object with ids, text and timings instead of streaming");

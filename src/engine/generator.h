@@ -12,6 +12,7 @@
 
 #include "engine/long_rope.h"
 #include "engine/model_runner.h"
+#include "engine/ngram_proposer.h"
 #include "engine/paged_kv_cache.h"
 #include "kv/kv_layer_dtypes.h"
 #include "engine/sampler.h"
@@ -26,6 +27,8 @@ struct GenerationResult {
   std::string finish_reason;  // "stop" (EOS or stop string) or "length"
   int cached_tokens = 0;      // prompt tokens served from the prefix cache
   int rope_restarts = 0;      // LongRoPE: the sequence was recomputed with the long factors (0 or 1)
+  int draft_tokens = 0;       // speculative decoding: tokens proposed
+  int accepted_draft_tokens = 0;  // of those, taken by the sampler's verification
   double prompt_seconds = 0;
   double generate_seconds = 0;
 };
@@ -45,6 +48,11 @@ struct GeneratorOptions {
   bool enable_prefix_caching = true;
   bool hybrid_kv_cache = true;  // as EngineOptions::hybrid_kv_cache
   LongRopeFactors rope_factors = LongRopeFactors::Auto;  // as EngineOptions::rope_factors
+  // Speculative decoding with prompt-lookup drafts (NgramProposer): up to this many tokens proposed a step
+  // and verified in one forward, each taken with the sampler's exact rejection rule (Sampler::
+  // sample_with_draft), so the output follows the same distribution (greedy: the same tokens). 0: off.
+  int speculative_tokens = 0;
+  NgramProposerOptions ngram;
 };
 
 class Generator {

@@ -199,14 +199,23 @@ void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chos
 // times the top token's probability), top-p (the shortest run from the top, in by_logit order, whose
 // share of the top-k tokens' probability reaches top_p). The kept tokens are drawn from in id order,
 // which only the order of the walk depends on, so no truncation sorts the vocabulary just to draw.
-int32_t Sampler::sample(float* logits, int32_t n_vocab) {
+int32_t Sampler::sample(float* logits, int32_t n_vocab) { return draw(logits, n_vocab, -1, nullptr); }
+
+int32_t Sampler::sample_with_draft(float* logits, int32_t n_vocab, int32_t draft, bool* accepted) {
+  if (draft < 0 || draft >= n_vocab) fail("sampler: draft token {} is outside the vocabulary of {}", draft, n_vocab);
+  return draw(logits, n_vocab, draft, accepted);
+}
+
+int32_t Sampler::draw(float* logits, int32_t n_vocab, int32_t draft, bool* accepted) {
   if (n_vocab <= 0) fail("sampler: empty vocabulary");
+  if (accepted != nullptr) *accepted = false;
   apply_bias_and_penalties(logits, n_vocab);
   const float mx = params_.temperature == 0.0f ? 0.0f : max_logit(logits, n_vocab);
   // A row with no finite maximum (all NaN, all -inf, or a +inf) has no distribution to draw from: the
   // greedy choice, which is a +inf token when there is one.
   if (params_.temperature == 0.0f || !std::isfinite(mx)) {
     const int32_t id = argmax(logits, n_vocab);
+    if (accepted != nullptr) *accepted = id == draft;
     record_logprobs(logits, n_vocab, id);
     return id;
   }
@@ -234,7 +243,20 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab) {
     for (int32_t i = 0; i < n_vocab; ++i)
       if (w[i] < params_.min_p) w[i] = 0.0f;
   if (params_.top_p < 1.0f) cut_top_p(logits, n_vocab, total * static_cast<double>(params_.top_p), sc);
-  const int32_t id = walk_to(w, n_vocab, u);
+  double v = u;
+  if (draft >= 0) {
+    // A proposal that is always `draft` (q = 1 there): taken with probability p(draft); otherwise the draw
+    // is from p without it, max(0, p - q) renormalized. Either way the token follows p exactly.
+    const double p_draft = static_cast<double>(w[draft]) / weight_sum(w, n_vocab);
+    if (u < p_draft) {
+      *accepted = true;
+      record_logprobs(logits, n_vocab, draft);
+      return draft;
+    }
+    w[draft] = 0.0f;
+    v = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
+  }
+  const int32_t id = walk_to(w, n_vocab, v);
   if (id < 0) fail("sampler: no token left to draw");  // not reached: the top token keeps weight 1
   record_logprobs(logits, n_vocab, id);
   return id;

@@ -25,6 +25,11 @@ class Sampler {
 
   // Modifies logits in place (logit bias, penalties, temperature) and returns the chosen id.
   int32_t sample(float* logits, int32_t n_vocab);
+  // Speculative decoding's verification of a proposed token (a proposer that always proposes it, as n-gram
+  // lookup does): `draft` itself with probability p(draft) under what sample() would draw from (*accepted
+  // true), else a token drawn from that distribution without it. The result follows sample()'s distribution
+  // exactly; greedy returns the argmax, accepted when it is the draft.
+  int32_t sample_with_draft(float* logits, int32_t n_vocab, int32_t draft, bool* accepted);
 
   // Log-probabilities of the distribution the last sample() drew from (after logit bias and penalties, before
   // truncation): the chosen token's and the top `params.logprobs` ones. Only when params.logprobs > 0.
@@ -34,6 +39,7 @@ class Sampler {
   static int32_t argmax(const float* logits, int32_t n_vocab);  // lowest id wins exact ties
 
  private:
+  int32_t draw(float* logits, int32_t n_vocab, int32_t draft, bool* accepted);
   void apply_bias_and_penalties(float* logits, int32_t n_vocab) const;
   void record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen);
 

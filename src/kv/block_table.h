@@ -1,7 +1,8 @@
 #pragma once
 // One sequence's logical block index -> physical block id. Append-only while the sequence lives: ids
 // handed to a forward step never change under it (copy-on-write gives a forked child its own table).
-// The one exception is release(): a sliding-window group's entries that no later token attends to.
+// The exceptions: release(), a sliding-window group's entries that no later token attends to, and
+// truncate(), the tail of a sequence cut back between steps.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -17,6 +18,10 @@ class BlockTable {
   void append(int32_t block_id) { ids_.push_back(block_id); }
   void append(std::span<const int32_t> block_ids) { ids_.insert(ids_.end(), block_ids.begin(), block_ids.end()); }
 
+  // Drops the entries from `n` on (a sequence cut back: speculative tokens that were not accepted).
+  void truncate(size_t n) {
+    if (n < ids_.size()) ids_.resize(n);
+  }
   // Entry `logical` now names `null_block` (a released sliding-window block).
   void release(size_t logical, int32_t null_block) { ids_.at(logical) = null_block; }
 

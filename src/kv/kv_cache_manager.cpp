@@ -322,6 +322,26 @@ ForkResult KVCacheManager::fork(SeqId parent, SeqId child) {
   return result;
 }
 
+void KVCacheManager::truncate(SeqId seq, int64_t n_tokens) {
+  Sequence& s = get(seq);
+  if (n_tokens < 0 || n_tokens > s.num_tokens)
+    fail("kv cache: cannot cut sequence {} of {} tokens back to {}", seq, s.num_tokens, n_tokens);
+  if (n_tokens < static_cast<int64_t>(s.num_hashed_blocks) * block_size_)
+    fail("kv cache: cutting sequence {} back to {} tokens would reach into its {} cached blocks", seq, n_tokens,
+         s.num_hashed_blocks);
+  const auto keep = static_cast<size_t>(blocks_for_tokens(n_tokens, block_size_));
+  std::vector<int32_t> reversed;
+  for (size_t i = s.tables.front().size(); i-- > keep;)
+    for (const BlockTable& t : s.tables)
+      if (t[i] != null_block()) reversed.push_back(t[i]);
+  for (size_t g = 0; g < s.tables.size(); ++g) {
+    s.tables[g].truncate(keep);
+    s.released[g] = std::min(s.released[g], keep);
+  }
+  s.num_tokens = n_tokens;
+  pool_.free_blocks(reversed);
+}
+
 void KVCacheManager::free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) fail("kv cache: unknown sequence {}", seq);

@@ -117,6 +117,11 @@ class KVCacheManager {
   // (whose K/V are written) in the prefix cache. `tokens` are the sequence's token ids so far.
   void cache_blocks(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed_tokens);
 
+  // Cuts the sequence back to its first n_tokens slots (speculative tokens that were not accepted): the
+  // blocks past them go back to the pool, tail first. Throws when n_tokens is more than it holds, or cuts
+  // into a block already registered in the prefix cache (whose tokens are final).
+  void truncate(SeqId seq, int64_t n_tokens);
+
   // Child shares every block of parent (ref counts go up), except the parent's partial last block,
   // which the child gets a fresh copy of (copy-on-write done eagerly: both will write into it).
   ForkResult fork(SeqId parent, SeqId child);
