@@ -287,6 +287,68 @@ def tiny_smollm3(gguf, path, seed):
     finish(w)
 
 
+def add_moe_ffn(w, r, p, E, n_expert, F_exp):
+    """A mixture-of-experts FFN: the router (drawn wide, so tokens pick different experts) and the experts'
+    stacked gate / up / down, numpy [expert][rows][cols] (ggml's ne {cols, rows, expert})."""
+    w.add_tensor(p + "ffn_gate_inp.weight", r.mat(n_expert, E, 4.0))
+    w.add_tensor(p + "ffn_gate_exps.weight", np.stack([r.mat(F_exp, E) for _ in range(n_expert)]))
+    w.add_tensor(p + "ffn_up_exps.weight", np.stack([r.mat(F_exp, E) for _ in range(n_expert)]))
+    w.add_tensor(p + "ffn_down_exps.weight", np.stack([r.mat(E, F_exp) for _ in range(n_expert)]))
+
+
+def tiny_qwen3moe(gguf, path, seed):
+    """Qwen3-MoE: Qwen3's attention (q/k norms, NeoX RoPE) and a mixture of 4 experts, 2 per token, each 48
+    wide (expert_feed_forward_length; feed_forward_length is the dense width the file also states)."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 32, 192
+    n_expert, n_used, F_exp = 4, 2, 48
+    w = begin(gguf, path, "qwen3moe", shape, 1e6)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(F_exp)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        add_moe_ffn(w, r, p, E, n_expert, F_exp)
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
+def tiny_mixtral(gguf, path, seed):
+    """Mixtral: a llama file with expert_count: llama's attention, 4 experts of feed_forward_length (48), 2 per
+    token."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 16, 48
+    n_expert, n_used = 4, 2
+    w = begin(gguf, path, "llama", shape, 10000.0)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        add_moe_ffn(w, r, p, E, n_expert, F)
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 MODELS = {
     "tiny-qwen3": (tiny_qwen3, 3001),
     "tiny-gemma3": (tiny_gemma3, 3002),
@@ -298,6 +360,8 @@ MODELS = {
     "tiny-phi4": (lambda g, p, s: tiny_phi3_longrope(g, p, s, 256, n_rot=12, tied=True), 3008),
     "tiny-smollm3": (tiny_smollm3, 3009),
     "tiny-granite": (tiny_granite, 3010),
+    "tiny-qwen3moe": (tiny_qwen3moe, 3011),
+    "tiny-mixtral": (tiny_mixtral, 3012),
 }
 
 

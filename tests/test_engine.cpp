@@ -262,6 +262,16 @@ TEST(Engine, LongRopeModelInBatchesMatchesGeneratorTokenForToken) {
   run_batch_against_generator(o, false, *phi);
 }
 
+// Mixture of experts in batched, chunked steps: each token's experts run on the rows routed to them, gathered
+// across the batch; every request gets the Generator's tokens.
+TEST(Engine, MoeModelInBatchesMatchesGeneratorTokenForToken) {
+  auto moe = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3moe.gguf");
+  ASSERT_TRUE(moe->config.moe());
+  EngineOptions o = small_options();
+  o.model_id = "tiny-qwen3moe";
+  run_batch_against_generator(o, false, *moe);
+}
+
 // LongRoPE on auto across the original context (256): sequences that grow past it are recomputed with the
 // long factors (rope_restarts), one whose prompt is past it starts with them, and every request gets the
 // Generator's tokens (which follow one pass over the sequence, test_long_rope.cpp) under chunked, batched

@@ -263,6 +263,10 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       matmul_add(L.wo, attn_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
     }
 
+    if (c.moe()) {
+      moe_ffn(L, n_tokens);
+      continue;
+    }
     // Feed-forward (SwiGLU, or GeGLU).
     const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
     project_normalized(gate_up, static_cast<const float*>(L.ffn_norm.data), n_tokens);

@@ -70,6 +70,10 @@ class ModelRunner {
   // outputs = weights x rmsnorm(x_, norm_weight) for the first n_tokens rows (xn_ holds the normalized rows).
   void project_normalized(std::span<const MatmulOutput> outputs, const float* norm_weight, int64_t n_tokens);
   bool region_weights_ok() const;
+  // MoE layers (moe_ffn.cpp): each token's experts and weights from the router over xn_, then x_ += the
+  // weighted sum of its experts' SwiGLU outputs (xn_ = rmsnorm(x_, ffn_norm) first).
+  void route_tokens(const LayerWeights& L, int64_t n_tokens);
+  void moe_ffn(const LayerWeights& L, int64_t n_tokens);
   // Granite's logit divisor, then Gemma's final logit soft-capping (no-op for other models).
   void finish_logits(float* logits, int64_t n) const;
   // Token id's embedding row (times Gemma's scale) into out[n_embd].
@@ -92,6 +96,10 @@ class ModelRunner {
   // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
   // before Q/K/V and gate/up, SiLU before the down projection).
   MatmulActs step_acts_;
+  // MoE: router probabilities [token][expert], each token's chosen experts and weights [token][rank], each
+  // (token, rank)'s expert output, and one expert's gathered rows and their projections.
+  std::vector<float> moe_logits_, moe_weight_, moe_out_, moe_in_, moe_gate_, moe_up_, moe_down_;
+  std::vector<int32_t> moe_choice_;
 
   // The single-token region's state: each thread's own copies of what the per-op path computes once on
   // the calling thread, and the attention partitions' partials.

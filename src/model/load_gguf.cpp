@@ -29,6 +29,7 @@ constexpr ArchTraits kArchTable[] = {
     {"llama", RopeStyle::Interleaved, false, false},
     {"qwen2", RopeStyle::NeoX, true, false},
     {"qwen3", RopeStyle::NeoX, false, true},
+    {"qwen3moe", RopeStyle::NeoX, false, true},
     {"phi3", RopeStyle::NeoX, false, false},
     {"gemma", RopeStyle::NeoX, false, false},
     {"gemma2", RopeStyle::NeoX, false, false},
@@ -229,6 +230,28 @@ void read_gemma(const GGUFFile& f, ModelConfig& c) {
   if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
 }
 
+// Mixture of experts: expert_count and expert_used_count (qwen3moe needs them; a llama file with them is
+// Mixtral-style), each expert expert_feed_forward_length wide (qwen3moe; Mixtral's are feed_forward_length).
+void read_experts(const GGUFFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  const std::optional<uint32_t> n = f.find_u32(a + ".expert_count");
+  if (!n || *n == 0) {
+    if (a == "qwen3moe") fail("{}: a qwen3moe file needs {}.expert_count", f.name(), a);
+    return;
+  }
+  if (a != "qwen3moe" && a != "llama")
+    fail("{}: experts ({}.expert_count = {}) are supported for qwen3moe and llama (Mixtral) files, not {}", f.name(),
+         a, *n, a);
+  c.n_expert = positive_int(f, a + ".expert_count", *n);
+  c.n_expert_used = positive_int(f, a + ".expert_used_count", f.find_u32(a + ".expert_used_count").value_or(0));
+  if (c.n_expert_used > c.n_expert)
+    fail("{}: expert_used_count {} exceeds expert_count {}", f.name(), c.n_expert_used, c.n_expert);
+  c.n_ff_exp = a == "qwen3moe" ? positive_int(f, a + ".expert_feed_forward_length",
+                                              f.find_u32(a + ".expert_feed_forward_length")
+                                                  .value_or(static_cast<uint32_t>(c.n_ff / c.n_expert_used)))
+                               : c.n_ff;
+}
+
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
@@ -270,6 +293,7 @@ ModelConfig read_config(const GGUFFile& f) {
   // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
   if (c.arch == "phi3") read_longrope(f, c);
   if (c.arch == "granite") read_granite(f, c);
+  read_experts(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")
     for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
@@ -292,6 +316,25 @@ Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = t
   out.n_dims = t->n_dims;
   out.data = t->data;
   return out;
+}
+
+// A stacked expert tensor ([n_expert][rows][cols], ggml's ne {cols, rows, n_expert}) as one view per expert.
+std::vector<Tensor> expert_views(const GGUFFile& f, const std::string& name, const ModelConfig& c, int64_t cols,
+                                 int64_t rows) {
+  const Tensor t = make_tensor(f, name);
+  if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != c.n_expert)
+    fail("{}: tensor '{}' has shape [{}, {}, {}], expected [{}, {}, {}] (cols, rows, experts)", f.name(), name, t.ne[0],
+         t.ne[1], t.ne[2], cols, rows, c.n_expert);
+  std::vector<Tensor> views;
+  for (int e = 0; e < c.n_expert; ++e) views.push_back(row_range(t, e * rows, rows, name + "[" + std::to_string(e) + "]"));
+  return views;
+}
+
+void load_experts(const GGUFFile& f, const std::string& p, const ModelConfig& c, LayerWeights& L) {
+  L.ffn_gate_inp = make_tensor(f, p + "ffn_gate_inp.weight");
+  L.gate_exps = expert_views(f, p + "ffn_gate_exps.weight", c, c.n_embd, c.n_ff_exp);
+  L.up_exps = expert_views(f, p + "ffn_up_exps.weight", c, c.n_embd, c.n_ff_exp);
+  L.down_exps = expert_views(f, p + "ffn_down_exps.weight", c, c.n_ff_exp, c.n_embd);
 }
 
 constexpr std::string_view kEndOfTurnTexts[] = {
@@ -499,7 +542,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       L.ffn_post_norm = make_tensor(f, p + "post_ffw_norm.weight");
     }
     L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
-    if (c.arch == "phi3") {
+    if (c.moe()) {
+      load_experts(f, p, c, L);
+    } else if (c.arch == "phi3") {
       // Phi-3's ffn_up holds the gate's rows, then the up projection's (llama.cpp's fused SwiGLU).
       const Tensor up = make_tensor(f, p + "ffn_up.weight");
       if (up.n_dims != 2 || up.ne[1] != 2 * int64_t{c.n_ff})
@@ -511,7 +556,7 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       L.w_gate = make_tensor(f, p + "ffn_gate.weight");
       L.w_up = make_tensor(f, p + "ffn_up.weight");
     }
-    L.w_down = make_tensor(f, p + "ffn_down.weight");
+    if (!c.moe()) L.w_down = make_tensor(f, p + "ffn_down.weight");
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
   // A llama file may carry biases too (some converters emit them); use them when all three exist.

@@ -121,6 +121,22 @@ void validate_model(const Model& m) {
       s.check(L.ffn_post_norm, p + "post_ffw_norm.weight", {c.n_embd}, true);
     }
     s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
+    if (c.moe()) {
+      if (c.n_expert_used <= 0 || c.n_expert_used > c.n_expert || c.n_ff_exp <= 0)
+        fail("{}: invalid experts ({} of {} used, width {})", m.path, c.n_expert_used, c.n_expert, c.n_ff_exp);
+      s.check(L.ffn_gate_inp, p + "ffn_gate_inp.weight", {c.n_embd, c.n_expert}, false);
+      if (static_cast<int>(L.gate_exps.size()) != c.n_expert || static_cast<int>(L.up_exps.size()) != c.n_expert ||
+          static_cast<int>(L.down_exps.size()) != c.n_expert)
+        fail("{}: layer {} has {} / {} / {} experts' gate / up / down, the config says {}", m.path, l,
+             L.gate_exps.size(), L.up_exps.size(), L.down_exps.size(), c.n_expert);
+      for (int e = 0; e < c.n_expert; ++e) {
+        const size_t i = static_cast<size_t>(e);
+        s.check(L.gate_exps[i], L.gate_exps[i].name, {c.n_embd, c.n_ff_exp}, false);
+        s.check(L.up_exps[i], L.up_exps[i].name, {c.n_embd, c.n_ff_exp}, false);
+        s.check(L.down_exps[i], L.down_exps[i].name, {c.n_ff_exp, c.n_embd}, false);
+      }
+      continue;
+    }
     s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, false);
     s.check(L.w_up, p + "ffn_up.weight", {c.n_embd, c.n_ff}, false);
     s.check(L.w_down, p + "ffn_down.weight", {c.n_ff, c.n_embd}, false);
@@ -136,6 +152,13 @@ size_t Model::weight_bytes() const {
     for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
                             &L.attn_post_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_post_norm})
       total += bytes(*t);
+    // MoE: the router, and the experts a token runs (n_expert_used of n_expert, on average).
+    total += bytes(L.ffn_gate_inp);
+    size_t experts = 0;
+    for (const auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (const Tensor& t : *v) experts += bytes(t);
+    if (!L.gate_exps.empty())
+      total += experts / L.gate_exps.size() * static_cast<size_t>(config.n_expert_used);
   }
   return total;
 }

@@ -21,6 +21,10 @@ struct LayerWeights {
   Tensor attn_post_norm, ffn_post_norm;  // Gemma 2/3: norms of the attention and FFN outputs
   Tensor ffn_norm;
   Tensor w_gate, w_up, w_down;
+  // MoE (ModelConfig::moe()): the router [n_expert rows x n_embd] and each expert's projections, views of the
+  // file's stacked [n_expert][rows][cols] tensors.
+  Tensor ffn_gate_inp;
+  std::vector<Tensor> gate_exps, up_exps, down_exps;
 };
 
 struct Model {

@@ -40,6 +40,13 @@ struct ModelConfig {
   int n_kv_heads = 0;
   int head_dim = 0;
   int n_ff = 0;
+  // Mixture of experts (Qwen3-MoE, Mixtral): each layer's FFN is n_expert SwiGLU experts of width n_ff_exp,
+  // of which a router picks n_expert_used per token (softmax over all, the top ones, their weights
+  // renormalized to sum 1, as llama.cpp's build_moe_ffn for these models). n_expert 0: a dense FFN of n_ff.
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
+  bool moe() const { return n_expert > 0; }
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;

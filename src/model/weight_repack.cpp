@@ -23,6 +23,8 @@ size_t repack_weights_for_cpu(Model& model) {
   };
   for (LayerWeights& L : model.layers) {
     for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*t);
+    for (auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (Tensor& t : *experts) add(t);
   }
   add(model.output);  // a copy of tok_embd's view when tied; tok_embd itself keeps only the row layout
   // One buffer for all of them, in the order a forward pass reads them: decode streams it front to back

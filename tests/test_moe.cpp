@@ -1,0 +1,128 @@
+// Mixture of experts (Qwen3-MoE, Mixtral-style llama files): the router and its renormalized top-k matter
+// (llama.cpp's logits are matched in test_golden.cpp; here, running fewer experts or skipping the
+// renormalization misses them by far), bad expert metadata and tensors are named, and the weights a token
+// reads count only the experts it runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
+#include "model/loaders.h"
+
+using namespace kvserve;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kArch = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/";
+
+// Worst |logit - llama.cpp's| over the golden's first prompt's teacher-forced steps.
+float worst_against_golden(const Model& m, const std::string& stem) {
+  std::ifstream f(kArch + stem + ".jsonl");
+  std::string line;
+  std::getline(f, line);
+  const json g = json::parse(line);
+  auto seq = g["prompt_ids"].get<std::vector<int32_t>>();
+  const size_t n_prompt = seq.size();
+  const auto ids = g["generated_ids"].get<std::vector<int32_t>>();
+  seq.insert(seq.end(), ids.begin(), ids.end() - 1);
+  Generator gen(m, {.max_context = 512});
+  const auto logits = gen.teacher_forced_logits(seq, static_cast<int>(n_prompt));
+  float worst = 0;
+  for (size_t s = 0; s < logits.size(); ++s)
+    for (const auto& pair : g["step_logits_top"][s])
+      worst = std::max(worst, std::fabs(logits[s][pair[0].get<int>()] - pair[1].get<float>()));
+  return worst;
+}
+
+// tiny-qwen3moe with metadata key `drop_key` left out, `set_key` set to `value`, tensor `drop` left out, and
+// tensor `add` (F32 zeros of shape ne) added.
+std::vector<uint8_t> qwen3moe_variant(const std::string& drop_key, const std::string& set_key, uint32_t value,
+                                      const std::string& drop, const std::string& add, const std::vector<int64_t>& ne) {
+  const GGUFFile src(kArch + "tiny-qwen3moe.gguf");
+  GGUFWriter w;
+  for (const auto& [key, v] : src.metadata())
+    if (key != "general.alignment" && key != drop_key && key != set_key) w.add_value(key, v);
+  if (!set_key.empty()) w.add_u32(set_key, value);
+  for (const GGUFTensorInfo& t : src.tensors()) {
+    if (t.name == drop) continue;
+    std::vector<int64_t> shape(t.ne.begin(), t.ne.begin() + t.n_dims);
+    w.add_tensor(t.name, t.type, shape, std::vector<uint8_t>(t.data, t.data + t.bytes));
+  }
+  if (!add.empty()) {
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    w.add_tensor(add, DType::F32, ne, std::vector<uint8_t>(static_cast<size_t>(n) * 4, 0));
+  }
+  return w.to_bytes();
+}
+
+void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
+  try {
+    load_gguf_model(std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "variant.gguf"), {});
+    ADD_FAILURE() << "no error, expected one naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Moe, LoadsTheExpertsAndTheRoutingMatters) {
+  for (const char* stem : {"tiny-qwen3moe", "tiny-mixtral"}) {
+    SCOPED_TRACE(stem);
+    auto m = load_model(kArch + stem + ".gguf");
+    const ModelConfig& c = m->config;
+    ASSERT_TRUE(c.moe());
+    EXPECT_EQ(c.n_expert, 4);
+    EXPECT_EQ(c.n_expert_used, 2);
+    EXPECT_EQ(c.n_ff_exp, 48);
+    ASSERT_EQ(m->layers[1].down_exps.size(), 4u);
+    EXPECT_EQ(m->layers[1].down_exps[3].ne[0], 48);
+    EXPECT_EQ(m->layers[1].down_exps[3].ne[1], 64);
+    EXPECT_LE(worst_against_golden(*m, stem), 1e-4f);
+    // One expert a token instead of two (its weight renormalized to 1): far off.
+    m->config.n_expert_used = 1;
+    EXPECT_GT(worst_against_golden(*m, stem), 1e-2f);
+    // All four experts, weighted by the full softmax: far off too.
+    m->config.n_expert_used = 4;
+    EXPECT_GT(worst_against_golden(*m, stem), 1e-2f);
+  }
+}
+
+TEST(Moe, WeightBytesCountTheExpertsATokenRuns) {
+  auto m = load_model(kArch + "tiny-qwen3moe.gguf");
+  const size_t all = m->weight_bytes();
+  // Each layer's 4 experts are 3 x 48 x 64 f32 each; a token reads 2 of them.
+  m->config.n_expert_used = 4;
+  EXPECT_EQ(m->weight_bytes() - all, 2u * 2u * 3u * 48u * 64u * 4u);
+}
+
+TEST(Moe, BadExpertMetadataAndTensorsAreNamed) {
+  expect_load_error(qwen3moe_variant("qwen3moe.expert_count", "", 0, "", "", {}), "qwen3moe.expert_count");
+  expect_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 5, "", "", {}),
+                    "expert_used_count 5 exceeds expert_count 4");
+  expect_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 0, "", "", {}), "expert_used_count");
+  expect_load_error(qwen3moe_variant("", "", 0, "blk.1.ffn_down_exps.weight", "", {}), "blk.1.ffn_down_exps.weight");
+  expect_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps.weight", {64, 48, 3}),
+                    "blk.0.ffn_gate_exps.weight");
+  expect_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight", {64, 5}),
+                    "blk.0.ffn_gate_inp.weight");
+  // Experts in an architecture without them.
+  const GGUFFile src(kArch + "tiny-qwen3.gguf");
+  GGUFWriter w;
+  for (const auto& [key, v] : src.metadata())
+    if (key != "general.alignment") w.add_value(key, v);
+  w.add_u32("qwen3.expert_count", 4);
+  for (const GGUFTensorInfo& t : src.tensors())
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
+                 std::vector<uint8_t>(t.data, t.data + t.bytes));
+  expect_load_error(w.to_bytes(), "not qwen3");
+}
