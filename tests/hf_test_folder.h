@@ -158,6 +158,20 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     } else {
       add_norm(p + "post_attention_layernorm.weight", L.ffn_norm);
     }
+    if (c.moe()) {
+      // Qwen3-MoE's names, or Mixtral's (a llama file with experts).
+      const bool mixtral = c.arch == "llama";
+      const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      w.add(moe + "gate.weight", L.ffn_gate_inp, matrix_type);
+      for (int e = 0; e < c.n_expert; ++e) {
+        const std::string x = moe + "experts." + std::to_string(e) + ".";
+        const size_t i = static_cast<size_t>(e);
+        w.add(x + (mixtral ? "w1.weight" : "gate_proj.weight"), L.gate_exps[i], matrix_type);
+        w.add(x + (mixtral ? "w3.weight" : "up_proj.weight"), L.up_exps[i], matrix_type);
+        w.add(x + (mixtral ? "w2.weight" : "down_proj.weight"), L.down_exps[i], matrix_type);
+      }
+      continue;
+    }
     if (c.arch == "phi3") {
       w.add_fused(p + "mlp.gate_up_proj.weight", {&L.w_gate, &L.w_up}, matrix_type);
     } else {
@@ -174,6 +188,8 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       {"architectures",
        {c.arch == "qwen2"    ? "Qwen2ForCausalLM"
         : c.arch == "qwen3"  ? "Qwen3ForCausalLM"
+        : c.arch == "qwen3moe" ? "Qwen3MoeForCausalLM"
+        : c.moe()            ? "MixtralForCausalLM"
         : c.arch == "gemma"  ? "GemmaForCausalLM"
         : c.arch == "gemma2" ? "Gemma2ForCausalLM"
         : c.arch == "gemma3" ? "Gemma3ForCausalLM"
@@ -203,6 +219,16 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     config["residual_multiplier"] = c.residual_scale;
     config["attention_multiplier"] = c.attn_scale;
     config["logits_scaling"] = c.logit_scale;
+  }
+  if (c.arch == "qwen3moe") {
+    config["num_experts"] = c.n_expert;
+    config["num_experts_per_tok"] = c.n_expert_used;
+    config["moe_intermediate_size"] = c.n_ff_exp;
+    config["norm_topk_prob"] = c.expert_weights_norm;
+  } else if (c.moe()) {
+    config["num_local_experts"] = c.n_expert;
+    config["num_experts_per_tok"] = c.n_expert_used;
+    config["intermediate_size"] = c.n_ff_exp;
   }
   if (c.n_rot != c.head_dim) config["partial_rotary_factor"] = static_cast<double>(c.n_rot) / c.head_dim;
   if (c.rope_scaling.type == RopeScaling::Type::LongRope) {

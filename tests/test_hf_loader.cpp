@@ -437,6 +437,49 @@ TEST(HfLoader, Phi3LongRopeMatchesGgufAndLlamaCpp) {
 
 }
 
+// Qwen3-MoE (mlp.gate, mlp.experts.E.*_proj; num_experts, num_experts_per_tok, moe_intermediate_size,
+// norm_topk_prob) and Mixtral (block_sparse_moe.gate and experts' w1/w3/w2; num_local_experts) folders written
+// from the tiny MoE GGUF files: the same experts and llama.cpp's logits. transformers' norm_topk_prob = false
+// (Qwen3-MoE's default) keeps the top-k probabilities as they are: far from the renormalized golden.
+TEST(HfLoader, MoeFoldersMatchGgufAndLlamaCpp) {
+  for (const char* stem : {"tiny-qwen3moe", "tiny-mixtral"}) {
+    SCOPED_TRACE(stem);
+    const ArchHfCopy copy(stem);
+    const Model &hf = *copy.hf, &ref = *copy.ref;
+    EXPECT_EQ(hf.config.n_expert, ref.config.n_expert);
+    EXPECT_EQ(hf.config.n_expert_used, ref.config.n_expert_used);
+    EXPECT_EQ(hf.config.n_ff_exp, ref.config.n_ff_exp);
+    EXPECT_TRUE(hf.config.expert_weights_norm);
+    expect_follows_arch_golden(hf, stem, 1e-4f);
+  }
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3moe.gguf", tmp.path(),
+                           DType::F32);
+  json c = read_json(tmp / "config.json");
+  c.erase("norm_topk_prob");
+  write_json(tmp / "config.json", c);
+  auto unnormalized = load_model(tmp.path());
+  EXPECT_FALSE(unnormalized->config.expert_weights_norm);
+  std::ifstream golden(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3moe.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(golden, line));
+  const json g = json::parse(line);
+  const auto ids = g["prompt_ids"].get<std::vector<int32_t>>();
+  Generator gen(*unnormalized, {.max_context = 512});
+  const auto logits = gen.teacher_forced_logits(ids, static_cast<int>(ids.size()));
+  float worst = 0;
+  const auto first = g["first_logits"].get<std::vector<float>>();
+  for (size_t j = 0; j < first.size(); ++j) worst = std::max(worst, std::fabs(logits[0][j] - first[j]));
+  EXPECT_GT(worst, 1e-2f);
+  c["num_experts_per_tok"] = 9;
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"num_experts_per_tok 9"});
+  c["num_experts_per_tok"] = 2;
+  c["mlp_only_layers"] = json::array({1});
+  write_json(tmp / "config.json", c);
+  expect_error([&] { load_model(tmp.path()); }, {"mlp_only_layers"});
+}
+
 TEST(HfLoader, VocabMatchesGgufVocab) {
   TempDir tmp;
   const std::string gguf = golden_model("tiny-gqa.gguf");

@@ -1,6 +1,7 @@
 // The mixture-of-experts feed-forward of a forward step (ModelRunner::moe_ffn), as llama.cpp's build_moe_ffn
 // computes it for Qwen3-MoE and Mixtral: router logits, softmax over every expert, the n_expert_used most
-// probable, their probabilities renormalized to sum 1; each chosen expert's SwiGLU on the token; the
+// probable, their probabilities renormalized to sum 1 (unless the model says not: HF's norm_topk_prob);
+// each chosen expert's SwiGLU on the token; the
 // experts' outputs times their weights, added in rank order; the sum onto the residual stream.
 #include <algorithm>
 #include <cmath>
@@ -34,8 +35,9 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
                       [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     float wsum = 0;
     for (int64_t j = 0; j < k; ++j) wsum += p[order[static_cast<size_t>(j)]];
-    // As llama.cpp: the sum clamped to f16's smallest normal, then each weight divided by it.
-    wsum = std::max(wsum, 6.103515625e-5f);
+    // As llama.cpp: the sum clamped to f16's smallest normal, then each weight divided by it (or, without
+    // renormalization, the probabilities themselves).
+    wsum = c.expert_weights_norm ? std::max(wsum, 6.103515625e-5f) : 1.0f;
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = order[static_cast<size_t>(j)];
       moe_choice_[static_cast<size_t>(t * k + j)] = e;

@@ -39,6 +39,8 @@ constexpr HfArch kHfArchs[] = {
     {"LlamaForCausalLM", "llama", false, false},
     {"Qwen2ForCausalLM", "qwen2", true, false},
     {"Qwen3ForCausalLM", "qwen3", false, true},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false, true},
+    {"MixtralForCausalLM", "llama", false, false},
     {"Phi3ForCausalLM", "phi3", false, false},
     {"GemmaForCausalLM", "gemma", false, false},
     {"Gemma2ForCausalLM", "gemma2", false, false},
@@ -309,6 +311,23 @@ ModelConfig read_config(const json& j, const std::string& path) {
     c.attn_scale = r.positive_float_or("attention_multiplier", 1.0f);
     c.logit_scale = r.positive_float_or("logits_scaling", 1.0f);
   }
+  if (hf_arch == "Qwen3MoeForCausalLM") {
+    // transformers' Qwen3MoeConfig: norm_topk_prob defaults to false (Qwen3-30B-A3B's config sets true).
+    c.n_expert = r.positive_int("num_experts");
+    c.n_expert_used = r.positive_int("num_experts_per_tok");
+    c.n_ff_exp = r.positive_int("moe_intermediate_size");
+    c.expert_weights_norm = r.bool_or("norm_topk_prob", false);
+    if (r.positive_int_or("decoder_sparse_step", 1) != 1 ||
+        (r.has("mlp_only_layers") && (!j["mlp_only_layers"].is_array() || !j["mlp_only_layers"].empty())))
+      fail("'{}': dense layers among the expert layers (decoder_sparse_step, mlp_only_layers) are not supported", path);
+  }
+  if (hf_arch == "MixtralForCausalLM") {  // experts of intermediate_size, their top-k renormalized
+    c.n_expert = r.positive_int("num_local_experts");
+    c.n_expert_used = r.positive_int("num_experts_per_tok");
+    c.n_ff_exp = c.n_ff;
+  }
+  if (c.n_expert_used > c.n_expert)
+    fail("'{}': num_experts_per_tok {} exceeds the {} experts", path, c.n_expert_used, c.n_expert);
   if (c.arch == "smollm3") {
     // `no_rope_layers`: 1 where a layer rotates, 0 where it does not; else every no_rope_layer_interval-th
     // layer (4) goes without, as transformers' SmolLM3Config builds the list.
@@ -496,7 +515,19 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     } else {
       L.ffn_norm = norm(p + "post_attention_layernorm.weight");
     }
-    if (c.arch == "phi3") {  // the gate's rows, then up's
+    if (c.moe()) {
+      // Qwen3-MoE: mlp.gate and mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate and its
+      // experts' w1 (gate), w3 (up), w2 (down).
+      const bool mixtral = c.arch == "llama";
+      const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      L.ffn_gate_inp = matrix(moe + "gate.weight");
+      for (int e = 0; e < c.n_expert; ++e) {
+        const std::string x = moe + "experts." + std::to_string(e) + ".";
+        L.gate_exps.push_back(matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight")));
+        L.up_exps.push_back(matrix(x + (mixtral ? "w3.weight" : "up_proj.weight")));
+        L.down_exps.push_back(matrix(x + (mixtral ? "w2.weight" : "down_proj.weight")));
+      }
+    } else if (c.arch == "phi3") {  // the gate's rows, then up's
       const Tensor gate_up = matrix(p + "mlp.gate_up_proj.weight");
       if (gate_up.n_dims != 2 || gate_up.ne[1] != 2 * int64_t{c.n_ff})
         fail("'{}': tensor '{}mlp.gate_up_proj.weight' has {} rows, expected 2 x intermediate_size = {}", dir, p,
@@ -507,7 +538,7 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.w_gate = matrix(p + "mlp.gate_proj.weight");
       L.w_up = matrix(p + "mlp.up_proj.weight");
     }
-    L.w_down = matrix(p + "mlp.down_proj.weight");
+    if (!c.moe()) L.w_down = matrix(p + "mlp.down_proj.weight");
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
   // A llama checkpoint with attention_bias=true carries q/k/v biases too; use them when present.

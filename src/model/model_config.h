@@ -46,6 +46,7 @@ struct ModelConfig {
   int n_expert = 0;
   int n_expert_used = 0;
   int n_ff_exp = 0;
+  bool expert_weights_norm = true;  // the chosen experts' weights renormalized (HF Qwen3-MoE: norm_topk_prob)
   bool moe() const { return n_expert > 0; }
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
