@@ -159,6 +159,40 @@ TEST(GenModel, Qwen3AndGemma3FilesLoadWithTheirArchitecture) {
   EXPECT_THROW(plan_random_model(bad), Error);
 }
 
+// qwen3moe: the experts' stacked tensors load as views, and the file generates. The Qwen3-30B-A3B preset has
+// the real model's 30.5B parameters (its model card; 3.3B active).
+TEST(GenModel, Qwen3MoeFilesLoadAndGenerate) {
+  TempDir dir;
+  RandomModelSpec s = tiny_spec(DType::Q8_0);
+  s.arch = "qwen3moe";
+  s.n_layers = 3;
+  s.head_dim = 32;
+  s.n_expert = 6;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 32;
+  auto m = load_model(write_tiny(dir, s, "moe.gguf"));
+  EXPECT_EQ(m->config.arch, "qwen3moe");
+  EXPECT_EQ(m->config.n_expert, 6);
+  EXPECT_EQ(m->config.n_expert_used, 2);
+  EXPECT_EQ(m->config.n_ff_exp, 32);
+  ASSERT_EQ(m->layers[2].gate_exps.size(), 6u);
+  EXPECT_EQ(m->layers[2].gate_exps[5].type, DType::Q8_0);
+  Generator gen(*m, {.max_context = 64});
+  SamplingParams sp;
+  sp.max_tokens = 30;
+  sp.ignore_eos = true;
+  EXPECT_EQ(gen.generate(m->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 30u);
+  s.n_expert_used = 7;
+  EXPECT_THROW(plan_random_model(s), Error);
+  s.n_expert_used = 0;
+  EXPECT_THROW(plan_random_model(s), Error);
+
+  auto p = random_model_preset("qwen3-30b-a3b");
+  ASSERT_TRUE(p);
+  p->vocab_from = kVocab;
+  EXPECT_NEAR(static_cast<double>(plan_random_model(*p).n_params) / 1e9, 30.5, 0.1);
+}
+
 TEST(GenModel, MetadataRoundTrips) {
   TempDir dir;
   RandomModelSpec s = tiny_spec(DType::F16);

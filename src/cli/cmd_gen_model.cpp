@@ -1,4 +1,4 @@
-// kvserve gen-model: writes a random-weight GGUF (llama, qwen3 or gemma3 architecture) with the shapes of a real model (or
+// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe or gemma3 architecture) with the shapes of a real model (or
 // any shapes), for benchmarks: weights N(0, stddev) with a seed, quantized to F32/F16/BF16/Q8_0/Q4_0/
 // Q4_1/Q4_K, norms 1, and the tokenizer metadata of a real GGUF (so prompts tokenize as they would).
 #include <cctype>
@@ -23,6 +23,7 @@ struct GenModelArgs {
   std::string out;
   std::string preset;
   std::optional<int> hidden, layers, heads, kv_heads, ffn, head_dim, ctx, vocab_size, sliding_window;
+  std::optional<int> experts, experts_used, expert_ffn;
   std::string arch;
   std::optional<float> rope_base, rms_eps;
   std::string type = "F16";
@@ -76,6 +77,9 @@ void run_gen_model(const GenModelArgs& a) {
   if (a.untied) s.tied_output = false;
   if (!a.arch.empty()) s.arch = a.arch;
   if (a.sliding_window) s.sliding_window = *a.sliding_window;
+  if (a.experts) s.n_expert = *a.experts;
+  if (a.experts_used) s.n_expert_used = *a.experts_used;
+  if (a.expert_ffn) s.n_ff_exp = *a.expert_ffn;
   if (!a.name.empty()) s.name = a.name;
   s.weight_type = parse_type(a.type);
   s.vocab_from = a.vocab_from.empty() ? default_vocab() : a.vocab_from;
@@ -98,11 +102,17 @@ void run_gen_model(const GenModelArgs& a) {
 
 void add_gen_model_command(CLI::App& app) {
   auto a = std::make_shared<GenModelArgs>();
-  CLI::App* c = app.add_subcommand("gen-model", "Write a random-weight GGUF (llama, qwen3, gemma3) with given shapes (for benchmarks)");
+  CLI::App* c = app.add_subcommand(
+      "gen-model", "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3) with given shapes (for benchmarks)");
   c->add_option("-o,--output", a->out, "Output .gguf file")->required();
   c->add_option("--preset", a->preset,
-                "Shapes of a real model: llama-3.2-1b, smollm2-135m, qwen3-0.6b, gemma-3-1b (flags below override)");
-  c->add_option("--arch", a->arch, "Architecture: llama, qwen3 (q/k norms), gemma3 (default: the preset's, or llama)");
+                "Shapes of a real model: llama-3.2-1b, smollm2-135m, qwen3-0.6b, gemma-3-1b, qwen3-30b-a3b (flags below "
+                "override)");
+  c->add_option("--arch", a->arch,
+                "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3 (default: the preset's, or llama)");
+  c->add_option("--experts", a->experts, "qwen3moe: experts per layer");
+  c->add_option("--experts-used", a->experts_used, "qwen3moe: experts a token runs");
+  c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe: each expert's feed-forward size");
   c->add_option("--sliding-window", a->sliding_window,
                 "gemma3: local layers attend to this many positions (every 6th layer global; 0 = none)");
   c->add_option("--hidden", a->hidden, "Hidden size (embedding length)");

@@ -76,8 +76,11 @@ void RandomModelSpec::validate() const {
   if (vocab_from.empty()) fail("random model: no vocabulary file given");
   if (vocab_size < 0) fail("random model: vocab size {} is negative", vocab_size);
   if (!(stddev > 0) || !(rms_eps > 0) || !(rope_base > 0)) fail("random model: stddev, rms eps and rope base must be positive");
-  if (arch != "llama" && arch != "qwen3" && arch != "gemma3")
-    fail("random model: architecture '{}' is not one of llama, qwen3, gemma3", arch);
+  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3")
+    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3", arch);
+  if (arch == "qwen3moe" &&
+      (n_expert <= 0 || n_expert_used <= 0 || n_expert_used > n_expert || n_ff_exp <= 0))
+    fail("random model: qwen3moe needs experts (got {} of {} used, width {})", n_expert_used, n_expert, n_ff_exp);
   if (sliding_window < 0 || (sliding_window > 0 && arch != "gemma3"))
     fail("random model: a sliding window ({}) is for gemma3 only and must not be negative", sliding_window);
 }
@@ -107,6 +110,15 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
     s.vocab_size = 262144;
     return s;
   }
+  if (name == "qwen3-30b-a3b") {
+    s.name = "Qwen3-30B-A3B (random weights)";
+    s.arch = "qwen3moe";
+    s.n_embd = 2048, s.n_layers = 48, s.n_heads = 32, s.n_kv_heads = 4, s.head_dim = 128, s.n_ff = 6144;
+    s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 768;
+    s.n_ctx = 40960, s.rms_eps = 1e-6f, s.rope_base = 1000000.0f, s.tied_output = false;
+    s.vocab_size = 151936;
+    return s;
+  }
   if (name == "smollm2-135m") {
     s.name = "SmolLM2-135M (random weights)";
     s.n_embd = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.n_ff = 1536;
@@ -118,7 +130,7 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
 }
 
 std::vector<std::string> random_model_preset_names() {
-  return {"llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b"};
+  return {"llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b"};
 }
 
 DType fallback_weight_type(DType wanted, int64_t cols) {
@@ -167,6 +179,11 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   w.add_f32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps);
   w.add_f32(a + "rope.freq_base", spec.rope_base);
   if (spec.sliding_window > 0) w.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
+  if (spec.arch == "qwen3moe") {
+    w.add_u32(a + "expert_count", static_cast<uint32_t>(spec.n_expert));
+    w.add_u32(a + "expert_used_count", static_cast<uint32_t>(spec.n_expert_used));
+    w.add_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(spec.n_ff_exp));
+  }
 
   const int n_pad = n_vocab - n_file;
   for (const auto& [key, value] : vocab->metadata()) {
@@ -191,7 +208,8 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   // Tensors. Each gets its own random stream; norms are ones.
   std::map<std::string, std::string> fallbacks;  // tensor kind -> note
   uint64_t tensor_index = 0;
-  auto weight = [&](const std::string& name, int64_t cols, int64_t rows) {
+  // A weight of `rows` rows of `cols` (times `stack` for an expert tensor: [stack][rows][cols] in the file).
+  auto weight = [&](const std::string& name, int64_t cols, int64_t rows, int64_t stack = 1) {
     const DType type = fallback_weight_type(spec.weight_type, cols);
     if (type != spec.weight_type) {
       const size_t dot = name.find('.', name.find('.') + 1);
@@ -203,9 +221,10 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     const uint64_t seed = spec.seed;
     const float stddev = spec.stddev;
     const size_t row_size = row_bytes(type, cols);
-    plan.n_params += static_cast<uint64_t>(cols * rows);
-    w.add_tensor(name, type, {cols, rows}, [=](uint8_t* dst) {
-      ThreadPool::global().parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    plan.n_params += static_cast<uint64_t>(cols * rows * stack);
+    const std::vector<int64_t> ne = stack > 1 ? std::vector<int64_t>{cols, rows, stack} : std::vector<int64_t>{cols, rows};
+    w.add_tensor(name, type, ne, [=](uint8_t* dst) {
+      ThreadPool::global().parallel_for(rows * stack, [&](int64_t r0, int64_t r1) {
         std::vector<float> x(static_cast<size_t>(cols));
         for (int64_t r = r0; r < r1; ++r) {
           normal_row(seed, index, r, stddev, x.data(), cols);
@@ -223,7 +242,7 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     for (size_t i = 0; i < ones.size(); i += sizeof(float)) std::memcpy(ones.data() + i, &one, sizeof(float));
     w.add_tensor(name, DType::F32, {n}, std::move(ones));
   };
-  const bool qk_norm = spec.arch != "llama", post_norms = spec.arch == "gemma3";
+  const bool qk_norm = spec.arch != "llama", post_norms = spec.arch == "gemma3", moe = spec.arch == "qwen3moe";
 
   const int64_t q_dim = static_cast<int64_t>(spec.n_heads) * head_dim;
   const int64_t kv_dim = static_cast<int64_t>(spec.n_kv_heads) * head_dim;
@@ -243,6 +262,13 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     }
     if (post_norms) norm(p + "post_attention_norm.weight");
     norm(p + "ffn_norm.weight");
+    if (moe) {
+      weight(p + "ffn_gate_inp.weight", spec.n_embd, spec.n_expert);
+      weight(p + "ffn_gate_exps.weight", spec.n_embd, spec.n_ff_exp, spec.n_expert);
+      weight(p + "ffn_up_exps.weight", spec.n_embd, spec.n_ff_exp, spec.n_expert);
+      weight(p + "ffn_down_exps.weight", spec.n_ff_exp, spec.n_embd, spec.n_expert);
+      continue;
+    }
     weight(p + "ffn_gate.weight", spec.n_embd, spec.n_ff);
     weight(p + "ffn_up.weight", spec.n_embd, spec.n_ff);
     weight(p + "ffn_down.weight", spec.n_ff, spec.n_embd);

@@ -1,5 +1,5 @@
 #pragma once
-// Random-weight models for benchmarks and tests (architectures llama, qwen3 and gemma3): the shapes of a real
+// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe and gemma3): the shapes of a real
 // model (or any others), weights drawn from N(0, stddev) with a seed and quantized to the chosen type,
 // RMS-norm weights 1, and the tokenizer metadata (and so the vocabulary size) copied from a real GGUF file.
 #include <cstdint>
@@ -17,8 +17,12 @@ struct RandomModelSpec {
   std::string name = "kvserve-random";
   // "llama"; "qwen3" (adds per-head q/k norms); "gemma3" (q/k norms, post-norms, GeGLU, and local layers of
   // `sliding_window` positions, every 6th layer global, as llama.cpp reads a file without a pattern).
+  // "qwen3moe": qwen3's attention and a mixture of n_expert experts (n_expert_used a token) of n_ff_exp.
   std::string arch = "llama";
   int sliding_window = 0;  // gemma3 only; 0 = every layer global
+  int n_expert = 0;        // qwen3moe only
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
   int n_embd = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -39,8 +43,8 @@ struct RandomModelSpec {
   void validate() const;
 };
 
-// Named shapes of real models: "llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b". nullopt for an
-// unknown name.
+// Named shapes of real models: "llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b".
+// nullopt for an unknown name.
 std::optional<RandomModelSpec> random_model_preset(const std::string& name);
 std::vector<std::string> random_model_preset_names();
 
