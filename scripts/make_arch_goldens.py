@@ -82,6 +82,29 @@ def finish(w):
     w.close()
 
 
+def add_qwen3_attention(w, r, p, shape):
+    """Qwen3's attention of one block: q/k/v, per-head q and k norms (spread widely so that each head's norm
+    weights, not one shared scale, shape the scores), the output projection."""
+    E, L, H, KVH, D, F = shape
+    w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+    w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
+    w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
+    w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+    w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
+    w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
+    w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+
+
+def add_llama_attention(w, r, p, shape):
+    """Llama's attention of one block: separate q/k/v (q and k drawn twice as wide, so positions matter)."""
+    E, L, H, KVH, D, F = shape
+    w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+    w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+    w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+    w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+    w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+
+
 def tiny_qwen3(gguf, path, seed):
     """Qwen3: per-head RMSNorm of q and k (attn_q_norm / attn_k_norm) before NeoX RoPE, head_dim * heads
     (128) unlike n_embd (64), no biases. The output head is its own tensor: tied to a large embedding,
@@ -93,14 +116,7 @@ def tiny_qwen3(gguf, path, seed):
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        # Spread widely so that each head's norm weights (not one shared scale) shape the scores.
-        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
-        w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        add_qwen3_attention(w, r, p, shape)
         w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
         w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
         w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
@@ -127,13 +143,7 @@ def tiny_gemma3(gguf, path, seed):
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.5))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
-        w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        add_qwen3_attention(w, r, p, shape)
         w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.3))
         w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
         w.add_tensor(p + "ffn_gate.weight", r.mat(F, E, 2.0))
@@ -244,11 +254,7 @@ def add_llama_blocks(w, r, shape, down_scale=1.0):
     E, L, H, KVH, D, F = shape
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        add_llama_attention(w, r, p, shape)
         w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
         w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
         w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
@@ -337,11 +343,7 @@ def tiny_mixtral(gguf, path, seed):
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        add_llama_attention(w, r, p, shape)
         w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
         add_moe_ffn(w, r, p, E, n_expert, F)
     w.add_tensor("output_norm.weight", r.norm(E, 0.1))

@@ -20,6 +20,7 @@
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/loaders.h"
+#include "test_checks.h"
 #include "model/model.h"
 #include "model/random_model.h"
 
@@ -449,23 +450,15 @@ std::vector<uint8_t> phi3_variant(const std::string& drop, const std::string& ad
   return w.to_bytes();
 }
 
-void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
-  try {
-    load_gguf_model(std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "variant.gguf"), {});
-    ADD_FAILURE() << "no error, expected one naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 }  // namespace
 
 TEST(GenModel, Phi3FusedTensorsAndLongRopeFactorsOfTheWrongShapeAreNamed) {
   // ffn_up must hold 2 x 160 rows (gate and up); q/k/v together (4 + 2 + 2) x 16 = 128.
-  expect_load_error(phi3_variant("blk.1.ffn_up.weight", "blk.1.ffn_up.weight", {64, 160}), "blk.1.ffn_up.weight");
-  expect_load_error(phi3_variant("blk.0.attn_qkv.weight", "blk.0.attn_qkv.weight", {64, 96}), "attn_qkv.weight");
+  test::expect_gguf_load_error(phi3_variant("blk.1.ffn_up.weight", "blk.1.ffn_up.weight", {64, 160}), "blk.1.ffn_up.weight");
+  test::expect_gguf_load_error(phi3_variant("blk.0.attn_qkv.weight", "blk.0.attn_qkv.weight", {64, 96}), "attn_qkv.weight");
   // LongRoPE factors (zeros here) must be positive, and one per rotated pair (16 / 2).
-  expect_load_error(phi3_variant("", "rope_factors_long.weight", {8}), "factors must be positive");
-  expect_load_error(phi3_variant("", "rope_factors_short.weight", {6}), "must be F32 [8]");
+  test::expect_gguf_load_error(phi3_variant("", "rope_factors_long.weight", {8}), "factors must be positive");
+  test::expect_gguf_load_error(phi3_variant("", "rope_factors_short.weight", {6}), "must be F32 [8]");
   // Without the fused q/k/v the separate ones are required.
-  expect_load_error(phi3_variant("blk.2.attn_qkv.weight", "", {}), "blk.2.attn_q.weight");
+  test::expect_gguf_load_error(phi3_variant("blk.2.attn_qkv.weight", "", {}), "blk.2.attn_q.weight");
 }

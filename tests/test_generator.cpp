@@ -18,6 +18,7 @@
 #include "engine/paged_kv_cache.h"
 #include "kv/kv_layout.h"
 #include "stories_model.h"
+#include "test_checks.h"
 #include "model/loaders.h"
 #include "model/model.h"
 
@@ -50,12 +51,7 @@ size_t must_match(const json& g) {
   return margin < 1e-3f ? std::min(n, pos - n_prompt) : n;
 }
 
-// One thread: stories260K is far too small to gain from more, and a busy machine makes the shared pool's
-// hand-offs dominate (hundreds of tiny jobs a token).
-ThreadPool& one_thread() {
-  static ThreadPool pool(1);
-  return pool;
-}
+using test::one_thread;
 
 SamplingParams greedy(int max_tokens) {
   SamplingParams p;
@@ -70,14 +66,7 @@ uint64_t bytes_per_block(int block_size) {
   return KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, block_size).bytes_per_block();
 }
 
-// Between calls no sequence is left and every block is free or cached (ref count 0, in the free queue).
-void expect_all_blocks_free_or_cached(const Generator& g) {
-  const KVCacheManager& kv = g.kv_cache_manager();
-  EXPECT_TRUE(kv.sequences().empty());
-  const BlockPool& pool = kv.pool();
-  EXPECT_EQ(pool.num_free_blocks(), pool.num_blocks());
-  for (int32_t b = 0; b < pool.num_blocks(); ++b) EXPECT_EQ(pool.block(b).ref_count, 0) << "block " << b;
-}
+using test::expect_all_blocks_free_or_cached;
 
 std::string error_of(const std::function<void()>& f) {
   try {

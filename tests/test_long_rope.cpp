@@ -14,6 +14,7 @@
 #include "engine/long_rope.h"
 #include "model/loaders.h"
 #include "stories_model.h"
+#include "test_checks.h"
 
 using namespace kvserve;
 
@@ -33,11 +34,6 @@ std::vector<int32_t> random_ids(std::mt19937& rng, int len, int n_vocab) {
   return p;
 }
 
-void expect_all_free_or_cached(const Generator& g) {
-  const KVCacheManager& kv = g.kv_cache_manager();
-  EXPECT_TRUE(kv.sequences().empty());
-  EXPECT_EQ(kv.pool().num_free_blocks(), kv.pool().num_blocks());
-}
 
 }  // namespace
 
@@ -90,7 +86,7 @@ TEST(LongRope, AutoTeacherForcingSwitchesToTheLongFactorsPastTheOriginalContext)
   const auto run = [&](LongRopeFactors f, int p) {
     Generator g(phi, {.max_context = 512, .rope_factors = f});
     auto rows = g.teacher_forced_logits(ids, p);
-    expect_all_free_or_cached(g);
+    test::expect_all_blocks_free_or_cached(g);
     return rows;
   };
   const auto autos = run(LongRopeFactors::Auto, prompt);
@@ -123,7 +119,7 @@ TEST(LongRope, AutoGenerateRecomputesOnceAndMatchesTeacherForcing) {
   const GenerationResult r = gen.generate(prompt, params);
   EXPECT_EQ(r.rope_restarts, 1);
   ASSERT_EQ(r.generated_ids.size(), 24u);
-  expect_all_free_or_cached(gen);
+  test::expect_all_blocks_free_or_cached(gen);
 
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), r.generated_ids.begin(), r.generated_ids.end() - 1);
@@ -141,7 +137,7 @@ TEST(LongRope, AutoGenerateRecomputesOnceAndMatchesTeacherForcing) {
   EXPECT_GT(again.cached_tokens, 0);
   EXPECT_EQ(again.generated_ids, r.generated_ids);
   EXPECT_EQ(again.rope_restarts, 1);
-  expect_all_free_or_cached(gen);
+  test::expect_all_blocks_free_or_cached(gen);
 
   const std::vector<int32_t> long_prompt = random_ids(rng, 270, phi.config.n_vocab);
   const GenerationResult a = gen.generate(long_prompt, params);

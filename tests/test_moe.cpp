@@ -15,6 +15,7 @@
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/loaders.h"
+#include "test_checks.h"
 
 using namespace kvserve;
 using json = nlohmann::json;
@@ -64,14 +65,6 @@ std::vector<uint8_t> qwen3moe_variant(const std::string& drop_key, const std::st
   return w.to_bytes();
 }
 
-void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
-  try {
-    load_gguf_model(std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "variant.gguf"), {});
-    ADD_FAILURE() << "no error, expected one naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 }  // namespace
 
@@ -106,14 +99,14 @@ TEST(Moe, WeightBytesCountTheExpertsATokenRuns) {
 }
 
 TEST(Moe, BadExpertMetadataAndTensorsAreNamed) {
-  expect_load_error(qwen3moe_variant("qwen3moe.expert_count", "", 0, "", "", {}), "qwen3moe.expert_count");
-  expect_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 5, "", "", {}),
+  test::expect_gguf_load_error(qwen3moe_variant("qwen3moe.expert_count", "", 0, "", "", {}), "qwen3moe.expert_count");
+  test::expect_gguf_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 5, "", "", {}),
                     "expert_used_count 5 exceeds expert_count 4");
-  expect_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 0, "", "", {}), "expert_used_count");
-  expect_load_error(qwen3moe_variant("", "", 0, "blk.1.ffn_down_exps.weight", "", {}), "blk.1.ffn_down_exps.weight");
-  expect_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps.weight", {64, 48, 3}),
+  test::expect_gguf_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 0, "", "", {}), "expert_used_count");
+  test::expect_gguf_load_error(qwen3moe_variant("", "", 0, "blk.1.ffn_down_exps.weight", "", {}), "blk.1.ffn_down_exps.weight");
+  test::expect_gguf_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps.weight", {64, 48, 3}),
                     "blk.0.ffn_gate_exps.weight");
-  expect_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight", {64, 5}),
+  test::expect_gguf_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight", {64, 5}),
                     "blk.0.ffn_gate_inp.weight");
   // Experts in an architecture without them.
   const GGUFFile src(kArch + "tiny-qwen3.gguf");
@@ -124,5 +117,5 @@ TEST(Moe, BadExpertMetadataAndTensorsAreNamed) {
   for (const GGUFTensorInfo& t : src.tensors())
     w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
                  std::vector<uint8_t>(t.data, t.data + t.bytes));
-  expect_load_error(w.to_bytes(), "not qwen3");
+  test::expect_gguf_load_error(w.to_bytes(), "not qwen3");
 }

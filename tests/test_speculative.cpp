@@ -18,6 +18,7 @@
 #include "engine/sampler.h"
 #include "model/loaders.h"
 #include "stories_model.h"
+#include "test_checks.h"
 
 using namespace kvserve;
 using json = nlohmann::json;
@@ -26,16 +27,8 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
-ThreadPool& one_thread() {
-  static ThreadPool pool(1);
-  return pool;
-}
-
-void expect_all_blocks_free_or_cached(const Generator& g) {
-  const KVCacheManager& kv = g.kv_cache_manager();
-  EXPECT_TRUE(kv.sequences().empty());
-  EXPECT_EQ(kv.pool().num_free_blocks(), kv.pool().num_blocks());
-}
+using test::expect_all_blocks_free_or_cached;
+using test::one_thread;
 
 std::vector<json> stories_goldens() {
   std::ifstream f(std::string(KVSERVE_SHARED_DIR) + "/golden/stories260K/greedy.jsonl");

@@ -102,8 +102,9 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     prefix = opts_.enable_prefix_caching ? kv.get_computed_blocks(tokens, key) : CachedPrefix{};
     pos = prefix.num_tokens;
   };
-  // Runs tokens[pos, pos + n) through the model into fresh slots of the sequence.
-  auto forward = [&](int64_t n, bool want_logits) {
+  // Runs tokens[pos, pos + n) through the model into fresh slots of the sequence. Speculative tokens get
+  // every position's logits and stay out of the prefix cache until verified.
+  auto forward = [&](int64_t n, bool want_logits, bool speculative = false) {
     const bool first = !kv.has_sequence(seq);
     if (!kv.allocate_slots(seq, n, first ? prefix : CachedPrefix{}, long_rope_cache_key({}, long_after, long_rope)))
       fail("the KV cache has no free block for token {} ({} blocks of {} tokens in all)", pos + n, kv_->num_blocks,
@@ -112,11 +113,12 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     s.tokens = std::span<const int32_t>(tokens.data() + pos, static_cast<size_t>(n));
     s.pos0 = pos;
     set_block_tables(kv, seq, s);
-    s.want_logits = want_logits;
+    s.want_logits = want_logits && !speculative;
+    s.all_logits = speculative;
     s.long_rope = long_rope;
     runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
     pos += n;
-    if (opts_.enable_prefix_caching) kv.cache_blocks(seq, tokens, pos);
+    if (opts_.enable_prefix_caching && !speculative) kv.cache_blocks(seq, tokens, pos);
   };
   // Computes every token not yet in the cache, prefill_chunk at a time; the logits are the last token's.
   auto catch_up = [&] {
@@ -169,18 +171,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   const auto verify_drafts = [&](const std::vector<int32_t>& drafts) -> int32_t {
     const int64_t base = pos;  // tokens[base] was just emitted; [0, base) are in the cache
     tokens.insert(tokens.end(), drafts.begin(), drafts.end());
-    const auto n = static_cast<int64_t>(drafts.size()) + 1;
-    if (!kv.allocate_slots(seq, n))
-      fail("the KV cache has no free block for token {} ({} blocks of {} tokens in all)", base + n, kv_->num_blocks,
-           kv_->block_size);
-    BatchSequence s;
-    s.tokens = std::span<const int32_t>(tokens.data() + base, static_cast<size_t>(n));
-    s.pos0 = base;
-    set_block_tables(kv, seq, s);
-    s.want_logits = false;
-    s.all_logits = true;
-    s.long_rope = long_rope;
-    runner_.forward(std::span<const BatchSequence>(&s, 1), kv_->view, logits);
+    forward(static_cast<int64_t>(drafts.size()) + 1, false, true);
     r.draft_tokens += static_cast<int>(drafts.size());
     size_t taken = 0;
     int32_t next = -1;
