@@ -83,6 +83,15 @@ TEST(KVCalc, QuantizedDtypesAndMemoryBudget) {
   // The textbook figure is the values'; kvserve's int8 also stores an f16 scale per 32 of them.
   EXPECT_EQ(figures(s, 8192, KVCacheDType::INT8).stored_bytes_per_token, 32u * 16u * (128u + 8u));
   EXPECT_FALSE(figures(s, 8192, KVCacheDType::F16).stored_bytes_per_token.has_value());
+  // A budget holds what is stored: 10 GiB of int8 at 136 KiB a token (128 values + 4 scales a row, 32 x 16 rows).
+  KVCalcRequest q;
+  q.shape = s;
+  q.seq_len = 8192;
+  q.dtype = KVCacheDType::INT8;
+  q.memory_bytes = 10ull << 30;
+  const KVCalcFigures fq = compute_kv_figures(q);
+  EXPECT_EQ(*fq.tokens_fit, (10ull << 30) / (32u * 16u * 136u));
+  EXPECT_EQ(*fq.blocks_fit, (10ull << 30) / (16u * 32u * 16u * 136u));
   EXPECT_EQ(figures(s, 8192, KVCacheDType::FP8_E4M3).bytes_per_request, 536'870'912ull);
   EXPECT_EQ(figures(s, 8192, KVCacheDType::INT4).bytes_per_request, 268'435'456ull);
   EXPECT_EQ(figures(s, 8192, KVCacheDType::F32).bytes_per_request, 2'147'483'648ull);

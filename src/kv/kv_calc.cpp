@@ -158,8 +158,9 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
     f.mha_bytes_per_token_per_layer =
         KVLayout::mha(1, r.shape.n_heads, r.shape.head_dim, r.dtype, r.block_size).bytes_per_token_layer(0);
   if (r.memory_bytes) {
-    f.tokens_fit = *r.memory_bytes / f.bytes_per_token;
-    f.blocks_fit = *r.memory_bytes / f.bytes_per_block;
+    // What fits is what kvserve stores (int8's scales included), as its pool is sized.
+    f.tokens_fit = *r.memory_bytes / layout.stored_bytes_per_token();
+    f.blocks_fit = *r.memory_bytes / layout.stored_bytes_per_block();
     f.requests_fit = *f.tokens_fit / static_cast<uint64_t>(r.seq_len);
   }
   const KVModelShape& s = r.shape;
