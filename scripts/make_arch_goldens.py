@@ -316,13 +316,7 @@ def tiny_qwen3moe(gguf, path, seed):
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
-        w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        add_qwen3_attention(w, r, p, shape)
         w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
         add_moe_ffn(w, r, p, E, n_expert, F_exp)
     w.add_tensor("output_norm.weight", r.norm(E, 0.1))

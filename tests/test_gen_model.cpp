@@ -436,18 +436,8 @@ TEST(GGUFWriterTest, ScalarsArraysAndCopiedValuesRoundTrip) {
 // A copy of tiny-phi3 with one tensor changed: loading it must fail naming what is wrong, never crash.
 namespace {
 std::vector<uint8_t> phi3_variant(const std::string& drop, const std::string& add_name, const std::vector<int64_t>& ne) {
-  const GGUFFile src(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3.gguf");
-  GGUFWriter w;
-  for (const auto& [key, value] : src.metadata())
-    if (key != "general.alignment") w.add_value(key, value);
-  for (const GGUFTensorInfo& t : src.tensors())
-    if (t.name != drop) w.add_tensor(t.name, t.type, {t.ne[0], t.ne[1]}, std::vector<uint8_t>(t.data, t.data + t.bytes));
-  if (!add_name.empty()) {
-    int64_t n = 1;
-    for (int64_t d : ne) n *= d;
-    w.add_tensor(add_name, DType::F32, ne, std::vector<uint8_t>(static_cast<size_t>(n) * 4, 0));
-  }
-  return w.to_bytes();
+  return test::edited_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3.gguf",
+                           {.drop_tensor = drop, .add_tensor = add_name, .add_ne = ne});
 }
 
 }  // namespace

@@ -31,15 +31,7 @@ const std::string kShared = KVSERVE_SHARED_DIR;
 
 const Model& stories() { return test::stories260k(); }
 
-std::vector<json> greedy_goldens() {
-  std::ifstream f(kShared + "/golden/stories260K/greedy.jsonl");
-  EXPECT_TRUE(f.good());
-  std::vector<json> out;
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
+std::vector<json> greedy_goldens() { return test::stories_greedy_goldens(); }
 
 // Golden ids that a correct engine must reproduce: all of them, or those before a step whose
 // reference top1-top2 margin is ~1e-4 (there float summation order may legitimately flip the choice).
@@ -53,13 +45,7 @@ size_t must_match(const json& g) {
 
 using test::one_thread;
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using test::greedy;
 
 uint64_t bytes_per_block(int block_size) {
   const ModelConfig& c = stories().config;

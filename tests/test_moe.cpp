@@ -13,7 +13,6 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "model/gguf.h"
-#include "model/gguf_writer.h"
 #include "model/loaders.h"
 #include "test_checks.h"
 
@@ -43,27 +42,7 @@ float worst_against_golden(const Model& m, const std::string& stem) {
   return worst;
 }
 
-// tiny-qwen3moe with metadata key `drop_key` left out, `set_key` set to `value`, tensor `drop` left out, and
-// tensor `add` (F32 zeros of shape ne) added.
-std::vector<uint8_t> qwen3moe_variant(const std::string& drop_key, const std::string& set_key, uint32_t value,
-                                      const std::string& drop, const std::string& add, const std::vector<int64_t>& ne) {
-  const GGUFFile src(kArch + "tiny-qwen3moe.gguf");
-  GGUFWriter w;
-  for (const auto& [key, v] : src.metadata())
-    if (key != "general.alignment" && key != drop_key && key != set_key) w.add_value(key, v);
-  if (!set_key.empty()) w.add_u32(set_key, value);
-  for (const GGUFTensorInfo& t : src.tensors()) {
-    if (t.name == drop) continue;
-    std::vector<int64_t> shape(t.ne.begin(), t.ne.begin() + t.n_dims);
-    w.add_tensor(t.name, t.type, shape, std::vector<uint8_t>(t.data, t.data + t.bytes));
-  }
-  if (!add.empty()) {
-    int64_t n = 1;
-    for (int64_t d : ne) n *= d;
-    w.add_tensor(add, DType::F32, ne, std::vector<uint8_t>(static_cast<size_t>(n) * 4, 0));
-  }
-  return w.to_bytes();
-}
+std::vector<uint8_t> qwen3moe_variant(const test::GgufEdit& e) { return test::edited_gguf(kArch + "tiny-qwen3moe.gguf", e); }
 
 
 }  // namespace
@@ -99,23 +78,21 @@ TEST(Moe, WeightBytesCountTheExpertsATokenRuns) {
 }
 
 TEST(Moe, BadExpertMetadataAndTensorsAreNamed) {
-  test::expect_gguf_load_error(qwen3moe_variant("qwen3moe.expert_count", "", 0, "", "", {}), "qwen3moe.expert_count");
-  test::expect_gguf_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 5, "", "", {}),
-                    "expert_used_count 5 exceeds expert_count 4");
-  test::expect_gguf_load_error(qwen3moe_variant("", "qwen3moe.expert_used_count", 0, "", "", {}), "expert_used_count");
-  test::expect_gguf_load_error(qwen3moe_variant("", "", 0, "blk.1.ffn_down_exps.weight", "", {}), "blk.1.ffn_down_exps.weight");
-  test::expect_gguf_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps.weight", {64, 48, 3}),
-                    "blk.0.ffn_gate_exps.weight");
-  test::expect_gguf_load_error(qwen3moe_variant("", "", 0, "blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight", {64, 5}),
-                    "blk.0.ffn_gate_inp.weight");
+  using test::expect_gguf_load_error;
+  expect_gguf_load_error(qwen3moe_variant({.drop_keys = {"qwen3moe.expert_count"}}), "qwen3moe.expert_count");
+  expect_gguf_load_error(qwen3moe_variant({.set_u32 = {{"qwen3moe.expert_used_count", 5}}}),
+                         "expert_used_count 5 exceeds expert_count 4");
+  expect_gguf_load_error(qwen3moe_variant({.set_u32 = {{"qwen3moe.expert_used_count", 0}}}), "expert_used_count");
+  expect_gguf_load_error(qwen3moe_variant({.drop_tensor = "blk.1.ffn_down_exps.weight"}), "blk.1.ffn_down_exps.weight");
+  expect_gguf_load_error(qwen3moe_variant({.drop_tensor = "blk.0.ffn_gate_exps.weight",
+                                           .add_tensor = "blk.0.ffn_gate_exps.weight",
+                                           .add_ne = {64, 48, 3}}),
+                         "blk.0.ffn_gate_exps.weight");
+  expect_gguf_load_error(qwen3moe_variant({.drop_tensor = "blk.0.ffn_gate_inp.weight",
+                                           .add_tensor = "blk.0.ffn_gate_inp.weight",
+                                           .add_ne = {64, 5}}),
+                         "blk.0.ffn_gate_inp.weight");
   // Experts in an architecture without them.
-  const GGUFFile src(kArch + "tiny-qwen3.gguf");
-  GGUFWriter w;
-  for (const auto& [key, v] : src.metadata())
-    if (key != "general.alignment") w.add_value(key, v);
-  w.add_u32("qwen3.expert_count", 4);
-  for (const GGUFTensorInfo& t : src.tensors())
-    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
-                 std::vector<uint8_t>(t.data, t.data + t.bytes));
-  test::expect_gguf_load_error(w.to_bytes(), "not qwen3");
+  expect_gguf_load_error(test::edited_gguf(kArch + "tiny-qwen3.gguf", {.set_u32 = {{"qwen3.expert_count", 4}}}),
+                         "not qwen3");
 }

@@ -30,22 +30,9 @@ using Tokens = std::vector<int32_t>;
 using test::expect_all_blocks_free_or_cached;
 using test::one_thread;
 
-std::vector<json> stories_goldens() {
-  std::ifstream f(std::string(KVSERVE_SHARED_DIR) + "/golden/stories260K/greedy.jsonl");
-  std::vector<json> out;
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
+std::vector<json> stories_goldens() { return test::stories_greedy_goldens(); }
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using test::greedy;
 
 }  // namespace
 

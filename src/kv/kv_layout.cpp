@@ -128,17 +128,17 @@ uint64_t KVLayout::stored_bytes_per_token() const {
   return total;
 }
 
+uint64_t KVLayout::block_bytes_layer(int layer, bool stored) const {
+  const KVCacheDType t = layer_dtypes[static_cast<size_t>(layer)];
+  if (stored && t == KVCacheDType::INT8) return static_cast<uint64_t>(block_size) * stored_bytes_per_token_layer(layer);
+  // Whole blocks round once, not per token (a half byte of int4).
+  const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * block_size * kv_dtype_bits(t);
+  return (bits + 7) / 8;
+}
+
 uint64_t KVLayout::stored_bytes_per_block() const {
   uint64_t total = 0;
-  for (int l = 0; l < n_layers; ++l) {
-    const KVCacheDType t = layer_dtypes[static_cast<size_t>(l)];
-    if (t == KVCacheDType::INT8) {
-      total += static_cast<uint64_t>(block_size) * stored_bytes_per_token_layer(l);
-      continue;
-    }
-    const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * block_size * kv_dtype_bits(t);
-    total += (bits + 7) / 8;
-  }
+  for (int l = 0; l < n_layers; ++l) total += block_bytes_layer(l, true);
   return total;
 }
 
@@ -150,10 +150,7 @@ uint64_t KVLayout::bytes_per_token() const {
 
 uint64_t KVLayout::bytes_per_block() const {
   uint64_t total = 0;
-  for (int l = 0; l < n_layers; ++l) {
-    const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * block_size * kv_dtype_bits(layer_dtypes[l]);
-    total += (bits + 7) / 8;
-  }
+  for (int l = 0; l < n_layers; ++l) total += block_bytes_layer(l, false);
   return total;
 }
 

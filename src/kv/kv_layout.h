@@ -57,6 +57,9 @@ struct KVLayout {
   uint64_t stored_bytes_per_token_layer(int layer) const;
   uint64_t stored_bytes_per_token() const;
   uint64_t stored_bytes_per_block() const;
+
+ private:
+  uint64_t block_bytes_layer(int layer, bool stored) const;  // one layer's share of a block
 };
 
 // Whole blocks (as stored) that fit in budget_bytes.
