@@ -308,14 +308,17 @@ TEST(Engine, LongRopeSequencesOutgrowingTheOriginalContextAreRecomputedAndMatchT
   EXPECT_EQ(engine.stats().preemptions, 0u);
 }
 
-// An int8 KV cache (tiny-gqa, head size 64) under chunked prefill, mixed steps, batched decode and a prefix
-// hit: every request gets the tokens the Generator gives it alone on an int8 cache (each K/V row is
-// quantized by itself, so batching changes no stored bit), and every block is free or cached after.
-TEST(Engine, Int8KVCacheInBatchesMatchesGeneratorTokenForToken) {
+// Quantized KV caches (int8, int4, fp8; tiny-gqa, head size 64) under chunked prefill, mixed steps,
+// batched decode and a prefix hit: every request gets the tokens the Generator gives it alone on the same
+// cache dtype (each K/V row is rounded by itself, so batching changes no stored bit), and every block is
+// free or cached after.
+class EngineQuantizedKV : public ::testing::TestWithParam<KVCacheDType> {};
+
+TEST_P(EngineQuantizedKV, InBatchesMatchesGeneratorTokenForToken) {
   auto gqa = load_model(kShared + "/golden/gguf/models/tiny-gqa.gguf");
   EngineOptions o = small_options();
   o.model_id = "tiny-gqa";
-  o.kv_cache_dtype = KVCacheDType::INT8;
+  o.kv_cache_dtype = GetParam();
   SamplingParams params;
   params.max_tokens = 24;
   params.ignore_eos = true;
@@ -332,7 +335,7 @@ TEST(Engine, Int8KVCacheInBatchesMatchesGeneratorTokenForToken) {
   for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params));
   expect_all_blocks_free_or_cached(engine);
   GeneratorOptions go;
-  go.kv_cache_dtype = KVCacheDType::INT8;
+  go.kv_cache_dtype = GetParam();
   go.enable_prefix_caching = false;
   for (size_t i = 0; i < prompts.size(); ++i) {
     Generator g(*gqa, go);
@@ -340,6 +343,13 @@ TEST(Engine, Int8KVCacheInBatchesMatchesGeneratorTokenForToken) {
   }
   EXPECT_GE(col.get(fmt::format("r{}", prompts.size() - 1)).cached_tokens, 32);
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EngineQuantizedKV,
+                         ::testing::Values(KVCacheDType::INT8, KVCacheDType::INT4, KVCacheDType::FP8_E4M3,
+                                           KVCacheDType::FP8_E5M2),
+                         [](const ::testing::TestParamInfo<KVCacheDType>& i) {
+                           return std::string(kv_dtype_name(i.param));
+                         });
 
 TEST(Engine, TinyKVBudgetPreemptsAndEveryRequestStillCompletesIdentically) {
   EngineOptions o = small_options();

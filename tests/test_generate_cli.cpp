@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/available_cpus.h"
@@ -138,29 +139,42 @@ TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   const CommandResult spelling = generate("-p hi --kv-layer-dtypes first=f16");
   EXPECT_NE(spelling.exit_code, 0);
   EXPECT_NE(spelling.err.find("--kv-layer-dtypes"), std::string::npos) << spelling.err;
-  const CommandResult fp8 = generate("-p hi --kv-cache-dtype fp8");
-  EXPECT_NE(fp8.exit_code, 0);
-  EXPECT_NE(fp8.err.find("not supported yet"), std::string::npos) << fp8.err;
+  const CommandResult int4 = generate("-p hi --kv-cache-dtype int4");
+  EXPECT_NE(int4.exit_code, 0);
+  EXPECT_NE(int4.err.find("int4 KV cache"), std::string::npos) << int4.err;
+  const CommandResult unknown = generate("-p hi --kv-cache-dtype fp6");
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("unknown KV cache dtype 'fp6'"), std::string::npos) << unknown.err;
 }
 
 // --kv-cache-dtype int8 on a model with 64-wide heads, its last layer at f16: the greedy tokens of llama.cpp's
 // golden (made with an f32 cache) for as long as its margins are wide, and the start-up line names the dtypes.
-TEST(GeneratorCli, Int8KVCacheGenerates) {
+// int4, fp8 and fp8_e5m2 keep the first 4 (all 8 measured for int8, 5 for int4, 6 for the fp8s: this
+// random-weight model's margins are thin).
+TEST(GeneratorCli, QuantizedKVCachesGenerate) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
   std::ifstream f(kShared + "/golden/gguf/golden/tiny-gqa.jsonl");
   std::string line;
   ASSERT_TRUE(std::getline(f, line));
   const json g = json::parse(line);
   const std::string prompt = g["prompt"];
-  const CommandResult r = kvserve::test::run_command(
-      std::string(KVSERVE_BINARY) + " generate -m " + kShared + "/golden/gguf/models/tiny-gqa.gguf -t 1 -p '" + prompt +
-          "' --temperature 0 --ignore-eos -n 8 --json --kv-cache-dtype int8 --kv-layer-dtypes=-1=f16",
-      true);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = json::parse(r.out);
   const auto want = g["generated_ids"].get<std::vector<int32_t>>();
-  EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(want.begin(), want.begin() + 8));
-  EXPECT_NE(r.err.find("int8,f16"), std::string::npos) << r.err;  // the start-up line names each layer's dtype
+  for (auto [flags, n, names] : {std::tuple<std::string, size_t, std::string>{"int8 --kv-layer-dtypes=-1=f16", 8, "int8,f16"},
+                                 {"int4", 4, "int4"},
+                                 {"fp8", 4, "fp8_e4m3"},
+                                 {"fp8_e5m2", 4, "fp8_e5m2"}}) {
+    const CommandResult r = kvserve::test::run_command(
+        std::string(KVSERVE_BINARY) + " generate -m " + kShared + "/golden/gguf/models/tiny-gqa.gguf -t 1 -p '" +
+            prompt + "' --temperature 0 --ignore-eos -n 8 --json --kv-cache-dtype " + flags,
+        true);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
+    const auto got = json::parse(r.out)["generated_ids"].get<std::vector<int32_t>>();
+    ASSERT_EQ(got.size(), 8u) << flags;
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)),
+              std::vector<int32_t>(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(n)))
+        << flags;
+    EXPECT_NE(r.err.find(names), std::string::npos) << r.err;  // the start-up line names each layer's dtype
+  }
 }
 
 // --rope-factors on a LongRoPE model (original context 256): auto takes the short factors for a short

@@ -247,11 +247,15 @@ TEST(GeneratorKVCacheMemory, ParsesLikeServe) {
   }
 }
 
-// int8 KV (q8_0 rows, 8.5 bits a value) on tiny-gqa (head size 64; stories260K's 8 is refused, naming it):
-// llama.cpp's golden sequence teacher-forced, the logits within 0.2 of the f32 cache's (0.067 measured) at
-// every step (K and V keep ~7 significant bits per group of 32; a wrong row, scale or block offset moves
-// them by whole units), nearly every step's argmax unchanged, and 68 bytes a row of 64 against 256.
-TEST(GeneratorPaged, Int8KVCacheTracksF32Logits) {
+// Quantized KV caches on tiny-gqa (head size 64): llama.cpp's golden sequence teacher-forced, the logits
+// within a bound of the f32 cache's at every step (a wrong row, scale, block offset or code moves them by
+// whole units), most steps' argmax unchanged, and the bytes a row of 64 takes against f32's 256:
+// - int8 (q8_0, 8.5 bits a value): 68 bytes, within 0.2 (0.067 measured; 49 of 49 argmaxes kept);
+// - int4 (q4_0, 4.5 bits): 36 bytes, within 1.5 (0.99; 42 of 49);
+// - fp8 E4M3 (no scale: 3 mantissa bits, values under 2^-6 in steps of 2^-9): 64 bytes, within 0.6 (0.30;
+//   47 of 49);
+// - fp8 E5M2 (2 mantissa bits): 64 bytes, within 1.0 (0.64; 44 of 49).
+TEST(GeneratorPaged, QuantizedKVCachesTrackF32Logits) {
   auto gqa = load_model(kShared + "/golden/gguf/models/tiny-gqa.gguf");
   std::ifstream golden(kShared + "/golden/gguf/golden/tiny-gqa.jsonl");
   std::string line;
@@ -271,33 +275,47 @@ TEST(GeneratorPaged, Int8KVCacheTracksF32Logits) {
     expect_all_blocks_free_or_cached(gen);
     return l;
   };
-  uint64_t b32 = 0, b8 = 0;
+  uint64_t b32 = 0;
   const auto ref = logits_with(KVCacheDType::F32, &b32);
-  const auto i8 = logits_with(KVCacheDType::INT8, &b8);
-  EXPECT_EQ(b8 * 256, b32 * 68);
-  ASSERT_EQ(ref.size(), i8.size());
-  float worst = 0;
-  size_t argmax_same = 0;
-  const auto am = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
-  for (size_t s = 0; s < ref.size(); ++s) {
-    for (size_t i = 0; i < ref[s].size(); ++i) worst = std::max(worst, std::abs(ref[s][i] - i8[s][i]));
-    argmax_same += am(ref[s]) == am(i8[s]);
+  struct Expect {
+    KVCacheDType dtype;
+    uint64_t row_bytes;
+    float max_dlogit;
+    int argmax_tenths;
+  };
+  for (const Expect& e : {Expect{KVCacheDType::INT8, 68, 0.2f, 9}, Expect{KVCacheDType::INT4, 36, 1.5f, 8},
+                          Expect{KVCacheDType::FP8_E4M3, 64, 0.6f, 9}, Expect{KVCacheDType::FP8_E5M2, 64, 1.0f, 8}}) {
+    const std::string name(kv_dtype_name(e.dtype));
+    uint64_t bq = 0;
+    const auto q = logits_with(e.dtype, &bq);
+    EXPECT_EQ(bq * 256, b32 * e.row_bytes) << name;
+    ASSERT_EQ(ref.size(), q.size());
+    float worst = 0;
+    size_t argmax_same = 0;
+    const auto am = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
+    for (size_t s = 0; s < ref.size(); ++s) {
+      for (size_t i = 0; i < ref[s].size(); ++i) worst = std::max(worst, std::abs(ref[s][i] - q[s][i]));
+      argmax_same += am(ref[s]) == am(q[s]);
+    }
+    EXPECT_LT(worst, e.max_dlogit) << name;
+    EXPECT_GT(worst, 0.0f) << name;  // the cache really rounded
+    EXPECT_GE(argmax_same * 10, ref.size() * static_cast<size_t>(e.argmax_tenths)) << name;
+    std::printf("kv %s: max |dlogit| %.4f, argmax the same at %zu of %zu steps\n", name.c_str(), worst, argmax_same,
+                ref.size());
   }
-  EXPECT_LT(worst, 0.2f);
-  EXPECT_GT(worst, 0.0f);  // the int8 path really quantized
-  EXPECT_GE(argmax_same * 10, ref.size() * 9);
-  std::printf("kv int8: max |dlogit| %.4f, argmax the same at %zu of %zu steps\n", worst, argmax_same, ref.size());
 
-  GeneratorOptions bad;
-  bad.kv_cache_memory = 4.0 * 1024 * 1024;
-  bad.kv_cache_dtype = KVCacheDType::INT8;
-  try {
-    Generator gen(stories(), bad, one_thread());
-    FAIL() << "stories260K's head size 8 was taken for int8";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("int8"), std::string::npos) << what;
-    EXPECT_NE(what.find("head size is 8"), std::string::npos) << what;
+  for (KVCacheDType t : {KVCacheDType::INT8, KVCacheDType::INT4}) {
+    GeneratorOptions bad;
+    bad.kv_cache_memory = 4.0 * 1024 * 1024;
+    bad.kv_cache_dtype = t;
+    try {
+      Generator gen(stories(), bad, one_thread());
+      FAIL() << "stories260K's head size 8 was taken for " << kv_dtype_name(t);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(kv_dtype_name(t)), std::string::npos) << what;
+      EXPECT_NE(what.find("head size is 8"), std::string::npos) << what;
+    }
   }
 }
 

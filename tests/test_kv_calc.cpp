@@ -83,6 +83,9 @@ TEST(KVCalc, QuantizedDtypesAndMemoryBudget) {
   // The textbook figure is the values'; kvserve's int8 also stores an f16 scale per 32 of them.
   EXPECT_EQ(figures(s, 8192, KVCacheDType::INT8).stored_bytes_per_token, 32u * 16u * (128u + 8u));
   EXPECT_FALSE(figures(s, 8192, KVCacheDType::F16).stored_bytes_per_token.has_value());
+  // int4 (q4_0): 64 bytes of values and 4 scales a row of 128; fp8 stores exactly its values.
+  EXPECT_EQ(figures(s, 8192, KVCacheDType::INT4).stored_bytes_per_token, 32u * 16u * (64u + 8u));
+  EXPECT_FALSE(figures(s, 8192, KVCacheDType::FP8_E4M3).stored_bytes_per_token.has_value());
   // A budget holds what is stored: 10 GiB of int8 at 136 KiB a token (128 values + 4 scales a row, 32 x 16 rows).
   KVCalcRequest q;
   q.shape = s;

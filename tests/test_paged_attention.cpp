@@ -340,107 +340,186 @@ TEST(PagedAttention, HalfPrecisionCachesMatchDenseOverRoundedValues) {
 
 namespace {
 
-// The fixture's caches as int8 (q8_0 rows: an f16 scale per 32 values), and its dense K/V replaced by what
-// those rows hold: attention over the dequantized values is what the int8 paths must compute. Slots no
-// position fills (NaN) are zeroed first (a NaN row has no scale to round to).
-struct Q8Caches {
-  std::vector<BlockQ8_0> k, v;
+// The fixture's caches as `type` rows (encode_kv_row: fp8 codes, q8_0 or q4_0 blocks), and its dense K/V
+// replaced by what those rows hold (decode_kv_row): attention over the stored values is what the fast
+// path and the reference must compute. Slots no position fills (NaN) are zeroed first (a NaN row has
+// no scale to round to).
+struct EncodedCaches {
+  std::vector<unsigned char> k, v;
 };
 
-Q8Caches to_q8(Fixture& f, int hd) {
-  auto quantize = [hd](std::vector<float>& rows, std::vector<BlockQ8_0>& out) {
+EncodedCaches encode_caches(Fixture& f, KVElemType type, int hd) {
+  auto encode = [&](std::vector<float>& rows, std::vector<unsigned char>& out) {
     for (float& x : rows)
       if (std::isnan(x)) x = 0.0f;
-    out.resize(rows.size() / kQK8_0);
-    for (size_t r = 0; r < rows.size() / static_cast<size_t>(hd); ++r)
-      quantize_row_q8_0(rows.data() + r * hd, out.data() + r * hd / kQK8_0, hd);
+    const size_t n_rows = rows.size() / static_cast<size_t>(hd);
+    out.resize(n_rows * kv_bytes(type, hd));
+    for (size_t r = 0; r < n_rows; ++r) encode_kv_row(type, rows.data() + r * hd, hd, out.data() + r * kv_bytes(type, hd));
   };
   auto round_trip = [&](std::vector<float>& rows) {
-    std::vector<BlockQ8_0> q;
-    quantize(rows, q);
-    dequantize_row_q8_0(q.data(), rows.data(), static_cast<int64_t>(rows.size()));
+    std::vector<unsigned char> bytes;
+    encode(rows, bytes);
+    for (size_t r = 0; r < rows.size() / static_cast<size_t>(hd); ++r)
+      decode_kv_row(type, bytes.data() + r * kv_bytes(type, hd), hd, rows.data() + r * hd);
   };
-  Q8Caches c;
-  quantize(f.k_cache, c.k);
-  quantize(f.v_cache, c.v);
+  EncodedCaches c;
+  encode(f.k_cache, c.k);
+  encode(f.v_cache, c.v);
   round_trip(f.k_dense);
   round_trip(f.v_dense);
   return c;
 }
 
+void check_encoded_case(const Case& c, KVElemType type, std::mt19937& rng, ThreadPool& pool) {
+  Fixture f = make_fixture(c, rng);
+  const EncodedCaches e = encode_caches(f, type, c.shape.head_dim);
+  std::vector<float> out_fast(f.q.size(), -7.0f), out_ref(f.q.size(), -7.0f);
+  PagedAttentionArgs a = make_args(c, f, out_fast);
+  a.k_cache = e.k.data();
+  a.v_cache = e.v.data();
+  a.kv_type = type;
+  const auto want = dense_attention(c, f, a.scale);
+  paged_attention(a, pool);
+  const std::string name = kv_elem_name(type);
+  expect_close(out_fast, want, ("fast " + name).c_str(), c);
+  a.out = out_ref.data();
+  paged_attention_ref(a);
+  expect_close(out_ref, want, ("ref " + name).c_str(), c);
+}
+
 }  // namespace
 
-// int8 (q8_0) caches, fast path and reference, over head sizes of one to four blocks, single tokens and
-// chunks, blocks of 1-32 slots, a sliding window and soft-capping.
-TEST(PagedAttention, Int8CachesMatchDenseOverDequantizedValues) {
+// int8 (q8_0) and int4 (q4_0) caches, fast path and reference, over head sizes of one to four blocks,
+// single tokens and chunks, blocks of 1-32 slots, a sliding window and soft-capping.
+TEST(PagedAttention, BlockQuantizedCachesMatchDenseOverDequantizedValues) {
   std::mt19937 rng(654);
   ThreadPool pool(2);
-  for (const Shape shape : {Shape{4, 2, 32}, Shape{4, 4, 64}, Shape{9, 3, 64}, Shape{8, 1, 64}, Shape{8, 2, 128},
-                            Shape{2, 1, 96}}) {
-    for (int bs : {1, 16, 32}) {
-      for (auto [pos0, n, window, softcap] : {std::tuple<int64_t, int, int64_t, float>{0, 9, 0, 0.0f},
-                                              {40, 1, 0, 0.0f},
-                                              {300, 1, 0, 0.0f},
-                                              {250, 6, 0, 0.0f},
-                                              {200, 3, 37, 0.0f},
-                                              {63, 5, 0, 1.5f}}) {
-        Case c{shape, bs, pos0, n};
-        c.window = window;
-        c.softcap = softcap;
-        Fixture f = make_fixture(c, rng);
-        const Q8Caches q8 = to_q8(f, shape.head_dim);
-        std::vector<float> out_fast(f.q.size(), -7.0f), out_ref(f.q.size(), -7.0f);
-        PagedAttentionArgs a = make_args(c, f, out_fast);
-        a.k_cache = q8.k.data();
-        a.v_cache = q8.v.data();
-        a.kv_type = KVElemType::Q8_0;
-        const auto want = dense_attention(c, f, a.scale);
-        paged_attention(a, pool);
-        expect_close(out_fast, want, "fast int8", c);
-        a.out = out_ref.data();
-        paged_attention_ref(a);
-        expect_close(out_ref, want, "ref int8", c);
-        if (HasFatalFailure()) return;
+  for (KVElemType type : {KVElemType::Q8_0, KVElemType::Q4_0}) {
+    for (const Shape shape : {Shape{4, 2, 32}, Shape{4, 4, 64}, Shape{9, 3, 64}, Shape{8, 1, 64}, Shape{8, 2, 128},
+                              Shape{2, 1, 96}}) {
+      for (int bs : {1, 16, 32}) {
+        for (auto [pos0, n, window, softcap] : {std::tuple<int64_t, int, int64_t, float>{0, 9, 0, 0.0f},
+                                                {40, 1, 0, 0.0f},
+                                                {300, 1, 0, 0.0f},
+                                                {250, 6, 0, 0.0f},
+                                                {200, 3, 37, 0.0f},
+                                                {63, 5, 0, 1.5f}}) {
+          Case c{shape, bs, pos0, n};
+          c.window = window;
+          c.softcap = softcap;
+          check_encoded_case(c, type, rng, pool);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+    // A head size that is not whole blocks of 32 is refused, not misread.
+    const Case c{Shape{4, 2, 16}, 16, 0, 1};
+    Fixture f = make_fixture(c, rng);
+    std::vector<float> out(f.q.size());
+    PagedAttentionArgs a = make_args(c, f, out);
+    a.kv_type = type;
+    EXPECT_THROW(paged_attention(a, pool), Error);
+    EXPECT_THROW(paged_attention_ref(a), Error);
+  }
+}
+
+// fp8 caches (E4M3, E5M2) over every shape the f32 tests take, tails of under 8 included.
+TEST(PagedAttention, Fp8CachesMatchDenseOverDecodedValues) {
+  std::mt19937 rng(987);
+  ThreadPool pool(2);
+  for (KVElemType type : {KVElemType::FP8_E4M3, KVElemType::FP8_E5M2}) {
+    for (const Shape& shape : kShapes) {
+      for (int bs : {1, 16, 32}) {
+        for (auto [pos0, n, window] : {std::tuple<int64_t, int, int64_t>{0, 9, 0}, {40, 1, 0}, {300, 1, 0},
+                                       {63, 5, 0}, {200, 3, 37}}) {
+          Case c{shape, bs, pos0, n};
+          c.window = window;
+          check_encoded_case(c, type, rng, pool);
+          if (HasFatalFailure()) return;
+        }
       }
     }
   }
-  // A head size that is not whole blocks of 32 is refused, not misread.
-  const Case c{Shape{4, 2, 16}, 16, 0, 1};
-  Fixture f = make_fixture(c, rng);
-  std::vector<float> out(f.q.size());
-  PagedAttentionArgs a = make_args(c, f, out);
-  a.kv_type = KVElemType::Q8_0;
-  EXPECT_THROW(paged_attention(a, pool), Error);
-  EXPECT_THROW(paged_attention_ref(a), Error);
 }
 
-// Int8 through the AVX2 and the AVX-512 workers: the same bits, item by item and partition by partition.
-TEST(PagedAttention, Int8ZmmWorkerIsBitIdenticalToAvx2) {
+// Every finite fp8 code through the fast path's widening: one position (softmax weight exactly 1) whose
+// V row holds all of them gives them back as the scalar decode has them, bit for bit.
+TEST(PagedAttention, Fp8WideningGivesEveryCodeItsScalarValue) {
+  ThreadPool pool(1);
+  for (KVElemType type : {KVElemType::FP8_E4M3, KVElemType::FP8_E5M2}) {
+    const int hd = 256;
+    std::vector<unsigned char> k(hd, 0x38), v(hd);  // any K row
+    std::vector<float> want(hd);
+    for (int i = 0; i < hd; ++i) {
+      unsigned char code = static_cast<unsigned char>(i);
+      decode_kv_row(type, &code, 1, &want[static_cast<size_t>(i)]);
+      if (!std::isfinite(want[static_cast<size_t>(i)])) code = 0x01;  // NaN / infinity: never stored
+      v[static_cast<size_t>(i)] = code;
+      decode_kv_row(type, &code, 1, &want[static_cast<size_t>(i)]);
+    }
+    std::vector<float> q(hd, 0.01f), out(hd, -7.0f);
+    const int32_t table[1] = {0};
+    PagedAttentionArgs a;
+    a.q = q.data();
+    a.out = out.data();
+    a.n_tokens = 1;
+    a.n_heads = a.n_kv_heads = 1;
+    a.head_dim = hd;
+    a.block_table = table;
+    a.block_size = 1;
+    a.k_cache = k.data();
+    a.v_cache = v.data();
+    a.kv_type = type;
+    a.block_stride = hd;
+    a.scale = 0.0625f;
+    paged_attention(a, pool);
+    for (int i = 0; i < hd; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << kv_elem_name(type) << " code " << i;
+    if (cpu_has_avx2() && cpu_has_avx512_vnni()) {
+      std::fill(out.begin(), out.end(), -7.0f);
+      kvserve::detail::paged_attention_items_avx2(a, 0, 1);
+      std::vector<float> out5(hd, -7.0f);
+      PagedAttentionArgs a5 = a;
+      a5.out = out5.data();
+      kvserve::detail::paged_attention_items_avx512(a5, 0, 1);
+      EXPECT_EQ(out, want);
+      EXPECT_EQ(out5, want);
+    }
+  }
+}
+
+// The quantized caches through the AVX2 and the AVX-512 workers: the same bits, item by item and
+// partition by partition.
+TEST(PagedAttention, QuantizedCachesZmmWorkerIsBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512 on this CPU (or turned off)";
   std::mt19937 rng(24);
-  for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{3, 1, 128}, Shape{4, 2, 32},
-                            Shape{2, 2, 96}}) {
-    for (auto [pos0, n, bs] : {std::tuple<int64_t, int, int>{0, 5, 16}, {300, 1, 16}, {250, 6, 16}, {201, 1, 8}}) {
-      const Case c{shape, bs, pos0, n};
-      Fixture f = make_fixture(c, rng);
-      const Q8Caches q8 = to_q8(f, shape.head_dim);
-      std::vector<float> a2(f.q.size(), -7.0f), a5(f.q.size(), -7.0f);
-      PagedAttentionArgs args2 = make_args(c, f, a2), args5 = make_args(c, f, a5);
-      for (PagedAttentionArgs* a : {&args2, &args5}) {
-        a->kv_type = KVElemType::Q8_0;
-        a->k_cache = q8.k.data();
-        a->v_cache = q8.v.data();
+  for (KVElemType type : {KVElemType::Q8_0, KVElemType::Q4_0, KVElemType::FP8_E4M3, KVElemType::FP8_E5M2}) {
+    std::vector<Shape> shapes = {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{3, 1, 128}, Shape{4, 2, 32},
+                                 Shape{2, 2, 96}};
+    if (!kv_elem_is_block_type(type)) shapes.insert(shapes.end(), {Shape{6, 2, 40}, Shape{4, 2, 12}, Shape{2, 1, 24}});
+    for (const Shape shape : shapes) {
+      for (auto [pos0, n, bs] : {std::tuple<int64_t, int, int>{0, 5, 16}, {300, 1, 16}, {250, 6, 16}, {201, 1, 8}}) {
+        const Case c{shape, bs, pos0, n};
+        Fixture f = make_fixture(c, rng);
+        const EncodedCaches e = encode_caches(f, type, shape.head_dim);
+        std::vector<float> a2(f.q.size(), -7.0f), a5(f.q.size(), -7.0f);
+        PagedAttentionArgs args2 = make_args(c, f, a2), args5 = make_args(c, f, a5);
+        for (PagedAttentionArgs* a : {&args2, &args5}) {
+          a->kv_type = type;
+          a->k_cache = e.k.data();
+          a->v_cache = e.v.data();
+        }
+        const int64_t n_items = int64_t{n} * shape.n_kv_heads;
+        kvserve::detail::paged_attention_items_avx2(args2, 0, n_items);
+        kvserve::detail::paged_attention_items_avx512(args5, 0, n_items);
+        ASSERT_EQ(a2, a5) << kv_elem_name(type) << " hd " << shape.head_dim << " pos0 " << pos0 << " bs " << bs;
+        const int group = shape.n_heads / shape.n_kv_heads;
+        const int64_t n_parts = kvserve::detail::partition_count(args2, n - 1);
+        std::vector<float> p2(static_cast<size_t>(n_parts * group * (shape.head_dim + 2))), p5(p2.size());
+        kvserve::detail::paged_attention_partition_avx2(args2, n - 1, 0, 0, n_parts, p2.data());
+        kvserve::detail::paged_attention_partition_avx512(args5, n - 1, 0, 0, n_parts, p5.data());
+        ASSERT_EQ(p2, p5) << kv_elem_name(type) << " partitions: hd " << shape.head_dim << " pos0 " << pos0
+                          << " bs " << bs;
       }
-      const int64_t n_items = int64_t{n} * shape.n_kv_heads;
-      kvserve::detail::paged_attention_items_avx2(args2, 0, n_items);
-      kvserve::detail::paged_attention_items_avx512(args5, 0, n_items);
-      ASSERT_EQ(a2, a5) << "hd " << shape.head_dim << " pos0 " << pos0 << " bs " << bs;
-      const int group = shape.n_heads / shape.n_kv_heads;
-      const int64_t n_parts = kvserve::detail::partition_count(args2, n - 1);
-      std::vector<float> p2(static_cast<size_t>(n_parts * group * (shape.head_dim + 2))), p5(p2.size());
-      kvserve::detail::paged_attention_partition_avx2(args2, n - 1, 0, 0, n_parts, p2.data());
-      kvserve::detail::paged_attention_partition_avx512(args5, n - 1, 0, 0, n_parts, p5.data());
-      ASSERT_EQ(p2, p5) << "partitions: hd " << shape.head_dim << " pos0 " << pos0 << " bs " << bs;
     }
   }
 }

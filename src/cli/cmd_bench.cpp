@@ -320,7 +320,7 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--max-model-len", a->max_model_len, "Offline: context length (default: the model's)");
   c->add_option("--kv-cache-memory", a->kv_cache_memory,
                 "Offline: KV budget, bytes (512M, 2G) or a RAM fraction (default: what the run needs)");
-  c->add_option("--kv-cache-dtype", a->kv_cache_dtype, "Offline: KV element type f32, f16, bf16, int8 (f16 as llama.cpp)")
+  c->add_option("--kv-cache-dtype", a->kv_cache_dtype, "Offline: KV element type f32, f16, bf16, fp8, fp8_e5m2, int8, int4 (f16 as llama.cpp)")
       ->capture_default_str();
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Offline: never reuse KV blocks across requests");
   c->add_flag("--no-hybrid-kv-cache", a->no_hybrid,

@@ -107,8 +107,8 @@ void add_kv_calc_command(CLI::App& app) {
   c->add_option("--seq-len", a->seq_len, "Tokens per request (default: the model's context length)");
   c->add_option("--batch", a->batch, "Concurrent requests")->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype,
-                "KV dtype: f32, f16, bf16, fp8, int8 (1 B), int4 (0.5 B); the figures count the values (int8: what "
-                "kvserve stores, with its scales, is shown too)")
+                "KV dtype: f32, f16, bf16, fp8, fp8_e5m2, int8 (1 B), int4 (0.5 B); the figures count the values "
+                "(int8, int4: what kvserve stores, with their scales, is shown too)")
       ->capture_default_str();
   c->add_option("--memory", a->memory, "Budget: bytes with K/M/G/T, KiB/MiB/GiB or KB/MB/GB suffix, or a RAM fraction (0.9, 90%)");
   c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str();

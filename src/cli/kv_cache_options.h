@@ -23,7 +23,7 @@ struct KVCacheArgs {
   // The budget in the form EngineOptions / GeneratorOptions take (bytes > 1, or a fraction of RAM);
   // throws Error naming the flag when the text is not a budget.
   double kv_cache_memory_value() const;
-  // The dtype (f32, f16, bf16, int8); throws Error naming the flag otherwise.
+  // The dtype (f32, f16, bf16, fp8, fp8_e5m2, int8, int4); throws Error naming the flag otherwise.
   KVCacheDType kv_cache_dtype_value() const;
   LongRopeFactors rope_factors_value() const { return parse_long_rope_factors(rope_factors); }
   // The per-layer items; throws Error naming the flag when the text is not LAYERS=DTYPE,...
@@ -37,7 +37,7 @@ extern const char* const kKVLayerDtypesHelp;
 // The help text of --rope-factors (bench's offline mode has the flag too).
 extern const char* const kRopeFactorsHelp;
 
-// --kv-cache-dtype's value (f32, f16, bf16, int8); throws Error naming the flag otherwise.
+// --kv-cache-dtype's value (f32, f16, bf16, fp8, fp8_e5m2, int8, int4); throws Error naming the flag otherwise.
 KVCacheDType parse_kv_cache_dtype_flag(const std::string& text);
 
 void add_kv_cache_options(CLI::App& command, KVCacheArgs& args);

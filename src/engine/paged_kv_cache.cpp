@@ -69,12 +69,10 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
     layout.layer_dtypes = opts.layer_dtypes;
   }
   for (const KVCacheDType t : layout.layer_dtypes) {
-    if (!kv_dtype_supported(t))
-      fail("{}: KV cache dtype {} is not supported yet (use f32, f16, bf16 or int8)", who, kv_dtype_name(t));
-    if (t == KVCacheDType::INT8 && c.head_dim % kKVQ8Group != 0)
-      fail("{}: an int8 KV cache keeps each head's row in blocks of {} values, and this model's head size is {}; "
-           "use f16 or bf16",
-           who, kKVQ8Group, c.head_dim);
+    if (kv_dtype_has_scales(t) && c.head_dim % kKVScaleGroup != 0)
+      fail("{}: an {} KV cache keeps each head's row in blocks of {} values, and this model's head size is {}; "
+           "use f16, bf16 or fp8",
+           who, kv_dtype_name(t), kKVScaleGroup, c.head_dim);
   }
   const bool uniform = std::all_of(layout.layer_dtypes.begin(), layout.layer_dtypes.end(),
                                    [&](KVCacheDType t) { return t == layout.layer_dtypes.front(); });
@@ -117,10 +115,7 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
     view.k_layers.push_back(storage->k_layer(slot));
     view.v_layers.push_back(storage->v_layer(slot));
     const KVCacheDType t = storage->dtype(slot);
-    view.layer_types.push_back(t == KVCacheDType::F16    ? KVElemType::F16
-                               : t == KVCacheDType::BF16 ? KVElemType::BF16
-                               : t == KVCacheDType::INT8 ? KVElemType::Q8_0
-                                                         : KVElemType::F32);
+    view.layer_types.push_back(kv_elem_type(t));
   }
   if (hybrid) view.layer_group = groups.layer_group;
   view.block_size = opts.block_size;

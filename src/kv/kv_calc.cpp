@@ -256,7 +256,9 @@ std::string kv_figures_text(const KVCalcRequest& r, const KVCalcFigures& f) {
                          static_cast<double>(f.bytes_per_token_per_layer)));
   line("per token", format_bytes(f.bytes_per_token));
   if (f.stored_bytes_per_token)
-    line("  as kvserve stores it", fmt::format("{} (q8_0: an f16 scale per 32 values)", format_bytes(*f.stored_bytes_per_token)));
+    line("  as kvserve stores it",
+         fmt::format("{} ({}: an f16 scale per {} values)", format_bytes(*f.stored_bytes_per_token),
+                     r.dtype == KVCacheDType::INT4 ? "q4_0" : "q8_0", kKVScaleGroup));
   line(fmt::format("per request ({} tokens)", r.seq_len), format_bytes(f.bytes_per_request));
   line(fmt::format("batch of {}", r.batch), format_bytes(f.bytes_total));
   if (r.memory_bytes) {

@@ -37,14 +37,12 @@ std::string_view kv_dtype_name(KVCacheDType t) {
   return "?";
 }
 
-bool kv_dtype_supported(KVCacheDType t) {
-  return t == KVCacheDType::F32 || t == KVCacheDType::F16 || t == KVCacheDType::BF16 || t == KVCacheDType::INT8;
-}
+bool kv_dtype_has_scales(KVCacheDType t) { return t == KVCacheDType::INT8 || t == KVCacheDType::INT4; }
 
 uint64_t kv_dtype_row_bytes(KVCacheDType t, int64_t n) {
   const auto values = static_cast<uint64_t>(n);
-  if (t == KVCacheDType::INT8) return values + 2 * ((values + 31) / 32);
-  return (values * static_cast<uint64_t>(kv_dtype_bits(t)) + 7) / 8;
+  const uint64_t bytes = (values * static_cast<uint64_t>(kv_dtype_bits(t)) + 7) / 8;
+  return kv_dtype_has_scales(t) ? bytes + 2 * ((values + kKVScaleGroup - 1) / kKVScaleGroup) : bytes;
 }
 
 KVCacheDType parse_kv_dtype(std::string_view name) {
@@ -118,7 +116,7 @@ uint64_t KVLayout::bytes_per_token_layer(int layer) const {
 uint64_t KVLayout::stored_bytes_per_token_layer(int layer) const {
   const uint64_t values = bytes_per_token_layer(layer);
   const KVCacheDType t = layer_dtypes[static_cast<size_t>(layer)];
-  if (t != KVCacheDType::INT8) return values;
+  if (!kv_dtype_has_scales(t)) return values;
   return static_cast<uint64_t>(rows_per_token_layer()) * kv_dtype_row_bytes(t, row_elements());
 }
 
@@ -130,7 +128,7 @@ uint64_t KVLayout::stored_bytes_per_token() const {
 
 uint64_t KVLayout::block_bytes_layer(int layer, bool stored) const {
   const KVCacheDType t = layer_dtypes[static_cast<size_t>(layer)];
-  if (stored && t == KVCacheDType::INT8) return static_cast<uint64_t>(block_size) * stored_bytes_per_token_layer(layer);
+  if (stored && kv_dtype_has_scales(t)) return static_cast<uint64_t>(block_size) * stored_bytes_per_token_layer(layer);
   // Whole blocks round once, not per token (a half byte of int4).
   const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * block_size * kv_dtype_bits(t);
   return (bits + 7) / 8;

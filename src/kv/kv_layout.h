@@ -15,10 +15,13 @@ enum class KVCacheDType { F32, F16, BF16, FP8_E4M3, FP8_E5M2, INT8, INT4 };
 
 int kv_dtype_bits(KVCacheDType t);
 std::string_view kv_dtype_name(KVCacheDType t);
-// f32, f16, bf16 and int8 can be computed with today; the others are reserved for the layout and kv-calc.
-bool kv_dtype_supported(KVCacheDType t);
-// Bytes one row of n cached values takes (a KV head's K or V of one token, or an MLA latent). int8 is
-// stored as ggml's q8_0: an f16 scale for each 32 values beside their int8, so 34 bytes per 32 values.
+// Every dtype is stored and computed with (kernels/cpu/kv_elem.h): fp8 as OCP E4M3 or E5M2, one byte a
+// value; int8 and int4 as ggml's q8_0 and q4_0 rows.
+// int8 and int4 rows carry an f16 scale for each kKVScaleGroup values beside the values.
+constexpr int kKVScaleGroup = 32;
+bool kv_dtype_has_scales(KVCacheDType t);
+// Bytes one row of n cached values takes (a KV head's K or V of one token, or an MLA latent): the values
+// and, for int8 and int4, their scales (34 and 18 bytes per 32 values).
 uint64_t kv_dtype_row_bytes(KVCacheDType t, int64_t n);
 // Accepts f32, f16 (fp16), bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, int4; throws Error otherwise.
 KVCacheDType parse_kv_dtype(std::string_view name);
@@ -53,7 +56,7 @@ struct KVLayout {
   uint64_t bytes_per_token_layer(int layer) const;
   uint64_t bytes_per_token() const;
   uint64_t bytes_per_block() const;
-  // What KVStorage holds: the same but for int8's scales (kv_dtype_row_bytes).
+  // What KVStorage holds: the same but for int8's and int4's scales (kv_dtype_row_bytes).
   uint64_t stored_bytes_per_token_layer(int layer) const;
   uint64_t stored_bytes_per_token() const;
   uint64_t stored_bytes_per_block() const;

@@ -4,9 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/fp16.h"
 #include "core/large_buffer.h"
-#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 
@@ -16,12 +14,9 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   if (num_blocks <= 0) fail("kv storage: need at least one block, got {}", num_blocks);
   for (int l = 0; l < layout_.n_layers; ++l) {
     const KVCacheDType t = layout_.layer_dtypes[static_cast<size_t>(l)];
-    if (!kv_dtype_supported(t))
-      fail("kv storage: layer {} asks for KV dtype {}, which cannot be stored yet (supported: f32, f16, bf16, int8)",
-           l, kv_dtype_name(t));
-    if (t == KVCacheDType::INT8 && layout_.row_elements() % kQK8_0 != 0)
-      fail("kv storage: an int8 KV cache stores rows in blocks of {} values; this model's rows have {} (head size)",
-           kQK8_0, layout_.row_elements());
+    if (kv_dtype_has_scales(t) && layout_.row_elements() % kKVScaleGroup != 0)
+      fail("kv storage: an {} KV cache stores rows in blocks of {} values; this model's rows have {} (head size)",
+           kv_dtype_name(t), kKVScaleGroup, layout_.row_elements());
   }
   if (layout_.kind == AttentionKind::MLA) {
     n_heads_ = 1;
@@ -58,10 +53,22 @@ KVCacheDType KVStorage::dtype(int layer) const {
   return layout_.layer_dtypes[static_cast<size_t>(layer)];
 }
 
+KVElemType kv_elem_type(KVCacheDType dtype) {
+  switch (dtype) {
+    case KVCacheDType::F32: return KVElemType::F32;
+    case KVCacheDType::F16: return KVElemType::F16;
+    case KVCacheDType::BF16: return KVElemType::BF16;
+    case KVCacheDType::FP8_E4M3: return KVElemType::FP8_E4M3;
+    case KVCacheDType::FP8_E5M2: return KVElemType::FP8_E5M2;
+    case KVCacheDType::INT8: return KVElemType::Q8_0;
+    case KVCacheDType::INT4: return KVElemType::Q4_0;
+  }
+  fail("kv storage: unknown KV cache dtype {}", static_cast<int>(dtype));
+}
+
 size_t KVStorage::bytes_of(int layer, int64_t n) const {
-  // Rows start at multiples of row_elements(), whole q8_0 blocks for int8: n elements take n / 32 blocks.
-  return dtype(layer) == KVCacheDType::INT8 ? static_cast<size_t>(n / kQK8_0) * sizeof(BlockQ8_0)
-                                            : static_cast<size_t>(n) * (dtype(layer) == KVCacheDType::F32 ? 4 : 2);
+  // Rows start at multiples of row_elements(), whole scale blocks for int8 and int4.
+  return kv_bytes(kv_elem_type(dtype(layer)), n);
 }
 
 size_t KVStorage::bytes() const { return bytes_; }
@@ -84,39 +91,9 @@ std::byte* KVStorage::row(std::byte* arr, int layer, int32_t block, int head, in
 
 namespace {
 
-void store_row(KVCacheDType t, const float* src, int n, std::byte* dst) {
-  if (t == KVCacheDType::F32) {
-    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
-    return;
-  }
-  if (t == KVCacheDType::INT8) {
-    quantize_row_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), n);
-    return;
-  }
-  uint16_t* h = reinterpret_cast<uint16_t*>(dst);
-  if (t == KVCacheDType::F16) {
-    for (int i = 0; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
-  } else {
-    for (int i = 0; i < n; ++i) h[i] = fp32_to_bf16(src[i]);
-  }
-}
+void store_row(KVCacheDType t, const float* src, int n, std::byte* dst) { encode_kv_row(kv_elem_type(t), src, n, dst); }
 
-void load_row(KVCacheDType t, const std::byte* src, int n, float* dst) {
-  if (t == KVCacheDType::F32) {
-    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
-    return;
-  }
-  if (t == KVCacheDType::INT8) {
-    dequantize_row_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, n);
-    return;
-  }
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-  if (t == KVCacheDType::F16) {
-    for (int i = 0; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
-  } else {
-    for (int i = 0; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
-  }
-}
+void load_row(KVCacheDType t, const std::byte* src, int n, float* dst) { decode_kv_row(kv_elem_type(t), src, n, dst); }
 
 }  // namespace
 

@@ -4,18 +4,22 @@
 // block_stride() its block_stride), so one query group reads its KV head's slots contiguously.
 //
 // MLA layouts store the per-token latent (kv_lora_rank + rope_dim values) as a single "head" in the K
-// array and have no V array. Each layer keeps its layout dtype: f32, f16 or bf16 (values are rounded to
-// nearest even on write; attention widens them back to f32 as it reads), or int8 as ggml's q8_0 (a row
-// in blocks of 32 values, each block an f16 scale and 32 int8; rows must be whole blocks). fp8/int4 need
-// kernels that read them; a layout asking for them is refused here.
+// array and have no V array. Each layer keeps its layout dtype, as the cache element types store them
+// (kernels/cpu/kv_elem.h): f32, f16, bf16, fp8 (E4M3 or E5M2; rounded to nearest even on write, attention
+// widens them back to f32 as it reads), int8 as ggml's q8_0 or int4 as ggml's q4_0 (a row in blocks of
+// 32 values, each block an f16 scale and the 32 values; rows must be whole blocks).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/kv_elem.h"
 #include "kv/kv_layout.h"
 
 namespace kvserve {
+
+// The element type a layer of `dtype` holds.
+KVElemType kv_elem_type(KVCacheDType dtype);
 
 class KVStorage {
  public:

@@ -35,8 +35,9 @@ void validate(const PagedAttentionArgs& a) {
   const int64_t min_stride = int64_t{a.n_kv_heads} * a.block_size * a.head_dim;
   if (a.block_stride % a.head_dim != 0)
     fail("paged_attention: block_stride {} is not a multiple of head_dim {}", a.block_stride, a.head_dim);
-  if (a.kv_type == KVElemType::Q8_0 && a.head_dim % kKVQ8Group != 0)
-    fail("paged_attention: an int8 (q8_0) cache needs head_dim a multiple of {}, got {}", kKVQ8Group, a.head_dim);
+  if (kv_elem_is_block_type(a.kv_type) && a.head_dim % kKVQuantGroup != 0)
+    fail("paged_attention: an {} cache needs head_dim a multiple of {}, got {}", kv_elem_name(a.kv_type),
+         kKVQuantGroup, a.head_dim);
   if (a.block_stride < min_stride)
     fail("paged_attention: block_stride {} is smaller than n_kv_heads*block_size*head_dim = {}", a.block_stride,
          min_stride);
@@ -50,32 +51,9 @@ void validate(const PagedAttentionArgs& a) {
 // Row `index` (hd elements) of a cache array as f32: the row itself for f32, else widened into `tmp`.
 const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
   const int64_t off = index * hd;
-  switch (type) {
-    case KVElemType::F32:
-      return static_cast<const float*>(base) + off;
-    case KVElemType::F16: {
-      const uint16_t* h = static_cast<const uint16_t*>(base) + off;
-      for (int d = 0; d < hd; ++d) tmp[d] = fp16_to_fp32(h[d]);
-      return tmp;
-    }
-    case KVElemType::BF16: {
-      const uint16_t* h = static_cast<const uint16_t*>(base) + off;
-      for (int d = 0; d < hd; ++d) tmp[d] = bf16_to_fp32(h[d]);
-      return tmp;
-    }
-    case KVElemType::Q8_0: {
-      const auto* blk = static_cast<const unsigned char*>(base) + kv_bytes(type, off);
-      for (int b = 0; b < hd / kKVQ8Group; ++b, blk += kKVQ8BlockBytes) {
-        uint16_t d16;
-        std::memcpy(&d16, blk, 2);
-        const float d = fp16_to_fp32(d16);
-        const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
-        for (int j = 0; j < kKVQ8Group; ++j) tmp[b * kKVQ8Group + j] = static_cast<float>(qs[j]) * d;
-      }
-      return tmp;
-    }
-  }
-  return nullptr;
+  if (type == KVElemType::F32) return static_cast<const float*>(base) + off;
+  decode_kv_row(type, static_cast<const char*>(base) + kv_bytes(type, off), hd, tmp);
+  return tmp;
 }
 
 void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end) {

@@ -11,27 +11,9 @@
 #include <span>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/kv_elem.h"
 
 namespace kvserve {
-
-// Element type of the K/V cache. Half-precision elements are widened to f32 as a slot is read; all
-// arithmetic stays f32. Q8_0 (the cache's int8) is ggml's q8_0: each 32 consecutive elements of a row
-// one block of an f16 scale and 32 int8 (34 bytes), read as int8 * scale; its rows (head_dim elements)
-// must be whole blocks, so element offsets are multiples of 32 wherever a row starts.
-enum class KVElemType { F32, F16, BF16, Q8_0 };
-constexpr int kKVQ8Group = 32;
-constexpr int kKVQ8BlockBytes = 34;
-// Bytes of n elements of `type` (n a multiple of kKVQ8Group for Q8_0): also the byte offset of element n.
-inline size_t kv_bytes(KVElemType type, int64_t n) {
-  switch (type) {
-    case KVElemType::F32:
-      return static_cast<size_t>(n) * 4;
-    case KVElemType::Q8_0:
-      return static_cast<size_t>(n / kKVQ8Group) * kKVQ8BlockBytes;
-    default:
-      return static_cast<size_t>(n) * 2;
-  }
-}
 
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [n_tokens][n_heads][head_dim]

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/fp16.h"
@@ -61,14 +62,41 @@ inline float dot(const float* a, const float* b, int n) {
 
 // The q8_0 block holding element `index` of a Q8_0 array, its scale, and where the element's int8 sits.
 inline const int8_t* q8_elements(const void* base, size_t index, float* scale) {
-  const auto* blk = static_cast<const unsigned char*>(base) + index / kKVQ8Group * kKVQ8BlockBytes;
+  const auto* blk = static_cast<const unsigned char*>(base) + index / kKVQuantGroup * kKVQ8BlockBytes;
   uint16_t d16;
   std::memcpy(&d16, blk, 2);
   *scale = _cvtsh_ss(d16);  // F16C: exact, as fp16_to_fp32, in one instruction
-  return reinterpret_cast<const int8_t*>(blk + 2) + index % kKVQ8Group;
+  return reinterpret_cast<const int8_t*>(blk + 2) + index % kKVQuantGroup;
 }
 
-// 8 consecutive cache elements as f32 (for Q8_0, index a multiple of 8: they share a block).
+// The q4_0 block holding element `index` (a multiple of 8) of a Q4_0 array, its scale, where the 8 bytes
+// holding that element's nibble and the next 7 start, and whether they are the high nibbles.
+inline const uint8_t* q4_elements(const void* base, size_t index, float* scale, bool* high) {
+  const auto* blk = static_cast<const unsigned char*>(base) + index / kKVQuantGroup * kKVQ4BlockBytes;
+  uint16_t d16;
+  std::memcpy(&d16, blk, 2);
+  *scale = _cvtsh_ss(d16);
+  const size_t j = index % kKVQuantGroup;
+  *high = j >= kKVQuantGroup / 2;
+  return blk + 2 + j % (kKVQuantGroup / 2);
+}
+
+// fp8 codes (in 16-bit lanes) as IEEE half bits. E5M2 is a half's high byte. E4M3 moves its 4 exponent
+// and 3 mantissa bits under a half's 5 and 10 with the sign on top: a half of value 2^-8 times the
+// E4M3 value, subnormals included (both formats' subnormals line up), which the caller scales by 2^8
+// exactly. The NaN code is never stored (writes saturate).
+template <KVElemType kType>
+inline __m128i fp8_to_half_bits(__m128i w) {
+  if constexpr (kType == KVElemType::FP8_E5M2) {
+    return _mm_slli_epi16(w, 8);
+  } else {
+    const __m128i mag = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
+    return _mm_or_si128(mag, _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8));
+  }
+}
+constexpr float kFp8E4M3HalfScale = 256.0f;
+
+// 8 consecutive cache elements as f32 (for Q8_0 and Q4_0, index a multiple of 8: they share a block).
 template <KVElemType kType>
 inline __m256 load8(const void* base, size_t index) {
   if constexpr (kType == KVElemType::Q8_0) {
@@ -76,6 +104,20 @@ inline __m256 load8(const void* base, size_t index) {
     const int8_t* q = q8_elements(base, index, &d);
     const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
     return _mm256_mul_ps(v, _mm256_set1_ps(d));
+  } else if constexpr (kType == KVElemType::Q4_0) {
+    float d;
+    bool high;
+    const uint8_t* q = q4_elements(base, index, &d, &high);
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+    if (high) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+    const __m256i i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d));
+  } else if constexpr (kType == KVElemType::FP8_E4M3 || kType == KVElemType::FP8_E5M2) {
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + index)));
+    const __m256 v = _mm256_cvtph_ps(fp8_to_half_bits<kType>(w));
+    if constexpr (kType == KVElemType::FP8_E4M3) return _mm256_mul_ps(v, _mm256_set1_ps(kFp8E4M3HalfScale));
+    return v;
   } else if constexpr (kType == KVElemType::F32) {
     return _mm256_loadu_ps(static_cast<const float*>(base) + index);
   } else {
@@ -86,7 +128,7 @@ inline __m256 load8(const void* base, size_t index) {
 }
 
 #if KVSERVE_ATTN_ZMM
-// 16 consecutive cache elements as f32 (for Q8_0, index a multiple of 16).
+// 16 consecutive cache elements as f32 (for Q8_0 and Q4_0, index a multiple of 16).
 template <KVElemType kType>
 inline __m512 load16(const void* base, size_t index) {
   if constexpr (kType == KVElemType::Q8_0) {
@@ -94,6 +136,23 @@ inline __m512 load16(const void* base, size_t index) {
     const int8_t* q = q8_elements(base, index, &d);
     const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
     return _mm512_mul_ps(v, _mm512_set1_ps(d));
+  } else if constexpr (kType == KVElemType::Q4_0) {
+    float d;
+    bool high;
+    const uint8_t* q = q4_elements(base, index, &d, &high);
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    if (high) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+    const __m512i i = _mm512_sub_epi32(_mm512_cvtepu8_epi32(b), _mm512_set1_epi32(8));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(d));
+  } else if constexpr (kType == KVElemType::FP8_E4M3 || kType == KVElemType::FP8_E5M2) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + index));
+    // The 16 codes as two halves of 8, each widened as load8 widens it: the same bits lane for lane.
+    const __m128i lo = fp8_to_half_bits<kType>(_mm_cvtepu8_epi16(b));
+    const __m128i hi = fp8_to_half_bits<kType>(_mm_cvtepu8_epi16(_mm_srli_si128(b, 8)));
+    const __m512 v = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+    if constexpr (kType == KVElemType::FP8_E4M3) return _mm512_mul_ps(v, _mm512_set1_ps(kFp8E4M3HalfScale));
+    return v;
   } else if constexpr (kType == KVElemType::F32) {
     return _mm512_loadu_ps(static_cast<const float*>(base) + index);
   } else {
@@ -103,6 +162,20 @@ inline __m512 load16(const void* base, size_t index) {
   }
 }
 #endif
+
+// f(std::integral_constant<KVElemType, T>{}) for the runtime type T: one switch for every typed entry.
+template <class F>
+inline void with_kv_type(KVElemType type, F&& f) {
+  switch (type) {
+    case KVElemType::F32: f(std::integral_constant<KVElemType, KVElemType::F32>{}); return;
+    case KVElemType::F16: f(std::integral_constant<KVElemType, KVElemType::F16>{}); return;
+    case KVElemType::BF16: f(std::integral_constant<KVElemType, KVElemType::BF16>{}); return;
+    case KVElemType::FP8_E4M3: f(std::integral_constant<KVElemType, KVElemType::FP8_E4M3>{}); return;
+    case KVElemType::FP8_E5M2: f(std::integral_constant<KVElemType, KVElemType::FP8_E5M2>{}); return;
+    case KVElemType::Q8_0: f(std::integral_constant<KVElemType, KVElemType::Q8_0>{}); return;
+    case KVElemType::Q4_0: f(std::integral_constant<KVElemType, KVElemType::Q4_0>{}); return;
+  }
+}
 
 // For HN query heads (rows hd apart from q) against one K row: out[h] = the 8-lane vector that dot()
 // would reduce, accumulated in dot()'s order (16-wide steps into two chains, an 8-wide tail into the
@@ -443,44 +516,22 @@ void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base,
 // Scores of n_heads consecutive query heads against K rows [row0, row0 + n) straight from the cache.
 void block_scores(const float* q, int n_heads, int hd, const void* k_base, KVElemType type, int64_t row0, int n,
                   float scale, float* sc, int sc_stride, const RowPrefetch* pf = nullptr) {
-  switch (type) {
-    case KVElemType::F32:
-      block_scores_typed<KVElemType::F32>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
-      break;
-    case KVElemType::F16:
-      block_scores_typed<KVElemType::F16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
-      break;
-    case KVElemType::BF16:
-      block_scores_typed<KVElemType::BF16>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
-      break;
-    case KVElemType::Q8_0:
-      block_scores_typed<KVElemType::Q8_0>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
-      break;
-  }
+  with_kv_type(type, [&](auto t) {
+    block_scores_typed<decltype(t)::value>(q, n_heads, hd, k_base, row0, n, scale, sc, sc_stride, pf);
+  });
 }
 
-
-// Row `index` (hd elements) as f32: the row itself for f32, else widened 8 at a time into `tmp`.
+// Row `index` (hd elements) as f32: the row itself for f32, else widened 8 at a time into `tmp` (a tail
+// of under 8, only where the type has no blocks, by the scalar conversion, which gives the same values).
 inline const float* load_row(const void* base, KVElemType type, int64_t index, int hd, float* tmp) {
   const int64_t off = index * hd;
   if (type == KVElemType::F32) return static_cast<const float*>(base) + off;
-  if (type == KVElemType::Q8_0) {
-    for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(tmp + d, load8<KVElemType::Q8_0>(base, static_cast<size_t>(off + d)));
-    return tmp;
-  }
-  const uint16_t* h = static_cast<const uint16_t*>(base) + off;
-  int d = 0;
-  if (type == KVElemType::F16) {
-    for (; d + 8 <= hd; d += 8)
-      _mm256_storeu_ps(tmp + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d))));
-    for (; d < hd; ++d) tmp[d] = fp16_to_fp32(h[d]);
-  } else {
-    for (; d + 8 <= hd; d += 8) {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d)));
-      _mm256_storeu_ps(tmp + d, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
-    for (; d < hd; ++d) tmp[d] = bf16_to_fp32(h[d]);
-  }
+  with_kv_type(type, [&](auto t) {
+    constexpr KVElemType kType = decltype(t)::value;
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(tmp + d, load8<kType>(base, static_cast<size_t>(off + d)));
+    if (d < hd) decode_kv_row(kType, static_cast<const char*>(base) + kv_bytes(kType, off + d), hd - d, tmp + d);
+  });
   return tmp;
 }
 
@@ -783,20 +834,9 @@ void partition_values_typed(float* acc, int n_heads, int hd, const float* p, int
 // every slot.
 void partition_values(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
                       KVElemType type, const BlockRows* blocks, int n_blocks, LinePrefetchStream* vpf) {
-  switch (type) {
-    case KVElemType::F32:
-      partition_values_typed<KVElemType::F32>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
-      break;
-    case KVElemType::F16:
-      partition_values_typed<KVElemType::F16>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
-      break;
-    case KVElemType::BF16:
-      partition_values_typed<KVElemType::BF16>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
-      break;
-    case KVElemType::Q8_0:
-      partition_values_typed<KVElemType::Q8_0>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
-      break;
-  }
+  with_kv_type(type, [&](auto t) {
+    partition_values_typed<decltype(t)::value>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks, vpf);
+  });
 }
 
 // Slots of one partition: partition_blocks(block_size) blocks.
