@@ -4,6 +4,7 @@
 // dtype reading back what the conversions give.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,7 +13,9 @@
 
 #include "core/error.h"
 #include "core/fp8.h"
+#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/kv_elem.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/quants.h"
 #include "kv/kv_storage.h"
@@ -209,4 +212,99 @@ TEST(KVStorage, Fp8AndInt4LayersStoreTheirRows) {
   }
   EXPECT_THROW(KVStorage(KVLayout::mha(1, 2, 48, KVCacheDType::INT4, 4), 2), Error);
   EXPECT_NO_THROW(KVStorage(KVLayout::mha(1, 2, 12, KVCacheDType::FP8_E4M3, 4), 2));
+}
+
+// The fast transform against the dense Sylvester matrix, per block; its own inverse; lengths kept; a
+// block that is not a power of two dividing the row refused.
+TEST(Hadamard, FastTransformIsTheDenseMatrixAndItsOwnInverse) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int block : {1, 2, 8, 64, 128, 256}) {
+    std::vector<float> x(static_cast<size_t>(block) * 3);
+    for (float& v : x) v = g(rng);
+    x[3] = 40.0f;  // an outlier: spread over its block
+    std::vector<float> fast = x, ref = x;
+    hadamard_rotate(fast.data(), static_cast<int64_t>(x.size()), block);
+    hadamard_rotate_ref(ref.data(), static_cast<int64_t>(x.size()), block);
+    double n0 = 0, n1 = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_NEAR(fast[i], ref[i], 1e-5f * 40.0f) << block << " " << i;
+      n0 += double(x[i]) * x[i];
+      n1 += double(fast[i]) * fast[i];
+    }
+    EXPECT_NEAR(n1, n0, 1e-5 * n0) << block;
+    if (block >= 64) {
+      float first_max = 0;
+      for (int i = 0; i < block; ++i) first_max = std::max(first_max, std::fabs(fast[static_cast<size_t>(i)]));
+      EXPECT_LT(first_max, 10.0f) << block;  // the outlier's 40 is spread: 40 / sqrt(block) and the rest
+    }
+    hadamard_rotate(fast.data(), static_cast<int64_t>(x.size()), block);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(fast[i], x[i], 1e-5f * 40.0f) << block << " " << i;
+  }
+  std::vector<float> x(96);
+  EXPECT_THROW(hadamard_rotate(x.data(), 96, 64), Error);
+  EXPECT_THROW(hadamard_rotate(x.data(), 96, 48), Error);
+}
+
+// Which caches are rotated, and how: fp8, int8 and int4 with heads of a multiple of 64 (K in the largest
+// power of two dividing the head, V in 64s); never the half-precision ones or other head sizes.
+TEST(Hadamard, KVRotationFollowsTheCacheTypeAndHeadSize) {
+  for (KVElemType t : {KVElemType::FP8_E4M3, KVElemType::FP8_E5M2, KVElemType::Q8_0, KVElemType::Q4_0}) {
+    EXPECT_EQ(kv_rotation(t, 64).k_block, 64);
+    EXPECT_EQ(kv_rotation(t, 128).k_block, 128);
+    EXPECT_EQ(kv_rotation(t, 192).k_block, 64);
+    EXPECT_EQ(kv_rotation(t, 256).v_block, 64);
+    EXPECT_FALSE(kv_rotation(t, 96).any());
+    EXPECT_FALSE(kv_rotation(t, 8).any());
+  }
+  for (KVElemType t : {KVElemType::F32, KVElemType::F16, KVElemType::BF16}) EXPECT_FALSE(kv_rotation(t, 128).any());
+}
+
+// The scheme the runners follow is exact: attention over K and V rotated as stored, with q rotated as K,
+// then the output rotated back, is attention over the originals (an f32 cache, to rounding).
+TEST(Hadamard, RotatedAttentionIsTheSameAttention) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int H = 4, KVH = 2, D = 128, n_pos = 37, bs = 16;
+  const KVRotation rot = kv_rotation(KVElemType::Q4_0, D);
+  ASSERT_EQ(rot.k_block, 128);
+  const int n_blocks = (n_pos + bs - 1) / bs;
+  std::vector<float> q(static_cast<size_t>(H) * D), k(static_cast<size_t>(n_blocks) * KVH * bs * D), v(k.size());
+  for (float& x : q) x = g(rng);
+  for (float& x : k) x = g(rng);
+  for (float& x : v) x = g(rng);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int b = 0; b < n_blocks; ++b) table[static_cast<size_t>(b)] = b;
+  auto attend = [&](const std::vector<float>& qq, const std::vector<float>& kk, const std::vector<float>& vv) {
+    std::vector<float> out(qq.size());
+    PagedAttentionArgs a;
+    a.q = qq.data();
+    a.out = out.data();
+    a.n_tokens = 1;
+    a.n_heads = H;
+    a.n_kv_heads = KVH;
+    a.head_dim = D;
+    a.block_table = table.data();
+    a.block_size = bs;
+    a.pos0 = n_pos - 1;
+    a.k_cache = kk.data();
+    a.v_cache = vv.data();
+    a.block_stride = int64_t{KVH} * bs * D;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    paged_attention_ref(a);
+    return out;
+  };
+  const std::vector<float> want = attend(q, k, v);
+  std::vector<float> rq = q, rk = k, rv = v;
+  hadamard_rotate(rq.data(), static_cast<int64_t>(rq.size()), rot.k_block);
+  hadamard_rotate(rk.data(), static_cast<int64_t>(rk.size()), rot.k_block);
+  hadamard_rotate(rv.data(), static_cast<int64_t>(rv.size()), rot.v_block);
+  std::vector<float> got = attend(rq, rk, rv);
+  hadamard_rotate(got.data(), static_cast<int64_t>(got.size()), rot.v_block);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << i;
+  // Without the rotation back, the output is not the attention (the test can fail).
+  std::vector<float> unrotated = attend(rq, rk, rv);
+  float worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(unrotated[i] - want[i]));
+  EXPECT_GT(worst, 0.05f);
 }

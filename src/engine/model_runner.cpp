@@ -10,6 +10,7 @@
 #include "core/grow_only.h"
 #include "engine/kv_row_store.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quants.h"
 
@@ -204,6 +205,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     void* kl = kv.k_layers[il];
     void* vl = kv.v_layers[il];
     const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+    const KVRotation rot = kv_rotation(kv_type, static_cast<int>(D));
     // Tokens are independent here (distinct cache slots), so prefill spreads them over the pool.
     pool_.parallel_for(
         n_tokens,
@@ -218,6 +220,11 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
             if (rotates) {
               rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * n_rot);
               rope.rotate(k_.data() + t * KD, static_cast<int>(KVH), cos_sin + t * n_rot);
+            }
+            if (rot.any()) {
+              hadamard_rotate(q_.data() + t * QD, QD, rot.k_block);
+              hadamard_rotate(k_.data() + t * KD, KD, rot.k_block);
+              hadamard_rotate(v_.data() + t * KD, KD, rot.v_block);
             }
             for (int64_t h = 0; h < KVH; ++h) {
               const int64_t off = kv_offset[t] + h * kv.block_size * D;
@@ -252,6 +259,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       t += static_cast<int64_t>(s.tokens.size());
     }
     paged_attention_batch(attn_args_, pool_);
+    // The output mixes rotated V rows: rotate it back.
+    if (rot.any()) hadamard_rotate(attn_.data(), n_tokens * QD, rot.v_block);
 
     if (c.post_norms) {
       matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);

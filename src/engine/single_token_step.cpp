@@ -13,6 +13,7 @@
 #include "engine/model_runner.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve {
@@ -180,6 +181,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       void* kl = kv.k_layers[il];
       void* vl = kv.v_layers[il];
       const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+      const KVRotation rot = kv_rotation(kv_type, static_cast<int>(D));
       const bool swa = c.is_swa_layer(il);
       const int group = kv.layer_group.empty() ? 0 : kv.layer_group[static_cast<size_t>(il)];
       const int64_t kv_offset = kv_offset_[static_cast<size_t>(group)];
@@ -225,11 +227,16 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
                       c.rms_eps);
       const bool rotates = c.uses_rope(il);
       if (rotates) rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
+      if (rot.any()) hadamard_rotate(ts.q.data(), QD, rot.k_block);
       for (int64_t h = 0; h < KVH; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         float* kh = k_.data() + h * D;
         if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
         if (rotates) rope.rotate(kh, 1, cos_sin);
+        if (rot.any()) {
+          hadamard_rotate(kh, D, rot.k_block);
+          hadamard_rotate(v_.data() + h * D, D, rot.v_block);
+        }
         const int64_t off = kv_offset + h * kv.block_size * D;
         store_kv_row(kv_type, kh, D, kl, off);
         store_kv_row(kv_type, v_.data() + h * D, D, vl, off);
@@ -250,8 +257,11 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
       if (redundant_merge) a.out = ts.attn.data();
       const Share heads = redundant_merge ? Share{0, KVH} : static_share(KVH, ti, nt);
-      for (int64_t h = heads.first; h < heads.last; ++h)
+      for (int64_t h = heads.first; h < heads.last; ++h) {
         attn_worker.merge(a, 0, static_cast<int>(h), partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
+        // This KV head's query heads mix rotated V rows: rotated back.
+        if (rot.any()) hadamard_rotate(a.out + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
+      }
       if (!redundant_merge) pool_.barrier(ti);
       const float* attn = redundant_merge ? ts.attn.data() : attn_.data();
 

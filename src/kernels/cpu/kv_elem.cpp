@@ -32,6 +32,17 @@ const char* kv_elem_name(KVElemType type) {
   return "?";
 }
 
+KVRotation kv_rotation(KVElemType type, int head_dim) {
+  KVRotation r;
+  if (type == KVElemType::F32 || type == KVElemType::F16 || type == KVElemType::BF16 || head_dim <= 0 ||
+      head_dim % 64 != 0)
+    return r;
+  r.k_block = 64;
+  while (head_dim % (2 * r.k_block) == 0) r.k_block *= 2;
+  r.v_block = 64;
+  return r;
+}
+
 void encode_kv_row(KVElemType type, const float* src, int64_t n, void* dst) {
   switch (type) {
     case KVElemType::F32:
