@@ -25,9 +25,10 @@
 //                             merging its share of the heads
 //   <shape>/region_cold_contiguous/<ctx> region_cold with the blocks in order: one request on a fresh pool
 //                             (`kvserve bench -n 1`), where the core's stream prefetcher follows the blocks
-//   <shape>/single_int8/<ctx>, single_int8_cold/<ctx>, region_cold_int8/<ctx>  single_f16, single_f16_cold
-//                             and region_cold with an int8 cache (q8_0 rows: 34 bytes per 32 values, 0.53x
-//                             the f16 bytes; bytes/s counts the bytes read, scales included)
+//   <shape>/single_<q>/<ctx>, single_<q>_cold/<ctx>, region_cold_<q>/<ctx>  single_f16, single_f16_cold
+//                             and region_cold with a quantized cache, <q> one of int8 (q8_0 rows: 34 bytes
+//                             per 32 values, 0.53x the f16 bytes), int4 (q4_0: 18 bytes per 32, 0.28x) and
+//                             fp8 (E4M3, 0.5x); bytes/s counts the bytes read, scales included
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
 //
 // MQA_8x64 (one KV head) is where a single sequence has fewer items than threads: its context
@@ -49,7 +50,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/paged_attention_impl.h"
-#include "kernels/cpu/quants.h"
+#include "kernels/cpu/kv_elem.h"
 #include "pool_size_flag.h"
 
 namespace {
@@ -79,9 +80,9 @@ enum class Variant {
   Region,
   RegionCold,
   RegionColdContiguous,
-  SingleInt8,
-  SingleInt8Cold,
-  RegionColdInt8,
+  SingleQuant,
+  SingleQuantCold,
+  RegionColdQuant,
   Reference
 };
 
@@ -91,13 +92,13 @@ constexpr int kBlockSize = 16;
 struct Pool {
   std::vector<float> k, v;
   std::vector<uint16_t> k16, v16;  // the same values rounded to f16
-  std::vector<BlockQ8_0> k8, v8;    // and as int8 (q8_0) rows
+  std::vector<unsigned char> kq, vq;  // and as rows of a quantized type (encode_kv_row)
   std::vector<std::vector<int32_t>> tables;
   std::vector<float> q, out;
   int64_t block_stride = 0;
 };
 
-Pool make_pool(const Shape& s, int64_t ctx, int n_seqs, bool scattered) {
+Pool make_pool(const Shape& s, int64_t ctx, int n_seqs, bool scattered, KVElemType qtype) {
   Pool p;
   const int64_t blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
   const int64_t n_blocks = blocks_per_seq * n_seqs;
@@ -110,11 +111,12 @@ Pool make_pool(const Shape& s, int64_t ctx, int n_seqs, bool scattered) {
   for (float& x : p.v) x = uni(rng);
   for (float x : p.k) p.k16.push_back(fp32_to_fp16(x));
   for (float x : p.v) p.v16.push_back(fp32_to_fp16(x));
-  if (s.head_dim % kQK8_0 == 0) {
-    p.k8.resize(p.k.size() / kQK8_0);
-    p.v8.resize(p.v.size() / kQK8_0);
-    quantize_row_q8_0(p.k.data(), p.k8.data(), static_cast<int64_t>(p.k.size()));
-    quantize_row_q8_0(p.v.data(), p.v8.data(), static_cast<int64_t>(p.v.size()));
+  if (qtype != KVElemType::F32 && (!kv_elem_is_block_type(qtype) || s.head_dim % kKVQuantGroup == 0)) {
+    const auto n = static_cast<int64_t>(p.k.size());
+    p.kq.resize(kv_bytes(qtype, n));
+    p.vq.resize(kv_bytes(qtype, n));
+    encode_kv_row(qtype, p.k.data(), n, p.kq.data());
+    encode_kv_row(qtype, p.v.data(), n, p.vq.data());
   }
   std::vector<int32_t> phys(static_cast<size_t>(n_blocks));
   std::iota(phys.begin(), phys.end(), 0);
@@ -150,29 +152,30 @@ void attend_as_decode_region(const PagedAttentionArgs& a, ThreadPool& pool) {
   });
 }
 
-void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
+void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant, KVElemType qtype) {
   const int64_t ctx = state.range(0);
   const bool batch16 =
       variant == Variant::Batch16 || variant == Variant::Batch16F16 || variant == Variant::Batch16F16Cold;
   const int n_seqs = batch16 ? 16 : 1;
-  Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous && variant != Variant::RegionColdContiguous);
+  const bool quant =
+      variant == Variant::SingleQuant || variant == Variant::SingleQuantCold || variant == Variant::RegionColdQuant;
+  Pool p = make_pool(s, ctx, n_seqs, variant != Variant::Contiguous && variant != Variant::RegionColdContiguous,
+                     quant ? qtype : KVElemType::F32);
   const bool region = variant == Variant::Region || variant == Variant::RegionCold ||
-                      variant == Variant::RegionColdContiguous || variant == Variant::RegionColdInt8;
+                      variant == Variant::RegionColdContiguous || variant == Variant::RegionColdQuant;
   const bool cold = variant == Variant::SingleF16Cold || variant == Variant::Batch16F16Cold ||
                     variant == Variant::RegionCold || variant == Variant::RegionColdContiguous ||
-                    variant == Variant::SingleInt8Cold || variant == Variant::RegionColdInt8;
-  const bool int8 =
-      variant == Variant::SingleInt8 || variant == Variant::SingleInt8Cold || variant == Variant::RegionColdInt8;
-  if (int8 && p.k8.empty()) {
-    state.SkipWithError("int8 needs head_dim a multiple of 32");
+                    variant == Variant::SingleQuantCold || variant == Variant::RegionColdQuant;
+  if (quant && p.kq.empty()) {
+    state.SkipWithError("int8 and int4 need head_dim a multiple of 32");
     return;
   }
-  if (cold || region || int8) variant = batch16 ? Variant::Batch16F16 : Variant::SingleF16;
-  // Cold: copies of the f16 (int8) K and V, one pair per "layer", used in turn; in one huge-page buffer like
-  // the engine's KV pool (on 4 KiB pages every block would also miss the TLB).
-  const void* typed_k = int8 ? static_cast<const void*>(p.k8.data()) : p.k16.data();
-  const void* typed_v = int8 ? static_cast<const void*>(p.v8.data()) : p.v16.data();
-  const size_t half_bytes = int8 ? p.k8.size() * sizeof(BlockQ8_0) : p.k16.size() * sizeof(uint16_t);
+  if (cold || region || quant) variant = batch16 ? Variant::Batch16F16 : Variant::SingleF16;
+  // Cold: copies of the f16 (quantized) K and V, one pair per "layer", used in turn; in one huge-page buffer
+  // like the engine's KV pool (on 4 KiB pages every block would also miss the TLB).
+  const void* typed_k = quant ? static_cast<const void*>(p.kq.data()) : p.k16.data();
+  const void* typed_v = quant ? static_cast<const void*>(p.vq.data()) : p.v16.data();
+  const size_t half_bytes = quant ? p.kq.size() : p.k16.size() * sizeof(uint16_t);
   const int copies = cold ? static_cast<int>((size_t{64} << 20) / (2 * half_bytes) + 1) : 1;
   std::shared_ptr<uint8_t[]> cold_kv = allocate_large_buffer(cold ? copies * 2 * half_bytes : 1);
   for (int c = 0; cold && c < copies; ++c) {
@@ -196,7 +199,7 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
   if (variant == Variant::Batch16F16 || variant == Variant::SingleF16) {
     a.k_cache = typed_k;
     a.v_cache = typed_v;
-    a.kv_type = int8 ? KVElemType::Q8_0 : KVElemType::F16;
+    a.kv_type = quant ? qtype : KVElemType::F16;
     for (int i = 0; i < n_seqs; ++i) {
       a.q = p.q.data() + i * q_stride;
       a.out = p.out.data() + i * q_stride;
@@ -239,7 +242,8 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant) {
     benchmark::ClobberMemory();
   }
   const int64_t elem_bytes = variant == Variant::Batch16F16 || variant == Variant::SingleF16 ? 2 : 4;
-  const int64_t row_bytes = int8 ? s.head_dim / kQK8_0 * static_cast<int64_t>(sizeof(BlockQ8_0)) : s.head_dim * elem_bytes;
+  const int64_t row_bytes =
+      quant ? static_cast<int64_t>(kv_bytes(qtype, s.head_dim)) : s.head_dim * elem_bytes;
   const int64_t kv_bytes = 2 * ctx * s.n_kv_heads * row_bytes * n_seqs;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
   state.counters["ctx_tokens/s"] =
@@ -260,21 +264,38 @@ int main(int argc, char** argv) {
                                                       {"region", Variant::Region},
                                                       {"region_cold", Variant::RegionCold},
                                                       {"region_cold_contiguous", Variant::RegionColdContiguous},
-                                                      {"single_int8", Variant::SingleInt8},
-                                                      {"single_int8_cold", Variant::SingleInt8Cold},
-                                                      {"region_cold_int8", Variant::RegionColdInt8},
                                                       {"reference", Variant::Reference}};
+  const std::pair<const char*, Variant> quant_variants[] = {{"single_{}", Variant::SingleQuant},
+                                                            {"single_{}_cold", Variant::SingleQuantCold},
+                                                            {"region_cold_{}", Variant::RegionColdQuant}};
+  const std::pair<const char*, KVElemType> quant_types[] = {
+      {"int8", KVElemType::Q8_0}, {"int4", KVElemType::Q4_0}, {"fp8", KVElemType::FP8_E4M3}};
+  struct Entry {
+    std::string name;
+    Variant variant;
+    KVElemType qtype;
+  };
+  std::vector<Entry> entries;
+  for (const auto& [vname, v] : variants) entries.push_back({vname, v, KVElemType::F32});
+  for (const auto& [pattern, v] : quant_variants) {
+    for (const auto& [qname, q] : quant_types) {
+      std::string name = pattern;
+      name.replace(name.find("{}"), 2, qname);
+      entries.push_back({name, v, q});
+    }
+  }
   for (const Shape& s : kShapes) {
-    for (const auto& [vname, v] : variants) {
-      const std::string name = std::string(s.name) + "/" + vname;
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_PagedDecode, s, v)
+    for (const Entry& e : entries) {
+      const Variant v = e.variant;
+      const std::string name = std::string(s.name) + "/" + e.name;
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_PagedDecode, s, v, e.qtype)
                     ->Unit(benchmark::kMicrosecond)
                     ->UseRealTime();
       // Batches of 16 and the scalar reference stop at 4K (16 x 4K tokens of Llama3_8B are 512 MiB of f32 K/V).
       const bool small = v == Variant::Batch16 || v == Variant::Batch16F16 || v == Variant::Batch16F16Cold ||
                          v == Variant::Reference || v == Variant::SingleF16Cold || v == Variant::Region ||
                          v == Variant::RegionCold || v == Variant::RegionColdContiguous ||
-                         v == Variant::SingleInt8Cold || v == Variant::RegionColdInt8;
+                         v == Variant::SingleQuantCold || v == Variant::RegionColdQuant;
       for (int64_t ctx : {128, 512, 2048, 4096, 8192, 16384})
         if (!small || ctx <= 4096) b->Arg(ctx);
     }

@@ -585,25 +585,44 @@ TEST(PagedAttention, BatchOfSequencesEqualsOneCallEach) {
 
 TEST(PagedAttention, EachTokenOfAChunkIsBitIdenticalToItAlone) {
   // The AVX2 worker shares K/V reads among up to 4 tokens of a chunk; a token's output must not depend on
-  // that grouping (nor on thread ranges), so prefill and decode of the same position agree exactly.
+  // that grouping (nor on thread ranges, nor the cache's element type), so prefill and decode of the same
+  // position agree exactly.
   std::mt19937 rng(4);
-  for (const Shape shape : {Shape{8, 2, 32}, Shape{9, 3, 64}, Shape{4, 4, 16}}) {
-    const Case c{shape, 16, 21, 11};  // positions 21..31 cross a block boundary mid-chunk
-    const Fixture f = make_fixture(c, rng);
-    for (int threads : {1, 2, 3}) {
-      ThreadPool pool(threads);
-      std::vector<float> chunk(f.q.size(), -7.0f);
-      paged_attention(make_args(c, f, chunk), pool);
-      const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
-      for (int t = 0; t < c.n_tokens; ++t) {
-        std::vector<float> alone(row, -9.0f);
-        PagedAttentionArgs a = make_args(c, f, alone);
-        a.q = f.q.data() + t * row;
-        a.n_tokens = 1;
-        a.pos0 = c.pos0 + t;
-        paged_attention(a, pool);
-        for (int64_t i = 0; i < row; ++i)
-          ASSERT_EQ(chunk[t * row + i], alone[i]) << "heads " << shape.n_heads << " token " << t << " threads " << threads;
+  for (KVElemType type : {KVElemType::F32, KVElemType::Q8_0, KVElemType::Q4_0, KVElemType::FP8_E4M3}) {
+    for (const Shape shape : {Shape{8, 2, 32}, Shape{9, 3, 64}, Shape{4, 4, 16}}) {
+      if (kv_elem_is_block_type(type) && shape.head_dim % kKVQuantGroup != 0) continue;
+      for (auto [pos0, n, window] : {std::tuple<int64_t, int, int64_t>{21, 11, 0}, {250, 9, 0}, {250, 9, 40}}) {
+        Case c{shape, 16, pos0, n};  // 21..31 cross a block boundary mid-chunk, 250..258 a partition's
+        c.window = window;
+        Fixture f = make_fixture(c, rng);
+        const EncodedCaches e = type == KVElemType::F32 ? EncodedCaches{} : encode_caches(f, type, shape.head_dim);
+        auto args = [&](std::vector<float>& out) {
+          PagedAttentionArgs a = make_args(c, f, out);
+          if (type != KVElemType::F32) {
+            a.k_cache = e.k.data();
+            a.v_cache = e.v.data();
+            a.kv_type = type;
+          }
+          return a;
+        };
+        for (int threads : {1, 2, 3}) {
+          ThreadPool pool(threads);
+          std::vector<float> chunk(f.q.size(), -7.0f);
+          paged_attention(args(chunk), pool);
+          const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+          for (int t = 0; t < c.n_tokens; ++t) {
+            std::vector<float> alone(row, -9.0f);
+            PagedAttentionArgs a = args(alone);
+            a.q = f.q.data() + t * row;
+            a.n_tokens = 1;
+            a.pos0 = c.pos0 + t;
+            paged_attention(a, pool);
+            for (int64_t i = 0; i < row; ++i)
+              ASSERT_EQ(chunk[t * row + i], alone[i]) << kv_elem_name(type) << " heads " << shape.n_heads << " pos0 "
+                                                      << pos0 << " window " << window << " token " << t
+                                                      << " threads " << threads;
+          }
+        }
       }
     }
   }

@@ -7,35 +7,39 @@
 // not PyTorch's cast, which would give NaN / infinity and poison every later attention step).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace kvserve {
 
 namespace fp8_detail {
 
-// kMan mantissa bits, exponent bias kBias; `max_finite` the format's largest finite value.
+// kMan mantissa bits, exponent bias kBias; `max_finite` the format's largest finite value. Branch-light
+// bit arithmetic (every K/V value of every token goes through it): below the smallest normal, a multiple
+// of the subnormal step rounded by adding and removing 2^23 (f32's own round to nearest even, exact for
+// these small quotients); above, the f32 bits rounded to kMan mantissa bits, ties to even, a carry
+// moving into the exponent as it should.
 template <int kMan, int kBias>
 inline uint8_t encode(float x, float max_finite, uint8_t nan_code) {
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  if (std::isnan(x)) return static_cast<uint8_t>(sign | nan_code);
-  float a = std::fabs(x);
-  if (a > max_finite) a = max_finite;
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80);
+  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint8_t>(sign | nan_code);
+  const float a = std::fmin(std::fabs(x), max_finite);
   constexpr int kMinNormalExp = 1 - kBias;
-  if (a < std::ldexp(1.0f, kMinNormalExp)) {
-    // Subnormal: multiples of 2^(kMinNormalExp - kMan); a quotient of 2^kMan is the smallest normal,
-    // whose code is the same integer.
-    const auto q = static_cast<int>(std::nearbyint(std::ldexp(a, kMan - kMinNormalExp)));
-    return static_cast<uint8_t>(sign | q);
+  constexpr float kMinNormal = 1.0f / static_cast<float>(1u << (kBias - 1));           // 2^(1 - kBias)
+  constexpr float kSubnormalScale = static_cast<float>(1u << (kMan - kMinNormalExp));  // 1 / subnormal step
+  if (a < kMinNormal) {
+    // A quotient of 2^kMan is the smallest normal, whose code is the same integer.
+    const float q = (a * kSubnormalScale + 8388608.0f) - 8388608.0f;
+    return static_cast<uint8_t>(sign | static_cast<int>(q));
   }
-  int e = 0;
-  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
-  int exp = e - 1;
-  auto q = static_cast<int>(std::nearbyint(std::ldexp(a, kMan - exp)));  // in [2^kMan, 2^(kMan+1)]
-  if (q == (1 << (kMan + 1))) {
-    q = 1 << kMan;
-    ++exp;
-  }
-  return static_cast<uint8_t>(sign | ((exp + kBias) << kMan) | (q - (1 << kMan)));
+  std::memcpy(&bits, &a, 4);
+  constexpr int kDrop = 23 - kMan;
+  bits += ((1u << (kDrop - 1)) - 1) + ((bits >> kDrop) & 1);
+  const int exp = static_cast<int>(bits >> 23) - 127 + kBias;
+  const auto man = static_cast<int>((bits >> kDrop) & ((1u << kMan) - 1));
+  return static_cast<uint8_t>(sign | (exp << kMan) | man);
 }
 
 template <int kMan, int kBias>

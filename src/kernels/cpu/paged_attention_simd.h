@@ -81,19 +81,23 @@ inline const uint8_t* q4_elements(const void* base, size_t index, float* scale, 
   return blk + 2 + j % (kKVQuantGroup / 2);
 }
 
-// fp8 codes (in 16-bit lanes) as IEEE half bits. E5M2 is a half's high byte. E4M3 moves its 4 exponent
-// and 3 mantissa bits under a half's 5 and 10 with the sign on top: a half of value 2^-8 times the
-// E4M3 value, subnormals included (both formats' subnormals line up), which the caller scales by 2^8
-// exactly. The NaN code is never stored (writes saturate).
+// fp8 codes in the high bytes of 16-bit lanes (code << 8) as IEEE half bits. E5M2 is a half's high byte
+// already. E4M3's 4 exponent and 3 mantissa bits go under a half's 5 and 10, the sign on top: shifted
+// right arithmetically by one (the sign copied into the exponent's top bit) and that bit cleared, a half
+// of 2^-8 times the E4M3 value, subnormals included (both formats' subnormals line up), which the caller
+// scales by 2^8 exactly. The NaN code is never stored (writes saturate).
 template <KVElemType kType>
-inline __m128i fp8_to_half_bits(__m128i w) {
-  if constexpr (kType == KVElemType::FP8_E5M2) {
-    return _mm_slli_epi16(w, 8);
-  } else {
-    const __m128i mag = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
-    return _mm_or_si128(mag, _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8));
-  }
+inline __m128i fp8_to_half_bits(__m128i hi_bytes) {
+  if constexpr (kType == KVElemType::FP8_E5M2) return hi_bytes;
+  return _mm_and_si128(_mm_srai_epi16(hi_bytes, 1), _mm_set1_epi16(static_cast<int16_t>(0xBFFF)));
 }
+#if KVSERVE_ATTN_ZMM
+template <KVElemType kType>
+inline __m256i fp8_to_half_bits(__m256i hi_bytes) {
+  if constexpr (kType == KVElemType::FP8_E5M2) return hi_bytes;
+  return _mm256_and_si256(_mm256_srai_epi16(hi_bytes, 1), _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+}
+#endif
 constexpr float kFp8E4M3HalfScale = 256.0f;
 
 // 8 consecutive cache elements as f32 (for Q8_0 and Q4_0, index a multiple of 8: they share a block).
@@ -114,8 +118,9 @@ inline __m256 load8(const void* base, size_t index) {
     const __m256i i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d));
   } else if constexpr (kType == KVElemType::FP8_E4M3 || kType == KVElemType::FP8_E5M2) {
-    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + index)));
-    const __m256 v = _mm256_cvtph_ps(fp8_to_half_bits<kType>(w));
+    // The 8 codes into the high bytes of 8 16-bit lanes, low bytes zero.
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + index));
+    const __m256 v = _mm256_cvtph_ps(fp8_to_half_bits<kType>(_mm_unpacklo_epi8(_mm_setzero_si128(), b)));
     if constexpr (kType == KVElemType::FP8_E4M3) return _mm256_mul_ps(v, _mm256_set1_ps(kFp8E4M3HalfScale));
     return v;
   } else if constexpr (kType == KVElemType::F32) {
@@ -147,10 +152,8 @@ inline __m512 load16(const void* base, size_t index) {
     return _mm512_mul_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(d));
   } else if constexpr (kType == KVElemType::FP8_E4M3 || kType == KVElemType::FP8_E5M2) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + index));
-    // The 16 codes as two halves of 8, each widened as load8 widens it: the same bits lane for lane.
-    const __m128i lo = fp8_to_half_bits<kType>(_mm_cvtepu8_epi16(b));
-    const __m128i hi = fp8_to_half_bits<kType>(_mm_cvtepu8_epi16(_mm_srli_si128(b, 8)));
-    const __m512 v = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+    const __m256i hi_bytes = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8);
+    const __m512 v = _mm512_cvtph_ps(fp8_to_half_bits<kType>(hi_bytes));
     if constexpr (kType == KVElemType::FP8_E4M3) return _mm512_mul_ps(v, _mm512_set1_ps(kFp8E4M3HalfScale));
     return v;
   } else if constexpr (kType == KVElemType::F32) {
