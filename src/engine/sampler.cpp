@@ -199,14 +199,20 @@ void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chos
 // times the top token's probability), top-p (the shortest run from the top, in by_logit order, whose
 // share of the top-k tokens' probability reaches top_p). The kept tokens are drawn from in id order,
 // which only the order of the walk depends on, so no truncation sorts the vocabulary just to draw.
-int32_t Sampler::sample(float* logits, int32_t n_vocab) { return draw(logits, n_vocab, -1, nullptr); }
+int32_t Sampler::sample(float* logits, int32_t n_vocab) { return draw(logits, n_vocab, -1, nullptr, nullptr, nullptr); }
 
-int32_t Sampler::sample_with_draft(float* logits, int32_t n_vocab, int32_t draft, bool* accepted) {
+int32_t Sampler::sample_with_draft(float* logits, int32_t n_vocab, int32_t draft, bool* accepted, const float* q) {
   if (draft < 0 || draft >= n_vocab) fail("sampler: draft token {} is outside the vocabulary of {}", draft, n_vocab);
-  return draw(logits, n_vocab, draft, accepted);
+  if (q != nullptr && !(q[draft] > 0.0f))
+    fail("sampler: draft token {} has probability {} under the distribution it was drawn from", draft, q[draft]);
+  return draw(logits, n_vocab, draft, q, accepted, nullptr);
 }
 
-int32_t Sampler::draw(float* logits, int32_t n_vocab, int32_t draft, bool* accepted) {
+int32_t Sampler::propose(float* logits, int32_t n_vocab, float* q) {
+  return draw(logits, n_vocab, -1, nullptr, nullptr, q);
+}
+
+int32_t Sampler::draw(float* logits, int32_t n_vocab, int32_t draft, const float* q, bool* accepted, float* q_out) {
   if (n_vocab <= 0) fail("sampler: empty vocabulary");
   if (accepted != nullptr) *accepted = false;
   apply_bias_and_penalties(logits, n_vocab);
@@ -216,6 +222,10 @@ int32_t Sampler::draw(float* logits, int32_t n_vocab, int32_t draft, bool* accep
   if (params_.temperature == 0.0f || !std::isfinite(mx)) {
     const int32_t id = argmax(logits, n_vocab);
     if (accepted != nullptr) *accepted = id == draft;
+    if (q_out != nullptr) {
+      std::fill(q_out, q_out + n_vocab, 0.0f);
+      q_out[id] = 1.0f;
+    }
     record_logprobs(logits, n_vocab, id);
     return id;
   }
@@ -243,17 +253,36 @@ int32_t Sampler::draw(float* logits, int32_t n_vocab, int32_t draft, bool* accep
     for (int32_t i = 0; i < n_vocab; ++i)
       if (w[i] < params_.min_p) w[i] = 0.0f;
   if (params_.top_p < 1.0f) cut_top_p(logits, n_vocab, total * static_cast<double>(params_.top_p), sc);
+  if (q_out != nullptr) {
+    const double sum = weight_sum(w, n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i) q_out[i] = static_cast<float>(static_cast<double>(w[i]) / sum);
+  }
   double v = u;
   if (draft >= 0) {
-    // A proposal that is always `draft` (q = 1 there): taken with probability p(draft); otherwise the draw
-    // is from p without it, max(0, p - q) renormalized. Either way the token follows p exactly.
-    const double p_draft = static_cast<double>(w[draft]) / weight_sum(w, n_vocab);
-    if (u < p_draft) {
+    // Taken with probability min(1, p(draft) / q(draft)); otherwise the draw is from max(0, p - q)
+    // renormalized (for a proposal that is always `draft`, p without it). Either way the token follows p
+    // exactly.
+    const double sum = weight_sum(w, n_vocab);
+    const double p_draft = static_cast<double>(w[draft]) / sum;
+    const double q_draft = q != nullptr ? static_cast<double>(q[draft]) : 1.0;
+    if (u * q_draft < p_draft) {
       *accepted = true;
       record_logprobs(logits, n_vocab, draft);
       return draft;
     }
-    w[draft] = 0.0f;
+    if (q == nullptr) {
+      w[draft] = 0.0f;
+    } else {
+      // In p's unnormalized weights: max(0, w - q * sum).
+      for (int32_t i = 0; i < n_vocab; ++i)
+        w[i] = static_cast<float>(std::max(0.0, static_cast<double>(w[i]) - static_cast<double>(q[i]) * sum));
+      if (!(weight_sum(w, n_vocab) > 0.0)) {
+        // p <= q everywhere: p = q but for rounding, and the draft is p's draw.
+        *accepted = true;
+        record_logprobs(logits, n_vocab, draft);
+        return draft;
+      }
+    }
     v = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
   }
   const int32_t id = walk_to(w, n_vocab, v);

@@ -25,11 +25,15 @@ class Sampler {
 
   // Modifies logits in place (logit bias, penalties, temperature) and returns the chosen id.
   int32_t sample(float* logits, int32_t n_vocab);
-  // Speculative decoding's verification of a proposed token (a proposer that always proposes it, as n-gram
-  // lookup does): `draft` itself with probability p(draft) under what sample() would draw from (*accepted
-  // true), else a token drawn from that distribution without it. The result follows sample()'s distribution
-  // exactly; greedy returns the argmax, accepted when it is the draft.
-  int32_t sample_with_draft(float* logits, int32_t n_vocab, int32_t draft, bool* accepted);
+  // Speculative decoding's verification of a proposed token. With p what sample() would draw from and q the
+  // distribution the draft was drawn from (q null: a proposer that always proposes it, q = 1 there, as
+  // n-gram lookup): `draft` kept with probability min(1, p(draft) / q(draft)) (*accepted true), else a
+  // token drawn from max(0, p - q) renormalized. The result follows p exactly (Leviathan et al. 2023);
+  // greedy returns the argmax, accepted when it is the draft.
+  int32_t sample_with_draft(float* logits, int32_t n_vocab, int32_t draft, bool* accepted, const float* q = nullptr);
+  // A draft model's proposal: fills q (n_vocab) with the distribution sample() would draw from these
+  // logits (greedy: all of it on the argmax) and returns a token drawn from it.
+  int32_t propose(float* logits, int32_t n_vocab, float* q);
 
   // Log-probabilities of the distribution the last sample() drew from (after logit bias and penalties, before
   // truncation): the chosen token's and the top `params.logprobs` ones. Only when params.logprobs > 0.
@@ -39,7 +43,8 @@ class Sampler {
   static int32_t argmax(const float* logits, int32_t n_vocab);  // lowest id wins exact ties
 
  private:
-  int32_t draw(float* logits, int32_t n_vocab, int32_t draft, bool* accepted);
+  // sample(), sample_with_draft() (draft >= 0) and propose() (q_out) in one walk over the weights.
+  int32_t draw(float* logits, int32_t n_vocab, int32_t draft, const float* q, bool* accepted, float* q_out);
   void apply_bias_and_penalties(float* logits, int32_t n_vocab) const;
   void record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen);
 
