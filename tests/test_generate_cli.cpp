@@ -78,6 +78,26 @@ TEST(GeneratorCli, SpeculativeTokensKeepGreedyIds) {
   EXPECT_NE(bad.err.find("--ngram-min 3 is more than --ngram-max 2"), std::string::npos) << bad.err;
 }
 
+// --draft-model (stories260K's Q4_0 GGUF drafting for the llama2.c checkpoint): llama2.c's greedy ids, drafts
+// proposed by the model and most of them taken; a draft model of another vocabulary is an error naming both
+// sizes.
+TEST(GeneratorCli, DraftModelKeepsGreedyIds) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const json g = golden("Once upon a time");
+  const auto want = g["generated_ids"].get<std::vector<int32_t>>();
+  const std::string models = kShared + "/golden/gguf/models/";
+  const CommandResult r = generate("-p 'Once upon a time' --temperature 0 --ignore-eos -n 100 --json --draft-model " +
+                                   models + "stories260K-Q4_0.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(want.begin(), want.begin() + 100));
+  EXPECT_EQ(j["speculative"]["proposer"], "draft_model");
+  EXPECT_GT(j["speculative"]["accepted_draft_tokens"].get<int>() * 2, j["speculative"]["draft_tokens"].get<int>());
+  const CommandResult bad = generate("-p hi --draft-model " + models + "llama-2-tiny-random.gguf");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("32000 tokens and the target's 512"), std::string::npos) << bad.err;
+}
+
 // More threads than the process has CPUs: a warning naming both counts, and the same greedy ids (the
 // pool's waits sleep instead of spinning, so this also runs in reasonable time).
 TEST(GeneratorCli, MoreThreadsThanCpusWarnsAndGivesTheSameIds) {

@@ -31,6 +31,7 @@ struct GenerateArgs {
   int threads = 0;
   int context = 0;
   int speculative_tokens = 0;
+  std::string draft_model;
   int ngram_max = 3;
   int ngram_min = 2;
   KVCacheArgs kv_cache;
@@ -44,6 +45,10 @@ void run_generate(const GenerateArgs& a) {
   if (a.ngram_min > a.ngram_max) fail("--ngram-min {} is more than --ngram-max {}", a.ngram_min, a.ngram_max);
   set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json, a.chat_template);
+  // A draft model alone turns speculation on, 4 tokens a step.
+  const int speculative_tokens = a.speculative_tokens > 0 ? a.speculative_tokens : a.draft_model.empty() ? 0 : 4;
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty()) draft = load_cli_model(a.draft_model, "", !a.json);
 
   std::string text = a.prompt;
   bool parse_special = false;
@@ -64,8 +69,9 @@ void run_generate(const GenerateArgs& a) {
   go.rope_factors = a.kv_cache.rope_factors_value();
   go.kv_layer_dtypes = kv_layer_dtypes;
   go.kv_cache_dtype = kv_cache_dtype;
-  go.speculative_tokens = a.speculative_tokens;
+  go.speculative_tokens = speculative_tokens;
   go.ngram = {.max_n = a.ngram_max, .min_n = a.ngram_min};
+  go.draft_model = draft.get();
   go.enable_prefix_caching = false;  // one request: nothing to share, and half the blocks suffice
   Generator gen(*model, go);
   std::fprintf(stderr, "%s\n", gen.kv_cache().summary().c_str());
@@ -89,8 +95,10 @@ void run_generate(const GenerateArgs& a) {
     j["finish_reason"] = r.finish_reason;
     j["cached_tokens"] = r.cached_tokens;
     j["rope_restarts"] = r.rope_restarts;
-    if (a.speculative_tokens > 0)
-      j["speculative"] = {{"draft_tokens", r.draft_tokens}, {"accepted_draft_tokens", r.accepted_draft_tokens}};
+    if (speculative_tokens > 0)
+      j["speculative"] = {{"draft_tokens", r.draft_tokens},
+                          {"accepted_draft_tokens", r.accepted_draft_tokens},
+                          {"proposer", draft ? "draft_model" : "ngram"}};
     j["kv_cache"] = {{"num_blocks", gen.kv_cache().num_blocks},
                      {"block_size", gen.kv_cache().block_size},
                      {"capacity_tokens", gen.kv_cache().capacity_tokens()},
@@ -106,8 +114,9 @@ void run_generate(const GenerateArgs& a) {
     std::printf("\n");
     std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s | %d threads\n",
                  r.prompt_ids.size(), pp, r.generated_ids.size(), tg, ThreadPool::global().size());
-    if (a.speculative_tokens > 0)
-      std::fprintf(stderr, "n-gram drafts: %d proposed, %d accepted (%.0f%%)\n", r.draft_tokens, r.accepted_draft_tokens,
+    if (speculative_tokens > 0)
+      std::fprintf(stderr, "%s drafts: %d proposed, %d accepted (%.0f%%)\n", draft ? "draft-model" : "n-gram",
+                   r.draft_tokens, r.accepted_draft_tokens,
                    r.draft_tokens > 0 ? 100.0 * r.accepted_draft_tokens / r.draft_tokens : 0.0);
   }
 }
@@ -144,9 +153,13 @@ void add_generate_command(CLI::App& app) {
   c->add_option("-t,--threads", a->threads, "Threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("-c,--context", a->context, "Context length (default: the model's)");
   c->add_option("--speculative-tokens", a->speculative_tokens,
-                "Speculative decoding with prompt-lookup (n-gram) drafts: up to this many tokens proposed and verified "
-                "a step, each kept by exact rejection sampling, so the output follows the same distribution (0 = off)")
+                "Speculative decoding: up to this many tokens proposed a step (prompt-lookup n-grams, or --draft-model) "
+                "and verified in one forward, each kept by exact rejection sampling, so the output follows the same "
+                "distribution (0 = off)")
       ->check(CLI::Range(0, 64));
+  c->add_option("--draft-model", a->draft_model,
+                "Speculative decoding with drafts from this model (GGUF, HF folder or llama2.c; the same vocabulary as "
+                "-m), each drawn from its distribution and verified against it; --speculative-tokens defaults to 4");
   c->add_option("--ngram-max", a->ngram_max, "Longest suffix the drafts look up (with --speculative-tokens)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -47,6 +47,15 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
   ko.hybrid = opts_.hybrid_kv_cache;
   ko.who = "generate";
   kv_ = std::make_unique<PagedKVCache>(c, ko);
+  if (opts_.draft_model != nullptr) {
+    DraftModelOptions d;
+    d.block_size = opts_.block_size;
+    d.kv_cache_dtype = opts_.kv_cache_dtype;
+    d.max_context = opts_.max_context;
+    d.prefill_chunk = opts_.prefill_chunk;
+    d.kv_cache_memory = opts_.kv_cache_memory;
+    draft_ = std::make_unique<DraftModelProposer>(*opts_.draft_model, model, d, pool);
+  }
 }
 
 Generator::~Generator() = default;
@@ -89,6 +98,21 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   KVCacheManager& kv = *kv_->manager;
   const SequenceGuard guard{kv, next_seq_++};
   const SeqId seq = guard.seq;
+  // The draft model's sequence, freed however the call ends; its sampler draws drafts under the request's
+  // parameters from its own stream of random numbers and sees the emitted tokens (penalties).
+  struct DraftReset {
+    DraftModelProposer* d;
+    ~DraftReset() {
+      if (d != nullptr) d->reset();
+    }
+  } const draft_reset{draft_.get()};
+  if (draft_) draft_->reset();
+  SamplingParams draft_params = params;
+  draft_params.seed = params.seed ^ 0x9E3779B97F4A7C15ull;
+  draft_params.logprobs = 0;
+  Sampler draft_sampler(draft_params);
+  draft_sampler.set_prompt(prompt_ids);
+  std::vector<float> draft_q;
   const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors);
   bool long_rope = long_after >= 0 && n_prompt > long_after;
   // Every token whose K/V is (or is about to be) in the cache: the prompt, then each generated token.
@@ -140,6 +164,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   // Takes a sampled token into the output; false when generation ends with it.
   const auto emit = [&](int32_t id) {
     sampler.accept(id);
+    draft_sampler.accept(id);
     r.generated_ids.push_back(id);
     if (!params.ignore_eos && model_.tokenizer->is_eog(id)) {
       r.finish_reason = "stop";
@@ -168,7 +193,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   // draft the sampler takes emitted, then the cache cut back to what was taken. Returns the next token (the
   // sampler's correction, or a bonus from the last row when every draft was taken), or -1 when generation
   // ended on a taken draft.
-  const auto verify_drafts = [&](const std::vector<int32_t>& drafts) -> int32_t {
+  const auto verify_drafts = [&](const std::vector<int32_t>& drafts, const float* q) -> int32_t {
     const int64_t base = pos;  // tokens[base] was just emitted; [0, base) are in the cache
     tokens.insert(tokens.end(), drafts.begin(), drafts.end());
     forward(static_cast<int64_t>(drafts.size()) + 1, false, true);
@@ -179,7 +204,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     for (; taken < drafts.size(); ++taken) {
       bool accepted = false;
       const int32_t t = sampler.sample_with_draft(logits.data() + taken * static_cast<size_t>(n_vocab), n_vocab,
-                                                  drafts[taken], &accepted);
+                                                  drafts[taken], &accepted,
+                                                  q != nullptr ? q + taken * static_cast<size_t>(n_vocab) : nullptr);
       if (!accepted) {
         next = t;
         break;
@@ -197,6 +223,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     pos = base + 1 + static_cast<int64_t>(taken);
     tokens.resize(static_cast<size_t>(pos));
     kv.truncate(seq, pos);
+    if (draft_) draft_->keep(pos);
     if (opts_.enable_prefix_caching) kv.cache_blocks(seq, tokens, pos);
     return ended ? -1 : next;
   };
@@ -219,16 +246,21 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
                                      ctx - static_cast<int64_t>(tokens.size()));
     if (long_after >= 0 && !long_rope) room = std::min<int64_t>(room, long_after - static_cast<int64_t>(tokens.size()));
     if (pause > 0) --pause;
-    const std::vector<int32_t> drafts =
-        opts_.speculative_tokens > 0 && room > 0 && pause == 0
-            ? proposer.propose(tokens, static_cast<int>(std::min<int64_t>(opts_.speculative_tokens, room)))
-            : std::vector<int32_t>{};
+    std::vector<int32_t> drafts;
+    if (opts_.speculative_tokens > 0 && room > 0 && pause == 0) {
+      const int k = static_cast<int>(std::min<int64_t>(opts_.speculative_tokens, room));
+      if (draft_) {
+        draft_->propose(tokens, k, draft_sampler, drafts, draft_q);
+      } else {
+        drafts = proposer.propose(tokens, k);
+      }
+    }
     if (drafts.empty()) {
       forward(1, true);
       id = sampler.sample(logits.data(), n_vocab);
       continue;
     }
-    id = verify_drafts(drafts);
+    id = verify_drafts(drafts, draft_ ? draft_q.data() : nullptr);
     taken_fraction = 0.5 * taken_fraction + 0.5 * static_cast<double>(last_taken) / static_cast<double>(drafts.size());
     if (taken_fraction < kMinTakenFraction) {
       pause = kPauseSteps;

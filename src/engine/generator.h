@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/draft_model_proposer.h"
 #include "engine/long_rope.h"
 #include "engine/model_runner.h"
 #include "engine/ngram_proposer.h"
@@ -53,6 +54,10 @@ struct GeneratorOptions {
   // sample_with_draft), so the output follows the same distribution (greedy: the same tokens). 0: off.
   int speculative_tokens = 0;
   NgramProposerOptions ngram;
+  // With speculative_tokens > 0, drafts come from this model instead (DraftModelProposer: same vocabulary,
+  // its own KV cache of this generator's dtype, block size and budget), each drawn from its distribution
+  // and verified against it. Not owned: it must outlive the Generator.
+  const Model* draft_model = nullptr;
 };
 
 class Generator {
@@ -74,6 +79,8 @@ class Generator {
   // whose pool shows every block free or cached between calls.
   const PagedKVCache& kv_cache() const { return *kv_; }
   const KVCacheManager& kv_cache_manager() const { return *kv_->manager; }
+  // The draft model's cache (null without one), free between calls as the target's.
+  const PagedKVCache* draft_kv_cache() const { return draft_ ? &draft_->kv_cache() : nullptr; }
   int64_t max_context() const { return opts_.max_context; }
 
  private:
@@ -85,6 +92,7 @@ class Generator {
   GeneratorOptions opts_;
   ModelRunner runner_;
   std::unique_ptr<PagedKVCache> kv_;
+  std::unique_ptr<DraftModelProposer> draft_;
   SeqId next_seq_ = 1;
 };
 
