@@ -287,71 +287,19 @@ TEST(PagedAttention, RejectsBadShapes) {
 
 namespace {
 
-// The fixture's caches as f16 or bf16, and its dense K/V rounded the same way: attention over the
-// rounded values is what the half-precision paths must compute (in f32 arithmetic).
-struct HalfCaches {
-  std::vector<uint16_t> k, v;
-};
-
-HalfCaches to_half(Fixture& f, KVElemType type) {
-  auto round = [type](float x) -> uint16_t { return type == KVElemType::F16 ? fp32_to_fp16(x) : fp32_to_bf16(x); };
-  auto widen = [type](uint16_t h) { return type == KVElemType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h); };
-  HalfCaches h;
-  h.k.resize(f.k_cache.size());
-  h.v.resize(f.v_cache.size());
-  for (size_t i = 0; i < f.k_cache.size(); ++i) {
-    h.k[i] = round(f.k_cache[i]);
-    h.v[i] = round(f.v_cache[i]);
-  }
-  for (auto& x : f.k_dense) x = widen(round(x));
-  for (auto& x : f.v_dense) x = widen(round(x));
-  return h;
-}
-
-}  // namespace
-
-TEST(PagedAttention, HalfPrecisionCachesMatchDenseOverRoundedValues) {
-  std::mt19937 rng(321);
-  ThreadPool pool(2);
-  for (KVElemType type : {KVElemType::F16, KVElemType::BF16}) {
-    for (const Shape& shape : kShapes) {
-      for (int bs : {1, 16, 32}) {
-        for (auto [pos0, n] : {std::pair<int64_t, int>{0, 9}, {40, 1}, {63, 5}}) {
-          const Case c{shape, bs, pos0, n};
-          Fixture f = make_fixture(c, rng);
-          const HalfCaches h = to_half(f, type);
-          std::vector<float> out_fast(f.q.size(), -7.0f), out_ref(f.q.size(), -7.0f);
-          PagedAttentionArgs a = make_args(c, f, out_fast);
-          a.k_cache = h.k.data();
-          a.v_cache = h.v.data();
-          a.kv_type = type;
-          const auto want = dense_attention(c, f, a.scale);
-          paged_attention(a, pool);
-          expect_close(out_fast, want, type == KVElemType::F16 ? "fast f16" : "fast bf16", c);
-          a.out = out_ref.data();
-          paged_attention_ref(a);
-          expect_close(out_ref, want, type == KVElemType::F16 ? "ref f16" : "ref bf16", c);
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
-  }
-}
-
-namespace {
-
 // The fixture's caches as `type` rows (encode_kv_row: fp8 codes, q8_0 or q4_0 blocks), and its dense K/V
 // replaced by what those rows hold (decode_kv_row): attention over the stored values is what the fast
-// path and the reference must compute. Slots no position fills (NaN) are zeroed first (a NaN row has
-// no scale to round to).
+// path and the reference must compute. Slots no position fills stay NaN (a stray read shows up) but
+// for the block types, where they are zeroed first (a NaN row has no scale to round to).
 struct EncodedCaches {
   std::vector<unsigned char> k, v;
 };
 
 EncodedCaches encode_caches(Fixture& f, KVElemType type, int hd) {
   auto encode = [&](std::vector<float>& rows, std::vector<unsigned char>& out) {
-    for (float& x : rows)
-      if (std::isnan(x)) x = 0.0f;
+    if (kv_elem_is_block_type(type))
+      for (float& x : rows)
+        if (std::isnan(x)) x = 0.0f;
     const size_t n_rows = rows.size() / static_cast<size_t>(hd);
     out.resize(n_rows * kv_bytes(type, hd));
     for (size_t r = 0; r < n_rows; ++r) encode_kv_row(type, rows.data() + r * hd, hd, out.data() + r * kv_bytes(type, hd));
@@ -388,6 +336,21 @@ void check_encoded_case(const Case& c, KVElemType type, std::mt19937& rng, Threa
 }
 
 }  // namespace
+
+TEST(PagedAttention, HalfPrecisionCachesMatchDenseOverRoundedValues) {
+  std::mt19937 rng(321);
+  ThreadPool pool(2);
+  for (KVElemType type : {KVElemType::F16, KVElemType::BF16}) {
+    for (const Shape& shape : kShapes) {
+      for (int bs : {1, 16, 32}) {
+        for (auto [pos0, n] : {std::pair<int64_t, int>{0, 9}, {40, 1}, {63, 5}}) {
+          check_encoded_case(Case{shape, bs, pos0, n}, type, rng, pool);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
 
 // int8 (q8_0) and int4 (q4_0) caches, fast path and reference, over head sizes of one to four blocks,
 // single tokens and chunks, blocks of 1-32 slots, a sliding window and soft-capping.
@@ -536,7 +499,7 @@ TEST(PagedAttention, TinyBlocksOfTinyHeadsOverSeveralPartitions) {
         for (auto [pos0, n] : {std::pair<int64_t, int>{300, 1}, {250, 6}}) {
           const Case c{shape, bs, pos0, n};
           Fixture f = make_fixture(c, rng);
-          const HalfCaches h = to_half(f, type);
+          const EncodedCaches h = encode_caches(f, type, shape.head_dim);
           std::vector<float> out(f.q.size(), -7.0f);
           PagedAttentionArgs a = make_args(c, f, out);
           a.k_cache = h.k.data();
@@ -679,9 +642,9 @@ TEST(PagedAttention, DecodeBatchBySequenceGivesEachSequenceItsOwnBits) {
         fixtures.push_back(make_fixture(cases.back(), rng));
       }
       for (KVElemType type : {KVElemType::F32, KVElemType::F16}) {
-        std::vector<HalfCaches> halves;
+        std::vector<EncodedCaches> halves;
         if (type != KVElemType::F32)
-          for (Fixture& f : fixtures) halves.push_back(to_half(f, type));
+          for (Fixture& f : fixtures) halves.push_back(encode_caches(f, type, shape.head_dim));
         const auto args_of = [&](int i, std::vector<float>& out) {
           PagedAttentionArgs a = make_args(cases[i], fixtures[i], out);
           if (type != KVElemType::F32) {
@@ -842,7 +805,7 @@ TEST(PagedAttention, PartitionHeadsIsBitIdenticalToOneHeadAtATime) {
       for (auto [pos0, bs] : {std::pair<int64_t, int>{300, 16}, {201, 8}, {170, 32}, {5, 16}}) {
         const Case c{shape, bs, pos0, 1};
         Fixture f = make_fixture(c, rng);
-        const HalfCaches half = to_half(f, type == KVElemType::BF16 ? KVElemType::BF16 : KVElemType::F16);
+        const EncodedCaches half = encode_caches(f, type == KVElemType::BF16 ? KVElemType::BF16 : KVElemType::F16, shape.head_dim);
         std::vector<float> out(f.q.size());
         PagedAttentionArgs a = make_args(c, f, out);
         a.kv_type = type;
@@ -883,7 +846,7 @@ TEST(PagedAttention, DecodeUnitsWriteExactlyTheirUnits) {
     for (auto [pos0, bs] : {std::pair<int64_t, int>{300, 16}, {201, 8}, {5, 16}}) {
       const Case c{shape, bs, pos0, 1};
       Fixture f = make_fixture(c, rng);
-      const HalfCaches half = to_half(f, KVElemType::F16);
+      const EncodedCaches half = encode_caches(f, KVElemType::F16, shape.head_dim);
       std::vector<float> out(f.q.size());
       PagedAttentionArgs a = make_args(c, f, out);
       a.kv_type = KVElemType::F16;
@@ -927,7 +890,7 @@ TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
                                  {170, 3, 32}}) {
         const Case c{shape, bs, pos0, n};
         Fixture f = make_fixture(c, rng);
-        const HalfCaches half = to_half(f, type == KVElemType::BF16 ? KVElemType::BF16 : KVElemType::F16);
+        const EncodedCaches half = encode_caches(f, type == KVElemType::BF16 ? KVElemType::BF16 : KVElemType::F16, shape.head_dim);
         std::vector<float> a2(f.q.size(), -7.0f), a5(f.q.size(), -7.0f);
         PagedAttentionArgs args2 = make_args(c, f, a2), args5 = make_args(c, f, a5);
         for (PagedAttentionArgs* a : {&args2, &args5}) {

@@ -57,6 +57,24 @@ TEST(NgramProposer, LongestSuffixFirstLatestOccurrenceUpToK) {
   EXPECT_THROW(NgramProposer({.max_n = 3, .min_n = 0}), Error);
 }
 
+namespace {
+
+// softmax(logits / T) over the top-k (0: all), in double.
+std::vector<double> tempered(const std::vector<float>& logits, float temperature, int top_k) {
+  const int n = static_cast<int>(logits.size());
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  const int kept = top_k > 0 ? top_k : n;
+  double z = 0;
+  for (int r = 0; r < kept; ++r) z += std::exp(logits[order[r]] / temperature);
+  std::vector<double> p(static_cast<size_t>(n), 0.0);
+  for (int r = 0; r < kept; ++r) p[order[r]] = std::exp(logits[order[r]] / temperature) / z;
+  return p;
+}
+
+}  // namespace
+
 // Greedy: the argmax, accepted exactly when it is the draft.
 TEST(SpeculativeSampler, GreedyTakesTheDraftOnlyWhenItIsTheArgmax) {
   Sampler s(greedy(10));
@@ -87,15 +105,7 @@ TEST(SpeculativeSampler, VerifiedTokensFollowTheSamplersDistribution) {
     p.seed = 1234;
     p.has_seed = true;
     Sampler s(p);
-    // The target: softmax(logits / T) over the top-k.
-    std::vector<double> want(static_cast<size_t>(n), 0.0);
-    std::vector<int> order(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-    const int kept = top_k > 0 ? top_k : n;
-    double z = 0;
-    for (int r = 0; r < kept; ++r) z += std::exp(logits[order[r]] / temperature);
-    for (int r = 0; r < kept; ++r) want[order[r]] = std::exp(logits[order[r]] / temperature) / z;
+    const std::vector<double> want = tempered(logits, temperature, top_k);  // the target
     const int draws = 60000;
     std::vector<int> count(static_cast<size_t>(n), 0);
     int taken = 0;
@@ -118,24 +128,6 @@ TEST(SpeculativeSampler, VerifiedTokensFollowTheSamplersDistribution) {
     EXPECT_EQ(taken, count[static_cast<size_t>(draft)]);
   }
 }
-
-namespace {
-
-// softmax(logits / T) over the top-k (0: all), in double.
-std::vector<double> tempered(const std::vector<float>& logits, float temperature, int top_k) {
-  const int n = static_cast<int>(logits.size());
-  std::vector<int> order(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  const int kept = top_k > 0 ? top_k : n;
-  double z = 0;
-  for (int r = 0; r < kept; ++r) z += std::exp(logits[order[r]] / temperature);
-  std::vector<double> p(static_cast<size_t>(n), 0.0);
-  for (int r = 0; r < kept; ++r) p[order[r]] = std::exp(logits[order[r]] / temperature) / z;
-  return p;
-}
-
-}  // namespace
 
 // A draft model's proposals: propose() fills q with the distribution sample() draws from and draws from it;
 // verifying each draft against another distribution p (sample_with_draft with q) gives tokens that follow p
