@@ -380,3 +380,32 @@ TEST(StopChecker, StopSpanningManyPiecesAndFlush) {
   EXPECT_EQ(t.flush(), "x");
   EXPECT_FALSE(t.stopped());
 }
+
+// Top-k with ties at its cut keeps the lowest ids among the equal logits, as the full-sort reference does,
+// wherever the tied tokens sit in the vocabulary (before, among and after the higher ones), NaNs last.
+TEST(Sampler, TopKTiesAtTheCutKeepTheLowestIds) {
+  std::mt19937 rows(12);
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<float> l(2000);
+    std::uniform_real_distribution<float> low(-20.0f, -5.0f);
+    for (float& v : l) v = low(rows);
+    for (int j = 0; j < 12; ++j) l[rows() % l.size()] = -1.0f;  // a dozen tied at the cut
+    for (int j = 0; j < 3; ++j) l[rows() % l.size()] = 0.5f * static_cast<float>(j);
+    l[rows() % l.size()] = std::numeric_limits<float>::quiet_NaN();
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_k = 8;
+    p.has_seed = true;
+    p.seed = 500 + static_cast<uint64_t>(trial);
+    Sampler s(p);
+    std::mt19937_64 same_stream(p.seed);
+    for (int i = 0; i < 5; ++i) {
+      const double u = std::generate_canonical<double, std::numeric_limits<double>::digits>(same_stream);
+      std::vector<float> no_nan = l;
+      for (float& v : no_nan)
+        if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+      auto c = l;
+      ASSERT_EQ(s.sample(c.data(), static_cast<int32_t>(c.size())), reference_draw(no_nan, p, u)) << trial << " " << i;
+    }
+  }
+}

@@ -143,6 +143,29 @@ Scratch& scratch(int32_t n_vocab) {
   return s;
 }
 
+// The k first tokens in by_logit order (0 < k < n), in that order: one pass keeping the k best seen in a
+// heap whose top is the worst of them, which nearly every later token fails to beat in one comparison
+// (ids come in increasing order, so a token only beats it with a strictly higher logit). A full
+// nth_element over (logit, id) pairs took ~0.45 ms of a 49k vocabulary's draw, a tenth of a SmolLM2 step.
+void top_k_candidates(const float* logits, int32_t n, int k, std::vector<std::pair<float, int32_t>>& out) {
+  out.clear();
+  for (int32_t i = 0; i < k; ++i) out.emplace_back(order_key(logits[i]), i);
+  const auto before = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return by_logit(a, b);
+  };
+  std::make_heap(out.begin(), out.end(), before);
+  float worst = out.front().first;
+  for (int32_t i = k; i < n; ++i) {
+    const float key = order_key(logits[i]);
+    if (!(key > worst)) continue;
+    std::pop_heap(out.begin(), out.end(), before);
+    out.back() = {key, i};
+    std::push_heap(out.begin(), out.end(), before);
+    worst = out.front().first;
+  }
+  std::sort(out.begin(), out.end(), before);
+}
+
 // Zeroes the weights of every token after the top-p cut: the candidates gather the tokens of one band at
 // a time and are sorted after the bands above (each band's tokens all weigh less than any above, so
 // their sorted run extends the order as is) until the running weight reaches `target`.
@@ -237,9 +260,7 @@ int32_t Sampler::draw(float* logits, int32_t n_vocab, int32_t draft, const float
   double total = 0.0;
   if (params_.top_k > 0 && params_.top_k < n_vocab) {
     auto& candidates = sc.candidates;
-    candidates.clear();
-    for (int32_t i = 0; i < n_vocab; ++i) candidates.emplace_back(order_key(logits[i]), i);
-    std::nth_element(candidates.begin(), candidates.begin() + params_.top_k, candidates.end(), by_logit);
+    top_k_candidates(logits, n_vocab, params_.top_k, candidates);
     std::fill(w, w + n_vocab, 0.0f);
     for (int k = 0; k < params_.top_k; ++k) {
       const auto [l, i] = candidates[static_cast<size_t>(k)];
