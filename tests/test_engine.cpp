@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -19,6 +21,7 @@
 #include "kv/kv_layout.h"
 #include "model/loaders.h"
 #include "stories_model.h"
+#include "test_checks.h"
 
 using namespace kvserve;
 
@@ -356,6 +359,102 @@ TEST(Engine, TinyKVBudgetPreemptsAndEveryRequestStillCompletesIdentically) {
   // The longest request needs ceil((68 + 40) / 16) = 7 blocks; 10 blocks hold one or two at a time.
   o.kv_cache_memory = static_cast<double>(bytes_per_block(stories(), o.block_size) * 10);
   run_batch_against_generator(o, true);
+}
+
+// Speculative decoding in the batched engine (prompt lookup, 4 drafts, 1-3-grams): every greedy request gets
+// the tokens the Generator gives it alone without speculation, under chunked prefill with a 48-token step
+// budget (drafts that do not fit a step are dropped), and again with a KV budget so small that sequences
+// are preempted (their drafts dropped, the rest recomputed); drafts are proposed and many taken; every
+// block is free or cached after.
+TEST(Engine, SpeculativeGreedyMatchesGeneratorTokenForToken) {
+  std::mt19937 rng(31);
+  SamplingParams params;
+  params.max_tokens = 60;
+  params.ignore_eos = true;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back(random_prompt(rng, 4 + 7 * i));
+  // llama2.c's story prompts: stories260K retells its own phrases, so many drafts are taken.
+  for (const nlohmann::json& g : test::stories_greedy_goldens())
+    prompts.push_back(g["prompt_ids"].get<std::vector<int32_t>>());
+  for (bool tiny_budget : {false, true}) {
+    EngineOptions o = small_options();
+    o.speculative_tokens = 4;
+    o.ngram = {.max_n = 3, .min_n = 1};
+    // The longest request needs ceil((18 + 60 + 4) / 16) = 6 blocks; 8 hold one or two at a time.
+    if (tiny_budget) o.kv_cache_memory = static_cast<double>(bytes_per_block(stories(), o.block_size) * 8);
+    Engine engine(stories(), o);
+    Collector col;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params));
+    expect_all_blocks_free_or_cached(engine);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const ChoiceResult got = col.get(fmt::format("r{}", i));
+      EXPECT_EQ(got.ids, alone(prompts[i], params).generated_ids) << "request " << i << " tiny " << tiny_budget;
+      EXPECT_EQ(got.completion_tokens, 60);
+    }
+    const EngineStats st = engine.stats();
+    std::printf("speculative engine (tiny budget %d): %llu of %llu drafts taken, %llu preemptions\n", tiny_budget,
+                static_cast<unsigned long long>(st.accepted_draft_tokens),
+                static_cast<unsigned long long>(st.draft_tokens), static_cast<unsigned long long>(st.preemptions));
+    EXPECT_GT(st.draft_tokens, 0u);
+    EXPECT_GT(st.accepted_draft_tokens, 0u);
+    EXPECT_LE(st.accepted_draft_tokens, st.draft_tokens);
+    if (tiny_budget) {
+      EXPECT_GT(st.preemptions, 0u);
+    }
+  }
+}
+
+// Sampling under speculation in the engine (top-k 3 at temperature 1.5, two choices a request): every token is
+// one of the target's 3 most likely at its position (teacher-forced logits), as a correct verification
+// allows, and seeded requests repeat themselves on a second engine.
+TEST(Engine, SpeculativeSamplingStaysInTopKAndRepeats) {
+  std::mt19937 rng(5);
+  SamplingParams params;
+  params.temperature = 1.5f;
+  params.top_k = 3;
+  params.max_tokens = 50;
+  params.ignore_eos = true;
+  params.has_seed = true;
+  params.seed = 77;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(rng, 6 + 5 * i));
+  EngineOptions o = small_options();
+  o.speculative_tokens = 3;
+  o.ngram = {.max_n = 2, .min_n = 1};
+  std::vector<std::vector<std::vector<int32_t>>> runs;
+  uint64_t drafted = 0;
+  for (int run = 0; run < 2; ++run) {
+    Engine engine(stories(), o);
+    Collector col;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params, 2));
+    expect_all_blocks_free_or_cached(engine);
+    drafted += engine.stats().draft_tokens;
+    std::vector<std::vector<int32_t>> ids;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      for (int c = 0; c < 2; ++c) ids.push_back(col.get(fmt::format("r{}", i), c).ids);
+    runs.push_back(ids);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_GT(drafted, 0u);
+  GeneratorOptions go;
+  go.enable_prefix_caching = false;
+  Generator plain(stories(), go);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (int c = 0; c < 2; ++c) {
+      const std::vector<int32_t>& got = runs[0][i * 2 + static_cast<size_t>(c)];
+      ASSERT_EQ(got.size(), 50u);
+      std::vector<int32_t> seq = prompts[i];
+      seq.insert(seq.end(), got.begin(), got.end());
+      const auto logits = plain.teacher_forced_logits(seq, static_cast<int>(prompts[i].size()));
+      for (size_t t = 0; t < got.size(); ++t) {
+        const float mine = logits[t][static_cast<size_t>(got[t])];
+        const auto above = std::count_if(logits[t].begin(), logits[t].end(), [&](float x) { return x > mine; });
+        EXPECT_LT(above, 3) << "request " << i << " choice " << c << " step " << t;
+      }
+    }
+  }
 }
 
 TEST(Engine, PrefixCacheHitsSharedPrefixAndSaltIsolates) {

@@ -216,3 +216,69 @@ TEST(Scheduler, SequenceOutgrowingItsShortRopeFactorsIsRecomputedWithTheLongOnes
   s.finish(2);
   EXPECT_EQ(kv.num_free_blocks(), 64);
 }
+
+// Drafts (speculative decoding) go into a step whole with the token before them, or are dropped: when the
+// step's budget cannot take them, when the pool has no blocks for them (before anything is preempted), and
+// when their sequence is preempted (it would recompute them as verified). They never enter the prefix cache.
+TEST(Scheduler, DraftsGoInWholeOrAreDropped) {
+  KVCacheManager kv(kv_config(64));
+  Scheduler s(kv, {.max_num_batched_tokens = 6, .max_num_seqs = 4});
+  s.add_waiting(seq(1, 7));
+  auto out = s.schedule();
+  ASSERT_EQ(chunks(out), (Chunks{{1, 0, 6}}));
+  complete_step(s, out);
+  out = s.schedule();  // the prompt's last token
+  complete_step(s, out);  // and a sampled token: 8 tokens, 7 computed
+  SequenceState* a = s.find(1);
+  a->tokens.insert(a->tokens.end(), {20, 21, 22});
+  a->num_draft_tokens = 3;
+  out = s.schedule();  // the token and its 3 drafts: 4 of the budget's 6
+  ASSERT_EQ(chunks(out), (Chunks{{1, 7, 4}}));
+  EXPECT_EQ(out.chunks[0].num_draft_tokens, 3);
+  EXPECT_TRUE(out.chunks[0].completes_sequence);
+  s.update_after_step(out);
+  EXPECT_EQ(a->num_computed_tokens, 11);
+  // Only the 8 verified tokens are looked up: the block of tokens 8..11 (drafts) is not cached.
+  EXPECT_EQ(kv.get_computed_blocks(std::vector<int32_t>(a->tokens.begin(), a->tokens.end()), "").num_tokens, 8);
+  // The engine keeps 1 draft: back to 9 computed of 10 tokens.
+  a->drop_drafts();
+  a->tokens.push_back(20);
+  a->tokens.push_back(30);
+  kv.truncate(1, 9);
+  a->num_computed_tokens = 9;
+  // Drafts beyond the step's budget are dropped, the token itself scheduled.
+  a->tokens.insert(a->tokens.end(), {40, 41, 42, 43, 44, 45});
+  a->num_draft_tokens = 6;
+  out = s.schedule();
+  EXPECT_EQ(chunks(out), (Chunks{{1, 9, 1}}));
+  EXPECT_EQ(out.chunks[0].num_draft_tokens, 0);
+  EXPECT_EQ(a->num_tokens(), 10);
+  complete_step(s, out);
+
+  // No room for the drafts: they are dropped instead of preempting another sequence.
+  KVCacheManager small(kv_config(4));  // 16 tokens
+  Scheduler t(small, {.max_num_batched_tokens = 16, .max_num_seqs = 4});
+  t.add_waiting(seq(1, 7));
+  t.add_waiting(seq(2, 7, 100));
+  out = t.schedule();
+  complete_step(t, out);  // 8 tokens each, 7 computed: 2 blocks each, all 4 taken
+  SequenceState* b = t.find(1);
+  b->tokens.insert(b->tokens.end(), {50, 51});
+  b->num_draft_tokens = 2;
+  out = t.schedule();  // 3 positions would need a third block for sequence 1
+  EXPECT_EQ(chunks(out), (Chunks{{1, 7, 1}, {2, 7, 1}}));
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_EQ(b->num_draft_tokens, 0);
+  complete_step(t, out);
+
+  // A preempted sequence loses its drafts.
+  SequenceState* c = t.find(2);
+  c->tokens.insert(c->tokens.end(), {60});
+  c->num_draft_tokens = 1;
+  b->tokens.insert(b->tokens.end(), 8, 70);  // 17 tokens: sequence 1 needs a 5th block
+  out = t.schedule();
+  ASSERT_FALSE(out.preempted.empty());
+  EXPECT_EQ(out.preempted.front(), 2);
+  EXPECT_EQ(c->num_draft_tokens, 0);
+  EXPECT_EQ(c->num_tokens(), 9);
+}

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "run_command.h"
+
 extern char** environ;
 
 namespace {
@@ -40,8 +42,8 @@ bool python_has_sdk() { return std::system("python3 -c 'import openai, pytest' >
 class ServerProcess {
  public:
   explicit ServerProcess(const std::vector<std::string>& extra_args, const std::string& model = e2e_model()) {
-    log_path_ = std::filesystem::temp_directory_path() / ("kvserve-e2e-" + std::to_string(::getpid()) + "-" +
-                                                          std::to_string(counter_++) + ".log");
+    log_path_ = std::filesystem::temp_directory_path() /
+                ("kvserve-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++) + ".log");
     std::vector<std::string> args = {KVSERVE_BINARY, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
@@ -113,23 +115,21 @@ class ServerProcess {
 
 void skip_unless_ready(bool need_python) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
-  if (std::system(KVSERVE_BINARY " --help 2>&1 | grep -q '^  serve '") != 0) GTEST_SKIP() << "kvserve has no serve command";
+  if (std::system(KVSERVE_BINARY " --help 2>&1 | grep -q '^  serve '") != 0)
+    GTEST_SKIP() << "kvserve has no serve command";
   if (!std::filesystem::exists(e2e_model())) GTEST_SKIP() << "model not found: " << e2e_model();
   if (need_python && !python_has_sdk())
     GTEST_SKIP() << "python3 openai/pytest missing: python3 -m pip install -r scripts/requirements-test.txt";
 }
 
-// A raw streaming request on its own connection; returns the whole response (read until close/limit).
-std::string stream_request(int port, const std::string& body, std::chrono::seconds limit) {
+// One raw HTTP request on its own connection; returns the whole response (read until close/limit).
+std::string http_exchange(int port, const std::string& req, std::chrono::seconds limit) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string got;
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
       ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
     timeval tv{static_cast<time_t>(limit.count()), 0};
@@ -143,6 +143,19 @@ std::string stream_request(int port, const std::string& body, std::chrono::secon
   }
   ::close(fd);
   return got;
+}
+
+// A completion request (streaming or not, as the body says).
+std::string stream_request(int port, const std::string& body, std::chrono::seconds limit) {
+  return http_exchange(port,
+                       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body,
+                       limit);
+}
+
+std::string http_get(int port, const std::string& path) {
+  return http_exchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", 30s);
 }
 
 TEST(ServerE2E, OpenAiSdkAgainstLiveServer) {
@@ -209,6 +222,53 @@ TEST(ServerE2E, ServesALlama2cCheckpointWithItsTokenizerNamedOnTheCommandLine) {
   EXPECT_NE(response.find("HTTP/1.1 200"), std::string::npos) << response;
   EXPECT_NE(response.find("\"completion_tokens\":8"), std::string::npos) << response;
   EXPECT_EQ(server.terminate(60s), 0) << server.log();
+}
+
+// serve --speculative-tokens: stories260K's greedy completion is the same text as from a server without
+// speculation, drafts were proposed and taken (Prometheus counters), and bad n-gram flags are refused.
+TEST(ServerE2E, SpeculativeServingKeepsGreedyText) {
+  skip_unless_ready(/*need_python=*/false);
+  if (IsSkipped()) return;
+  const std::string dir = KVSERVE_SHARED_DIR "/models/stories260K";
+  if (!std::filesystem::exists(dir + "/stories260K.bin")) GTEST_SKIP() << "no stories260K in " << dir;
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 120, "temperature": 0, "ignore_eos": true})";
+  const auto completion_text = [&](const std::vector<std::string>& flags, double* drafted, double* taken) {
+    std::vector<std::string> args = {"--tokenizer", dir + "/tok512.bin", "-t", "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ServerProcess server(args, dir + "/stories260K.bin");
+    EXPECT_TRUE(server.started());
+    const int port = server.wait_for_port(60s);
+    EXPECT_GT(port, 0) << "server did not start:\n" << server.log();
+    const std::string response = stream_request(port, body, 60s);
+    EXPECT_NE(response.find("HTTP/1.1 200"), std::string::npos) << response;
+    const size_t text_at = response.find("\"text\":\"");
+    EXPECT_NE(text_at, std::string::npos) << response;
+    const std::string text =
+        text_at == std::string::npos ? "" : response.substr(text_at, response.find('"', text_at + 8) - text_at);
+    const std::string metrics = http_get(port, "/metrics");
+    const auto value = [&](const std::string& name) {
+      std::smatch m;
+      return std::regex_search(metrics, m, std::regex("\n" + name + " ([0-9.e+]+)")) ? std::stod(m[1]) : -1.0;
+    };
+    *drafted = value("kvserve_spec_decode_draft_tokens_total");
+    *taken = value("kvserve_spec_decode_accepted_tokens_total");
+    EXPECT_EQ(server.terminate(60s), 0) << server.log();
+    return text;
+  };
+  double drafted = 0, taken = 0, plain_drafted = 0, plain_taken = 0;
+  const std::string spec = completion_text({"--speculative-tokens", "4", "--ngram-min", "1"}, &drafted, &taken);
+  const std::string plain = completion_text({}, &plain_drafted, &plain_taken);
+  EXPECT_GT(spec.size(), 100u) << spec;
+  EXPECT_EQ(spec, plain);
+  EXPECT_GT(drafted, 0.0);
+  EXPECT_GT(taken, 0.0);
+  EXPECT_EQ(plain_drafted, 0.0);
+  const kvserve::test::CommandResult bad =
+      kvserve::test::run_command(std::string(KVSERVE_BINARY) + " serve -m " + dir +
+                                     "/stories260K.bin --speculative-tokens 4 --ngram-min 3 --ngram-max 2",
+                                 true);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--ngram-min 3 is more than --ngram-max 2"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ struct ServeArgs {
   double prefix_cache_ttl = 0;
   int threads = 0;
   std::string served_model_name;
+  int speculative_tokens = 0;
+  int ngram_max = 3;
+  int ngram_min = 2;
 };
 
 // What /v1/models reports by default: the model file's name without its extension.
@@ -55,6 +58,7 @@ std::string default_served_name(const std::string& path) {
 void run_serve(const ServeArgs& a) {
   if (!server::http_server_available())
     fail("this kvserve was built without cpp-httplib (install libcpp-httplib-dev and rebuild)");
+  if (a.ngram_min > a.ngram_max) fail("--ngram-min {} is more than --ngram-max {}", a.ngram_min, a.ngram_max);
   // SIGINT/SIGTERM are blocked before any thread exists, so every thread inherits the mask and only the
   // signal thread below receives them (with sigwait), outside of async-signal context.
   sigset_t stop_signals;
@@ -84,6 +88,8 @@ void run_serve(const ServeArgs& a) {
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.prefix_cache_ttl_seconds = a.prefix_cache_ttl;
   eo.prefault_kv = a.kv_prefault;
+  eo.speculative_tokens = a.speculative_tokens;
+  eo.ngram = {.max_n = a.ngram_max, .min_n = a.ngram_min};
   const std::string served_name = a.served_model_name.empty() ? default_served_name(model->path) : a.served_model_name;
   eo.model_id = served_name + "@" + model->path;
 
@@ -146,6 +152,15 @@ void add_serve_command(CLI::App& app) {
       ->check(cli::kNonNegative);
   c->add_option("-t,--threads", a->threads, "Compute threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("--served-model-name", a->served_model_name, "Model name in the API (default: the model file's name)");
+  c->add_option("--speculative-tokens", a->speculative_tokens,
+                "Speculative decoding with prompt-lookup (n-gram) drafts: up to this many tokens a sequence proposes "
+                "and verifies in each batched step, kept by exact rejection sampling (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  c->add_option("--ngram-max", a->ngram_max, "Longest suffix the drafts look up (with --speculative-tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  c->add_option("--ngram-min", a->ngram_min, "Shortest suffix the drafts look up")->capture_default_str()->check(CLI::Range(1, 64));
   c->callback([a] { run_serve(*a); });
 }
 

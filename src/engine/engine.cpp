@@ -47,7 +47,14 @@ struct Choice {
   StopChecker stops;
   int completion_tokens = 0;
   bool finished = false;
+  // Speculative decoding, as the Generator: the fraction of drafts taken (smoothed), and steps left without
+  // drafting after it fell under kMinTakenFraction.
+  double taken_fraction = 1.0;
+  int pause = 0;
 };
+
+constexpr double kMinTakenFraction = 0.3;
+constexpr int kPauseSteps = 16;
 
 struct ActiveRequest {
   EngineRequest req;
@@ -93,6 +100,8 @@ struct Engine::Impl {
   void sample_choice(ActiveRequest& a, int index, float* logits);
   void emit_token(ActiveRequest& a, int index, int32_t id);
   void sample_decode_rows(const SchedulerOutput& out);
+  void verify_drafts(const ScheduledChunk& c, float* rows);
+  void propose_drafts(const SchedulerOutput& out);
   void finish_choice(ActiveRequest& a, int index, const std::string& reason, RequestEvent ev,
                      const std::string& error = {});
   void reap_finished();
@@ -133,6 +142,8 @@ struct Engine::Impl {
   SeqId next_seq = 1;
   int32_t next_owner = 0;
   uint64_t prompt_tokens = 0, generation_tokens = 0, requests_finished = 0;
+  uint64_t draft_tokens = 0, accepted_draft_tokens = 0;
+  NgramProposer proposer;
   std::vector<float> logits, scratch;
   // A step's decode rows, sampled together on the pool before their tokens are handed out in order.
   struct DecodeRow {
@@ -145,9 +156,10 @@ struct Engine::Impl {
   std::thread thread;
 };
 
-Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), runner(m) {
+Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o)), runner(m), proposer(opts.ngram) {
   const ModelConfig& c = model.config;
   if (!model.tokenizer) fail("engine: the model has no tokenizer");
+  if (opts.speculative_tokens < 0) fail("engine: speculative tokens must be >= 0, got {}", opts.speculative_tokens);
   n_vocab = c.n_vocab;
   max_model_len = opts.max_model_len > 0 ? opts.max_model_len : (c.n_ctx_train > 0 ? c.n_ctx_train : 2048);
   PagedKVCacheOptions ko;
@@ -281,7 +293,8 @@ void Engine::Impl::step() {
     b.tokens = std::span<const int32_t>(s.tokens.data() + c.start, static_cast<size_t>(c.num_tokens));
     b.pos0 = c.start;
     set_block_tables(*kv, c.seq, b);
-    b.want_logits = c.completes_sequence;
+    b.want_logits = c.completes_sequence && c.num_draft_tokens == 0;
+    b.all_logits = c.num_draft_tokens > 0;  // a row per position: each verifies the draft after it
     b.long_rope = s.long_rope;
     batch.push_back(b);
   }
@@ -291,6 +304,11 @@ void Engine::Impl::step() {
   int64_t row = 0;
   size_t decoded = 0;
   for (const ScheduledChunk& c : out.chunks) {
+    if (c.num_draft_tokens > 0) {
+      verify_drafts(c, logits.data() + row * n_vocab);
+      row += c.num_tokens;
+      continue;
+    }
     if (!c.completes_sequence) continue;
     if (decoded < decode_rows.size() && decode_rows[decoded].seq == c.seq) {
       if (auto it = by_seq.find(c.seq); it != by_seq.end())
@@ -301,6 +319,75 @@ void Engine::Impl::step() {
     }
     ++row;
   }
+  if (opts.speculative_tokens > 0) propose_drafts(out);
+}
+
+// A chunk of a token and the drafts after it: its rows verify the drafts in order (Sampler::
+// sample_with_draft), each taken one emitted; the first not taken is replaced by the sampler's correction,
+// or, every draft taken, the last row gives a bonus token. The K/V of the drafts not taken are cut away.
+void Engine::Impl::verify_drafts(const ScheduledChunk& c, float* rows) {
+  auto it = by_seq.find(c.seq);
+  if (it == by_seq.end()) return;
+  ActiveRequest& a = *it->second.first;
+  const int index = it->second.second;
+  Choice& choice = *a.choices[index];
+  SequenceState* s = scheduler->find(c.seq);
+  const int64_t k = c.num_draft_tokens;
+  const std::vector<int32_t> drafts(s->tokens.end() - k, s->tokens.end());
+  const int64_t base = s->num_verified_tokens();  // tokens before the drafts, all computed now
+  s->drop_drafts();
+  s->num_computed_tokens = base;
+  draft_tokens += static_cast<uint64_t>(k);
+  const SeqId seq = c.seq;
+  int64_t taken = 0;
+  bool rejected = false;
+  for (; taken < k && !rejected; ++taken) {
+    bool accepted = false;
+    const int32_t t = choice.sampler.sample_with_draft(rows + taken * static_cast<int64_t>(n_vocab), n_vocab,
+                                                       drafts[taken], &accepted);
+    if (accepted) ++accepted_draft_tokens;
+    rejected = !accepted;
+    emit_token(a, index, t);
+    if (choice.finished) return;  // its blocks are freed already
+  }
+  if (rejected) --taken;  // the last token emitted was the correction
+  if (!rejected) emit_token(a, index, choice.sampler.sample(rows + k * static_cast<int64_t>(n_vocab), n_vocab));
+  choice.taken_fraction = 0.5 * choice.taken_fraction + 0.5 * static_cast<double>(taken) / static_cast<double>(k);
+  if (choice.taken_fraction < kMinTakenFraction) {
+    choice.pause = kPauseSteps;
+    choice.taken_fraction = 1.0;
+  }
+  if (choice.finished) return;
+  s = scheduler->find(seq);
+  kv->truncate(seq, base + taken);
+  s->num_computed_tokens = base + taken;
+}
+
+// Each sequence that decoded this step and waits for its next token gets up to speculative_tokens drafts
+// (prompt lookup) after it, as many as could still be emitted within max_tokens and the context (and, on
+// LongRoPE's short factors, within the original context: the switch recomputes the sequence).
+void Engine::Impl::propose_drafts(const SchedulerOutput& out) {
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.completes_sequence) continue;
+    auto it = by_seq.find(c.seq);
+    if (it == by_seq.end() || !it->second.first->prompt_done) continue;
+    ActiveRequest& a = *it->second.first;
+    Choice& choice = *a.choices[it->second.second];
+    SequenceState* s = scheduler->find(c.seq);
+    if (choice.finished || s == nullptr || s->num_draft_tokens > 0 || s->num_tokens() - s->num_computed_tokens != 1)
+      continue;
+    if (choice.pause > 0) {
+      --choice.pause;
+      continue;
+    }
+    int64_t room = std::min<int64_t>(
+        {opts.speculative_tokens, a.req.params.max_tokens - choice.completion_tokens, max_model_len - s->num_tokens()});
+    if (s->long_rope_after >= 0 && !s->long_rope) room = std::min(room, s->long_rope_after - s->num_tokens());
+    if (room <= 0) continue;
+    const std::vector<int32_t> drafts = proposer.propose(s->tokens, static_cast<int>(room));
+    s->tokens.insert(s->tokens.end(), drafts.begin(), drafts.end());
+    s->num_draft_tokens = static_cast<int64_t>(drafts.size());
+  }
 }
 
 // Every row of a sequence past its prompt is drawn from now, all of them at once on the pool: each row
@@ -310,6 +397,10 @@ void Engine::Impl::sample_decode_rows(const SchedulerOutput& out) {
   decode_rows.clear();
   int64_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
+    if (c.num_draft_tokens > 0) {  // verified on their own (verify_drafts)
+      row += c.num_tokens;
+      continue;
+    }
     if (!c.completes_sequence) continue;
     float* r = logits.data() + row * n_vocab;
     ++row;
@@ -483,6 +574,8 @@ void Engine::Impl::publish(bool idle) {
   st.num_blocks = nb;
   st.preemptions = scheduler->num_preemptions();
   st.rope_restarts = scheduler->num_rope_restarts();
+  st.draft_tokens = draft_tokens;
+  st.accepted_draft_tokens = accepted_draft_tokens;
   st.prefix_queries = scheduler->prefix_query_tokens();
   st.prefix_hits = scheduler->prefix_hit_tokens();
   st.prefix_evictions = kv->stats().evictions;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/long_rope.h"
+#include "engine/ngram_proposer.h"
 #include "engine/sampling_params.h"
 #include "kv/kv_layer_dtypes.h"
 #include "kv/kv_layout.h"
@@ -24,9 +25,9 @@ struct EngineOptions {
   int block_size = 16;
   KVCacheDType kv_cache_dtype = KVCacheDType::F32;
   std::vector<KVLayerDtype> kv_layer_dtypes;  // layers that differ from kv_cache_dtype (kv/kv_layer_dtypes.h)
-  int max_num_batched_tokens = 512;  // tokens per forward step
-  int max_num_seqs = 64;             // sequences per step
-  int64_t max_model_len = 0;         // 0 = the model's training context
+  int max_num_batched_tokens = 512;           // tokens per forward step
+  int max_num_seqs = 64;                      // sequences per step
+  int64_t max_model_len = 0;                  // 0 = the model's training context
   bool enable_prefix_caching = true;
   double prefix_cache_ttl_seconds = 0;  // 0 = cached blocks never expire
   std::string model_id;                 // part of every block hash
@@ -39,6 +40,11 @@ struct EngineOptions {
   bool hybrid_kv_cache = true;
   // LongRoPE models (Phi-3 128k): which factors a sequence rotates with (engine/long_rope.h).
   LongRopeFactors rope_factors = LongRopeFactors::Auto;
+  // Speculative decoding with prompt-lookup drafts, as GeneratorOptions::speculative_tokens: each decoding
+  // sequence proposes up to this many tokens, computed with its next one in the same batched step and
+  // verified by exact rejection sampling. 0: off.
+  int speculative_tokens = 0;
+  NgramProposerOptions ngram;
 };
 
 struct TokenInfo {
@@ -83,6 +89,7 @@ struct EngineStats {
   uint64_t prefix_evictions = 0;                 // cached blocks reused for new data (LRU)
   uint64_t preemptions = 0;
   uint64_t rope_restarts = 0;  // LongRoPE sequences recomputed with the long factors past the original context
+  uint64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: proposed, and taken
   uint64_t prompt_tokens = 0, generation_tokens = 0;
   uint64_t requests_finished = 0;
 };

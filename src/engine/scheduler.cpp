@@ -47,8 +47,9 @@ SeqId Scheduler::preempt_newest() {
   running_.pop_back();
   kv_.free(victim);
   // Recompute rather than swap: its full blocks stay in the prefix cache until evicted, so the
-  // re-admission usually starts from most of them.
+  // re-admission usually starts from most of them. Drafts would be recomputed as if verified.
   get(victim).num_computed_tokens = 0;
+  get(victim).drop_drafts();
   waiting_.push_front(victim);
   ++num_preemptions_;
   return victim;
@@ -65,6 +66,7 @@ void Scheduler::restart_with_long_rope(size_t running_index) {
   SequenceState& s = get(id);
   s.long_rope = true;
   s.num_computed_tokens = 0;
+  s.drop_drafts();
   waiting_.push_front(id);
   ++num_rope_restarts_;
 }
@@ -80,13 +82,21 @@ SchedulerOutput Scheduler::schedule() {
       restart_with_long_rope(i);
       continue;
     }
+    // Drafts go in whole with their token, or not at all: where the budget or the free blocks cannot take
+    // them, they are dropped before anything is preempted for them.
+    bool booked = false;
+    if (s.num_draft_tokens > 0) {
+      const int64_t whole = s.num_tokens() - s.num_computed_tokens;
+      booked = whole <= budget && kv_.allocate_slots(s.id, whole);
+      if (!booked) s.drop_drafts();
+    }
     const int64_t n = std::min(s.num_tokens() - s.num_computed_tokens, budget);
     if (n <= 0) {  // nothing to compute (should not happen: the engine samples after each completion)
       ++i;
       continue;
     }
     bool preempted_self = false;
-    while (!kv_.allocate_slots(s.id, n)) {
+    while (!booked && !kv_.allocate_slots(s.id, n)) {
       const SeqId victim = preempt_newest();
       out.preempted.push_back(victim);
       if (victim == s.id) {
@@ -95,7 +105,8 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (preempted_self) break;  // everything after it was preempted too
-    out.chunks.push_back({s.id, s.num_computed_tokens, n, s.num_computed_tokens + n == s.num_tokens()});
+    out.chunks.push_back(
+        {s.id, s.num_computed_tokens, n, s.num_computed_tokens + n == s.num_tokens(), s.num_draft_tokens});
     out.total_tokens += n;
     budget -= n;
     ++i;
@@ -131,7 +142,7 @@ void Scheduler::update_after_step(const SchedulerOutput& out) {
     SequenceState* s = find(c.seq);
     if (!s) continue;  // finished (aborted) since it was scheduled
     s->num_computed_tokens = c.start + c.num_tokens;
-    kv_.cache_blocks(s->id, s->tokens, s->num_computed_tokens);
+    kv_.cache_blocks(s->id, s->tokens, std::min(s->num_computed_tokens, s->num_verified_tokens()));
   }
 }
 

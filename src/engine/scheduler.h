@@ -26,17 +26,26 @@ struct SchedulerConfig {
 // One sequence (one choice of a request) as the scheduler sees it.
 struct SequenceState {
   SeqId id = 0;
-  std::vector<int32_t> tokens;     // prompt, then every sampled token
+  std::vector<int32_t> tokens;  // prompt, then every sampled token
   int64_t num_prompt_tokens = 0;
-  int64_t num_computed_tokens = 0; // tokens whose K/V are in the cache
-  int64_t num_cached_tokens = -1;  // prefix-cache hit at first admission; -1 until admitted
+  int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  int64_t num_cached_tokens = -1;   // prefix-cache hit at first admission; -1 until admitted
   std::string cache_salt;
   // LongRoPE (engine/long_rope.h): the sequence rotates with the long factors; it switches to them, its K/V
   // recomputed, once it has more than long_rope_after tokens (-1: never).
   bool long_rope = false;
   int64_t long_rope_after = -1;
+  // Speculative decoding: the last num_draft_tokens of `tokens` are proposals, not yet verified. They are
+  // computed with the token before them in one chunk, never enter the prefix cache, and are dropped
+  // wherever the sequence cannot take them whole (the step's token budget, no blocks, preemption).
+  int64_t num_draft_tokens = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_verified_tokens() const { return num_tokens() - num_draft_tokens; }
+  void drop_drafts() {
+    tokens.resize(static_cast<size_t>(num_verified_tokens()));
+    num_draft_tokens = 0;
+  }
   bool outgrew_short_rope() const { return !long_rope && long_rope_after >= 0 && num_tokens() > long_rope_after; }
   std::string prefix_cache_key() const;
   // The forward step that completes num_tokens() yields the logits for the next token.
@@ -49,6 +58,7 @@ struct ScheduledChunk {
   int64_t start = 0;
   int64_t num_tokens = 0;
   bool completes_sequence = false;  // the chunk reaches num_tokens(): its logits give the next token
+  int64_t num_draft_tokens = 0;     // its last ones are drafts: every position's logits are wanted
 };
 
 struct SchedulerOutput {
@@ -81,7 +91,7 @@ class Scheduler {
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
 
   uint64_t num_preemptions() const { return num_preemptions_; }
-  uint64_t num_rope_restarts() const { return num_rope_restarts_; }  // sequences recomputed for LongRoPE
+  uint64_t num_rope_restarts() const { return num_rope_restarts_; }      // sequences recomputed for LongRoPE
   uint64_t prefix_query_tokens() const { return prefix_query_tokens_; }  // tokens looked up at admission
   uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }      // of those, served by the cache
 

@@ -79,6 +79,10 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   counter(out, "kvserve_preemptions_total", "Requests preempted for lack of KV blocks.", s.preemptions);
   counter(out, "kvserve_rope_restarts_total",
           "Sequences recomputed with LongRoPE's long factors past the original context.", s.rope_restarts);
+  counter(out, "kvserve_spec_decode_draft_tokens_total", "Speculative decoding: draft tokens proposed and verified.",
+          s.draft_tokens);
+  counter(out, "kvserve_spec_decode_accepted_tokens_total", "Speculative decoding: draft tokens taken.",
+          s.accepted_draft_tokens);
   gauge(out, "kvserve_requests_running", "Requests being computed.", s.running);
   gauge(out, "kvserve_requests_waiting", "Requests queued for admission.", s.waiting);
   counter(out, "kvserve_prompt_tokens_total", "Prompt tokens computed or served from cache.", s.prompt_tokens);
