@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/draft_pacing.h"
 #include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
 #include "engine/sampler.h"
@@ -47,14 +48,8 @@ struct Choice {
   StopChecker stops;
   int completion_tokens = 0;
   bool finished = false;
-  // Speculative decoding, as the Generator: the fraction of drafts taken (smoothed), and steps left without
-  // drafting after it fell under kMinTakenFraction.
-  double taken_fraction = 1.0;
-  int pause = 0;
+  DraftPacing pacing;  // speculative decoding
 };
-
-constexpr double kMinTakenFraction = 0.3;
-constexpr int kPauseSteps = 16;
 
 struct ActiveRequest {
   EngineRequest req;
@@ -352,11 +347,7 @@ void Engine::Impl::verify_drafts(const ScheduledChunk& c, float* rows) {
   }
   if (rejected) --taken;  // the last token emitted was the correction
   if (!rejected) emit_token(a, index, choice.sampler.sample(rows + k * static_cast<int64_t>(n_vocab), n_vocab));
-  choice.taken_fraction = 0.5 * choice.taken_fraction + 0.5 * static_cast<double>(taken) / static_cast<double>(k);
-  if (choice.taken_fraction < kMinTakenFraction) {
-    choice.pause = kPauseSteps;
-    choice.taken_fraction = 1.0;
-  }
+  choice.pacing.record(taken, k);
   if (choice.finished) return;
   s = scheduler->find(seq);
   kv->truncate(seq, base + taken);
@@ -376,10 +367,7 @@ void Engine::Impl::propose_drafts(const SchedulerOutput& out) {
     SequenceState* s = scheduler->find(c.seq);
     if (choice.finished || s == nullptr || s->num_draft_tokens > 0 || s->num_tokens() - s->num_computed_tokens != 1)
       continue;
-    if (choice.pause > 0) {
-      --choice.pause;
-      continue;
-    }
+    if (!choice.pacing.may_draft()) continue;
     int64_t room = std::min<int64_t>(
         {opts.speculative_tokens, a.req.params.max_tokens - choice.completion_tokens, max_model_len - s->num_tokens()});
     if (s->long_rope_after >= 0 && !s->long_rope) room = std::min(room, s->long_rope_after - s->num_tokens());

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "engine/draft_pacing.h"
 #include "engine/ngram_proposer.h"
 #include "engine/stop_checker.h"
 #include "model/stream_decoder.h"
@@ -181,13 +182,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
            n_prompt + static_cast<int64_t>(r.generated_ids.size()) < ctx;
   };
   const NgramProposer proposer(opts_.ngram);
-  // The fraction of drafts taken, smoothed over speculative steps. A step of 1 + k positions costs more
-  // than a plain one (SmolLM2 Q4_1 on 2 cores: 5 positions ~2.3x one), so where few drafts are taken (text
-  // that does not repeat) drafting pauses for a while, then tries again.
-  constexpr double kMinTakenFraction = 0.3;
-  constexpr int kPauseSteps = 16;
-  double taken_fraction = 1.0;
-  int pause = 0;
+  DraftPacing pacing;
   size_t last_taken = 0;
   // Speculative step: the token just emitted and the drafts in one forward (every position's logits), each
   // draft the sampler takes emitted, then the cache cut back to what was taken. Returns the next token (the
@@ -245,9 +240,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     int64_t room = std::min<int64_t>(params.max_tokens - static_cast<int64_t>(r.generated_ids.size()),
                                      ctx - static_cast<int64_t>(tokens.size()));
     if (long_after >= 0 && !long_rope) room = std::min<int64_t>(room, long_after - static_cast<int64_t>(tokens.size()));
-    if (pause > 0) --pause;
     std::vector<int32_t> drafts;
-    if (opts_.speculative_tokens > 0 && room > 0 && pause == 0) {
+    if (opts_.speculative_tokens > 0 && room > 0 && pacing.may_draft()) {
       const int k = static_cast<int>(std::min<int64_t>(opts_.speculative_tokens, room));
       if (draft_) {
         draft_->propose(tokens, k, draft_sampler, drafts, draft_q);
@@ -261,11 +255,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
       continue;
     }
     id = verify_drafts(drafts, draft_ ? draft_q.data() : nullptr);
-    taken_fraction = 0.5 * taken_fraction + 0.5 * static_cast<double>(last_taken) / static_cast<double>(drafts.size());
-    if (taken_fraction < kMinTakenFraction) {
-      pause = kPauseSteps;
-      taken_fraction = 1.0;
-    }
+    pacing.record(static_cast<int64_t>(last_taken), static_cast<int64_t>(drafts.size()));
   }
   if (!stops.stopped()) {
     std::string rest = stops.push(decoder.flush());
