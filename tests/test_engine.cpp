@@ -278,37 +278,47 @@ TEST(Engine, MoeModelInBatchesMatchesGeneratorTokenForToken) {
 // LongRoPE on auto across the original context (256): sequences that grow past it are recomputed with the
 // long factors (rope_restarts), one whose prompt is past it starts with them, and every request gets the
 // Generator's tokens (which follow one pass over the sequence, test_long_rope.cpp) under chunked, batched
-// steps. A second round hits the prefix cache with both factor sets' blocks.
+// steps. A second round hits the prefix cache with both factor sets' blocks. Again with speculative
+// decoding: drafts never carry a sequence across the original context on the short factors, and a restart
+// drops the drafts it has.
 TEST(Engine, LongRopeSequencesOutgrowingTheOriginalContextAreRecomputedAndMatchTheGenerator) {
   auto phi = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3-longrope.gguf");
-  EngineOptions o = small_options();
-  o.model_id = "tiny-phi3-longrope";
-  o.kv_cache_memory = 16.0 * 1024 * 1024;
   SamplingParams params;
   params.max_tokens = 20;
   params.ignore_eos = true;
   std::mt19937 rng(11);
   std::vector<std::vector<int32_t>> prompts;
   for (int len : {200, 240, 250, 256, 270}) prompts.push_back(random_prompt(rng, len));
-  Engine engine(*phi, o);
-  Collector col;
-  for (int round = 0; round < 2; ++round) {
-    for (size_t i = 0; i < prompts.size(); ++i)
-      engine.add_request(col.request(fmt::format("r{}-{}", round, i), prompts[i], params));
-    expect_all_blocks_free_or_cached(engine);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const GenerationResult want = alone(prompts[i], params, *phi);
-      const ChoiceResult got = col.get(fmt::format("r{}-{}", round, i));
-      EXPECT_EQ(got.ids, want.generated_ids) << "round " << round << " request " << i;
-      EXPECT_EQ(want.rope_restarts, i == 1 || i == 2 || i == 3 ? 1 : 0) << i;
-      if (round == 1) {
-        EXPECT_GT(got.cached_tokens, 0) << i;
+  std::vector<GenerationResult> want;
+  for (const auto& p : prompts) want.push_back(alone(p, params, *phi));
+  for (int spec : {0, 4}) {
+    EngineOptions o = small_options();
+    o.model_id = "tiny-phi3-longrope";
+    o.kv_cache_memory = 16.0 * 1024 * 1024;
+    o.speculative_tokens = spec;
+    o.ngram = {.max_n = 2, .min_n = 1};
+    Engine engine(*phi, o);
+    Collector col;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < prompts.size(); ++i)
+        engine.add_request(col.request(fmt::format("r{}-{}", round, i), prompts[i], params));
+      expect_all_blocks_free_or_cached(engine);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const ChoiceResult got = col.get(fmt::format("r{}-{}", round, i));
+        EXPECT_EQ(got.ids, want[i].generated_ids) << "spec " << spec << " round " << round << " request " << i;
+        EXPECT_EQ(want[i].rope_restarts, i == 1 || i == 2 || i == 3 ? 1 : 0) << i;
+        if (round == 1) {
+          EXPECT_GT(got.cached_tokens, 0) << i;
+        }
       }
     }
+    // 240 + 20, 250 + 20 and 256 + 20 tokens cross 256 in each round; 200 + 20 never does; 270 starts long.
+    EXPECT_EQ(engine.stats().rope_restarts, 6u) << spec;
+    EXPECT_EQ(engine.stats().preemptions, 0u) << spec;
+    if (spec > 0) {
+      EXPECT_GT(engine.stats().draft_tokens, 0u);
+    }
   }
-  // 240 + 20, 250 + 20 and 256 + 20 tokens cross 256 in each round; 200 + 20 never does; 270 starts long.
-  EXPECT_EQ(engine.stats().rope_restarts, 6u);
-  EXPECT_EQ(engine.stats().preemptions, 0u);
 }
 
 // Quantized KV caches (int8, int4, fp8; tiny-gqa, head size 64) under chunked prefill, mixed steps,
