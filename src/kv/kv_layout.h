@@ -3,8 +3,8 @@
 // how many blocks a memory budget buys. Figures follow the usual formulas exactly:
 //   MHA / GQA / MQA: 2 * n_kv_heads * head_dim * bytes(dtype) per token per layer (K and V)
 //   MLA:            (kv_lora_rank + rope_dim) * bytes(dtype)  (only the latent c_kv and k_rope)
-// Quantized dtypes (fp8, int8: 1 byte; int4: half a byte) count payload only: their per-token/per-head
-// scales are excluded here, since their granularity is not fixed yet.
+// Quantized dtypes (fp8, int8: 1 byte; int4: half a byte) count the values only, the textbook figures;
+// what kvserve stores, int8's and int4's f16 scales per 32 values included, is stored_bytes_*.
 #include <cstdint>
 #include <string_view>
 #include <vector>
