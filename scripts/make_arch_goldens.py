@@ -345,6 +345,97 @@ def tiny_mixtral(gguf, path, seed):
     finish(w)
 
 
+def tiny_deepseek2(gguf, path, seed, variant):
+    """DeepSeek-V2 / V3 (llama.cpp's deepseek2): multi-head latent attention and a mixture of experts with a
+    shared expert after one dense layer. Per token, kv_a projects to a latent of kv_lora_rank (RMS-normed
+    by attn_kv_a_norm) and a rope key of n_rot shared by every head; q comes from attn_q or, with a
+    q_lora_rank, attn_q_a -> attn_q_a_norm -> attn_q_b, each head nope + rope wide. Interleaved RoPE.
+
+    variant "mla": the converter's current layout, attn_k_b ([head][kv_lora_rank][nope], the key
+      up-projection transposed for absorption) and attn_v_b, key/value_length of the latent cache and
+      key/value_length_mla of the heads; softmax routing, weights not renormalized, times 2.
+    variant "kvb": older files, one attn_kv_b (per head nope key rows then v value rows), the heads'
+      own key/value_length, no q_lora_rank (DeepSeek-V2-Lite's q); softmax routing, no scale.
+    variant "v3": DeepSeek-V3's router: sigmoid scores plus a selection bias (exp_probs_b), the top 2 of
+      4 expert groups (each scored by its best two), weights renormalized, times 2.5."""
+    r = Draws(seed)
+    E, L, H, F = 64, 3, 4, 96
+    nope, rope, v_dim, kv_rank = 16, 8, 16, 24
+    q_rank = 0 if variant == "kvb" else 32
+    n_expert, n_used, F_exp = (12, 3, 32) if variant == "v3" else (4, 2, 32)
+    w = gguf.GGUFWriter(str(path), "deepseek2")
+    w.add_name(path.stem)
+    w.add_context_length(512)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    if variant == "kvb":
+        w.add_head_count_kv(H)
+        w.add_key_length(nope + rope)
+        w.add_value_length(v_dim)
+    else:
+        w.add_head_count_kv(1)
+        w.add_key_length(kv_rank + rope)
+        w.add_value_length(kv_rank)
+        w.add_key_length_mla(nope + rope)
+        w.add_value_length_mla(v_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(rope)
+    w.add_leading_dense_block_count(1)
+    w.add_q_lora_rank(q_rank)
+    w.add_kv_lora_rank(kv_rank)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(F_exp)
+    w.add_expert_shared_count(1)
+    if variant == "mla":
+        w.add_expert_weights_scale(2.0)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
+    elif variant == "v3":
+        w.add_expert_weights_scale(2.5)
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_expert_group_count(4)
+        w.add_expert_group_used_count(2)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        if q_rank:
+            w.add_tensor(p + "attn_q_a.weight", r.mat(q_rank, E))
+            w.add_tensor(p + "attn_q_a_norm.weight", r.norm(q_rank, 0.1))
+            w.add_tensor(p + "attn_q_b.weight", r.mat(H * (nope + rope), q_rank, 2.0))
+        else:
+            w.add_tensor(p + "attn_q.weight", r.mat(H * (nope + rope), E, 2.0))
+        w.add_tensor(p + "attn_kv_a_mqa.weight", r.mat(kv_rank + rope, E, 2.0))
+        w.add_tensor(p + "attn_kv_a_norm.weight", r.norm(kv_rank, 0.1))
+        kv_b = r.mat(H * (nope + v_dim), kv_rank, 2.0).reshape(H, nope + v_dim, kv_rank)
+        if variant == "kvb":
+            w.add_tensor(p + "attn_kv_b.weight", kv_b.reshape(H * (nope + v_dim), kv_rank))
+        else:
+            w.add_tensor(p + "attn_k_b.weight", np.ascontiguousarray(kv_b[:, :nope, :].transpose(0, 2, 1)))
+            w.add_tensor(p + "attn_v_b.weight", np.ascontiguousarray(kv_b[:, nope:, :]))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * v_dim))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        if i == 0:
+            w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
+            w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+            w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+            continue
+        add_moe_ffn(w, r, p, E, n_expert, F_exp)
+        if variant == "v3":
+            w.add_tensor(p + "exp_probs_b.bias", (0.5 * r.rng.standard_normal(n_expert)).astype(np.float32))
+        w.add_tensor(p + "ffn_gate_shexp.weight", r.mat(F_exp, E))
+        w.add_tensor(p + "ffn_up_shexp.weight", r.mat(F_exp, E))
+        w.add_tensor(p + "ffn_down_shexp.weight", r.mat(E, F_exp))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 MODELS = {
     "tiny-qwen3": (tiny_qwen3, 3001),
     "tiny-gemma3": (tiny_gemma3, 3002),
@@ -358,6 +449,9 @@ MODELS = {
     "tiny-granite": (tiny_granite, 3010),
     "tiny-qwen3moe": (tiny_qwen3moe, 3011),
     "tiny-mixtral": (tiny_mixtral, 3012),
+    "tiny-deepseek2": (lambda g, p, s: tiny_deepseek2(g, p, s, "mla"), 3013),
+    "tiny-deepseek2-kvb": (lambda g, p, s: tiny_deepseek2(g, p, s, "kvb"), 3014),
+    "tiny-deepseek3": (lambda g, p, s: tiny_deepseek2(g, p, s, "v3"), 3015),
 }
 
 

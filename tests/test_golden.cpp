@@ -232,7 +232,10 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"tiny-smollm3", 1e-4f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-granite", 1e-4f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-qwen3moe", 1e-4f, 1.0f, kArchGoldens},
-                      GgufCase{"tiny-mixtral", 1e-4f, 1.0f, kArchGoldens}),
+                      GgufCase{"tiny-mixtral", 1e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-deepseek2", 1e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-deepseek2-kvb", 1e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-deepseek3", 1e-4f, 1.0f, kArchGoldens}),
     [](const auto& info) {
       std::string n = info.param.stem;
       std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');

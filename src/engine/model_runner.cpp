@@ -48,6 +48,21 @@ void ModelRunner::ensure_scratch(int64_t n) {
   grow_to(gate_, n * c.n_ff);
   grow_to(up_, n * c.n_ff);
   grow_to(tmp_, n * std::max(c.n_embd, c.n_heads * c.head_dim));
+  if (c.mla()) {
+    // q_ and attn_ hold each head's latent-space row (kv_lora_rank + n_rot); the raw projections have their own.
+    const int64_t R = c.kv_row_dim();
+    grow_to(q_, n * c.n_heads * R);
+    grow_to(attn_, n * c.n_heads * R);
+    grow_to(mla_q_, n * c.n_heads * c.head_dim);
+    grow_to(mla_qa_, n * std::max(c.q_lora_rank, 1));
+    grow_to(mla_kv_, n * R);
+    grow_to(mla_v_, n * c.n_heads * c.head_dim_v);
+    grow_to(tmp_, n * std::max<int64_t>(c.n_embd, c.n_heads * c.head_dim_v));
+  }
+  if (c.n_expert_shared > 0) {
+    grow_to(gate_, n * c.n_ff_exp * c.n_expert_shared);
+    grow_to(up_, n * c.n_ff_exp * c.n_expert_shared);
+  }
 }
 
 namespace {
@@ -154,6 +169,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
 
   const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;
   const int64_t QD = H * D, KD = KVH * D;
+  const int64_t RD = c.kv_row_dim();  // values per cached row (D, or MLA's latent + rope key)
 
   // Embeddings.
   {
@@ -181,7 +197,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         rope.angles(pos, rope_cos_sin_.data() + t * n_rot);
         if (has_swa) rope_swa.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
         for (int g = 0; g < n_groups; ++g)
-          kv_offset_[g * n_tokens + t] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
+          kv_offset_[g * n_tokens + t] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * RD;
       }
     }
   }
@@ -195,6 +211,14 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     const Rope& rope = swa ? rope_swa_ : rope_;
     const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
     const bool rotates = c.uses_rope(il);
+    void* kl = kv.k_layers[il];
+    void* vl = kv.v_layers[il];
+    const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+    if (c.mla()) {
+      mla_attention(L, batch, n_tokens, cos_sin, kv_offset, kv, il, group);
+      moe_or_dense_ffn(L, il, n_tokens);
+      continue;
+    }
     const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
     project_normalized(qkv, static_cast<const float*>(L.attn_norm.data), n_tokens);
     add_bias(q_.data(), L.bq, n_tokens, QD);
@@ -202,9 +226,6 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     add_bias(v_.data(), L.bv, n_tokens, KD);
 
     // Per-head q/k norms (Qwen3) and RoPE, then K/V into their cache slots.
-    void* kl = kv.k_layers[il];
-    void* vl = kv.v_layers[il];
-    const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
     const KVRotation rot = kv_rotation(kv_type, static_cast<int>(D));
     // Tokens are independent here (distinct cache slots), so prefill spreads them over the pool.
     pool_.parallel_for(
@@ -272,36 +293,47 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       matmul_add(L.wo, attn_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
     }
 
-    if (c.moe()) {
-      moe_ffn(L, n_tokens);
-      continue;
-    }
-    // Feed-forward (SwiGLU, or GeGLU).
-    const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
-    project_normalized(gate_up, static_cast<const float*>(L.ffn_norm.data), n_tokens);
-    // Elementwise (results do not depend on the split), token by token so that each thread converts the
-    // rows it just wrote for the down projection.
-    const int64_t F = c.n_ff;
-    step_acts_.prepare(L.w_down.type, gate_.data(), F, n_tokens);
-    pool_.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        ffn_activation(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
-        step_acts_.convert_token(t);
-      }
-    });
-    if (c.post_norms) {
-      const MatmulOutput down[] = {{&L.w_down, tmp_.data()}};
-      matmul_converted(down, step_acts_, pool_);
-      add_post_normed(x_.data(), tmp_.data(), L.ffn_post_norm, n_tokens, E, c.rms_eps);
-    } else if (c.residual_scale != 0.0f) {
-      const MatmulOutput down[] = {{&L.w_down, tmp_.data()}};
-      matmul_converted(down, step_acts_, pool_);
-      add_scaled(x_.data(), tmp_.data(), c.residual_scale, n_tokens * E);
-    } else {
-      matmul_add_converted(L.w_down, step_acts_, x_.data(), tmp_.data(), pool_);
-    }
+    moe_or_dense_ffn(L, il, n_tokens);
   }
+  return output_logits(batch, logits);
+}
 
+void ModelRunner::moe_or_dense_ffn(const LayerWeights& L, int il, int64_t n_tokens) {
+  const ModelConfig& c = model_.config;
+  const int64_t E = c.n_embd;
+  if (c.moe_layer(il)) {
+    moe_ffn(L, n_tokens);
+    return;
+  }
+  // Feed-forward (SwiGLU, or GeGLU).
+  const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+  project_normalized(gate_up, static_cast<const float*>(L.ffn_norm.data), n_tokens);
+  // Elementwise (results do not depend on the split), token by token so that each thread converts the
+  // rows it just wrote for the down projection.
+  const int64_t F = c.n_ff;
+  step_acts_.prepare(L.w_down.type, gate_.data(), F, n_tokens);
+  pool_.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      ffn_activation(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
+      step_acts_.convert_token(t);
+    }
+  });
+  if (c.post_norms) {
+    const MatmulOutput down[] = {{&L.w_down, tmp_.data()}};
+    matmul_converted(down, step_acts_, pool_);
+    add_post_normed(x_.data(), tmp_.data(), L.ffn_post_norm, n_tokens, E, c.rms_eps);
+  } else if (c.residual_scale != 0.0f) {
+    const MatmulOutput down[] = {{&L.w_down, tmp_.data()}};
+    matmul_converted(down, step_acts_, pool_);
+    add_scaled(x_.data(), tmp_.data(), c.residual_scale, n_tokens * E);
+  } else {
+    matmul_add_converted(L.w_down, step_acts_, x_.data(), tmp_.data(), pool_);
+  }
+}
+
+int ModelRunner::output_logits(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config;
+  const int64_t E = c.n_embd;
   // Output head only for the rows that need logits.
   int n_out = 0;
   {

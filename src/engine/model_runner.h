@@ -74,6 +74,14 @@ class ModelRunner {
   // weighted sum of its experts' SwiGLU outputs (xn_ = rmsnorm(x_, ffn_norm) first).
   void route_tokens(const LayerWeights& L, int64_t n_tokens);
   void moe_ffn(const LayerWeights& L, int64_t n_tokens);
+  // x_ += the FFN of layer il: its experts (and shared experts), or the dense SwiGLU / GeGLU.
+  void moe_or_dense_ffn(const LayerWeights& L, int il, int64_t n_tokens);
+  // x_ += MLA attention of layer il (mla_attention.cpp): latent rows into the cache, attention in the
+  // latent space with absorbed queries, values up-projected per head, the output projection.
+  void mla_attention(const LayerWeights& L, std::span<const BatchSequence> batch, int64_t n_tokens,
+                     const float* cos_sin, const int64_t* kv_offset, const KVCacheView& kv, int il, int group);
+  // The final norm and output head over the rows that want logits; returns how many.
+  int output_logits(std::span<const BatchSequence> batch, std::vector<float>& logits);
   // Granite's logit divisor, then Gemma's final logit soft-capping (no-op for other models).
   void finish_logits(float* logits, int64_t n) const;
   // Token id's embedding row (times Gemma's scale) into out[n_embd].
@@ -100,6 +108,11 @@ class ModelRunner {
   // (token, rank)'s expert output, and one expert's gathered rows and their projections.
   std::vector<float> moe_logits_, moe_weight_, moe_out_, moe_in_, moe_gate_, moe_up_, moe_down_;
   std::vector<int32_t> moe_choice_;
+  std::vector<float> moe_select_;  // the router's selection scores of one token (with bias, groups masked)
+  std::vector<float> moe_shared_;  // the shared experts' output [token][n_embd]
+  // MLA: q's projection [token][head][head_dim], its low-rank stage, the latent + rope key rows, the values
+  // [token][head][head_dim_v], one head's gathered rows and their projection.
+  std::vector<float> mla_q_, mla_qa_, mla_kv_, mla_v_, mla_head_in_, mla_head_out_;
 
   // The single-token region's state: each thread's own copies of what the per-op path computes once on
   // the calling thread, and the attention partitions' partials.

@@ -1,5 +1,6 @@
 // The mixture-of-experts feed-forward of a forward step (ModelRunner::moe_ffn), as llama.cpp's build_moe_ffn
-// computes it for Qwen3-MoE and Mixtral: router logits, softmax over every expert, the n_expert_used most
+// computes it for Qwen3-MoE, Mixtral and DeepSeek: router logits, softmax over every expert (DeepSeek-V3:
+// sigmoid, a selection bias, groups; see ModelConfig), the n_expert_used most
 // probable, their probabilities renormalized to sum 1 (unless the model says not: HF's norm_topk_prob);
 // each chosen expert's SwiGLU on the token; the
 // experts' outputs times their weights, added in rank order; the sum onto the residual stream.
@@ -13,6 +14,37 @@
 
 namespace kvserve {
 
+namespace {
+// DeepSeek-V3's group-limited routing, as llama.cpp: the experts in n_groups equal groups, each group scored
+// by the sum of its two best selection scores, every expert outside the n_used best groups set to -inf.
+void mask_expert_groups(float* sel, int64_t n_exp, int64_t n_groups, int64_t n_used) {
+  const int64_t per = n_exp / n_groups;
+  std::vector<float> score(static_cast<size_t>(n_groups));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+      if (sel[e] > best) {
+        second = best;
+        best = sel[e];
+      } else if (sel[e] > second) {
+        second = sel[e];
+      }
+    }
+    score[static_cast<size_t>(g)] = per > 1 ? best + second : best;
+  }
+  std::vector<int64_t> groups(static_cast<size_t>(n_groups));
+  std::iota(groups.begin(), groups.end(), 0);
+  std::partial_sort(groups.begin(), groups.begin() + n_used, groups.end(), [&](int64_t a, int64_t b) {
+    return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)] ||
+           (score[static_cast<size_t>(a)] == score[static_cast<size_t>(b)] && a < b);
+  });
+  std::vector<bool> keep(static_cast<size_t>(n_groups), false);
+  for (int64_t i = 0; i < n_used; ++i) keep[static_cast<size_t>(groups[static_cast<size_t>(i)])] = true;
+  for (int64_t e = 0; e < n_exp; ++e)
+    if (!keep[static_cast<size_t>(e / per)]) sel[e] = -INFINITY;
+}
+}  // namespace
+
 void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
   const ModelConfig& c = model_.config;
   const int64_t n_exp = c.n_expert, k = c.n_expert_used;
@@ -21,27 +53,42 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
   moe_choice_.resize(static_cast<size_t>(n_tokens * k));
   moe_weight_.resize(static_cast<size_t>(n_tokens * k));
   std::vector<int32_t> order(static_cast<size_t>(n_exp));
+  moe_select_.resize(static_cast<size_t>(n_exp));
+  const bool biased = L.exp_probs_b.valid();
+  const auto* bias = static_cast<const float*>(L.exp_probs_b.data);
+  const int64_t n_groups = c.n_expert_groups > 1 ? c.n_expert_groups : 0;
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* p = moe_logits_.data() + t * n_exp;
-    // Softmax as ggml_soft_max: exp(x - max) in float, summed in double, times 1 / sum in float.
-    const float mx = *std::max_element(p, p + n_exp);
-    double sum = 0;
-    for (int64_t e = 0; e < n_exp; ++e) sum += (p[e] = std::exp(p[e] - mx));
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t e = 0; e < n_exp; ++e) p[e] *= inv;
-    // The k most probable, in descending order (ties: the lower index first).
+    if (c.expert_gating == ModelConfig::ExpertGating::Sigmoid) {
+      for (int64_t e = 0; e < n_exp; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+    } else {
+      // Softmax as ggml_soft_max: exp(x - max) in float, summed in double, times 1 / sum in float.
+      const float mx = *std::max_element(p, p + n_exp);
+      double sum = 0;
+      for (int64_t e = 0; e < n_exp; ++e) sum += (p[e] = std::exp(p[e] - mx));
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t e = 0; e < n_exp; ++e) p[e] *= inv;
+    }
+    // Experts are chosen by their scores plus the selection bias (DeepSeek-V3); their weights are the scores.
+    float* sel = moe_select_.data();
+    for (int64_t e = 0; e < n_exp; ++e) sel[e] = biased ? p[e] + bias[e] : p[e];
+    if (n_groups > 0) mask_expert_groups(sel, n_exp, n_groups, c.n_group_used);
+    // The k best, in descending order (ties: the lower index first).
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+                      [&](int32_t a, int32_t b) { return sel[a] > sel[b] || (sel[a] == sel[b] && a < b); });
     float wsum = 0;
     for (int64_t j = 0; j < k; ++j) wsum += p[order[static_cast<size_t>(j)]];
     // As llama.cpp: the sum clamped to f16's smallest normal, then each weight divided by it (or, without
-    // renormalization, the probabilities themselves).
+    // renormalization, the probabilities themselves); then DeepSeek's scale.
     wsum = c.expert_weights_norm ? std::max(wsum, 6.103515625e-5f) : 1.0f;
+    const float scale = c.expert_weights_scale;
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = order[static_cast<size_t>(j)];
       moe_choice_[static_cast<size_t>(t * k + j)] = e;
-      moe_weight_[static_cast<size_t>(t * k + j)] = p[e] / wsum;
+      float w = c.expert_weights_norm ? p[e] / wsum : p[e];
+      if (scale != 0.0f && scale != 1.0f) w *= scale;
+      moe_weight_[static_cast<size_t>(t * k + j)] = w;
     }
   }
 }
@@ -75,7 +122,19 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(moe_down_.data() + i * E, E, moe_out_.data() + slots[static_cast<size_t>(i)] * E);
   }
-  // Per token: (w_0 * out_0) + (w_1 * out_1) + ..., each product rounded, summed in rank order, then onto x.
+  // DeepSeek's shared experts: one SwiGLU on every token, its output added to the routed ones' sum.
+  const bool shared = c.n_expert_shared > 0;
+  if (shared) {
+    const int64_t FS = int64_t{c.n_ff_exp} * c.n_expert_shared;
+    grow_to(moe_shared_, n_tokens * E);
+    const MatmulOutput gate_up[] = {{&L.ffn_gate_shexp, gate_.data()}, {&L.ffn_up_shexp, up_.data()}};
+    matmul_shared_input(gate_up, xn_.data(), n_tokens, pool_);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      ffn_activation(gate_.data() + t * FS, up_.data() + t * FS, gate_.data() + t * FS, FS);
+    matmul(L.ffn_down_shexp, gate_.data(), n_tokens, moe_shared_.data(), pool_);
+  }
+  // Per token: (w_0 * out_0) + (w_1 * out_1) + ..., each product rounded, summed in rank order, plus the shared
+  // experts' output, then onto x.
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* x = x_.data() + t * E;
     float* acc = tmp_.data();
@@ -84,6 +143,8 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
       const float* o = moe_out_.data() + (t * k + j) * E;
       for (int64_t d = 0; d < E; ++d) acc[d] = j == 0 ? o[d] * w : acc[d] + o[d] * w;
     }
+    if (shared)
+      for (int64_t d = 0; d < E; ++d) acc[d] += moe_shared_[static_cast<size_t>(t * E + d)];
     for (int64_t d = 0; d < E; ++d) x[d] = acc[d] + x[d];
   }
 }

@@ -62,17 +62,19 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   if (!(opts.kv_cache_memory > 0)) fail("{}: kv cache memory must be positive, got {}", who, opts.kv_cache_memory);
   if (opts.max_model_len <= 0) fail("{}: context length must be positive, got {}", who, opts.max_model_len);
 
-  KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, opts.kv_dtype, opts.block_size);
+  // MLA caches one latent row per token and layer (no V: attention reads the row's first kv_lora_rank values).
+  KVLayout layout = c.mla() ? KVLayout::mla(c.n_layers, c.kv_lora_rank, c.n_rot, opts.kv_dtype, opts.block_size)
+                            : KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, opts.kv_dtype, opts.block_size);
   if (!opts.layer_dtypes.empty()) {
     if (static_cast<int>(opts.layer_dtypes.size()) != c.n_layers)
       fail("{}: {} per-layer KV dtypes given for a model of {} layers", who, opts.layer_dtypes.size(), c.n_layers);
     layout.layer_dtypes = opts.layer_dtypes;
   }
   for (const KVCacheDType t : layout.layer_dtypes) {
-    if (kv_dtype_has_scales(t) && c.head_dim % kKVScaleGroup != 0)
-      fail("{}: an {} KV cache keeps each head's row in blocks of {} values, and this model's head size is {}; "
+    if (kv_dtype_has_scales(t) && c.kv_row_dim() % kKVScaleGroup != 0)
+      fail("{}: an {} KV cache keeps each cached row in blocks of {} values, and this model's head size is {}; "
            "use f16, bf16 or fp8",
-           who, kv_dtype_name(t), kKVScaleGroup, c.head_dim);
+           who, kv_dtype_name(t), kKVScaleGroup, c.kv_row_dim());
   }
   const bool uniform = std::all_of(layout.layer_dtypes.begin(), layout.layer_dtypes.end(),
                                    [&](KVCacheDType t) { return t == layout.layer_dtypes.front(); });

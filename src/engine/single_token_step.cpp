@@ -45,7 +45,8 @@ bool ModelRunner::single_token_region_applies() const {
 }
 
 bool ModelRunner::region_weights_ok() const {
-  if (model_.config.moe()) return false;  // the region has no expert routing: MoE steps take the per-op path
+  // The region has neither expert routing nor latent attention: MoE and MLA steps take the per-op path.
+  if (model_.config.moe() || model_.config.mla()) return false;
   for (const LayerWeights& L : model_.layers) {
     const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
     const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "kernels/cpu/matmul.h"
 #include "model/gguf.h"
 #include "model/loaders.h"
 #include "model/tokenizer.h"
@@ -36,6 +37,7 @@ constexpr ArchTraits kArchTable[] = {
     {"gemma3", RopeStyle::NeoX, false, true},
     {"smollm3", RopeStyle::Interleaved, false, false},
     {"granite", RopeStyle::Interleaved, false, false},
+    {"deepseek2", RopeStyle::Interleaved, false, false},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -239,17 +241,69 @@ void read_experts(const GGUFFile& f, ModelConfig& c) {
     if (a == "qwen3moe") fail("{}: a qwen3moe file needs {}.expert_count", f.name(), a);
     return;
   }
-  if (a != "qwen3moe" && a != "llama")
-    fail("{}: experts ({}.expert_count = {}) are supported for qwen3moe and llama (Mixtral) files, not {}", f.name(),
-         a, *n, a);
+  if (a != "qwen3moe" && a != "llama" && a != "deepseek2")
+    fail("{}: experts ({}.expert_count = {}) are supported for qwen3moe, deepseek2 and llama (Mixtral) files, not {}",
+         f.name(), a, *n, a);
   c.n_expert = positive_int(f, a + ".expert_count", *n);
   c.n_expert_used = positive_int(f, a + ".expert_used_count", f.find_u32(a + ".expert_used_count").value_or(0));
   if (c.n_expert_used > c.n_expert)
     fail("{}: expert_used_count {} exceeds expert_count {}", f.name(), c.n_expert_used, c.n_expert);
+  if (a == "deepseek2") {
+    c.n_ff_exp = positive_int(f, a + ".expert_feed_forward_length", f.get_u32(a + ".expert_feed_forward_length"));
+    return;
+  }
   c.n_ff_exp = a == "qwen3moe" ? positive_int(f, a + ".expert_feed_forward_length",
                                               f.find_u32(a + ".expert_feed_forward_length")
                                                   .value_or(static_cast<uint32_t>(c.n_ff / c.n_expert_used)))
                                : c.n_ff;
+}
+
+// DeepSeek-V2 / V3 (llama.cpp's llama_model_deepseek2). Attention is MLA: the latent's rank, q's optional
+// low rank, the heads' key and value sizes (key/value_length_mla in current files, whose key/value_length
+// describe the latent cache; key/value_length themselves in older ones with one attn_kv_b), the rope key's
+// n_rot. The MoE keys as llama.cpp reads them: leading dense layers, shared experts, the router's gating
+// (1 softmax, 2 sigmoid; absent: softmax), groups, weight scale, renormalization (absent: off).
+void read_deepseek2(const GGUFFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  const auto u32 = [&](const std::string& key, uint32_t fallback) { return f.find_u32(a + "." + key).value_or(fallback); };
+  c.kv_lora_rank = positive_int(f, a + ".attention.kv_lora_rank", f.get_u32(a + ".attention.kv_lora_rank"));
+  const uint32_t q_rank = u32("attention.q_lora_rank", 0);
+  c.q_lora_rank = q_rank == 0 ? 0 : positive_int(f, a + ".attention.q_lora_rank", q_rank);
+  const bool split = f.find_u32(a + ".attention.key_length_mla").has_value();
+  const std::string k_key = split ? "attention.key_length_mla" : "attention.key_length";
+  const std::string v_key = split ? "attention.value_length_mla" : "attention.value_length";
+  c.head_dim = positive_int(f, a + "." + k_key, f.get_u32(a + "." + k_key));
+  c.head_dim_v = positive_int(f, a + "." + v_key, f.get_u32(a + "." + v_key));
+  c.n_rot = positive_int(f, a + ".rope.dimension_count", f.get_u32(a + ".rope.dimension_count"));
+  if (c.n_rot % 2 != 0 || c.n_rot >= c.head_dim)
+    fail("{}: rope.dimension_count {} must be even and below the key head size {}", f.name(), c.n_rot, c.head_dim);
+  c.n_kv_heads = 1;  // one latent row per token, whatever an older file's head_count_kv says
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.n_layer_dense_lead = static_cast<int>(u32("leading_dense_block_count", 0));
+  if (c.n_layer_dense_lead > c.n_layers)
+    fail("{}: leading_dense_block_count {} exceeds block_count {}", f.name(), c.n_layer_dense_lead, c.n_layers);
+  c.n_expert_shared = static_cast<int>(u32("expert_shared_count", 0));
+  if (c.n_expert_shared > 64) fail("{}: expert_shared_count {} is out of range", f.name(), c.n_expert_shared);
+  c.expert_weights_scale = f.find_f32(a + ".expert_weights_scale").value_or(0.0f);
+  if (!(c.expert_weights_scale >= 0) || !std::isfinite(c.expert_weights_scale))
+    fail("{}: expert_weights_scale {} must be a non-negative number", f.name(), c.expert_weights_scale);
+  c.expert_weights_norm = f.find_bool(a + ".expert_weights_norm").value_or(false);
+  switch (u32("expert_gating_func", 0)) {
+    case 0:
+    case 1: c.expert_gating = ModelConfig::ExpertGating::Softmax; break;
+    case 2: c.expert_gating = ModelConfig::ExpertGating::Sigmoid; break;
+    default: fail("{}: expert_gating_func {} is not supported (1 softmax, 2 sigmoid)", f.name(), u32("expert_gating_func", 0));
+  }
+  c.n_expert_groups = static_cast<int>(u32("expert_group_count", 0));
+  c.n_group_used = static_cast<int>(u32("expert_group_used_count", 0));
+  if (c.n_expert_groups > 1) {
+    if (c.n_expert % c.n_expert_groups != 0 || c.n_group_used <= 0 || c.n_group_used >= c.n_expert_groups ||
+        c.n_expert_used > c.n_group_used * (c.n_expert / c.n_expert_groups))
+      fail("{}: {} experts in {} groups, {} groups used, {} experts used: inconsistent", f.name(), c.n_expert,
+           c.n_expert_groups, c.n_group_used, c.n_expert_used);
+  }
+  if (f.find_str(a + ".rope.scaling.type").value_or("none") == "yarn")
+    fail("{}: YaRN rope scaling (DeepSeek-V2's long-context extension) is not supported yet", f.name());
 }
 
 ModelConfig read_config(const GGUFFile& f) {
@@ -269,7 +323,9 @@ ModelConfig read_config(const GGUFFile& f) {
   c.rope_base = f.find_f32(a + ".rope.freq_base").value_or(10000.0f);
   if (c.n_heads % c.n_kv_heads != 0)
     fail("{}: head_count {} is not a multiple of head_count_kv {}", f.name(), c.n_heads, c.n_kv_heads);
-  if (auto kl = f.find_u32(a + ".attention.key_length")) {
+  if (c.arch == "deepseek2") {
+    // read_deepseek2 sets the heads' sizes below.
+  } else if (auto kl = f.find_u32(a + ".attention.key_length")) {
     c.head_dim = positive_int(f, a + ".attention.key_length", *kl);
     if (auto vl = f.find_u32(a + ".attention.value_length"); vl && *vl != *kl)
       fail("{}: attention.value_length {} differs from key_length {}; not supported", f.name(), *vl, *kl);
@@ -278,8 +334,13 @@ ModelConfig read_config(const GGUFFile& f) {
       fail("{}: embedding_length {} is not a multiple of head_count {}", f.name(), c.n_embd, c.n_heads);
     c.head_dim = c.n_embd / c.n_heads;
   }
-  c.n_rot = positive_int(f, a + ".rope.dimension_count",
-                         f.find_u32(a + ".rope.dimension_count").value_or(static_cast<uint32_t>(c.head_dim)));
+  if (c.arch == "deepseek2") {
+    read_experts(f, c);
+    read_deepseek2(f, c);
+  } else {
+    c.n_rot = positive_int(f, a + ".rope.dimension_count",
+                           f.find_u32(a + ".rope.dimension_count").value_or(static_cast<uint32_t>(c.head_dim)));
+  }
   // Partial RoPE (Phi-4-mini: 96 of 128): the first n_rot dimensions of each head rotate, the rest pass.
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
     fail("{}: rope.dimension_count {} must be even and at most head_dim {}", f.name(), c.n_rot, c.head_dim);
@@ -293,7 +354,7 @@ ModelConfig read_config(const GGUFFile& f) {
   // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
   if (c.arch == "phi3") read_longrope(f, c);
   if (c.arch == "granite") read_granite(f, c);
-  read_experts(f, c);
+  if (c.arch != "deepseek2") read_experts(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")
     for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
@@ -335,6 +396,61 @@ void load_experts(const GGUFFile& f, const std::string& p, const ModelConfig& c,
   L.gate_exps = expert_views(f, p + "ffn_gate_exps.weight", c, c.n_embd, c.n_ff_exp);
   L.up_exps = expert_views(f, p + "ffn_up_exps.weight", c, c.n_embd, c.n_ff_exp);
   L.down_exps = expert_views(f, p + "ffn_down_exps.weight", c, c.n_ff_exp, c.n_embd);
+}
+
+// A stacked per-head tensor ([n_heads][rows][cols], ggml's ne {cols, rows, n_heads}) as one view per head.
+std::vector<Tensor> head_views(const GGUFFile& f, const std::string& name, int n_heads, int64_t cols, int64_t rows) {
+  const Tensor t = make_tensor(f, name);
+  if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != n_heads)
+    fail("{}: tensor '{}' has shape [{}, {}, {}], expected [{}, {}, {}] (cols, rows, heads)", f.name(), name, t.ne[0],
+         t.ne[1], t.ne[2], cols, rows, n_heads);
+  std::vector<Tensor> views;
+  for (int h = 0; h < n_heads; ++h) views.push_back(row_range(t, h * rows, rows, name + "[" + std::to_string(h) + "]"));
+  return views;
+}
+
+// DeepSeek-V2's attention of one layer (MLA). An older file's attn_kv_b (per head: nope key rows, then
+// head_dim_v value rows, each kv_lora_rank wide) becomes what current files hold: the value rows as they
+// are, the key rows transposed into an F32 copy (kept in `owned`), which q's nope part multiplies.
+void load_mla_attention(const GGUFFile& f, const std::string& p, const ModelConfig& c, LayerWeights& L,
+                        std::vector<std::shared_ptr<const void>>& owned) {
+  if (c.q_lora_rank > 0) {
+    L.wq_a = make_tensor(f, p + "attn_q_a.weight");
+    L.q_a_norm = make_tensor(f, p + "attn_q_a_norm.weight");
+    L.wq_b = make_tensor(f, p + "attn_q_b.weight");
+  } else {
+    L.wq = make_tensor(f, p + "attn_q.weight");
+  }
+  L.wkv_a = make_tensor(f, p + "attn_kv_a_mqa.weight");
+  L.kv_a_norm = make_tensor(f, p + "attn_kv_a_norm.weight");
+  L.wo = make_tensor(f, p + "attn_output.weight");
+  const int64_t nope = c.qk_nope_dim(), r = c.kv_lora_rank, vd = c.head_dim_v;
+  if (f.find_tensor(p + "attn_k_b.weight") != nullptr) {
+    L.wk_b = head_views(f, p + "attn_k_b.weight", c.n_heads, nope, r);
+    L.wv_b = head_views(f, p + "attn_v_b.weight", c.n_heads, r, vd);
+    return;
+  }
+  const Tensor kv_b = make_tensor(f, p + "attn_kv_b.weight");
+  if (kv_b.n_dims != 2 || kv_b.ne[0] != r || kv_b.ne[1] != c.n_heads * (nope + vd))
+    fail("{}: tensor '{}attn_kv_b.weight' has shape [{}, {}], expected [{}, {}] (kv_lora_rank, heads x (nope + v))",
+         f.name(), p, kv_b.ne[0], kv_b.ne[1], r, c.n_heads * (nope + vd));
+  auto k_b = std::shared_ptr<float[]>(new float[static_cast<size_t>(c.n_heads * r * nope)]);
+  std::vector<float> row(static_cast<size_t>(r));
+  for (int h = 0; h < c.n_heads; ++h) {
+    for (int64_t j = 0; j < nope; ++j) {
+      dequantize_row(kv_b.type, kv_b.row(h * (nope + vd) + j), row.data(), r);
+      for (int64_t i = 0; i < r; ++i) k_b[static_cast<size_t>((h * r + i) * nope + j)] = row[static_cast<size_t>(i)];
+    }
+    L.wv_b.push_back(row_range(kv_b, h * (nope + vd) + nope, vd, p + "attn_v_b.weight[" + std::to_string(h) + "]"));
+    Tensor t;
+    t.name = p + "attn_k_b.weight[" + std::to_string(h) + "]";
+    t.type = DType::F32;
+    t.ne = {nope, r, 1, 1};
+    t.n_dims = 2;
+    t.data = k_b.get() + h * r * nope;
+    L.wk_b.push_back(t);
+  }
+  owned.push_back(std::move(k_b));
 }
 
 constexpr std::string_view kEndOfTurnTexts[] = {
@@ -505,6 +621,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     c.tied_output = true;
     m->output = m->tok_embd;
   }
+  if (c.mla() && c.n_expert == 0 && c.n_layer_dense_lead < c.n_layers)
+    fail("{}: {} of {} layers are MoE layers (leading_dense_block_count {}) but the file has no expert_count",
+         f.name(), c.n_layers - c.n_layer_dense_lead, c.n_layers, c.n_layer_dense_lead);
   // Each layer has at least 6 tensors (Phi-3 fuses q/k/v and gate/up); checking first keeps an absurd
   // block_count from allocating.
   if (static_cast<size_t>(c.n_layers) > f.tensors().size() / 6)
@@ -515,6 +634,25 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
     L.attn_norm = make_tensor(f, p + "attn_norm.weight");
+    L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
+    if (c.mla()) {
+      load_mla_attention(f, p, c, L, m->storage);
+      if (c.moe_layer(l)) {
+        load_experts(f, p, c, L);
+        L.exp_probs_b = make_tensor(f, p + "exp_probs_b.bias", false);
+        if (c.n_expert_shared > 0) {
+          L.ffn_gate_shexp = make_tensor(f, p + "ffn_gate_shexp.weight");
+          L.ffn_up_shexp = make_tensor(f, p + "ffn_up_shexp.weight");
+          L.ffn_down_shexp = make_tensor(f, p + "ffn_down_shexp.weight");
+        }
+      } else {
+        L.w_gate = make_tensor(f, p + "ffn_gate.weight");
+        L.w_up = make_tensor(f, p + "ffn_up.weight");
+        L.w_down = make_tensor(f, p + "ffn_down.weight");
+      }
+      if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
+      continue;
+    }
     const int64_t q_rows = int64_t{c.n_heads} * c.head_dim, kv_rows = int64_t{c.n_kv_heads} * c.head_dim;
     if (const Tensor qkv = make_tensor(f, p + "attn_qkv.weight", false); qkv.valid()) {
       // Phi-3 fuses q, k and v into one projection (rows in that order).
@@ -541,7 +679,6 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       L.attn_post_norm = make_tensor(f, p + "post_attention_norm.weight");
       L.ffn_post_norm = make_tensor(f, p + "post_ffw_norm.weight");
     }
-    L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
     if (c.moe()) {
       load_experts(f, p, c, L);
     } else if (c.arch == "phi3") {

@@ -78,6 +78,64 @@ struct ShapeCheck {
 
 }  // namespace
 
+namespace {
+void check_ffn(const ShapeCheck& s, const ModelConfig& c, const LayerWeights& L, const std::string& p, int l,
+               const std::string& path) {
+  if (c.moe_layer(l)) {
+    if (c.n_expert_used <= 0 || c.n_expert_used > c.n_expert || c.n_ff_exp <= 0)
+      fail("{}: invalid experts ({} of {} used, width {})", path, c.n_expert_used, c.n_expert, c.n_ff_exp);
+    s.check(L.ffn_gate_inp, p + "ffn_gate_inp.weight", {c.n_embd, c.n_expert}, false);
+    if (static_cast<int>(L.gate_exps.size()) != c.n_expert || static_cast<int>(L.up_exps.size()) != c.n_expert ||
+        static_cast<int>(L.down_exps.size()) != c.n_expert)
+      fail("{}: layer {} has {} / {} / {} experts' gate / up / down, the config says {}", path, l,
+           L.gate_exps.size(), L.up_exps.size(), L.down_exps.size(), c.n_expert);
+    for (int e = 0; e < c.n_expert; ++e) {
+      const size_t i = static_cast<size_t>(e);
+      s.check(L.gate_exps[i], L.gate_exps[i].name, {c.n_embd, c.n_ff_exp}, false);
+      s.check(L.up_exps[i], L.up_exps[i].name, {c.n_embd, c.n_ff_exp}, false);
+      s.check(L.down_exps[i], L.down_exps[i].name, {c.n_ff_exp, c.n_embd}, false);
+    }
+    if (L.exp_probs_b.valid()) s.check(L.exp_probs_b, p + "exp_probs_b.bias", {c.n_expert}, true);
+    if (c.n_expert_shared > 0) {
+      const int64_t w = int64_t{c.n_ff_exp} * c.n_expert_shared;
+      s.check(L.ffn_gate_shexp, p + "ffn_gate_shexp.weight", {c.n_embd, w}, false);
+      s.check(L.ffn_up_shexp, p + "ffn_up_shexp.weight", {c.n_embd, w}, false);
+      s.check(L.ffn_down_shexp, p + "ffn_down_shexp.weight", {w, c.n_embd}, false);
+    }
+    return;
+  }
+  s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, false);
+  s.check(L.w_up, p + "ffn_up.weight", {c.n_embd, c.n_ff}, false);
+  s.check(L.w_down, p + "ffn_down.weight", {c.n_ff, c.n_embd}, false);
+}
+
+void check_mla_layer(const ShapeCheck& s, const ModelConfig& c, const LayerWeights& L, const std::string& p,
+                     const std::string& path) {
+  if (c.head_dim_v <= 0 || c.n_rot >= c.head_dim || c.n_kv_heads != 1)
+    fail("{}: invalid MLA shape (key head {}, value head {}, rope {}, kv heads {})", path, c.head_dim, c.head_dim_v,
+         c.n_rot, c.n_kv_heads);
+  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim, r = c.kv_lora_rank;
+  if (c.q_lora_rank > 0) {
+    s.check(L.wq_a, p + "attn_q_a.weight", {c.n_embd, c.q_lora_rank}, false);
+    s.check(L.q_a_norm, p + "attn_q_a_norm.weight", {c.q_lora_rank}, true);
+    s.check(L.wq_b, p + "attn_q_b.weight", {c.q_lora_rank, q_dim}, false);
+  } else {
+    s.check(L.wq, p + "attn_q.weight", {c.n_embd, q_dim}, false);
+  }
+  s.check(L.wkv_a, p + "attn_kv_a_mqa.weight", {c.n_embd, r + c.n_rot}, false);
+  s.check(L.kv_a_norm, p + "attn_kv_a_norm.weight", {r}, true);
+  if (static_cast<int>(L.wk_b.size()) != c.n_heads || static_cast<int>(L.wv_b.size()) != c.n_heads)
+    fail("{}: layer {}attn_k_b / attn_v_b hold {} / {} heads, the config says {}", path, p, L.wk_b.size(),
+         L.wv_b.size(), c.n_heads);
+  for (int h = 0; h < c.n_heads; ++h) {
+    s.check(L.wk_b[static_cast<size_t>(h)], L.wk_b[static_cast<size_t>(h)].name, {c.qk_nope_dim(), r}, false);
+    s.check(L.wv_b[static_cast<size_t>(h)], L.wv_b[static_cast<size_t>(h)].name, {r, c.head_dim_v}, false);
+  }
+  s.check(L.wo, p + "attn_output.weight", {int64_t{c.n_heads} * c.head_dim_v, c.n_embd}, false);
+  s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
+}
+}  // namespace
+
 void validate_model(const Model& m) {
   const ModelConfig& c = m.config;
   if (c.n_embd <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_ff <= 0 ||
@@ -103,6 +161,11 @@ void validate_model(const Model& m) {
     const LayerWeights& L = m.layers[static_cast<size_t>(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
     s.check(L.attn_norm, p + "attn_norm.weight", {c.n_embd}, true);
+    if (c.mla()) {
+      check_mla_layer(s, c, L, p, m.path);
+      check_ffn(s, c, L, p, l, m.path);
+      continue;
+    }
     s.check(L.wq, p + "attn_q.weight", {c.n_embd, q_dim}, false);
     s.check(L.wk, p + "attn_k.weight", {c.n_embd, kv_dim}, false);
     s.check(L.wv, p + "attn_v.weight", {c.n_embd, kv_dim}, false);
@@ -121,25 +184,7 @@ void validate_model(const Model& m) {
       s.check(L.ffn_post_norm, p + "post_ffw_norm.weight", {c.n_embd}, true);
     }
     s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
-    if (c.moe()) {
-      if (c.n_expert_used <= 0 || c.n_expert_used > c.n_expert || c.n_ff_exp <= 0)
-        fail("{}: invalid experts ({} of {} used, width {})", m.path, c.n_expert_used, c.n_expert, c.n_ff_exp);
-      s.check(L.ffn_gate_inp, p + "ffn_gate_inp.weight", {c.n_embd, c.n_expert}, false);
-      if (static_cast<int>(L.gate_exps.size()) != c.n_expert || static_cast<int>(L.up_exps.size()) != c.n_expert ||
-          static_cast<int>(L.down_exps.size()) != c.n_expert)
-        fail("{}: layer {} has {} / {} / {} experts' gate / up / down, the config says {}", m.path, l,
-             L.gate_exps.size(), L.up_exps.size(), L.down_exps.size(), c.n_expert);
-      for (int e = 0; e < c.n_expert; ++e) {
-        const size_t i = static_cast<size_t>(e);
-        s.check(L.gate_exps[i], L.gate_exps[i].name, {c.n_embd, c.n_ff_exp}, false);
-        s.check(L.up_exps[i], L.up_exps[i].name, {c.n_embd, c.n_ff_exp}, false);
-        s.check(L.down_exps[i], L.down_exps[i].name, {c.n_ff_exp, c.n_embd}, false);
-      }
-      continue;
-    }
-    s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, false);
-    s.check(L.w_up, p + "ffn_up.weight", {c.n_embd, c.n_ff}, false);
-    s.check(L.w_down, p + "ffn_down.weight", {c.n_ff, c.n_embd}, false);
+    check_ffn(s, c, L, p, l, m.path);
   }
 }
 
@@ -150,8 +195,12 @@ size_t Model::weight_bytes() const {
   size_t total = bytes(output_norm) + bytes(output) + (tok_embd.valid() ? tok_embd.row_size() : 0);
   for (const LayerWeights& L : layers) {
     for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
-                            &L.attn_post_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_post_norm})
+                            &L.attn_post_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_post_norm,
+                            &L.wq_a, &L.q_a_norm, &L.wq_b, &L.wkv_a, &L.kv_a_norm, &L.exp_probs_b,
+                            &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp})
       total += bytes(*t);
+    for (const auto* v : {&L.wk_b, &L.wv_b})
+      for (const Tensor& t : *v) total += bytes(t);
     // MoE: the router, and the experts a token runs (n_expert_used of n_expert, on average).
     total += bytes(L.ffn_gate_inp);
     size_t experts = 0;

@@ -25,6 +25,13 @@ struct LayerWeights {
   // file's stacked [n_expert][rows][cols] tensors.
   Tensor ffn_gate_inp;
   std::vector<Tensor> gate_exps, up_exps, down_exps;
+  Tensor exp_probs_b;                                   // DeepSeek-V3: the router's selection bias
+  Tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // DeepSeek: the shared experts' SwiGLU
+  // MLA (ModelConfig::mla()): q directly (wq) or through wq_a, q_a_norm, wq_b; wkv_a to the latent and the
+  // rope key, kv_a_norm on the latent; per head, wk_b [kv_lora_rank rows x nope] (the key up-projection,
+  // transposed: it absorbs q's nope part into the latent space) and wv_b [head_dim_v rows x kv_lora_rank].
+  Tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm;
+  std::vector<Tensor> wk_b, wv_b;
 };
 
 struct Model {

@@ -47,11 +47,36 @@ struct ModelConfig {
   int n_expert_used = 0;
   int n_ff_exp = 0;
   bool expert_weights_norm = true;  // the chosen experts' weights renormalized (HF Qwen3-MoE: norm_topk_prob)
+  // DeepSeek-V2/V3's router (llama.cpp's build_moe_ffn): sigmoid scores instead of softmax (the selection
+  // biased by the layer's exp_probs_b, the weights not), experts chosen only from the n_group_used best of
+  // n_expert_groups groups (each scored by the sum of its best two), the weights times expert_weights_scale
+  // (0: none). The first n_layer_dense_lead layers have a dense FFN of n_ff; every MoE layer adds
+  // n_expert_shared always-on experts (one SwiGLU n_expert_shared * n_ff_exp wide).
+  enum class ExpertGating { Softmax, Sigmoid } expert_gating = ExpertGating::Softmax;
+  float expert_weights_scale = 0.0f;
+  int n_expert_groups = 0;
+  int n_group_used = 0;
+  int n_layer_dense_lead = 0;
+  int n_expert_shared = 0;
   bool moe() const { return n_expert > 0; }
+  bool moe_layer(int l) const { return n_expert > 0 && l >= n_layer_dense_lead; }
+  // DeepSeek-V2 multi-head latent attention (kv_lora_rank > 0). Each head's key is head_dim = nope + n_rot
+  // wide (qk_nope_head_dim + qk_rope_head_dim), its value head_dim_v; n_kv_heads is 1. The cache keeps,
+  // per token and layer, only the RMS-normed latent (kv_lora_rank) and the rotated rope key (n_rot), one
+  // row of kv_lora_rank + n_rot: attention runs in the latent space with the key up-projection absorbed
+  // into q (as llama.cpp and vLLM's MLA decode), the row as key and its first kv_lora_rank values as value.
+  // q_lora_rank > 0: q through a low-rank projection (attn_q_a, its norm, attn_q_b).
+  int kv_lora_rank = 0;
+  int q_lora_rank = 0;
+  int head_dim_v = 0;
+  bool mla() const { return kv_lora_rank > 0; }
+  int qk_nope_dim() const { return head_dim - n_rot; }
+  // Values per cached row: a KV head's K (or V) row, or MLA's latent + rope key.
+  int kv_row_dim() const { return mla() ? kv_lora_rank + n_rot : head_dim; }
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
-  int n_rot = 0;  // rotated dims per head (== head_dim for every supported model)
+  int n_rot = 0;  // rotated dims per head: the first n_rot (Phi-4-mini: 96 of 128), MLA's last n_rot
   RopeStyle rope_style = RopeStyle::Interleaved;
   RopeScaling rope_scaling;
   bool tied_output = false;  // output projection is token_embd

@@ -1,0 +1,126 @@
+// DeepSeek-V2's multi-head latent attention in a forward step (ModelRunner::mla_attention), as llama.cpp's
+// deepseek2 graph computes it with the absorption of its MLA path (and vLLM's MLA decode):
+//
+//   q      = wq x, or wq_b rmsnorm(wq_a x)               per head: [q_nope (head_dim - n_rot) | q_pe (n_rot)]
+//   kv     = wkv_a x                                     [c (kv_lora_rank) | k_pe (n_rot)], one per token
+//   row    = [rmsnorm(c, kv_a_norm) | rope(k_pe)]        the only thing cached: kv_lora_rank + n_rot values
+//   q_lat  = [wk_b[h] q_nope | rope(q_pe)]               per head, in the row's space
+//   o_lat  = softmax(q_lat . row_j * scale) row_j         over the sequence's rows, per head
+//   o      = wv_b[h] o_lat[:kv_lora_rank]                per head, head_dim_v values
+//   x     += wo o
+//
+// q_lat . row_j equals the decompressed q . k_j (k_j's nope part is wk_b[h]^T c_j), so the cache holds one
+// row of kv_lora_rank + n_rot values per token and layer, the textbook MLA figure, and attention is the
+// paged kernel's MQA with that row as key and as value: the value's last n_rot outputs (the weighted rope
+// keys) are computed and dropped, 11% of the value work at DeepSeek-V2's sizes for no second kernel.
+#include <algorithm>
+#include <cmath>
+
+#include "core/grow_only.h"
+#include "engine/kv_row_store.h"
+#include "engine/model_runner.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/ops.h"
+
+namespace kvserve {
+
+namespace {
+constexpr int64_t kMlaGrainTokens = 8;  // as the other per-token stages: fewer are not worth the pool
+}  // namespace
+
+void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequence> batch, int64_t n_tokens,
+                                const float* cos_sin, const int64_t* kv_offset, const KVCacheView& kv, int il,
+                                int group) {
+  const ModelConfig& c = model_.config;
+  const int64_t H = c.n_heads, D = c.head_dim, nope = c.qk_nope_dim(), n_rot = c.n_rot;
+  const int64_t r = c.kv_lora_rank, R = c.kv_row_dim(), V = c.head_dim_v;
+  const auto* attn_norm = static_cast<const float*>(L.attn_norm.data);
+
+  // Projections of the normed input: q (or its low-rank stage) and the latent with the rope key.
+  if (c.q_lora_rank > 0) {
+    const MatmulOutput first[] = {{&L.wq_a, mla_qa_.data()}, {&L.wkv_a, mla_kv_.data()}};
+    project_normalized(first, attn_norm, n_tokens);
+    const int64_t QR = c.q_lora_rank;
+    for (int64_t t = 0; t < n_tokens; ++t)
+      rmsnorm(mla_qa_.data() + t * QR, static_cast<const float*>(L.q_a_norm.data), mla_qa_.data() + t * QR,
+              static_cast<int>(QR), c.rms_eps);
+    matmul(L.wq_b, mla_qa_.data(), n_tokens, mla_q_.data(), pool_);
+  } else {
+    const MatmulOutput first[] = {{&L.wq, mla_q_.data()}, {&L.wkv_a, mla_kv_.data()}};
+    project_normalized(first, attn_norm, n_tokens);
+  }
+
+  void* cache = kv.k_layers[il];
+  const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+  // Quantized rows are stored under a Hadamard rotation (kv_elem.h); the row is key and value at once, so
+  // q and the output turn with the key's block.
+  const int rot_block = kv_rotation(kv_type, static_cast<int>(R)).k_block;
+
+  // Per token: the cached row (normed latent, rotated rope key) and each head's rotated q_pe behind its
+  // latent part.
+  pool_.parallel_for(
+      n_tokens,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          float* row = mla_kv_.data() + t * R;
+          rmsnorm(row, static_cast<const float*>(L.kv_a_norm.data), row, static_cast<int>(r), c.rms_eps);
+          rope_.rotate(row + r, 1, cos_sin + t * n_rot);
+          if (rot_block > 0) hadamard_rotate(row, R, rot_block);
+          store_kv_row(kv_type, row, R, cache, kv_offset[t]);
+          for (int64_t h = 0; h < H; ++h) {
+            float* q_pe = mla_q_.data() + (t * H + h) * D + nope;
+            rope_.rotate(q_pe, 1, cos_sin + t * n_rot);
+            std::copy_n(q_pe, n_rot, q_.data() + (t * H + h) * R + r);
+          }
+        }
+      },
+      kMlaGrainTokens);
+
+  // Absorption: each head's q_nope through its key up-projection, into the latent part of its q row.
+  grow_to(mla_head_in_, n_tokens * std::max(nope, r));
+  grow_to(mla_head_out_, n_tokens * std::max(r, V));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t t = 0; t < n_tokens; ++t)
+      std::copy_n(mla_q_.data() + (t * H + h) * D, nope, mla_head_in_.data() + t * nope);
+    matmul(L.wk_b[static_cast<size_t>(h)], mla_head_in_.data(), n_tokens, mla_head_out_.data(), pool_);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      std::copy_n(mla_head_out_.data() + t * r, r, q_.data() + (t * H + h) * R);
+  }
+  if (rot_block > 0) hadamard_rotate(q_.data(), n_tokens * H * R, rot_block);
+
+  // Attention: every head against the sequence's rows, one "KV head" whose row is key and value.
+  attn_args_.clear();
+  int64_t t0 = 0;
+  for (const auto& s : batch) {
+    PagedAttentionArgs& a = attn_args_.emplace_back();
+    a.q = q_.data() + t0 * H * R;
+    a.out = attn_.data() + t0 * H * R;
+    a.n_tokens = static_cast<int>(s.tokens.size());
+    a.n_heads = static_cast<int>(H);
+    a.n_kv_heads = 1;
+    a.head_dim = static_cast<int>(R);
+    a.block_table = s.table(group).data();
+    a.block_size = kv.block_size;
+    a.pos0 = s.pos0;
+    a.k_cache = cache;
+    a.v_cache = cache;
+    a.kv_type = kv_type;
+    a.block_stride = kv.block_stride;
+    a.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+    t0 += static_cast<int64_t>(s.tokens.size());
+  }
+  paged_attention_batch(attn_args_, pool_);
+  if (rot_block > 0) hadamard_rotate(attn_.data(), n_tokens * H * R, rot_block);
+
+  // Values: each head's latent output through its value up-projection, then the output projection.
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t t = 0; t < n_tokens; ++t)
+      std::copy_n(attn_.data() + (t * H + h) * R, r, mla_head_in_.data() + t * r);
+    matmul(L.wv_b[static_cast<size_t>(h)], mla_head_in_.data(), n_tokens, mla_head_out_.data(), pool_);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      std::copy_n(mla_head_out_.data() + t * V, V, mla_v_.data() + (t * H + h) * V);
+  }
+  matmul_add(L.wo, mla_v_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
+}
+
+}  // namespace kvserve
