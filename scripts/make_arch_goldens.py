@@ -360,7 +360,8 @@ def tiny_deepseek2(gguf, path, seed, variant):
       4 expert groups (each scored by its best two), weights renormalized, times 2.5."""
     r = Draws(seed)
     E, L, H, F = 64, 3, 4, 96
-    nope, rope, v_dim, kv_rank = 16, 8, 16, 24
+    nope, rope, v_dim = 16, 8, 16
+    kv_rank = 56 if variant == "v3" else 24  # V3: rows of 64, which quantized caches store rotated
     q_rank = 0 if variant == "kvb" else 32
     n_expert, n_used, F_exp = (12, 3, 32) if variant == "v3" else (4, 2, 32)
     w = gguf.GGUFWriter(str(path), "deepseek2")

@@ -275,6 +275,35 @@ TEST(Engine, MoeModelInBatchesMatchesGeneratorTokenForToken) {
   run_batch_against_generator(o, false, *moe);
 }
 
+// DeepSeek's latent attention and routing in batched, chunked steps (each sequence's latent rows through its
+// block table, its absorbed queries against them), with and without a prefix cache hit: every request gets
+// the Generator's tokens. tiny-deepseek3 adds the sigmoid, biased, group-limited router.
+TEST(Engine, MlaModelsInBatchesMatchGeneratorTokenForToken) {
+  for (const char* stem : {"tiny-deepseek2", "tiny-deepseek3"}) {
+    auto ds = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf");
+    ASSERT_TRUE(ds->config.mla());
+    EngineOptions o = small_options();
+    o.model_id = stem;
+    run_batch_against_generator(o, false, *ds);
+
+    // Two requests sharing a 100-token prompt, one after the other: the second reuses the first's latent rows.
+    std::mt19937 rng(5);
+    const std::vector<int32_t> prompt = random_prompt(rng, 100);
+    SamplingParams params;
+    params.max_tokens = 12;
+    params.ignore_eos = true;
+    const GenerationResult want = alone(prompt, params, *ds);
+    Engine engine(*ds, o);
+    for (int round = 0; round < 2; ++round) {
+      Collector col;
+      engine.add_request(col.request(fmt::format("p{}", round), prompt, params));
+      expect_all_blocks_free_or_cached(engine);  // waits for the request
+      EXPECT_EQ(col.get(fmt::format("p{}", round)).ids, want.generated_ids) << stem << " round " << round;
+    }
+    EXPECT_GE(engine.stats().prefix_hits, 96u) << stem;
+  }
+}
+
 // LongRoPE on auto across the original context (256): sequences that grow past it are recomputed with the
 // long factors (rope_restarts), one whose prompt is past it starts with them, and every request gets the
 // Generator's tokens (which follow one pass over the sequence, test_long_rope.cpp) under chunked, batched

@@ -124,8 +124,11 @@ KVModelShape kv_shape_from_gguf(const GGUFFile& f) {
     s.kind = AttentionKind::MLA;
     s.kv_lora_rank = static_cast<int>(*rank);
     s.rope_dim = static_cast<int>(f.find_u32(a + ".rope.dimension_count").value_or(0));
-    // key_length is nope + rope on deepseek2; the MHA comparison uses the nope part.
-    s.head_dim = key_length ? static_cast<int>(*key_length) - s.rope_dim : 0;
+    // The heads' key is nope + rope wide (key_length_mla in current files, whose key_length is the latent
+    // row's; key_length in older ones); the MHA comparison uses the nope part.
+    const std::optional<uint32_t> head_key = f.find_u32(a + ".attention.key_length_mla");
+    const std::optional<uint32_t> k = head_key ? head_key : key_length;
+    s.head_dim = k ? static_cast<int>(*k) - s.rope_dim : 0;
   } else if (key_length) {
     s.head_dim = static_cast<int>(*key_length);
   } else {
