@@ -345,6 +345,36 @@ def tiny_mixtral(gguf, path, seed):
     finish(w)
 
 
+def add_yarn(gguf, w, factor, original_ctx, log_mul=None):
+    """YaRN rope scaling as the converters write it (DeepSeek's mscale_all_dim as 0.1 x it in yarn_log_mul)."""
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(factor)
+    w.add_rope_scaling_orig_ctx_len(original_ctx)
+    if log_mul is not None:
+        w.add_rope_scaling_yarn_log_mul(log_mul)
+
+
+def tiny_qwen3_yarn(gguf, path, seed):
+    """tiny-qwen3 with YaRN (factor 4 over an original context of 64, Qwen2.5/3's long-context setting):
+    per-pair blends of interpolated and original angles, cos and sin times 1 + 0.1 ln(factor)."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 32, 128
+    w = begin(gguf, path, "qwen3", shape, 10000.0)
+    add_yarn(gguf, w, 4.0, 64)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        add_qwen3_attention(w, r, p, shape)
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 def tiny_deepseek2(gguf, path, seed, variant):
     """DeepSeek-V2 / V3 (llama.cpp's deepseek2): multi-head latent attention and a mixture of experts with a
     shared expert after one dense layer. Per token, kv_a projects to a latent of kv_lora_rank (RMS-normed
@@ -357,7 +387,9 @@ def tiny_deepseek2(gguf, path, seed, variant):
     variant "kvb": older files, one attn_kv_b (per head nope key rows then v value rows), the heads'
       own key/value_length, no q_lora_rank (DeepSeek-V2-Lite's q); softmax routing, no scale.
     variant "v3": DeepSeek-V3's router: sigmoid scores plus a selection bias (exp_probs_b), the top 2 of
-      4 expert groups (each scored by its best two), weights renormalized, times 2.5."""
+      4 expert groups (each scored by its best two), weights renormalized, times 2.5.
+    variant "yarn": "mla" with DeepSeek-V2's YaRN (factor 40 over an original context of 64, mscale_all_dim
+      0.707: the attention scale times mscale^2, cos and sin unscaled)."""
     r = Draws(seed)
     E, L, H, F = 64, 3, 4, 96
     nope, rope, v_dim = 16, 8, 16
@@ -384,6 +416,8 @@ def tiny_deepseek2(gguf, path, seed, variant):
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
     w.add_rope_dimension_count(rope)
+    if variant == "yarn":
+        add_yarn(gguf, w, 40.0, 64, 0.1 * 0.707)
     w.add_leading_dense_block_count(1)
     w.add_q_lora_rank(q_rank)
     w.add_kv_lora_rank(kv_rank)
@@ -391,7 +425,7 @@ def tiny_deepseek2(gguf, path, seed, variant):
     w.add_expert_used_count(n_used)
     w.add_expert_feed_forward_length(F_exp)
     w.add_expert_shared_count(1)
-    if variant == "mla":
+    if variant in ("mla", "yarn"):
         w.add_expert_weights_scale(2.0)
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
     elif variant == "v3":
@@ -453,6 +487,8 @@ MODELS = {
     "tiny-deepseek2": (lambda g, p, s: tiny_deepseek2(g, p, s, "mla"), 3013),
     "tiny-deepseek2-kvb": (lambda g, p, s: tiny_deepseek2(g, p, s, "kvb"), 3014),
     "tiny-deepseek3": (lambda g, p, s: tiny_deepseek2(g, p, s, "v3"), 3015),
+    "tiny-deepseek2-yarn": (lambda g, p, s: tiny_deepseek2(g, p, s, "yarn"), 3016),
+    "tiny-qwen3-yarn": (tiny_qwen3_yarn, 3017),
 }
 
 

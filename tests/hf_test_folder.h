@@ -239,6 +239,10 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
                               {"short_factor", c.rope_scaling.short_factors}};
     config["original_max_position_embeddings"] = c.rope_scaling.original_context;
   }
+  if (c.rope_scaling.type == RopeScaling::Type::Yarn)
+    config["rope_scaling"] = {{"rope_type", "yarn"},
+                              {"factor", c.rope_scaling.factor},
+                              {"original_max_position_embeddings", c.rope_scaling.original_context}};
   if (gemma) {
     config["hidden_activation"] = "gelu_pytorch_tanh";
     config["query_pre_attn_scalar"] = c.head_dim;

@@ -235,7 +235,10 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"tiny-mixtral", 1e-4f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-deepseek2", 1e-4f, 1.0f, kArchGoldens},
                       GgufCase{"tiny-deepseek2-kvb", 1e-4f, 1.0f, kArchGoldens},
-                      GgufCase{"tiny-deepseek3", 1e-4f, 1.0f, kArchGoldens}),
+                      GgufCase{"tiny-deepseek3", 1e-4f, 1.0f, kArchGoldens},
+                      // mscale^2 (1.59) on the scores: float rounding reaches 1.1e-4 on logits near 9.
+                      GgufCase{"tiny-deepseek2-yarn", 2e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens}),
     [](const auto& info) {
       std::string n = info.param.stem;
       std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');

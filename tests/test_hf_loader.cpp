@@ -550,8 +550,22 @@ TEST_F(HfLoaderErrors, UnsupportedArchitectureIsNamed) {
 }
 
 TEST_F(HfLoaderErrors, UnsupportedRopeScalingIsNamed) {
-  edit_config([](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
-  expect_error([&] { load_model(tmp.path()); }, {"yarn"});
+  edit_config([](json& c) { c["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}}; });
+  expect_error([&] { load_model(tmp.path()); }, {"dynamic"});
+  edit_config([](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 0.5}}; });
+  expect_error([&] { load_model(tmp.path()); }, {"factor 0.5"});
+}
+
+// YaRN (Qwen2.5/3's long-context rope_scaling: factor, original_max_position_embeddings, transformers'
+// attention factor 0.1 ln factor + 1 by default): the GGUF file's configuration and llama.cpp's logits.
+TEST(HfLoader, YarnRopeScalingMatchesGgufAndLlamaCpp) {
+  const ArchHfCopy copy("tiny-qwen3-yarn");
+  const RopeScaling &a = copy.hf->config.rope_scaling, &b = copy.ref->config.rope_scaling;
+  EXPECT_EQ(a.type, RopeScaling::Type::Yarn);
+  EXPECT_EQ(a.factor, 4.0f);
+  EXPECT_EQ(a.original_context, b.original_context);
+  EXPECT_FLOAT_EQ(a.attn_factor, b.attn_factor);
+  expect_follows_arch_golden(*copy.hf, "tiny-qwen3-yarn", 1e-4f);
 }
 
 // A Gemma 3 folder whose config asks for what kvserve does not run, or lists its layers wrong.

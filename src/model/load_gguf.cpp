@@ -65,6 +65,37 @@ float llama3_freq_factor(const RopeScaling& s, float base, int n_rot, int i) {
   return static_cast<float>(1.0 / ((1 - smooth) / s.factor + smooth));
 }
 
+// YaRN, with the magnitude llama.cpp's context works out (llama_context: yarn_attn_factor, which ggml's
+// rope_yarn multiplies by 1 + 0.1 ln(factor) again): 1 + 0.1 ln(factor) on cos and sin for most models;
+// for DeepSeek-V2 (a yarn_log_multiplier, its mscale_all_dim, stored as 0.1 x it) mscale / mscale_all_dim with
+// mscale = mscale_all_dim, so 1, its attention scale taking the factor instead (read_deepseek2). Times
+// rope.scaling.attn_factor when the file has one. The original context: its key, or the training context.
+void read_yarn(const GGUFFile& f, const std::string& arch, ModelConfig& c) {
+  RopeScaling& s = c.rope_scaling;
+  s.type = RopeScaling::Type::Yarn;
+  if (!(s.factor >= 1) || !std::isfinite(s.factor))
+    fail("{}: yarn rope scaling factor {} must be at least 1", f.name(), s.factor);
+  const std::string p = arch + ".rope.scaling.";
+  s.original_context = f.find_u32(p + "original_context_length")
+                           ? positive_int(f, p + "original_context_length", *f.find_u32(p + "original_context_length"))
+                           : c.n_ctx_train;
+  const float factor = 1.0f / (1.0f / s.factor);  // as llama.cpp: 1 / freq_scale
+  const auto get_mscale = [](float scale, float mscale) {
+    return scale <= 1.0f ? 1.0f : 0.1f * mscale * std::log(scale) + 1.0f;
+  };
+  if (arch == "deepseek2") s.yarn_log_mul = f.find_f32(p + "yarn_log_multiplier").value_or(0.0f) / 0.1f;
+  if (!std::isfinite(s.yarn_log_mul)) fail("{}: rope.scaling.yarn_log_multiplier is not a number", f.name());
+  float attn = get_mscale(factor, 1.0f);
+  if (s.yarn_log_mul != 0.0f) {
+    const float mscale = s.yarn_log_mul != 1.0f ? s.yarn_log_mul : 1.0f;
+    attn = get_mscale(factor, mscale) / get_mscale(factor, s.yarn_log_mul);
+  }
+  attn *= 1.0f / (1.0f + 0.1f * std::log(factor));
+  attn *= f.find_f32(p + "attn_factor").value_or(1.0f);
+  if (!(attn > 0) || !std::isfinite(attn)) fail("{}: yarn attention factor {} must be positive", f.name(), attn);
+  s.attn_factor = attn;
+}
+
 void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& c) {
   const std::string p = arch + ".rope.scaling.";
   RopeScaling& s = c.rope_scaling;
@@ -78,6 +109,8 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
     s.type = RopeScaling::Type::Linear;
   } else if (type == "llama3") {
     s.type = RopeScaling::Type::Llama3;
+  } else if (type == "yarn") {
+    read_yarn(f, arch, c);
   } else if (type.empty() || type == "none") {
     // Older files give linear scaling as a bare scale.
     if (auto scale = f.find_f32(arch + ".rope.scale_linear"); scale && *scale != 1.0f) {
@@ -85,7 +118,7 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
       s.factor = *scale;
     }
   } else {
-    fail("{}: rope scaling type '{}' is not supported (supported: none, linear, llama3)", f.name(), type);
+    fail("{}: rope scaling type '{}' is not supported (supported: none, linear, llama3, yarn)", f.name(), type);
   }
   if (s.type == RopeScaling::Type::Linear && !(s.factor > 0))
     fail("{}: rope scaling factor {} must be positive", f.name(), s.factor);
@@ -278,7 +311,6 @@ void read_deepseek2(const GGUFFile& f, ModelConfig& c) {
   if (c.n_rot % 2 != 0 || c.n_rot >= c.head_dim)
     fail("{}: rope.dimension_count {} must be even and below the key head size {}", f.name(), c.n_rot, c.head_dim);
   c.n_kv_heads = 1;  // one latent row per token, whatever an older file's head_count_kv says
-  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.n_layer_dense_lead = static_cast<int>(u32("leading_dense_block_count", 0));
   if (c.n_layer_dense_lead > c.n_layers)
     fail("{}: leading_dense_block_count {} exceeds block_count {}", f.name(), c.n_layer_dense_lead, c.n_layers);
@@ -302,8 +334,19 @@ void read_deepseek2(const GGUFFile& f, ModelConfig& c) {
       fail("{}: {} experts in {} groups, {} groups used, {} experts used: inconsistent", f.name(), c.n_expert,
            c.n_expert_groups, c.n_group_used, c.n_expert_used);
   }
-  if (f.find_str(a + ".rope.scaling.type").value_or("none") == "yarn")
-    fail("{}: YaRN rope scaling (DeepSeek-V2's long-context extension) is not supported yet", f.name());
+}
+
+// DeepSeek-V2's attention scale, as llama.cpp's deepseek2 graph: 1/sqrt(head_dim) times mscale^2, where with
+// YaRN mscale = (attn_factor * (1 + 0.1 ln factor)) * (1 + 0.1 mscale_all_dim ln factor) (1 without).
+float deepseek2_attn_scale(const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  float mscale = 1.0f;
+  if (s.type == RopeScaling::Type::Yarn) {
+    const float log_scale = std::log(1.0f / (1.0f / s.factor));
+    const float attn_factor_org = s.attn_factor * (1.0f + 0.1f * log_scale);
+    mscale = attn_factor_org * (1.0f + 0.1f * s.yarn_log_mul * log_scale);
+  }
+  return 1.0f * mscale * mscale / std::sqrt(static_cast<float>(c.head_dim));
 }
 
 ModelConfig read_config(const GGUFFile& f) {
@@ -350,6 +393,7 @@ ModelConfig read_config(const GGUFFile& f) {
   c.qkv_bias = traits.qkv_bias;
   c.qk_norm = traits.qk_norm;
   read_rope_scaling(f, a, c);
+  if (c.arch == "deepseek2") c.attn_scale = deepseek2_attn_scale(c);
   if (c.arch.starts_with("gemma")) read_gemma(f, c);
   // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
   if (c.arch == "phi3") read_longrope(f, c);

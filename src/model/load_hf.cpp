@@ -146,8 +146,26 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
     const double attention = number("attention_factor", factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(original)));
     if (!(attention > 0)) fail("'{}': rope_scaling.attention_factor must be positive", path);
     s.attn_factor = static_cast<float>(attention);
+  } else if (type == "yarn") {
+    // As transformers' _compute_yarn_parameters: the ramp between beta_fast's and beta_slow's correction
+    // dimensions in the original context, cos and sin times attention_factor (0.1 ln factor + 1 unless
+    // given). Rope keeps ggml's form, whose attn_factor is that magnitude over 1 + 0.1 ln factor.
+    s.type = RopeScaling::Type::Yarn;
+    s.factor = static_cast<float>(number("factor", 1.0));
+    if (!(s.factor >= 1) || !std::isfinite(s.factor)) fail("'{}': rope_scaling.factor {} must be at least 1", path, s.factor);
+    const double original = number("original_max_position_embeddings", c.n_ctx_train);
+    if (!(original > 0) || original > (1 << 30)) fail("'{}': rope_scaling.original_max_position_embeddings out of range", path);
+    s.original_context = static_cast<int>(original);
+    s.yarn_beta_fast = static_cast<float>(number("beta_fast", 32.0));
+    s.yarn_beta_slow = static_cast<float>(number("beta_slow", 1.0));
+    if (!(s.yarn_beta_fast > s.yarn_beta_slow) || !(s.yarn_beta_slow > 0))
+      fail("'{}': rope_scaling beta_fast {} must exceed beta_slow {} > 0", path, s.yarn_beta_fast, s.yarn_beta_slow);
+    const double grow = 1.0 + 0.1 * std::log(static_cast<double>(s.factor));
+    const double magnitude = number("attention_factor", grow);
+    if (!(magnitude > 0)) fail("'{}': rope_scaling.attention_factor must be positive", path);
+    s.attn_factor = static_cast<float>(magnitude / grow);
   } else {
-    fail("'{}': rope_scaling type '{}' is not supported (supported: linear, llama3, longrope)", path, type);
+    fail("'{}': rope_scaling type '{}' is not supported (supported: linear, llama3, longrope, yarn)", path, type);
   }
 }
 

@@ -12,7 +12,7 @@ enum class RopeStyle {
 };
 
 struct RopeScaling {
-  enum class Type { None, Linear, Llama3, LongRope } type = Type::None;
+  enum class Type { None, Linear, Llama3, LongRope, Yarn } type = Type::None;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
@@ -22,6 +22,14 @@ struct RopeScaling {
   // engine/model_runner.h says how a sequence is judged); cos and sin times attn_factor either way.
   std::vector<float> long_factors, short_factors;
   float attn_factor = 1.0f;
+  // YaRN (DeepSeek-V2, Qwen2.5/3 long context), as ggml's rope_yarn: each pair's angle blends the
+  // interpolated (angle / factor) and the original one by a ramp over the pairs between the correction
+  // dimensions of beta_fast and beta_slow rotations in original_context; cos and sin times
+  // attn_factor * (1 + 0.1 ln factor), attn_factor being what llama.cpp passes as ggml's (the loader works
+  // it out: llama_context's yarn_attn_factor). yarn_log_mul: DeepSeek's mscale_all_dim (0: none).
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  float yarn_log_mul = 0.0f;
 };
 
 // The feed-forward's gate activation: out = act(gate) * up.

@@ -78,6 +78,19 @@ Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScali
       fail("rope: {} LongRoPE factors for {} rotated pairs", freq_div_.size(), half);
     mscale_ = scaling.attn_factor;
   }
+  if (scaling.type == RopeScaling::Type::Yarn) {
+    // As ggml_rope_yarn_corr_dims and rope_yarn, in float.
+    yarn_ = true;
+    yarn_freq_scale_ = 1.0f / scaling.factor;
+    const float orig = static_cast<float>(scaling.original_context);
+    const auto corr_dim = [&](float n_rotations) {
+      return static_cast<float>(n_rot_) * std::log(orig / (n_rotations * 2.0f * static_cast<float>(M_PI))) /
+             (2.0f * std::log(base));
+    };
+    yarn_low_ = std::max(0.0f, std::floor(corr_dim(scaling.yarn_beta_fast)));
+    yarn_high_ = std::min(static_cast<float>(n_rot_ - 1), std::ceil(corr_dim(scaling.yarn_beta_slow)));
+    mscale_ = scaling.attn_factor * (1.0f + 0.1f * std::log(1.0f / yarn_freq_scale_));
+  }
   // llama.cpp forms theta_i = pos * theta_scale^i by repeated float multiplication; doing the same keeps
   // our logits within float rounding of its goldens.
   theta_scale_ = std::pow(base, -2.0f / static_cast<float>(n_rot_));
@@ -108,6 +121,17 @@ void Rope::angles(int64_t pos, float* cos_sin) const {
   if (!freq_div_.empty()) {
     for (int i = 0; i < half; ++i, theta *= theta_scale_) {
       const float t = theta / freq_div_[i];
+      cos_sin[2 * i] = std::cos(t) * mscale_;
+      cos_sin[2 * i + 1] = std::sin(t) * mscale_;
+    }
+    return;
+  }
+  if (yarn_) {
+    for (int i = 0; i < half; ++i, theta *= theta_scale_) {
+      const float interp = yarn_freq_scale_ * theta;
+      const float y = (static_cast<float>(i) - yarn_low_) / std::max(0.001f, yarn_high_ - yarn_low_);
+      const float ramp = 1.0f - std::min(1.0f, std::max(0.0f, y));
+      const float t = interp * (1.0f - ramp) + theta * ramp;
       cos_sin[2 * i] = std::cos(t) * mscale_;
       cos_sin[2 * i + 1] = std::sin(t) * mscale_;
     }

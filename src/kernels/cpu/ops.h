@@ -40,7 +40,10 @@ class Rope {
   float theta_scale_ = 1.0f;
   std::vector<float> freq_mul_;  // per rotated pair: 1, or the context-scaling factor
   std::vector<float> freq_div_;  // LongRoPE: per rotated pair, the factor its angle is divided by
-  float mscale_ = 1.0f;          // LongRoPE's attention factor on cos and sin
+  float mscale_ = 1.0f;          // LongRoPE's attention factor on cos and sin, or YaRN's magnitude
+  bool yarn_ = false;            // YaRN: angles blended per pair (RopeScaling::Type::Yarn)
+  float yarn_freq_scale_ = 1.0f;
+  float yarn_low_ = 0.0f, yarn_high_ = 0.0f;  // the ramp's correction dimensions
 };
 
 // out[i] = silu(gate[i]) * up[i]; out may be gate. The AVX2 path approximates exp (as llama.cpp's
