@@ -111,6 +111,57 @@ struct SafetensorsWriter {
   }
 };
 
+// DeepSeek's HF names for one layer: MLA with kv_b_proj rebuilt from the file's per-head attn_k_b (transposed
+// back) and attn_v_b, q_pe/k_pe rows as they are (its rope pairs are GGUF's), then a dense MLP or the routed
+// and shared experts.
+inline void add_deepseek_layer(SafetensorsWriter& w, const ModelConfig& c, const LayerWeights& L, const std::string& p,
+                               int l, DType matrix_type) {
+  const std::string a = p + "self_attn.";
+  if (c.q_lora_rank > 0) {
+    w.add(a + "q_a_proj.weight", L.wq_a, matrix_type);
+    w.add(a + "q_a_layernorm.weight", L.q_a_norm, DType::F32);
+    w.add(a + "q_b_proj.weight", L.wq_b, matrix_type);
+  } else {
+    w.add(a + "q_proj.weight", L.wq, matrix_type);
+  }
+  w.add(a + "kv_a_proj_with_mqa.weight", L.wkv_a, matrix_type);
+  w.add(a + "kv_a_layernorm.weight", L.kv_a_norm, DType::F32);
+  const int64_t nope = c.qk_nope_dim(), r = c.kv_lora_rank, vd = c.head_dim_v;
+  std::vector<float> kv_b(static_cast<size_t>(c.n_heads * (nope + vd) * r));
+  for (int h = 0; h < c.n_heads; ++h) {
+    const Tensor &kb = L.wk_b[static_cast<size_t>(h)], &vb = L.wv_b[static_cast<size_t>(h)];
+    for (int64_t j = 0; j < nope; ++j)
+      for (int64_t i = 0; i < r; ++i) kv_b[static_cast<size_t>((h * (nope + vd) + j) * r + i)] = tensor_value(kb, i * nope + j);
+    for (int64_t j = 0; j < vd; ++j)
+      for (int64_t i = 0; i < r; ++i) kv_b[static_cast<size_t>((h * (nope + vd) + nope + j) * r + i)] = tensor_value(vb, j * r + i);
+  }
+  Tensor kv_b_t;
+  kv_b_t.type = DType::F32;
+  kv_b_t.ne = {r, c.n_heads * (nope + vd), 1, 1};
+  kv_b_t.n_dims = 2;
+  kv_b_t.data = kv_b.data();
+  w.add(a + "kv_b_proj.weight", kv_b_t, matrix_type);
+  w.add(a + "o_proj.weight", L.wo, matrix_type);
+  w.add(p + "post_attention_layernorm.weight", L.ffn_norm, DType::F32);
+  if (!c.moe_layer(l)) {
+    w.add(p + "mlp.gate_proj.weight", L.w_gate, matrix_type);
+    w.add(p + "mlp.up_proj.weight", L.w_up, matrix_type);
+    w.add(p + "mlp.down_proj.weight", L.w_down, matrix_type);
+    return;
+  }
+  w.add(p + "mlp.gate.weight", L.ffn_gate_inp, matrix_type);
+  if (L.exp_probs_b.valid()) w.add(p + "mlp.gate.e_score_correction_bias", L.exp_probs_b, DType::F32);
+  for (int e = 0; e < c.n_expert; ++e) {
+    const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+    w.add(x + "gate_proj.weight", L.gate_exps[static_cast<size_t>(e)], matrix_type);
+    w.add(x + "up_proj.weight", L.up_exps[static_cast<size_t>(e)], matrix_type);
+    w.add(x + "down_proj.weight", L.down_exps[static_cast<size_t>(e)], matrix_type);
+  }
+  w.add(p + "mlp.shared_experts.gate_proj.weight", L.ffn_gate_shexp, matrix_type);
+  w.add(p + "mlp.shared_experts.up_proj.weight", L.ffn_up_shexp, matrix_type);
+  w.add(p + "mlp.shared_experts.down_proj.weight", L.ffn_down_shexp, matrix_type);
+}
+
 // Writes an HF folder for `gguf_path` into `dir` with 2-D weights stored as `matrix_type` (norms and
 // biases F32, as HF F32 checkpoints have them; pass F16/BF16 only where the GGUF holds exactly that
 // type or F16→F32 for exactness). llama q/k rows are permuted back to HF's rotate-half order; qwen2 and
@@ -134,6 +185,10 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     const LayerWeights& L = g->layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add_norm(p + "input_layernorm.weight", L.attn_norm);
+    if (c.mla()) {
+      add_deepseek_layer(w, c, L, p, l, matrix_type);
+      continue;
+    }
     if (c.arch == "phi3") {
       w.add_fused(p + "self_attn.qkv_proj.weight", {&L.wq, &L.wk, &L.wv}, matrix_type);
     } else {
@@ -189,6 +244,8 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
        {c.arch == "qwen2"    ? "Qwen2ForCausalLM"
         : c.arch == "qwen3"  ? "Qwen3ForCausalLM"
         : c.arch == "qwen3moe" ? "Qwen3MoeForCausalLM"
+        : c.arch == "deepseek2" ? (c.expert_gating == ModelConfig::ExpertGating::Sigmoid ? "DeepseekV3ForCausalLM"
+                                                                                         : "DeepseekV2ForCausalLM")
         : c.moe()            ? "MixtralForCausalLM"
         : c.arch == "gemma"  ? "GemmaForCausalLM"
         : c.arch == "gemma2" ? "Gemma2ForCausalLM"
@@ -225,12 +282,33 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     config["num_experts_per_tok"] = c.n_expert_used;
     config["moe_intermediate_size"] = c.n_ff_exp;
     config["norm_topk_prob"] = c.expert_weights_norm;
-  } else if (c.moe()) {
+  } else if (c.moe() && !c.mla()) {
     config["num_local_experts"] = c.n_expert;
     config["num_experts_per_tok"] = c.n_expert_used;
     config["intermediate_size"] = c.n_ff_exp;
   }
-  if (c.n_rot != c.head_dim) config["partial_rotary_factor"] = static_cast<double>(c.n_rot) / c.head_dim;
+  if (c.mla()) {
+    config["kv_lora_rank"] = c.kv_lora_rank;
+    config["q_lora_rank"] = c.q_lora_rank > 0 ? nlohmann::json(c.q_lora_rank) : nlohmann::json(nullptr);
+    config["qk_nope_head_dim"] = c.qk_nope_dim();
+    config["qk_rope_head_dim"] = c.n_rot;
+    config["v_head_dim"] = c.head_dim_v;
+    config.erase("head_dim");
+    config["n_routed_experts"] = c.n_expert;
+    config["num_experts_per_tok"] = c.n_expert_used;
+    config["moe_intermediate_size"] = c.n_ff_exp;
+    config["n_shared_experts"] = c.n_expert_shared;
+    config["first_k_dense_replace"] = c.n_layer_dense_lead;
+    config["routed_scaling_factor"] = c.expert_weights_scale > 0 ? c.expert_weights_scale : 1.0f;
+    config["norm_topk_prob"] = c.expert_weights_norm;
+    config["scoring_func"] = c.expert_gating == ModelConfig::ExpertGating::Sigmoid ? "sigmoid" : "softmax";
+    config["topk_method"] = c.n_expert_groups > 1 ? "noaux_tc" : "greedy";
+    if (c.n_expert_groups > 1) {
+      config["n_group"] = c.n_expert_groups;
+      config["topk_group"] = c.n_group_used;
+    }
+  }
+  if (c.n_rot != c.head_dim && !c.mla()) config["partial_rotary_factor"] = static_cast<double>(c.n_rot) / c.head_dim;
   if (c.rope_scaling.type == RopeScaling::Type::LongRope) {
     // As Phi-3 128k configs: the factors, and the original context beside max_position_embeddings (the
     // attention factor follows from the two, as transformers computes it).
@@ -239,10 +317,15 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
                               {"short_factor", c.rope_scaling.short_factors}};
     config["original_max_position_embeddings"] = c.rope_scaling.original_context;
   }
-  if (c.rope_scaling.type == RopeScaling::Type::Yarn)
+  if (c.rope_scaling.type == RopeScaling::Type::Yarn) {
     config["rope_scaling"] = {{"rope_type", "yarn"},
                               {"factor", c.rope_scaling.factor},
                               {"original_max_position_embeddings", c.rope_scaling.original_context}};
+    if (c.rope_scaling.yarn_log_mul != 0.0f) {  // DeepSeek's mscale = mscale_all_dim
+      config["rope_scaling"]["mscale"] = c.rope_scaling.yarn_log_mul;
+      config["rope_scaling"]["mscale_all_dim"] = c.rope_scaling.yarn_log_mul;
+    }
+  }
   if (gemma) {
     config["hidden_activation"] = "gelu_pytorch_tanh";
     config["query_pre_attn_scalar"] = c.head_dim;

@@ -556,6 +556,47 @@ TEST_F(HfLoaderErrors, UnsupportedRopeScalingIsNamed) {
   expect_error([&] { load_model(tmp.path()); }, {"factor 0.5"});
 }
 
+// DeepSeek-V2 and V3 folders (MLA with q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj; dense leading layers;
+// routed experts beside shared ones; V3's sigmoid router with e_score_correction_bias and groups; YaRN with
+// mscale / mscale_all_dim) written from the tiny deepseek GGUF files: llama.cpp's logits for the same weights.
+TEST(HfLoader, DeepseekFoldersMatchGgufAndLlamaCpp) {
+  for (const char* stem : {"tiny-deepseek2", "tiny-deepseek2-kvb", "tiny-deepseek3", "tiny-deepseek2-yarn"}) {
+    SCOPED_TRACE(stem);
+    const ArchHfCopy copy(stem);
+    const ModelConfig &a = copy.hf->config, &b = copy.ref->config;
+    EXPECT_TRUE(a.mla());
+    EXPECT_EQ(a.kv_lora_rank, b.kv_lora_rank);
+    EXPECT_EQ(a.q_lora_rank, b.q_lora_rank);
+    EXPECT_EQ(a.head_dim, b.head_dim);
+    EXPECT_EQ(a.head_dim_v, b.head_dim_v);
+    EXPECT_EQ(a.n_layer_dense_lead, b.n_layer_dense_lead);
+    EXPECT_EQ(a.n_expert_shared, b.n_expert_shared);
+    EXPECT_EQ(a.n_expert_groups > 1, b.n_expert_groups > 1);
+    EXPECT_FLOAT_EQ(a.attn_scale, b.attn_scale);
+    EXPECT_FLOAT_EQ(a.rope_scaling.attn_factor, b.rope_scaling.attn_factor);
+    expect_follows_arch_golden(*copy.hf, stem, std::string(stem) == "tiny-deepseek2-yarn" ? 2e-4f : 1e-4f);
+  }
+}
+
+TEST(HfLoader, DeepseekConfigErrorsAreNamed) {
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek3.gguf", tmp.path(),
+                           DType::F32);
+  const json good = read_json(tmp / "config.json");
+  const auto with = [&](const char* key, const json& value, std::initializer_list<std::string> needles) {
+    json c = good;
+    c[key] = value;
+    write_json(tmp / "config.json", c);
+    expect_error([&] { load_model(tmp.path()); }, needles);
+  };
+  with("scoring_func", "sqrtsoftplus", {"scoring_func", "sqrtsoftplus"});
+  with("topk_method", "random", {"topk_method", "random"});
+  with("topk_group", 4, {"topk_group 4"});
+  with("first_k_dense_replace", 7, {"first_k_dense_replace 7"});
+  with("qk_rope_head_dim", 7, {"qk_rope_head_dim 7"});
+  with("v_head_dim", 24, {"kv_b_proj"});  // the tensor's rows no longer match
+}
+
 // YaRN (Qwen2.5/3's long-context rope_scaling: factor, original_max_position_embeddings, transformers'
 // attention factor 0.1 ln factor + 1 by default): the GGUF file's configuration and llama.cpp's logits.
 TEST(HfLoader, YarnRopeScalingMatchesGgufAndLlamaCpp) {

@@ -15,9 +15,10 @@
 namespace kvserve {
 
 namespace {
-// DeepSeek-V3's group-limited routing, as llama.cpp: the experts in n_groups equal groups, each group scored
-// by the sum of its two best selection scores, every expert outside the n_used best groups set to -inf.
-void mask_expert_groups(float* sel, int64_t n_exp, int64_t n_groups, int64_t n_used) {
+// DeepSeek's group-limited routing: the experts in n_groups equal groups, each group scored by the sum of its
+// two best selection scores (V3, and llama.cpp for every deepseek2 file) or its best one (V2's HF code), every
+// expert outside the n_used best groups set to -inf.
+void mask_expert_groups(float* sel, int64_t n_exp, int64_t n_groups, int64_t n_used, bool by_max) {
   const int64_t per = n_exp / n_groups;
   std::vector<float> score(static_cast<size_t>(n_groups));
   for (int64_t g = 0; g < n_groups; ++g) {
@@ -30,7 +31,7 @@ void mask_expert_groups(float* sel, int64_t n_exp, int64_t n_groups, int64_t n_u
         second = sel[e];
       }
     }
-    score[static_cast<size_t>(g)] = per > 1 ? best + second : best;
+    score[static_cast<size_t>(g)] = per > 1 && !by_max ? best + second : best;
   }
   std::vector<int64_t> groups(static_cast<size_t>(n_groups));
   std::iota(groups.begin(), groups.end(), 0);
@@ -72,7 +73,7 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
     // Experts are chosen by their scores plus the selection bias (DeepSeek-V3); their weights are the scores.
     float* sel = moe_select_.data();
     for (int64_t e = 0; e < n_exp; ++e) sel[e] = biased ? p[e] + bias[e] : p[e];
-    if (n_groups > 0) mask_expert_groups(sel, n_exp, n_groups, c.n_group_used);
+    if (n_groups > 0) mask_expert_groups(sel, n_exp, n_groups, c.n_group_used, c.expert_group_score_max);
     // The k best, in descending order (ties: the lower index first).
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),

@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "kernels/cpu/matmul.h"
 #include "model/gguf.h"
 #include "model/loaders.h"
+#include "model/mla_weights.h"
 #include "model/tokenizer.h"
 
 namespace kvserve {
@@ -336,18 +336,6 @@ void read_deepseek2(const GGUFFile& f, ModelConfig& c) {
   }
 }
 
-// DeepSeek-V2's attention scale, as llama.cpp's deepseek2 graph: 1/sqrt(head_dim) times mscale^2, where with
-// YaRN mscale = (attn_factor * (1 + 0.1 ln factor)) * (1 + 0.1 mscale_all_dim ln factor) (1 without).
-float deepseek2_attn_scale(const ModelConfig& c) {
-  const RopeScaling& s = c.rope_scaling;
-  float mscale = 1.0f;
-  if (s.type == RopeScaling::Type::Yarn) {
-    const float log_scale = std::log(1.0f / (1.0f / s.factor));
-    const float attn_factor_org = s.attn_factor * (1.0f + 0.1f * log_scale);
-    mscale = attn_factor_org * (1.0f + 0.1f * s.yarn_log_mul * log_scale);
-  }
-  return 1.0f * mscale * mscale / std::sqrt(static_cast<float>(c.head_dim));
-}
 
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
@@ -453,9 +441,8 @@ std::vector<Tensor> head_views(const GGUFFile& f, const std::string& name, int n
   return views;
 }
 
-// DeepSeek-V2's attention of one layer (MLA). An older file's attn_kv_b (per head: nope key rows, then
-// head_dim_v value rows, each kv_lora_rank wide) becomes what current files hold: the value rows as they
-// are, the key rows transposed into an F32 copy (kept in `owned`), which q's nope part multiplies.
+// DeepSeek-V2's attention of one layer (MLA). An older file's attn_kv_b becomes what current files hold
+// (split_kv_b).
 void load_mla_attention(const GGUFFile& f, const std::string& p, const ModelConfig& c, LayerWeights& L,
                         std::vector<std::shared_ptr<const void>>& owned) {
   if (c.q_lora_rank > 0) {
@@ -474,27 +461,7 @@ void load_mla_attention(const GGUFFile& f, const std::string& p, const ModelConf
     L.wv_b = head_views(f, p + "attn_v_b.weight", c.n_heads, r, vd);
     return;
   }
-  const Tensor kv_b = make_tensor(f, p + "attn_kv_b.weight");
-  if (kv_b.n_dims != 2 || kv_b.ne[0] != r || kv_b.ne[1] != c.n_heads * (nope + vd))
-    fail("{}: tensor '{}attn_kv_b.weight' has shape [{}, {}], expected [{}, {}] (kv_lora_rank, heads x (nope + v))",
-         f.name(), p, kv_b.ne[0], kv_b.ne[1], r, c.n_heads * (nope + vd));
-  auto k_b = std::shared_ptr<float[]>(new float[static_cast<size_t>(c.n_heads * r * nope)]);
-  std::vector<float> row(static_cast<size_t>(r));
-  for (int h = 0; h < c.n_heads; ++h) {
-    for (int64_t j = 0; j < nope; ++j) {
-      dequantize_row(kv_b.type, kv_b.row(h * (nope + vd) + j), row.data(), r);
-      for (int64_t i = 0; i < r; ++i) k_b[static_cast<size_t>((h * r + i) * nope + j)] = row[static_cast<size_t>(i)];
-    }
-    L.wv_b.push_back(row_range(kv_b, h * (nope + vd) + nope, vd, p + "attn_v_b.weight[" + std::to_string(h) + "]"));
-    Tensor t;
-    t.name = p + "attn_k_b.weight[" + std::to_string(h) + "]";
-    t.type = DType::F32;
-    t.ne = {nope, r, 1, 1};
-    t.n_dims = 2;
-    t.data = k_b.get() + h * r * nope;
-    L.wk_b.push_back(t);
-  }
-  owned.push_back(std::move(k_b));
+  split_kv_b(make_tensor(f, p + "attn_kv_b.weight"), c, f.name(), p + "attn_kv_b.weight", L, owned);
 }
 
 constexpr std::string_view kEndOfTurnTexts[] = {

@@ -17,6 +17,7 @@
 #include "model/hf_tokenizer.h"
 #include "model/json_file.h"
 #include "model/loaders.h"
+#include "model/mla_weights.h"
 #include "model/safetensors.h"
 
 namespace kvserve {
@@ -47,6 +48,8 @@ constexpr HfArch kHfArchs[] = {
     {"Gemma3ForCausalLM", "gemma3", false, true},
     {"SmolLM3ForCausalLM", "smollm3", false, false},
     {"GraniteForCausalLM", "granite", false, false},
+    {"DeepseekV2ForCausalLM", "deepseek2", false, false},
+    {"DeepseekV3ForCausalLM", "deepseek2", false, false},
 };
 
 class ConfigReader {
@@ -233,6 +236,76 @@ void read_gemma_config(const json& j, const ConfigReader& r, const std::string& 
 
 ModelConfig read_config(const json& j, const std::string& path);
 
+// DeepSeek-V2 and V3 as their modeling code reads config.json (its defaults for absent keys). MLA: the
+// latent's kv_lora_rank, q_lora_rank (null: q_proj directly), the heads' qk_nope_head_dim +
+// qk_rope_head_dim keys and v_head_dim values; RoPE on pairs (2i, 2i + 1) as its q_pe/k_pe are laid out;
+// YaRN's mscale / mscale_all_dim: cos and sin times their ratio, scores times yarn_get_mscale(factor,
+// mscale_all_dim)^2. MoE: n_routed_experts (null: every layer dense), num_experts_per_tok,
+// moe_intermediate_size, n_shared_experts, first_k_dense_replace leading dense layers, scoring_func
+// (softmax, sigmoid), topk_method (greedy; group_limited_greedy: n_group groups scored by their best
+// expert; noaux_tc: by their best two, with mlp.gate.e_score_correction_bias), norm_topk_prob,
+// routed_scaling_factor.
+void read_deepseek_config(const json& j, const ConfigReader& r, const std::string& path, ModelConfig& c) {
+  c.kv_lora_rank = r.positive_int("kv_lora_rank");
+  c.q_lora_rank = r.positive_int_or("q_lora_rank", 0);
+  const int nope = r.positive_int("qk_nope_head_dim");
+  c.n_rot = r.positive_int("qk_rope_head_dim");
+  if (c.n_rot % 2 != 0) fail("'{}': qk_rope_head_dim {} must be even", path, c.n_rot);
+  c.head_dim = nope + c.n_rot;
+  c.head_dim_v = r.positive_int("v_head_dim");
+  c.n_kv_heads = 1;
+  c.rope_style = RopeStyle::Interleaved;
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.rope_scaling.type == RopeScaling::Type::Yarn) {
+    // transformers' DeepSeek YaRN: cos/sin times yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor,
+    // mscale_all_dim); with mscale_all_dim, scores times yarn_get_mscale(factor, mscale_all_dim)^2.
+    const json& rs = j["rope_scaling"];
+    const auto number = [&](const char* key, double fallback) {
+      if (!rs.contains(key) || rs[key].is_null()) return fallback;
+      if (!rs[key].is_number()) fail("'{}': rope_scaling.{} must be a number", path, key);
+      return rs[key].get<double>();
+    };
+    const double factor = c.rope_scaling.factor;
+    const auto get_mscale = [&](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+    const double mscale = number("mscale", 1.0), all = number("mscale_all_dim", 0.0);
+    const double grow = 1.0 + 0.1 * std::log(factor);
+    c.rope_scaling.attn_factor = static_cast<float>(get_mscale(mscale) / get_mscale(all) / grow);
+    if (all != 0.0) c.attn_scale *= static_cast<float>(get_mscale(all) * get_mscale(all));
+  }
+  c.n_ff_exp = r.positive_int_or("moe_intermediate_size", c.n_ff);
+  if (!r.has("n_routed_experts")) {
+    c.n_layer_dense_lead = c.n_layers;
+    return;
+  }
+  c.n_expert = r.positive_int("n_routed_experts");
+  c.n_expert_used = r.positive_int("num_experts_per_tok");
+  c.n_expert_shared = r.has("n_shared_experts") ? r.positive_int("n_shared_experts") : 0;
+  if (r.has("first_k_dense_replace") && !j["first_k_dense_replace"].is_number_integer())
+    fail("'{}': 'first_k_dense_replace' must be an integer", path);
+  const int64_t lead = r.has("first_k_dense_replace") ? j["first_k_dense_replace"].get<int64_t>() : 0;
+  if (lead < 0 || lead > c.n_layers) fail("'{}': first_k_dense_replace {} must be in [0, {}]", path, lead, c.n_layers);
+  c.n_layer_dense_lead = static_cast<int>(lead);
+  c.expert_weights_norm = r.bool_or("norm_topk_prob", false);
+  c.expert_weights_scale = r.positive_float_or("routed_scaling_factor", 1.0f);
+  const std::string scoring = j.value("scoring_func", std::string("softmax"));
+  if (scoring == "sigmoid") {
+    c.expert_gating = ModelConfig::ExpertGating::Sigmoid;
+  } else if (scoring != "softmax") {
+    fail("'{}': scoring_func '{}' is not supported (softmax, sigmoid)", path, scoring);
+  }
+  const std::string topk = j.value("topk_method", std::string("greedy"));
+  if (topk == "group_limited_greedy" || topk == "noaux_tc") {
+    c.n_expert_groups = r.positive_int_or("n_group", 1);
+    c.n_group_used = r.positive_int_or("topk_group", 1);
+    c.expert_group_score_max = topk == "group_limited_greedy";
+    if (c.n_expert_groups > 1 && (c.n_expert % c.n_expert_groups != 0 || c.n_group_used >= c.n_expert_groups))
+      fail("'{}': {} experts in n_group {} with topk_group {}: inconsistent", path, c.n_expert, c.n_expert_groups,
+           c.n_group_used);
+  } else if (topk != "greedy") {
+    fail("'{}': topk_method '{}' is not supported (greedy, group_limited_greedy, noaux_tc)", path, topk);
+  }
+}
+
 // Gemma 3 4B-27B (image-text checkpoints): the text model only, from `text_config` over transformers'
 // Gemma3TextConfig defaults (the published configs give little more than the sizes and the window).
 ModelConfig read_gemma3_text_config(const json& j, const std::string& path) {
@@ -344,6 +417,7 @@ ModelConfig read_config(const json& j, const std::string& path) {
     c.n_expert_used = r.positive_int("num_experts_per_tok");
     c.n_ff_exp = c.n_ff;
   }
+  if (c.arch == "deepseek2") read_deepseek_config(j, r, path, c);
   if (c.n_expert_used > c.n_expert)
     fail("'{}': num_experts_per_tok {} exceeds the {} experts", path, c.n_expert_used, c.n_expert);
   if (c.arch == "smollm3") {
@@ -502,6 +576,43 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     const std::string p = prefix + "layers." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
     L.attn_norm = norm(p + "input_layernorm.weight");
+    if (c.mla()) {  // DeepSeek: MLA, then a dense MLP or routed and shared experts
+      const std::string a = p + "self_attn.";
+      if (c.q_lora_rank > 0) {
+        L.wq_a = matrix(a + "q_a_proj.weight");
+        L.q_a_norm = vector_f32(a + "q_a_layernorm.weight");
+        L.wq_b = matrix(a + "q_b_proj.weight");
+      } else {
+        L.wq = matrix(a + "q_proj.weight");
+      }
+      L.wkv_a = matrix(a + "kv_a_proj_with_mqa.weight");
+      L.kv_a_norm = vector_f32(a + "kv_a_layernorm.weight");
+      split_kv_b(matrix(a + "kv_b_proj.weight"), c, dir, a + "kv_b_proj.weight", L, m->storage);
+      L.wo = matrix(a + "o_proj.weight");
+      L.ffn_norm = norm(p + "post_attention_layernorm.weight");
+      if (c.moe_layer(l)) {
+        L.ffn_gate_inp = matrix(p + "mlp.gate.weight");
+        if (weights->has(p + "mlp.gate.e_score_correction_bias"))
+          L.exp_probs_b = vector_f32(p + "mlp.gate.e_score_correction_bias");
+        for (int e = 0; e < c.n_expert; ++e) {
+          const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+          L.gate_exps.push_back(matrix(x + "gate_proj.weight"));
+          L.up_exps.push_back(matrix(x + "up_proj.weight"));
+          L.down_exps.push_back(matrix(x + "down_proj.weight"));
+        }
+        if (c.n_expert_shared > 0) {
+          L.ffn_gate_shexp = matrix(p + "mlp.shared_experts.gate_proj.weight");
+          L.ffn_up_shexp = matrix(p + "mlp.shared_experts.up_proj.weight");
+          L.ffn_down_shexp = matrix(p + "mlp.shared_experts.down_proj.weight");
+        }
+      } else {
+        L.w_gate = matrix(p + "mlp.gate_proj.weight");
+        L.w_up = matrix(p + "mlp.up_proj.weight");
+        L.w_down = matrix(p + "mlp.down_proj.weight");
+      }
+      if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
+      continue;
+    }
     const int64_t q_rows = int64_t{c.n_heads} * c.head_dim, kv_rows = int64_t{c.n_kv_heads} * c.head_dim;
     if (c.arch == "phi3") {  // q, k and v fused (rows in that order), as in its GGUF files
       const Tensor qkv = matrix(p + "self_attn.qkv_proj.weight");

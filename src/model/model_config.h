@@ -64,6 +64,7 @@ struct ModelConfig {
   float expert_weights_scale = 0.0f;
   int n_expert_groups = 0;
   int n_group_used = 0;
+  bool expert_group_score_max = false;  // groups scored by their best expert (DeepSeek-V2's HF code)
   int n_layer_dense_lead = 0;
   int n_expert_shared = 0;
   bool moe() const { return n_expert > 0; }
