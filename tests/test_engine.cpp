@@ -285,6 +285,10 @@ TEST(Engine, MlaModelsInBatchesMatchGeneratorTokenForToken) {
     EngineOptions o = small_options();
     o.model_id = stem;
     run_batch_against_generator(o, false, *ds);
+    EngineOptions spec = o;  // drafts verified in multi-token steps over the latent rows
+    spec.speculative_tokens = 3;
+    spec.ngram = {.max_n = 2, .min_n = 1};
+    run_batch_against_generator(spec, false, *ds);
 
     // Two requests sharing a 100-token prompt, one after the other: the second reuses the first's latent rows.
     std::mt19937 rng(5);
