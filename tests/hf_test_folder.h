@@ -287,7 +287,10 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     config["num_experts_per_tok"] = c.n_expert_used;
     config["intermediate_size"] = c.n_ff_exp;
   }
-  if (c.mla()) {
+  if (c.mla()) {  // as DeepSeek's published configs
+    const bool v3 = c.expert_gating == ModelConfig::ExpertGating::Sigmoid;
+    config["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+    config["num_key_value_heads"] = c.n_heads;
     config["kv_lora_rank"] = c.kv_lora_rank;
     config["q_lora_rank"] = c.q_lora_rank > 0 ? nlohmann::json(c.q_lora_rank) : nlohmann::json(nullptr);
     config["qk_nope_head_dim"] = c.qk_nope_dim();

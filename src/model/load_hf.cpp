@@ -493,8 +493,10 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
   auto m = std::make_unique<Model>();
   m->path = dir;
   m->format = "hf";
-  m->config = read_config(read_json_file(config_path), config_path);
+  const json config_json = read_json_file(config_path);
+  m->config = read_config(config_json, config_path);
   ModelConfig& c = m->config;
+  const bool noaux_tc = c.arch == "deepseek2" && c.moe() && config_json.value("topk_method", "") == "noaux_tc";
   m->vocab = vocab_from_tokenizer_json(tokenizer_path, tokenizer_config_path, config_path);
 
   auto weights = std::make_shared<SafetensorsModel>(dir);
@@ -592,8 +594,8 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.ffn_norm = norm(p + "post_attention_layernorm.weight");
       if (c.moe_layer(l)) {
         L.ffn_gate_inp = matrix(p + "mlp.gate.weight");
-        if (weights->has(p + "mlp.gate.e_score_correction_bias"))
-          L.exp_probs_b = vector_f32(p + "mlp.gate.e_score_correction_bias");
+        // Only noaux_tc routing reads the selection bias (transformers' DeepSeek-V2 ignores one in the file).
+        if (noaux_tc) L.exp_probs_b = vector_f32(p + "mlp.gate.e_score_correction_bias");
         for (int e = 0; e < c.n_expert; ++e) {
           const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
           L.gate_exps.push_back(matrix(x + "gate_proj.weight"));
