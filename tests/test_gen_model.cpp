@@ -340,6 +340,45 @@ TEST(GenModel, QuantizedTypesFallBackWhereBlocksDoNotFit) {
   EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, DType::Q4_0);
 }
 
+// deepseek2: MLA and shared experts after a dense layer load as the file says, the cache holds the latent rows,
+// and the file generates. The DeepSeek-V2-Lite preset has the real model's 15.7B parameters (its model card).
+TEST(GenModel, DeepseekFilesLoadAndGenerate) {
+  TempDir dir;
+  RandomModelSpec s = tiny_spec(DType::Q8_0);
+  s.arch = "deepseek2";
+  s.n_layers = 3;
+  s.kv_lora_rank = 64, s.q_lora_rank = 32, s.qk_nope_dim = 32, s.qk_rope_dim = 32, s.v_head_dim = 32;
+  s.n_expert = 6, s.n_expert_used = 2, s.n_ff_exp = 32, s.n_expert_shared = 1, s.n_dense_lead = 1;
+  auto m = load_model(write_tiny(dir, s, "ds.gguf"));
+  const ModelConfig& c = m->config;
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.kv_row_dim(), 96);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.n_expert_shared, 1);
+  EXPECT_FALSE(c.moe_layer(0));
+  EXPECT_TRUE(c.moe_layer(2));
+  ASSERT_EQ(m->layers[2].wk_b.size(), static_cast<size_t>(s.n_heads));
+  EXPECT_TRUE(m->layers[2].ffn_up_shexp.valid());
+  for (KVCacheDType dtype : {KVCacheDType::F16, KVCacheDType::INT8}) {  // int8: 96-value rows, not rotated
+    Generator gen(*m, {.kv_cache_dtype = dtype, .max_context = 64});
+    EXPECT_EQ(gen.kv_cache().bytes_per_block, 16u * 3u * kv_dtype_row_bytes(dtype, 96));
+    SamplingParams sp;
+    sp.max_tokens = 30;
+    sp.ignore_eos = true;
+    EXPECT_EQ(gen.generate(m->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 30u);
+  }
+  s.n_dense_lead = 4;
+  EXPECT_THROW(plan_random_model(s), Error);
+  s.n_dense_lead = 1;
+  s.qk_rope_dim = 31;
+  EXPECT_THROW(plan_random_model(s), Error);
+
+  auto p = random_model_preset("deepseek-v2-lite");
+  ASSERT_TRUE(p);
+  p->vocab_from = kVocab;
+  EXPECT_NEAR(static_cast<double>(plan_random_model(*p).n_params) / 1e9, 15.7, 0.05);
+}
+
 TEST(GenModel, PresetsAndSeeds) {
   auto p = random_model_preset("llama-3.2-1b");
   ASSERT_TRUE(p);

@@ -1,4 +1,4 @@
-// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe or gemma3 architecture) with the shapes of a real model (or
+// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe, gemma3 or deepseek2 architecture) with the shapes of a real model (or
 // any shapes), for benchmarks: weights N(0, stddev) with a seed, quantized to F32/F16/BF16/Q8_0/Q4_0/
 // Q4_1/Q4_K, norms 1, and the tokenizer metadata of a real GGUF (so prompts tokenize as they would).
 #include <cctype>
@@ -24,6 +24,7 @@ struct GenModelArgs {
   std::string preset;
   std::optional<int> hidden, layers, heads, kv_heads, ffn, head_dim, ctx, vocab_size, sliding_window;
   std::optional<int> experts, experts_used, expert_ffn;
+  std::optional<int> kv_lora_rank, q_lora_rank, nope_dim, rope_dim, v_head_dim, shared_experts, dense_lead;
   std::string arch;
   std::optional<float> rope_base, rms_eps;
   std::string type = "F16";
@@ -80,6 +81,13 @@ void run_gen_model(const GenModelArgs& a) {
   if (a.experts) s.n_expert = *a.experts;
   if (a.experts_used) s.n_expert_used = *a.experts_used;
   if (a.expert_ffn) s.n_ff_exp = *a.expert_ffn;
+  if (a.kv_lora_rank) s.kv_lora_rank = *a.kv_lora_rank;
+  if (a.q_lora_rank) s.q_lora_rank = *a.q_lora_rank;
+  if (a.nope_dim) s.qk_nope_dim = *a.nope_dim;
+  if (a.rope_dim) s.qk_rope_dim = *a.rope_dim;
+  if (a.v_head_dim) s.v_head_dim = *a.v_head_dim;
+  if (a.shared_experts) s.n_expert_shared = *a.shared_experts;
+  if (a.dense_lead) s.n_dense_lead = *a.dense_lead;
   if (!a.name.empty()) s.name = a.name;
   s.weight_type = parse_type(a.type);
   s.vocab_from = a.vocab_from.empty() ? default_vocab() : a.vocab_from;
@@ -103,16 +111,23 @@ void run_gen_model(const GenModelArgs& a) {
 void add_gen_model_command(CLI::App& app) {
   auto a = std::make_shared<GenModelArgs>();
   CLI::App* c = app.add_subcommand(
-      "gen-model", "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3) with given shapes (for benchmarks)");
+      "gen-model", "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2) with given shapes (for benchmarks)");
   c->add_option("-o,--output", a->out, "Output .gguf file")->required();
   c->add_option("--preset", a->preset,
                 "Shapes of a real model: llama-3.2-1b, smollm2-135m, qwen3-0.6b, gemma-3-1b, qwen3-30b-a3b (flags below "
                 "override)");
   c->add_option("--arch", a->arch,
-                "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3 (default: the preset's, or llama)");
-  c->add_option("--experts", a->experts, "qwen3moe: experts per layer");
-  c->add_option("--experts-used", a->experts_used, "qwen3moe: experts a token runs");
-  c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe: each expert's feed-forward size");
+                "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3, deepseek2 (MLA, shared experts) (default: the preset's, or llama)");
+  c->add_option("--experts", a->experts, "qwen3moe, deepseek2: experts per layer");
+  c->add_option("--experts-used", a->experts_used, "qwen3moe, deepseek2: experts a token runs");
+  c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe, deepseek2: each expert's feed-forward size");
+  c->add_option("--shared-experts", a->shared_experts, "deepseek2: always-on experts per MoE layer");
+  c->add_option("--dense-lead", a->dense_lead, "deepseek2: leading layers with a dense FFN (--ffn wide)");
+  c->add_option("--kv-lora-rank", a->kv_lora_rank, "deepseek2: MLA latent size (cached per token and layer)");
+  c->add_option("--q-lora-rank", a->q_lora_rank, "deepseek2: q's low rank (0: q projected directly)");
+  c->add_option("--nope-dim", a->nope_dim, "deepseek2: each head's key dims without RoPE");
+  c->add_option("--rope-dim", a->rope_dim, "deepseek2: the shared rope key's dims (also each head's)");
+  c->add_option("--v-head-dim", a->v_head_dim, "deepseek2: each head's value size");
   c->add_option("--sliding-window", a->sliding_window,
                 "gemma3: local layers attend to this many positions (every 6th layer global; 0 = none)");
   c->add_option("--hidden", a->hidden, "Hidden size (embedding length)");

@@ -76,8 +76,20 @@ void RandomModelSpec::validate() const {
   if (vocab_from.empty()) fail("random model: no vocabulary file given");
   if (vocab_size < 0) fail("random model: vocab size {} is negative", vocab_size);
   if (!(stddev > 0) || !(rms_eps > 0) || !(rope_base > 0)) fail("random model: stddev, rms eps and rope base must be positive");
-  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3")
-    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3", arch);
+  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3" && arch != "deepseek2")
+    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3, deepseek2", arch);
+  if (arch == "deepseek2") {
+    if (kv_lora_rank <= 0 || qk_nope_dim <= 0 || qk_rope_dim <= 0 || qk_rope_dim % 2 != 0 || v_head_dim <= 0 ||
+        q_lora_rank < 0)
+      fail("random model: deepseek2 needs a positive kv_lora_rank ({}), nope ({}), even rope ({}) and value ({}) "
+           "head sizes",
+           kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim);
+    if (n_dense_lead < 0 || n_dense_lead > n_layers || n_expert_shared < 0)
+      fail("random model: {} dense lead layers of {}, {} shared experts", n_dense_lead, n_layers, n_expert_shared);
+    if (n_dense_lead < n_layers && (n_expert <= 0 || n_expert_used <= 0 || n_expert_used > n_expert || n_ff_exp <= 0))
+      fail("random model: deepseek2's expert layers need experts (got {} of {} used, width {})", n_expert_used,
+           n_expert, n_ff_exp);
+  }
   if (arch == "qwen3moe" &&
       (n_expert <= 0 || n_expert_used <= 0 || n_expert_used > n_expert || n_ff_exp <= 0))
     fail("random model: qwen3moe needs experts (got {} of {} used, width {})", n_expert_used, n_expert, n_ff_exp);
@@ -119,6 +131,16 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
     s.vocab_size = 151936;
     return s;
   }
+  if (name == "deepseek-v2-lite") {
+    s.name = "DeepSeek-V2-Lite (random weights)";
+    s.arch = "deepseek2";
+    s.n_embd = 2048, s.n_layers = 27, s.n_heads = 16, s.n_kv_heads = 1, s.n_ff = 10944;
+    s.kv_lora_rank = 512, s.q_lora_rank = 0, s.qk_nope_dim = 128, s.qk_rope_dim = 64, s.v_head_dim = 128;
+    s.n_expert = 64, s.n_expert_used = 6, s.n_ff_exp = 1408, s.n_expert_shared = 2, s.n_dense_lead = 1;
+    s.n_ctx = 4096, s.rms_eps = 1e-6f, s.rope_base = 10000.0f, s.tied_output = false;
+    s.vocab_size = 102400;
+    return s;
+  }
   if (name == "smollm2-135m") {
     s.name = "SmolLM2-135M (random weights)";
     s.n_embd = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.n_ff = 1536;
@@ -130,7 +152,7 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
 }
 
 std::vector<std::string> random_model_preset_names() {
-  return {"llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b"};
+  return {"llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b", "deepseek-v2-lite"};
 }
 
 DType fallback_weight_type(DType wanted, int64_t cols) {
@@ -169,10 +191,25 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   w.add_u32(a + "embedding_length", static_cast<uint32_t>(spec.n_embd));
   w.add_u32(a + "block_count", static_cast<uint32_t>(spec.n_layers));
   w.add_u32(a + "feed_forward_length", static_cast<uint32_t>(spec.n_ff));
-  w.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  const bool mla = spec.arch == "deepseek2";
+  w.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(mla ? spec.qk_rope_dim : head_dim));
   w.add_u32(a + "attention.head_count", static_cast<uint32_t>(spec.n_heads));
-  w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(spec.n_kv_heads));
-  if (head_dim * spec.n_heads != spec.n_embd) {
+  w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(mla ? 1 : spec.n_kv_heads));
+  if (mla) {  // as llama.cpp's converter writes DeepSeek-V2
+    w.add_u32(a + "attention.key_length", static_cast<uint32_t>(spec.kv_lora_rank + spec.qk_rope_dim));
+    w.add_u32(a + "attention.value_length", static_cast<uint32_t>(spec.kv_lora_rank));
+    w.add_u32(a + "attention.key_length_mla", static_cast<uint32_t>(spec.qk_nope_dim + spec.qk_rope_dim));
+    w.add_u32(a + "attention.value_length_mla", static_cast<uint32_t>(spec.v_head_dim));
+    w.add_u32(a + "attention.q_lora_rank", static_cast<uint32_t>(spec.q_lora_rank));
+    w.add_u32(a + "attention.kv_lora_rank", static_cast<uint32_t>(spec.kv_lora_rank));
+    w.add_u32(a + "leading_dense_block_count", static_cast<uint32_t>(spec.n_dense_lead));
+    w.add_u32(a + "expert_count", static_cast<uint32_t>(spec.n_expert));
+    w.add_u32(a + "expert_used_count", static_cast<uint32_t>(spec.n_expert_used));
+    w.add_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(spec.n_ff_exp));
+    w.add_u32(a + "expert_shared_count", static_cast<uint32_t>(spec.n_expert_shared));
+    w.add_f32(a + "expert_weights_scale", 1.0f);
+    w.add_u32(a + "expert_gating_func", 1);  // softmax
+  } else if (head_dim * spec.n_heads != spec.n_embd) {
     w.add_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
     w.add_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
   }
@@ -242,7 +279,7 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     for (size_t i = 0; i < ones.size(); i += sizeof(float)) std::memcpy(ones.data() + i, &one, sizeof(float));
     w.add_tensor(name, DType::F32, {n}, std::move(ones));
   };
-  const bool qk_norm = spec.arch != "llama", post_norms = spec.arch == "gemma3", moe = spec.arch == "qwen3moe";
+  const bool qk_norm = spec.arch != "llama" && !mla, post_norms = spec.arch == "gemma3", moe = spec.arch == "qwen3moe";
 
   const int64_t q_dim = static_cast<int64_t>(spec.n_heads) * head_dim;
   const int64_t kv_dim = static_cast<int64_t>(spec.n_kv_heads) * head_dim;
@@ -252,6 +289,39 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   for (int l = 0; l < spec.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     norm(p + "attn_norm.weight");
+    if (mla) {
+      const int64_t H = spec.n_heads, r = spec.kv_lora_rank, qk = spec.qk_nope_dim + spec.qk_rope_dim;
+      if (spec.q_lora_rank > 0) {
+        weight(p + "attn_q_a.weight", spec.n_embd, spec.q_lora_rank);
+        norm(p + "attn_q_a_norm.weight", spec.q_lora_rank);
+        weight(p + "attn_q_b.weight", spec.q_lora_rank, H * qk);
+      } else {
+        weight(p + "attn_q.weight", spec.n_embd, H * qk);
+      }
+      weight(p + "attn_kv_a_mqa.weight", spec.n_embd, r + spec.qk_rope_dim);
+      norm(p + "attn_kv_a_norm.weight", r);
+      weight(p + "attn_k_b.weight", spec.qk_nope_dim, r, H);
+      weight(p + "attn_v_b.weight", r, spec.v_head_dim, H);
+      weight(p + "attn_output.weight", H * spec.v_head_dim, spec.n_embd);
+      norm(p + "ffn_norm.weight");
+      if (l < spec.n_dense_lead) {
+        weight(p + "ffn_gate.weight", spec.n_embd, spec.n_ff);
+        weight(p + "ffn_up.weight", spec.n_embd, spec.n_ff);
+        weight(p + "ffn_down.weight", spec.n_ff, spec.n_embd);
+        continue;
+      }
+      weight(p + "ffn_gate_inp.weight", spec.n_embd, spec.n_expert);
+      weight(p + "ffn_gate_exps.weight", spec.n_embd, spec.n_ff_exp, spec.n_expert);
+      weight(p + "ffn_up_exps.weight", spec.n_embd, spec.n_ff_exp, spec.n_expert);
+      weight(p + "ffn_down_exps.weight", spec.n_ff_exp, spec.n_embd, spec.n_expert);
+      if (spec.n_expert_shared > 0) {
+        const int64_t fs = int64_t{spec.n_ff_exp} * spec.n_expert_shared;
+        weight(p + "ffn_gate_shexp.weight", spec.n_embd, fs);
+        weight(p + "ffn_up_shexp.weight", spec.n_embd, fs);
+        weight(p + "ffn_down_shexp.weight", fs, spec.n_embd);
+      }
+      continue;
+    }
     weight(p + "attn_q.weight", spec.n_embd, q_dim);
     weight(p + "attn_k.weight", spec.n_embd, kv_dim);
     weight(p + "attn_v.weight", spec.n_embd, kv_dim);

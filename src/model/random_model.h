@@ -1,5 +1,5 @@
 #pragma once
-// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe and gemma3): the shapes of a real
+// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe, gemma3 and deepseek2): the shapes of a real
 // model (or any others), weights drawn from N(0, stddev) with a seed and quantized to the chosen type,
 // RMS-norm weights 1, and the tokenizer metadata (and so the vocabulary size) copied from a real GGUF file.
 #include <cstdint>
@@ -20,9 +20,19 @@ struct RandomModelSpec {
   // "qwen3moe": qwen3's attention and a mixture of n_expert experts (n_expert_used a token) of n_ff_exp.
   std::string arch = "llama";
   int sliding_window = 0;  // gemma3 only; 0 = every layer global
-  int n_expert = 0;        // qwen3moe only
+  int n_expert = 0;        // qwen3moe and deepseek2
   int n_expert_used = 0;
   int n_ff_exp = 0;
+  // "deepseek2": MLA (a latent of kv_lora_rank, q through q_lora_rank when > 0, heads of qk_nope_dim +
+  // qk_rope_dim keys and v_head_dim values) and, after n_dense_lead dense layers, experts beside
+  // n_expert_shared shared ones; head_dim and n_kv_heads are not used.
+  int kv_lora_rank = 0;
+  int q_lora_rank = 0;
+  int qk_nope_dim = 0;
+  int qk_rope_dim = 0;
+  int v_head_dim = 0;
+  int n_expert_shared = 0;
+  int n_dense_lead = 0;
   int n_embd = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -43,7 +53,8 @@ struct RandomModelSpec {
   void validate() const;
 };
 
-// Named shapes of real models: "llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b".
+// Named shapes of real models: "llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b",
+// "deepseek-v2-lite".
 // nullopt for an unknown name.
 std::optional<RandomModelSpec> random_model_preset(const std::string& name);
 std::vector<std::string> random_model_preset_names();
