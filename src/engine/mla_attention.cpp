@@ -26,6 +26,21 @@ namespace kvserve {
 
 namespace {
 constexpr int64_t kMlaGrainTokens = 8;  // as the other per-token stages: fewer are not worth the pool
+
+// out_h = w[h] x_h for every head h, where x_h is [n_tokens][in_dim] at in + h * n_tokens * in_dim (out the
+// same with out_dim): the heads spread over the pool in one pass, each head's product on one thread (the
+// bits of matmul(w[h], ...)), instead of a fork and join per head.
+void per_head_matmul(const std::vector<Tensor>& w, const float* in, int64_t in_dim, float* out, int64_t out_dim,
+                     int64_t n_tokens, ThreadPool& pool) {
+  pool.parallel_for(static_cast<int64_t>(w.size()), [&](int64_t h0, int64_t h1) {
+    MatmulActs acts;
+    for (int64_t h = h0; h < h1; ++h) {
+      const Tensor& wh = w[static_cast<size_t>(h)];
+      acts.convert(wh.type, in + h * n_tokens * in_dim, in_dim, n_tokens);
+      matmul_rows(wh, acts, out + h * n_tokens * out_dim, 0, wh.rows());
+    }
+  });
+}
 }  // namespace
 
 void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequence> batch, int64_t n_tokens,
@@ -77,15 +92,15 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
       kMlaGrainTokens);
 
   // Absorption: each head's q_nope through its key up-projection, into the latent part of its q row.
-  grow_to(mla_head_in_, n_tokens * std::max(nope, r));
-  grow_to(mla_head_out_, n_tokens * std::max(r, V));
-  for (int64_t h = 0; h < H; ++h) {
+  grow_to(mla_head_in_, H * n_tokens * std::max(nope, r));
+  grow_to(mla_head_out_, H * n_tokens * std::max(r, V));
+  for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < n_tokens; ++t)
-      std::copy_n(mla_q_.data() + (t * H + h) * D, nope, mla_head_in_.data() + t * nope);
-    matmul(L.wk_b[static_cast<size_t>(h)], mla_head_in_.data(), n_tokens, mla_head_out_.data(), pool_);
+      std::copy_n(mla_q_.data() + (t * H + h) * D, nope, mla_head_in_.data() + (h * n_tokens + t) * nope);
+  per_head_matmul(L.wk_b, mla_head_in_.data(), nope, mla_head_out_.data(), r, n_tokens, pool_);
+  for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < n_tokens; ++t)
-      std::copy_n(mla_head_out_.data() + t * r, r, q_.data() + (t * H + h) * R);
-  }
+      std::copy_n(mla_head_out_.data() + (h * n_tokens + t) * r, r, q_.data() + (t * H + h) * R);
   if (rot_block > 0) hadamard_rotate(q_.data(), n_tokens * H * R, rot_block);
 
   // Attention: every head against the sequence's rows, one "KV head" whose row is key and value.
@@ -113,13 +128,13 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
   if (rot_block > 0) hadamard_rotate(attn_.data(), n_tokens * H * R, rot_block);
 
   // Values: each head's latent output through its value up-projection, then the output projection.
-  for (int64_t h = 0; h < H; ++h) {
+  for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < n_tokens; ++t)
-      std::copy_n(attn_.data() + (t * H + h) * R, r, mla_head_in_.data() + t * r);
-    matmul(L.wv_b[static_cast<size_t>(h)], mla_head_in_.data(), n_tokens, mla_head_out_.data(), pool_);
+      std::copy_n(attn_.data() + (t * H + h) * R, r, mla_head_in_.data() + (h * n_tokens + t) * r);
+  per_head_matmul(L.wv_b, mla_head_in_.data(), r, mla_head_out_.data(), V, n_tokens, pool_);
+  for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < n_tokens; ++t)
-      std::copy_n(mla_head_out_.data() + t * V, V, mla_v_.data() + (t * H + h) * V);
-  }
+      std::copy_n(mla_head_out_.data() + (h * n_tokens + t) * V, V, mla_v_.data() + (t * H + h) * V);
   matmul_add(L.wo, mla_v_.data(), n_tokens, x_.data(), tmp_.data(), pool_);
 }
 
