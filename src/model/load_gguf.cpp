@@ -310,6 +310,9 @@ void read_deepseek2(const GGUFFile& f, ModelConfig& c) {
   c.n_rot = positive_int(f, a + ".rope.dimension_count", f.get_u32(a + ".rope.dimension_count"));
   if (c.n_rot % 2 != 0 || c.n_rot >= c.head_dim)
     fail("{}: rope.dimension_count {} must be even and below the key head size {}", f.name(), c.n_rot, c.head_dim);
+  if (std::max({c.kv_lora_rank, c.q_lora_rank, c.head_dim, c.head_dim_v}) > (1 << 20))
+    fail("{}: MLA sizes (kv_lora_rank {}, q_lora_rank {}, heads {} / {}) are out of range", f.name(), c.kv_lora_rank,
+         c.q_lora_rank, c.head_dim, c.head_dim_v);
   c.n_kv_heads = 1;  // one latent row per token, whatever an older file's head_count_kv says
   c.n_layer_dense_lead = static_cast<int>(u32("leading_dense_block_count", 0));
   if (c.n_layer_dense_lead > c.n_layers)

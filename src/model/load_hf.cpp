@@ -5,6 +5,7 @@
 // tensor with ne = {in, out}. HF llama/qwen2 q_proj/k_proj rows are in rotate-half order (llama.cpp's
 // converter permutes them to interleaved pairs for its "llama" RoPE); kvserve keeps them unpermuted
 // and runs NeoX-style RoPE instead, which is the same computation.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -251,8 +252,12 @@ void read_deepseek_config(const json& j, const ConfigReader& r, const std::strin
   const int nope = r.positive_int("qk_nope_head_dim");
   c.n_rot = r.positive_int("qk_rope_head_dim");
   if (c.n_rot % 2 != 0) fail("'{}': qk_rope_head_dim {} must be even", path, c.n_rot);
-  c.head_dim = nope + c.n_rot;
   c.head_dim_v = r.positive_int("v_head_dim");
+  if (std::max({c.kv_lora_rank, c.q_lora_rank, nope, c.n_rot, c.head_dim_v}) > (1 << 20))
+    fail("'{}': MLA sizes (kv_lora_rank {}, q_lora_rank {}, qk_nope_head_dim {}, qk_rope_head_dim {}, v_head_dim {}) "
+         "are out of range",
+         path, c.kv_lora_rank, c.q_lora_rank, nope, c.n_rot, c.head_dim_v);
+  c.head_dim = nope + c.n_rot;
   c.n_kv_heads = 1;
   c.rope_style = RopeStyle::Interleaved;
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
