@@ -96,3 +96,28 @@ TEST(Moe, BadExpertMetadataAndTensorsAreNamed) {
   expect_gguf_load_error(test::edited_gguf(kArch + "tiny-qwen3.gguf", {.set_u32 = {{"qwen3.expert_count", 4}}}),
                          "not qwen3");
 }
+
+// A token's MoE FFN alone in its step (every chosen expert's gate/up in one pass, the downs cut over the
+// threads) gives the bits of the same token among others (expert by expert on gathered rows): prompts run a
+// token a step against whole, for softmax routing with renormalization, DeepSeek's shared experts and its
+// sigmoid, biased, group-limited router.
+TEST(Moe, OneTokenStepsGiveTheBitsOfManyTokenSteps) {
+  for (const char* stem : {"tiny-qwen3moe", "tiny-deepseek2", "tiny-deepseek3"}) {
+    auto m = load_model(kArch + stem + ".gguf");
+    std::ifstream f(kArch + stem + ".jsonl");
+    std::string line;
+    std::getline(f, line);
+    const json g = json::parse(line);
+    auto seq = g["prompt_ids"].get<std::vector<int32_t>>();
+    const auto ids = g["generated_ids"].get<std::vector<int32_t>>();
+    seq.insert(seq.end(), ids.begin(), ids.end());
+    const auto logits_with_chunk = [&](int chunk) {
+      Generator gen(*m, {.max_context = 512, .prefill_chunk = chunk});
+      return gen.prefill_logits(seq, 0);
+    };
+    const std::vector<float> whole = logits_with_chunk(512), single = logits_with_chunk(1);
+    ASSERT_EQ(whole.size(), seq.size() * static_cast<size_t>(m->config.n_vocab));
+    for (size_t i = 0; i < whole.size(); ++i)
+      ASSERT_EQ(whole[i], single[i]) << stem << " position " << i / static_cast<size_t>(m->config.n_vocab);
+  }
+}

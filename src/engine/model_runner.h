@@ -74,6 +74,10 @@ class ModelRunner {
   // weighted sum of its experts' SwiGLU outputs (xn_ = rmsnorm(x_, ffn_norm) first).
   void route_tokens(const LayerWeights& L, int64_t n_tokens);
   void moe_ffn(const LayerWeights& L, int64_t n_tokens);
+  // moe_ffn's expert outputs (moe_out_, and the shared experts' in moe_shared_): one token's in two passes
+  // over the pool (every gate/up, then every down), or any tokens expert by expert on their gathered rows.
+  void experts_one_token(const LayerWeights& L);
+  void experts_by_expert(const LayerWeights& L, int64_t n_tokens);
   // x_ += the FFN of layer il: its experts (and shared experts), or the dense SwiGLU / GeGLU.
   void moe_or_dense_ffn(const LayerWeights& L, int il, int64_t n_tokens);
   // x_ += MLA attention of layer il (mla_attention.cpp): latent rows into the cache, attention in the

@@ -96,11 +96,83 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
 
 void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
   const ModelConfig& c = model_.config;
-  const int64_t E = c.n_embd, F = c.n_ff_exp, k = c.n_expert_used;
+  const int64_t E = c.n_embd, k = c.n_expert_used;
   normalize_tokens(static_cast<const float*>(L.ffn_norm.data), n_tokens);
   route_tokens(L, n_tokens);
-  // Each expert runs once on every (token, rank) routed to it: its rows gathered, projected as a batch.
+  const bool shared = c.n_expert_shared > 0;
   moe_out_.resize(static_cast<size_t>(n_tokens * k * E));
+  grow_to(moe_shared_, n_tokens * E);
+  if (n_tokens == 1) {
+    experts_one_token(L);
+  } else {
+    experts_by_expert(L, n_tokens);
+  }
+  // Per token: (w_0 * out_0) + (w_1 * out_1) + ..., each product rounded, summed in rank order, plus the shared
+  // experts' output, then onto x.
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* x = x_.data() + t * E;
+    float* acc = tmp_.data();
+    for (int64_t j = 0; j < k; ++j) {
+      const float w = moe_weight_[static_cast<size_t>(t * k + j)];
+      const float* o = moe_out_.data() + (t * k + j) * E;
+      for (int64_t d = 0; d < E; ++d) acc[d] = j == 0 ? o[d] * w : acc[d] + o[d] * w;
+    }
+    if (shared)
+      for (int64_t d = 0; d < E; ++d) acc[d] += moe_shared_[static_cast<size_t>(t * E + d)];
+    for (int64_t d = 0; d < E; ++d) x[d] = acc[d] + x[d];
+  }
+}
+
+void ModelRunner::experts_one_token(const LayerWeights& L) {
+  const ModelConfig& c = model_.config;
+  const int64_t E = c.n_embd, F = c.n_ff_exp, k = c.n_expert_used;
+  const int64_t FS = int64_t{c.n_ff_exp} * c.n_expert_shared;
+  const int64_t n_proj = k + (FS > 0 ? 1 : 0);
+  grow_to(moe_gate_, k * F + FS);
+  grow_to(moe_up_, k * F + FS);
+  // Every chosen expert's gate and up, and the shared experts', read the one normed row: one conversion and
+  // one pass over the pool for all of them.
+  std::vector<MatmulOutput> gate_up;
+  for (int64_t j = 0; j < k; ++j) {
+    const size_t e = static_cast<size_t>(moe_choice_[static_cast<size_t>(j)]);
+    gate_up.push_back({&L.gate_exps[e], moe_gate_.data() + j * F});
+    gate_up.push_back({&L.up_exps[e], moe_up_.data() + j * F});
+  }
+  if (FS > 0) {
+    gate_up.push_back({&L.ffn_gate_shexp, moe_gate_.data() + k * F});
+    gate_up.push_back({&L.ffn_up_shexp, moe_up_.data() + k * F});
+  }
+  matmul_shared_input(gate_up, xn_.data(), 1, pool_);
+  ffn_activation(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), k * F + FS);
+  // The down projections, each from its own activations: (projection, part) items over the pool, every
+  // projection cut into as many parts as threads at its balancing chunks (the bits of matmul()).
+  const auto down = [&](int64_t p) -> const Tensor& {
+    return p < k ? L.down_exps[static_cast<size_t>(moe_choice_[static_cast<size_t>(p)])] : L.ffn_down_shexp;
+  };
+  const int64_t parts = pool_.size();
+  pool_.parallel_for(n_proj * parts, [&](int64_t i0, int64_t i1) {
+    MatmulActs acts;
+    int64_t converted = -1;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p = i / parts, part = i % parts;
+      const Tensor& w = down(p);
+      const int64_t rows = w.rows(), chunk = std::max<int64_t>(1, matmul_balance_chunk_rows(w, 1));
+      const auto bound = [&](int64_t q) { return std::min(rows, (rows * q / parts + chunk - 1) / chunk * chunk); };
+      const int64_t r0 = bound(part), r1 = bound(part + 1);
+      if (r0 >= r1) continue;
+      if (converted != p) {
+        acts.convert(w.type, moe_gate_.data() + p * F, w.cols(), 1);
+        converted = p;
+      }
+      matmul_rows(w, acts, p < k ? moe_out_.data() + p * E : moe_shared_.data(), r0, r1);
+    }
+  }, 1);
+}
+
+void ModelRunner::experts_by_expert(const LayerWeights& L, int64_t n_tokens) {
+  const ModelConfig& c = model_.config;
+  const int64_t E = c.n_embd, F = c.n_ff_exp, k = c.n_expert_used;
+  // Each expert runs once on every (token, rank) routed to it: its rows gathered, projected as a batch.
   std::vector<int64_t> slots;
   for (int e = 0; e < c.n_expert; ++e) {
     slots.clear();
@@ -124,29 +196,13 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
       std::copy_n(moe_down_.data() + i * E, E, moe_out_.data() + slots[static_cast<size_t>(i)] * E);
   }
   // DeepSeek's shared experts: one SwiGLU on every token, its output added to the routed ones' sum.
-  const bool shared = c.n_expert_shared > 0;
-  if (shared) {
+  if (c.n_expert_shared > 0) {
     const int64_t FS = int64_t{c.n_ff_exp} * c.n_expert_shared;
-    grow_to(moe_shared_, n_tokens * E);
     const MatmulOutput gate_up[] = {{&L.ffn_gate_shexp, gate_.data()}, {&L.ffn_up_shexp, up_.data()}};
     matmul_shared_input(gate_up, xn_.data(), n_tokens, pool_);
     for (int64_t t = 0; t < n_tokens; ++t)
       ffn_activation(gate_.data() + t * FS, up_.data() + t * FS, gate_.data() + t * FS, FS);
     matmul(L.ffn_down_shexp, gate_.data(), n_tokens, moe_shared_.data(), pool_);
-  }
-  // Per token: (w_0 * out_0) + (w_1 * out_1) + ..., each product rounded, summed in rank order, plus the shared
-  // experts' output, then onto x.
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    float* x = x_.data() + t * E;
-    float* acc = tmp_.data();
-    for (int64_t j = 0; j < k; ++j) {
-      const float w = moe_weight_[static_cast<size_t>(t * k + j)];
-      const float* o = moe_out_.data() + (t * k + j) * E;
-      for (int64_t d = 0; d < E; ++d) acc[d] = j == 0 ? o[d] * w : acc[d] + o[d] * w;
-    }
-    if (shared)
-      for (int64_t d = 0; d < E; ++d) acc[d] += moe_shared_[static_cast<size_t>(t * E + d)];
-    for (int64_t d = 0; d < E; ++d) x[d] = acc[d] + x[d];
   }
 }
 
