@@ -22,9 +22,14 @@ size_t repack_weights_for_cpu(Model& model) {
       targets.push_back(&t);
   };
   for (LayerWeights& L : model.layers) {
-    for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*t);
+    // MLA's projections (DeepSeek) where a model has them, in the order its forward reads them.
+    for (Tensor* t : {&L.wq_a, &L.wq_b, &L.wq, &L.wk, &L.wv, &L.wkv_a}) add(*t);
+    for (auto* heads : {&L.wk_b, &L.wv_b})
+      for (Tensor& t : *heads) add(t);
+    for (Tensor* t : {&L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*t);
     for (auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
       for (Tensor& t : *experts) add(t);
+    for (Tensor* t : {&L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp}) add(*t);
   }
   add(model.output);  // a copy of tok_embd's view when tied; tok_embd itself keeps only the row layout
   // One buffer for all of them, in the order a forward pass reads them: decode streams it front to back
