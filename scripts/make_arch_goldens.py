@@ -105,13 +105,17 @@ def add_llama_attention(w, r, p, shape):
     w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
 
 
-def tiny_qwen3(gguf, path, seed):
+def tiny_qwen3(gguf, path, seed, shape=(64, 3, 4, 2, 32, 192), rope_base=1e6, yarn=None):
     """Qwen3: per-head RMSNorm of q and k (attn_q_norm / attn_k_norm) before NeoX RoPE, head_dim * heads
     (128) unlike n_embd (64), no biases. The output head is its own tensor: tied to a large embedding,
-    greedy decoding only repeats the last token."""
+    greedy decoding only repeats the last token. With `yarn` (factor, original context): YaRN, Qwen2.5/3's
+    long-context setting (per-pair blends of interpolated and original angles, cos and sin times
+    1 + 0.1 ln(factor))."""
     r = Draws(seed)
-    E, L, H, KVH, D, F = shape = 64, 3, 4, 2, 32, 192
-    w = begin(gguf, path, "qwen3", shape, 1e6)
+    E, L, H, KVH, D, F = shape
+    w = begin(gguf, path, "qwen3", shape, rope_base)
+    if yarn:
+        add_yarn(gguf, w, *yarn)
     n_vocab = copy_vocab(gguf, w)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     for i in range(L):
@@ -354,27 +358,6 @@ def add_yarn(gguf, w, factor, original_ctx, log_mul=None):
         w.add_rope_scaling_yarn_log_mul(log_mul)
 
 
-def tiny_qwen3_yarn(gguf, path, seed):
-    """tiny-qwen3 with YaRN (factor 4 over an original context of 64, Qwen2.5/3's long-context setting):
-    per-pair blends of interpolated and original angles, cos and sin times 1 + 0.1 ln(factor)."""
-    r = Draws(seed)
-    E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 32, 128
-    w = begin(gguf, path, "qwen3", shape, 10000.0)
-    add_yarn(gguf, w, 4.0, 64)
-    n_vocab = copy_vocab(gguf, w)
-    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
-    for i in range(L):
-        p = f"blk.{i}."
-        add_qwen3_attention(w, r, p, shape)
-        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
-        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
-        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
-        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
-    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
-    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
-    finish(w)
-
-
 def tiny_deepseek2(gguf, path, seed, variant):
     """DeepSeek-V2 / V3 (llama.cpp's deepseek2): multi-head latent attention and a mixture of experts with a
     shared expert after one dense layer. Per token, kv_a projects to a latent of kv_lora_rank (RMS-normed
@@ -488,7 +471,7 @@ MODELS = {
     "tiny-deepseek2-kvb": (lambda g, p, s: tiny_deepseek2(g, p, s, "kvb"), 3014),
     "tiny-deepseek3": (lambda g, p, s: tiny_deepseek2(g, p, s, "v3"), 3015),
     "tiny-deepseek2-yarn": (lambda g, p, s: tiny_deepseek2(g, p, s, "yarn"), 3016),
-    "tiny-qwen3-yarn": (tiny_qwen3_yarn, 3017),
+    "tiny-qwen3-yarn": (lambda g, p, s: tiny_qwen3(g, p, s, (64, 2, 4, 2, 32, 128), 10000.0, (4.0, 64)), 3017),
 }
 
 
