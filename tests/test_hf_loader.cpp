@@ -578,31 +578,38 @@ TEST(HfLoader, DeepseekFoldersMatchGgufAndLlamaCpp) {
   }
 }
 
-// DeepSeek-V2's group_limited_greedy routing (groups scored by their best expert), which llama.cpp does not
-// compute: transformers' logits (tests/golden/hf/deepseek-v2-group-limited.json, made by
-// scripts/make_deepseek_hf_golden.py) for tiny-deepseek3's weights under a V2 config. Scoring the groups by their
-// best two instead, as llama.cpp does, missed them by 2.4 (tried).
-TEST(HfLoader, DeepseekV2GroupLimitedRoutingMatchesTransformers) {
-  const json ref = read_json(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/hf/deepseek-v2-group-limited.json");
-  TempDir tmp;
-  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek3.gguf", tmp.path(),
-                           DType::F32);
-  json c = read_json(tmp / "config.json");
-  for (const auto& [key, value] : ref["config_edits"].items()) c[key] = value;
-  write_json(tmp / "config.json", c);
-  auto m = load_model(tmp.path());
-  EXPECT_TRUE(m->config.expert_group_score_max);
-  EXPECT_FALSE(m->layers[1].exp_probs_b.valid());  // V2 has no selection bias, whatever the folder holds
-  Generator gen(*m, {.max_context = 512});
-  size_t steps = 0;
-  for (const json& k : ref["cases"]) {
-    const auto logits = gen.teacher_forced_logits(k["ids"].get<std::vector<int32_t>>(), k["n_prompt"].get<int>());
-    ASSERT_EQ(logits.size(), k["step_logits_top"].size());
-    for (size_t s = 0; s < logits.size(); ++s, ++steps)
-      for (const json& pair : k["step_logits_top"][s])
-        ASSERT_NEAR(logits[s][pair[0].get<int>()], pair[1].get<float>(), 1e-4f) << "step " << s;
+// DeepSeek configurations llama.cpp does not compute, against transformers' logits (tests/golden/hf/, made by
+// scripts/make_deepseek_hf_golden.py) for tiny-deepseek3's weights under edited configs: DeepSeek-V2's
+// group_limited_greedy routing (groups scored by their best expert; by their best two, as llama.cpp, missed by
+// 2.4, tried), and DeepSeek-V3 with rope_interleave false (its rope pairs (i, i + n_rot/2)).
+TEST(HfLoader, DeepseekConfigsLlamaCppLacksMatchTransformers) {
+  for (const char* variant : {"deepseek-v2-group-limited", "deepseek-v3-rope-noninterleaved"}) {
+    SCOPED_TRACE(variant);
+    const json ref = read_json(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/hf/" + variant + ".json");
+    TempDir tmp;
+    make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek3.gguf", tmp.path(),
+                             DType::F32);
+    json c = read_json(tmp / "config.json");
+    for (const auto& [key, value] : ref["config_edits"].items()) c[key] = value;
+    write_json(tmp / "config.json", c);
+    auto m = load_model(tmp.path());
+    if (std::string(variant) == "deepseek-v2-group-limited") {
+      EXPECT_TRUE(m->config.expert_group_score_max);
+      EXPECT_FALSE(m->layers[1].exp_probs_b.valid());  // V2 has no selection bias, whatever the folder holds
+    } else {
+      EXPECT_EQ(m->config.rope_style, RopeStyle::NeoX);
+    }
+    Generator gen(*m, {.max_context = 512});
+    size_t steps = 0;
+    for (const json& k : ref["cases"]) {
+      const auto logits = gen.teacher_forced_logits(k["ids"].get<std::vector<int32_t>>(), k["n_prompt"].get<int>());
+      ASSERT_EQ(logits.size(), k["step_logits_top"].size());
+      for (size_t s = 0; s < logits.size(); ++s, ++steps)
+        for (const json& pair : k["step_logits_top"][s])
+          ASSERT_NEAR(logits[s][pair[0].get<int>()], pair[1].get<float>(), 1e-4f) << "step " << s;
+    }
+    EXPECT_EQ(steps, 4u * 48u);
   }
-  EXPECT_EQ(steps, 4u * 48u);
 }
 
 TEST(HfLoader, DeepseekConfigErrorsAreNamed) {

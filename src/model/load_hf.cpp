@@ -239,7 +239,8 @@ ModelConfig read_config(const json& j, const std::string& path);
 
 // DeepSeek-V2 and V3 as their modeling code reads config.json (its defaults for absent keys). MLA: the
 // latent's kv_lora_rank, q_lora_rank (null: q_proj directly), the heads' qk_nope_head_dim +
-// qk_rope_head_dim keys and v_head_dim values; RoPE on pairs (2i, 2i + 1) as its q_pe/k_pe are laid out;
+// qk_rope_head_dim keys and v_head_dim values; RoPE on pairs (2i, 2i + 1) as its q_pe/k_pe are laid out
+// (V3's rope_interleave false: pairs (i, i + n_rot/2));
 // YaRN's mscale / mscale_all_dim: cos and sin times their ratio, scores times yarn_get_mscale(factor,
 // mscale_all_dim)^2. MoE: n_routed_experts (null: every layer dense), num_experts_per_tok,
 // moe_intermediate_size, n_shared_experts, first_k_dense_replace leading dense layers, scoring_func
@@ -259,7 +260,9 @@ void read_deepseek_config(const json& j, const ConfigReader& r, const std::strin
          path, c.kv_lora_rank, c.q_lora_rank, nope, c.n_rot, c.head_dim_v);
   c.head_dim = nope + c.n_rot;
   c.n_kv_heads = 1;
-  c.rope_style = RopeStyle::Interleaved;
+  // transformers' DeepSeek-V3 rotates pairs (i, i + n_rot/2) when rope_interleave is false (true by default).
+  const bool interleave = !r.has("rope_interleave") || r.bool_or("rope_interleave", true);
+  c.rope_style = interleave ? RopeStyle::Interleaved : RopeStyle::NeoX;
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.rope_scaling.type == RopeScaling::Type::Yarn) {
     // transformers' DeepSeek YaRN: cos/sin times yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor,
