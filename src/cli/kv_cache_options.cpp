@@ -59,6 +59,14 @@ void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
              "Keep every position's K/V in sliding-window layers too (default: a model with them, such as Gemma 2 "
              "and 3, gets a hybrid cache whose local layers hold only their window)");
   c.add_option("--kv-layer-dtypes", a.kv_layer_dtypes, kKVLayerDtypesHelp);
+  c.add_option("--streaming-window", a.streaming_window,
+               "StreamingLLM eviction: the full-attention layers attend to (and the cache keeps) only the last N "
+               "positions of a sequence, plus --attention-sinks; sequences may then run past the model's context "
+               "(0: off)")
+      ->check(CLI::NonNegativeNumber);
+  c.add_option("--attention-sinks", a.attention_sinks,
+               "With --streaming-window: the first N positions stay attended as attention sinks (StreamingLLM uses 4)")
+      ->check(CLI::NonNegativeNumber);
   c.add_option("--rope-factors", a.rope_factors, kRopeFactorsHelp)
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "short", "long"}));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/long_rope.h"
+#include "engine/streaming_eviction.h"
 #include "kv/kv_layer_dtypes.h"
 #include "kv/kv_layout.h"
 
@@ -19,6 +20,8 @@ struct KVCacheArgs {
   bool no_hybrid = false;      // --no-hybrid-kv-cache: sliding-window layers keep every position
   std::string rope_factors = "auto";  // --rope-factors: auto, short or long (LongRoPE models)
   std::string kv_layer_dtypes;        // --kv-layer-dtypes: layers that differ from --kv-cache-dtype
+  int64_t streaming_window = 0;       // --streaming-window: StreamingLLM eviction (0: off)
+  int64_t attention_sinks = 0;        // --attention-sinks: positions kept before the window
 
   // The budget in the form EngineOptions / GeneratorOptions take (bytes > 1, or a fraction of RAM);
   // throws Error naming the flag when the text is not a budget.
@@ -28,6 +31,7 @@ struct KVCacheArgs {
   LongRopeFactors rope_factors_value() const { return parse_long_rope_factors(rope_factors); }
   // The per-layer items; throws Error naming the flag when the text is not LAYERS=DTYPE,...
   std::vector<KVLayerDtype> kv_layer_dtypes_value() const;
+  StreamingEviction streaming() const { return {streaming_window, attention_sinks}; }
 };
 
 // --kv-layer-dtypes' value, checked as the engine will need it (each dtype one it can store).

@@ -156,7 +156,10 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   if (!model.tokenizer) fail("engine: the model has no tokenizer");
   if (opts.speculative_tokens < 0) fail("engine: speculative tokens must be >= 0, got {}", opts.speculative_tokens);
   n_vocab = c.n_vocab;
-  max_model_len = opts.max_model_len > 0 ? opts.max_model_len : (c.n_ctx_train > 0 ? c.n_ctx_train : 2048);
+  max_model_len = opts.max_model_len > 0   ? opts.max_model_len
+                  : opts.streaming.on() ? kStreamingContextLimit
+                  : c.n_ctx_train > 0   ? c.n_ctx_train
+                                        : 2048;
   PagedKVCacheOptions ko;
   ko.kv_cache_memory = opts.kv_cache_memory;
   ko.block_size = opts.block_size;
@@ -171,6 +174,7 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   ko.prefault = opts.prefault_kv;
   ko.max_chunk_tokens = opts.max_num_batched_tokens;
   ko.hybrid = opts.hybrid_kv_cache;
+  ko.streaming = opts.streaming;
   ko.who = "engine";
   PagedKVCache cache(c, ko);
   fmt::print(stderr, "{}\n", cache.summary());

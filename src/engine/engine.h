@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/long_rope.h"
+#include "engine/streaming_eviction.h"
 #include "engine/ngram_proposer.h"
 #include "engine/sampling_params.h"
 #include "kv/kv_layer_dtypes.h"
@@ -38,6 +39,9 @@ struct EngineOptions {
   // Models with sliding-window layers: their windowed layers release the positions no token will attend
   // to again (PagedKVCacheOptions::hybrid). Off keeps every layer's K/V of every position.
   bool hybrid_kv_cache = true;
+  // StreamingLLM eviction (kernels/cpu/attention_sinks.h): the full-attention layers keep only their sinks
+  // and window, and a sequence may then run past the model's context (max_model_len 0: no limit).
+  StreamingEviction streaming;
   // LongRoPE models (Phi-3 128k): which factors a sequence rotates with (engine/long_rope.h).
   LongRopeFactors rope_factors = LongRopeFactors::Auto;
   // Speculative decoding with prompt-lookup drafts, as GeneratorOptions::speculative_tokens: each decoding

@@ -31,7 +31,10 @@ struct SequenceGuard {
 Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool)
     : model_(model), opts_(opts), runner_(model, pool) {
   const ModelConfig& c = model.config;
-  if (opts_.max_context <= 0) opts_.max_context = c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
+  if (opts_.max_context <= 0)
+    opts_.max_context = opts_.streaming.on() ? kStreamingContextLimit : c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
+  if (opts_.streaming.on() && opts_.draft_model != nullptr)
+    fail("generate: a draft model keeps every position in its own cache; it does not run with a streaming window");
   if (opts_.prefill_chunk <= 0) fail("generate: prefill chunk must be positive, got {}", opts_.prefill_chunk);
   if (opts_.speculative_tokens < 0) fail("generate: speculative tokens must be >= 0, got {}", opts_.speculative_tokens);
   (void)NgramProposer(opts_.ngram);  // its options are checked now, not at the first request
@@ -46,6 +49,7 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
   ko.enable_prefix_caching = opts_.enable_prefix_caching;
   ko.max_chunk_tokens = opts_.prefill_chunk;
   ko.hybrid = opts_.hybrid_kv_cache;
+  ko.streaming = opts_.streaming;
   ko.who = "generate";
   kv_ = std::make_unique<PagedKVCache>(c, ko);
   if (opts_.draft_model != nullptr) {

@@ -11,6 +11,7 @@
 #include "engine/kv_row_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/attention_sinks.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quants.h"
 
@@ -164,7 +165,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   }
   if (n_tokens == 0) return 0;
   ensure_scratch(n_tokens);
-  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits)
+  // The region attends with the model's own windows: a streaming cache takes the per-op path.
+  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits && !kv.streaming.on())
     return forward_single_token(batch[0], kv, logits);
 
   const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;
@@ -186,6 +188,13 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   rope_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
   const bool has_swa = !c.swa_layers.empty();
   if (has_swa) rope_swa_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
+  const StreamingEviction& stream = kv.streaming;
+  const bool has_sinks = stream.on() && stream.sinks > 0;
+  if (has_sinks) {
+    rope_sink_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
+    q_sink_.resize(static_cast<size_t>(n_tokens * H * D));
+    attn_lse_.resize(static_cast<size_t>(n_tokens * H));
+  }
   kv_offset_.resize(static_cast<size_t>(n_groups * n_tokens));
   {
     int64_t t = 0;
@@ -196,6 +205,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         const int64_t pos = s.pos0 + static_cast<int64_t>(i);
         rope.angles(pos, rope_cos_sin_.data() + t * n_rot);
         if (has_swa) rope_swa.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
+        if (has_sinks)
+          rope.angles(sink_query_position(pos, stream.sinks, stream.window), rope_sink_cos_sin_.data() + t * n_rot);
         for (int g = 0; g < n_groups; ++g)
           kv_offset_[g * n_tokens + t] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * RD;
       }
@@ -211,6 +222,9 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     const Rope& rope = swa ? rope_swa_ : rope_;
     const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
     const bool rotates = c.uses_rope(il);
+    // A streaming cache windows the full-attention layers; those also attend to the sinks.
+    const int64_t window = swa ? c.sliding_window : stream.window;
+    const bool sinks_here = has_sinks && !swa;
     void* kl = kv.k_layers[il];
     void* vl = kv.v_layers[il];
     const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
@@ -237,6 +251,12 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
                             static_cast<int>(D), c.rms_eps);
               rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), static_cast<int>(KVH),
                             static_cast<int>(D), c.rms_eps);
+            }
+            float* q_sink = sinks_here ? q_sink_.data() + t * QD : nullptr;
+            if (q_sink != nullptr) {
+              std::copy(q_.data() + t * QD, q_.data() + (t + 1) * QD, q_sink);
+              if (rotates) rope.rotate(q_sink, static_cast<int>(H), rope_sink_cos_sin_.data() + t * n_rot);
+              if (rot.any()) hadamard_rotate(q_sink, QD, rot.k_block);
             }
             if (rotates) {
               rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * n_rot);
@@ -275,11 +295,15 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.kv_type = kv_type;
       a.block_stride = kv.block_stride;
       a.scale = attn_scale;
-      a.window = swa ? c.sliding_window : 0;
+      a.window = window;
       a.softcap = c.attn_softcap;
+      if (sinks_here) a.lse = attn_lse_.data() + t * H;
       t += static_cast<int64_t>(s.tokens.size());
     }
     paged_attention_batch(attn_args_, pool_);
+    if (sinks_here)
+      for (const PagedAttentionArgs& a : attn_args_)
+        merge_attention_sinks(a, q_sink_.data() + (a.q - q_.data()), stream.sinks, pool_);
     // The output mixes rotated V rows: rotate it back.
     if (rot.any()) hadamard_rotate(attn_.data(), n_tokens * QD, rot.v_block);
 

@@ -9,6 +9,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/attention_split.h"
+#include "engine/streaming_eviction.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
@@ -28,6 +29,7 @@ struct KVCacheView {
   // Per layer, its KV-cache group (a hybrid cache: BatchSequence::group_tables); empty: every layer reads
   // BatchSequence::block_table.
   std::vector<int> layer_group;
+  StreamingEviction streaming;  // what the cache keeps of the full-attention layers
   int block_size = 16;
   int64_t block_stride = 0;
   int64_t n_blocks = 0;
@@ -104,6 +106,9 @@ class ModelRunner {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> rope_cos_sin_;  // per token of the batch: its position's RoPE cos/sin, shared by all layers
   std::vector<float> rope_swa_cos_sin_;  // the same for the sliding-window layers (when the model has them)
+  // Attention sinks (KVCacheView::streaming): per token, the angles of its query for the sinks, the query
+  // rows rotated with them, and the window's softmax log-sums the sinks are folded into.
+  std::vector<float> rope_sink_cos_sin_, q_sink_, attn_lse_;
   std::vector<int64_t> kv_offset_;   // per group and token of the batch: element offset of its K/V slot (head 0)
   // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
   // before Q/K/V and gate/up, SiLU before the down projection).

@@ -15,7 +15,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCacheDType>& layer_dtypes,
-                                   int64_t max_model_len, bool hybrid) {
+                                   int64_t max_model_len, bool hybrid, const StreamingEviction& streaming) {
   KVCacheGroups g;
   const int n = c.n_layers;
   std::vector<int> full, windowed;
@@ -23,6 +23,7 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
   const auto one_group = [&] {
     KVCacheGroups one;
     one.windows = {0};
+    one.sinks = {0};
     for (int l = 0; l < n; ++l) {
       one.layer_group.push_back(0);
       one.layer_slot.push_back(l);
@@ -31,15 +32,22 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
     return one;
   };
   // A window that covers the whole context releases nothing: the groups would only cost their padding.
-  if (!hybrid || windowed.empty() || c.sliding_window <= 0 || c.sliding_window >= max_model_len) return one_group();
+  if (streaming.on()) {
+    if (!hybrid) fail("kv cache: attention sinks / a streaming window need the hybrid cache");
+  } else if (!hybrid || windowed.empty() || c.sliding_window <= 0 || c.sliding_window >= max_model_len) {
+    return one_group();
+  }
   const int per_block = static_cast<int>(full.empty() ? windowed.size() : full.size());
   g.layer_group.assign(static_cast<size_t>(n), -1);
   g.layer_slot.assign(static_cast<size_t>(n), -1);
   std::vector<std::optional<KVCacheDType>> slot_dtype(static_cast<size_t>(per_block));
   bool uniform = true;
-  const auto place = [&](const std::vector<int>& layers, int64_t window) {
+  const auto place = [&](const std::vector<int>& layers, int64_t window, int64_t sinks) {
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (i % static_cast<size_t>(per_block) == 0) g.windows.push_back(window);
+      if (i % static_cast<size_t>(per_block) == 0) {
+        g.windows.push_back(window);
+        g.sinks.push_back(sinks);
+      }
       const int l = layers[i];
       const size_t slot = i % static_cast<size_t>(per_block);
       g.layer_group[static_cast<size_t>(l)] = static_cast<int>(g.windows.size()) - 1;
@@ -49,9 +57,14 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
       slot_dtype[slot] = t;
     }
   };
-  place(full, 0);
-  place(windowed, c.sliding_window);
-  if (!uniform) return one_group();
+  place(full, streaming.window, streaming.sinks);
+  place(windowed, c.sliding_window, 0);
+  if (!uniform) {
+    if (streaming.on())
+      fail("kv cache: a streaming window needs one KV dtype for the layers that share a block; these per-layer "
+           "dtypes differ there");
+    return one_group();
+  }
   for (const auto& t : slot_dtype) g.slot_dtypes.push_back(*t);
   return g;
 }
@@ -85,7 +98,14 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   budget_bytes = opts.kv_cache_memory > 1
                      ? static_cast<uint64_t>(opts.kv_cache_memory)
                      : static_cast<uint64_t>(opts.kv_cache_memory * static_cast<double>(total_ram_bytes()));
-  groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid);
+  if (opts.streaming.window < 0 || opts.streaming.sinks < 0)
+    fail("{}: streaming window {} and attention sinks {} must not be negative", who, opts.streaming.window,
+         opts.streaming.sinks);
+  if (opts.streaming.sinks > 0 && !opts.streaming.on())
+    fail("{}: attention sinks ({}) need a streaming window (--streaming-window)", who, opts.streaming.sinks);
+  if (opts.streaming.on() && c.mla())
+    fail("{}: a streaming window is not built for multi-head latent attention (DeepSeek) models", who);
+  groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid, opts.streaming);
   const bool hybrid = groups.hybrid();
   // A block holds `slots` layers; a hybrid cache keeps one more, the null block of released entries.
   KVLayout block_layout = layout;
@@ -100,9 +120,12 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   const int64_t chunk =
       opts.max_chunk_tokens > 0 ? std::min(opts.max_chunk_tokens, opts.max_model_len) : opts.max_model_len;
   int64_t blocks_per_seq = 0;
-  for (int64_t w : groups.windows)
+  for (size_t gi = 0; gi < groups.windows.size(); ++gi) {
+    const int64_t w = groups.windows[gi];
     blocks_per_seq += w == 0 ? ceil_div(opts.max_model_len, bs)
-                             : std::min(ceil_div(opts.max_model_len, bs), ceil_div(w + chunk, bs) + 1);
+                             : std::min(ceil_div(opts.max_model_len, bs),
+                                        ceil_div(w + chunk, bs) + 1 + ceil_div(groups.sinks[gi], bs));
+  }
   const int64_t useful = blocks_per_seq * std::max(opts.max_num_seqs, 1) * (opts.enable_prefix_caching ? 2 : 1);
   const int64_t n = std::min<int64_t>({affordable_blocks, useful, std::numeric_limits<int32_t>::max()});
   if (n < 1)
@@ -120,6 +143,7 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
     view.layer_types.push_back(kv_elem_type(t));
   }
   if (hybrid) view.layer_group = groups.layer_group;
+  view.streaming = opts.streaming;
   view.block_size = opts.block_size;
   view.block_stride = storage->block_stride();
   view.n_blocks = storage->num_blocks();
@@ -131,6 +155,7 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   kc.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
   kc.model_id = opts.model_id;
   kc.group_windows = groups.windows;
+  kc.group_sinks = groups.sinks;
   kc.max_chunk_tokens = chunk;
   manager = std::make_unique<KVCacheManager>(kc);
   capacity = manager->capacity_tokens();
@@ -139,7 +164,13 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
 std::string PagedKVCache::summary() const {
   std::string s = fmt::format("kv cache: {} blocks of {} tokens = {} tokens, {} {}", num_blocks, block_size,
                               int64_t{num_blocks} * block_size, human_bytes(storage_bytes), dtype_names);
-  if (groups.hybrid()) {
+  if (view.streaming.on()) {
+    s += fmt::format(" (streaming: the full-attention layers keep {} sink position{} and the last {} of each sequence, "
+                     "{} group{} of {} layer{})",
+                     view.streaming.sinks, view.streaming.sinks == 1 ? "" : "s", view.streaming.window,
+                     groups.windows.size(), groups.windows.size() == 1 ? "" : "s", groups.slots(),
+                     groups.slots() == 1 ? "" : "s");
+  } else if (groups.hybrid()) {
     int n_windowed = 0;
     for (int64_t w : groups.windows) n_windowed += w > 0 ? 1 : 0;
     const int n_full = static_cast<int>(groups.windows.size()) - n_windowed;

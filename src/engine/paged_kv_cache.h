@@ -34,6 +34,8 @@ struct PagedKVCacheOptions {
   // Models with sliding-window layers get a hybrid cache (KVCacheManager's groups), whose windowed groups
   // release what no later token attends to. Off: every layer keeps every position, as before.
   bool hybrid = true;
+  // StreamingLLM eviction of the full-attention layers (needs `hybrid`): a windowed group with sinks.
+  StreamingEviction streaming;
   std::string_view who = "kv cache";  // prefix of error messages ("engine", "generate")
 };
 
@@ -46,13 +48,15 @@ struct KVCacheGroups {
   std::vector<int> layer_slot;   // per model layer: its K/V array in the storage
   std::vector<KVCacheDType> slot_dtypes;  // per storage array
   std::vector<int64_t> windows;  // per group (0: full attention)
+  std::vector<int64_t> sinks;    // per group: attention sinks kept before its window
   int slots() const { return static_cast<int>(slot_dtypes.size()); }
   bool hybrid() const { return windows.size() > 1 || (windows.size() == 1 && windows[0] > 0); }
 };
 // layer_dtypes: one per layer. Layers sharing a storage array must share a dtype; where per-layer dtypes
 // would put two different ones in one array, the cache stays one group.
+// With streaming on, the full-attention layers form windowed groups of streaming.window with its sinks.
 KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCacheDType>& layer_dtypes,
-                                   int64_t max_model_len, bool hybrid);
+                                   int64_t max_model_len, bool hybrid, const StreamingEviction& streaming = {});
 
 struct PagedKVCache {
   PagedKVCache(const ModelConfig& config, const PagedKVCacheOptions& opts);

@@ -22,6 +22,14 @@ KVCacheManager::KVCacheManager(const KVCacheManagerConfig& config, KVClock clock
     fail("kv cache: prefix cache TTL {} s must not be negative", config.prefix_cache_ttl_seconds);
   for (int64_t w : windows_)
     if (w < 0) fail("kv cache: a group's sliding window {} is negative", w);
+  sinks_ = config.group_sinks.empty() ? std::vector<int64_t>(windows_.size(), 0) : config.group_sinks;
+  if (sinks_.size() != windows_.size())
+    fail("kv cache: {} groups' attention sinks given for {} groups", sinks_.size(), windows_.size());
+  for (size_t g = 0; g < sinks_.size(); ++g) {
+    if (sinks_[g] < 0) fail("kv cache: a group's attention sinks {} are negative", sinks_[g]);
+    if (sinks_[g] > 0 && windows_[g] == 0)
+      fail("kv cache: attention sinks ({}) need a windowed group; group {} keeps every position", sinks_[g], g);
+  }
   if (config.max_chunk_tokens < 0) fail("kv cache: max chunk of {} tokens is negative", config.max_chunk_tokens);
   pool_.set_cache_ttl(config.prefix_cache_ttl_seconds);
 }
@@ -33,15 +41,18 @@ bool KVCacheManager::has_windowed_groups() const {
 int64_t KVCacheManager::capacity_tokens_for_chunk(int64_t max_chunk) const {
   const int64_t n = pool_.num_blocks();
   int64_t n_full = 0, n_windowed = 0, window_blocks = 0;
-  for (int64_t w : windows_) {
+  for (size_t g = 0; g < windows_.size(); ++g) {
+    const int64_t w = windows_[g];
     if (w == 0) {
       ++n_full;
       continue;
     }
     ++n_windowed;
-    // Most entries a windowed group holds at once: the window before a chunk's first token, the chunk, and
-    // the partial blocks at both ends.
-    if (max_chunk > 0) window_blocks = std::max(window_blocks, blocks_for_tokens(w + max_chunk, block_size_) + 1);
+    // Most entries a windowed group holds at once: the window before a chunk's first token, the chunk, the
+    // partial blocks at both ends, and the sinks' blocks.
+    if (max_chunk > 0)
+      window_blocks = std::max(window_blocks, blocks_for_tokens(w + max_chunk, block_size_) + 1 +
+                                                  static_cast<int64_t>(sink_blocks(g)));
   }
   if (n_windowed == 0) return n * block_size_;
   if (max_chunk <= 0) return n / (n_full + n_windowed) * block_size_;  // a chunk may hold the whole sequence
@@ -75,7 +86,10 @@ int64_t KVCacheManager::num_tokens(SeqId seq) const { return get(seq).num_tokens
 int64_t KVCacheManager::num_held_blocks(SeqId seq) const {
   const Sequence& s = get(seq);
   int64_t n = 0;
-  for (size_t g = 0; g < s.tables.size(); ++g) n += static_cast<int64_t>(s.tables[g].size() - s.released[g]);
+  for (size_t g = 0; g < s.tables.size(); ++g) {
+    const size_t keep = sink_blocks(g);
+    n += static_cast<int64_t>(s.tables[g].size() - (s.released[g] > keep ? s.released[g] - keep : 0));
+  }
   return n;
 }
 
@@ -141,8 +155,16 @@ CachedPrefix KVCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
         while (fit > 0) {
           const int64_t lo = first_needed_block(windows_[g], fit * block_size_);
           while (i >= lo && lookup(g, i)) --i;
-          if (i < lo) break;
-          fit = i;
+          if (i < lo) {
+            // The window is there; so must the sinks' blocks before it be.
+            int64_t miss = -1;
+            for (int64_t j = 0; j < std::min(static_cast<int64_t>(sink_blocks(g)), lo) && miss < 0; ++j)
+              if (!lookup(g, j)) miss = j;
+            if (miss < 0) break;
+            fit = miss;
+          } else {
+            fit = i;
+          }
           i = fit - 1;
         }
       }
@@ -154,8 +176,9 @@ CachedPrefix KVCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
   }
   const auto group_ids = [&](size_t g) {
     std::vector<int32_t> out(static_cast<size_t>(h), null_block());
-    for (int64_t i = first_needed_block(windows_[g], h * block_size_); i < h; ++i)
-      out[static_cast<size_t>(i)] = ids[g][static_cast<size_t>(i)];
+    for (int64_t i = 0; i < h; ++i)
+      if (i >= first_needed_block(windows_[g], h * block_size_) || i < static_cast<int64_t>(sink_blocks(g)))
+        out[static_cast<size_t>(i)] = ids[g][static_cast<size_t>(i)];
     return out;
   };
   found.block_ids = group_ids(0);
@@ -196,14 +219,16 @@ void KVCacheManager::release_outside_window(Sequence& s) {
   for (size_t g = 0; g < windows_.size(); ++g) {
     if (windows_[g] == 0) continue;
     BlockTable& t = s.tables[g];
-    const size_t first = static_cast<size_t>(first_needed_block(windows_[g], s.num_tokens));
-    for (size_t i = s.released[g]; i < std::min(first, t.size()); ++i) {
+    const size_t keep = std::min(sink_blocks(g), t.size());
+    const size_t first =
+        std::max(keep, std::min(static_cast<size_t>(first_needed_block(windows_[g], s.num_tokens)), t.size()));
+    for (size_t i = std::max(s.released[g], keep); i < first; ++i) {
       const int32_t id = t[i];
       if (id == null_block()) continue;
       pool_.free_blocks(std::span<const int32_t>(&id, 1));
       t.release(i, null_block());
     }
-    s.released[g] = std::max(s.released[g], std::min(first, t.size()));
+    s.released[g] = std::max(s.released[g], first);
   }
 }
 

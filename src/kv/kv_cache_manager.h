@@ -20,7 +20,9 @@
 // null_block(), a block the pool never hands out, which the storage keeps zeroed. So a long sequence holds
 // every block of its full-attention layers and only the last window's worth of its sliding-window ones,
 // and the released blocks stay in the prefix cache until evicted. A prefix hit needs every full group's
-// blocks of the prefix and each windowed group's blocks within the window before its end.
+// blocks of the prefix and each windowed group's blocks within the window before its end. A windowed
+// group with attention sinks (StreamingLLM) also keeps, and a hit also needs, the blocks of its first
+// `sinks` positions.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -46,6 +48,9 @@ struct KVCacheManagerConfig {
   // One entry per KV-cache group: 0 = full attention, else the sliding window in positions (a token at p
   // attends to [p - window + 1, p]). Empty: one full-attention group (every layer in every block).
   std::vector<int64_t> group_windows;
+  // Per group (empty: none), StreamingLLM's attention sinks of a windowed group: its first this many
+  // positions stay attended however far the window has moved, so the blocks holding them are never released.
+  std::vector<int64_t> group_sinks;
   // Most tokens one step computes for one sequence (the scheduler's token budget, the prefill chunk):
   // with windowed groups, what capacity_tokens() assumes a sequence holds at once. 0: no limit.
   int64_t max_chunk_tokens = 0;
@@ -88,6 +93,7 @@ class KVCacheManager {
   int block_size() const { return block_size_; }
   int num_groups() const { return static_cast<int>(windows_.size()); }
   int64_t group_window(int group) const { return windows_.at(static_cast<size_t>(group)); }
+  int64_t group_sinks(int group) const { return sinks_.at(static_cast<size_t>(group)); }
   bool has_windowed_groups() const;
   // The id windowed groups' released table entries hold: one past the pool's blocks (the storage keeps it,
   // zeroed, for the attention reads of a window's first partition).
@@ -149,7 +155,8 @@ class KVCacheManager {
  private:
   struct Sequence {
     std::vector<BlockTable> tables;  // one per group, of equal length
-    std::vector<size_t> released;    // per group: entries [0, released) are null_block()
+    // Per group: entries [sink_blocks, released) are null_block() (none while released <= sink_blocks).
+    std::vector<size_t> released;
     std::string cache_salt;
     int64_t num_tokens = 0;        // tokens with allocated slots
     size_t num_hashed_blocks = 0;  // leading blocks whose chained hash is known
@@ -167,9 +174,14 @@ class KVCacheManager {
   // First logical block a token at `pos` can attend to in a group with this window (0 for full groups).
   int64_t first_needed_block(int64_t window, int64_t pos) const;
   void release_outside_window(Sequence& s);
+  // Leading blocks of group g a window never releases: those holding its sink positions.
+  size_t sink_blocks(size_t g) const {
+    return static_cast<size_t>((sinks_[g] + block_size_ - 1) / block_size_);
+  }
 
   int block_size_;
   std::vector<int64_t> windows_;
+  std::vector<int64_t> sinks_;  // per group
   int64_t max_chunk_tokens_ = 0;
   std::string model_id_;
   BlockPool pool_;

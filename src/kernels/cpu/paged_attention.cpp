@@ -128,6 +128,7 @@ void attend_items_scalar(const PagedAttentionArgs& a, int64_t begin, int64_t end
       float* o = a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd;
       const float inv = 1.0f / run_sum[h];  // run_sum >= 1: the max score contributes exp(0)
       for (int d = 0; d < hd; ++d) o[d] = acc[static_cast<size_t>(h) * hd + d] * inv;
+      if (a.lse != nullptr) a.lse[t * a.n_heads + int64_t{kvh} * group + h] = run_max[h] + std::log(run_sum[h]);
     }
   }
 }

@@ -36,6 +36,9 @@ struct PagedAttentionArgs {
   // > 0: each scaled score s becomes softcap * tanh(s / softcap) before the softmax (Gemma 2's attention
   // logit soft-capping, as llama.cpp: tanh(s * (1 / softcap)) * softcap).
   float softcap = 0.0f;
+  // Not null: per (token, query head), [n_tokens][n_heads], the log of the softmax's denominator, max score
+  // + ln(sum of exp(score - max)), so a caller can fold more keys into `out` (merge_attention_sinks).
+  float* lse = nullptr;
 };
 
 // Fast path (AVX2 when available), parallel over (token, kv head) pairs.

@@ -945,6 +945,8 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
           if (last_block[i] < lb0 + bpp) {
             float* o = a.out + ((t_begin + i) * a.n_heads + int64_t{kvh} * group + h) * hd;
             std::copy(merged.acc, merged.acc + hd, o);
+            if (a.lse != nullptr)
+              a.lse[(t_begin + i) * a.n_heads + int64_t{kvh} * group + h] = *merged.max + std::log(*merged.sum);
           }
         }
       }
@@ -1185,6 +1187,7 @@ void KVSERVE_ATTN_NAME(paged_attention_merge)(const PagedAttentionArgs& a, int64
       fold_partition(state, p == p_first, src[hd], src[hd + 1], src, hd);
     }
     std::copy(state.acc, state.acc + hd, a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd);
+    if (a.lse != nullptr) a.lse[t * a.n_heads + int64_t{kvh} * group + h] = *state.max + std::log(*state.sum);
   }
 }
 
