@@ -308,6 +308,66 @@ TEST(Engine, MlaModelsInBatchesMatchGeneratorTokenForToken) {
   }
 }
 
+// StreamingLLM eviction (attention sinks + a window) in batched, chunked steps: sequences run past the
+// model's 512-token context in a budget of 384 positions (preempted and recomputed at times), token for token as the Generator
+// computes them alone with the same eviction; a second round hits the first one's sink and window blocks;
+// and again with speculative decoding, whose rejected drafts are cut back out of windowed tables.
+TEST(Engine, StreamingSequencesRunPastTheContextAndMatchTheGenerator) {
+  const Model& m = stories();
+  const StreamingEviction stream{.window = 64, .sinks = 4};
+  SamplingParams params;
+  params.max_tokens = 560;
+  params.ignore_eos = true;
+  std::mt19937 rng(21);
+  const std::vector<int32_t> shared = random_prompt(rng, 90);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = shared;
+    const std::vector<int32_t> tail = random_prompt(rng, 1 + 41 * i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(p);
+  }
+  GeneratorOptions go;
+  go.streaming = stream;
+  Generator gen(m, go);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(gen.generate(p, params).generated_ids);
+  test::expect_all_blocks_free_or_cached(gen);
+
+  for (int spec : {0, 3}) {
+    EngineOptions o = small_options();
+    o.streaming = stream;
+    o.kv_cache_memory = static_cast<double>(bytes_per_block(m, o.block_size) * 24);  // 384 positions
+    o.speculative_tokens = spec;
+    o.ngram = {.max_n = 2, .min_n = 1};
+    Engine engine(m, o);
+    Collector col;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < prompts.size(); ++i)
+        engine.add_request(col.request(fmt::format("s{}-{}", round, i), prompts[i], params));
+      expect_all_blocks_free_or_cached(engine);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const ChoiceResult got = col.get(fmt::format("s{}-{}", round, i));
+        ASSERT_TRUE(got.finished);
+        EXPECT_EQ(got.ids, want[i]) << "spec " << spec << " round " << round << " request " << i;
+        EXPECT_EQ(got.completion_tokens, params.max_tokens);
+        if (round == 1) {
+          EXPECT_GT(got.cached_tokens, 0) << i;
+        }
+      }
+    }
+    // 23 blocks hold two or three of these sequences at a time: the rest wait or are recomputed.
+    EXPECT_GT(engine.stats().preemptions, 0u) << spec;
+  }
+  // Without eviction the same budget cannot hold one of these sequences.
+  EngineOptions full = small_options();
+  full.kv_cache_memory = static_cast<double>(bytes_per_block(m, full.block_size) * 24);
+  full.max_model_len = 2048;
+  Engine engine(m, full);
+  Collector none;
+  EXPECT_THROW(engine.add_request(none.request("long", prompts[5], params)), Error);
+}
+
 // LongRoPE on auto across the original context (256): sequences that grow past it are recomputed with the
 // long factors (rope_restarts), one whose prompt is past it starts with them, and every request gets the
 // Generator's tokens (which follow one pass over the sequence, test_long_rope.cpp) under chunked, batched
