@@ -272,3 +272,32 @@ TEST(ServerE2E, SpeculativeServingKeepsGreedyText) {
 }
 
 }  // namespace
+
+// serve --streaming-window / --attention-sinks: stories260K (a 512-token context) completes 700 tokens,
+// which a server without eviction refuses as past its context.
+TEST(ServerE2E, StreamingWindowServesPastTheContext) {
+  skip_unless_ready(/*need_python=*/false);
+  if (IsSkipped()) return;
+  const std::string dir = KVSERVE_SHARED_DIR "/models/stories260K";
+  if (!std::filesystem::exists(dir + "/stories260K.bin")) GTEST_SKIP() << "no stories260K in " << dir;
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 700, "ignore_eos": true})";
+  for (bool streaming : {true, false}) {
+    std::vector<std::string> args = {"--tokenizer", dir + "/tok512.bin", "-t", "1", "--kv-cache-memory", "1M"};
+    if (streaming) args.insert(args.end(), {"--streaming-window", "64", "--attention-sinks", "4"});
+    ServerProcess server(args, dir + "/stories260K.bin");
+    ASSERT_TRUE(server.started());
+    const int port = server.wait_for_port(60s);
+    ASSERT_GT(port, 0) << "server did not start:\n" << server.log();
+    const std::string response = stream_request(port, body, 120s);
+    if (streaming) {
+      EXPECT_NE(response.find("HTTP/1.1 200"), std::string::npos) << response;
+      EXPECT_NE(response.find("\"completion_tokens\":700"), std::string::npos) << response;
+      EXPECT_NE(server.log().find("streaming: the full-attention layers keep 4 sink positions"), std::string::npos)
+          << server.log();
+    } else {
+      EXPECT_NE(response.find("HTTP/1.1 400"), std::string::npos) << response;
+      EXPECT_NE(response.find("context"), std::string::npos) << response;
+    }
+    EXPECT_EQ(server.terminate(60s), 0) << server.log();
+  }
+}

@@ -97,6 +97,11 @@ class FakeEngine final : public EngineBackend {
   std::string token_piece(int32_t id) const override { return std::string(1, static_cast<char>(id)); }
   int32_t vocab_size() const override { return 256; }
   int64_t context_length() const override { return context_; }
+  int64_t default_completion_limit(int64_t n_prompt) const override {
+    return completion_limit_ >= 0 ? completion_limit_ : context_ - n_prompt;
+  }
+  // As a context without an end (a streaming window) sets it; -1: the rest of the context.
+  void set_default_completion_limit(int64_t n) { completion_limit_ = n; }
 
   // What the server sent (callbacks stripped), and which ids it aborted.
   std::vector<EngineRequest> added() const {
@@ -179,6 +184,7 @@ class FakeEngine final : public EngineBackend {
 
   std::chrono::milliseconds step_;
   int64_t context_;
+  int64_t completion_limit_ = -1;
   std::atomic<int> cached_tokens_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -290,6 +290,21 @@ TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {
   EXPECT_THROW(build_prompt(empty, engine), ApiError);
 }
 
+// A backend whose context has no end (a streaming window) bounds the default completion by its own limit.
+TEST(ServerParse, DefaultMaxTokensFollowTheBackendsLimit) {
+  FakeEngine engine(std::chrono::milliseconds(1), int64_t{1} << 40);
+  engine.set_default_completion_limit(100);
+  ApiRequest chat = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  build_prompt(chat, engine);
+  EXPECT_EQ(chat.params.max_tokens, 100);
+  ApiRequest completion = parse_completion(R"({"prompt": "abc"})");
+  build_prompt(completion, engine);
+  EXPECT_EQ(completion.params.max_tokens, std::min(100, kDefaultCompletionMaxTokens));
+  ApiRequest given = parse_completion(R"({"prompt": "abc", "max_tokens": 5000})");
+  build_prompt(given, engine);
+  EXPECT_EQ(given.params.max_tokens, 5000);
+}
+
 TEST(ServerParse, CacheSaltSeparatesKeysUnlessShared) {
   EXPECT_EQ(derive_cache_salt("", false, ""), "");
   EXPECT_EQ(derive_cache_salt("", false, "s"), "|salt:s");

@@ -32,7 +32,14 @@ int32_t EngineAdapter::vocab_size() const { return model_.tokenizer->n_vocab(); 
 
 int64_t EngineAdapter::context_length() const {
   const int64_t configured = engine_.options().max_model_len;
-  return configured > 0 ? configured : model_.config.n_ctx_train;
+  if (configured > 0) return configured;
+  return engine_.options().streaming.on() ? kStreamingContextLimit : model_.config.n_ctx_train;
+}
+
+int64_t EngineAdapter::default_completion_limit(int64_t n_prompt) const {
+  if (!engine_.options().streaming.on() || engine_.options().max_model_len > 0)
+    return context_length() - n_prompt;
+  return model_.config.n_ctx_train > 0 ? model_.config.n_ctx_train : 2048;
 }
 
 }  // namespace kvserve::server

@@ -22,6 +22,7 @@ class EngineAdapter final : public EngineBackend {
   std::string token_piece(int32_t id) const override;
   int32_t vocab_size() const override;
   int64_t context_length() const override;
+  int64_t default_completion_limit(int64_t n_prompt) const override;
 
  private:
   Engine& engine_;

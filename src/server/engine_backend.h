@@ -35,6 +35,9 @@ class EngineBackend {
   virtual int32_t vocab_size() const = 0;
   // Longest prompt + completion a request may have, in tokens.
   virtual int64_t context_length() const = 0;
+  // Most tokens a completion without max_tokens may produce after a prompt of n_prompt tokens: the rest of
+  // the context, or where the context has no end (a streaming window), the model's training context.
+  virtual int64_t default_completion_limit(int64_t n_prompt) const { return context_length() - n_prompt; }
 };
 
 }  // namespace kvserve::server

@@ -346,12 +346,12 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
                                context, ids.size()),
                    param, "context_length_exceeded");
   if (!req.max_tokens_given) {
+    const int64_t limit = backend.default_completion_limit(static_cast<int64_t>(ids.size()));
     if (req.endpoint == Endpoint::Completions) {
       req.params.max_tokens = kDefaultCompletionMaxTokens;
-      if (context > 0)
-        req.params.max_tokens = static_cast<int>(std::min<int64_t>(req.params.max_tokens, context - ids.size()));
+      if (context > 0) req.params.max_tokens = static_cast<int>(std::min<int64_t>(req.params.max_tokens, limit));
     } else {
-      req.params.max_tokens = context > 0 ? static_cast<int>(std::min<int64_t>(context - ids.size(), 1 << 30)) : 256;
+      req.params.max_tokens = context > 0 ? static_cast<int>(std::min<int64_t>(limit, 1 << 30)) : 256;
     }
   }
   return ids;
