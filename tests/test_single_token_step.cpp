@@ -55,6 +55,7 @@ struct RegionCase {
   int threads;
   int block_size;
   int n_steps;
+  StreamingEviction stream{};  // a streaming window on the full-attention layers (with sinks)
 };
 
 void PrintTo(const RegionCase& c, std::ostream* os) { *os << c.stem << "/t" << c.threads << "/bs" << c.block_size; }
@@ -80,6 +81,7 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
     runners.emplace_back(*model, pool);
     runners.back().set_single_token_region(m);
     caches.emplace_back(c, types, p.block_size, n_blocks, 7);
+    caches.back().view.streaming = p.stream;
   }
   std::mt19937 rng(11);
   std::vector<int32_t> tokens(prompt_len);
@@ -127,10 +129,20 @@ INSTANTIATE_TEST_SUITE_P(
                       RegionCase{"tiny-gemma3", 3, 8, 160}, RegionCase{"tiny-gemma2", 2, 16, 200},
                       RegionCase{"tiny-gemma", 2, 16, 140}, RegionCase{"tiny-phi3", 2, 16, 140},
                       RegionCase{"tiny-phi3-longrope", 2, 16, 140}, RegionCase{"tiny-phi4", 2, 16, 140},
-                      RegionCase{"tiny-smollm3", 2, 16, 140}, RegionCase{"tiny-granite", 2, 16, 140}),
+                      RegionCase{"tiny-smollm3", 2, 16, 140}, RegionCase{"tiny-granite", 2, 16, 140},
+                      // Streaming windows with sinks: window starts mid-block and past whole partitions, sinks
+                      // over one block and two, Gemma 3's local layers keeping their own window.
+                      RegionCase{"tiny-gqa", 2, 16, 300, {.window = 40, .sinks = 4}},
+                      RegionCase{"tiny-mqa", 3, 16, 260, {.window = 100, .sinks = 20}},
+                      RegionCase{"tiny-gemma3", 2, 16, 200, {.window = 50, .sinks = 4}},
+                      RegionCase{"stories260K-F32", 2, 8, 200, {.window = 30, .sinks = 3}},
+                      RegionCase{"tiny-qwen3", 3, 16, 200, {.window = 130, .sinks = 0}}),
     [](const auto& info) {
       std::string n =
-          info.param.stem + "_t" + std::to_string(info.param.threads) + "_bs" + std::to_string(info.param.block_size);
+          info.param.stem + "_t" + std::to_string(info.param.threads) + "_bs" + std::to_string(info.param.block_size) +
+          (info.param.stream.on() ? "_w" + std::to_string(info.param.stream.window) + "_s" +
+                                        std::to_string(info.param.stream.sinks)
+                                  : "");
       std::replace_if(
           n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
       return n;

@@ -165,8 +165,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   }
   if (n_tokens == 0) return 0;
   ensure_scratch(n_tokens);
-  // The region attends with the model's own windows: a streaming cache takes the per-op path.
-  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits && !kv.streaming.on())
+  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits)
     return forward_single_token(batch[0], kv, logits);
 
   const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;

@@ -127,6 +127,7 @@ class ModelRunner {
   // the calling thread, and the attention partitions' partials.
   struct ThreadScratch {
     std::vector<float> xn, q, attn, ffn;
+    std::vector<float> q_sink, lse;  // attention sinks: the sinks' query, and the merge's lse (redundant merge)
     std::vector<float> x;  // the residual stream, with post-norms (each thread's own copy)
     MatmulActs acts;
   };

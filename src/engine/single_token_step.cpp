@@ -11,6 +11,7 @@
 
 #include "engine/kv_row_store.h"
 #include "engine/model_runner.h"
+#include "kernels/cpu/attention_sinks.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/hadamard.h"
@@ -72,6 +73,16 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     rope_swa_cos_sin_.resize(static_cast<size_t>(n_rot));
     (s.long_rope ? rope_swa_long_ : rope_swa_).angles(pos, rope_swa_cos_sin_.data());
   }
+  // A streaming cache windows the full-attention layers, and their sinks take a query rotated at its cache
+  // position (kernels/cpu/attention_sinks.h).
+  const StreamingEviction& stream = kv.streaming;
+  const bool has_sinks = stream.on() && stream.sinks > 0;
+  if (has_sinks) {
+    rope_sink_cos_sin_.resize(static_cast<size_t>(n_rot));
+    (s.long_rope ? rope_long_ : rope_)
+        .angles(sink_query_position(pos, stream.sinks, stream.window), rope_sink_cos_sin_.data());
+    attn_lse_.resize(static_cast<size_t>(H));
+  }
   // The new token's K/V slot in each group's block (one group unless the cache is hybrid).
   const int n_groups = kv.num_groups();
   kv_offset_.resize(static_cast<size_t>(n_groups));
@@ -104,9 +115,16 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   const int64_t n_parts = detail::partition_count(base, 0);
   const int64_t n_units = n_parts * KVH;
   const int64_t part_slots = detail::partition_blocks(kv.block_size) * kv.block_size;
-  const AttentionSplit::Units units{n_parts, KVH, pos + 1, part_slots};
+  // The full-attention layers' units: under a streaming window only those it reaches, as the sliding-window
+  // layers' below.
+  PagedAttentionArgs full_base = base;
+  full_base.window = stream.window;
+  const int64_t full_first_pos = detail::first_attended(full_base, 0);
+  const int64_t full_first_unit = full_first_pos / part_slots * KVH;
+  const AttentionSplit::Units units{n_parts, KVH, pos + 1, part_slots, full_first_pos};
   if (attention_split_.threads() != nt) attention_split_.resize(nt);
   attention_split_.split(units, unit_first_);
+  for (int64_t& u : unit_first_) u = std::max(u, full_first_unit);
   // Sliding-window layers (Gemma 3's local ones) split only the units their window reaches: those before
   // it cost nothing, and no thread takes them (the merge starts at the window's partition).
   PagedAttentionArgs swa_base = base;
@@ -135,6 +153,8 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     ts.xn.resize(static_cast<size_t>(E));
     ts.x.resize(c.post_norms ? static_cast<size_t>(E) : 0);
     ts.q.resize(static_cast<size_t>(QD));
+    ts.q_sink.resize(has_sinks ? static_cast<size_t>(QD) : 0);
+    ts.lse.resize(has_sinks && redundant_merge ? static_cast<size_t>(H) : 0);
     ts.attn.resize(redundant_merge ? static_cast<size_t>(QD) : 0);
     ts.ffn.resize(static_cast<size_t>(F));
   }
@@ -227,6 +247,12 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         rmsnorm_heads(ts.q.data(), static_cast<const float*>(L.q_norm.data), static_cast<int>(H), static_cast<int>(D),
                       c.rms_eps);
       const bool rotates = c.uses_rope(il);
+      const bool sinks_here = has_sinks && !swa;
+      if (sinks_here) {
+        std::copy_n(ts.q.data(), QD, ts.q_sink.data());
+        if (rotates) rope.rotate(ts.q_sink.data(), static_cast<int>(H), rope_sink_cos_sin_.data());
+        if (rot.any()) hadamard_rotate(ts.q_sink.data(), QD, rot.k_block);
+      }
       if (rotates) rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
       if (rot.any()) hadamard_rotate(ts.q.data(), QD, rot.k_block);
       for (int64_t h = 0; h < KVH; ++h) {
@@ -248,7 +274,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       a.k_cache = kl;
       a.v_cache = vl;
       a.kv_type = kv_type;
-      a.window = swa ? c.sliding_window : 0;
+      a.window = swa ? c.sliding_window : stream.window;
       norm_ahead(L.ffn_norm);
       // This thread's units into partials_ ([kv head][partition][group][head_dim + 2]).
       const auto attend_start = std::chrono::steady_clock::now();
@@ -257,9 +283,11 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       pool_.barrier(ti);
       // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
       if (redundant_merge) a.out = ts.attn.data();
+      if (sinks_here) a.lse = redundant_merge ? ts.lse.data() : attn_lse_.data();
       const Share heads = redundant_merge ? Share{0, KVH} : static_share(KVH, ti, nt);
       for (int64_t h = heads.first; h < heads.last; ++h) {
         attn_worker.merge(a, 0, static_cast<int>(h), partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
+        if (sinks_here) fold_attention_sinks(a, ts.q_sink.data(), stream.sinks, 0, static_cast<int>(h));
         // This KV head's query heads mix rotated V rows: rotated back.
         if (rot.any()) hadamard_rotate(a.out + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
       }

@@ -24,6 +24,10 @@ namespace kvserve {
 void merge_attention_sinks(const PagedAttentionArgs& a, const float* q_sink, int64_t sinks,
                            ThreadPool& pool = ThreadPool::global());
 
+// The same for token t's query heads of KV head kvh only, on this thread (the batch-1 decode region folds
+// each KV head where it merged it).
+void fold_attention_sinks(const PagedAttentionArgs& a, const float* q_sink, int64_t sinks, int64_t t, int kvh);
+
 // The position a token at `pos` takes in the cache's order (its query's rotation for the sinks).
 inline int64_t sink_query_position(int64_t pos, int64_t sinks, int64_t window) {
   return pos < sinks + window ? pos : sinks + window - 1;
