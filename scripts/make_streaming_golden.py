@@ -19,6 +19,13 @@ Cases:
   file) run as one sequence, past the model's 512-token context; per position the log-probability of the
   next token and the argmax, and the whole logits at a few positions. One with sinks, one window-only.
 - greedy: a prompt, then greedy tokens (BOS not a stop) to 700 positions, with sinks.
+
+DeepSeek-V2 (tests/golden/arch/tiny-deepseek2-kvb.gguf, 512-token context): attention as the model card
+writes it, decompressed (each head's key [W_UK c | rope(k_pe)] and value W_UV c from the cached latent c
+and the shared rope key), where kvserve absorbs W_UK into the query and caches one latent row; the MoE
+(softmax router, top 2 of 4, one shared expert, a dense first layer) as llama.cpp runs it. Without
+eviction it gives llama.cpp's logits for the file's golden within 1e-5 and the same greedy tokens
+(checked when this runs). Case: text_sinks over 700 tokens of the same text.
 """
 import json
 import struct
@@ -33,6 +40,8 @@ MODEL = SHARED / "models" / "stories260K" / "stories260K.bin"
 TOKENIZER = SHARED / "models" / "stories260K" / "tok512.bin"
 TEXT = REPO / "tests" / "data" / "perplexity" / "story.txt"
 OUT = REPO / "tests" / "golden" / "streaming" / "stories260K.json"
+DS_MODEL = REPO / "tests" / "golden" / "arch" / "tiny-deepseek2-kvb.gguf"
+DS_OUT = REPO / "tests" / "golden" / "streaming" / "tiny-deepseek2-kvb.json"
 
 
 def load(path):
@@ -165,6 +174,104 @@ def greedy_case(cfg, w, prompt, sinks, window, total):
             "min_top1_top2_margin": min(margins)}
 
 
+class DeepSeek2Streaming:
+    """tiny-deepseek2-kvb (older attn_kv_b layout, no q low rank) with the same eviction as StreamingModel."""
+    H, NOPE, ROT, VD, LR, EPS = 4, 16, 8, 16, 24, 1e-6
+
+    def __init__(self, w, n_layers, sinks, window):
+        self.w, self.n_layers, self.sinks, self.window = w, n_layers, sinks, window
+        self.kept, self.n = [], 0
+        self.c = [[] for _ in range(n_layers)]    # normed latents
+        self.kpe = [[] for _ in range(n_layers)]  # rope keys before RoPE
+
+    def rms(self, x, g):
+        return x / np.sqrt(np.mean(x * x) + self.EPS) * g
+
+    def rope(self, v, pos):
+        out = v.copy()
+        i = np.arange(0, self.ROT, 2)
+        th = pos * np.power(10000.0, -i / self.ROT)
+        c, s = np.cos(th), np.sin(th)
+        out[i] = v[i] * c - v[i + 1] * s
+        out[i + 1] = v[i] * s + v[i + 1] * c
+        return out
+
+    def ffn(self, l, x):
+        w, p = self.w, f"blk.{l}."
+        silu = lambda v: v / (1.0 + np.exp(-v))
+        if p + "ffn_gate_inp.weight" not in w:
+            return w[p + "ffn_down.weight"] @ (silu(w[p + "ffn_gate.weight"] @ x) * (w[p + "ffn_up.weight"] @ x))
+        lg = w[p + "ffn_gate_inp.weight"] @ x
+        pr = np.exp(lg - lg.max())
+        pr /= pr.sum()
+        out = np.zeros_like(x)
+        for e in np.argsort(-pr)[:2]:
+            out += pr[e] * (w[p + "ffn_down_exps.weight"][e] @ (silu(w[p + "ffn_gate_exps.weight"][e] @ x) *
+                                                                (w[p + "ffn_up_exps.weight"][e] @ x)))
+        return out + w[p + "ffn_down_shexp.weight"] @ (silu(w[p + "ffn_gate_shexp.weight"] @ x) *
+                                                       (w[p + "ffn_up_shexp.weight"] @ x))
+
+    def step(self, token):
+        w, H, NOPE, ROT, VD, LR = self.w, self.H, self.NOPE, self.ROT, self.VD, self.LR
+        p = self.n
+        self.n += 1
+        keep = [j for j, idx in enumerate(self.kept) if idx < self.sinks or idx > p - self.window]
+        self.kept = [self.kept[j] for j in keep] + [p]
+        n = len(self.kept)
+        x = w["token_embd.weight"][token].copy()
+        for l in range(self.n_layers):
+            b = f"blk.{l}."
+            xn = self.rms(x, w[b + "attn_norm.weight"])
+            q = (w[b + "attn_q.weight"] @ xn).reshape(H, NOPE + ROT)
+            kva = w[b + "attn_kv_a_mqa.weight"] @ xn
+            self.c[l] = [self.c[l][j] for j in keep] + [self.rms(kva[:LR], w[b + "attn_kv_a_norm.weight"])]
+            self.kpe[l] = [self.kpe[l][j] for j in keep] + [kva[LR:]]
+            kvb = w[b + "attn_kv_b.weight"].reshape(H, NOPE + VD, LR)
+            C = np.stack(self.c[l])
+            kpe = np.stack([self.rope(self.kpe[l][j], j) for j in range(n)])  # positions in the cache
+            att = np.zeros(H * VD)
+            for h in range(H):
+                k = np.concatenate([C @ kvb[h, :NOPE].T, kpe], axis=1)
+                qh = np.concatenate([q[h, :NOPE], self.rope(q[h, NOPE:], n - 1)])
+                sc = k @ qh / np.sqrt(NOPE + ROT)
+                sc = np.exp(sc - sc.max())
+                sc /= sc.sum()
+                att[h * VD:(h + 1) * VD] = sc @ (C @ kvb[h, NOPE:].T)
+            x = x + w[b + "attn_output.weight"] @ att
+            x = x + self.ffn(l, self.rms(x, w[b + "ffn_norm.weight"]))
+        return w["output.weight"] @ self.rms(x, w["output_norm.weight"])
+
+
+def deepseek_golden(ids):
+    import gguf
+
+    reader = gguf.GGUFReader(str(DS_MODEL))
+    w = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
+    n_layers = 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blk."))
+    # Without eviction: llama.cpp's golden for the file.
+    g = json.loads((DS_MODEL.parent / "tiny-deepseek2-kvb.jsonl").read_text().splitlines()[0])
+    m = DeepSeek2Streaming(w, n_layers, 0, 1 << 30)
+    for t in g["prompt_ids"]:
+        z = m.step(t)
+    err = float(np.abs(z - np.array(g["first_logits"])).max())
+    greedy = []
+    for _ in g["generated_ids"]:
+        greedy.append(int(np.argmax(z)))
+        z = m.step(greedy[-1])
+    assert err < 1e-4 and greedy == g["generated_ids"], (err, greedy)
+    print("deepseek2 reference against llama.cpp: first logits within", err, "greedy equal")
+    sinks, window = 4, 48
+    m = DeepSeek2Streaming(w, n_layers, sinks, window)
+    logprobs, argmax = [], []
+    for i, t in enumerate(ids[:-1]):
+        z = m.step(t)
+        logprobs.append(float(log_softmax(z)[ids[i + 1]]))
+        argmax.append(int(np.argmax(z)))
+    return {"model": "tiny-deepseek2-kvb", "reference": "scripts/make_streaming_golden.py (numpy float64, "
+            "decompressed MLA, positions within the cache)", "text_ids": ids,
+            "text_sinks": {"sinks": sinks, "window": window, "next_token_logprobs": logprobs, "argmax": argmax}}
+
+
 def main():
     cfg, w = load(MODEL)
     ids = json.loads(subprocess.run([str(REPO / "build" / "kvserve"), "tokenize", "-m", str(MODEL), "--tokenizer",
@@ -186,6 +293,7 @@ def main():
     for k in ("text_sinks", "text_window_only"):
         print(k, "perplexity", out[k]["perplexity"])
     print("greedy min margin", out["greedy"]["min_top1_top2_margin"])
+    DS_OUT.write_text(json.dumps(deepseek_golden(ids[:700])) + "\n")
 
 
 if __name__ == "__main__":

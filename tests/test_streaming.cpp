@@ -21,6 +21,7 @@
 #include "kernels/cpu/attention_sinks.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kv/kv_cache_manager.h"
+#include "model/loaders.h"
 #include "stories_model.h"
 #include "test_checks.h"
 
@@ -393,4 +394,56 @@ TEST(Streaming, BadSettingsAreNamed) {
   o.draft_model = &m;
   o.speculative_tokens = 2;
   EXPECT_ERROR_CONTAINS(Generator(m, o), "draft model");
+}
+
+// Multi-head latent attention (DeepSeek-V2) under streaming: the cached latent row is key and value, and the
+// sinks' query turns only its q_pe part. Against the reference's decompressed heads (positions within the
+// cache), over 700 tokens of text past the model's 512-token context: chunks of 37, and one token a step.
+TEST(StreamingGolden, MlaPastTheContextMatchesTheReference) {
+  auto m = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek2-kvb.gguf");
+  std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/streaming/tiny-deepseek2-kvb.json");
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::vector<int32_t> ids = g["text_ids"].get<std::vector<int32_t>>();
+  const nlohmann::json& ref = g["text_sinks"];
+  const auto want = ref["next_token_logprobs"].get<std::vector<double>>();
+  const int nv = m->config.n_vocab;
+  Generator gen(*m, streaming_options(ref["window"], ref["sinks"], 37));
+  const std::vector<float> logits = gen.prefill_logits(ids, 0);
+  double worst = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i)
+    worst = std::max(worst, std::abs(log_softmax_at(logits.data() + i * static_cast<size_t>(nv), nv, ids[i + 1]) - want[i]));
+  EXPECT_LT(worst, 1e-4);
+  test::expect_all_blocks_free_or_cached(gen);
+  const auto rows = gen.teacher_forced_logits(ids, 1);
+  worst = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i)
+    worst = std::max(worst, std::abs(log_softmax_at(rows[i].data(), nv, ids[i + 1]) - want[i]));
+  EXPECT_LT(worst, 1e-4);
+}
+
+// Quantized latent caches under streaming: tiny-deepseek3's rows (64 values) are stored under the Hadamard
+// rotation in int8, so the sinks' query turns with them; int8 tracks f32 as without eviction.
+TEST(Streaming, QuantizedLatentRowsTrackF32) {
+  auto m = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek3.gguf");
+  std::vector<int32_t> ids = streaming_golden()["text_ids"].get<std::vector<int32_t>>();
+  ids.resize(400);
+  const int nv = m->config.n_vocab;
+  const auto logits_with = [&](KVCacheDType dtype, int64_t window) {
+    GeneratorOptions o = streaming_options(window, 4, 64);
+    o.kv_cache_dtype = dtype;
+    Generator gen(*m, o);
+    return gen.prefill_logits(ids, 0);
+  };
+  const auto mean_diff = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    double sum = 0;
+    for (size_t i = 0; i < a.size(); ++i) sum += std::fabs(a[i] - b[i]);
+    return sum / static_cast<double>(a.size());
+  };
+  const auto ref = logits_with(KVCacheDType::F32, 40);
+  EXPECT_GT(mean_diff(ref, logits_with(KVCacheDType::F32, 1000)), 0.05) << "eviction changed nothing";
+  const double full = mean_diff(logits_with(KVCacheDType::F32, 1000), logits_with(KVCacheDType::INT8, 1000));
+  const double streamed = mean_diff(ref, logits_with(KVCacheDType::INT8, 40));
+  EXPECT_GT(streamed, 0.0);
+  EXPECT_LT(streamed, 2.0 * full + 0.02) << "without eviction " << full;
+  (void)nv;
 }

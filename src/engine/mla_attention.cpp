@@ -19,6 +19,7 @@
 #include "core/grow_only.h"
 #include "engine/kv_row_store.h"
 #include "engine/model_runner.h"
+#include "kernels/cpu/attention_sinks.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/ops.h"
 
@@ -70,6 +71,11 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
   // Quantized rows are stored under a Hadamard rotation (kv_elem.h); the row is key and value at once, so
   // q and the output turn with the key's block.
   const int rot_block = kv_rotation(kv_type, static_cast<int>(R)).k_block;
+  // A streaming cache: the window on every layer, and the sinks' query, whose q_pe turns at the cache
+  // position (kernels/cpu/attention_sinks.h); its latent part is q's.
+  const StreamingEviction& stream = kv.streaming;
+  const bool sinks = stream.on() && stream.sinks > 0;
+  if (sinks) grow_to(q_sink_, n_tokens * H * R);
 
   // Per token: the cached row (normed latent, rotated rope key) and each head's rotated q_pe behind its
   // latent part.
@@ -84,6 +90,11 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
           store_kv_row(kv_type, row, R, cache, kv_offset[t]);
           for (int64_t h = 0; h < H; ++h) {
             float* q_pe = mla_q_.data() + (t * H + h) * D + nope;
+            if (sinks) {
+              float* q_pe_sink = q_sink_.data() + (t * H + h) * R + r;
+              std::copy_n(q_pe, n_rot, q_pe_sink);
+              rope_.rotate(q_pe_sink, 1, rope_sink_cos_sin_.data() + t * n_rot);
+            }
             rope_.rotate(q_pe, 1, cos_sin + t * n_rot);
             std::copy_n(q_pe, n_rot, q_.data() + (t * H + h) * R + r);
           }
@@ -101,7 +112,12 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
   for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < n_tokens; ++t)
       std::copy_n(mla_head_out_.data() + (h * n_tokens + t) * r, r, q_.data() + (t * H + h) * R);
-  if (rot_block > 0) hadamard_rotate(q_.data(), n_tokens * H * R, rot_block);
+  if (sinks)
+    for (int64_t row = 0; row < n_tokens * H; ++row) std::copy_n(q_.data() + row * R, r, q_sink_.data() + row * R);
+  if (rot_block > 0) {
+    hadamard_rotate(q_.data(), n_tokens * H * R, rot_block);
+    if (sinks) hadamard_rotate(q_sink_.data(), n_tokens * H * R, rot_block);
+  }
 
   // Attention: every head against the sequence's rows, one "KV head" whose row is key and value.
   attn_args_.clear();
@@ -122,9 +138,14 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
     a.kv_type = kv_type;
     a.block_stride = kv.block_stride;
     a.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+    a.window = stream.window;
+    if (sinks) a.lse = attn_lse_.data() + t0 * H;
     t0 += static_cast<int64_t>(s.tokens.size());
   }
   paged_attention_batch(attn_args_, pool_);
+  if (sinks)
+    for (const PagedAttentionArgs& a : attn_args_)
+      merge_attention_sinks(a, q_sink_.data() + (a.q - q_.data()), stream.sinks, pool_);
   if (rot_block > 0) hadamard_rotate(attn_.data(), n_tokens * H * R, rot_block);
 
   // Values: each head's latent output through its value up-projection, then the output projection.

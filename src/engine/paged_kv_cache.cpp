@@ -103,8 +103,6 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
          opts.streaming.sinks);
   if (opts.streaming.sinks > 0 && !opts.streaming.on())
     fail("{}: attention sinks ({}) need a streaming window (--streaming-window)", who, opts.streaming.sinks);
-  if (opts.streaming.on() && c.mla())
-    fail("{}: a streaming window is not built for multi-head latent attention (DeepSeek) models", who);
   groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid, opts.streaming);
   const bool hybrid = groups.hybrid();
   // A block holds `slots` layers; a hybrid cache keeps one more, the null block of released entries.
