@@ -235,6 +235,45 @@ TEST(KVCalc, SlidingWindowLayersKeepOnlyTheirWindow) {
   EXPECT_THROW(validate_kv_shape(s), Error);
 }
 
+// StreamingLLM eviction: full-attention layers keep sinks + window tokens, sliding-window layers their window.
+TEST(KVCalc, StreamingKeepsSinksAndTheWindow) {
+  KVCalcRequest r;
+  r.shape = mha(32, 32, 8, 128);  // Llama-3-8B: 128 KiB a token in f16
+  r.seq_len = 100000;
+  r.batch = 2;
+  r.streaming_window = 4092;
+  r.attention_sinks = 4;
+  r.memory_bytes = 8ull << 30;
+  KVCalcFigures f = compute_kv_figures(r);
+  ASSERT_TRUE(f.streaming_bytes_per_request);
+  EXPECT_EQ(*f.streaming_bytes_per_request, 4096ull * 131072);  // 512 MiB against 12.2 GiB
+  EXPECT_EQ(*f.streaming_bytes_total, 2 * *f.streaming_bytes_per_request);
+  EXPECT_EQ(*f.streaming_requests_fit, 16u);
+  EXPECT_EQ(*f.requests_fit, 0u);
+  r.seq_len = 1000;  // shorter than sinks + window: nothing dropped
+  EXPECT_EQ(*compute_kv_figures(r).streaming_bytes_per_request, compute_kv_figures(r).bytes_per_request);
+  // With sliding-window layers, those keep their own window.
+  KVModelShape g = mha(26, 4, 1, 256);
+  g.sliding_window = 512;
+  g.n_swa_layers = 22;
+  r.shape = g;
+  r.seq_len = 32768;
+  r.streaming_window = 1020;
+  f = compute_kv_figures(r);
+  EXPECT_EQ(*f.streaming_bytes_per_request, (4ull * 1024 + 22ull * 512) * 1024);
+  EXPECT_FALSE(figures(g, 32768).streaming_bytes_per_request);
+  r.streaming_window = 0;
+  EXPECT_THROW(compute_kv_figures(r), Error);  // sinks without a window
+  const test::CommandResult cli = run_cli(
+      "kv-calc --layers 32 --kv-heads 8 --head-dim 128 --seq-len 100000 --streaming-window 4092 --attention-sinks 4 "
+      "--json");
+  ASSERT_EQ(cli.exit_code, 0) << cli.out;
+  EXPECT_EQ(nlohmann::json::parse(cli.out)["streaming_bytes_per_request"].get<uint64_t>(), 4096ull * 131072);
+  const test::CommandResult text = run_cli(
+      "kv-calc --layers 32 --kv-heads 8 --head-dim 128 --seq-len 100000 --streaming-window 4092 --attention-sinks 4");
+  EXPECT_NE(text.out.find("keep 4 sinks + the last 4,092 tokens"), std::string::npos) << text.out;
+}
+
 // The GGUF's window and llama.cpp's default pattern (Gemma 3: every 6th layer global), and the flags.
 TEST(KVCalc, CliReadsSlidingWindowsFromGgufAndFlags) {
   test::CommandResult r =

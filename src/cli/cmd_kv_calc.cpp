@@ -27,6 +27,8 @@ struct KVCalcArgs {
   std::string kv_dtype = "f16";
   std::string memory;
   int block_size = 16;
+  int64_t streaming_window = 0;
+  int64_t attention_sinks = 0;
   bool json = false;
 };
 
@@ -80,6 +82,8 @@ void run_kv_calc(const KVCalcArgs& a) {
     fail("kv-calc: --seq-len is needed (the model does not state its context length)");
   r.batch = a.batch;
   r.block_size = a.block_size;
+  r.streaming_window = a.streaming_window;
+  r.attention_sinks = a.attention_sinks;
   if (!a.memory.empty()) r.memory_bytes = resolve_kv_memory_budget(a.memory);
   const KVCalcFigures f = compute_kv_figures(r);
   if (a.json)
@@ -112,6 +116,9 @@ void add_kv_calc_command(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--memory", a->memory, "Budget: bytes with K/M/G/T, KiB/MiB/GiB or KB/MB/GB suffix, or a RAM fraction (0.9, 90%)");
   c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str();
+  c->add_option("--streaming-window", a->streaming_window,
+                "StreamingLLM eviction: full-attention layers keep only the last N tokens (plus --attention-sinks)");
+  c->add_option("--attention-sinks", a->attention_sinks, "With --streaming-window: first tokens kept as sinks");
   c->add_flag("--json", a->json, "Print figures as JSON (all sizes in bytes)");
   c->callback([a] { run_kv_calc(*a); });
 }

@@ -178,6 +178,21 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
     f.windowed_bytes_total = mul(*f.windowed_bytes_per_request, static_cast<uint64_t>(r.batch));
     if (r.memory_bytes) f.windowed_requests_fit = *r.memory_bytes / *f.windowed_bytes_per_request;
   }
+  if (r.streaming_window < 0 || r.attention_sinks < 0)
+    fail("kv-calc: streaming window {} and attention sinks {} must not be negative", r.streaming_window,
+         r.attention_sinks);
+  if (r.attention_sinks > 0 && r.streaming_window == 0)
+    fail("kv-calc: attention sinks need a streaming window (--streaming-window)");
+  if (r.streaming_window > 0) {
+    const uint64_t per_layer = f.bytes_per_token_per_layer;
+    const int n_swa = s.sliding_window > 0 ? s.n_swa_layers : 0;
+    const auto kept = [&](int64_t limit) { return static_cast<uint64_t>(std::min(r.seq_len, limit)); };
+    f.streaming_bytes_per_request =
+        mul(per_layer, mul(static_cast<uint64_t>(s.n_layers - n_swa), kept(r.attention_sinks + r.streaming_window))) +
+        mul(per_layer, mul(static_cast<uint64_t>(n_swa), kept(s.sliding_window)));
+    f.streaming_bytes_total = mul(*f.streaming_bytes_per_request, static_cast<uint64_t>(r.batch));
+    if (r.memory_bytes) f.streaming_requests_fit = *r.memory_bytes / *f.streaming_bytes_per_request;
+  }
   return f;
 }
 
@@ -214,6 +229,13 @@ nlohmann::json kv_figures_json(const KVCalcRequest& r, const KVCalcFigures& f) {
     j["windowed_bytes_per_request"] = *f.windowed_bytes_per_request;
     j["windowed_bytes_total"] = *f.windowed_bytes_total;
     if (f.windowed_requests_fit) j["windowed_requests_fit"] = *f.windowed_requests_fit;
+  }
+  if (f.streaming_bytes_per_request) {
+    j["streaming_window"] = r.streaming_window;
+    j["attention_sinks"] = r.attention_sinks;
+    j["streaming_bytes_per_request"] = *f.streaming_bytes_per_request;
+    j["streaming_bytes_total"] = *f.streaming_bytes_total;
+    if (f.streaming_requests_fit) j["streaming_requests_fit"] = *f.streaming_requests_fit;
   }
   if (r.memory_bytes) {
     j["memory_bytes"] = *r.memory_bytes;
@@ -279,6 +301,16 @@ std::string kv_figures_text(const KVCalcRequest& r, const KVCalcFigures& f) {
     line(fmt::format("  hybrid batch of {}", r.batch), format_bytes(*f.windowed_bytes_total));
     if (f.windowed_requests_fit)
       line(fmt::format("  hybrid requests that fit"), with_commas(*f.windowed_requests_fit));
+  }
+  if (f.streaming_bytes_per_request) {
+    line("streaming", fmt::format("full-attention layers keep {} sink{} + the last {} tokens", r.attention_sinks,
+                                  r.attention_sinks == 1 ? "" : "s",
+                                  with_commas(static_cast<uint64_t>(r.streaming_window))));
+    line("  per request", fmt::format("{}, {:.1f}x less", format_bytes(*f.streaming_bytes_per_request),
+                                      static_cast<double>(f.bytes_per_request) /
+                                          static_cast<double>(*f.streaming_bytes_per_request)));
+    line(fmt::format("  batch of {}", r.batch), format_bytes(*f.streaming_bytes_total));
+    if (f.streaming_requests_fit) line("  requests that fit", with_commas(*f.streaming_requests_fit));
   }
   return out;
 }

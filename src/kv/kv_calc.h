@@ -53,6 +53,10 @@ struct KVCalcRequest {
   int64_t batch = 1;    // concurrent requests
   std::optional<uint64_t> memory_bytes;  // a budget to fit tokens into
   int block_size = 16;
+  // StreamingLLM eviction (--streaming-window, --attention-sinks): full-attention layers keep at most
+  // sinks + window tokens. 0: off.
+  int64_t streaming_window = 0;
+  int64_t attention_sinks = 0;
 };
 
 struct KVCalcFigures {
@@ -74,6 +78,11 @@ struct KVCalcFigures {
   std::optional<uint64_t> windowed_bytes_per_request;
   std::optional<uint64_t> windowed_bytes_total;
   std::optional<uint64_t> windowed_requests_fit;
+  // With streaming eviction: a request's bytes when the full-attention layers keep min(seq_len, sinks +
+  // window) tokens (and sliding-window layers their own window), for the batch, and requests a budget fits.
+  std::optional<uint64_t> streaming_bytes_per_request;
+  std::optional<uint64_t> streaming_bytes_total;
+  std::optional<uint64_t> streaming_requests_fit;
 };
 
 KVCalcFigures compute_kv_figures(const KVCalcRequest& request);
