@@ -269,6 +269,21 @@ TEST(BenchOffline, SharedPrefixesHitTheCache) {
   EXPECT_THROW(run_offline_bench(stories(), o), Error);
 }
 
+// With a streaming window the context has no end: requests past stories260K's 512 tokens run.
+TEST(BenchOffline, StreamingRunsPastTheContext) {
+  OfflineBenchOptions o;
+  o.prompts.num_prompts = 3;
+  o.prompts.prompt_len = 100;
+  o.output_len = 500;
+  o.batch = 3;
+  EXPECT_THROW(run_offline_bench(stories(), o), Error);
+  o.engine.streaming = {.window = 64, .sinks = 4};
+  const OfflineBenchResult r = run_offline_bench(stories(), o);
+  EXPECT_EQ(r.summary.completed, 3);
+  EXPECT_EQ(r.summary.output_tokens, 3 * 500);
+  EXPECT_EQ(r.engine_stats.preemptions, 0u);
+}
+
 TEST(BenchOffline, CommandPrintsSaneJson) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
   const auto [status, out, err] =

@@ -131,7 +131,10 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
   if (o.bound_segment_steps > 0 && o.batch != 1)
     fail("bench: decode segments against the bound are for batch 1 (one sequence decoding), got --batch {}",
          o.batch);
-  const int64_t ctx = o.engine.max_model_len > 0 ? o.engine.max_model_len : model.config.n_ctx_train;
+  // A streaming window has no context end unless one is given.
+  const int64_t ctx = o.engine.max_model_len > 0  ? o.engine.max_model_len
+                      : o.engine.streaming.on() ? kStreamingContextLimit
+                                                : model.config.n_ctx_train;
   if (o.prompts.prompt_len + o.output_len > ctx)
     fail("bench: prompt {} + output {} tokens exceed the context of {} tokens", o.prompts.prompt_len, o.output_len,
          ctx);

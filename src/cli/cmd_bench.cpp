@@ -56,6 +56,8 @@ struct BenchArgs {
   std::string kv_cache_dtype = "f16";
   bool no_prefix_caching = false;
   bool no_hybrid = false;
+  int64_t streaming_window = 0;
+  int64_t attention_sinks = 0;
   std::string rope_factors = "auto";
   std::string kv_layer_dtypes;
   // serving
@@ -119,6 +121,7 @@ void run_offline(const BenchArgs& a) {
   o.engine.max_model_len = a.max_model_len;
   o.engine.enable_prefix_caching = !a.no_prefix_caching;
   o.engine.hybrid_kv_cache = !a.no_hybrid;
+  o.engine.streaming = {a.streaming_window, a.attention_sinks};
   o.engine.rope_factors = parse_long_rope_factors(a.rope_factors);
   o.engine.kv_layer_dtypes = parse_kv_layer_dtypes_flag(a.kv_layer_dtypes);
   o.engine.kv_cache_dtype = kv_cache_dtype;
@@ -326,6 +329,11 @@ void add_bench_command(CLI::App& app) {
   c->add_flag("--no-hybrid-kv-cache", a->no_hybrid,
               "Offline: sliding-window layers keep every position (default: only their window)");
   c->add_option("--kv-layer-dtypes", a->kv_layer_dtypes, std::string("Offline: ") + kKVLayerDtypesHelp);
+  c->add_option("--streaming-window", a->streaming_window,
+                "Offline: StreamingLLM eviction, full-attention layers keep only the last N positions (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--attention-sinks", a->attention_sinks, "Offline: with --streaming-window, first positions kept as sinks")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--rope-factors", a->rope_factors, std::string("Offline: ") + kRopeFactorsHelp)
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "short", "long"}));
