@@ -3,12 +3,11 @@
 // context against an independent reference (tests/golden/streaming, scripts/make_streaming_golden.py).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string>
@@ -28,14 +27,14 @@
 using namespace kvserve;
 
 // The statement throws Error, and its message holds `text`.
-#define EXPECT_ERROR_CONTAINS(statement, text)                                            \
-  do {                                                                                    \
-    try {                                                                                 \
-      statement;                                                                          \
-      ADD_FAILURE() << #statement " did not throw";                                       \
-    } catch (const Error& e) {                                                            \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();        \
-    }                                                                                     \
+#define EXPECT_ERROR_CONTAINS(statement, text)                                    \
+  do {                                                                            \
+    try {                                                                         \
+      statement;                                                                  \
+      ADD_FAILURE() << #statement " did not throw";                               \
+    } catch (const Error& e) {                                                    \
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what(); \
+    }                                                                             \
   } while (0)
 
 namespace {
@@ -132,12 +131,12 @@ void dense_sink_attention(const SinkCase& c, const SinkFixture& f, double scale,
 // reference) with its lse, then the sinks folded in, against the dense softmax over both.
 TEST(AttentionSinks, WindowThenSinksEqualsOneSoftmaxOverBoth) {
   const SinkCase cases[] = {
-      {8, 4, 8, 16, 300, 1, 64, 4},      // stories260K's shape, decode far past the sinks
-      {8, 4, 8, 16, 300, 37, 64, 4},     // a chunk
-      {4, 1, 64, 16, 700, 1, 100, 20},   // MQA, sinks over two blocks, the window mid-block
-      {4, 4, 32, 8, 40, 50, 30, 16},     // the chunk's first tokens still reach back to the sinks
-      {8, 2, 16, 16, 2000, 3, 250, 1},   // many partitions before the window
-      {2, 2, 8, 16, 0, 90, 20, 4},       // a prompt from position 0
+      {8, 4, 8, 16, 300, 1, 64, 4},     // stories260K's shape, decode far past the sinks
+      {8, 4, 8, 16, 300, 37, 64, 4},    // a chunk
+      {4, 1, 64, 16, 700, 1, 100, 20},  // MQA, sinks over two blocks, the window mid-block
+      {4, 4, 32, 8, 40, 50, 30, 16},    // the chunk's first tokens still reach back to the sinks
+      {8, 2, 16, 16, 2000, 3, 250, 1},  // many partitions before the window
+      {2, 2, 8, 16, 0, 90, 20, 4},      // a prompt from position 0
   };
   ThreadPool pool(2);
   std::mt19937 rng(7);
@@ -411,7 +410,8 @@ TEST(StreamingGolden, MlaPastTheContextMatchesTheReference) {
   const std::vector<float> logits = gen.prefill_logits(ids, 0);
   double worst = 0;
   for (size_t i = 0; i + 1 < ids.size(); ++i)
-    worst = std::max(worst, std::abs(log_softmax_at(logits.data() + i * static_cast<size_t>(nv), nv, ids[i + 1]) - want[i]));
+    worst = std::max(worst,
+                     std::abs(log_softmax_at(logits.data() + i * static_cast<size_t>(nv), nv, ids[i + 1]) - want[i]));
   EXPECT_LT(worst, 1e-4);
   test::expect_all_blocks_free_or_cached(gen);
   const auto rows = gen.teacher_forced_logits(ids, 1);
