@@ -368,6 +368,69 @@ TEST(Engine, StreamingSequencesRunPastTheContextAndMatchTheGenerator) {
   EXPECT_THROW(engine.add_request(none.request("long", prompts[5], params)), Error);
 }
 
+// Speculative decoding with a draft model in batched steps (stories260K F32, drafts from its Q4_0 copy):
+// greedy requests give the Generator's tokens without speculation, drafts are proposed and taken, and
+// sampled requests give, token for token, what the Generator with the same draft model and seed gives
+// (each sequence's samplers see the same draws in the same order). Again on a budget that makes the target
+// preempt and recompute; both caches end free or cached.
+TEST(Engine, DraftModelSpeculationMatchesTheGenerator) {
+  const std::string dir = std::string(KVSERVE_SHARED_DIR) + "/golden/gguf/models/";
+  auto target = load_model(dir + "stories260K-F32.gguf");
+  auto draft = load_model(dir + "stories260K-Q4_0.gguf");
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(random_prompt(rng, 5 + 13 * i));
+  for (const bool sampled : {false, true}) {
+    SamplingParams params;
+    params.max_tokens = 48;
+    params.ignore_eos = true;
+    if (sampled) {
+      params.temperature = 0.8f;
+      params.has_seed = true;
+      params.seed = 42;
+    }
+    GeneratorOptions go;
+    if (sampled) {
+      go.speculative_tokens = 4;
+      go.draft_model = draft.get();
+    }
+    Generator gen(*target, go);
+    for (const bool tight : {false, true}) {
+      EngineOptions o = small_options();
+      o.model_id = "stories260K-F32";
+      o.speculative_tokens = 4;
+      o.draft_model = draft.get();
+      if (tight) o.kv_cache_memory = static_cast<double>(bytes_per_block(*target, o.block_size) * 12);
+      Engine engine(*target, o);
+      Collector col;
+      for (size_t i = 0; i < prompts.size(); ++i)
+        engine.add_request(col.request(fmt::format("d{}", i), prompts[i], params));
+      expect_all_blocks_free_or_cached(engine);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const ChoiceResult got = col.get(fmt::format("d{}", i));
+        ASSERT_TRUE(got.finished);
+        EXPECT_EQ(got.completion_tokens, params.max_tokens);
+        // A preempted sequence drops the drafts it held, whose draws the Generator's sampler never made:
+        // sampled, it then follows the same distribution on other draws.
+        if (sampled && tight) continue;
+        EXPECT_EQ(got.ids, gen.generate(prompts[i], params).generated_ids)
+            << (sampled ? "sampled" : "greedy") << (tight ? " tight" : "") << " request " << i;
+      }
+      const EngineStats st = engine.stats();
+      EXPECT_GT(st.draft_tokens, 0u);
+      EXPECT_GT(st.accepted_draft_tokens, st.draft_tokens / 2) << "Q4_0 drafts of the same model mostly agree";
+      if (tight) {
+        EXPECT_GT(st.preemptions, 0u);
+      }
+    }
+  }
+  EngineOptions bad = small_options();
+  bad.speculative_tokens = 2;
+  bad.draft_model = draft.get();
+  bad.streaming = {.window = 64, .sinks = 4};
+  EXPECT_THROW(Engine(*target, bad), Error);
+}
+
 // LongRoPE on auto across the original context (256): sequences that grow past it are recomputed with the
 // long factors (rope_restarts), one whose prompt is past it starts with them, and every request gets the
 // Generator's tokens (which follow one pass over the sequence, test_long_rope.cpp) under chunked, batched

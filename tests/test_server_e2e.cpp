@@ -263,6 +263,19 @@ TEST(ServerE2E, SpeculativeServingKeepsGreedyText) {
   EXPECT_GT(drafted, 0.0);
   EXPECT_GT(taken, 0.0);
   EXPECT_EQ(plain_drafted, 0.0);
+  // Drafts from a draft model (stories260K's Q4_0 copy): the same text, drafts proposed and taken.
+  double model_drafted = 0, model_taken = 0;
+  const std::string with_draft = completion_text(
+      {"--draft-model", KVSERVE_SHARED_DIR "/golden/gguf/models/stories260K-Q4_0.gguf"}, &model_drafted, &model_taken);
+  EXPECT_EQ(with_draft, plain);
+  EXPECT_GT(model_drafted, 0.0);
+  EXPECT_GT(model_taken, model_drafted / 2);
+  const kvserve::test::CommandResult bad_draft = kvserve::test::run_command(
+      "timeout 120 " + std::string(KVSERVE_BINARY) + " serve -m " + dir + "/stories260K.bin --tokenizer " + dir +
+          "/tok512.bin --draft-model " + KVSERVE_SHARED_DIR + "/golden/gguf/models/llama-2-tiny-random.gguf",
+      true);
+  EXPECT_NE(bad_draft.exit_code, 0);
+  EXPECT_NE(bad_draft.err.find("vocabulary"), std::string::npos) << bad_draft.err;
   const kvserve::test::CommandResult bad =
       kvserve::test::run_command(std::string(KVSERVE_BINARY) + " serve -m " + dir +
                                      "/stories260K.bin --speculative-tokens 4 --ngram-min 3 --ngram-max 2",

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/paged_kv_cache.h"
 #include "model/model.h"
 #include "server/engine_adapter.h"
 #include "server/http_server.h"
@@ -43,6 +44,8 @@ struct ServeArgs {
   int threads = 0;
   std::string served_model_name;
   int speculative_tokens = 0;
+  std::string draft_model;
+  std::string draft_kv_cache_memory;
   int ngram_max = 3;
   int ngram_min = 2;
 };
@@ -72,8 +75,19 @@ void run_serve(const ServeArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   const std::vector<KVLayerDtype> kv_layer_dtypes = a.kv_cache.kv_layer_dtypes_value();
+  double draft_kv_cache_memory = 0;
+  if (!a.draft_kv_cache_memory.empty()) {
+    try {
+      draft_kv_cache_memory = parse_kv_cache_memory(a.draft_kv_cache_memory);
+    } catch (const Error& e) {
+      fail("--draft-kv-cache-memory: {}", e.what());
+    }
+  }
   set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, true, a.chat_template);
+  // A draft model alone turns speculation on, 4 tokens a step (as generate).
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty()) draft = load_cli_model(a.draft_model, "", true, "");
 
   EngineOptions eo;
   eo.kv_cache_memory = kv_cache_memory;
@@ -89,7 +103,9 @@ void run_serve(const ServeArgs& a) {
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.prefix_cache_ttl_seconds = a.prefix_cache_ttl;
   eo.prefault_kv = a.kv_prefault;
-  eo.speculative_tokens = a.speculative_tokens;
+  eo.speculative_tokens = a.speculative_tokens > 0 ? a.speculative_tokens : draft ? 4 : 0;
+  eo.draft_model = draft.get();
+  eo.draft_kv_cache_memory = draft_kv_cache_memory;
   eo.ngram = {.max_n = a.ngram_max, .min_n = a.ngram_min};
   const std::string served_name = a.served_model_name.empty() ? default_served_name(model->path) : a.served_model_name;
   eo.model_id = served_name + "@" + model->path;
@@ -158,6 +174,12 @@ void add_serve_command(CLI::App& app) {
                 "and verifies in each batched step, kept by exact rejection sampling (0 = off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  c->add_option("--draft-model", a->draft_model,
+                "Speculative decoding with drafts from this model (GGUF, HF folder or llama2.c; the same vocabulary as "
+                "-m), every decoding sequence's drafts in one batched pass a position, each drawn from the draft's "
+                "distribution and verified against it; --speculative-tokens defaults to 4");
+  c->add_option("--draft-kv-cache-memory", a->draft_kv_cache_memory,
+                "The draft model's KV cache budget, as --kv-cache-memory (default: the same)");
   c->add_option("--ngram-max", a->ngram_max, "Longest suffix the drafts look up (with --speculative-tokens)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/batch_draft_proposer.h"
 #include "engine/draft_pacing.h"
 #include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
@@ -49,6 +50,10 @@ struct Choice {
   int completion_tokens = 0;
   bool finished = false;
   DraftPacing pacing;  // speculative decoding
+  std::vector<float> draft_q;  // a draft model's distributions of the drafts in flight (k x n_vocab)
+  // A draft model's draws come from their own stream (as the Generator's), so the target's sampler sees the
+  // same draws whether or not drafts are made.
+  std::unique_ptr<Sampler> draft_sampler;
 };
 
 struct ActiveRequest {
@@ -139,6 +144,8 @@ struct Engine::Impl {
   uint64_t prompt_tokens = 0, generation_tokens = 0, requests_finished = 0;
   uint64_t draft_tokens = 0, accepted_draft_tokens = 0;
   NgramProposer proposer;
+  std::unique_ptr<BatchDraftProposer> draft;  // a draft model's proposals instead of the n-gram ones
+  std::vector<DraftAsk> draft_asks;
   std::vector<float> logits, scratch;
   // A step's decode rows, sampled together on the pool before their tokens are handed out in order.
   struct DecodeRow {
@@ -183,6 +190,18 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   kv = std::move(cache.manager);
   scheduler = std::make_unique<Scheduler>(
       *kv, SchedulerConfig{opts.max_num_batched_tokens, opts.max_num_seqs, opts.enable_prefix_caching});
+  if (opts.draft_model != nullptr && opts.speculative_tokens > 0) {
+    if (opts.streaming.on())
+      fail("engine: a draft model keeps every position in its own cache; it does not run with a streaming window");
+    DraftModelOptions d;
+    d.block_size = opts.block_size;
+    d.kv_cache_dtype = opts.kv_cache_dtype;
+    d.max_context = max_model_len;
+    d.prefill_chunk = opts.max_num_batched_tokens;
+    d.kv_cache_memory = opts.draft_kv_cache_memory > 0 ? opts.draft_kv_cache_memory : opts.kv_cache_memory;
+    draft = std::make_unique<BatchDraftProposer>(*opts.draft_model, model, d, opts.max_num_seqs);
+    fmt::print(stderr, "{}\n", draft->kv_cache().summary());
+  }
 
   publish(true);
   thread = std::thread([this] { run(); });
@@ -256,6 +275,13 @@ void Engine::Impl::admit(EngineRequest r) {
     if (p.has_seed) p.seed += static_cast<uint64_t>(i);  // independent but reproducible choices
     auto c = std::make_unique<Choice>(p, *model.tokenizer);
     c->sampler.set_prompt(r.prompt_ids);
+    if (draft) {
+      SamplingParams dp = p;
+      dp.seed = p.seed ^ 0x9E3779B97F4A7C15ull;
+      dp.logprobs = 0;
+      c->draft_sampler = std::make_unique<Sampler>(dp);
+      c->draft_sampler->set_prompt(r.prompt_ids);
+    }
     a->choices.push_back(std::move(c));
   }
   SequenceState s;
@@ -342,8 +368,12 @@ void Engine::Impl::verify_drafts(const ScheduledChunk& c, float* rows) {
   bool rejected = false;
   for (; taken < k && !rejected; ++taken) {
     bool accepted = false;
+    // A draft model's q; prompt lookup proposes with certainty (q null).
+    const float* q = static_cast<int64_t>(choice.draft_q.size()) >= k * n_vocab
+                         ? choice.draft_q.data() + taken * static_cast<int64_t>(n_vocab)
+                         : nullptr;
     const int32_t t = choice.sampler.sample_with_draft(rows + taken * static_cast<int64_t>(n_vocab), n_vocab,
-                                                       drafts[taken], &accepted);
+                                                       drafts[taken], &accepted, q);
     if (accepted) ++accepted_draft_tokens;
     rejected = !accepted;
     emit_token(a, index, t);
@@ -362,6 +392,11 @@ void Engine::Impl::verify_drafts(const ScheduledChunk& c, float* rows) {
 // (prompt lookup) after it, as many as could still be emitted within max_tokens and the context (and, on
 // LongRoPE's short factors, within the original context: the switch recomputes the sequence).
 void Engine::Impl::propose_drafts(const SchedulerOutput& out) {
+  if (draft) {
+    // The draft's caches of sequences that ended go back to its pool first.
+    draft->drop_unless([&](SeqId seq) { return by_seq.count(seq) != 0 && scheduler->find(seq) != nullptr; });
+    draft_asks.clear();
+  }
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.completes_sequence) continue;
     auto it = by_seq.find(c.seq);
@@ -376,9 +411,27 @@ void Engine::Impl::propose_drafts(const SchedulerOutput& out) {
         {opts.speculative_tokens, a.req.params.max_tokens - choice.completion_tokens, max_model_len - s->num_tokens()});
     if (s->long_rope_after >= 0 && !s->long_rope) room = std::min(room, s->long_rope_after - s->num_tokens());
     if (room <= 0) continue;
+    if (draft) {
+      DraftAsk& ask = draft_asks.emplace_back();
+      ask.seq = c.seq;
+      ask.tokens = s->tokens;
+      ask.k = static_cast<int>(room);
+      ask.sampler = choice.draft_sampler.get();
+      continue;
+    }
     const std::vector<int32_t> drafts = proposer.propose(s->tokens, static_cast<int>(room));
     s->tokens.insert(s->tokens.end(), drafts.begin(), drafts.end());
     s->num_draft_tokens = static_cast<int64_t>(drafts.size());
+  }
+  if (!draft || draft_asks.empty()) return;
+  draft->propose(draft_asks);
+  for (DraftAsk& ask : draft_asks) {
+    if (ask.drafts.empty()) continue;
+    SequenceState* s = scheduler->find(ask.seq);
+    const auto& [a, index] = by_seq.at(ask.seq);
+    s->tokens.insert(s->tokens.end(), ask.drafts.begin(), ask.drafts.end());
+    s->num_draft_tokens = static_cast<int64_t>(ask.drafts.size());
+    a->choices[index]->draft_q = std::move(ask.q);
   }
 }
 
@@ -483,6 +536,7 @@ void Engine::Impl::emit_token(ActiveRequest& a, int index, int32_t id) {
   SequenceState& s = *scheduler->find(c.seq);
   const SamplingParams& params = a.req.params;
   c.sampler.accept(id);
+  if (c.draft_sampler) c.draft_sampler->accept(id);
   s.tokens.push_back(id);
   ++c.completion_tokens;
   ++generation_tokens;
@@ -528,6 +582,7 @@ void Engine::Impl::finish_choice(ActiveRequest& a, int index, const std::string&
     // Freed now, not at the next step: a waiting request may need exactly these blocks.
     scheduler->finish(c.seq);
     by_seq.erase(c.seq);
+    if (draft) draft->drop(c.seq);
   }
   ev.index = index;
   ev.finished = true;
@@ -619,6 +674,10 @@ void Engine::Impl::publish(bool idle) {
       problem = fmt::format("{} blocks in use with no sequence", st.used_blocks);
     else if (!by_seq.empty() || !active.empty())
       problem = "requests left behind";
+    else if (draft && draft->num_sequences() > 0)
+      problem = fmt::format("the draft model's cache still holds {} sequences", draft->num_sequences());
+    else if (draft && draft->kv_cache().manager->num_free_blocks() != draft->kv_cache().num_blocks)
+      problem = "the draft model's cache has blocks in use with no sequence";
   }
 
   std::lock_guard lk(snap_mu);

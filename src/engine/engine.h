@@ -49,6 +49,12 @@ struct EngineOptions {
   // verified by exact rejection sampling. 0: off.
   int speculative_tokens = 0;
   NgramProposerOptions ngram;
+  // With speculative_tokens > 0, drafts come from this model instead (BatchDraftProposer: the same
+  // vocabulary, its own KV cache of this engine's block size and dtype, every decoding sequence's drafts in
+  // one batched pass a position), each drawn from its distribution and verified against it. Not owned: it
+  // must outlive the Engine.
+  const Model* draft_model = nullptr;
+  double draft_kv_cache_memory = 0;  // its cache's budget, as kv_cache_memory (0: the same as kv_cache_memory)
 };
 
 struct TokenInfo {
