@@ -424,6 +424,28 @@ TEST(Engine, DraftModelSpeculationMatchesTheGenerator) {
       }
     }
   }
+  // speculative_max_batch: no drafts while more sequences decode, the same tokens.
+  {
+    SamplingParams params;
+    params.max_tokens = 40;
+    params.ignore_eos = true;
+    Generator gen(*target, {});
+    uint64_t drafted[2] = {0, 0};
+    for (const int max_batch : {0, 1}) {
+      EngineOptions o = small_options();
+      o.speculative_tokens = 4;
+      o.draft_model = draft.get();
+      o.speculative_max_batch = max_batch;
+      Engine engine(*target, o);
+      Collector col;
+      for (size_t i = 0; i < 4; ++i) engine.add_request(col.request(fmt::format("m{}", i), prompts[i], params));
+      expect_all_blocks_free_or_cached(engine);
+      for (size_t i = 0; i < 4; ++i)
+        EXPECT_EQ(col.get(fmt::format("m{}", i)).ids, gen.generate(prompts[i], params).generated_ids) << max_batch;
+      drafted[max_batch] = engine.stats().draft_tokens;
+    }
+    EXPECT_LT(drafted[1], drafted[0] / 2);
+  }
   EngineOptions bad = small_options();
   bad.speculative_tokens = 2;
   bad.draft_model = draft.get();

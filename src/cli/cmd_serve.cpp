@@ -46,6 +46,7 @@ struct ServeArgs {
   int speculative_tokens = 0;
   std::string draft_model;
   std::string draft_kv_cache_memory;
+  int speculative_max_batch = -1;  // -1: 1 with a draft model, else no limit
   int ngram_max = 3;
   int ngram_min = 2;
 };
@@ -105,6 +106,7 @@ void run_serve(const ServeArgs& a) {
   eo.prefault_kv = a.kv_prefault;
   eo.speculative_tokens = a.speculative_tokens > 0 ? a.speculative_tokens : draft ? 4 : 0;
   eo.draft_model = draft.get();
+  eo.speculative_max_batch = a.speculative_max_batch >= 0 ? a.speculative_max_batch : draft ? 1 : 0;
   eo.draft_kv_cache_memory = draft_kv_cache_memory;
   eo.ngram = {.max_n = a.ngram_max, .min_n = a.ngram_min};
   const std::string served_name = a.served_model_name.empty() ? default_served_name(model->path) : a.served_model_name;
@@ -178,6 +180,10 @@ void add_serve_command(CLI::App& app) {
                 "Speculative decoding with drafts from this model (GGUF, HF folder or llama2.c; the same vocabulary as "
                 "-m), every decoding sequence's drafts in one batched pass a position, each drawn from the draft's "
                 "distribution and verified against it; --speculative-tokens defaults to 4");
+  c->add_option("--speculative-max-batch", a->speculative_max_batch,
+                "No drafts in a step where more sequences than this decode (0 = no limit; default 1 with "
+                "--draft-model, whose forwards cost more than a batched step saves, else no limit)")
+      ->check(CLI::Range(0, 1 << 20));
   c->add_option("--draft-kv-cache-memory", a->draft_kv_cache_memory,
                 "The draft model's KV cache budget, as --kv-cache-memory (default: the same)");
   c->add_option("--ngram-max", a->ngram_max, "Longest suffix the drafts look up (with --speculative-tokens)")

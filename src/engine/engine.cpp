@@ -162,6 +162,8 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   const ModelConfig& c = model.config;
   if (!model.tokenizer) fail("engine: the model has no tokenizer");
   if (opts.speculative_tokens < 0) fail("engine: speculative tokens must be >= 0, got {}", opts.speculative_tokens);
+  if (opts.speculative_max_batch < 0)
+    fail("engine: speculative max batch must be >= 0, got {}", opts.speculative_max_batch);
   n_vocab = c.n_vocab;
   max_model_len = opts.max_model_len > 0   ? opts.max_model_len
                   : opts.streaming.on() ? kStreamingContextLimit
@@ -396,6 +398,11 @@ void Engine::Impl::propose_drafts(const SchedulerOutput& out) {
     // The draft's caches of sequences that ended go back to its pool first.
     draft->drop_unless([&](SeqId seq) { return by_seq.count(seq) != 0 && scheduler->find(seq) != nullptr; });
     draft_asks.clear();
+  }
+  if (opts.speculative_max_batch > 0) {
+    int64_t decoding = 0;
+    for (const ScheduledChunk& c : out.chunks) decoding += c.completes_sequence ? 1 : 0;
+    if (decoding > opts.speculative_max_batch) return;
   }
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.completes_sequence) continue;

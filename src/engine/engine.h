@@ -54,6 +54,9 @@ struct EngineOptions {
   // one batched pass a position), each drawn from its distribution and verified against it. Not owned: it
   // must outlive the Engine.
   const Model* draft_model = nullptr;
+  // > 0: no drafts in a step where more sequences than this decode (a batched step already shares each
+  // weight read among its sequences, and drafting adds compute, and a draft model's forwards, on top).
+  int speculative_max_batch = 0;
   double draft_kv_cache_memory = 0;  // its cache's budget, as kv_cache_memory (0: the same as kv_cache_memory)
 };
 
