@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
+#include "engine/long_rope.h"
 #include "engine/paged_kv_cache.h"
 #include "kernels/cpu/attention_sinks.h"
 #include "kernels/cpu/paged_attention.h"
@@ -446,4 +447,27 @@ TEST(Streaming, QuantizedLatentRowsTrackF32) {
   EXPECT_GT(streamed, 0.0);
   EXPECT_LT(streamed, 2.0 * full + 0.02) << "without eviction " << full;
   (void)nv;
+}
+
+// LongRoPE's auto factors under streaming: the model sees no distance past sinks + window - 1, so the short
+// factors stay while that fits the original context (no recompute), and the long ones come as before
+// otherwise.
+TEST(Streaming, LongRopeKeepsTheShortFactorsWhenTheWindowFitsTheOriginalContext) {
+  auto m = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-phi3-longrope.gguf");
+  const int64_t original = m->config.rope_scaling.original_context;
+  ASSERT_GT(original, 64);
+  EXPECT_EQ(long_rope_after(m->config, LongRopeFactors::Auto, {.window = original - 4, .sinks = 4}), -1);
+  EXPECT_EQ(long_rope_after(m->config, LongRopeFactors::Auto, {.window = original, .sinks = 4}), original);
+  EXPECT_EQ(long_rope_after(m->config, LongRopeFactors::Long, {.window = 64, .sinks = 4}), 0);
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + i * 7 % 200);
+  SamplingParams params;
+  params.max_tokens = static_cast<int>(original) + 60;
+  params.ignore_eos = true;
+  for (const int64_t window : {int64_t{64}, original + 10}) {
+    Generator gen(*m, streaming_options(window, 4, 512));
+    const GenerationResult r = gen.generate(prompt, params);
+    EXPECT_EQ(r.generated_ids.size(), static_cast<size_t>(params.max_tokens));
+    EXPECT_EQ(r.rope_restarts, window < original ? 0 : 1) << window;
+  }
 }

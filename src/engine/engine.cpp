@@ -291,7 +291,7 @@ void Engine::Impl::admit(EngineRequest r) {
   s.tokens = r.prompt_ids;
   s.num_prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
   s.cache_salt = r.cache_salt;
-  s.long_rope_after = long_rope_after(model.config, opts.rope_factors);
+  s.long_rope_after = long_rope_after(model.config, opts.rope_factors, opts.streaming);
   a->choices[0]->seq = s.id;
   by_seq[s.id] = {a.get(), 0};
   scheduler->add_waiting(std::move(s));

@@ -118,7 +118,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   Sampler draft_sampler(draft_params);
   draft_sampler.set_prompt(prompt_ids);
   std::vector<float> draft_q;
-  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors);
+  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors, opts_.streaming);
   bool long_rope = long_after >= 0 && n_prompt > long_after;
   // Every token whose K/V is (or is about to be) in the cache: the prompt, then each generated token.
   std::vector<int32_t> tokens = prompt_ids;
@@ -283,7 +283,7 @@ std::vector<std::vector<float>> Generator::teacher_forced_logits(const std::vect
   std::vector<float> logits;
   // The prompt goes in as one batch (as the references do), then one token per step; no prefix reuse:
   // every position's logits are wanted.
-  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors);
+  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors, opts_.streaming);
   BatchSequence s;
   for (int64_t pos = 0; pos < n_ids;) {
     int64_t n = pos == 0 ? prompt_len : 1;
@@ -317,7 +317,7 @@ std::vector<float> Generator::prefill_logits(const std::vector<int32_t>& ids, in
   out.reserve(static_cast<size_t>((n_ids - first) * model_.config.n_vocab));
   std::vector<float> logits;
   // The whole sequence is known: one factor set for all of it, as one pass over it would take.
-  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors);
+  const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors, opts_.streaming);
   const bool long_rope = long_after >= 0 && n_ids > long_after;
   for (int64_t pos = 0; pos < n_ids;) {
     // Chunks never straddle `first`: the ones before it need no logits.

@@ -16,7 +16,7 @@ LongRopeFactors fixed_context_rope_factors(const ModelConfig& c, int64_t n_ctx) 
   return long_rope ? LongRopeFactors::Long : LongRopeFactors::Short;
 }
 
-int64_t long_rope_after(const ModelConfig& c, LongRopeFactors mode) {
+int64_t long_rope_after(const ModelConfig& c, LongRopeFactors mode, const StreamingEviction& streaming) {
   if (c.rope_scaling.type != RopeScaling::Type::LongRope) return -1;
   switch (mode) {
     case LongRopeFactors::Short:
@@ -26,6 +26,7 @@ int64_t long_rope_after(const ModelConfig& c, LongRopeFactors mode) {
     case LongRopeFactors::Auto:
       break;
   }
+  if (streaming.on() && streaming.sinks + streaming.window <= c.rope_scaling.original_context) return -1;
   return c.rope_scaling.original_context;
 }
 

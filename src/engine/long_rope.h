@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/streaming_eviction.h"
 #include "model/model_config.h"
 
 namespace kvserve {
@@ -26,8 +27,9 @@ LongRopeFactors parse_long_rope_factors(std::string_view s);
 LongRopeFactors fixed_context_rope_factors(const ModelConfig& c, int64_t n_ctx);
 
 // A sequence of n tokens rotates with the long factors when n > this; -1: never (the short factors always,
-// or a model without LongRoPE).
-int64_t long_rope_after(const ModelConfig& c, LongRopeFactors mode);
+// or a model without LongRoPE). Under a streaming window (engine/streaming_eviction.h) the model sees no
+// distance past sinks + window - 1, so auto keeps the short factors when that fits the original context.
+int64_t long_rope_after(const ModelConfig& c, LongRopeFactors mode, const StreamingEviction& streaming = {});
 
 // The prefix-cache key of a sequence with tenant salt `salt`: when long_rope_after >= 0 both factor sets can
 // occur, and every key says which one its blocks were computed with.
