@@ -58,6 +58,7 @@ struct BenchArgs {
   bool no_hybrid = false;
   int64_t streaming_window = 0;
   int64_t attention_sinks = 0;
+  int64_t h2o_heavy = 0, h2o_recent = 0;
   std::string rope_factors = "auto";
   std::string kv_layer_dtypes;
   // serving
@@ -122,6 +123,7 @@ void run_offline(const BenchArgs& a) {
   o.engine.enable_prefix_caching = !a.no_prefix_caching;
   o.engine.hybrid_kv_cache = !a.no_hybrid;
   o.engine.streaming = {a.streaming_window, a.attention_sinks};
+  o.engine.h2o = {a.h2o_heavy, a.h2o_recent};
   o.engine.rope_factors = parse_long_rope_factors(a.rope_factors);
   o.engine.kv_layer_dtypes = parse_kv_layer_dtypes_flag(a.kv_layer_dtypes);
   o.engine.kv_cache_dtype = kv_cache_dtype;
@@ -333,6 +335,10 @@ void add_bench_command(CLI::App& app) {
                 "Offline: StreamingLLM eviction, full-attention layers keep only the last N positions (0: off)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--attention-sinks", a->attention_sinks, "Offline: with --streaming-window, first positions kept as sinks")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--h2o-heavy", a->h2o_heavy, "Offline: H2O eviction, the most attended tokens kept per KV head")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--h2o-recent", a->h2o_recent, "Offline: H2O eviction, the latest tokens always kept (0: off)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--rope-factors", a->rope_factors, std::string("Offline: ") + kRopeFactorsHelp)
       ->capture_default_str()

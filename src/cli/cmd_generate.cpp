@@ -67,6 +67,7 @@ void run_generate(const GenerateArgs& a) {
   go.block_size = a.kv_cache.block_size;
   go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
   go.streaming = a.kv_cache.streaming();
+  go.h2o = a.kv_cache.h2o();
   go.rope_factors = a.kv_cache.rope_factors_value();
   go.kv_layer_dtypes = kv_layer_dtypes;
   go.kv_cache_dtype = kv_cache_dtype;

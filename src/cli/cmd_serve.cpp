@@ -95,6 +95,7 @@ void run_serve(const ServeArgs& a) {
   eo.block_size = a.kv_cache.block_size;
   eo.hybrid_kv_cache = !a.kv_cache.no_hybrid;
   eo.streaming = a.kv_cache.streaming();
+  eo.h2o = a.kv_cache.h2o();
   eo.rope_factors = a.kv_cache.rope_factors_value();
   eo.kv_layer_dtypes = kv_layer_dtypes;
   eo.kv_cache_dtype = kv_cache_dtype;

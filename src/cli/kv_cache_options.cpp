@@ -67,6 +67,13 @@ void add_kv_cache_options(CLI::App& c, KVCacheArgs& a) {
   c.add_option("--attention-sinks", a.attention_sinks,
                "With --streaming-window: the first N positions stay attended as attention sinks (StreamingLLM uses 4)")
       ->check(CLI::NonNegativeNumber);
+  c.add_option("--h2o-heavy", a.h2o_heavy,
+               "H2O eviction: besides --h2o-recent, each full-attention layer keeps, per KV head, the N tokens that "
+               "have drawn the most attention; a sequence's cache then holds heavy + recent tokens (prefix cache "
+               "off, no speculative decoding)")
+      ->check(CLI::NonNegativeNumber);
+  c.add_option("--h2o-recent", a.h2o_recent, "H2O eviction: the latest N tokens are always kept (0: off)")
+      ->check(CLI::NonNegativeNumber);
   c.add_option("--rope-factors", a.rope_factors, kRopeFactorsHelp)
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "short", "long"}));

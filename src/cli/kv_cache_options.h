@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/long_rope.h"
+#include "engine/heavy_hitter_eviction.h"
 #include "engine/streaming_eviction.h"
 #include "kv/kv_layer_dtypes.h"
 #include "kv/kv_layout.h"
@@ -22,6 +23,8 @@ struct KVCacheArgs {
   std::string kv_layer_dtypes;        // --kv-layer-dtypes: layers that differ from --kv-cache-dtype
   int64_t streaming_window = 0;       // --streaming-window: StreamingLLM eviction (0: off)
   int64_t attention_sinks = 0;        // --attention-sinks: positions kept before the window
+  int64_t h2o_heavy = 0;              // --h2o-heavy: H2O eviction's heavy hitters
+  int64_t h2o_recent = 0;             // --h2o-recent: its latest tokens (0: off)
 
   // The budget in the form EngineOptions / GeneratorOptions take (bytes > 1, or a fraction of RAM);
   // throws Error naming the flag when the text is not a budget.
@@ -32,6 +35,7 @@ struct KVCacheArgs {
   // The per-layer items; throws Error naming the flag when the text is not LAYERS=DTYPE,...
   std::vector<KVLayerDtype> kv_layer_dtypes_value() const;
   StreamingEviction streaming() const { return {streaming_window, attention_sinks}; }
+  HeavyHitterEviction h2o() const { return {h2o_heavy, h2o_recent}; }
 };
 
 // --kv-layer-dtypes' value, checked as the engine will need it (each dtype one it can store).

@@ -184,7 +184,13 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   ko.max_chunk_tokens = opts.max_num_batched_tokens;
   ko.hybrid = opts.hybrid_kv_cache;
   ko.streaming = opts.streaming;
+  ko.h2o = opts.h2o;
   ko.who = "engine";
+  if (opts.h2o.on() && opts.speculative_tokens > 0)
+    fail("engine: H2O eviction cannot take back a rejected draft's evictions; it does not run with speculative "
+         "decoding");
+  // What an H2O block holds depends on its sequence's history: nothing to share.
+  if (opts.h2o.on()) opts.enable_prefix_caching = false;
   PagedKVCache cache(c, ko);
   fmt::print(stderr, "{}\n", cache.summary());
   storage = std::move(cache.storage);

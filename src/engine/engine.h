@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/long_rope.h"
+#include "engine/heavy_hitter_eviction.h"
 #include "engine/streaming_eviction.h"
 #include "engine/ngram_proposer.h"
 #include "engine/sampling_params.h"
@@ -42,6 +43,9 @@ struct EngineOptions {
   // StreamingLLM eviction (kernels/cpu/attention_sinks.h): the full-attention layers keep only their sinks
   // and window, and a sequence may then run past the model's context (max_model_len 0: no limit).
   StreamingEviction streaming;
+  // H2O eviction (engine/heavy_hitter_eviction.h): the full-attention layers keep, per KV head, the most
+  // attended tokens and the latest ones. Turns the prefix cache off; no speculative decoding with it.
+  HeavyHitterEviction h2o;
   // LongRoPE models (Phi-3 128k): which factors a sequence rotates with (engine/long_rope.h).
   LongRopeFactors rope_factors = LongRopeFactors::Auto;
   // Speculative decoding with prompt-lookup drafts, as GeneratorOptions::speculative_tokens: each decoding

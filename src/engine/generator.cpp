@@ -50,7 +50,12 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
   ko.max_chunk_tokens = opts_.prefill_chunk;
   ko.hybrid = opts_.hybrid_kv_cache;
   ko.streaming = opts_.streaming;
+  ko.h2o = opts_.h2o;
   ko.who = "generate";
+  if (opts_.h2o.on() && opts_.speculative_tokens > 0)
+    fail("generate: H2O eviction cannot take back a rejected draft's evictions; it does not run with speculative "
+         "decoding");
+  if (opts_.h2o.on()) opts_.enable_prefix_caching = false;
   kv_ = std::make_unique<PagedKVCache>(c, ko);
   if (opts_.draft_model != nullptr) {
     DraftModelOptions d;

@@ -49,6 +49,7 @@ struct GeneratorOptions {
   bool enable_prefix_caching = true;
   bool hybrid_kv_cache = true;  // as EngineOptions::hybrid_kv_cache
   StreamingEviction streaming;  // as EngineOptions::streaming (max_context 0: no limit)
+  HeavyHitterEviction h2o;      // as EngineOptions::h2o
   LongRopeFactors rope_factors = LongRopeFactors::Auto;  // as EngineOptions::rope_factors
   // Speculative decoding with prompt-lookup drafts (NgramProposer): up to this many tokens proposed a step
   // and verified in one forward, each taken with the sampler's exact rejection rule (Sampler::

@@ -12,6 +12,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/attention_sinks.h"
+#include "kernels/cpu/h2o_attention.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quants.h"
 
@@ -165,7 +166,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   }
   if (n_tokens == 0) return 0;
   ensure_scratch(n_tokens);
-  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits)
+  // H2O's layers attend token by token through their slot records (the per-op path).
+  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits && !kv.h2o.on())
     return forward_single_token(batch[0], kv, logits);
 
   const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;
@@ -224,6 +226,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     // A streaming cache windows the full-attention layers; those also attend to the sinks.
     const int64_t window = swa ? c.sliding_window : stream.window;
     const bool sinks_here = has_sinks && !swa;
+    H2OSlot* h2o_records = kv.h2o_records.empty() ? nullptr : kv.h2o_records[static_cast<size_t>(il)];
     void* kl = kv.k_layers[il];
     void* vl = kv.v_layers[il];
     const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
@@ -266,7 +269,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
               hadamard_rotate(k_.data() + t * KD, KD, rot.k_block);
               hadamard_rotate(v_.data() + t * KD, KD, rot.v_block);
             }
-            for (int64_t h = 0; h < KVH; ++h) {
+            // H2O's attention stores each row where its eviction puts it.
+            for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
               const int64_t off = kv_offset[t] + h * kv.block_size * D;
               store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);
               store_kv_row(kv_type, v_.data() + t * KD + h * D, D, vl, off);
@@ -275,6 +279,35 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         },
         kRopeGrainTokens);
 
+    if (h2o_records != nullptr) {
+      h2o_args_.clear();
+      int64_t t = 0;
+      for (const auto& s : batch) {
+        H2OAttentionArgs& a = h2o_args_.emplace_back();
+        a.q = q_.data() + t * QD;
+        a.k = k_.data() + t * KD;
+        a.v = v_.data() + t * KD;
+        a.out = attn_.data() + t * QD;
+        a.n_tokens = static_cast<int>(s.tokens.size());
+        a.n_heads = static_cast<int>(H);
+        a.n_kv_heads = static_cast<int>(KVH);
+        a.head_dim = static_cast<int>(D);
+        a.pos0 = s.pos0;
+        a.block_table = s.table(group).data();
+        a.block_size = kv.block_size;
+        a.k_cache = kl;
+        a.v_cache = vl;
+        a.kv_type = kv_type;
+        a.block_stride = kv.block_stride;
+        a.slots = h2o_records;
+        a.heavy = kv.h2o.heavy;
+        a.recent = kv.h2o.recent;
+        a.scale = attn_scale;
+        a.softcap = c.attn_softcap;
+        t += static_cast<int64_t>(s.tokens.size());
+      }
+      h2o_attention_batch(h2o_args_, pool_);
+    }
     // Attention: each sequence reads only its own blocks; all of them share one parallel pass.
     attn_args_.clear();
     int64_t t = 0;
@@ -299,7 +332,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       if (sinks_here) a.lse = attn_lse_.data() + t * H;
       t += static_cast<int64_t>(s.tokens.size());
     }
-    paged_attention_batch(attn_args_, pool_);
+    if (h2o_records == nullptr) paged_attention_batch(attn_args_, pool_);
     if (sinks_here)
       for (const PagedAttentionArgs& a : attn_args_)
         merge_attention_sinks(a, q_sink_.data() + (a.q - q_.data()), stream.sinks, pool_);

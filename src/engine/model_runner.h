@@ -9,7 +9,9 @@
 
 #include "core/thread_pool.h"
 #include "engine/attention_split.h"
+#include "engine/heavy_hitter_eviction.h"
 #include "engine/streaming_eviction.h"
+#include "kernels/cpu/h2o_attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
@@ -30,6 +32,8 @@ struct KVCacheView {
   // BatchSequence::block_table.
   std::vector<int> layer_group;
   StreamingEviction streaming;  // what the cache keeps of the full-attention layers
+  HeavyHitterEviction h2o;      // or this
+  std::vector<H2OSlot*> h2o_records;  // per layer with H2O: its slot records (kernels/cpu/h2o_attention.h)
   int block_size = 16;
   int64_t block_stride = 0;
   int64_t n_blocks = 0;
@@ -97,6 +101,7 @@ class ModelRunner {
   bool single_token_region_applies() const;
   int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);
   std::vector<PagedAttentionArgs> attn_args_;  // one per sequence of the step
+  std::vector<H2OAttentionArgs> h2o_args_;     // the same for layers with H2O eviction
 
   const Model& model_;
   ThreadPool& pool_;

@@ -15,7 +15,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCacheDType>& layer_dtypes,
-                                   int64_t max_model_len, bool hybrid, const StreamingEviction& streaming) {
+                                   int64_t max_model_len, bool hybrid, const StreamingEviction& streaming,
+                                   const HeavyHitterEviction& h2o) {
   KVCacheGroups g;
   const int n = c.n_layers;
   std::vector<int> full, windowed;
@@ -24,6 +25,7 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
     KVCacheGroups one;
     one.windows = {0};
     one.sinks = {0};
+    one.caps = {0};
     for (int l = 0; l < n; ++l) {
       one.layer_group.push_back(0);
       one.layer_slot.push_back(l);
@@ -32,8 +34,8 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
     return one;
   };
   // A window that covers the whole context releases nothing: the groups would only cost their padding.
-  if (streaming.on()) {
-    if (!hybrid) fail("kv cache: attention sinks / a streaming window need the hybrid cache");
+  if (streaming.on() || h2o.on()) {
+    if (!hybrid) fail("kv cache: attention sinks / a streaming window / H2O eviction need the hybrid cache");
   } else if (!hybrid || windowed.empty() || c.sliding_window <= 0 || c.sliding_window >= max_model_len) {
     return one_group();
   }
@@ -42,11 +44,12 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
   g.layer_slot.assign(static_cast<size_t>(n), -1);
   std::vector<std::optional<KVCacheDType>> slot_dtype(static_cast<size_t>(per_block));
   bool uniform = true;
-  const auto place = [&](const std::vector<int>& layers, int64_t window, int64_t sinks) {
+  const auto place = [&](const std::vector<int>& layers, int64_t window, int64_t sinks, int64_t cap) {
     for (size_t i = 0; i < layers.size(); ++i) {
       if (i % static_cast<size_t>(per_block) == 0) {
         g.windows.push_back(window);
         g.sinks.push_back(sinks);
+        g.caps.push_back(cap);
       }
       const int l = layers[i];
       const size_t slot = i % static_cast<size_t>(per_block);
@@ -57,11 +60,13 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
       slot_dtype[slot] = t;
     }
   };
-  place(full, streaming.window, streaming.sinks);
-  place(windowed, c.sliding_window, 0);
+  // A window that covers the context keeps the local layers whole (H2O with such a model).
+  const bool local_windows = !windowed.empty() && c.sliding_window > 0 && c.sliding_window < max_model_len;
+  place(full, streaming.window, streaming.sinks, h2o.on() ? h2o.budget() : 0);
+  place(windowed, local_windows ? c.sliding_window : 0, 0, 0);
   if (!uniform) {
-    if (streaming.on())
-      fail("kv cache: a streaming window needs one KV dtype for the layers that share a block; these per-layer "
+    if (streaming.on() || h2o.on())
+      fail("kv cache: a streaming window or H2O eviction needs one KV dtype for the layers that share a block; these per-layer "
            "dtypes differ there");
     return one_group();
   }
@@ -103,7 +108,18 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
          opts.streaming.sinks);
   if (opts.streaming.sinks > 0 && !opts.streaming.on())
     fail("{}: attention sinks ({}) need a streaming window (--streaming-window)", who, opts.streaming.sinks);
-  groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid, opts.streaming);
+  const HeavyHitterEviction& h2o = opts.h2o;
+  if (h2o.heavy < 0 || h2o.recent < 0)
+    fail("{}: H2O heavy hitters {} and recent tokens {} must not be negative", who, h2o.heavy, h2o.recent);
+  if (h2o.heavy > 0 && !h2o.on())
+    fail("{}: H2O heavy hitters ({}) need recent tokens too (--h2o-recent >= 1)", who, h2o.heavy);
+  if (h2o.on() && opts.streaming.on())
+    fail("{}: choose one eviction: a streaming window or H2O, not both", who);
+  if (h2o.on() && c.mla())
+    fail("{}: H2O eviction is built for MHA/GQA/MQA caches; this model's MLA latent cache does not support it", who);
+  layout.eviction_records = h2o.on();
+  const bool prefix_caching = opts.enable_prefix_caching && !h2o.on();
+  groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid, opts.streaming, h2o);
   const bool hybrid = groups.hybrid();
   // A block holds `slots` layers; a hybrid cache keeps one more, the null block of released entries.
   KVLayout block_layout = layout;
@@ -120,11 +136,15 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   int64_t blocks_per_seq = 0;
   for (size_t gi = 0; gi < groups.windows.size(); ++gi) {
     const int64_t w = groups.windows[gi];
+    if (groups.caps[gi] > 0) {
+      blocks_per_seq += ceil_div(std::min(opts.max_model_len, groups.caps[gi]), bs);
+      continue;
+    }
     blocks_per_seq += w == 0 ? ceil_div(opts.max_model_len, bs)
                              : std::min(ceil_div(opts.max_model_len, bs),
                                         ceil_div(w + chunk, bs) + 1 + ceil_div(groups.sinks[gi], bs));
   }
-  const int64_t useful = blocks_per_seq * std::max(opts.max_num_seqs, 1) * (opts.enable_prefix_caching ? 2 : 1);
+  const int64_t useful = blocks_per_seq * std::max(opts.max_num_seqs, 1) * (prefix_caching ? 2 : 1);
   const int64_t n = std::min<int64_t>({affordable_blocks, useful, std::numeric_limits<int32_t>::max()});
   if (n < 1)
     fail("{}: a KV cache budget of {} bytes ({}) holds no block of {} tokens ({} bytes each); raise --kv-cache-memory",
@@ -142,6 +162,13 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   }
   if (hybrid) view.layer_group = groups.layer_group;
   view.streaming = opts.streaming;
+  view.h2o = h2o;
+  if (h2o.on())
+    for (int l = 0; l < c.n_layers; ++l) {
+      const auto li = static_cast<size_t>(l);
+      const bool capped = groups.caps[static_cast<size_t>(groups.layer_group[li])] > 0;
+      view.h2o_records.push_back(capped ? storage->eviction_records(groups.layer_slot[li]) : nullptr);
+    }
   view.block_size = opts.block_size;
   view.block_stride = storage->block_stride();
   view.n_blocks = storage->num_blocks();
@@ -149,11 +176,12 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   KVCacheManagerConfig kc;
   kc.num_blocks = num_blocks;
   kc.block_size = opts.block_size;
-  kc.enable_prefix_caching = opts.enable_prefix_caching;
+  kc.enable_prefix_caching = prefix_caching;
   kc.prefix_cache_ttl_seconds = opts.prefix_cache_ttl_seconds;
   kc.model_id = opts.model_id;
   kc.group_windows = groups.windows;
   kc.group_sinks = groups.sinks;
+  kc.group_caps = groups.caps;
   kc.max_chunk_tokens = chunk;
   manager = std::make_unique<KVCacheManager>(kc);
   capacity = manager->capacity_tokens();
@@ -168,6 +196,10 @@ std::string PagedKVCache::summary() const {
                      view.streaming.sinks, view.streaming.sinks == 1 ? "" : "s", view.streaming.window,
                      groups.windows.size(), groups.windows.size() == 1 ? "" : "s", groups.slots(),
                      groups.slots() == 1 ? "" : "s");
+  } else if (view.h2o.on()) {
+    s += fmt::format(" (H2O: the full-attention layers keep {} heavy hitters and the last {} tokens of each sequence, "
+                     "{} bytes of records per KV head and token; prefix cache off)",
+                     view.h2o.heavy, view.h2o.recent, kHeavyHitterRecordBytes);
   } else if (groups.hybrid()) {
     int n_windowed = 0;
     for (int64_t w : groups.windows) n_windowed += w > 0 ? 1 : 0;

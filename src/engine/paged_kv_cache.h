@@ -3,6 +3,7 @@
 // at what the sequences could ever use), the f32 storage behind the blocks, the view the ModelRunner
 // reads through, and the KVCacheManager that hands the blocks out. Shared by the Engine (many sequences)
 // and the Generator (one), so `kvserve serve` and `kvserve generate` size their caches the same way.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +37,8 @@ struct PagedKVCacheOptions {
   bool hybrid = true;
   // StreamingLLM eviction of the full-attention layers (needs `hybrid`): a windowed group with sinks.
   StreamingEviction streaming;
+  // H2O eviction of the full-attention layers (needs `hybrid`; turns the prefix cache off).
+  HeavyHitterEviction h2o;
   std::string_view who = "kv cache";  // prefix of error messages ("engine", "generate")
 };
 
@@ -49,14 +52,20 @@ struct KVCacheGroups {
   std::vector<KVCacheDType> slot_dtypes;  // per storage array
   std::vector<int64_t> windows;  // per group (0: full attention)
   std::vector<int64_t> sinks;    // per group: attention sinks kept before its window
+  std::vector<int64_t> caps;     // per group: H2O's slot budget (0: none)
   int slots() const { return static_cast<int>(slot_dtypes.size()); }
-  bool hybrid() const { return windows.size() > 1 || (windows.size() == 1 && windows[0] > 0); }
+  bool hybrid() const {
+    return windows.size() > 1 || (windows.size() == 1 && windows[0] > 0) ||
+           std::any_of(caps.begin(), caps.end(), [](int64_t c) { return c > 0; });
+  }
 };
 // layer_dtypes: one per layer. Layers sharing a storage array must share a dtype; where per-layer dtypes
 // would put two different ones in one array, the cache stays one group.
-// With streaming on, the full-attention layers form windowed groups of streaming.window with its sinks.
+// With streaming on, the full-attention layers form windowed groups of streaming.window with its sinks;
+// with H2O on, full groups capped at its budget.
 KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCacheDType>& layer_dtypes,
-                                   int64_t max_model_len, bool hybrid, const StreamingEviction& streaming = {});
+                                   int64_t max_model_len, bool hybrid, const StreamingEviction& streaming = {},
+                                   const HeavyHitterEviction& h2o = {});
 
 struct PagedKVCache {
   PagedKVCache(const ModelConfig& config, const PagedKVCacheOptions& opts);

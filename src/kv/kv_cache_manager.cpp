@@ -30,6 +30,16 @@ KVCacheManager::KVCacheManager(const KVCacheManagerConfig& config, KVClock clock
     if (sinks_[g] > 0 && windows_[g] == 0)
       fail("kv cache: attention sinks ({}) need a windowed group; group {} keeps every position", sinks_[g], g);
   }
+  caps_ = config.group_caps.empty() ? std::vector<int64_t>(windows_.size(), 0) : config.group_caps;
+  if (caps_.size() != windows_.size())
+    fail("kv cache: {} groups' H2O budgets given for {} groups", caps_.size(), windows_.size());
+  for (size_t g = 0; g < caps_.size(); ++g) {
+    if (caps_[g] < 0) fail("kv cache: a group's H2O budget {} is negative", caps_[g]);
+    if (caps_[g] > 0 && windows_[g] > 0)
+      fail("kv cache: group {} has both a sliding window and an H2O budget", g);
+    if (caps_[g] > 0 && config.enable_prefix_caching)
+      fail("kv cache: H2O eviction needs the prefix cache off (a block's tokens depend on the sequence's history)");
+  }
   if (config.max_chunk_tokens < 0) fail("kv cache: max chunk of {} tokens is negative", config.max_chunk_tokens);
   pool_.set_cache_ttl(config.prefix_cache_ttl_seconds);
 }
@@ -38,29 +48,42 @@ bool KVCacheManager::has_windowed_groups() const {
   return std::any_of(windows_.begin(), windows_.end(), [](int64_t w) { return w > 0; });
 }
 
+size_t KVCacheManager::real_entries(size_t g, size_t entries) const {
+  if (caps_[g] == 0) return entries;
+  return std::min(entries, static_cast<size_t>(blocks_for_tokens(caps_[g], block_size_)));
+}
+
 int64_t KVCacheManager::capacity_tokens_for_chunk(int64_t max_chunk) const {
   const int64_t n = pool_.num_blocks();
-  int64_t n_full = 0, n_windowed = 0, window_blocks = 0;
+  int64_t n_full = 0, window_blocks = 0;
+  std::vector<int64_t> bounds;  // per bounded group: most blocks it holds at once
   for (size_t g = 0; g < windows_.size(); ++g) {
     const int64_t w = windows_[g];
-    if (w == 0) {
-      ++n_full;
-      continue;
-    }
-    ++n_windowed;
-    // Most entries a windowed group holds at once: the window before a chunk's first token, the chunk, the
-    // partial blocks at both ends, and the sinks' blocks.
-    if (max_chunk > 0)
+    if (caps_[g] > 0) {
+      bounds.push_back(blocks_for_tokens(caps_[g], block_size_));
+    } else if (w == 0 || max_chunk <= 0) {
+      ++n_full;  // a chunk may hold the whole sequence
+    } else {
+      // Most entries a windowed group holds at once: the window before a chunk's first token, the chunk, the
+      // partial blocks at both ends, and the sinks' blocks. Every windowed group is sized as the largest.
       window_blocks = std::max(window_blocks, blocks_for_tokens(w + max_chunk, block_size_) + 1 +
                                                   static_cast<int64_t>(sink_blocks(g)));
+      bounds.push_back(-1);
+    }
   }
-  if (n_windowed == 0) return n * block_size_;
-  if (max_chunk <= 0) return n / (n_full + n_windowed) * block_size_;  // a chunk may hold the whole sequence
-  // The longest sequence B blocks long with n_full * B + n_windowed * min(B, window_blocks) <= n.
-  const int64_t short_b = n / (n_full + n_windowed);
-  if (short_b < window_blocks) return short_b * block_size_;
-  if (n_full == 0) return std::numeric_limits<int64_t>::max() / 2;  // every group windowed: no bound
-  return (n - n_windowed * window_blocks) / n_full * block_size_;
+  // The longest sequence B blocks long with n_full * B + sum over bounded groups of min(B, bound) <= n.
+  const auto blocks_at = [&](int64_t b) {
+    int64_t total = n_full * b;
+    for (int64_t bound : bounds) total += std::min(b, bound < 0 ? window_blocks : bound);
+    return total;
+  };
+  if (n_full == 0 && blocks_at(n + 1) <= n) return std::numeric_limits<int64_t>::max() / 2;  // no bound
+  int64_t lo = 0, hi = n + 1;  // blocks_at(lo) <= n < blocks_at(hi)
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (blocks_at(mid) <= n ? lo : hi) = mid;
+  }
+  return lo * block_size_;
 }
 
 KVCacheManager::Sequence& KVCacheManager::get(SeqId seq) {
@@ -88,7 +111,7 @@ int64_t KVCacheManager::num_held_blocks(SeqId seq) const {
   int64_t n = 0;
   for (size_t g = 0; g < s.tables.size(); ++g) {
     const size_t keep = sink_blocks(g);
-    n += static_cast<int64_t>(s.tables[g].size() - (s.released[g] > keep ? s.released[g] - keep : 0));
+    n += static_cast<int64_t>(real_entries(g, s.tables[g].size()) - (s.released[g] > keep ? s.released[g] - keep : 0));
   }
   return n;
 }
@@ -215,6 +238,22 @@ CachedPrefix KVCacheManager::get_computed_blocks(std::span<const int32_t> prompt
   return prefix;
 }
 
+void KVCacheManager::grow_table(size_t g, BlockTable& t, size_t entries) {
+  const size_t real = real_entries(g, entries) - real_entries(g, t.size());
+  if (real > 0) t.append(pool_.get_new_blocks(static_cast<int32_t>(real)));
+  while (t.size() < entries) t.append(null_block());
+}
+
+bool KVCacheManager::grow_tables(std::vector<BlockTable>& tables, size_t entries) {
+  if (entries <= tables.front().size()) return true;
+  int64_t need = 0;
+  for (size_t g = 0; g < tables.size(); ++g)
+    need += static_cast<int64_t>(real_entries(g, entries) - real_entries(g, tables[g].size()));
+  if (need > pool_.num_free_blocks()) return false;
+  for (size_t g = 0; g < tables.size(); ++g) grow_table(g, tables[g], entries);
+  return true;
+}
+
 void KVCacheManager::release_outside_window(Sequence& s) {
   for (size_t g = 0; g < windows_.size(); ++g) {
     if (windows_[g] == 0) continue;
@@ -241,11 +280,8 @@ bool KVCacheManager::allocate_slots(SeqId seq, int64_t n_new_tokens, const Cache
     if (!prefix.block_ids.empty()) fail("kv cache: sequence {} already exists; a prefix is only for a new one", seq);
     Sequence& s = it->second;
     release_outside_window(s);
-    const int64_t need = blocks_for_tokens(s.num_tokens + n_new_tokens, block_size_) -
-                         static_cast<int64_t>(s.tables.front().size());
-    if (need * n_groups > pool_.num_free_blocks()) return false;
-    if (need > 0)
-      for (BlockTable& t : s.tables) t.append(pool_.get_new_blocks(static_cast<int32_t>(need)));
+    const auto entries = static_cast<size_t>(blocks_for_tokens(s.num_tokens + n_new_tokens, block_size_));
+    if (!grow_tables(s.tables, entries)) return false;
     s.num_tokens += n_new_tokens;
     return true;
   }
@@ -273,7 +309,11 @@ bool KVCacheManager::allocate_slots(SeqId seq, int64_t n_new_tokens, const Cache
   }
   const int64_t need =
       blocks_for_tokens(prefix.num_tokens + n_new_tokens, block_size_) - static_cast<int64_t>(n_prefix);
-  if (need * n_groups + idle_hits > pool_.num_free_blocks()) return false;
+  int64_t need_all = 0;
+  for (size_t g = 0; g < static_cast<size_t>(n_groups); ++g)
+    need_all += static_cast<int64_t>(real_entries(g, n_prefix + static_cast<size_t>(std::max<int64_t>(need, 0))) -
+                                     real_entries(g, n_prefix));
+  if (need_all + idle_hits > pool_.num_free_blocks()) return false;
   // Touch before allocating: otherwise get_new_blocks could evict the very blocks we are reusing.
   pool_.touch(touched);
   Sequence s;
@@ -285,7 +325,7 @@ bool KVCacheManager::allocate_slots(SeqId seq, int64_t n_new_tokens, const Cache
     s.released[static_cast<size_t>(g)] =
         static_cast<size_t>(std::min<int64_t>(first_needed_block(windows_[static_cast<size_t>(g)], prefix.num_tokens),
                                               static_cast<int64_t>(n_prefix)));
-    if (need > 0) t.append(pool_.get_new_blocks(static_cast<int32_t>(need)));
+    if (need > 0) grow_table(static_cast<size_t>(g), t, n_prefix + static_cast<size_t>(need));
   }
   s.cache_salt = std::string(cache_salt);
   s.num_tokens = prefix.num_tokens + n_new_tokens;
@@ -318,7 +358,11 @@ ForkResult KVCacheManager::fork(SeqId parent, SeqId child) {
   const Sequence& p = get(parent);
   const size_t n_groups = p.tables.size();
   const bool partial_tail = !p.tables.front().empty() && p.num_tokens % block_size_ != 0;
-  if (partial_tail && pool_.num_free_blocks() < static_cast<int32_t>(n_groups)) return {};
+  // A capped group's blocks are all rewritten as its tokens evict one another: the child copies them all.
+  int64_t copies = 0;
+  for (size_t g = 0; g < n_groups; ++g)
+    copies += caps_[g] > 0 ? static_cast<int64_t>(real_entries(g, p.tables[g].size())) : partial_tail ? 1 : 0;
+  if (copies > pool_.num_free_blocks()) return {};
   Sequence c;
   c.cache_salt = p.cache_salt;
   c.num_tokens = p.num_tokens;
@@ -329,6 +373,18 @@ ForkResult KVCacheManager::fork(SeqId parent, SeqId child) {
   const size_t n_shared = p.tables.front().size() - (partial_tail ? 1 : 0);
   for (size_t g = 0; g < n_groups; ++g) {
     const BlockTable& pt = p.tables[g];
+    if (caps_[g] > 0) {
+      for (int32_t id : pt.ids()) {
+        if (id == null_block()) {
+          c.tables[g].append(id);
+          continue;
+        }
+        const int32_t dst = pool_.get_new_blocks(1).front();
+        c.tables[g].append(dst);
+        result.copies.push_back(BlockCopy{id, dst});
+      }
+      continue;
+    }
     std::vector<int32_t> shared(pt.ids().begin(), pt.ids().begin() + static_cast<std::ptrdiff_t>(n_shared));
     std::vector<int32_t> held;
     for (int32_t id : shared)
@@ -351,6 +407,9 @@ void KVCacheManager::truncate(SeqId seq, int64_t n_tokens) {
   Sequence& s = get(seq);
   if (n_tokens < 0 || n_tokens > s.num_tokens)
     fail("kv cache: cannot cut sequence {} of {} tokens back to {}", seq, s.num_tokens, n_tokens);
+  for (size_t g = 0; g < caps_.size(); ++g)
+    if (caps_[g] > 0 && s.num_tokens > caps_[g] && n_tokens < s.num_tokens)
+      fail("kv cache: sequence {} has evicted tokens for its H2O budget of {}; it cannot be cut back", seq, caps_[g]);
   if (n_tokens < static_cast<int64_t>(s.num_hashed_blocks) * block_size_)
     fail("kv cache: cutting sequence {} back to {} tokens would reach into its {} cached blocks", seq, n_tokens,
          s.num_hashed_blocks);

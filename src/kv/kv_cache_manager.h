@@ -22,7 +22,7 @@
 // and the released blocks stay in the prefix cache until evicted. A prefix hit needs every full group's
 // blocks of the prefix and each windowed group's blocks within the window before its end. A windowed
 // group with attention sinks (StreamingLLM) also keeps, and a hit also needs, the blocks of its first
-// `sinks` positions.
+// `sinks` positions. A capped group (H2O) holds blocks for its first `cap` positions only.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -51,6 +51,11 @@ struct KVCacheManagerConfig {
   // Per group (empty: none), StreamingLLM's attention sinks of a windowed group: its first this many
   // positions stay attended however far the window has moved, so the blocks holding them are never released.
   std::vector<int64_t> group_sinks;
+  // Per group (empty: none), H2O's slot budget (engine/heavy_hitter_eviction.h) of a full group: its table
+  // holds real blocks for the first `cap` positions only (entries past them are null_block()), and the
+  // tokens past the cap overwrite evicted slots in those. Needs the prefix cache off (what such a block
+  // holds depends on the sequence's history, not on its tokens' positions), and a fork copies them all.
+  std::vector<int64_t> group_caps;
   // Most tokens one step computes for one sequence (the scheduler's token budget, the prefill chunk):
   // with windowed groups, what capacity_tokens() assumes a sequence holds at once. 0: no limit.
   int64_t max_chunk_tokens = 0;
@@ -94,6 +99,7 @@ class KVCacheManager {
   int num_groups() const { return static_cast<int>(windows_.size()); }
   int64_t group_window(int group) const { return windows_.at(static_cast<size_t>(group)); }
   int64_t group_sinks(int group) const { return sinks_.at(static_cast<size_t>(group)); }
+  int64_t group_cap(int group) const { return caps_.at(static_cast<size_t>(group)); }
   bool has_windowed_groups() const;
   // The id windowed groups' released table entries hold: one past the pool's blocks (the storage keeps it,
   // zeroed, for the attention reads of a window's first partition).
@@ -174,14 +180,22 @@ class KVCacheManager {
   // First logical block a token at `pos` can attend to in a group with this window (0 for full groups).
   int64_t first_needed_block(int64_t window, int64_t pos) const;
   void release_outside_window(Sequence& s);
+  // Extends a table (group g) to `entries` entries: new blocks, or null_block() past a capped group's cap.
+  void grow_table(size_t g, BlockTable& t, size_t entries);
+  // Every group's table to `entries` entries, or false (nothing changed) when the pool is short.
+  bool grow_tables(std::vector<BlockTable>& tables, size_t entries);
   // Leading blocks of group g a window never releases: those holding its sink positions.
   size_t sink_blocks(size_t g) const {
     return static_cast<size_t>((sinks_[g] + block_size_ - 1) / block_size_);
   }
 
+  // Real entries of a capped group's table of `entries` entries (all of them in other groups).
+  size_t real_entries(size_t g, size_t entries) const;
+
   int block_size_;
   std::vector<int64_t> windows_;
   std::vector<int64_t> sinks_;  // per group
+  std::vector<int64_t> caps_;   // per group (0: none)
   int64_t max_chunk_tokens_ = 0;
   std::string model_id_;
   BlockPool pool_;

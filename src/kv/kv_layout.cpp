@@ -116,8 +116,14 @@ uint64_t KVLayout::bytes_per_token_layer(int layer) const {
 uint64_t KVLayout::stored_bytes_per_token_layer(int layer) const {
   const uint64_t values = bytes_per_token_layer(layer);
   const KVCacheDType t = layer_dtypes[static_cast<size_t>(layer)];
-  if (!kv_dtype_has_scales(t)) return values;
-  return static_cast<uint64_t>(rows_per_token_layer()) * kv_dtype_row_bytes(t, row_elements());
+  const uint64_t records = record_bytes_per_token_layer();
+  if (!kv_dtype_has_scales(t)) return values + records;
+  return static_cast<uint64_t>(rows_per_token_layer()) * kv_dtype_row_bytes(t, row_elements()) + records;
+}
+
+uint64_t KVLayout::record_bytes_per_token_layer() const {
+  return eviction_records && kind == AttentionKind::MHA ? kHeavyHitterRecordBytes * static_cast<uint64_t>(n_kv_heads)
+                                                        : 0;
 }
 
 uint64_t KVLayout::stored_bytes_per_token() const {
@@ -131,7 +137,7 @@ uint64_t KVLayout::block_bytes_layer(int layer, bool stored) const {
   if (stored && kv_dtype_has_scales(t)) return static_cast<uint64_t>(block_size) * stored_bytes_per_token_layer(layer);
   // Whole blocks round once, not per token (a half byte of int4).
   const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * block_size * kv_dtype_bits(t);
-  return (bits + 7) / 8;
+  return (bits + 7) / 8 + (stored ? static_cast<uint64_t>(block_size) * record_bytes_per_token_layer() : 0);
 }
 
 uint64_t KVLayout::stored_bytes_per_block() const {

@@ -26,6 +26,9 @@ uint64_t kv_dtype_row_bytes(KVCacheDType t, int64_t n);
 // Accepts f32, f16 (fp16), bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, int4; throws Error otherwise.
 KVCacheDType parse_kv_dtype(std::string_view name);
 
+// Bytes of an H2O slot record (kernels/cpu/h2o_attention.h: a float score and an int32 position).
+constexpr uint64_t kHeavyHitterRecordBytes = 8;
+
 enum class AttentionKind {
   MHA,  // separate K and V per KV head; covers GQA and MQA (n_kv_heads < n_heads)
   MLA,  // DeepSeek-V2 multi-head latent attention: one compressed latent + shared rope key per token
@@ -40,6 +43,9 @@ struct KVLayout {
   int rope_dim = 0;      // MLA only
   int block_size = 16;
   std::vector<KVCacheDType> layer_dtypes;  // one per layer (e.g. first/last layers kept at higher precision)
+  // H2O eviction (engine/heavy_hitter_eviction.h): every KV head's slot also records its token's position
+  // and accumulated attention (kHeavyHitterRecordBytes), stored beside the values (MHA only).
+  bool eviction_records = false;
 
   static KVLayout mha(int n_layers, int n_kv_heads, int head_dim, KVCacheDType dtype, int block_size = 16);
   static KVLayout mla(int n_layers, int kv_lora_rank, int rope_dim, KVCacheDType dtype, int block_size = 16);
@@ -56,12 +62,13 @@ struct KVLayout {
   uint64_t bytes_per_token_layer(int layer) const;
   uint64_t bytes_per_token() const;
   uint64_t bytes_per_block() const;
-  // What KVStorage holds: the same but for int8's and int4's scales (kv_dtype_row_bytes).
+  // What KVStorage holds: the same but for int8's and int4's scales (kv_dtype_row_bytes) and H2O's records.
   uint64_t stored_bytes_per_token_layer(int layer) const;
   uint64_t stored_bytes_per_token() const;
   uint64_t stored_bytes_per_block() const;
 
  private:
+  uint64_t record_bytes_per_token_layer() const;  // H2O's records, when kept
   uint64_t block_bytes_layer(int layer, bool stored) const;  // one layer's share of a block
 };
 

@@ -31,20 +31,39 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   const size_t elems = static_cast<size_t>(block_stride_) * static_cast<size_t>(num_blocks);
   auto array_bytes = [&](int l) { return bytes_of(l, static_cast<int64_t>(elems)); };
   const int arrays = has_v() ? 2 : 1;
+  if (layout_.eviction_records && layout_.kind != AttentionKind::MHA)
+    fail("kv storage: H2O eviction records are kept for MHA/GQA/MQA caches only");
+  const size_t record_bytes =
+      layout_.eviction_records
+          ? sizeof(H2OSlot) * static_cast<size_t>(n_heads_) * static_cast<size_t>(layout_.block_size) *
+                static_cast<size_t>(num_blocks)
+          : 0;
+  static_assert(sizeof(H2OSlot) == kHeavyHitterRecordBytes);
   bytes_ = 0;
-  for (int l = 0; l < layout_.n_layers; ++l) bytes_ += arrays * array_bytes(l);
+  for (int l = 0; l < layout_.n_layers; ++l) bytes_ += arrays * array_bytes(l) + record_bytes;
   memory_ = allocate_large_buffer(bytes_);
   // Otherwise the first decode steps that reach each block stop in page faults (~1.5-3% of a 16-sequence
   // 1B batched run, in clear_page under the K/V stores; far more where the host backs a VM's memory
   // lazily). Not the default: a 25%-of-RAM serving pool would be resident, and take seconds, at start.
   if (prefault) prefault_pages(memory_.get(), bytes_);
   auto* next = reinterpret_cast<std::byte*>(memory_.get());
+  // The records first, where the buffer's alignment holds for them (value arrays end on any byte).
+  for (int l = 0; l < layout_.n_layers && record_bytes > 0; ++l) {
+    records_.push_back(reinterpret_cast<H2OSlot*>(next));
+    next += record_bytes;
+  }
   for (int l = 0; l < layout_.n_layers; ++l) {
     k_.push_back(next);
     next += array_bytes(l);
     v_.push_back(has_v() ? next : nullptr);
     if (has_v()) next += array_bytes(l);
   }
+}
+
+H2OSlot* KVStorage::eviction_records(int layer) {
+  if (layer < 0 || layer >= layout_.n_layers)
+    fail("kv storage: layer {} out of range [0, {})", layer, layout_.n_layers);
+  return records_.empty() ? nullptr : records_[static_cast<size_t>(layer)];
 }
 
 KVCacheDType KVStorage::dtype(int layer) const {
@@ -137,6 +156,11 @@ void KVStorage::copy_block(int32_t src, int32_t dst) {
     if (has_v()) {
       std::byte* v = v_[static_cast<size_t>(l)];
       std::memcpy(v + static_cast<size_t>(dst) * n, v + static_cast<size_t>(src) * n, n);
+    }
+    if (!records_.empty()) {
+      const size_t per_block = static_cast<size_t>(n_heads_) * static_cast<size_t>(layout_.block_size);
+      H2OSlot* r = records_[static_cast<size_t>(l)];
+      std::copy_n(r + static_cast<size_t>(src) * per_block, per_block, r + static_cast<size_t>(dst) * per_block);
     }
   }
 }

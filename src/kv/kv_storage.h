@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/h2o_attention.h"
 #include "kernels/cpu/kv_elem.h"
 #include "kv/kv_layout.h"
 
@@ -51,7 +52,9 @@ class KVStorage {
   void write(int layer, int32_t block, int slot, const float* k, const float* v);
   // The inverse of write: the stored values widened to f32 (v ignored for MLA).
   void read(int layer, int32_t block, int slot, float* k, float* v) const;
-  // Copy-on-write after a fork: every layer's K and V of src into dst.
+  // A layer's H2O slot records, [block][kv_head][slot] (layout().eviction_records; else nullptr).
+  H2OSlot* eviction_records(int layer);
+  // Copy-on-write after a fork: every layer's K and V (and records) of src into dst.
   void copy_block(int32_t src, int32_t dst);
 
  private:
@@ -68,6 +71,7 @@ class KVStorage {
   size_t bytes_ = 0;
   std::vector<std::byte*> k_;  // per layer, into memory_
   std::vector<std::byte*> v_;  // per layer (nullptr for MLA)
+  std::vector<H2OSlot*> records_;  // per layer, when the layout keeps them
 };
 
 }  // namespace kvserve
