@@ -368,6 +368,64 @@ TEST(Engine, StreamingSequencesRunPastTheContextAndMatchTheGenerator) {
   EXPECT_THROW(engine.add_request(none.request("long", prompts[5], params)), Error);
 }
 
+// H2O eviction in batched steps: sequences chunked by the token budget, two choices forked from each
+// prompt (the fork copies the capped blocks, which each choice then rewrites as it evicts; seeded sampled
+// choices differ, so shared blocks would show), and a budget where sequences wait and are preempted and
+// recomputed: every choice is the Generator's token sequence (choice i sampled with seed + i), and the
+// pool ends free.
+TEST(Engine, HeavyHitterSequencesMatchTheGenerator) {
+  const Model& m = stories();
+  const HeavyHitterEviction h2o{.heavy = 16, .recent = 24};
+  std::mt19937 rng(8);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back(random_prompt(rng, 30 + 47 * i));
+  for (const bool sampled : {false, true}) {
+    SamplingParams params;
+    params.max_tokens = 140;
+    params.ignore_eos = true;
+    if (sampled) {
+      params.temperature = 0.9f;
+      params.has_seed = true;
+      params.seed = 7;
+    }
+    GeneratorOptions go;
+    go.h2o = h2o;
+    Generator gen(m, go);
+    std::vector<std::vector<std::vector<int32_t>>> want(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      for (uint64_t choice = 0; choice < 2; ++choice) {
+        SamplingParams p = params;
+        p.seed += choice;
+        want[i].push_back(gen.generate(prompts[i], p).generated_ids);
+      }
+    test::expect_all_blocks_free_or_cached(gen);
+
+    for (const bool tight : {false, true}) {
+      EngineOptions o = small_options();
+      o.h2o = h2o;
+      const ModelConfig& c = m.config;
+      const uint64_t block =
+          bytes_per_block(m, o.block_size) + uint64_t(c.n_layers) * o.block_size * c.n_kv_heads * 8;
+      // Room for every choice at once (each fork succeeds), or 5 blocks and the null one: one sequence of
+      // 3 blocks and part of another.
+      o.kv_cache_memory = static_cast<double>(block * (tight ? 6 : 64));
+      Engine engine(m, o);
+      Collector col;
+      for (size_t i = 0; i < prompts.size(); ++i)
+        engine.add_request(col.request(fmt::format("h{}", i), prompts[i], params, 2));
+      expect_all_blocks_free_or_cached(engine);
+      for (size_t i = 0; i < prompts.size(); ++i)
+        for (int choice = 0; choice < 2; ++choice) {
+          const ChoiceResult got = col.get(fmt::format("h{}", i), choice);
+          ASSERT_TRUE(got.finished);
+          EXPECT_EQ(got.ids, want[i][static_cast<size_t>(choice)])
+              << "sampled " << sampled << " tight " << tight << " request " << i << " choice " << choice;
+        }
+      EXPECT_EQ(engine.stats().preemptions > 0, tight) << sampled;
+    }
+  }
+}
+
 // Speculative decoding with a draft model in batched steps (stories260K F32, drafts from its Q4_0 copy):
 // greedy requests give the Generator's tokens without speculation, drafts are proposed and taken, and
 // sampled requests give, token for token, what the Generator with the same draft model and seed gives

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <vector>
 
 #include "core/error.h"
@@ -108,16 +110,25 @@ void h2o_attention_batch(std::span<const H2OAttentionArgs> batch, ThreadPool& po
       fail("h2o attention: {} query heads do not group over {} KV heads", a.n_heads, a.n_kv_heads);
     n_tasks += a.n_kv_heads;
   }
+  // A record corrupted so that no slot can go throws on a worker: carried back to the caller.
+  std::mutex error_mu;
+  std::exception_ptr error;
   pool.parallel_for_dynamic(n_tasks, [&](int64_t begin, int64_t end) {
-    int64_t first = 0;
-    for (const H2OAttentionArgs& a : batch) {
-      for (int h = 0; h < a.n_kv_heads; ++h) {
-        const int64_t task = first + h;
-        if (task >= begin && task < end) h2o_attention_head(a, h);
+    try {
+      int64_t first = 0;
+      for (const H2OAttentionArgs& a : batch) {
+        for (int h = 0; h < a.n_kv_heads; ++h) {
+          const int64_t task = first + h;
+          if (task >= begin && task < end) h2o_attention_head(a, h);
+        }
+        first += a.n_kv_heads;
       }
-      first += a.n_kv_heads;
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
     }
   });
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace kvserve
