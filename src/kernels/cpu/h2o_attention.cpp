@@ -9,13 +9,19 @@
 
 #include "core/error.h"
 #include "kernels/cpu/kv_elem.h"
+#include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve {
 
 namespace {
+// Eight running sums (one SSE/AVX register's worth the compiler can keep without reassociating).
 float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 }  // namespace
@@ -46,7 +52,7 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
   const int64_t QD = int64_t{a.n_heads} * D, KD = int64_t{a.n_kv_heads} * D;
   const int64_t end = a.pos0 + a.n_tokens;
   const int64_t n_slots = std::min(end, budget);
-  // Per slot index: its element offset (head kvh) and its record.
+  // Per slot index: its K/V element offset (head kvh) and its record.
   std::vector<int64_t> offset(static_cast<size_t>(n_slots));
   std::vector<H2OSlot*> record(static_cast<size_t>(n_slots));
   for (int64_t s = 0; s < n_slots; ++s) {
@@ -54,51 +60,58 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
     offset[static_cast<size_t>(s)] = block * a.block_stride + (kvh * bs + s % bs) * D;
     record[static_cast<size_t>(s)] = a.slots + (block * a.n_kv_heads + kvh) * bs + s % bs;
   }
-  // The kept rows widened to f32 once per token for all the query heads.
-  std::vector<float> keys(static_cast<size_t>(n_slots * D)), values(static_cast<size_t>(n_slots * D));
-  std::vector<float> weights(static_cast<size_t>(n_slots)), sum(static_cast<size_t>(n_slots));
+  // The kept slots are the positions of a sequence of n tokens to the paged kernel: KV head kvh's rows,
+  // seen as a cache of one KV head (its block stride unchanged), attended by its group's query heads.
+  PagedAttentionArgs view;
+  view.n_tokens = 1;
+  view.n_heads = group;
+  view.n_kv_heads = 1;
+  view.head_dim = a.head_dim;
+  view.block_table = a.block_table;
+  view.block_size = a.block_size;
+  view.k_cache = static_cast<std::byte*>(a.k_cache) + kv_bytes(a.kv_type, kvh * bs * D);
+  view.v_cache = static_cast<std::byte*>(a.v_cache) + kv_bytes(a.kv_type, kvh * bs * D);
+  view.kv_type = a.kv_type;
+  view.block_stride = a.block_stride;
+  view.scale = a.scale;
+  view.softcap = a.softcap;
+  std::vector<float> lse(static_cast<size_t>(group)), row(static_cast<size_t>(D));
+  const detail::SimdWorker* simd = detail::simd_worker_in_use();
   for (int64_t t = 0; t < a.n_tokens; ++t) {
     const int64_t pos = a.pos0 + t;
     const int64_t slot = h2o_choose_slot(pos, a.heavy, a.recent, record.data());
-    const float* k_row = a.k + t * KD + kvh * D;
-    const float* v_row = a.v + t * KD + kvh * D;
-    encode_kv_row(a.kv_type, k_row, D, static_cast<std::byte*>(a.k_cache) + kv_bytes(a.kv_type, offset[slot]));
-    encode_kv_row(a.kv_type, v_row, D, static_cast<std::byte*>(a.v_cache) + kv_bytes(a.kv_type, offset[slot]));
-    *record[static_cast<size_t>(slot)] = H2OSlot{0.0f, static_cast<int32_t>(pos)};
+    const auto at = static_cast<size_t>(slot);
+    encode_kv_row(a.kv_type, a.k + t * KD + kvh * D, D,
+                  static_cast<std::byte*>(a.k_cache) + kv_bytes(a.kv_type, offset[at]));
+    encode_kv_row(a.kv_type, a.v + t * KD + kvh * D, D,
+                  static_cast<std::byte*>(a.v_cache) + kv_bytes(a.kv_type, offset[at]));
+    *record[at] = H2OSlot{0.0f, static_cast<int32_t>(pos)};
     const int64_t n = std::min(pos + 1, budget);
+    const float* q = a.q + t * QD + int64_t{kvh} * group * D;
+    view.q = q;
+    view.out = a.out + t * QD + int64_t{kvh} * group * D;
+    view.pos0 = n - 1;  // slots [0, n)
+    view.lse = lse.data();
+    if (simd != nullptr)
+      simd->items(view, 0, 1);
+    else
+      paged_attention_ref(view);
+    // Each slot's weight in every query head's softmax, from the head's log-sum.
     for (int64_t s = 0; s < n; ++s) {
-      decode_kv_row(a.kv_type, static_cast<const std::byte*>(a.k_cache) + kv_bytes(a.kv_type, offset[s]), D,
-                    keys.data() + s * D);
-      decode_kv_row(a.kv_type, static_cast<const std::byte*>(a.v_cache) + kv_bytes(a.kv_type, offset[s]), D,
-                    values.data() + s * D);
+      const int64_t off = offset[static_cast<size_t>(s)];
+      const float* k = static_cast<const float*>(a.k_cache) + off;
+      if (a.kv_type != KVElemType::F32) {
+        decode_kv_row(a.kv_type, static_cast<const std::byte*>(a.k_cache) + kv_bytes(a.kv_type, off), D, row.data());
+        k = row.data();
+      }
+      float drawn = 0.0f;
+      for (int g = 0; g < group; ++g) {
+        float x = dot(q + g * D, k, D) * a.scale;
+        if (a.softcap > 0) x = detail::soft_cap(x, a.softcap);
+        drawn += std::exp(x - lse[static_cast<size_t>(g)]);
+      }
+      record[static_cast<size_t>(s)]->score += drawn;
     }
-    std::fill(sum.begin(), sum.begin() + n, 0.0f);
-    for (int g = 0; g < group; ++g) {
-      const int64_t h = int64_t{kvh} * group + g;
-      const float* q = a.q + t * QD + h * D;
-      float max = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < n; ++s) {
-        float x = dot(q, keys.data() + s * D, D) * a.scale;
-        if (a.softcap > 0) x = std::tanh(x / a.softcap) * a.softcap;
-        weights[static_cast<size_t>(s)] = x;
-        max = std::max(max, x);
-      }
-      float total = 0.0f;
-      for (int64_t s = 0; s < n; ++s) {
-        weights[static_cast<size_t>(s)] = std::exp(weights[static_cast<size_t>(s)] - max);
-        total += weights[static_cast<size_t>(s)];
-      }
-      float* out = a.out + t * QD + h * D;
-      std::fill(out, out + D, 0.0f);
-      const float inv = 1.0f / total;
-      for (int64_t s = 0; s < n; ++s) {
-        const float w = weights[static_cast<size_t>(s)] * inv;
-        sum[static_cast<size_t>(s)] += w;
-        const float* v = values.data() + s * D;
-        for (int64_t d = 0; d < D; ++d) out[d] += w * v[d];
-      }
-    }
-    for (int64_t s = 0; s < n; ++s) record[static_cast<size_t>(s)]->score += sum[static_cast<size_t>(s)];
   }
 }
 
