@@ -417,3 +417,37 @@ TEST(H2O, BadSettingsAreNamed) {
   d.h2o = {8, 8};
   EXPECT_ERROR_CONTAINS(Generator(*mla, d), "MLA");
 }
+
+// Other architectures (soft-capping and sliding-window layers beside the capped ones, q/k norms, MoE,
+// partial rotary): a budget past the sequence gives the plain cache's logits; a small one changes them.
+TEST(H2O, ABudgetPastTheSequenceChangesNothing) {
+  for (const char* name : {"tiny-gemma2", "tiny-gemma3", "tiny-qwen3", "tiny-mixtral", "tiny-phi3"}) {
+    auto m = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + name + ".gguf");
+    std::mt19937 rng(4);
+    std::uniform_int_distribution<int32_t> tok(3, m->config.n_vocab - 1);
+    std::vector<int32_t> ids(200);
+    for (int32_t& id : ids) id = tok(rng);
+    GeneratorOptions plain_opts;
+    plain_opts.prefill_chunk = 37;
+    plain_opts.max_context = 256;
+    Generator plain(*m, plain_opts);
+    const std::vector<float> want = plain.prefill_logits(ids, 0);
+    for (const int64_t heavy : {300, 16}) {
+      GeneratorOptions o = plain_opts;
+      o.h2o = {heavy, 16};
+      Generator gen(*m, o);
+      const std::vector<float> got = gen.prefill_logits(ids, 0);
+      ASSERT_EQ(got.size(), want.size());
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i])) << name;
+        worst = std::max(worst, double(std::abs(got[i] - want[i])));
+      }
+      if (heavy == 300)
+        EXPECT_LT(worst, 1e-4) << name;
+      else
+        EXPECT_GT(worst, 1e-3) << name;
+      test::expect_all_blocks_free_or_cached(gen);
+    }
+  }
+}

@@ -274,6 +274,32 @@ TEST(KVCalc, StreamingKeepsSinksAndTheWindow) {
   EXPECT_NE(text.out.find("keep 4 sinks + the last 4,092 tokens"), std::string::npos) << text.out;
 }
 
+// H2O: the full-attention layers keep heavy + recent tokens a KV head, each with its 8-byte record.
+TEST(KVCalc, HeavyHittersKeepTheBudgetAndTheirRecords) {
+  KVCalcRequest r;
+  r.shape = mha(32, 32, 8, 128);  // Llama-3-8B: 128 KiB a token in f16, 8 KV heads
+  r.seq_len = 8192;
+  r.batch = 4;
+  r.h2o_heavy = 512;
+  r.h2o_recent = 512;
+  r.memory_bytes = 8ull << 30;
+  KVCalcFigures f = compute_kv_figures(r);
+  ASSERT_TRUE(f.h2o_bytes_per_request);
+  EXPECT_EQ(*f.h2o_bytes_per_request, 1024ull * 32 * (4096 + 8 * 8));  // 130 MiB against 1 GiB
+  EXPECT_EQ(*f.h2o_bytes_total, 4 * *f.h2o_bytes_per_request);
+  EXPECT_EQ(*f.h2o_requests_fit, (8ull << 30) / *f.h2o_bytes_per_request);
+  EXPECT_FALSE(f.streaming_bytes_per_request);
+  r.streaming_window = 64;
+  EXPECT_THROW(compute_kv_figures(r), Error);  // one eviction at a time
+  r.streaming_window = 0;
+  r.h2o_recent = 0;
+  EXPECT_THROW(compute_kv_figures(r), Error);  // heavy hitters without recent tokens
+  const test::CommandResult text =
+      run_cli("kv-calc --layers 32 --kv-heads 8 --head-dim 128 --seq-len 8192 --h2o-heavy 512 --h2o-recent 512");
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("keep 512 heavy hitters + the last 512 tokens"), std::string::npos) << text.out;
+}
+
 // The GGUF's window and llama.cpp's default pattern (Gemma 3: every 6th layer global), and the flags.
 TEST(KVCalc, CliReadsSlidingWindowsFromGgufAndFlags) {
   test::CommandResult r =

@@ -314,3 +314,31 @@ TEST(ServerE2E, StreamingWindowServesPastTheContext) {
     EXPECT_EQ(server.terminate(60s), 0) << server.log();
   }
 }
+
+// H2O eviction: a cache budget of about 80 tokens serves a 400-token completion with 16 heavy hitters and
+// 16 recent tokens a sequence; without eviction the same budget refuses it.
+TEST(ServerE2E, HeavyHitterEvictionServesPastTheBudget) {
+  skip_unless_ready(/*need_python=*/false);
+  if (IsSkipped()) return;
+  const std::string dir = KVSERVE_SHARED_DIR "/models/stories260K";
+  if (!std::filesystem::exists(dir + "/stories260K.bin")) GTEST_SKIP() << "no stories260K in " << dir;
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true})";
+  for (bool h2o : {true, false}) {
+    std::vector<std::string> args = {"--tokenizer", dir + "/tok512.bin", "-t", "1", "--kv-cache-memory", "100K"};
+    if (h2o) args.insert(args.end(), {"--h2o-heavy", "16", "--h2o-recent", "16"});
+    ServerProcess server(args, dir + "/stories260K.bin");
+    ASSERT_TRUE(server.started());
+    const int port = server.wait_for_port(60s);
+    ASSERT_GT(port, 0) << "server did not start:\n" << server.log();
+    const std::string response = stream_request(port, body, 120s);
+    if (h2o) {
+      EXPECT_NE(response.find("HTTP/1.1 200"), std::string::npos) << response;
+      EXPECT_NE(response.find("\"completion_tokens\":400"), std::string::npos) << response;
+      EXPECT_NE(server.log().find("H2O: the full-attention layers keep 16 heavy hitters"), std::string::npos)
+          << server.log();
+    } else {
+      EXPECT_NE(response.find("HTTP/1.1 400"), std::string::npos) << response;
+    }
+    EXPECT_EQ(server.terminate(60s), 0) << server.log();
+  }
+}

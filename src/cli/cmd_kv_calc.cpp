@@ -29,6 +29,7 @@ struct KVCalcArgs {
   int block_size = 16;
   int64_t streaming_window = 0;
   int64_t attention_sinks = 0;
+  int64_t h2o_heavy = 0, h2o_recent = 0;
   bool json = false;
 };
 
@@ -84,6 +85,8 @@ void run_kv_calc(const KVCalcArgs& a) {
   r.block_size = a.block_size;
   r.streaming_window = a.streaming_window;
   r.attention_sinks = a.attention_sinks;
+  r.h2o_heavy = a.h2o_heavy;
+  r.h2o_recent = a.h2o_recent;
   if (!a.memory.empty()) r.memory_bytes = resolve_kv_memory_budget(a.memory);
   const KVCalcFigures f = compute_kv_figures(r);
   if (a.json)
@@ -119,6 +122,8 @@ void add_kv_calc_command(CLI::App& app) {
   c->add_option("--streaming-window", a->streaming_window,
                 "StreamingLLM eviction: full-attention layers keep only the last N tokens (plus --attention-sinks)");
   c->add_option("--attention-sinks", a->attention_sinks, "With --streaming-window: first tokens kept as sinks");
+  c->add_option("--h2o-heavy", a->h2o_heavy, "H2O eviction: full-attention layers keep the N most attended tokens...");
+  c->add_option("--h2o-recent", a->h2o_recent, "...and the last N tokens (per KV head, each with an 8-byte record)");
   c->add_flag("--json", a->json, "Print figures as JSON (all sizes in bytes)");
   c->callback([a] { run_kv_calc(*a); });
 }

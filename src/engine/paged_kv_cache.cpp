@@ -198,8 +198,9 @@ std::string PagedKVCache::summary() const {
                      groups.slots() == 1 ? "" : "s");
   } else if (view.h2o.on()) {
     s += fmt::format(" (H2O: the full-attention layers keep {} heavy hitters and the last {} tokens of each sequence, "
-                     "{} bytes of records per KV head and token; prefix cache off)",
-                     view.h2o.heavy, view.h2o.recent, kHeavyHitterRecordBytes);
+                     "{} bytes of records per KV head and token; prefix cache off; {} group{} of {} layer{})",
+                     view.h2o.heavy, view.h2o.recent, kHeavyHitterRecordBytes, groups.windows.size(),
+                     groups.windows.size() == 1 ? "" : "s", groups.slots(), groups.slots() == 1 ? "" : "s");
   } else if (groups.hybrid()) {
     int n_windowed = 0;
     for (int64_t w : groups.windows) n_windowed += w > 0 ? 1 : 0;

@@ -193,6 +193,21 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
     f.streaming_bytes_total = mul(*f.streaming_bytes_per_request, static_cast<uint64_t>(r.batch));
     if (r.memory_bytes) f.streaming_requests_fit = *r.memory_bytes / *f.streaming_bytes_per_request;
   }
+  if (r.h2o_heavy < 0 || r.h2o_recent < 0)
+    fail("kv-calc: H2O heavy hitters {} and recent tokens {} must not be negative", r.h2o_heavy, r.h2o_recent);
+  if (r.h2o_heavy > 0 && r.h2o_recent == 0) fail("kv-calc: H2O heavy hitters need recent tokens too (--h2o-recent)");
+  if (r.h2o_recent > 0) {
+    if (s.kind == AttentionKind::MLA) fail("kv-calc: H2O eviction is for MHA/GQA/MQA caches, not MLA");
+    if (r.streaming_window > 0) fail("kv-calc: choose one eviction: a streaming window or H2O, not both");
+    const int n_swa = s.sliding_window > 0 ? s.n_swa_layers : 0;
+    const uint64_t kept = static_cast<uint64_t>(std::min(r.seq_len, r.h2o_heavy + r.h2o_recent));
+    const uint64_t per_layer = f.bytes_per_token_per_layer + kHeavyHitterRecordBytes * static_cast<uint64_t>(s.n_kv_heads);
+    f.h2o_bytes_per_request = mul(per_layer, mul(static_cast<uint64_t>(s.n_layers - n_swa), kept)) +
+                              mul(f.bytes_per_token_per_layer,
+                                  mul(static_cast<uint64_t>(n_swa), static_cast<uint64_t>(std::min(r.seq_len, s.sliding_window))));
+    f.h2o_bytes_total = mul(*f.h2o_bytes_per_request, static_cast<uint64_t>(r.batch));
+    if (r.memory_bytes) f.h2o_requests_fit = *r.memory_bytes / *f.h2o_bytes_per_request;
+  }
   return f;
 }
 
@@ -236,6 +251,13 @@ nlohmann::json kv_figures_json(const KVCalcRequest& r, const KVCalcFigures& f) {
     j["streaming_bytes_per_request"] = *f.streaming_bytes_per_request;
     j["streaming_bytes_total"] = *f.streaming_bytes_total;
     if (f.streaming_requests_fit) j["streaming_requests_fit"] = *f.streaming_requests_fit;
+  }
+  if (f.h2o_bytes_per_request) {
+    j["h2o_heavy"] = r.h2o_heavy;
+    j["h2o_recent"] = r.h2o_recent;
+    j["h2o_bytes_per_request"] = *f.h2o_bytes_per_request;
+    j["h2o_bytes_total"] = *f.h2o_bytes_total;
+    if (f.h2o_requests_fit) j["h2o_requests_fit"] = *f.h2o_requests_fit;
   }
   if (r.memory_bytes) {
     j["memory_bytes"] = *r.memory_bytes;
@@ -311,6 +333,16 @@ std::string kv_figures_text(const KVCalcRequest& r, const KVCalcFigures& f) {
                                           static_cast<double>(*f.streaming_bytes_per_request)));
     line(fmt::format("  batch of {}", r.batch), format_bytes(*f.streaming_bytes_total));
     if (f.streaming_requests_fit) line("  requests that fit", with_commas(*f.streaming_requests_fit));
+  }
+  if (f.h2o_bytes_per_request) {
+    line("H2O", fmt::format("full-attention layers keep {} heavy hitters + the last {} tokens, with {}-byte records",
+                            with_commas(static_cast<uint64_t>(r.h2o_heavy)),
+                            with_commas(static_cast<uint64_t>(r.h2o_recent)), kHeavyHitterRecordBytes));
+    line("  per request", fmt::format("{}, {:.1f}x less", format_bytes(*f.h2o_bytes_per_request),
+                                      static_cast<double>(f.bytes_per_request) /
+                                          static_cast<double>(*f.h2o_bytes_per_request)));
+    line(fmt::format("  batch of {}", r.batch), format_bytes(*f.h2o_bytes_total));
+    if (f.h2o_requests_fit) line("  requests that fit", with_commas(*f.h2o_requests_fit));
   }
   return out;
 }

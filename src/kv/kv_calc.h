@@ -57,6 +57,10 @@ struct KVCalcRequest {
   // sinks + window tokens. 0: off.
   int64_t streaming_window = 0;
   int64_t attention_sinks = 0;
+  // H2O eviction (--h2o-heavy, --h2o-recent): full-attention layers keep at most heavy + recent tokens a
+  // KV head, each with an 8-byte record (kHeavyHitterRecordBytes). recent 0: off.
+  int64_t h2o_heavy = 0;
+  int64_t h2o_recent = 0;
 };
 
 struct KVCalcFigures {
@@ -83,6 +87,11 @@ struct KVCalcFigures {
   std::optional<uint64_t> streaming_bytes_per_request;
   std::optional<uint64_t> streaming_bytes_total;
   std::optional<uint64_t> streaming_requests_fit;
+  // With H2O: a request's bytes when the full-attention layers keep min(seq_len, heavy + recent) tokens
+  // (their K/V and records; sliding-window layers their own window), for the batch, requests that fit.
+  std::optional<uint64_t> h2o_bytes_per_request;
+  std::optional<uint64_t> h2o_bytes_total;
+  std::optional<uint64_t> h2o_requests_fit;
 };
 
 KVCalcFigures compute_kv_figures(const KVCalcRequest& request);
