@@ -30,6 +30,7 @@ std::string golden_model_path(const std::string& stem) {
 // the identity.
 struct TestCache {
   std::vector<std::vector<uint8_t>> k, v;
+  std::vector<std::vector<H2OSlot>> records;  // per layer, with H2O eviction
   KVCacheView view;
   std::vector<int32_t> table;
 
@@ -56,6 +57,7 @@ struct RegionCase {
   int block_size;
   int n_steps;
   StreamingEviction stream{};  // a streaming window on the full-attention layers (with sinks)
+  HeavyHitterEviction h2o{};   // or H2O eviction on them
 };
 
 void PrintTo(const RegionCase& c, std::ostream* os) { *os << c.stem << "/t" << c.threads << "/bs" << c.block_size; }
@@ -81,7 +83,13 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
     runners.emplace_back(*model, pool);
     runners.back().set_single_token_region(m);
     caches.emplace_back(c, types, p.block_size, n_blocks, 7);
-    caches.back().view.streaming = p.stream;
+    TestCache& tc = caches.back();
+    tc.view.streaming = p.stream;
+    tc.view.h2o = p.h2o;
+    for (int l = 0; l < c.n_layers && p.h2o.on(); ++l) {
+      tc.records.emplace_back(static_cast<size_t>(n_blocks) * c.n_kv_heads * p.block_size);
+      tc.view.h2o_records.push_back(c.is_swa_layer(l) ? nullptr : tc.records.back().data());
+    }
   }
   std::mt19937 rng(11);
   std::vector<int32_t> tokens(prompt_len);
@@ -109,6 +117,11 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
     for (int l = 0; l < c.n_layers; ++l) {
       EXPECT_EQ(caches[0].k[l], caches[i].k[l]) << "K of layer " << l << ", mode " << i;
       EXPECT_EQ(caches[0].v[l], caches[i].v[l]) << "V of layer " << l << ", mode " << i;
+      if (p.h2o.on())
+        EXPECT_EQ(std::memcmp(caches[0].records[l].data(), caches[i].records[l].data(),
+                              caches[0].records[l].size() * sizeof(H2OSlot)),
+                  0)
+            << "H2O records of layer " << l << ", mode " << i;
     }
 }
 
@@ -136,13 +149,23 @@ INSTANTIATE_TEST_SUITE_P(
                       RegionCase{"tiny-mqa", 3, 16, 260, {.window = 100, .sinks = 20}},
                       RegionCase{"tiny-gemma3", 2, 16, 200, {.window = 50, .sinks = 4}},
                       RegionCase{"stories260K-F32", 2, 8, 200, {.window = 30, .sinks = 3}},
-                      RegionCase{"tiny-qwen3", 3, 16, 200, {.window = 130, .sinks = 0}}),
+                      RegionCase{"tiny-qwen3", 3, 16, 200, {.window = 130, .sinks = 0}},
+                      // H2O: budgets that end mid-block and on a block, a KV head per thread and fewer heads
+                      // than threads, Gemma 3's local layers beside the capped ones, q/k norms, soft-capping.
+                      RegionCase{"tiny-gqa", 2, 16, 200, {}, {.heavy = 20, .recent = 13}},
+                      RegionCase{"tiny-mqa", 3, 16, 160, {}, {.heavy = 16, .recent = 16}},
+                      RegionCase{"tiny-gemma3", 2, 16, 140, {}, {.heavy = 10, .recent = 30}},
+                      RegionCase{"tiny-gemma2", 2, 16, 140, {}, {.heavy = 24, .recent = 8}},
+                      RegionCase{"stories260K-F32", 2, 8, 200, {}, {.heavy = 12, .recent = 20}},
+                      RegionCase{"tiny-qwen3", 3, 16, 140, {}, {.heavy = 0, .recent = 40}}),
     [](const auto& info) {
       std::string n =
           info.param.stem + "_t" + std::to_string(info.param.threads) + "_bs" + std::to_string(info.param.block_size) +
           (info.param.stream.on() ? "_w" + std::to_string(info.param.stream.window) + "_s" +
                                         std::to_string(info.param.stream.sinks)
-                                  : "");
+                                  : "") +
+          (info.param.h2o.on() ? "_h" + std::to_string(info.param.h2o.heavy) + "_r" + std::to_string(info.param.h2o.recent)
+                               : "");
       std::replace_if(
           n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
       return n;

@@ -153,3 +153,52 @@ TEST(SmolLM2, StreamingWithQuantizedCachesTracksF32) {
                 std::string(kv_dtype_name(dtype)).c_str(), mean, same);
   }
 }
+
+// H2O with half-precision and int8 caches (int8 rows under the Hadamard rotation) tracks the f32 cache's
+// H2O; and the batch-1 decode region gives what chunked prefill gives, token by token.
+TEST(SmolLM2, HeavyHittersWithQuantizedCachesTrackF32) {
+  const std::string path = smollm2_path();
+  if (path.empty()) GTEST_SKIP() << "default model not installed (scripts/setup.sh)";
+  auto model = load_model(path);
+  std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/data/perplexity/story.txt");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int32_t> ids = model->tokenizer->encode(text, true, false);
+  ASSERT_GT(ids.size(), 400u);
+  ids.resize(400);
+  const auto options = [&](KVCacheDType dtype, bool h2o) {
+    GeneratorOptions o;
+    o.kv_cache_dtype = dtype;
+    o.prefill_chunk = 64;
+    o.kv_cache_memory = 64.0 * 1024 * 1024;
+    if (h2o) o.h2o = {.heavy = 40, .recent = 56};
+    return o;
+  };
+  const auto logits_with = [&](KVCacheDType dtype, bool h2o) {
+    Generator gen(*model, options(dtype, h2o));
+    return gen.prefill_logits(ids, 0);
+  };
+  const int nv = model->config.n_vocab;
+  const auto mean_diff = [&](const float* a, const float* b, size_t n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += std::fabs(a[i] - b[i]);
+    return sum / static_cast<double>(n);
+  };
+  const auto ref = logits_with(KVCacheDType::F32, true);
+  EXPECT_GT(mean_diff(ref.data(), logits_with(KVCacheDType::F32, false).data(), ref.size()), 0.1)
+      << "eviction changed nothing";
+  for (const auto& [dtype, max_mean] : {std::pair{KVCacheDType::F16, 0.25}, std::pair{KVCacheDType::INT8, 0.25}}) {
+    const std::vector<float> got = logits_with(dtype, true);
+    const double mean = mean_diff(ref.data(), got.data(), ref.size());
+    EXPECT_LE(mean, max_mean) << kv_dtype_name(dtype);
+    std::printf("H2O %s against f32: mean |dlogit| %.4f\n", std::string(kv_dtype_name(dtype)).c_str(), mean);
+    // One token a step after a 100-token prompt: the decode region, against the chunked prefill.
+    Generator gen(*model, options(dtype, true));
+    const auto rows = gen.teacher_forced_logits(ids, 100);  // positions 99, 100, ...
+    ASSERT_EQ(rows.size(), ids.size() - 99);
+    double worst = 0;
+    for (size_t j = 0; j < rows.size(); ++j)
+      worst = std::max(worst, mean_diff(rows[j].data(), got.data() + (99 + j) * static_cast<size_t>(nv),
+                                        static_cast<size_t>(nv)));
+    EXPECT_LT(worst, 0.02) << kv_dtype_name(dtype);
+  }
+}

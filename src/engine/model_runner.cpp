@@ -166,8 +166,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   }
   if (n_tokens == 0) return 0;
   ensure_scratch(n_tokens);
-  // H2O's layers attend token by token through their slot records (the per-op path).
-  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits && !kv.h2o.on())
+  if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits)
     return forward_single_token(batch[0], kv, logits);
 
   const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;

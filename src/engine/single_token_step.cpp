@@ -12,6 +12,7 @@
 #include "engine/kv_row_store.h"
 #include "engine/model_runner.h"
 #include "kernels/cpu/attention_sinks.h"
+#include "kernels/cpu/h2o_attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/hadamard.h"
@@ -213,9 +214,12 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
 
       rmsnorm(x, static_cast<const float*>(L.attn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
       ts.acts.convert(L.wq.type, ts.xn.data(), E, 1);
+      // H2O's layers: each KV head's row goes where its eviction puts it, and the head is attended by the
+      // thread that owns it (kernels/cpu/h2o_attention.h), from its kept slots.
+      H2OSlot* h2o_records = kv.h2o_records.empty() ? nullptr : kv.h2o_records[static_cast<size_t>(il)];
       // The new K/V rows' lines, owned ahead of their stores after the projection: the thread storing
       // them otherwise waits on memory there while the other waits for it at the next barrier.
-      for (int64_t h = 0; h < KVH; ++h) {
+      for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         const int64_t off = kv_offset + h * kv.block_size * D;
         prefetch_for_write(kv_row_address(kv_type, kl, off), kv_row_bytes(kv_type, D));
@@ -255,7 +259,45 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       }
       if (rotates) rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
       if (rot.any()) hadamard_rotate(ts.q.data(), QD, rot.k_block);
-      for (int64_t h = 0; h < KVH; ++h) {
+      if (h2o_records != nullptr) {
+        H2OAttentionArgs a;
+        a.q = ts.q.data();
+        a.k = k_.data();
+        a.v = v_.data();
+        a.out = attn_.data();
+        a.n_tokens = 1;
+        a.n_heads = static_cast<int>(H);
+        a.n_kv_heads = static_cast<int>(KVH);
+        a.head_dim = static_cast<int>(D);
+        a.pos0 = pos;
+        a.block_table = s.table(group).data();
+        a.block_size = kv.block_size;
+        a.k_cache = kl;
+        a.v_cache = vl;
+        a.kv_type = kv_type;
+        a.block_stride = kv.block_stride;
+        a.slots = h2o_records;
+        a.heavy = kv.h2o.heavy;
+        a.recent = kv.h2o.recent;
+        a.scale = base.scale;
+        a.softcap = c.attn_softcap;
+        const Share heads = static_share(KVH, ti, nt);
+        for (int64_t h = heads.first; h < heads.last; ++h) {
+          float* kh = k_.data() + h * D;
+          if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
+          if (rotates) rope.rotate(kh, 1, cos_sin);
+          if (rot.any()) {
+            hadamard_rotate(kh, D, rot.k_block);
+            hadamard_rotate(v_.data() + h * D, D, rot.v_block);
+          }
+          h2o_attention_head(a, static_cast<int>(h));
+          if (rot.any()) hadamard_rotate(attn_.data() + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
+        }
+        norm_ahead(L.ffn_norm);
+        pool_.barrier(ti);
+        add_projection_to_residual(L.wo, attn_.data(), QD, L.attn_post_norm);
+      }
+      for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         float* kh = k_.data() + h * D;
         if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
@@ -268,6 +310,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         store_kv_row(kv_type, kh, D, kl, off);
         store_kv_row(kv_type, v_.data() + h * D, D, vl, off);
       }
+      if (h2o_records == nullptr) {
       PagedAttentionArgs a = base;
       a.block_table = s.table(group).data();
       a.q = ts.q.data();
@@ -295,6 +338,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       const float* attn = redundant_merge ? ts.attn.data() : attn_.data();
 
       add_projection_to_residual(L.wo, attn, QD, L.attn_post_norm);
+      }
 
       // Feed-forward (SwiGLU, or GeGLU).
       rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);

@@ -53,8 +53,11 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
   const int64_t end = a.pos0 + a.n_tokens;
   const int64_t n_slots = std::min(end, budget);
   // Per slot index: its K/V element offset (head kvh) and its record.
-  std::vector<int64_t> offset(static_cast<size_t>(n_slots));
-  std::vector<H2OSlot*> record(static_cast<size_t>(n_slots));
+  // Thread-local: a decode step calls this for every layer and KV head.
+  thread_local std::vector<int64_t> offset;
+  thread_local std::vector<H2OSlot*> record;
+  offset.resize(static_cast<size_t>(n_slots));
+  record.resize(static_cast<size_t>(n_slots));
   for (int64_t s = 0; s < n_slots; ++s) {
     const int64_t block = a.block_table[s / bs];
     offset[static_cast<size_t>(s)] = block * a.block_stride + (kvh * bs + s % bs) * D;
@@ -75,7 +78,9 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
   view.block_stride = a.block_stride;
   view.scale = a.scale;
   view.softcap = a.softcap;
-  std::vector<float> lse(static_cast<size_t>(group)), row(static_cast<size_t>(D));
+  thread_local std::vector<float> lse, row;
+  lse.resize(static_cast<size_t>(group));
+  row.resize(static_cast<size_t>(D));
   const detail::SimdWorker* simd = detail::simd_worker_in_use();
   for (int64_t t = 0; t < a.n_tokens; ++t) {
     const int64_t pos = a.pos0 + t;
