@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -161,11 +162,17 @@ const H2OCase kCases[] = {
 }  // namespace
 
 // Every case against the list reference, whatever the chunks (1, 7, all at once); the outputs of
-// different chunkings are the same bits (each token's decisions follow the tokens before it alone).
+// different chunkings are the same bits (each token's decisions follow the tokens before it alone). With
+// the SIMD worker and the portable path (KVSERVE_NO_SIMD=1).
 TEST(H2OAttention, MatchesTheListReferenceInAnyChunks) {
   ThreadPool pool(2);
   std::mt19937 rng(11);
+  for (const bool portable : {false, true})
   for (const H2OCase& c : kCases) {
+    if (portable)
+      setenv("KVSERVE_NO_SIMD", "1", 1);
+    else
+      unsetenv("KVSERVE_NO_SIMD");
     const H2OSequence s = random_sequence(c, rng);
     const double scale = 1.0 / std::sqrt(double(c.head_dim));
     const std::vector<double> want = list_reference(c, s, scale);
@@ -181,6 +188,7 @@ TEST(H2OAttention, MatchesTheListReferenceInAnyChunks) {
         EXPECT_EQ(got, first) << "chunk " << chunk;
     }
   }
+  unsetenv("KVSERVE_NO_SIMD");
 }
 
 // Heavy 0 keeps the last `recent` tokens: the paged kernel's sliding window over the same rows.

@@ -78,9 +78,13 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
   view.block_stride = a.block_stride;
   view.scale = a.scale;
   view.softcap = a.softcap;
-  thread_local std::vector<float> lse, row;
+  thread_local std::vector<float> lse, row, scores, drawn;
+  thread_local std::vector<int64_t> block_row0;
   lse.resize(static_cast<size_t>(group));
   row.resize(static_cast<size_t>(D));
+  scores.resize(static_cast<size_t>(group * n_slots));
+  drawn.resize(static_cast<size_t>(n_slots));
+  block_row0.resize(static_cast<size_t>((n_slots + bs - 1) / bs));
   const detail::SimdWorker* simd = detail::simd_worker_in_use();
   for (int64_t t = 0; t < a.n_tokens; ++t) {
     const int64_t pos = a.pos0 + t;
@@ -102,6 +106,14 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
     else
       paged_attention_ref(view);
     // Each slot's weight in every query head's softmax, from the head's log-sum.
+    if (simd != nullptr && D % 8 == 0) {
+      for (int64_t b = 0; b * bs < n; ++b) block_row0[static_cast<size_t>(b)] = offset[static_cast<size_t>(b * bs)] / D;
+      std::fill(drawn.begin(), drawn.begin() + n, 0.0f);
+      detail::h2o_slot_weights_avx2(q, group, a.head_dim, a.k_cache, a.kv_type, block_row0.data(), a.block_size, n,
+                                    a.scale, a.softcap, lse.data(), scores.data(), drawn.data());
+      for (int64_t s = 0; s < n; ++s) record[static_cast<size_t>(s)]->score += drawn[static_cast<size_t>(s)];
+      continue;
+    }
     for (int64_t s = 0; s < n; ++s) {
       const int64_t off = offset[static_cast<size_t>(s)];
       const float* k = static_cast<const float*>(a.k_cache) + off;
@@ -109,13 +121,13 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
         decode_kv_row(a.kv_type, static_cast<const std::byte*>(a.k_cache) + kv_bytes(a.kv_type, off), D, row.data());
         k = row.data();
       }
-      float drawn = 0.0f;
+      float drawn_here = 0.0f;
       for (int g = 0; g < group; ++g) {
         float x = dot(q + g * D, k, D) * a.scale;
         if (a.softcap > 0) x = detail::soft_cap(x, a.softcap);
-        drawn += std::exp(x - lse[static_cast<size_t>(g)]);
+        drawn_here += std::exp(x - lse[static_cast<size_t>(g)]);
       }
-      record[static_cast<size_t>(s)]->score += drawn;
+      record[static_cast<size_t>(s)]->score += drawn_here;
     }
   }
 }

@@ -690,6 +690,29 @@ void KVSERVE_ATTN_NAME(attention_block_scores)(const float* q, int n_heads, int 
   block_scores(q, n_heads, hd, k_cache, type, row0, n, scale, scores, stride);
 }
 
+void KVSERVE_ATTN_NAME(h2o_slot_weights)(const float* q, int group, int hd, const void* k_cache, KVElemType type,
+                                         const int64_t* block_row0, int block_size, int64_t n, float scale,
+                                         float softcap, const float* lse, float* scores, float* drawn) {
+  const auto stride = static_cast<int>(n);
+  for (int64_t b = 0; b * block_size < n; ++b) {
+    const int m = static_cast<int>(std::min<int64_t>(block_size, n - b * block_size));
+    block_scores(q, group, hd, k_cache, type, block_row0[b], m, scale, scores + b * block_size, stride);
+  }
+  for (int h = 0; h < group; ++h) {
+    float* sc = scores + static_cast<size_t>(h) * static_cast<size_t>(n);
+    if (softcap > 0)
+      for (int64_t s = 0; s < n; ++s) sc[s] = soft_cap(sc[s], softcap);
+    const __m256 l = _mm256_set1_ps(lse[h]);
+    int64_t s = 0;
+    for (; s + 8 <= n; s += 8) {
+      // score - lse <= 0 up to rounding; e^x of a tiny positive x is still right to the polynomial's error.
+      const __m256 w = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), l));
+      _mm256_storeu_ps(drawn + s, _mm256_add_ps(_mm256_loadu_ps(drawn + s), w));
+    }
+    for (; s < n; ++s) drawn[s] += std::exp(sc[s] - lse[h]);
+  }
+}
+
 float KVSERVE_ATTN_NAME(exp_nonpositive)(float x) {
   alignas(32) float v[8];
   _mm256_store_ps(v, exp_nonpositive(_mm256_set1_ps(x)));
