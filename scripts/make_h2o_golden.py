@@ -19,6 +19,12 @@ Cases (the first 512 tokens of tests/data/perplexity/story.txt: the model's cont
   entry and the next candidate over all evictions (how near the decisions came to a tie).
 - text_window: heavy 0, recent 64 (a sliding window).
 - greedy: a prompt, then greedy tokens to 400 positions with heavy 16, recent 16.
+
+tests/golden/h2o/tiny-deepseek2-kvb.json: DeepSeek-V2's MLA (tests/golden/arch/tiny-deepseek2-kvb.gguf, 4
+heads over one cached latent row a token) with H2O 20 + 28 over 400 tokens of the same text, attention
+decompressed as make_streaming_golden.py writes it; the list is per layer (one latent row serves every
+head) and a score sums all the heads' weights. Without eviction it gives llama.cpp's golden for the file
+(checked when this runs). Needs the gguf package too.
 """
 import json
 import subprocess
@@ -26,9 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from make_streaming_golden import MODEL, REPO, TEXT, TOKENIZER, load, log_softmax, rmsnorm, rope
+from make_streaming_golden import (DS_MODEL, MODEL, REPO, TEXT, TOKENIZER, DeepSeek2Streaming, load, log_softmax,
+                                   rmsnorm, rope)
 
 OUT = REPO / "tests" / "golden" / "h2o" / "stories260K.json"
+DS_OUT = REPO / "tests" / "golden" / "h2o" / "tiny-deepseek2-kvb.json"
 
 
 class H2OModel:
@@ -81,6 +89,82 @@ class H2OModel:
             u = w["w3"][l] @ xn
             x = x + w["w2"][l] @ (g / (1.0 + np.exp(-g)) * u)
         return w["cls"] @ rmsnorm(x, w["rms_final"])
+
+
+class DeepSeek2H2O(DeepSeek2Streaming):
+    """tiny-deepseek2-kvb with H2O: one list a layer (MLA caches one latent row a token for every head), an
+    entry's score summed over all the heads; attention decompressed per head as make_streaming_golden.py
+    writes it, the rope keys rotated at their text positions."""
+
+    def __init__(self, w, n_layers, heavy, recent):
+        super().__init__(w, n_layers, 0, 1 << 30)
+        self.heavy, self.recent = heavy, recent
+        self.cache = [[] for _ in range(n_layers)]  # entries [position, c, rotated k_pe, score]
+        self.min_gap = float("inf")
+
+    def step(self, token):
+        w, H, NOPE, ROT, VD, LR = self.w, self.H, self.NOPE, self.ROT, self.VD, self.LR
+        p = self.n
+        self.n += 1
+        x = w["token_embd.weight"][token].copy()
+        for l in range(self.n_layers):
+            b = f"blk.{l}."
+            xn = self.rms(x, w[b + "attn_norm.weight"])
+            q = (w[b + "attn_q.weight"] @ xn).reshape(H, NOPE + ROT)
+            kva = w[b + "attn_kv_a_mqa.weight"] @ xn
+            entries = self.cache[l]
+            if len(entries) == self.heavy + self.recent:
+                H2OModel.evict(self, entries, p)
+            entries.append([p, self.rms(kva[:LR], w[b + "attn_kv_a_norm.weight"]), self.rope(kva[LR:], p), 0.0])
+            kvb = w[b + "attn_kv_b.weight"].reshape(H, NOPE + VD, LR)
+            C = np.stack([e[1] for e in entries])
+            kpe = np.stack([e[2] for e in entries])
+            att = np.zeros(H * VD)
+            drawn = np.zeros(len(entries))
+            for h in range(H):
+                k = np.concatenate([C @ kvb[h, :NOPE].T, kpe], axis=1)
+                qh = np.concatenate([q[h, :NOPE], self.rope(q[h, NOPE:], p)])
+                sc = k @ qh / np.sqrt(NOPE + ROT)
+                sc = np.exp(sc - sc.max())
+                sc /= sc.sum()
+                att[h * VD:(h + 1) * VD] = sc @ (C @ kvb[h, NOPE:].T)
+                drawn += sc
+            for e, d in zip(entries, drawn):
+                e[3] += d
+            x = x + w[b + "attn_output.weight"] @ att
+            x = x + self.ffn(l, self.rms(x, w[b + "ffn_norm.weight"]))
+        return w["output.weight"] @ self.rms(x, w["output_norm.weight"])
+
+
+def deepseek_golden(ids):
+    import gguf
+
+    reader = gguf.GGUFReader(str(DS_MODEL))
+    w = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
+    n_layers = 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blk."))
+    # Without eviction (a budget past the text): llama.cpp's golden for the file.
+    g = json.loads((DS_MODEL.parent / "tiny-deepseek2-kvb.jsonl").read_text().splitlines()[0])
+    m = DeepSeek2H2O(w, n_layers, 0, 1 << 20)
+    for t in g["prompt_ids"]:
+        z = m.step(t)
+    err = float(np.abs(z - np.array(g["first_logits"])).max())
+    greedy = []
+    for _ in g["generated_ids"]:
+        greedy.append(int(np.argmax(z)))
+        z = m.step(greedy[-1])
+    assert err < 1e-4 and greedy == g["generated_ids"], (err, greedy)
+    print("deepseek2 reference against llama.cpp: first logits within", err, "greedy equal")
+    heavy, recent = 20, 28
+    m = DeepSeek2H2O(w, n_layers, heavy, recent)
+    logprobs, argmax = [], []
+    for i, t in enumerate(ids[:-1]):
+        z = m.step(t)
+        logprobs.append(float(log_softmax(z)[ids[i + 1]]))
+        argmax.append(int(np.argmax(z)))
+    return {"model": "tiny-deepseek2-kvb", "reference": "scripts/make_h2o_golden.py (numpy float64, decompressed "
+            "MLA, one entry list a layer)", "text_ids": ids,
+            "text_h2o": {"heavy": heavy, "recent": recent, "next_token_logprobs": logprobs, "argmax": argmax,
+                         "min_eviction_gap": gap(m)}}
 
 
 def gap(m):
@@ -137,6 +221,9 @@ def main():
     for k in ("text_h2o", "text_window", "text_full"):
         print(k, "perplexity", out[k]["perplexity"], "min eviction gap", out[k]["min_eviction_gap"])
     print("greedy min margin", out["greedy"]["min_top1_top2_margin"], "gap", out["greedy"]["min_eviction_gap"])
+    ds = deepseek_golden(ids[:400])
+    DS_OUT.write_text(json.dumps(ds) + "\n")
+    print("deepseek2 H2O min eviction gap", ds["text_h2o"]["min_eviction_gap"])
 
 
 if __name__ == "__main__":

@@ -420,10 +420,57 @@ TEST(H2O, BadSettingsAreNamed) {
   o.hybrid_kv_cache = true;
   o.speculative_tokens = 2;
   EXPECT_ERROR_CONTAINS(Generator(m, o), "speculative");
-  auto mla = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek2-kvb.gguf");
-  GeneratorOptions d;
-  d.h2o = {8, 8};
-  EXPECT_ERROR_CONTAINS(Generator(*mla, d), "MLA");
+}
+
+// Multi-head latent attention (DeepSeek-V2) with H2O: one cached latent row a token serves every head, so a
+// layer keeps one set of rows and a row's score sums all the heads' weights. Against the reference's
+// decompressed heads (which, without eviction, give llama.cpp's logits for the file), in chunks and a token
+// at a time, and with an int8 cache (rows under the Hadamard rotation) close to it.
+TEST(H2OGolden, MlaMatchesTheReference) {
+  auto m = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek2-kvb.gguf");
+  std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/h2o/tiny-deepseek2-kvb.json");
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::vector<int32_t> ids = g["text_ids"].get<std::vector<int32_t>>();
+  const nlohmann::json& ref = g["text_h2o"];
+  const auto want = ref["next_token_logprobs"].get<std::vector<double>>();
+  const int nv = m->config.n_vocab;
+  for (const int chunk : {37, 1}) {
+    Generator gen(*m, h2o_options(ref["heavy"], ref["recent"], chunk));
+    const std::vector<float> logits = gen.prefill_logits(ids, 0);
+    double worst = 0;
+    for (size_t i = 0; i + 1 < ids.size(); ++i)
+      worst = std::max(worst, std::abs(log_softmax_at(logits.data() + i * nv, nv, ids[i + 1]) - want[i]));
+    EXPECT_LT(worst, 1e-4) << "chunk " << chunk;
+    test::expect_all_blocks_free_or_cached(gen);
+  }
+}
+
+// An int8 latent cache under H2O (tiny-deepseek3: rows of 64, stored under the Hadamard rotation, which
+// the absorbed queries turn with): until the budget fills, the same logits as the int8 cache without
+// eviction; after, close to f32's H2O (eviction's discrete decisions let int8's rounding grow a little).
+TEST(H2O, QuantizedLatentRowsTrackF32) {
+  auto m = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-deepseek3.gguf");
+  std::vector<int32_t> ids = h2o_golden()["text_ids"].get<std::vector<int32_t>>();
+  ids.resize(300);
+  const int nv = m->config.n_vocab;
+  const auto logits = [&](KVCacheDType dtype, bool h2o) {
+    GeneratorOptions o = h2o_options(24, 40, 64);
+    if (!h2o) o.h2o = {};
+    o.kv_cache_dtype = dtype;
+    Generator gen(*m, o);
+    return gen.prefill_logits(ids, 0);
+  };
+  const std::vector<float> h2o_int8 = logits(KVCacheDType::INT8, true), plain_int8 = logits(KVCacheDType::INT8, false);
+  const std::vector<float> h2o_f32 = logits(KVCacheDType::F32, true);
+  double before = 0, after = 0;
+  for (size_t i = 0; i < 64 * static_cast<size_t>(nv); ++i)
+    before = std::max(before, double(std::abs(h2o_int8[i] - plain_int8[i])));
+  for (size_t i = 0; i < h2o_f32.size(); ++i) after += std::abs(h2o_int8[i] - h2o_f32[i]);
+  after /= double(h2o_f32.size());
+  EXPECT_LT(before, 1e-3);
+  EXPECT_LT(after, 1.0);
+  std::printf("MLA int8 H2O: before the budget fills %.2g from int8 without eviction; mean |dlogit| %.4f from f32\n",
+              before, after);
 }
 
 // Other architectures (soft-capping and sliding-window layers beside the capped ones, q/k norms, MoE,

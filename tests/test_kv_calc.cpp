@@ -292,6 +292,10 @@ TEST(KVCalc, HeavyHittersKeepTheBudgetAndTheirRecords) {
   r.streaming_window = 64;
   EXPECT_THROW(compute_kv_figures(r), Error);  // one eviction at a time
   r.streaming_window = 0;
+  // MLA: one latent row (576 values, 1152 bytes in f16) and one record a token and layer.
+  KVCalcRequest d = r;
+  d.shape = deepseek_v2();
+  EXPECT_EQ(*compute_kv_figures(d).h2o_bytes_per_request, 1024ull * d.shape.n_layers * (1152 + 8));
   r.h2o_recent = 0;
   EXPECT_THROW(compute_kv_figures(r), Error);  // heavy hitters without recent tokens
   const test::CommandResult text =

@@ -20,6 +20,7 @@
 #include "engine/kv_row_store.h"
 #include "engine/model_runner.h"
 #include "kernels/cpu/attention_sinks.h"
+#include "kernels/cpu/h2o_attention.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/ops.h"
 
@@ -76,6 +77,9 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
   const StreamingEviction& stream = kv.streaming;
   const bool sinks = stream.on() && stream.sinks > 0;
   if (sinks) grow_to(q_sink_, n_tokens * H * R);
+  // H2O: each token's row goes where its eviction puts it (kernels/cpu/h2o_attention.h), one record a
+  // row for all the heads, which attend to the same kept rows.
+  H2OSlot* h2o_records = kv.h2o_records.empty() ? nullptr : kv.h2o_records[static_cast<size_t>(il)];
 
   // Per token: the cached row (normed latent, rotated rope key) and each head's rotated q_pe behind its
   // latent part.
@@ -87,7 +91,7 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
           rmsnorm(row, static_cast<const float*>(L.kv_a_norm.data), row, static_cast<int>(r), c.rms_eps);
           rope_.rotate(row + r, 1, cos_sin + t * n_rot);
           if (rot_block > 0) hadamard_rotate(row, R, rot_block);
-          store_kv_row(kv_type, row, R, cache, kv_offset[t]);
+          if (h2o_records == nullptr) store_kv_row(kv_type, row, R, cache, kv_offset[t]);
           for (int64_t h = 0; h < H; ++h) {
             float* q_pe = mla_q_.data() + (t * H + h) * D + nope;
             if (sinks) {
@@ -119,6 +123,35 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
     if (sinks) hadamard_rotate(q_sink_.data(), n_tokens * H * R, rot_block);
   }
 
+  const float scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  if (h2o_records != nullptr) {
+    h2o_args_.clear();
+    int64_t t = 0;
+    for (const auto& s : batch) {
+      H2OAttentionArgs& a = h2o_args_.emplace_back();
+      a.q = q_.data() + t * H * R;
+      a.k = mla_kv_.data() + t * R;  // the row is key and value
+      a.v = a.k;
+      a.out = attn_.data() + t * H * R;
+      a.n_tokens = static_cast<int>(s.tokens.size());
+      a.n_heads = static_cast<int>(H);
+      a.n_kv_heads = 1;
+      a.head_dim = static_cast<int>(R);
+      a.pos0 = s.pos0;
+      a.block_table = s.table(group).data();
+      a.block_size = kv.block_size;
+      a.k_cache = cache;
+      a.v_cache = cache;
+      a.kv_type = kv_type;
+      a.block_stride = kv.block_stride;
+      a.slots = h2o_records;
+      a.heavy = kv.h2o.heavy;
+      a.recent = kv.h2o.recent;
+      a.scale = scale;
+      t += static_cast<int64_t>(s.tokens.size());
+    }
+    h2o_attention_batch(h2o_args_, pool_);
+  }
   // Attention: every head against the sequence's rows, one "KV head" whose row is key and value.
   attn_args_.clear();
   int64_t t0 = 0;
@@ -137,12 +170,12 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
     a.v_cache = cache;
     a.kv_type = kv_type;
     a.block_stride = kv.block_stride;
-    a.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+    a.scale = scale;
     a.window = stream.window;
     if (sinks) a.lse = attn_lse_.data() + t0 * H;
     t0 += static_cast<int64_t>(s.tokens.size());
   }
-  paged_attention_batch(attn_args_, pool_);
+  if (h2o_records == nullptr) paged_attention_batch(attn_args_, pool_);
   if (sinks)
     for (const PagedAttentionArgs& a : attn_args_)
       merge_attention_sinks(a, q_sink_.data() + (a.q - q_.data()), stream.sinks, pool_);

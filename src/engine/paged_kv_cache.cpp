@@ -115,8 +115,6 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
     fail("{}: H2O heavy hitters ({}) need recent tokens too (--h2o-recent >= 1)", who, h2o.heavy);
   if (h2o.on() && opts.streaming.on())
     fail("{}: choose one eviction: a streaming window or H2O, not both", who);
-  if (h2o.on() && c.mla())
-    fail("{}: H2O eviction is built for MHA/GQA/MQA caches; this model's MLA latent cache does not support it", who);
   layout.eviction_records = h2o.on();
   const bool prefix_caching = opts.enable_prefix_caching && !h2o.on();
   groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid, opts.streaming, h2o);

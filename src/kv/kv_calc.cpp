@@ -197,11 +197,12 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
     fail("kv-calc: H2O heavy hitters {} and recent tokens {} must not be negative", r.h2o_heavy, r.h2o_recent);
   if (r.h2o_heavy > 0 && r.h2o_recent == 0) fail("kv-calc: H2O heavy hitters need recent tokens too (--h2o-recent)");
   if (r.h2o_recent > 0) {
-    if (s.kind == AttentionKind::MLA) fail("kv-calc: H2O eviction is for MHA/GQA/MQA caches, not MLA");
     if (r.streaming_window > 0) fail("kv-calc: choose one eviction: a streaming window or H2O, not both");
     const int n_swa = s.sliding_window > 0 ? s.n_swa_layers : 0;
     const uint64_t kept = static_cast<uint64_t>(std::min(r.seq_len, r.h2o_heavy + r.h2o_recent));
-    const uint64_t per_layer = f.bytes_per_token_per_layer + kHeavyHitterRecordBytes * static_cast<uint64_t>(s.n_kv_heads);
+    // A record per KV head and token (MLA: one per latent row).
+    const uint64_t records = s.kind == AttentionKind::MLA ? 1 : static_cast<uint64_t>(s.n_kv_heads);
+    const uint64_t per_layer = f.bytes_per_token_per_layer + kHeavyHitterRecordBytes * records;
     f.h2o_bytes_per_request = mul(per_layer, mul(static_cast<uint64_t>(s.n_layers - n_swa), kept)) +
                               mul(f.bytes_per_token_per_layer,
                                   mul(static_cast<uint64_t>(n_swa), static_cast<uint64_t>(std::min(r.seq_len, s.sliding_window))));

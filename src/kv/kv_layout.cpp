@@ -122,8 +122,9 @@ uint64_t KVLayout::stored_bytes_per_token_layer(int layer) const {
 }
 
 uint64_t KVLayout::record_bytes_per_token_layer() const {
-  return eviction_records && kind == AttentionKind::MHA ? kHeavyHitterRecordBytes * static_cast<uint64_t>(n_kv_heads)
-                                                        : 0;
+  if (!eviction_records) return 0;
+  // MLA: one latent row a token, one record.
+  return kHeavyHitterRecordBytes * static_cast<uint64_t>(kind == AttentionKind::MLA ? 1 : n_kv_heads);
 }
 
 uint64_t KVLayout::stored_bytes_per_token() const {

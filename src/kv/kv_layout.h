@@ -44,7 +44,7 @@ struct KVLayout {
   int block_size = 16;
   std::vector<KVCacheDType> layer_dtypes;  // one per layer (e.g. first/last layers kept at higher precision)
   // H2O eviction (engine/heavy_hitter_eviction.h): every KV head's slot also records its token's position
-  // and accumulated attention (kHeavyHitterRecordBytes), stored beside the values (MHA only).
+  // and accumulated attention (kHeavyHitterRecordBytes), stored beside the values (MLA: one per token).
   bool eviction_records = false;
 
   static KVLayout mha(int n_layers, int n_kv_heads, int head_dim, KVCacheDType dtype, int block_size = 16);

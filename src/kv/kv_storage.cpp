@@ -31,8 +31,6 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   const size_t elems = static_cast<size_t>(block_stride_) * static_cast<size_t>(num_blocks);
   auto array_bytes = [&](int l) { return bytes_of(l, static_cast<int64_t>(elems)); };
   const int arrays = has_v() ? 2 : 1;
-  if (layout_.eviction_records && layout_.kind != AttentionKind::MHA)
-    fail("kv storage: H2O eviction records are kept for MHA/GQA/MQA caches only");
   const size_t record_bytes =
       layout_.eviction_records
           ? sizeof(H2OSlot) * static_cast<size_t>(n_heads_) * static_cast<size_t>(layout_.block_size) *
