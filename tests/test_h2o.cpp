@@ -493,13 +493,16 @@ TEST(H2O, ABudgetPastTheSequenceChangesNothing) {
       Generator gen(*m, o);
       const std::vector<float> got = gen.prefill_logits(ids, 0);
       ASSERT_EQ(got.size(), want.size());
-      double worst = 0;
+      double worst = 0, largest = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_TRUE(std::isfinite(got[i])) << name;
         worst = std::max(worst, double(std::abs(got[i] - want[i])));
+        largest = std::max(largest, double(std::abs(want[i])));
       }
+      // Rounding only: one softmax over the kept slots where the paged kernel folds partitions of 128
+      // (tiny-gemma2's post-norms amplify it to 1.7e-4 on logits of 1.1; a dropped soft-cap gives 1.0).
       if (heavy == 300)
-        EXPECT_LT(worst, 1e-4) << name;
+        EXPECT_LT(worst, 5e-4 * std::max(1.0, largest)) << name;
       else
         EXPECT_GT(worst, 1e-3) << name;
       test::expect_all_blocks_free_or_cached(gen);

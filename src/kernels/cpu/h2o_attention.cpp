@@ -97,23 +97,23 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
     *record[at] = H2OSlot{0.0f, static_cast<int32_t>(pos)};
     const int64_t n = std::min(pos + 1, budget);
     const float* q = a.q + t * QD + int64_t{kvh} * group * D;
-    view.q = q;
-    view.out = a.out + t * QD + int64_t{kvh} * group * D;
-    view.pos0 = n - 1;  // slots [0, n)
-    view.lse = lse.data();
-    if (simd != nullptr)
-      simd->items(view, 0, 1);
-    else
-      paged_attention_ref(view);
-    // Each slot's weight in every query head's softmax, from the head's log-sum.
+    float* out = a.out + t * QD + int64_t{kvh} * group * D;
     if (simd != nullptr && D % 8 == 0) {
+      // Scores, one softmax a head and the values in one pass over the kept slots (SIMD, every dtype).
       for (int64_t b = 0; b * bs < n; ++b) block_row0[static_cast<size_t>(b)] = offset[static_cast<size_t>(b * bs)] / D;
       std::fill(drawn.begin(), drawn.begin() + n, 0.0f);
-      detail::h2o_slot_weights_avx2(q, group, a.head_dim, a.k_cache, a.kv_type, block_row0.data(), a.block_size, n,
-                                    a.scale, a.softcap, lse.data(), scores.data(), drawn.data());
+      detail::h2o_attend_avx2(q, group, a.head_dim, a.k_cache, a.v_cache, a.kv_type, block_row0.data(), a.block_size,
+                              n, a.scale, a.softcap, scores.data(), out, drawn.data());
       for (int64_t s = 0; s < n; ++s) record[static_cast<size_t>(s)]->score += drawn[static_cast<size_t>(s)];
       continue;
     }
+    // Portable: the paged kernel's reference on a one-KV-head view of the slots, then each slot's weight in
+    // every query head's softmax from the head's log-sum.
+    view.q = q;
+    view.out = out;
+    view.pos0 = n - 1;  // slots [0, n)
+    view.lse = lse.data();
+    paged_attention_ref(view);
     for (int64_t s = 0; s < n; ++s) {
       const int64_t off = offset[static_cast<size_t>(s)];
       const float* k = static_cast<const float*>(a.k_cache) + off;

@@ -121,15 +121,16 @@ void attend_decode_units(const SimdWorker& w, const PagedAttentionArgs& a, int64
 void attention_block_scores_avx2(const float* q, int n_heads, int hd, const void* k_cache, KVElemType type,
                                  int64_t row0, int n, float scale, float* scores, int stride);
 
-// H2O's slot weights (kernels/cpu/h2o_attention.h) of one KV head's n kept slots, block b's rows starting at
-// K row block_row0[b]: drawn[s] += the sum over the group's query heads (rows hd apart from q) of
-// e^(score - lse[h]), its weight in that head's softmax. scores: group * n floats of scratch. hd % 8 == 0.
-void h2o_slot_weights_avx2(const float* q, int group, int hd, const void* k_cache, KVElemType type,
-                           const int64_t* block_row0, int block_size, int64_t n, float scale, float softcap,
-                           const float* lse, float* scores, float* drawn);
-void h2o_slot_weights_avx512(const float* q, int group, int hd, const void* k_cache, KVElemType type,
-                             const int64_t* block_row0, int block_size, int64_t n, float scale, float softcap,
-                             const float* lse, float* scores, float* drawn);
+// H2O's attention (kernels/cpu/h2o_attention.h) of one token's query heads of one KV head (group rows hd
+// apart from q) over its n kept slots, block b's rows starting at K/V row block_row0[b]: the group's
+// output rows into out, and drawn[s] += the slot's weight summed over the group's softmaxes. scores:
+// group * n floats of scratch. hd % 8 == 0.
+void h2o_attend_avx2(const float* q, int group, int hd, const void* k_cache, const void* v_cache, KVElemType type,
+                     const int64_t* block_row0, int block_size, int64_t n, float scale, float softcap, float* scores,
+                     float* out, float* drawn);
+void h2o_attend_avx512(const float* q, int group, int hd, const void* k_cache, const void* v_cache, KVElemType type,
+                       const int64_t* block_row0, int block_size, int64_t n, float scale, float softcap, float* scores,
+                       float* out, float* drawn);
 
 // The AVX2 worker's softmax exponential on one value (for tests): e^x for x <= 0.
 float exp_nonpositive_avx2(float x);

@@ -690,29 +690,6 @@ void KVSERVE_ATTN_NAME(attention_block_scores)(const float* q, int n_heads, int 
   block_scores(q, n_heads, hd, k_cache, type, row0, n, scale, scores, stride);
 }
 
-void KVSERVE_ATTN_NAME(h2o_slot_weights)(const float* q, int group, int hd, const void* k_cache, KVElemType type,
-                                         const int64_t* block_row0, int block_size, int64_t n, float scale,
-                                         float softcap, const float* lse, float* scores, float* drawn) {
-  const auto stride = static_cast<int>(n);
-  for (int64_t b = 0; b * block_size < n; ++b) {
-    const int m = static_cast<int>(std::min<int64_t>(block_size, n - b * block_size));
-    block_scores(q, group, hd, k_cache, type, block_row0[b], m, scale, scores + b * block_size, stride);
-  }
-  for (int h = 0; h < group; ++h) {
-    float* sc = scores + static_cast<size_t>(h) * static_cast<size_t>(n);
-    if (softcap > 0)
-      for (int64_t s = 0; s < n; ++s) sc[s] = soft_cap(sc[s], softcap);
-    const __m256 l = _mm256_set1_ps(lse[h]);
-    int64_t s = 0;
-    for (; s + 8 <= n; s += 8) {
-      // score - lse <= 0 up to rounding; e^x of a tiny positive x is still right to the polynomial's error.
-      const __m256 w = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), l));
-      _mm256_storeu_ps(drawn + s, _mm256_add_ps(_mm256_loadu_ps(drawn + s), w));
-    }
-    for (; s < n; ++s) drawn[s] += std::exp(sc[s] - lse[h]);
-  }
-}
-
 float KVSERVE_ATTN_NAME(exp_nonpositive)(float x) {
   alignas(32) float v[8];
   _mm256_store_ps(v, exp_nonpositive(_mm256_set1_ps(x)));
@@ -1212,6 +1189,46 @@ void KVSERVE_ATTN_NAME(paged_attention_merge)(const PagedAttentionArgs& a, int64
     std::copy(state.acc, state.acc + hd, a.out + (t * a.n_heads + int64_t{kvh} * group + h) * hd);
     if (a.lse != nullptr) a.lse[t * a.n_heads + int64_t{kvh} * group + h] = *state.max + std::log(*state.sum);
   }
+}
+
+void KVSERVE_ATTN_NAME(h2o_attend)(const float* q, int group, int hd, const void* k_cache, const void* v_cache,
+                                   KVElemType type, const int64_t* block_row0, int block_size, int64_t n, float scale,
+                                   float softcap, float* scores, float* out, float* drawn) {
+  const auto stride = static_cast<int>(n);
+  const int64_t n_blocks = (n + block_size - 1) / block_size;
+  thread_local std::vector<BlockRows> blocks;
+  blocks.clear();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int m = static_cast<int>(std::min<int64_t>(block_size, n - b * block_size));
+    block_scores(q, group, hd, k_cache, type, block_row0[b], m, scale, scores + b * block_size, stride);
+    blocks.push_back({block_row0[b], static_cast<int>(b * block_size), m});
+  }
+  // One softmax per query head over every kept slot; its weights are also what the slots drew.
+  for (int h = 0; h < group; ++h) {
+    float* sc = scores + static_cast<size_t>(h) * static_cast<size_t>(n);
+    if (softcap > 0)
+      for (int64_t s = 0; s < n; ++s) sc[s] = soft_cap(sc[s], softcap);
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t s = 0; s < n; ++s) mx = std::max(mx, sc[s]);
+    const __m256 m8 = _mm256_set1_ps(mx);
+    __m256 sum8 = _mm256_setzero_ps();
+    int64_t s = 0;
+    for (; s + 8 <= n; s += 8) {
+      const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), m8));
+      _mm256_storeu_ps(sc + s, e);
+      sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = hsum(sum8);
+    for (; s < n; ++s) sum += (sc[s] = std::exp(sc[s] - mx));
+    const float inv = 1.0f / sum;
+    for (s = 0; s < n; ++s) {
+      sc[s] *= inv;
+      drawn[s] += sc[s];
+    }
+  }
+  std::fill(out, out + static_cast<size_t>(group) * static_cast<size_t>(hd), 0.0f);
+  partition_values(out, group, hd, scores, stride, v_cache, type, blocks.data(), static_cast<int>(blocks.size()),
+                   nullptr);
 }
 
 }  // namespace kvserve::detail
