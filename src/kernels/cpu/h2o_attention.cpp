@@ -82,7 +82,7 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
   thread_local std::vector<int64_t> block_row0;
   lse.resize(static_cast<size_t>(group));
   row.resize(static_cast<size_t>(D));
-  scores.resize(static_cast<size_t>(group * n_slots));
+  scores.resize(detail::h2o_attend_scratch(group, n_slots, a.block_size));
   drawn.resize(static_cast<size_t>(n_slots));
   block_row0.resize(static_cast<size_t>((n_slots + bs - 1) / bs));
   const detail::SimdWorker* simd = detail::simd_worker_in_use();

@@ -124,7 +124,10 @@ void attention_block_scores_avx2(const float* q, int n_heads, int hd, const void
 // H2O's attention (kernels/cpu/h2o_attention.h) of one token's query heads of one KV head (group rows hd
 // apart from q) over its n kept slots, block b's rows starting at K/V row block_row0[b]: the group's
 // output rows into out, and drawn[s] += the slot's weight summed over the group's softmaxes. scores:
-// group * n floats of scratch. hd % 8 == 0.
+// h2o_attend_scratch(group, n, block_size) floats. hd % 8 == 0.
+inline size_t h2o_attend_scratch(int group, int64_t n, int block_size) {
+  return static_cast<size_t>(group) * static_cast<size_t>((n + block_size - 1) / block_size * block_size + 16);
+}
 void h2o_attend_avx2(const float* q, int group, int hd, const void* k_cache, const void* v_cache, KVElemType type,
                      const int64_t* block_row0, int block_size, int64_t n, float scale, float softcap, float* scores,
                      float* out, float* drawn);

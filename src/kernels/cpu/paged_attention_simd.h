@@ -1194,8 +1194,10 @@ void KVSERVE_ATTN_NAME(paged_attention_merge)(const PagedAttentionArgs& a, int64
 void KVSERVE_ATTN_NAME(h2o_attend)(const float* q, int group, int hd, const void* k_cache, const void* v_cache,
                                    KVElemType type, const int64_t* block_row0, int block_size, int64_t n, float scale,
                                    float softcap, float* scores, float* out, float* drawn) {
-  const auto stride = static_cast<int>(n);
+  // Each head's scores row holds whole blocks and 16 more: a block's scores are written in vectors, past
+  // its last row (as the partitions' rows of paged attention allow), and must not reach the next head's.
   const int64_t n_blocks = (n + block_size - 1) / block_size;
+  const auto stride = static_cast<int>(n_blocks * block_size + 16);
   thread_local std::vector<BlockRows> blocks;
   blocks.clear();
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -1205,23 +1207,13 @@ void KVSERVE_ATTN_NAME(h2o_attend)(const float* q, int group, int hd, const void
   }
   // One softmax per query head over every kept slot; its weights are also what the slots drew.
   for (int h = 0; h < group; ++h) {
-    float* sc = scores + static_cast<size_t>(h) * static_cast<size_t>(n);
+    float* sc = scores + static_cast<size_t>(h) * static_cast<size_t>(stride);
     if (softcap > 0)
       for (int64_t s = 0; s < n; ++s) sc[s] = soft_cap(sc[s], softcap);
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t s = 0; s < n; ++s) mx = std::max(mx, sc[s]);
-    const __m256 m8 = _mm256_set1_ps(mx);
-    __m256 sum8 = _mm256_setzero_ps();
-    int64_t s = 0;
-    for (; s + 8 <= n; s += 8) {
-      const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + s), m8));
-      _mm256_storeu_ps(sc + s, e);
-      sum8 = _mm256_add_ps(sum8, e);
-    }
-    float sum = hsum(sum8);
-    for (; s < n; ++s) sum += (sc[s] = std::exp(sc[s] - mx));
-    const float inv = 1.0f / sum;
-    for (s = 0; s < n; ++s) {
+    const float mx = max_of(sc, static_cast<int>(n));
+    // The paged kernel's exponentials and sum order (exp_block), the same bits in both builds.
+    const float inv = 1.0f / exp_block(sc, static_cast<int>(n), mx, 0.0f);
+    for (int64_t s = 0; s < n; ++s) {
       sc[s] *= inv;
       drawn[s] += sc[s];
     }
