@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from make_streaming_golden import (DS_MODEL, MODEL, REPO, TEXT, TOKENIZER, DeepSeek2Streaming, load, log_softmax,
-                                   rmsnorm, rope)
+from make_streaming_golden import (MODEL, REPO, TEXT, TOKENIZER, DeepSeek2Streaming, check_against_llamacpp, load,
+                                   load_deepseek, log_softmax, rmsnorm, rope)
 
 OUT = REPO / "tests" / "golden" / "h2o" / "stories260K.json"
 DS_OUT = REPO / "tests" / "golden" / "h2o" / "tiny-deepseek2-kvb.json"
@@ -137,23 +137,8 @@ class DeepSeek2H2O(DeepSeek2Streaming):
 
 
 def deepseek_golden(ids):
-    import gguf
-
-    reader = gguf.GGUFReader(str(DS_MODEL))
-    w = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
-    n_layers = 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blk."))
-    # Without eviction (a budget past the text): llama.cpp's golden for the file.
-    g = json.loads((DS_MODEL.parent / "tiny-deepseek2-kvb.jsonl").read_text().splitlines()[0])
-    m = DeepSeek2H2O(w, n_layers, 0, 1 << 20)
-    for t in g["prompt_ids"]:
-        z = m.step(t)
-    err = float(np.abs(z - np.array(g["first_logits"])).max())
-    greedy = []
-    for _ in g["generated_ids"]:
-        greedy.append(int(np.argmax(z)))
-        z = m.step(greedy[-1])
-    assert err < 1e-4 and greedy == g["generated_ids"], (err, greedy)
-    print("deepseek2 reference against llama.cpp: first logits within", err, "greedy equal")
+    w, n_layers = load_deepseek()
+    check_against_llamacpp(DeepSeek2H2O(w, n_layers, 0, 1 << 20))  # a budget past the text: no eviction
     heavy, recent = 20, 28
     m = DeepSeek2H2O(w, n_layers, heavy, recent)
     logprobs, argmax = [], []

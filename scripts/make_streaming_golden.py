@@ -242,15 +242,18 @@ class DeepSeek2Streaming:
         return w["output.weight"] @ self.rms(x, w["output_norm.weight"])
 
 
-def deepseek_golden(ids):
+def load_deepseek():
+    """tiny-deepseek2-kvb's tensors in float64, and its layer count."""
     import gguf
 
     reader = gguf.GGUFReader(str(DS_MODEL))
     w = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
-    n_layers = 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blk."))
-    # Without eviction: llama.cpp's golden for the file.
+    return w, 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blk."))
+
+
+def check_against_llamacpp(m):
+    """m, a reference model without eviction, gives llama.cpp's golden for the file (first logits, greedy)."""
     g = json.loads((DS_MODEL.parent / "tiny-deepseek2-kvb.jsonl").read_text().splitlines()[0])
-    m = DeepSeek2Streaming(w, n_layers, 0, 1 << 30)
     for t in g["prompt_ids"]:
         z = m.step(t)
     err = float(np.abs(z - np.array(g["first_logits"])).max())
@@ -260,6 +263,11 @@ def deepseek_golden(ids):
         z = m.step(greedy[-1])
     assert err < 1e-4 and greedy == g["generated_ids"], (err, greedy)
     print("deepseek2 reference against llama.cpp: first logits within", err, "greedy equal")
+
+
+def deepseek_golden(ids):
+    w, n_layers = load_deepseek()
+    check_against_llamacpp(DeepSeek2Streaming(w, n_layers, 0, 1 << 30))
     sinks, window = 4, 48
     m = DeepSeek2Streaming(w, n_layers, sinks, window)
     logprobs, argmax = [], []

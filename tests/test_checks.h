@@ -1,9 +1,11 @@
 #pragma once
-// Checks and fixtures several test files share: a Generator's cache left with every block free or cached, a
+// Checks and fixtures several test files share: EXPECT_ERROR_CONTAINS, a next-token log-probability, a Generator's cache left with every block free or cached, a
 // one-thread pool for tiny models, greedy parameters and llama2.c's greedy goldens for stories260K, an edited
 // copy of a GGUF file, and a GGUF image that must fail to load with a message naming the problem.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -19,7 +21,25 @@
 #include "model/gguf_writer.h"
 #include "model/loaders.h"
 
+// The statement throws Error, and its message holds `text`.
+#define EXPECT_ERROR_CONTAINS(statement, text)                                    \
+  do {                                                                            \
+    try {                                                                         \
+      statement;                                                                  \
+      ADD_FAILURE() << #statement " did not throw";                               \
+    } catch (const kvserve::Error& e) {                                           \
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what(); \
+    }                                                                             \
+  } while (0)
+
 namespace kvserve::test {
+
+// log softmax(z)[id] over n logits, in double (a reference's next-token log-probability).
+inline double log_softmax_at(const float* z, int n, int id) {
+  double mx = *std::max_element(z, z + n), sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(z[i]) - mx);
+  return double(z[id]) - mx - std::log(sum);
+}
 
 // Between calls no sequence is left and every block is free or cached (ref count 0, in the free queue).
 inline void expect_all_blocks_free_or_cached(const Generator& g) {

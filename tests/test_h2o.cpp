@@ -29,17 +29,6 @@
 
 using namespace kvserve;
 
-// The statement throws Error, and its message holds `text`.
-#define EXPECT_ERROR_CONTAINS(statement, text)                                    \
-  do {                                                                            \
-    try {                                                                         \
-      statement;                                                                  \
-      ADD_FAILURE() << #statement " did not throw";                               \
-    } catch (const Error& e) {                                                    \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what(); \
-    }                                                                             \
-  } while (0)
-
 namespace {
 
 struct H2OCase {
@@ -336,12 +325,6 @@ GeneratorOptions h2o_options(int64_t heavy, int64_t recent, int chunk) {
   return o;
 }
 
-double log_softmax_at(const float* z, int n, int id) {
-  double mx = *std::max_element(z, z + n), sum = 0;
-  for (int i = 0; i < n; ++i) sum += std::exp(double(z[i]) - mx);
-  return double(z[id]) - mx - std::log(sum);
-}
-
 }  // namespace
 
 // stories260K over its 512-token context as one sequence, in chunks of 37 and one token a step, with a
@@ -362,7 +345,7 @@ TEST(H2OGolden, TextMatchesTheReference) {
       ASSERT_EQ(logits.size(), ids.size() * static_cast<size_t>(nv));
       double worst = 0;
       for (size_t i = 0; i + 1 < ids.size(); ++i)
-        worst = std::max(worst, std::abs(log_softmax_at(logits.data() + i * nv, nv, ids[i + 1]) - want[i]));
+        worst = std::max(worst, std::abs(test::log_softmax_at(logits.data() + i * nv, nv, ids[i + 1]) - want[i]));
       EXPECT_LT(worst, 1e-4) << key << " chunk " << chunk;
       for (const auto& [pos, row] : ref["logits_at"].items()) {
         const auto want_row = row.get<std::vector<double>>();
@@ -445,7 +428,7 @@ TEST(H2OGolden, MlaMatchesTheReference) {
     const std::vector<float> logits = gen.prefill_logits(ids, 0);
     double worst = 0;
     for (size_t i = 0; i + 1 < ids.size(); ++i)
-      worst = std::max(worst, std::abs(log_softmax_at(logits.data() + i * nv, nv, ids[i + 1]) - want[i]));
+      worst = std::max(worst, std::abs(test::log_softmax_at(logits.data() + i * nv, nv, ids[i + 1]) - want[i]));
     EXPECT_LT(worst, 1e-4) << "chunk " << chunk;
     test::expect_all_blocks_free_or_cached(gen);
   }

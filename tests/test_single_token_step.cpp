@@ -117,11 +117,12 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
     for (int l = 0; l < c.n_layers; ++l) {
       EXPECT_EQ(caches[0].k[l], caches[i].k[l]) << "K of layer " << l << ", mode " << i;
       EXPECT_EQ(caches[0].v[l], caches[i].v[l]) << "V of layer " << l << ", mode " << i;
-      if (p.h2o.on())
+      if (p.h2o.on()) {
         EXPECT_EQ(std::memcmp(caches[0].records[l].data(), caches[i].records[l].data(),
                               caches[0].records[l].size() * sizeof(H2OSlot)),
                   0)
             << "H2O records of layer " << l << ", mode " << i;
+      }
     }
 }
 

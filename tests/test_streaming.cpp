@@ -27,17 +27,6 @@
 
 using namespace kvserve;
 
-// The statement throws Error, and its message holds `text`.
-#define EXPECT_ERROR_CONTAINS(statement, text)                                    \
-  do {                                                                            \
-    try {                                                                         \
-      statement;                                                                  \
-      ADD_FAILURE() << #statement " did not throw";                               \
-    } catch (const Error& e) {                                                    \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what(); \
-    }                                                                             \
-  } while (0)
-
 namespace {
 
 struct SinkCase {
@@ -296,12 +285,6 @@ GeneratorOptions streaming_options(int64_t window, int64_t sinks, int chunk) {
   return o;
 }
 
-double log_softmax_at(const float* z, int n, int id) {
-  double mx = *std::max_element(z, z + n), sum = 0;
-  for (int i = 0; i < n; ++i) sum += std::exp(double(z[i]) - mx);
-  return double(z[id]) - mx - std::log(sum);
-}
-
 }  // namespace
 
 // stories260K over 1100 tokens of text (its context is 512), as one sequence in chunks of 37 and one token
@@ -324,7 +307,7 @@ TEST(StreamingGolden, TextPastTheContextMatchesTheReference) {
     const auto argmax = ref["argmax"].get<std::vector<int>>();
     for (size_t i = 0; i + 1 < ids.size(); ++i) {
       const float* z = logits.data() + i * static_cast<size_t>(nv);
-      worst = std::max(worst, std::abs(log_softmax_at(z, nv, ids[i + 1]) - want[i]));
+      worst = std::max(worst, std::abs(test::log_softmax_at(z, nv, ids[i + 1]) - want[i]));
       argmax_agree += static_cast<int>(std::max_element(z, z + nv) - z) == argmax[i];
     }
     EXPECT_LT(worst, 1e-4) << key;
@@ -347,7 +330,7 @@ TEST(StreamingGolden, TextPastTheContextMatchesTheReference) {
   ASSERT_EQ(rows.size(), head.size());
   double worst = 0;
   for (size_t i = 0; i + 1 < head.size(); ++i)
-    worst = std::max(worst, std::abs(log_softmax_at(rows[i].data(), nv, head[i + 1]) - want[i]));
+    worst = std::max(worst, std::abs(test::log_softmax_at(rows[i].data(), nv, head[i + 1]) - want[i]));
   EXPECT_LT(worst, 1e-4);
 }
 
@@ -412,13 +395,13 @@ TEST(StreamingGolden, MlaPastTheContextMatchesTheReference) {
   double worst = 0;
   for (size_t i = 0; i + 1 < ids.size(); ++i)
     worst = std::max(worst,
-                     std::abs(log_softmax_at(logits.data() + i * static_cast<size_t>(nv), nv, ids[i + 1]) - want[i]));
+                     std::abs(test::log_softmax_at(logits.data() + i * static_cast<size_t>(nv), nv, ids[i + 1]) - want[i]));
   EXPECT_LT(worst, 1e-4);
   test::expect_all_blocks_free_or_cached(gen);
   const auto rows = gen.teacher_forced_logits(ids, 1);
   worst = 0;
   for (size_t i = 0; i + 1 < ids.size(); ++i)
-    worst = std::max(worst, std::abs(log_softmax_at(rows[i].data(), nv, ids[i + 1]) - want[i]));
+    worst = std::max(worst, std::abs(test::log_softmax_at(rows[i].data(), nv, ids[i + 1]) - want[i]));
   EXPECT_LT(worst, 1e-4);
 }
 

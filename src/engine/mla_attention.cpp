@@ -128,25 +128,15 @@ void ModelRunner::mla_attention(const LayerWeights& L, std::span<const BatchSequ
     h2o_args_.clear();
     int64_t t = 0;
     for (const auto& s : batch) {
-      H2OAttentionArgs& a = h2o_args_.emplace_back();
+      H2OAttentionArgs& a = h2o_args_.emplace_back(h2o_layer_args(kv, il, s, group));
       a.q = q_.data() + t * H * R;
       a.k = mla_kv_.data() + t * R;  // the row is key and value
       a.v = a.k;
+      a.v_cache = cache;
       a.out = attn_.data() + t * H * R;
-      a.n_tokens = static_cast<int>(s.tokens.size());
       a.n_heads = static_cast<int>(H);
       a.n_kv_heads = 1;
       a.head_dim = static_cast<int>(R);
-      a.pos0 = s.pos0;
-      a.block_table = s.table(group).data();
-      a.block_size = kv.block_size;
-      a.k_cache = cache;
-      a.v_cache = cache;
-      a.kv_type = kv_type;
-      a.block_stride = kv.block_stride;
-      a.slots = h2o_records;
-      a.heavy = kv.h2o.heavy;
-      a.recent = kv.h2o.recent;
       a.scale = scale;
       t += static_cast<int64_t>(s.tokens.size());
     }

@@ -18,6 +18,23 @@
 
 namespace kvserve {
 
+H2OAttentionArgs h2o_layer_args(const KVCacheView& kv, int il, const BatchSequence& s, int group) {
+  const auto l = static_cast<size_t>(il);
+  H2OAttentionArgs a;
+  a.n_tokens = static_cast<int>(s.tokens.size());
+  a.pos0 = s.pos0;
+  a.block_table = s.table(group).data();
+  a.block_size = kv.block_size;
+  a.k_cache = kv.k_layers[l];
+  a.v_cache = kv.v_layers[l];
+  a.kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[l];
+  a.block_stride = kv.block_stride;
+  a.slots = kv.h2o_records[l];
+  a.heavy = kv.h2o.heavy;
+  a.recent = kv.h2o.recent;
+  return a;
+}
+
 int KVCacheView::num_groups() const {
   return layer_group.empty() ? 1 : *std::max_element(layer_group.begin(), layer_group.end()) + 1;
 }
@@ -282,25 +299,14 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       h2o_args_.clear();
       int64_t t = 0;
       for (const auto& s : batch) {
-        H2OAttentionArgs& a = h2o_args_.emplace_back();
+        H2OAttentionArgs& a = h2o_args_.emplace_back(h2o_layer_args(kv, il, s, group));
         a.q = q_.data() + t * QD;
         a.k = k_.data() + t * KD;
         a.v = v_.data() + t * KD;
         a.out = attn_.data() + t * QD;
-        a.n_tokens = static_cast<int>(s.tokens.size());
         a.n_heads = static_cast<int>(H);
         a.n_kv_heads = static_cast<int>(KVH);
         a.head_dim = static_cast<int>(D);
-        a.pos0 = s.pos0;
-        a.block_table = s.table(group).data();
-        a.block_size = kv.block_size;
-        a.k_cache = kl;
-        a.v_cache = vl;
-        a.kv_type = kv_type;
-        a.block_stride = kv.block_stride;
-        a.slots = h2o_records;
-        a.heavy = kv.h2o.heavy;
-        a.recent = kv.h2o.recent;
         a.scale = attn_scale;
         a.softcap = c.attn_softcap;
         t += static_cast<int64_t>(s.tokens.size());

@@ -51,6 +51,11 @@ struct BatchSequence {
   bool long_rope = false;                // LongRoPE models: rotate with the long factors (engine/long_rope.h)
 };
 
+// H2O attention of layer il's cache for sequence s (kernels/cpu/h2o_attention.h): its blocks in `group`,
+// the layer's arrays and records, the budget. The caller sets the rows (q, k, v, out), the head counts,
+// head_dim, scale and softcap.
+H2OAttentionArgs h2o_layer_args(const KVCacheView& kv, int il, const BatchSequence& s, int group);
+
 class ModelRunner {
  public:
   explicit ModelRunner(const Model& model, ThreadPool& pool = ThreadPool::global());

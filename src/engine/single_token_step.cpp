@@ -260,25 +260,14 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       if (rotates) rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
       if (rot.any()) hadamard_rotate(ts.q.data(), QD, rot.k_block);
       if (h2o_records != nullptr) {
-        H2OAttentionArgs a;
+        H2OAttentionArgs a = h2o_layer_args(kv, il, s, group);
         a.q = ts.q.data();
         a.k = k_.data();
         a.v = v_.data();
         a.out = attn_.data();
-        a.n_tokens = 1;
         a.n_heads = static_cast<int>(H);
         a.n_kv_heads = static_cast<int>(KVH);
         a.head_dim = static_cast<int>(D);
-        a.pos0 = pos;
-        a.block_table = s.table(group).data();
-        a.block_size = kv.block_size;
-        a.k_cache = kl;
-        a.v_cache = vl;
-        a.kv_type = kv_type;
-        a.block_stride = kv.block_stride;
-        a.slots = h2o_records;
-        a.heavy = kv.h2o.heavy;
-        a.recent = kv.h2o.recent;
         a.scale = base.scale;
         a.softcap = c.attn_softcap;
         const Share heads = static_share(KVH, ti, nt);
