@@ -116,11 +116,11 @@ void h2o_attention_head(const H2OAttentionArgs& a, int kvh) {
     paged_attention_ref(view);
     for (int64_t s = 0; s < n; ++s) {
       const int64_t off = offset[static_cast<size_t>(s)];
-      const float* k = static_cast<const float*>(a.k_cache) + off;
-      if (a.kv_type != KVElemType::F32) {
+      const float* k = row.data();
+      if (a.kv_type == KVElemType::F32)
+        k = static_cast<const float*>(a.k_cache) + off;
+      else
         decode_kv_row(a.kv_type, static_cast<const std::byte*>(a.k_cache) + kv_bytes(a.kv_type, off), D, row.data());
-        k = row.data();
-      }
       float drawn_here = 0.0f;
       for (int g = 0; g < group; ++g) {
         float x = dot(q + g * D, k, D) * a.scale;
