@@ -259,6 +259,17 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       }
       if (rotates) rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
       if (rot.any()) hadamard_rotate(ts.q.data(), QD, rot.k_block);
+      // KV head h's new K row normed and rotated (and its V row too under a quantized cache's rotation).
+      const auto prepare_kv_row = [&](int64_t h) {
+        float* kh = k_.data() + h * D;
+        if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
+        if (rotates) rope.rotate(kh, 1, cos_sin);
+        if (rot.any()) {
+          hadamard_rotate(kh, D, rot.k_block);
+          hadamard_rotate(v_.data() + h * D, D, rot.v_block);
+        }
+        return kh;
+      };
       if (h2o_records != nullptr) {
         H2OAttentionArgs a = h2o_layer_args(kv, il, s, group);
         a.q = ts.q.data();
@@ -272,13 +283,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         a.softcap = c.attn_softcap;
         const Share heads = static_share(KVH, ti, nt);
         for (int64_t h = heads.first; h < heads.last; ++h) {
-          float* kh = k_.data() + h * D;
-          if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
-          if (rotates) rope.rotate(kh, 1, cos_sin);
-          if (rot.any()) {
-            hadamard_rotate(kh, D, rot.k_block);
-            hadamard_rotate(v_.data() + h * D, D, rot.v_block);
-          }
+          prepare_kv_row(h);
           h2o_attention_head(a, static_cast<int>(h));
           if (rot.any()) hadamard_rotate(attn_.data() + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
         }
@@ -288,13 +293,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       }
       for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
-        float* kh = k_.data() + h * D;
-        if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
-        if (rotates) rope.rotate(kh, 1, cos_sin);
-        if (rot.any()) {
-          hadamard_rotate(kh, D, rot.k_block);
-          hadamard_rotate(v_.data() + h * D, D, rot.v_block);
-        }
+        float* kh = prepare_kv_row(h);
         const int64_t off = kv_offset + h * kv.block_size * D;
         store_kv_row(kv_type, kh, D, kl, off);
         store_kv_row(kv_type, v_.data() + h * D, D, vl, off);
