@@ -67,6 +67,7 @@ constexpr Shape kShapes[] = {
     {"SmolLM2_135M", 9, 3, 64},  // SmolLM2-135M: 3 query heads per KV head
     {"Llama3_8B", 32, 8, 128},   // Llama-3-8B: 4 per KV head, head_dim 128
     {"MQA_8x64", 8, 1, 64},      // multi-query: one KV head for 8 query heads
+    {"MLA_16x576", 16, 1, 576},  // DeepSeek-V2-Lite's absorbed latent attention: a 512 + 64 row, key and value
 };
 
 enum class Variant {
@@ -251,6 +252,55 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant, KVElemTyp
   state.counters["threads"] = variant == Variant::Reference ? 1 : pool.size();
 }
 
+// A prompt chunk's attention: the last kPrefillChunk tokens of a ctx-token prompt, each attending causally
+// to the positions before it, one call on the pool as ModelRunner's prefill makes (cache warm).
+constexpr int64_t kPrefillChunk = 256;
+
+void BM_PagedPrefill(benchmark::State& state, Shape s, KVElemType type) {
+  const int64_t ctx = state.range(0);
+  Pool p = make_pool(s, ctx, 1, true, type == KVElemType::F16 ? KVElemType::F32 : type);
+  if (kv_elem_is_block_type(type) && p.kq.empty()) {
+    state.SkipWithError("int8 and int4 need head_dim a multiple of 32");
+    return;
+  }
+  PagedAttentionArgs a;
+  a.n_tokens = kPrefillChunk;
+  a.n_heads = s.n_heads;
+  a.n_kv_heads = s.n_kv_heads;
+  a.head_dim = s.head_dim;
+  a.block_size = kBlockSize;
+  a.pos0 = ctx - kPrefillChunk;
+  a.block_table = p.tables[0].data();
+  a.block_stride = p.block_stride;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  a.kv_type = type;
+  a.k_cache = type == KVElemType::F32 ? static_cast<const void*>(p.k.data())
+              : type == KVElemType::F16 ? static_cast<const void*>(p.k16.data())
+                                        : static_cast<const void*>(p.kq.data());
+  a.v_cache = type == KVElemType::F32 ? static_cast<const void*>(p.v.data())
+              : type == KVElemType::F16 ? static_cast<const void*>(p.v16.data())
+                                        : static_cast<const void*>(p.vq.data());
+  std::vector<float> q(static_cast<size_t>(kPrefillChunk) * s.n_heads * s.head_dim), out(q.size());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (float& x : q) x = uni(rng);
+  a.q = q.data();
+  a.out = out.data();
+  ThreadPool& pool = ThreadPool::global();
+  for (auto _ : state) {
+    paged_attention(a, pool);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  // Query-key pairs scored: each chunk token attends to every position up to its own.
+  const double pairs = static_cast<double>(kPrefillChunk) * static_cast<double>(ctx - kPrefillChunk) +
+                       static_cast<double>(kPrefillChunk) * (kPrefillChunk + 1) / 2.0;
+  state.counters["pairs/s"] =
+      benchmark::Counter(pairs * s.n_heads, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(kPrefillChunk), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,7 +334,18 @@ int main(int argc, char** argv) {
       entries.push_back({name, v, q});
     }
   }
+  const std::pair<const char*, KVElemType> prefill_types[] = {
+      {"f32", KVElemType::F32},  {"f16", KVElemType::F16},  {"bf16", KVElemType::BF16}, {"fp8", KVElemType::FP8_E4M3},
+      {"int8", KVElemType::Q8_0}, {"int4", KVElemType::Q4_0}};
   for (const Shape& s : kShapes) {
+    for (const auto& [tname, t] : prefill_types) {
+      const std::string name = std::string(s.name) + "/prefill_" + tname;
+      benchmark::RegisterBenchmark(name.c_str(), BM_PagedPrefill, s, t)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime()
+          ->Arg(512)
+          ->Arg(2048);
+    }
     for (const Entry& e : entries) {
       const Variant v = e.variant;
       const std::string name = std::string(s.name) + "/" + e.name;

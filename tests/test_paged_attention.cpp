@@ -165,6 +165,8 @@ const Shape kShapes[] = {
     {4, 2, 12},    // head_dim not a multiple of 8
     {8, 2, 128},   // large head
     {6, 2, 40},    // 3 heads per KV head, head_dim a multiple of 8 but not of 32
+    {13, 1, 72},   // many heads of one KV head: the V sums take 12 (AVX2) or 16 (zmm) heads a pass, 8-wide tail
+    {20, 2, 64},   // 10 heads per KV head
 };
 
 }  // namespace
@@ -359,7 +361,7 @@ TEST(PagedAttention, BlockQuantizedCachesMatchDenseOverDequantizedValues) {
   ThreadPool pool(2);
   for (KVElemType type : {KVElemType::Q8_0, KVElemType::Q4_0}) {
     for (const Shape shape : {Shape{4, 2, 32}, Shape{4, 4, 64}, Shape{9, 3, 64}, Shape{8, 1, 64}, Shape{8, 2, 128},
-                              Shape{2, 1, 96}}) {
+                              Shape{2, 1, 96}, Shape{16, 1, 576}}) {
       for (int bs : {1, 16, 32}) {
         for (auto [pos0, n, window, softcap] : {std::tuple<int64_t, int, int64_t, float>{0, 9, 0, 0.0f},
                                                 {40, 1, 0, 0.0f},
@@ -457,7 +459,7 @@ TEST(PagedAttention, QuantizedCachesZmmWorkerIsBitIdenticalToAvx2) {
   std::mt19937 rng(24);
   for (KVElemType type : {KVElemType::Q8_0, KVElemType::Q4_0, KVElemType::FP8_E4M3, KVElemType::FP8_E5M2}) {
     std::vector<Shape> shapes = {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{3, 1, 128}, Shape{4, 2, 32},
-                                 Shape{2, 2, 96}};
+                                 Shape{2, 2, 96}, Shape{18, 1, 96}, Shape{16, 1, 576}};
     if (!kv_elem_is_block_type(type)) shapes.insert(shapes.end(), {Shape{6, 2, 40}, Shape{4, 2, 12}, Shape{2, 1, 24}});
     for (const Shape shape : shapes) {
       for (auto [pos0, n, bs] : {std::tuple<int64_t, int, int>{0, 5, 16}, {300, 1, 16}, {250, 6, 16}, {201, 1, 8}}) {
@@ -552,7 +554,7 @@ TEST(PagedAttention, EachTokenOfAChunkIsBitIdenticalToItAlone) {
   // position agree exactly.
   std::mt19937 rng(4);
   for (KVElemType type : {KVElemType::F32, KVElemType::Q8_0, KVElemType::Q4_0, KVElemType::FP8_E4M3}) {
-    for (const Shape shape : {Shape{8, 2, 32}, Shape{9, 3, 64}, Shape{4, 4, 16}}) {
+    for (const Shape shape : {Shape{8, 2, 32}, Shape{9, 3, 64}, Shape{4, 4, 16}, Shape{12, 1, 64}}) {
       if (kv_elem_is_block_type(type) && shape.head_dim % kKVQuantGroup != 0) continue;
       for (auto [pos0, n, window] : {std::tuple<int64_t, int, int64_t>{21, 11, 0}, {250, 9, 0}, {250, 9, 40}}) {
         Case c{shape, 16, pos0, n};  // 21..31 cross a block boundary mid-chunk, 250..258 a partition's
@@ -882,8 +884,10 @@ TEST(PagedAttention, ZmmWorkerIsBitIdenticalToAvx2) {
   std::mt19937 rng(23);
   for (const KVElemType type : {KVElemType::F32, KVElemType::F16, KVElemType::BF16}) {
     // Head sizes 64 and 128 have their own 512-bit score loops (q held in registers) for groups of 1-4 heads.
+    // Groups past 4 sum the V rows many heads a pass (12 in the AVX2 build, 16 in the zmm one): 13 and 20 heads
+    // split differently in the two, and 16 x 576 is MLA's latent row.
     for (const Shape shape : {Shape{4, 1, 64}, Shape{9, 3, 64}, Shape{5, 1, 64}, Shape{6, 1, 64}, Shape{8, 2, 128},
-                              Shape{3, 1, 128}, Shape{2, 2, 128},
+                              Shape{3, 1, 128}, Shape{2, 2, 128}, Shape{13, 1, 72}, Shape{20, 1, 64}, Shape{16, 1, 576},
                               Shape{4, 2, 24}, Shape{2, 2, 72}, Shape{4, 2, 12}}) {
       // Block sizes 8 and 32 give the 16-slot score loop a half-filled and a two-pass block.
       for (auto [pos0, n, bs] : {std::tuple<int64_t, int, int>{0, 5, 16}, {300, 1, 16}, {250, 6, 16}, {201, 1, 8},

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/fp16.h"
@@ -219,6 +220,40 @@ inline void slot_partials(const float* q, int hd, const void* k_base, size_t k_i
   for (int h = 0; h < HN; ++h) out[h] = _mm256_add_ps(s0[h], s1[h]);
 #endif
 }
+
+#if KVSERVE_ATTN_ZMM
+// slot_partials for two K rows at once (k_index0 and k_index1), each query vector loaded once for both:
+// with many heads on a long row (MLA's 16 x 576) the query rows outgrow L1 and every FMA's own q load
+// held the loop at one 512-bit load a cycle. The same chains as slot_partials, so the same bits.
+template <KVElemType kType, int HN>
+inline void slot_partials_two(const float* q, int hd, const void* k_base, size_t k_index0, size_t k_index1,
+                              __m256* out0, __m256* out1) {
+  __m512 s0[HN], s1[HN];
+  for (int h = 0; h < HN; ++h) s0[h] = s1[h] = _mm512_setzero_ps();
+  int dz = 0;
+  for (; dz + 16 <= hd; dz += 16) {
+    const __m512 k0 = load16<kType>(k_base, k_index0 + dz);
+    const __m512 k1 = load16<kType>(k_base, k_index1 + dz);
+    for (int h = 0; h < HN; ++h) {
+      const __m512 qv = _mm512_loadu_ps(q + h * hd + dz);
+      s0[h] = _mm512_fmadd_ps(qv, k0, s0[h]);
+      s1[h] = _mm512_fmadd_ps(qv, k1, s1[h]);
+    }
+  }
+  const auto high_half = [](__m512 s) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)); };
+  for (int h = 0; h < HN; ++h) {
+    __m256 lo0 = _mm512_castps512_ps256(s0[h]), lo1 = _mm512_castps512_ps256(s1[h]);
+    const __m256 hi0 = high_half(s0[h]), hi1 = high_half(s1[h]);
+    if (dz < hd) {
+      const __m256 qt = _mm256_loadu_ps(q + h * hd + dz);
+      lo0 = _mm256_fmadd_ps(qt, load8<kType>(k_base, k_index0 + dz), lo0);
+      lo1 = _mm256_fmadd_ps(qt, load8<kType>(k_base, k_index1 + dz), lo1);
+    }
+    out0[h] = _mm256_add_ps(lo0, hi0);
+    out1[h] = _mm256_add_ps(lo1, hi1);
+  }
+}
+#endif
 
 // Lane j = hsum(v[j]) for 8 vectors at once, with exactly hsum's additions: (x_i + x_i+4), then
 // (.0 + .2) and (.1 + .3), then those two. So a score is the same bits as one dot() at a time.
@@ -493,10 +528,65 @@ void block_scores_heads(const float* q, int hd, const void* k_base, int64_t row0
   });
 }
 
+#if KVSERVE_ATTN_ZMM
+// block_scores_loop's scores for HN heads on rows of other sizes than 64 and 128, two slots at a time
+// (slot_partials_two): the same partial vectors, reduced the same way.
+template <KVElemType kType, int HN>
+void block_scores_two_slots(const float* q, int hd, const void* k_base, int64_t row0, int n, float scale, float* sc,
+                            int sc_stride, const RowPrefetch* pf) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int s0 = 0; s0 < n; s0 += 8) {
+    const int sn = std::min(8, n - s0);
+    __m256 part[HN][8];
+    int j = 0;
+    for (; j + 2 <= sn; j += 2) {
+      if (pf != nullptr) {
+        pf->slot(s0 + j);
+        pf->slot(s0 + j + 1);
+      }
+      __m256 out0[HN], out1[HN];
+      slot_partials_two<kType, HN>(q, hd, k_base, static_cast<size_t>(row0 + s0 + j) * hd,
+                                   static_cast<size_t>(row0 + s0 + j + 1) * hd, out0, out1);
+      for (int h = 0; h < HN; ++h) {
+        part[h][j] = out0[h];
+        part[h][j + 1] = out1[h];
+      }
+    }
+    if (j < sn) {
+      if (pf != nullptr) pf->slot(s0 + j);
+      __m256 out[HN];
+      slot_partials<kType, HN>(q, hd, k_base, static_cast<size_t>(row0 + s0 + j) * hd, out);
+      for (int h = 0; h < HN; ++h) part[h][j] = out[h];
+    }
+    for (int h = 0; h < HN; ++h) {
+      for (int jj = sn; jj < 8; ++jj) part[h][jj] = _mm256_setzero_ps();
+      const __m256 r = _mm256_mul_ps(hsum8(part[h]), vscale);
+      float* dst = sc + static_cast<size_t>(h) * sc_stride + s0;
+      if (sn == 8) {
+        _mm256_storeu_ps(dst, r);
+      } else {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, r);
+        std::copy(lanes, lanes + sn, dst);
+      }
+    }
+  }
+}
+#endif
+
 template <KVElemType kType>
 void block_scores_typed(const float* q, int n_heads, int hd, const void* k_base, int64_t row0, int n, float scale,
                         float* sc, int sc_stride, const RowPrefetch* pf) {
-  for (int h = 0; h < n_heads; h += 4) {
+  int h0 = 0;
+#if KVSERVE_ATTN_ZMM
+  // Many heads on other row sizes (MLA's 576): 8 heads and two slots a pass.
+  if (hd != 64 && hd != 128) {
+    for (; h0 + 8 <= n_heads; h0 += 8)
+      block_scores_two_slots<kType, 8>(q + static_cast<size_t>(h0) * hd, hd, k_base, row0, n, scale,
+                                       sc + static_cast<size_t>(h0) * sc_stride, sc_stride, h0 == 0 ? pf : nullptr);
+  }
+#endif
+  for (int h = h0; h < n_heads; h += 4) {
     const float* qh = q + static_cast<size_t>(h) * hd;
     float* sch = sc + static_cast<size_t>(h) * sc_stride;
     switch (std::min(4, n_heads - h)) {
@@ -842,6 +932,74 @@ void partition_values(float* acc, int n_heads, int hd, const float* p, int p_str
   });
 }
 
+// acc rows of HN heads (hd apart) += p_h[s] * V row s over every slot of `blocks` in order, for the many
+// query heads of one KV head (MQA; MLA's 16 heads on a 576-value latent row): W lanes of every head held
+// in registers while the partition's slots go by, so each V vector is widened once for all the heads and
+// every V row read once per lane chunk. Widening a block into a buffer that each head then read (the
+// path below) read 16 x 36 KiB of f32 rows a block from L2 at MLA's shape. Each lane is one chain in slot
+// order, as in accumulate_rows and accumulate_blocks_chunk: the same bits.
+template <KVElemType kType, int HN>
+inline void accumulate_many_heads_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base,
+                                        const BlockRows* blocks, int n_blocks) {
+  int d = 0;
+#if KVSERVE_ATTN_ZMM
+  for (; d + 16 <= hd; d += 16) {
+    __m512 a[HN];
+    for (int h = 0; h < HN; ++h) a[h] = _mm512_loadu_ps(acc + static_cast<size_t>(h) * hd + d);
+    for (int b = 0; b < n_blocks; ++b) {
+      const BlockRows& blk = blocks[b];
+      const float* pb = p + blk.first;
+      for (int s = 0; s < blk.n; ++s) {
+        const __m512 v = load16<kType>(v_base, static_cast<size_t>(blk.row0 + s) * hd + d);
+        for (int h = 0; h < HN; ++h)
+          a[h] = _mm512_fmadd_ps(_mm512_set1_ps(pb[static_cast<size_t>(h) * p_stride + s]), v, a[h]);
+      }
+    }
+    for (int h = 0; h < HN; ++h) _mm512_storeu_ps(acc + static_cast<size_t>(h) * hd + d, a[h]);
+  }
+#endif
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a[HN];
+    for (int h = 0; h < HN; ++h) a[h] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d);
+    for (int b = 0; b < n_blocks; ++b) {
+      const BlockRows& blk = blocks[b];
+      const float* pb = p + blk.first;
+      for (int s = 0; s < blk.n; ++s) {
+        const __m256 v = load8<kType>(v_base, static_cast<size_t>(blk.row0 + s) * hd + d);
+        for (int h = 0; h < HN; ++h)
+          a[h] = _mm256_fmadd_ps(_mm256_set1_ps(pb[static_cast<size_t>(h) * p_stride + s]), v, a[h]);
+      }
+    }
+    for (int h = 0; h < HN; ++h) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d, a[h]);
+  }
+}
+
+// accumulate_many_heads_chunk over n_heads heads, as many at a time as the registers hold beside a V
+// vector and a broadcast weight (16 of 32 zmm; 12 of 16 ymm).
+template <KVElemType kType>
+void accumulate_many_heads_typed(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
+                                 const BlockRows* blocks, int n_blocks) {
+  constexpr int kMax = KVSERVE_ATTN_ZMM ? 16 : 12;
+  for (int h = 0; h < n_heads;) {
+    const int hn = std::min(kMax, n_heads - h);
+    float* ah = acc + static_cast<size_t>(h) * hd;
+    const float* ph = p + static_cast<size_t>(h) * p_stride;
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      ((hn == I + 1 ? accumulate_many_heads_chunk<kType, I + 1>(ah, hd, ph, p_stride, v_base, blocks, n_blocks)
+                    : void()),
+       ...);
+    }(std::make_integer_sequence<int, kMax>{});
+    h += hn;
+  }
+}
+
+void accumulate_many_heads(float* acc, int n_heads, int hd, const float* p, int p_stride, const void* v_base,
+                           KVElemType type, const BlockRows* blocks, int n_blocks) {
+  with_kv_type(type, [&](auto t) {
+    accumulate_many_heads_typed<decltype(t)::value>(acc, n_heads, hd, p, p_stride, v_base, blocks, n_blocks);
+  });
+}
+
 // Slots of one partition: partition_blocks(block_size) blocks.
 inline int64_t partition_slots(int block_size) { return partition_blocks(block_size) * block_size; }
 
@@ -1096,6 +1254,19 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
         }
         partition_values(acc + static_cast<size_t>(i * group) * hd, group, hd,
                          scores + static_cast<size_t>(i * group) * ps, ps, a.v_cache, a.kv_type, blocks, n_blocks, vpf);
+      }
+    } else if (hd % 8 == 0) {
+      for (int i = first_tok; i < n_tok; ++i) {
+        BlockRows* blocks = blocks_storage.data();
+        int n_blocks = 0;
+        for (int64_t lb = lb0; lb < lb1; ++lb) {
+          const int first = static_cast<int>((lb - lb0) * bs);
+          const int lo = std::max(first, f_valid[i]);
+          const int rows = std::min(bs, n_valid[i] - first) - (lo - first);
+          if (rows > 0) blocks[n_blocks++] = {block_row0_of(lb, row_kvh[i]) + (lo - first), lo, rows};
+        }
+        accumulate_many_heads(acc + static_cast<size_t>(i * group) * hd, group, hd,
+                              scores + static_cast<size_t>(i * group) * ps, ps, a.v_cache, a.kv_type, blocks, n_blocks);
       }
     } else {
       for (int64_t lb = lb0; lb < lb1; ++lb) {
