@@ -1208,10 +1208,12 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       std::fill(acc + static_cast<size_t>(i) * group * hd, acc + static_cast<size_t>(i + 1) * group * hd, 0.0f);
     }
 
-    // Pass 3: each (token, head) adds p_s * V_s in slot order. With hd % 8 == 0 and up to 4 query heads
-    // per KV head the V rows are widened in registers once per token for all its heads; with more heads
-    // (MQA) one widening pass per block into v_block is shared by enough of them to be cheaper (measured:
-    // bench paged_attention MQA_8x64), and other head sizes always take it.
+    // Pass 3: each (token, head) adds p_s * V_s in slot order. With hd % 8 == 0 the V rows are widened in
+    // registers once per token for all its heads (up to 4 heads with whole rows in registers; more with 16
+    // or 8 lanes of each at a time, accumulate_many_heads); other head sizes widen a block into v_block.
+    // The many-heads sums do not stream the next partition's K rows in: stepped at every slot of each of
+    // their passes, the stream cost MQA_8x64 ~8 % (bench_paged_attention single_f16_cold) and gained MLA's
+    // shape 3-4 %. (Leaving out MLA's V-row hints, which name the K rows being scored, cost it ~5 %.)
     if (hd % 8 == 0 && group <= 4) {
       // The next partition's K rows (its blocks in order, each block's rows of every KV head of the call)
       // stream into L2 during this values pass, which reads V rows the scores pass already brought in:
