@@ -932,46 +932,65 @@ void partition_values(float* acc, int n_heads, int hd, const float* p, int p_str
   });
 }
 
+// 8 or 16 f32 lanes: what accumulate_many_heads_chunk needs of a register width.
+struct Lanes8 {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  static V load(const float* x) { return _mm256_loadu_ps(x); }
+  static void store(float* x, V v) { _mm256_storeu_ps(x, v); }
+  static V fma(float p, V v, V acc) { return _mm256_fmadd_ps(_mm256_set1_ps(p), v, acc); }
+  template <KVElemType kType>
+  static V widen(const void* base, size_t index) {
+    return load8<kType>(base, index);
+  }
+};
+#if KVSERVE_ATTN_ZMM
+struct Lanes16 {
+  using V = __m512;
+  static constexpr int kWidth = 16;
+  static V load(const float* x) { return _mm512_loadu_ps(x); }
+  static void store(float* x, V v) { _mm512_storeu_ps(x, v); }
+  static V fma(float p, V v, V acc) { return _mm512_fmadd_ps(_mm512_set1_ps(p), v, acc); }
+  template <KVElemType kType>
+  static V widen(const void* base, size_t index) {
+    return load16<kType>(base, index);
+  }
+};
+#endif
+
+// Lanes [d, d + L::kWidth) of HN heads' acc rows += p_h[s] * V row s over every slot of `blocks` in order.
+template <class L, KVElemType kType, int HN>
+inline void accumulate_many_heads_lanes(float* acc, int hd, int d, const float* p, int p_stride, const void* v_base,
+                                        const BlockRows* blocks, int n_blocks) {
+  typename L::V a[HN];
+  for (int h = 0; h < HN; ++h) a[h] = L::load(acc + static_cast<size_t>(h) * hd + d);
+  for (int b = 0; b < n_blocks; ++b) {
+    const BlockRows& blk = blocks[b];
+    const float* pb = p + blk.first;
+    for (int s = 0; s < blk.n; ++s) {
+      const typename L::V v = L::template widen<kType>(v_base, static_cast<size_t>(blk.row0 + s) * hd + d);
+      for (int h = 0; h < HN; ++h) a[h] = L::fma(pb[static_cast<size_t>(h) * p_stride + s], v, a[h]);
+    }
+  }
+  for (int h = 0; h < HN; ++h) L::store(acc + static_cast<size_t>(h) * hd + d, a[h]);
+}
+
 // acc rows of HN heads (hd apart) += p_h[s] * V row s over every slot of `blocks` in order, for the many
-// query heads of one KV head (MQA; MLA's 16 heads on a 576-value latent row): W lanes of every head held
-// in registers while the partition's slots go by, so each V vector is widened once for all the heads and
-// every V row read once per lane chunk. Widening a block into a buffer that each head then read (the
+// query heads of one KV head (MQA; MLA's 16 heads on a 576-value latent row): 16 (8) lanes of every head
+// held in registers while the partition's slots go by, so each V vector is widened once for all the heads
+// and every V row read once per lane chunk. Widening a block into a buffer that each head then read (the
 // path below) read 16 x 36 KiB of f32 rows a block from L2 at MLA's shape. Each lane is one chain in slot
-// order, as in accumulate_rows and accumulate_blocks_chunk: the same bits.
+// order, as in accumulate_rows and accumulate_blocks_chunk: the same bits in both builds.
 template <KVElemType kType, int HN>
 inline void accumulate_many_heads_chunk(float* acc, int hd, const float* p, int p_stride, const void* v_base,
                                         const BlockRows* blocks, int n_blocks) {
   int d = 0;
 #if KVSERVE_ATTN_ZMM
-  for (; d + 16 <= hd; d += 16) {
-    __m512 a[HN];
-    for (int h = 0; h < HN; ++h) a[h] = _mm512_loadu_ps(acc + static_cast<size_t>(h) * hd + d);
-    for (int b = 0; b < n_blocks; ++b) {
-      const BlockRows& blk = blocks[b];
-      const float* pb = p + blk.first;
-      for (int s = 0; s < blk.n; ++s) {
-        const __m512 v = load16<kType>(v_base, static_cast<size_t>(blk.row0 + s) * hd + d);
-        for (int h = 0; h < HN; ++h)
-          a[h] = _mm512_fmadd_ps(_mm512_set1_ps(pb[static_cast<size_t>(h) * p_stride + s]), v, a[h]);
-      }
-    }
-    for (int h = 0; h < HN; ++h) _mm512_storeu_ps(acc + static_cast<size_t>(h) * hd + d, a[h]);
-  }
+  for (; d + 16 <= hd; d += 16)
+    accumulate_many_heads_lanes<Lanes16, kType, HN>(acc, hd, d, p, p_stride, v_base, blocks, n_blocks);
 #endif
-  for (; d + 8 <= hd; d += 8) {
-    __m256 a[HN];
-    for (int h = 0; h < HN; ++h) a[h] = _mm256_loadu_ps(acc + static_cast<size_t>(h) * hd + d);
-    for (int b = 0; b < n_blocks; ++b) {
-      const BlockRows& blk = blocks[b];
-      const float* pb = p + blk.first;
-      for (int s = 0; s < blk.n; ++s) {
-        const __m256 v = load8<kType>(v_base, static_cast<size_t>(blk.row0 + s) * hd + d);
-        for (int h = 0; h < HN; ++h)
-          a[h] = _mm256_fmadd_ps(_mm256_set1_ps(pb[static_cast<size_t>(h) * p_stride + s]), v, a[h]);
-      }
-    }
-    for (int h = 0; h < HN; ++h) _mm256_storeu_ps(acc + static_cast<size_t>(h) * hd + d, a[h]);
-  }
+  for (; d + 8 <= hd; d += 8)
+    accumulate_many_heads_lanes<Lanes8, kType, HN>(acc, hd, d, p, p_stride, v_base, blocks, n_blocks);
 }
 
 // accumulate_many_heads_chunk over n_heads heads, as many at a time as the registers hold beside a V
