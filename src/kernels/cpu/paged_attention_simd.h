@@ -1411,8 +1411,12 @@ void KVSERVE_ATTN_NAME(h2o_attend)(const float* q, int group, int hd, const void
     }
   }
   std::fill(out, out + static_cast<size_t>(group) * static_cast<size_t>(hd), 0.0f);
-  partition_values(out, group, hd, scores, stride, v_cache, type, blocks.data(), static_cast<int>(blocks.size()),
-                   nullptr);
+  if (group > 4) {  // MQA, MLA's latent rows: as the paged kernel's values pass, the same bits
+    accumulate_many_heads(out, group, hd, scores, stride, v_cache, type, blocks.data(), static_cast<int>(blocks.size()));
+  } else {
+    partition_values(out, group, hd, scores, stride, v_cache, type, blocks.data(), static_cast<int>(blocks.size()),
+                     nullptr);
+  }
 }
 
 }  // namespace kvserve::detail
