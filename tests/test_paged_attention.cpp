@@ -554,7 +554,7 @@ TEST(PagedAttention, EachTokenOfAChunkIsBitIdenticalToItAlone) {
   // position agree exactly.
   std::mt19937 rng(4);
   for (KVElemType type : {KVElemType::F32, KVElemType::Q8_0, KVElemType::Q4_0, KVElemType::FP8_E4M3}) {
-    for (const Shape shape : {Shape{8, 2, 32}, Shape{9, 3, 64}, Shape{4, 4, 16}, Shape{12, 1, 64}}) {
+    for (const Shape shape : {Shape{8, 2, 32}, Shape{9, 3, 64}, Shape{4, 4, 16}, Shape{12, 1, 64}, Shape{16, 1, 576}}) {
       if (kv_elem_is_block_type(type) && shape.head_dim % kKVQuantGroup != 0) continue;
       for (auto [pos0, n, window] : {std::tuple<int64_t, int, int64_t>{21, 11, 0}, {250, 9, 0}, {250, 9, 40}}) {
         Case c{shape, 16, pos0, n};  // 21..31 cross a block boundary mid-chunk, 250..258 a partition's
