@@ -304,6 +304,24 @@ struct RowPrefetch {
   }
 };
 
+// The scores of sn <= 8 slots of HN heads from their partial vectors (part[h][j]: slot j of head h; the
+// slots past sn are zeroed), reduced by hsum8, times scale, to sc[h * sc_stride + j].
+template <int HN>
+inline void store_slot_scores(__m256 (&part)[HN][8], int sn, __m256 vscale, float* sc, int sc_stride) {
+  for (int h = 0; h < HN; ++h) {
+    for (int j = sn; j < 8; ++j) part[h][j] = _mm256_setzero_ps();
+    const __m256 r = _mm256_mul_ps(hsum8(part[h]), vscale);
+    float* dst = sc + static_cast<size_t>(h) * sc_stride;
+    if (sn == 8) {
+      _mm256_storeu_ps(dst, r);
+    } else {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, r);
+      std::copy(lanes, lanes + sn, dst);
+    }
+  }
+}
+
 // sc[h * sc_stride + s] = the HN partial vectors `partials(k_index, out)` gives for K row (row0 + s),
 // summed, times scale, for slots s < n.
 template <int HN, typename Partials>
@@ -319,18 +337,7 @@ inline void block_scores_loop(int hd, int64_t row0, int n, float scale, float* s
       partials(static_cast<size_t>(row0 + s0 + j) * hd, out);
       for (int h = 0; h < HN; ++h) part[h][j] = out[h];
     }
-    for (int h = 0; h < HN; ++h) {
-      for (int j = sn; j < 8; ++j) part[h][j] = _mm256_setzero_ps();
-      const __m256 r = _mm256_mul_ps(hsum8(part[h]), vscale);
-      float* dst = sc + static_cast<size_t>(h) * sc_stride + s0;
-      if (sn == 8) {
-        _mm256_storeu_ps(dst, r);
-      } else {
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, r);
-        std::copy(lanes, lanes + sn, dst);
-      }
-    }
+    store_slot_scores<HN>(part, sn, vscale, sc + s0, sc_stride);
   }
 }
 
@@ -558,18 +565,7 @@ void block_scores_two_slots(const float* q, int hd, const void* k_base, int64_t 
       slot_partials<kType, HN>(q, hd, k_base, static_cast<size_t>(row0 + s0 + j) * hd, out);
       for (int h = 0; h < HN; ++h) part[h][j] = out[h];
     }
-    for (int h = 0; h < HN; ++h) {
-      for (int jj = sn; jj < 8; ++jj) part[h][jj] = _mm256_setzero_ps();
-      const __m256 r = _mm256_mul_ps(hsum8(part[h]), vscale);
-      float* dst = sc + static_cast<size_t>(h) * sc_stride + s0;
-      if (sn == 8) {
-        _mm256_storeu_ps(dst, r);
-      } else {
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, r);
-        std::copy(lanes, lanes + sn, dst);
-      }
-    }
+    store_slot_scores<HN>(part, sn, vscale, sc + s0, sc_stride);
   }
 }
 #endif
