@@ -30,6 +30,9 @@
 //                             per 32 values, 0.53x the f16 bytes), int4 (q4_0: 18 bytes per 32, 0.28x) and
 //                             fp8 (E4M3, 0.5x); bytes/s counts the bytes read, scales included
 //   <shape>/reference/<ctx>   the scalar reference kernel, single-threaded
+//   <shape>/prefill_<t>/<ctx> a prompt chunk: the last 256 tokens of a ctx-token prompt in one call, causal,
+//                             the cache warm, <t> one of f32 f16 bf16 fp8 int8 int4 (pairs/s counts query
+//                             head x position pairs)
 //
 // MQA_8x64 (one KV head) is where a single sequence has fewer items than threads: its context
 // partitions are spread over the pool (paged_attention.cpp, the split path).
@@ -274,12 +277,13 @@ void BM_PagedPrefill(benchmark::State& state, Shape s, KVElemType type) {
   a.block_stride = p.block_stride;
   a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   a.kv_type = type;
-  a.k_cache = type == KVElemType::F32 ? static_cast<const void*>(p.k.data())
-              : type == KVElemType::F16 ? static_cast<const void*>(p.k16.data())
-                                        : static_cast<const void*>(p.kq.data());
-  a.v_cache = type == KVElemType::F32 ? static_cast<const void*>(p.v.data())
-              : type == KVElemType::F16 ? static_cast<const void*>(p.v16.data())
-                                        : static_cast<const void*>(p.vq.data());
+  // The pool's copy of K or V in `type`.
+  const auto typed = [type](const auto& f32, const auto& f16, const auto& encoded) -> const void* {
+    if (type == KVElemType::F32) return f32.data();
+    return type == KVElemType::F16 ? static_cast<const void*>(f16.data()) : encoded.data();
+  };
+  a.k_cache = typed(p.k, p.k16, p.kq);
+  a.v_cache = typed(p.v, p.v16, p.vq);
   std::vector<float> q(static_cast<size_t>(kPrefillChunk) * s.n_heads * s.head_dim), out(q.size());
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
