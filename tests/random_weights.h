@@ -57,6 +57,29 @@ inline std::vector<uint8_t> random_weights(DType type, int64_t n_rows, int64_t n
       }
       break;
     }
+    case DType::Q5_0: blocks(reinterpret_cast<BlockQ5_0*>(data.data()), kQK4_0); break;
+    case DType::Q5_1: {
+      auto* b = reinterpret_cast<BlockQ5_1*>(data.data());
+      const int64_t nb = blocks(b, kQK4_1);
+      for (int64_t i = 0; i < nb; ++i) {
+        b[i].d = random_half(rng, 0.001f, 0.03f, false);
+        b[i].m = random_half(rng, 0.0f, 0.4f, true);
+      }
+      break;
+    }
+    case DType::Q2_K: {
+      auto* b = reinterpret_cast<BlockQ2_K*>(data.data());
+      for (int64_t i = 0; i < n_elems / kQK_K; ++i) {
+        b[i].d = random_half(rng, 0.001f, 0.01f, false);
+        b[i].dmin = random_half(rng, 0.001f, 0.01f, false);
+      }
+      break;
+    }
+    case DType::Q3_K: {
+      auto* b = reinterpret_cast<BlockQ3_K*>(data.data());
+      for (int64_t i = 0; i < n_elems / kQK_K; ++i) b[i].d = random_half(rng, 0.0002f, 0.003f, true);
+      break;
+    }
     case DType::Q4_K: {
       auto* b = reinterpret_cast<BlockQ4_K*>(data.data());
       for (int64_t i = 0; i < n_elems / kQK_K; ++i) {

@@ -117,6 +117,8 @@ TEST(GoldenStories260K, TokenizeJsonl) {
 // Folder of the goldens for architectures the shared set lacks: made with llama.cpp by
 // scripts/make_arch_goldens.py, the same protocol, each model beside its golden.
 const std::string kArchGoldens = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch";
+// tiny-gqa quantized by llama.cpp to the weight types the shared set lacks (scripts/make_quant_goldens.py).
+const std::string kQuantGoldens = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/quant";
 
 struct GgufCase {
   std::string stem;
@@ -129,7 +131,7 @@ class GoldenGguf : public ::testing::TestWithParam<GgufCase> {};
 
 TEST_P(GoldenGguf, MatchesLlamaCpp) {
   const GgufCase& c = GetParam();
-  const bool shared = c.dir != kArchGoldens;
+  const bool shared = c.dir.starts_with(kShared);
   auto model = load_model(c.dir + (shared ? "/models/" : "/") + c.stem + ".gguf");
   // llama.cpp ran at n_ctx 512, which picks LongRoPE's factors for every sequence.
   Generator gen(*model, {.max_context = 512, .rope_factors = fixed_context_rope_factors(model->config, 512)});
@@ -238,7 +240,13 @@ INSTANTIATE_TEST_SUITE_P(
                       GgufCase{"tiny-deepseek3", 1e-4f, 1.0f, kArchGoldens},
                       // mscale^2 (1.59) on the scores: float rounding reaches 1.1e-4 on logits near 9.
                       GgufCase{"tiny-deepseek2-yarn", 2e-4f, 1.0f, kArchGoldens},
-                      GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens}),
+                      GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens},
+                      GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
+                      // 45 of 192 steps within 1e-3: more of its activations sit near a Q8_1 rounding
+                      // boundary. Its dot, dequantizer and activation bytes agree with ggml's own kernels.
+                      GgufCase{"tiny-gqa-Q5_1", 0.2f, 0.2f, kQuantGoldens},
+                      GgufCase{"tiny-gqa-Q2_K", 0.2f, 0.25f, kQuantGoldens},
+                      GgufCase{"tiny-gqa-Q3_K_M", 0.2f, 0.25f, kQuantGoldens}),
     [](const auto& info) {
       std::string n = info.param.stem;
       std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');

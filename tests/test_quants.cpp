@@ -25,6 +25,14 @@ TEST(QuantsLayout, BlockSizesMatchDTypeTable) {
   EXPECT_EQ(sizeof(BlockQ4_1), static_cast<size_t>(dtype_info(DType::Q4_1).block_bytes));
   EXPECT_EQ(sizeof(BlockQ8_0), static_cast<size_t>(dtype_info(DType::Q8_0).block_bytes));
   EXPECT_EQ(sizeof(BlockQ8_1), static_cast<size_t>(dtype_info(DType::Q8_1).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ5_0), static_cast<size_t>(dtype_info(DType::Q5_0).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ5_1), static_cast<size_t>(dtype_info(DType::Q5_1).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ2_K), static_cast<size_t>(dtype_info(DType::Q2_K).block_bytes));
+  EXPECT_EQ(sizeof(BlockQ3_K), static_cast<size_t>(dtype_info(DType::Q3_K).block_bytes));
+  EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
+  EXPECT_EQ(offsetof(BlockQ2_K, d), 80u);  // Q2_K and Q3_K keep their scales at the end
+  EXPECT_EQ(offsetof(BlockQ3_K, d), 108u);
   EXPECT_EQ(sizeof(BlockQ4_K), static_cast<size_t>(dtype_info(DType::Q4_K).block_bytes));
   EXPECT_EQ(sizeof(BlockQ5_K), static_cast<size_t>(dtype_info(DType::Q5_K).block_bytes));
   EXPECT_EQ(sizeof(BlockQ6_K), static_cast<size_t>(dtype_info(DType::Q6_K).block_bytes));
@@ -154,6 +162,99 @@ TEST(QuantsDequant, Q6_KKnownBlock) {
   for (int e : {1, 15, 16, 31, 33, 100, 128, 200, 255}) {
     const int g = e / 16;
     EXPECT_EQ(out[e], 0.5f * b.scales[g] * -32) << e;
+  }
+}
+
+TEST(QuantsDequant, Q5_0Q5_1KnownBlocks) {
+  BlockQ5_0 b0{};
+  b0.d = 0x3800;  // 0.5
+  BlockQ5_1 b1{};
+  b1.d = 0x3400;  // 0.25
+  b1.m = 0xBC00;  // -1
+  // Element j's low 4 bits: j & 0xF (j < 16 in low nibbles, 16..31 in high ones); 5th bit: bit j of qh,
+  // set for j = 0, 3, 17 and 31.
+  for (int j = 0; j < 16; ++j) b0.qs[j] = b1.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const uint32_t qh = (1u << 0) | (1u << 3) | (1u << 17) | (1u << 31);
+  std::memcpy(b0.qh, &qh, 4);
+  std::memcpy(b1.qh, &qh, 4);
+  float out0[32], out1[32];
+  dequantize_row(DType::Q5_0, &b0, out0, 32);
+  dequantize_row(DType::Q5_1, &b1, out1, 32);
+  for (int j = 0; j < 32; ++j) {
+    const int low4 = j < 16 ? j : 15 - (j - 16);
+    const int q = low4 + ((qh >> j) & 1 ? 16 : 0);
+    EXPECT_EQ(out0[j], 0.5f * (q - 16)) << j;
+    EXPECT_EQ(out1[j], 0.25f * q - 1.0f) << j;
+  }
+  EXPECT_EQ(out0[0], 0.5f * (0 + 16 - 16));
+  EXPECT_EQ(out0[31], 0.5f * (0 + 16 - 16));
+  EXPECT_EQ(out0[1], 0.5f * (1 - 16));
+}
+
+// Q2_K and Q3_K against ggml's dequantizers as its reference C code walks the block (pointers advanced
+// per 128 elements, a shifting high-bit mask that is not reset between the halves), on random blocks.
+void ggml_order_q2_K(const BlockQ2_K& b, float* y) {
+  const float d = fp16_to_fp32(b.d), min = fp16_to_fp32(b.dmin);
+  const uint8_t* q = b.qs;
+  int is = 0;
+  for (int n = 0; n < 256; n += 128) {
+    int shift = 0;
+    for (int j = 0; j < 4; ++j) {
+      uint8_t sc = b.scales[is++];
+      float dl = d * (sc & 0xF), ml = min * (sc >> 4);
+      for (int l = 0; l < 16; ++l) *y++ = dl * static_cast<int8_t>((q[l] >> shift) & 3) - ml;
+      sc = b.scales[is++];
+      dl = d * (sc & 0xF), ml = min * (sc >> 4);
+      for (int l = 0; l < 16; ++l) *y++ = dl * static_cast<int8_t>((q[l + 16] >> shift) & 3) - ml;
+      shift += 2;
+    }
+    q += 32;
+  }
+}
+
+void ggml_order_q3_K(const BlockQ3_K& b, float* y) {
+  constexpr uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+  uint32_t aux[4];
+  std::memcpy(aux, b.scales, 12);
+  const uint32_t tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+  aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+  aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+  aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+  int8_t scales[16];
+  std::memcpy(scales, aux, 16);
+  const float d_all = fp16_to_fp32(b.d);
+  const uint8_t* q = b.qs;
+  const uint8_t* hm = b.hmask;
+  uint8_t m = 1;
+  int is = 0;
+  for (int n = 0; n < 256; n += 128) {
+    int shift = 0;
+    for (int j = 0; j < 4; ++j) {
+      float dl = d_all * (scales[is++] - 32);
+      for (int l = 0; l < 16; ++l) *y++ = dl * (static_cast<int8_t>((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+      dl = d_all * (scales[is++] - 32);
+      for (int l = 0; l < 16; ++l)
+        *y++ = dl * (static_cast<int8_t>((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+      shift += 2;
+      m <<= 1;
+    }
+    q += 32;
+  }
+}
+
+TEST(QuantsDequant, Q2_KQ3_KMatchGgmlsLoopOrder) {
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto w2 = random_weights(DType::Q2_K, 1, 256, rng);
+    const auto w3 = random_weights(DType::Q3_K, 1, 256, rng);
+    float got[256], want[256];
+    dequantize_row(DType::Q2_K, w2.data(), got, 256);
+    ggml_order_q2_K(*reinterpret_cast<const BlockQ2_K*>(w2.data()), want);
+    for (int e = 0; e < 256; ++e) ASSERT_EQ(got[e], want[e]) << "Q2_K trial " << trial << " element " << e;
+    dequantize_row(DType::Q3_K, w3.data(), got, 256);
+    ggml_order_q3_K(*reinterpret_cast<const BlockQ3_K*>(w3.data()), want);
+    for (int e = 0; e < 256; ++e) ASSERT_EQ(got[e], want[e]) << "Q3_K trial " << trial << " element " << e;
   }
 }
 
@@ -307,6 +408,14 @@ float scalar_dot(DType wt, int64_t n, const void* w, const void* a) {
       return vec_dot_q4_0_q8_0(n, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
     case DType::Q4_1:
       return vec_dot_q4_1_q8_1(n, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::Q5_0:
+      return vec_dot_q5_0_q8_0(n, static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q5_1:
+      return vec_dot_q5_1_q8_1(n, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::Q2_K:
+      return vec_dot_q2_K_q8_K(n, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q3_K:
+      return vec_dot_q3_K_q8_K(n, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q4_K:
       return vec_dot_q4_K_q8_K(n, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q5_K:
@@ -330,6 +439,14 @@ float avx2_dot(DType wt, int64_t n, const void* w, const void* a) {
       return avx2::vec_dot_q4_0_q8_0(n, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
     case DType::Q4_1:
       return avx2::vec_dot_q4_1_q8_1(n, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::Q5_0:
+      return avx2::vec_dot_q5_0_q8_0(n, static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::Q5_1:
+      return avx2::vec_dot_q5_1_q8_1(n, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_1*>(a));
+    case DType::Q2_K:
+      return avx2::vec_dot_q2_K_q8_K(n, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q3_K:
+      return avx2::vec_dot_q3_K_q8_K(n, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q4_K:
       return avx2::vec_dot_q4_K_q8_K(n, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q5_K:
@@ -372,16 +489,15 @@ TEST_P(QuantsDot, Avx2MatchesScalar) {
     dequantize_row(c.weight, w.data(), wf.data(), c.n);
     dequantize_row(c.act, a.data(), af.data(), c.n);
     double exact = 0;
-    if (c.weight == DType::Q4_1) {
+    if (c.weight == DType::Q4_1 || c.weight == DType::Q5_1) {
       // ggml's offset term is m * s with s the fp16-rounded block sum, so split it out the same way.
-      const auto* wb = reinterpret_cast<const BlockQ4_1*>(w.data());
       const auto* ab = reinterpret_cast<const BlockQ8_1*>(a.data());
-      for (int64_t i = 0; i < c.n; ++i) {
-        const float m = fp16_to_fp32(wb[i / 32].m);
-        exact += static_cast<double>(wf[i] - m) * af[i];
-      }
-      for (int64_t b = 0; b < c.n / 32; ++b)
-        exact += static_cast<double>(fp16_to_fp32(wb[b].m)) * fp16_to_fp32(ab[b].s);
+      const auto block_min = [&](int64_t b) {
+        return fp16_to_fp32(c.weight == DType::Q4_1 ? reinterpret_cast<const BlockQ4_1*>(w.data())[b].m
+                                                    : reinterpret_cast<const BlockQ5_1*>(w.data())[b].m);
+      };
+      for (int64_t i = 0; i < c.n; ++i) exact += static_cast<double>(wf[i] - block_min(i / 32)) * af[i];
+      for (int64_t b = 0; b < c.n / 32; ++b) exact += static_cast<double>(block_min(b)) * fp16_to_fp32(ab[b].s);
     } else {
       for (int64_t i = 0; i < c.n; ++i) exact += static_cast<double>(wf[i]) * af[i];
     }
@@ -589,6 +705,10 @@ TEST_P(QuantsDot, TileMatchesSingleDots) {
     case DType::F32: tile = avx2::dot_tile_f32; break;
     case DType::F16: tile = avx2::dot_tile_f16; break;
     case DType::BF16: tile = avx2::dot_tile_bf16; break;
+    case DType::Q5_0: tile = avx2::dot_tile_q5_0; break;
+    case DType::Q5_1: tile = avx2::dot_tile_q5_1; break;
+    case DType::Q2_K: tile = avx2::dot_tile_q2_K; break;
+    case DType::Q3_K: tile = avx2::dot_tile_q3_K; break;
     case DType::Q4_K: tile = avx2::dot_tile_q4_K; break;
     case DType::Q5_K: tile = avx2::dot_tile_q5_K; break;
     case DType::Q6_K: tile = avx2::dot_tile_q6_K; break;
@@ -611,7 +731,9 @@ INSTANTIATE_TEST_SUITE_P(
                       DotCase{DType::BF16, DType::BF16, 517}, DotCase{DType::Q8_0, DType::Q8_0, 544},
                       DotCase{DType::Q4_0, DType::Q8_0, 544}, DotCase{DType::Q4_1, DType::Q8_1, 544},
                       DotCase{DType::Q4_K, DType::Q8_K, 768}, DotCase{DType::Q5_K, DType::Q8_K, 768},
-                      DotCase{DType::Q6_K, DType::Q8_K, 768}),
+                      DotCase{DType::Q6_K, DType::Q8_K, 768}, DotCase{DType::Q5_0, DType::Q8_0, 544},
+                      DotCase{DType::Q5_1, DType::Q8_1, 544}, DotCase{DType::Q2_K, DType::Q8_K, 768},
+                      DotCase{DType::Q3_K, DType::Q8_K, 768}),
     [](const ::testing::TestParamInfo<DotCase>& info) { return std::string(dtype_name(info.param.weight)); });
 
 }  // namespace

@@ -66,6 +66,18 @@ DotKind dot_kind(DType weight_type, bool simd) {
     case DType::Q4_1:
       return {DType::Q8_1, simd ? convert_erased<BlockQ8_1, avx2::quantize_row_q8_1> : convert_erased<BlockQ8_1, quantize_row_q8_1>,
               scalar_dot_erased<BlockQ4_1, BlockQ8_1, vec_dot_q4_1_q8_1>, nullptr};
+    case DType::Q5_0:
+      return {DType::Q8_0, simd ? convert_erased<BlockQ8_0, avx2::quantize_row_q8_0> : convert_erased<BlockQ8_0, quantize_row_q8_0>,
+              scalar_dot_erased<BlockQ5_0, BlockQ8_0, vec_dot_q5_0_q8_0>, avx2::dot_tile_q5_0};
+    case DType::Q5_1:
+      return {DType::Q8_1, simd ? convert_erased<BlockQ8_1, avx2::quantize_row_q8_1> : convert_erased<BlockQ8_1, quantize_row_q8_1>,
+              scalar_dot_erased<BlockQ5_1, BlockQ8_1, vec_dot_q5_1_q8_1>, avx2::dot_tile_q5_1};
+    case DType::Q2_K:
+      return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
+              scalar_dot_erased<BlockQ2_K, BlockQ8_K, vec_dot_q2_K_q8_K>, avx2::dot_tile_q2_K};
+    case DType::Q3_K:
+      return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
+              scalar_dot_erased<BlockQ3_K, BlockQ8_K, vec_dot_q3_K_q8_K>, avx2::dot_tile_q3_K};
     case DType::Q4_K:
       return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ4_K, BlockQ8_K, vec_dot_q4_K_q8_K>, avx2::dot_tile_q4_K};
@@ -657,6 +669,30 @@ bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs) {
 
 int64_t matmul_balance_chunk_rows(const Tensor& w, int64_t n_tokens) { return balance_chunk_rows(w.row_size(), n_tokens); }
 
+namespace {
+
+// A Q4_1 / Q5_1 row dequantized with its offsets left out (into w_row), and the offsets' share of the dot
+// as ggml takes it: sum over blocks of m * s.
+template <typename Block, DType kType>
+double offset_free_row_of(const void* row, const BlockQ8_1* act, int64_t n_in, float* w_row) {
+  const auto* blocks = static_cast<const Block*>(row);
+  std::vector<Block> no_offset(blocks, blocks + n_in / 32);
+  double offsets = 0.0;
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    no_offset[b].m = 0;
+    offsets += static_cast<double>(fp16_to_fp32(blocks[b].m)) * fp16_to_fp32(act[b].s);
+  }
+  dequantize_row(kType, no_offset.data(), w_row, n_in);
+  return offsets;
+}
+
+double offset_free_row(DType type, const void* row, const BlockQ8_1* act, int64_t n_in, float* w_row) {
+  return type == DType::Q4_1 ? offset_free_row_of<BlockQ4_1, DType::Q4_1>(row, act, n_in, w_row)
+                             : offset_free_row_of<BlockQ5_1, DType::Q5_1>(row, act, n_in, w_row);
+}
+
+}  // namespace
+
 void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   check_matmul_args(w, x, n_tokens, y);
   const DotKind kind = dot_kind(w.type, /*simd=*/false);
@@ -675,17 +711,11 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
     }
     for (int64_t r = 0; r < n_out; ++r) {
       double sum = 0.0;
-      if (w.type == DType::Q4_1) {
-        // ggml's Q4_1 x Q8_1 dot takes the offset term from the fp16 block sum s, not from the
+      if (w.type == DType::Q4_1 || w.type == DType::Q5_1) {
+        // ggml's Q4_1 / Q5_1 x Q8_1 dots take the offset term from the fp16 block sum s, not from the
         // activation values, so do the same: sum_j d q_j a_j + m * s per block.
-        const auto* blocks = reinterpret_cast<const BlockQ4_1*>(w.row(r));
-        const auto* act_blocks = reinterpret_cast<const BlockQ8_1*>(act_converted.data());
-        std::vector<BlockQ4_1> no_offset(blocks, blocks + n_in / kQK4_1);
-        for (int64_t b = 0; b < n_in / kQK4_1; ++b) {
-          no_offset[b].m = 0;
-          sum += static_cast<double>(fp16_to_fp32(blocks[b].m)) * fp16_to_fp32(act_blocks[b].s);
-        }
-        dequantize_row_q4_1(no_offset.data(), w_row.data(), n_in);
+        sum += offset_free_row(w.type, w.row(r), reinterpret_cast<const BlockQ8_1*>(act_converted.data()), n_in,
+                               w_row.data());
       } else {
         dequantize_row(w.type, w.row(r), w_row.data(), n_in);
       }
@@ -708,6 +738,10 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q8_K: dequantize_row_q8_K(static_cast<const BlockQ8_K*>(src), dst, n); return;
     case DType::Q4_0: dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
     case DType::Q4_1: dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n); return;
+    case DType::Q5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n); return;
+    case DType::Q5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n); return;
+    case DType::Q2_K: dequantize_row_q2_K(static_cast<const BlockQ2_K*>(src), dst, n); return;
+    case DType::Q3_K: dequantize_row_q3_K(static_cast<const BlockQ3_K*>(src), dst, n); return;
     case DType::Q4_K: dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n); return;
     case DType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;
     case DType::Q6_K: dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n); return;

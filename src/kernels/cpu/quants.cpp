@@ -24,6 +24,60 @@ void unpack_q4_K(const BlockQ4_K& b, uint8_t* q) {
 
 }  // namespace
 
+namespace {
+
+uint32_t high_bits_q5(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  return bits;
+}
+
+}  // namespace
+
+void unpack_q5_0(const BlockQ5_0& b, int8_t* q) {
+  const uint32_t qh = high_bits_q5(b.qh);
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    q[j] = static_cast<int8_t>(((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+    q[j + 16] = static_cast<int8_t>(((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+  }
+}
+
+void unpack_q5_1(const BlockQ5_1& b, uint8_t* q) {
+  const uint32_t qh = high_bits_q5(b.qh);
+  for (int j = 0; j < kQK4_1 / 2; ++j) {
+    q[j] = static_cast<uint8_t>((b.qs[j] & 0xF) | (((qh >> j) & 1) << 4));
+    q[j + 16] = static_cast<uint8_t>((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+  }
+}
+
+// Both 2-bit layouts: 128-element halves of 32 bytes each, element 32j + l of a half in bits 2j..2j+1 of
+// byte l; Q3_K's high bit of that element is bit 4 * half + j of hmask[l].
+void unpack_q2_K(const BlockQ2_K& b, uint8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, j = (e % 128) / 32, l = e % 32;
+    q[e] = (b.qs[32 * half + l] >> (2 * j)) & 3;
+  }
+}
+
+void unpack_q3_K(const BlockQ3_K& b, int8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int low = (b.qs[32 * half + l] >> (2 * j)) & 3;
+    const bool high = (b.hmask[l] >> (4 * half + j)) & 1;
+    q[e] = static_cast<int8_t>(low - (high ? 0 : 4));
+  }
+}
+
+// Scale j's low 4 bits are in byte j (j < 8, low nibble) or j - 8 (high nibble); its high 2 bits in
+// byte 8 + j % 4 at bit 2 * (j / 4).
+void unpack_q3_K_scales(const uint8_t* packed, int8_t* scales) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    scales[j] = static_cast<int8_t>((low | (high << 4)) - 32);
+  }
+}
+
 void unpack_q5_K(const BlockQ5_K& b, uint8_t* q) {
   for (int j = 0; j < kQK_K / 64; ++j) {
     const uint8_t* qs = b.qs + 32 * j;
@@ -100,6 +154,52 @@ void dequantize_row_q4_1(const BlockQ4_1* x, float* y, int64_t n) {
       const int high = x[i].qs[j] >> 4;
       y[i * kQK4_1 + j] = low * d + m;
       y[i * kQK4_1 + j + kQK4_1 / 2] = high * d + m;
+    }
+  }
+}
+
+void dequantize_row_q5_0(const BlockQ5_0* x, float* y, int64_t n) {
+  int8_t q[kQK4_0];
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    unpack_q5_0(x[i], q);
+    for (int j = 0; j < kQK4_0; ++j) y[i * kQK4_0 + j] = q[j] * d;
+  }
+}
+
+void dequantize_row_q5_1(const BlockQ5_1* x, float* y, int64_t n) {
+  uint8_t q[kQK4_1];
+  for (int64_t i = 0; i < n / kQK4_1; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    const float m = fp16_to_fp32(x[i].m);
+    unpack_q5_1(x[i], q);
+    for (int j = 0; j < kQK4_1; ++j) y[i * kQK4_1 + j] = q[j] * d + m;
+  }
+}
+
+void dequantize_row_q2_K(const BlockQ2_K* x, float* y, int64_t n) {
+  uint8_t q[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    const float dmin = fp16_to_fp32(x[i].dmin);
+    unpack_q2_K(x[i], q);
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      const float scale = d * (x[i].scales[g] & 0xF);
+      const float offset = dmin * (x[i].scales[g] >> 4);
+      for (int l = 0; l < 16; ++l) y[i * kQK_K + 16 * g + l] = scale * q[16 * g + l] - offset;
+    }
+  }
+}
+
+void dequantize_row_q3_K(const BlockQ3_K* x, float* y, int64_t n) {
+  int8_t q[kQK_K], scales[16];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    unpack_q3_K(x[i], q);
+    unpack_q3_K_scales(x[i].scales, scales);
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      const float scale = d * scales[g];
+      for (int l = 0; l < 16; ++l) y[i * kQK_K + 16 * g + l] = scale * q[16 * g + l];
     }
   }
 }
@@ -268,6 +368,65 @@ float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a) {
     }
     // sum_j (d_w q_j + m) * d_a a_j = d_w d_a sum(q a) + m * (d_a sum(a)); the last factor is a.s.
     sum += (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d)) * isum + fp16_to_fp32(w[i].m) * fp16_to_fp32(a[i].s);
+  }
+  return sum;
+}
+
+float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a) {
+  int8_t q[kQK4_0];
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    unpack_q5_0(w[i], q);
+    int isum = 0;
+    for (int j = 0; j < kQK4_0; ++j) isum += q[j] * a[i].qs[j];
+    sum += isum * (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d));
+  }
+  return sum;
+}
+
+float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a) {
+  uint8_t q[kQK4_1];
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_1; ++i) {
+    unpack_q5_1(w[i], q);
+    int isum = 0;
+    for (int j = 0; j < kQK4_1; ++j) isum += q[j] * a[i].qs[j];
+    sum += (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d)) * isum + fp16_to_fp32(w[i].m) * fp16_to_fp32(a[i].s);
+  }
+  return sum;
+}
+
+float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a) {
+  uint8_t q[kQK_K];
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack_q2_K(w[i], q);
+    int isum = 0, min_sum = 0;
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      int group_sum = 0;
+      for (int l = 0; l < 16; ++l) group_sum += q[16 * g + l] * a[i].qs[16 * g + l];
+      isum += (w[i].scales[g] & 0xF) * group_sum;
+      min_sum += (w[i].scales[g] >> 4) * a[i].bsums[g];
+    }
+    // ggml: dall * isum - dmin * summs, each super-block scale times the activation scale first.
+    sum += a[i].d * fp16_to_fp32(w[i].d) * isum - a[i].d * fp16_to_fp32(w[i].dmin) * min_sum;
+  }
+  return sum;
+}
+
+float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) {
+  int8_t q[kQK_K], scales[16];
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack_q3_K(w[i], q);
+    unpack_q3_K_scales(w[i].scales, scales);
+    int isum = 0;
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      int group_sum = 0;
+      for (int l = 0; l < 16; ++l) group_sum += q[16 * g + l] * a[i].qs[16 * g + l];
+      isum += scales[g] * group_sum;
+    }
+    sum += fp16_to_fp32(w[i].d) * a[i].d * isum;
   }
   return sum;
 }

@@ -28,6 +28,17 @@ struct BlockQ4_1 {
   uint16_t m;                  // min (offset added after scaling)
   uint8_t qs[kQK4_1 / 2];
 };
+struct BlockQ5_0 {
+  uint16_t d;                  // scale
+  uint8_t qh[4];               // 5th bit of element j in bit j (little-endian uint32)
+  uint8_t qs[kQK4_0 / 2];      // low 4 bits, nibbles as Q4_0's
+};
+struct BlockQ5_1 {
+  uint16_t d;                  // scale
+  uint16_t m;                  // min (offset added after scaling)
+  uint8_t qh[4];
+  uint8_t qs[kQK4_1 / 2];
+};
 struct BlockQ8_0 {
   uint16_t d;
   int8_t qs[kQK8_0];
@@ -36,6 +47,18 @@ struct BlockQ8_1 {
   uint16_t d;                  // scale
   uint16_t s;                  // d * sum(qs), for Q4_1's offset term
   int8_t qs[kQK8_1];
+};
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // per 16 elements: 4-bit scale (low nibble), 4-bit min (high nibble)
+  uint8_t qs[kQK_K / 4];       // 2-bit quants, see unpack_q2_K
+  uint16_t d;                  // super-block scale of the scales
+  uint16_t dmin;               // super-block scale of the mins
+};
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];    // high bit of each quant (set: +0, clear: -4)
+  uint8_t qs[kQK_K / 4];       // low 2 bits
+  uint8_t scales[kKScaleSize]; // 16 signed 6-bit scales (stored + 32), packed
+  uint16_t d;                  // super-block scale
 };
 struct BlockQ4_K {
   uint16_t d;                  // super-block scale of the 6-bit sub-block scales
@@ -64,13 +87,26 @@ struct BlockQ8_K {
 
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// Quant values of the 32-element 5-bit blocks in element order: Q5_0's -16..15, Q5_1's 0..31.
+void unpack_q5_0(const BlockQ5_0& b, int8_t* q);
+void unpack_q5_1(const BlockQ5_1& b, uint8_t* q);
+// Quant values of one Q2_K block (0..3) and of one Q3_K block (-4..3) in element order; element e
+// takes sub-block e / 16's scale.
+void unpack_q2_K(const BlockQ2_K& b, uint8_t* q);
+void unpack_q3_K(const BlockQ3_K& b, int8_t* q);
+// Q3_K's 16 sub-block scales, -32..31.
+void unpack_q3_K_scales(const uint8_t* packed, int8_t* scales);
 // Quant values 0..31 of one Q5_K block in element order.
 void unpack_q5_K(const BlockQ5_K& b, uint8_t* q);
 // Signed quant values -32..31 of one Q6_K block in element order.
@@ -93,6 +129,10 @@ void dequantize_row_bf16(const uint16_t* x, float* y, int64_t n);
 void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n);
 void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);
 void dequantize_row_q4_1(const BlockQ4_1* x, float* y, int64_t n);
+void dequantize_row_q5_0(const BlockQ5_0* x, float* y, int64_t n);
+void dequantize_row_q5_1(const BlockQ5_1* x, float* y, int64_t n);
+void dequantize_row_q2_K(const BlockQ2_K* x, float* y, int64_t n);
+void dequantize_row_q3_K(const BlockQ3_K* x, float* y, int64_t n);
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
 void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n);
@@ -122,6 +162,10 @@ float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a);
 float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a);
 float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
 float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a);
+float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a);
+float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
+float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
+float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
@@ -135,6 +179,10 @@ float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a);
 float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a);
 float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
 float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a);
+float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a);
+float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
+float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
+float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
@@ -159,6 +207,10 @@ inline constexpr int kMaxTileTokens = 4;
 void dot_tile_f32(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_f16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_bf16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q5_0(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q5_1(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q2_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_q3_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q4_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q5_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q6_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);

@@ -270,6 +270,162 @@ void tile_q6_K(int64_t n, const void* w, const void* const* a, float* out) {
       out);
 }
 
+// ---------------------------------------------------------------- 5-bit 32-element blocks
+
+// Byte k = 0xFF where bit k of `bits` is set, else 0.
+inline __m256i bytes_from_bits(uint32_t bits) {
+  // shuffle_epi8 stays within 128-bit lanes: the low lane spreads bytes 0-1 of the broadcast, the high 2-3.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+// The 32 quants 0..31 of a Q5_0 / Q5_1 block in element order.
+inline __m256i unpack_5bit(const uint8_t* qs, const uint8_t* qh) {
+  const __m128i nibbles = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask4 = _mm_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(nibbles, 4), mask4), _mm_and_si128(nibbles, mask4));
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  return _mm256_or_si256(low4, _mm256_and_si256(bytes_from_bits(bits), _mm256_set1_epi8(0x10)));
+}
+
+inline __m256i sum_pairs_to_i32(__m256i pairs16) { return _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1)); }
+
+// Q5_0 x Q8_0: the quants are used unsigned (0..31, maddubs pair sums <= 2 * 31 * 128) and the -16 offset
+// comes off through the activations' sum (maddubs with 16), so the integer dot is exact.
+template <int T>
+void tile_q5_0(int64_t n, const void* w, const void* const* a, float* out) {
+  const auto* wb = static_cast<const BlockQ5_0*>(w);
+  const BlockQ8_0* rows[T];
+  cast_rows<BlockQ8_0, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      n / kQK4_0,
+      [&](int64_t i, __m256* acc) {
+        const __m256i q = unpack_5bit(wb[i].qs, wb[i].qh);
+        const float d = half_to_float(wb[i].d);
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
+          const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(_mm256_set1_epi8(16), y));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(rows[t][i].d)),
+                                   _mm256_cvtepi32_ps(sum_pairs_to_i32(pairs)), acc[t]);
+        }
+      },
+      out);
+}
+
+// Q5_1 x Q8_1: d_w d_a sum(q a) + m s_a per block (ggml's order), the offset term in lane 0.
+template <int T>
+void tile_q5_1(int64_t n, const void* w, const void* const* a, float* out) {
+  const auto* wb = static_cast<const BlockQ5_1*>(w);
+  const BlockQ8_1* rows[T];
+  cast_rows<BlockQ8_1, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      n / kQK4_1,
+      [&](int64_t i, __m256* acc) {
+        const __m256i q = unpack_5bit(wb[i].qs, wb[i].qh);
+        const float d = half_to_float(wb[i].d);
+        const float m = half_to_float(wb[i].m);
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(rows[t][i].d)),
+                                   _mm256_cvtepi32_ps(sum_pairs_to_i32(_mm256_maddubs_epi16(q, y))), acc[t]);
+          acc[t] = _mm256_add_ps(acc[t], _mm256_setr_ps(m * half_to_float(rows[t][i].s), 0, 0, 0, 0, 0, 0, 0));
+        }
+      },
+      out);
+}
+
+// ---------------------------------------------------------------- 2- and 3-bit K-quants
+
+// The 32 two-bit fields at bits 2j..2j+1 of 32 bytes: elements 32j..32j+31 of a 128-element half.
+inline __m256i two_bits(__m256i bytes, int j) {
+  return _mm256_and_si256(_mm256_srlv_epi32(bytes, _mm256_set1_epi32(2 * j)), _mm256_set1_epi8(3));
+}
+
+// int16 weights for 32 elements: sub-block g's in the low 128-bit lane, g + 1's in the high one.
+inline __m256i scale_pair(int low, int high) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(high)), _mm_set1_epi16(static_cast<int16_t>(low))); }
+
+// Q2_K x Q8_K: quants 0..3 with a 4-bit scale and min per 16 elements. The min term goes through the
+// activations' bsums, as Q4_K's.
+template <int T>
+void tile_q2_K(int64_t n, const void* w, const void* const* a, float* out) {
+  const auto* wb = static_cast<const BlockQ2_K*>(w);
+  const BlockQ8_K* rows[T];
+  cast_rows<BlockQ8_K, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      n / kQK_K,
+      [&](int64_t i, __m256* acc) {
+        const BlockQ2_K& b = wb[i];
+        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        __m256i sumi[T];
+        for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; ++half) {
+          const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * half));
+          for (int j = 0; j < 4; ++j) {
+            const int g = 8 * half + 2 * j;
+            const __m256i q = two_bits(bytes, j);
+            const __m256i scale = scale_pair(b.scales[g] & 0xF, b.scales[g + 1] & 0xF);
+            for (int t = 0; t < T; ++t) {
+              const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs + 128 * half + 32 * j));
+              sumi[t] = _mm256_add_epi32(sumi[t], dot_u8_i8_weighted(q, y, scale));
+            }
+          }
+        }
+        const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
+        for (int t = 0; t < T; ++t) {
+          const BlockQ8_K& y = rows[t][i];
+          const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+          acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(y.d * dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)), acc[t]);
+        }
+      },
+      out);
+}
+
+// Q3_K x Q8_K: quants -4..3 used unsigned (q + 4, 0..7: maddubs pair sums <= 2 * 7 * 128), the +4 taken
+// off through the bsums (sum_g scale_g * 4 * sum(y in g)); signed 6-bit scales per 16 elements.
+template <int T>
+void tile_q3_K(int64_t n, const void* w, const void* const* a, float* out) {
+  const auto* wb = static_cast<const BlockQ3_K*>(w);
+  const BlockQ8_K* rows[T];
+  cast_rows<BlockQ8_K, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      n / kQK_K,
+      [&](int64_t i, __m256* acc) {
+        const BlockQ3_K& b = wb[i];
+        alignas(16) int8_t scales[16];
+        unpack_q3_K_scales(b.scales, scales);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)));
+        const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+        __m256i sumi[T];
+        for (int t = 0; t < T; ++t) {
+          const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].bsums));
+          sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 2));
+        }
+        for (int half = 0; half < 2; ++half) {
+          const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * half));
+          for (int j = 0; j < 4; ++j) {
+            const int g = 8 * half + 2 * j;
+            const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(hmask, _mm256_set1_epi32(4 * half + j)), _mm256_set1_epi8(1));
+            const __m256i q = _mm256_or_si256(two_bits(bytes, j), _mm256_slli_epi16(high, 2));
+            const __m256i scale = scale_pair(scales[g], scales[g + 1]);
+            for (int t = 0; t < T; ++t) {
+              const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs + 128 * half + 32 * j));
+              sumi[t] = _mm256_add_epi32(sumi[t], dot_u8_i8_weighted(q, y, scale));
+            }
+          }
+        }
+        const float d = half_to_float(b.d);
+        for (int t = 0; t < T; ++t)
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * rows[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+      },
+      out);
+}
+
 // Dispatches a runtime token count 1..4 to the templated tile.
 #define KVSERVE_TILE_DISPATCH(name)                                                         \
   void dot_tile_##name(int64_t n, const void* w, const void* const* a, int n_tok, float* out) { \
@@ -288,6 +444,10 @@ static_assert(kMaxTileTokens == 4, "KVSERVE_TILE_DISPATCH handles 1..4 tokens");
 KVSERVE_TILE_DISPATCH(f32)
 KVSERVE_TILE_DISPATCH(f16)
 KVSERVE_TILE_DISPATCH(bf16)
+KVSERVE_TILE_DISPATCH(q5_0)
+KVSERVE_TILE_DISPATCH(q5_1)
+KVSERVE_TILE_DISPATCH(q2_K)
+KVSERVE_TILE_DISPATCH(q3_K)
 KVSERVE_TILE_DISPATCH(q4_K)
 KVSERVE_TILE_DISPATCH(q5_K)
 KVSERVE_TILE_DISPATCH(q6_K)
@@ -306,6 +466,10 @@ float single(void (*tile)(int64_t, const void*, const void* const*, int, float*)
 float vec_dot_f32_f32(int64_t n, const float* w, const float* a) { return single(dot_tile_f32, n, w, a); }
 float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_f16, n, w, a); }
 float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_bf16, n, w, a); }
+float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a) { return single(dot_tile_q5_0, n, w, a); }
+float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a) { return single(dot_tile_q5_1, n, w, a); }
+float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a) { return single(dot_tile_q2_K, n, w, a); }
+float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) { return single(dot_tile_q3_K, n, w, a); }
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) { return single(dot_tile_q4_K, n, w, a); }
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) { return single(dot_tile_q5_K, n, w, a); }
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) { return single(dot_tile_q6_K, n, w, a); }

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Builds tests/golden/quant/: ../shared/golden/gguf/models/tiny-gqa.gguf (F16 weights) quantized by
+llama.cpp itself to the weight types the shared set lacks (Q5_0, Q5_1, and the Q2_K and Q3_K_M mixes,
+which put Q3_K, Q4_K, Q5_K and Q6_K beside them), and llama.cpp's greedy ids and logits for each file by
+the protocol of ../shared/golden/gguf/README.md. Run once; the output is committed.
+
+    python3 scripts/make_quant_goldens.py --llama-cpp DIR
+
+DIR is the llama.cpp that llama-cpp-python 0.3.36 vendors, built with CMake into DIR/build (libllama.so
+in DIR/build/bin), as for scripts/make_arch_goldens.py.
+"""
+import argparse
+import subprocess
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tests" / "golden" / "quant"
+SOURCE = REPO.parent / "shared" / "golden" / "gguf" / "models" / "tiny-gqa.gguf"
+PROMPTS = ["Once upon a time", "Lily and Ben", "The cat", "One day, a little girl named"]
+N_STEPS = 48
+# Output stem -> llama_ftype (llama.h).
+FTYPES = {"tiny-gqa-Q5_0": 8, "tiny-gqa-Q5_1": 9, "tiny-gqa-Q2_K": 10, "tiny-gqa-Q3_K_M": 12}
+
+
+def build(tool, source, lcpp, bindir):
+    subprocess.run(["g++", "-std=c++17", "-O2", f"-I{lcpp}/include", f"-I{lcpp}/ggml/include", str(source),
+                    f"-L{bindir}", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{bindir}", "-o", str(tool)],
+                   check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-cpp", required=True, type=Path, help="llama.cpp source folder, built into build/")
+    ap.add_argument("--only", nargs="*", help="model stems to rebuild (default: all)")
+    args = ap.parse_args()
+    lcpp = args.llama_cpp.resolve()
+    bindir = lcpp / "build" / "bin"
+    with tempfile.TemporaryDirectory() as tmp:
+        golden = Path(tmp) / "llama_cpp_golden"
+        quantize = Path(tmp) / "llama_cpp_quantize"
+        build(golden, REPO / "scripts" / "llama_cpp_golden.cpp", lcpp, bindir)
+        build(quantize, REPO / "scripts" / "llama_cpp_quantize.cpp", lcpp, bindir)
+        OUT.mkdir(parents=True, exist_ok=True)
+        for stem, ftype in FTYPES.items():
+            if args.only and stem not in args.only:
+                continue
+            model = OUT / f"{stem}.gguf"
+            subprocess.run([str(quantize), str(SOURCE), str(model), str(ftype)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(OUT / f"{stem}.jsonl", "w") as out:
+                subprocess.run([str(golden), str(model), str(N_STEPS), *PROMPTS], stdout=out, check=True)
+            print(f"{stem}: {model.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
