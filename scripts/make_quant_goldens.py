@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Builds tests/golden/quant/: ../shared/golden/gguf/models/tiny-gqa.gguf (F16 weights) quantized by
-llama.cpp itself to the weight types the shared set lacks (Q5_0, Q5_1, and the Q2_K and Q3_K_M mixes,
+llama.cpp itself to the weight types the shared set lacks (Q5_0, Q5_1, IQ4_NL, IQ4_XS, and the Q2_K and Q3_K_M mixes,
 which put Q3_K, Q4_K, Q5_K and Q6_K beside them), and llama.cpp's greedy ids and logits for each file by
 the protocol of ../shared/golden/gguf/README.md. Run once; the output is committed.
 
@@ -20,7 +20,8 @@ SOURCE = REPO.parent / "shared" / "golden" / "gguf" / "models" / "tiny-gqa.gguf"
 PROMPTS = ["Once upon a time", "Lily and Ben", "The cat", "One day, a little girl named"]
 N_STEPS = 48
 # Output stem -> llama_ftype (llama.h).
-FTYPES = {"tiny-gqa-Q5_0": 8, "tiny-gqa-Q5_1": 9, "tiny-gqa-Q2_K": 10, "tiny-gqa-Q3_K_M": 12}
+FTYPES = {"tiny-gqa-Q5_0": 8, "tiny-gqa-Q5_1": 9, "tiny-gqa-Q2_K": 10, "tiny-gqa-Q3_K_M": 12, "tiny-gqa-IQ4_NL": 25,
+          "tiny-gqa-IQ4_XS": 30}
 
 
 def build(tool, source, lcpp, bindir):

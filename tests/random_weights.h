@@ -80,6 +80,12 @@ inline std::vector<uint8_t> random_weights(DType type, int64_t n_rows, int64_t n
       for (int64_t i = 0; i < n_elems / kQK_K; ++i) b[i].d = random_half(rng, 0.0002f, 0.003f, true);
       break;
     }
+    case DType::IQ4_NL: blocks(reinterpret_cast<BlockIQ4_NL*>(data.data()), kQK4_0); break;
+    case DType::IQ4_XS: {
+      auto* b = reinterpret_cast<BlockIQ4_XS*>(data.data());
+      for (int64_t i = 0; i < n_elems / kQK_K; ++i) b[i].d = random_half(rng, 0.00002f, 0.0003f, true);
+      break;
+    }
     case DType::Q4_K: {
       auto* b = reinterpret_cast<BlockQ4_K*>(data.data());
       for (int64_t i = 0; i < n_elems / kQK_K; ++i) {

@@ -246,7 +246,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // boundary. Its dot, dequantizer and activation bytes agree with ggml's own kernels.
                       GgufCase{"tiny-gqa-Q5_1", 0.2f, 0.2f, kQuantGoldens},
                       GgufCase{"tiny-gqa-Q2_K", 0.2f, 0.25f, kQuantGoldens},
-                      GgufCase{"tiny-gqa-Q3_K_M", 0.2f, 0.25f, kQuantGoldens}),
+                      GgufCase{"tiny-gqa-Q3_K_M", 0.2f, 0.25f, kQuantGoldens},
+                      GgufCase{"tiny-gqa-IQ4_NL", 0.2f, 0.25f, kQuantGoldens},
+                      GgufCase{"tiny-gqa-IQ4_XS", 0.2f, 0.25f, kQuantGoldens}),
     [](const auto& info) {
       std::string n = info.param.stem;
       std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');

@@ -31,6 +31,9 @@ TEST(QuantsLayout, BlockSizesMatchDTypeTable) {
   EXPECT_EQ(sizeof(BlockQ3_K), static_cast<size_t>(dtype_info(DType::Q3_K).block_bytes));
   EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
   EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
+  EXPECT_EQ(sizeof(BlockIQ4_NL), static_cast<size_t>(dtype_info(DType::IQ4_NL).block_bytes));
+  EXPECT_EQ(sizeof(BlockIQ4_XS), static_cast<size_t>(dtype_info(DType::IQ4_XS).block_bytes));
+  EXPECT_EQ(offsetof(BlockIQ4_XS, qs), 8u);
   EXPECT_EQ(offsetof(BlockQ2_K, d), 80u);  // Q2_K and Q3_K keep their scales at the end
   EXPECT_EQ(offsetof(BlockQ3_K, d), 108u);
   EXPECT_EQ(sizeof(BlockQ4_K), static_cast<size_t>(dtype_info(DType::Q4_K).block_bytes));
@@ -258,6 +261,46 @@ TEST(QuantsDequant, Q2_KQ3_KMatchGgmlsLoopOrder) {
   }
 }
 
+TEST(QuantsDequant, IQ4_NLKnownBlock) {
+  BlockIQ4_NL b{};
+  b.d = 0x3800;  // 0.5
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  float out[32];
+  dequantize_row(DType::IQ4_NL, &b, out, 32);
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * levels[j]) << j;
+    EXPECT_EQ(out[j + 16], 0.5f * levels[15 - j]) << j;
+  }
+}
+
+// IQ4_XS's scales as ggml's dot product unpacks them: two a step from one scales_l byte, the high bits
+// shifted out of scales_h four at a time.
+TEST(QuantsDequant, IQ4_XSScalesMatchGgmlsUnpacking) {
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 50; ++trial) {
+    const auto w = random_weights(DType::IQ4_XS, 1, 256, rng);
+    const auto& b = *reinterpret_cast<const BlockIQ4_XS*>(w.data());
+    float got[256];
+    dequantize_row(DType::IQ4_XS, &b, got, 256);
+    const float d = fp16_to_fp32(b.d);
+    uint16_t h = b.scales_h;
+    for (int ib = 0; ib < 8; ib += 2) {
+      const int ls1 = (b.scales_l[ib / 2] & 0xf) | ((h << 4) & 0x30);
+      const int ls2 = (b.scales_l[ib / 2] >> 4) | ((h << 2) & 0x30);
+      h >>= 4;
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d * ((half == 0 ? ls1 : ls2) - 32);
+        const uint8_t* qs = b.qs + 16 * (ib + half);
+        for (int j = 0; j < 16; ++j) {
+          ASSERT_EQ(got[32 * (ib + half) + j], dl * kIQ4Values[qs[j] & 0xF]) << trial;
+          ASSERT_EQ(got[32 * (ib + half) + j + 16], dl * kIQ4Values[qs[j] >> 4]) << trial;
+        }
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------------ activation quantizers
 
 // Scale chosen so d = 1/64 exactly: q = round(64 x). x[1], x[2] sit on ties, which ggml's roundf breaks
@@ -416,6 +459,10 @@ float scalar_dot(DType wt, int64_t n, const void* w, const void* a) {
       return vec_dot_q2_K_q8_K(n, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q3_K:
       return vec_dot_q3_K_q8_K(n, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::IQ4_NL:
+      return vec_dot_iq4_nl_q8_0(n, static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::IQ4_XS:
+      return vec_dot_iq4_xs_q8_K(n, static_cast<const BlockIQ4_XS*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q4_K:
       return vec_dot_q4_K_q8_K(n, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q5_K:
@@ -447,6 +494,10 @@ float avx2_dot(DType wt, int64_t n, const void* w, const void* a) {
       return avx2::vec_dot_q2_K_q8_K(n, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q3_K:
       return avx2::vec_dot_q3_K_q8_K(n, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::IQ4_NL:
+      return avx2::vec_dot_iq4_nl_q8_0(n, static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a));
+    case DType::IQ4_XS:
+      return avx2::vec_dot_iq4_xs_q8_K(n, static_cast<const BlockIQ4_XS*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q4_K:
       return avx2::vec_dot_q4_K_q8_K(n, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q5_K:
@@ -709,6 +760,8 @@ TEST_P(QuantsDot, TileMatchesSingleDots) {
     case DType::Q5_1: tile = avx2::dot_tile_q5_1; break;
     case DType::Q2_K: tile = avx2::dot_tile_q2_K; break;
     case DType::Q3_K: tile = avx2::dot_tile_q3_K; break;
+    case DType::IQ4_NL: tile = avx2::dot_tile_iq4_nl; break;
+    case DType::IQ4_XS: tile = avx2::dot_tile_iq4_xs; break;
     case DType::Q4_K: tile = avx2::dot_tile_q4_K; break;
     case DType::Q5_K: tile = avx2::dot_tile_q5_K; break;
     case DType::Q6_K: tile = avx2::dot_tile_q6_K; break;
@@ -733,7 +786,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DotCase{DType::Q4_K, DType::Q8_K, 768}, DotCase{DType::Q5_K, DType::Q8_K, 768},
                       DotCase{DType::Q6_K, DType::Q8_K, 768}, DotCase{DType::Q5_0, DType::Q8_0, 544},
                       DotCase{DType::Q5_1, DType::Q8_1, 544}, DotCase{DType::Q2_K, DType::Q8_K, 768},
-                      DotCase{DType::Q3_K, DType::Q8_K, 768}),
+                      DotCase{DType::Q3_K, DType::Q8_K, 768}, DotCase{DType::IQ4_NL, DType::Q8_0, 544},
+                      DotCase{DType::IQ4_XS, DType::Q8_K, 768}),
     [](const ::testing::TestParamInfo<DotCase>& info) { return std::string(dtype_name(info.param.weight)); });
 
 }  // namespace

@@ -78,6 +78,12 @@ DotKind dot_kind(DType weight_type, bool simd) {
     case DType::Q3_K:
       return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ3_K, BlockQ8_K, vec_dot_q3_K_q8_K>, avx2::dot_tile_q3_K};
+    case DType::IQ4_NL:
+      return {DType::Q8_0, simd ? convert_erased<BlockQ8_0, avx2::quantize_row_q8_0> : convert_erased<BlockQ8_0, quantize_row_q8_0>,
+              scalar_dot_erased<BlockIQ4_NL, BlockQ8_0, vec_dot_iq4_nl_q8_0>, avx2::dot_tile_iq4_nl};
+    case DType::IQ4_XS:
+      return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
+              scalar_dot_erased<BlockIQ4_XS, BlockQ8_K, vec_dot_iq4_xs_q8_K>, avx2::dot_tile_iq4_xs};
     case DType::Q4_K:
       return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ4_K, BlockQ8_K, vec_dot_q4_K_q8_K>, avx2::dot_tile_q4_K};
@@ -742,6 +748,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n); return;
     case DType::Q2_K: dequantize_row_q2_K(static_cast<const BlockQ2_K*>(src), dst, n); return;
     case DType::Q3_K: dequantize_row_q3_K(static_cast<const BlockQ3_K*>(src), dst, n); return;
+    case DType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n); return;
+    case DType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n); return;
     case DType::Q4_K: dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n); return;
     case DType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;
     case DType::Q6_K: dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n); return;

@@ -204,6 +204,35 @@ void dequantize_row_q3_K(const BlockQ3_K* x, float* y, int64_t n) {
   }
 }
 
+namespace {
+
+// 32 elements from 16 bytes of 4-bit indices (element j in the low nibble of byte j, j + 16 in the high).
+void iq4_block(const uint8_t* qs, float d, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * kIQ4Values[qs[j] & 0xF];
+    y[j + 16] = d * kIQ4Values[qs[j] >> 4];
+  }
+}
+
+int iq4_block_dot(const uint8_t* qs, const int8_t* a) {
+  int sum = 0;
+  for (int j = 0; j < 16; ++j) sum += a[j] * kIQ4Values[qs[j] & 0xF] + a[j + 16] * kIQ4Values[qs[j] >> 4];
+  return sum;
+}
+
+}  // namespace
+
+void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i) iq4_block(x[i].qs, fp16_to_fp32(x[i].d), y + i * kQK4_0);
+}
+
+void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int ib = 0; ib < 8; ++ib) iq4_block(x[i].qs + 16 * ib, d * iq4_xs_scale(x[i], ib), y + i * kQK_K + 32 * ib);
+  }
+}
+
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n) {
   uint8_t q[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
@@ -427,6 +456,24 @@ float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) {
       isum += scales[g] * group_sum;
     }
     sum += fp16_to_fp32(w[i].d) * a[i].d * isum;
+  }
+  return sum;
+}
+
+float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i)
+    sum += (fp16_to_fp32(a[i].d) * fp16_to_fp32(w[i].d)) * iq4_block_dot(w[i].qs, a[i].qs);
+  return sum;
+}
+
+float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = fp16_to_fp32(w[i].d) * a[i].d;
+    // ggml adds each sub-block's scaled sum in turn.
+    for (int ib = 0; ib < 8; ++ib)
+      sum += d * iq4_xs_scale(w[i], ib) * iq4_block_dot(w[i].qs + 16 * ib, a[i].qs + 32 * ib);
   }
   return sum;
 }

@@ -39,6 +39,10 @@ struct BlockQ5_1 {
   uint8_t qh[4];
   uint8_t qs[kQK4_1 / 2];
 };
+struct BlockIQ4_NL {
+  uint16_t d;                  // scale
+  uint8_t qs[kQK4_0 / 2];      // indices into kIQ4Values, nibbles as Q4_0's
+};
 struct BlockQ8_0 {
   uint16_t d;
   int8_t qs[kQK8_0];
@@ -79,6 +83,12 @@ struct BlockQ6_K {
   int8_t scales[kQK_K / 16];   // 8-bit signed scale per 16 elements
   uint16_t d;                  // super-block scale
 };
+struct BlockIQ4_XS {
+  uint16_t d;                  // super-block scale
+  uint16_t scales_h;           // high 2 bits of the 8 sub-block scales
+  uint8_t scales_l[kQK_K / 64];  // low 4 bits of the 8 sub-block scales (stored + 32)
+  uint8_t qs[kQK_K / 2];       // indices into kIQ4Values, 16 bytes per 32 elements as IQ4_NL's
+};
 struct BlockQ8_K {
   float d;                     // f32, not f16
   int8_t qs[kQK_K];
@@ -89,6 +99,7 @@ static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ2_K) == 84);
@@ -96,7 +107,15 @@ static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockQ8_K) == 292);
+
+// The 16 non-uniform levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// IQ4_XS sub-block ib's (0..7) scale, -32..31.
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int ib) {
+  return (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
+}
 
 // Quant values of the 32-element 5-bit blocks in element order: Q5_0's -16..15, Q5_1's 0..31.
 void unpack_q5_0(const BlockQ5_0& b, int8_t* q);
@@ -133,6 +152,8 @@ void dequantize_row_q5_0(const BlockQ5_0* x, float* y, int64_t n);
 void dequantize_row_q5_1(const BlockQ5_1* x, float* y, int64_t n);
 void dequantize_row_q2_K(const BlockQ2_K* x, float* y, int64_t n);
 void dequantize_row_q3_K(const BlockQ3_K* x, float* y, int64_t n);
+void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n);
+void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n);
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
 void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n);
@@ -166,6 +187,8 @@ float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a);
 float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
 float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
 float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
+float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
+float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
@@ -183,6 +206,8 @@ float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a);
 float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
 float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
 float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
+float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
+float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
@@ -211,6 +236,8 @@ void dot_tile_q5_0(int64_t n, const void* w, const void* const* a, int n_tok, fl
 void dot_tile_q5_1(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q2_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q3_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq4_nl(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq4_xs(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q4_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q5_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q6_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);

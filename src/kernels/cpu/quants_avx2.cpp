@@ -338,6 +338,68 @@ void tile_q5_1(int64_t n, const void* w, const void* const* a, float* out) {
       out);
 }
 
+// ---------------------------------------------------------------- IQ4_NL / IQ4_XS (non-uniform 4-bit)
+
+// The 32 signed levels of 16 index bytes, in element order.
+inline __m256i iq4_levels(const uint8_t* qs) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values));
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask4 = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), mask4)),
+                          _mm_shuffle_epi8(table, _mm_and_si128(bytes, mask4)));
+}
+
+// Signed x times signed y summed in pairs (|x| <= 127, so pair sums stay within int16), then in 8 int32 lanes
+// with the given int16 weights.
+inline __m256i dot_i8_i8_weighted(__m256i x, __m256i y, __m256i weights) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)), weights);
+}
+
+template <int T>
+void tile_iq4_nl(int64_t n, const void* w, const void* const* a, float* out) {
+  const auto* wb = static_cast<const BlockIQ4_NL*>(w);
+  const BlockQ8_0* rows[T];
+  cast_rows<BlockQ8_0, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      n / kQK4_0,
+      [&](int64_t i, __m256* acc) {
+        const __m256i q = iq4_levels(wb[i].qs);
+        const float d = half_to_float(wb[i].d);
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(rows[t][i].d) * d),
+                                   _mm256_cvtepi32_ps(dot_i8_i8_weighted(q, y, _mm256_set1_epi16(1))), acc[t]);
+        }
+      },
+      out);
+}
+
+template <int T>
+void tile_iq4_xs(int64_t n, const void* w, const void* const* a, float* out) {
+  const auto* wb = static_cast<const BlockIQ4_XS*>(w);
+  const BlockQ8_K* rows[T];
+  cast_rows<BlockQ8_K, T>(a, rows);
+  accumulate_blocks<T, 1>(
+      n / kQK_K,
+      [&](int64_t i, __m256* acc) {
+        const BlockIQ4_XS& b = wb[i];
+        __m256i sumi[T];
+        for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ++ib) {
+          const __m256i q = iq4_levels(b.qs + 16 * ib);
+          const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(b, ib)));
+          for (int t = 0; t < T; ++t) {
+            const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs + 32 * ib));
+            sumi[t] = _mm256_add_epi32(sumi[t], dot_i8_i8_weighted(q, y, scale));
+          }
+        }
+        const float d = half_to_float(b.d);
+        for (int t = 0; t < T; ++t)
+          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * rows[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+      },
+      out);
+}
+
 // ---------------------------------------------------------------- 2- and 3-bit K-quants
 
 // The 32 two-bit fields at bits 2j..2j+1 of 32 bytes: elements 32j..32j+31 of a 128-element half.
@@ -448,6 +510,8 @@ KVSERVE_TILE_DISPATCH(q5_0)
 KVSERVE_TILE_DISPATCH(q5_1)
 KVSERVE_TILE_DISPATCH(q2_K)
 KVSERVE_TILE_DISPATCH(q3_K)
+KVSERVE_TILE_DISPATCH(iq4_nl)
+KVSERVE_TILE_DISPATCH(iq4_xs)
 KVSERVE_TILE_DISPATCH(q4_K)
 KVSERVE_TILE_DISPATCH(q5_K)
 KVSERVE_TILE_DISPATCH(q6_K)
@@ -470,6 +534,8 @@ float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a) { ret
 float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a) { return single(dot_tile_q5_1, n, w, a); }
 float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a) { return single(dot_tile_q2_K, n, w, a); }
 float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) { return single(dot_tile_q3_K, n, w, a); }
+float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) { return single(dot_tile_iq4_nl, n, w, a); }
+float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) { return single(dot_tile_iq4_xs, n, w, a); }
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) { return single(dot_tile_q4_K, n, w, a); }
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) { return single(dot_tile_q5_K, n, w, a); }
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) { return single(dot_tile_q6_K, n, w, a); }
