@@ -63,9 +63,22 @@ std::vector<uint8_t> make_weights(DType type, int64_t rows, int64_t cols) {
     }
     case DType::Q8_0:
     case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
       for (int64_t b = 0; b < n_blocks; ++b) set_half(b * block_bytes);
       break;
+    case DType::Q2_K:
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        set_half(b * block_bytes + offsetof(BlockQ2_K, d));
+        set_half(b * block_bytes + offsetof(BlockQ2_K, dmin));
+      }
+      break;
+    case DType::Q3_K:
+      for (int64_t b = 0; b < n_blocks; ++b) set_half(b * block_bytes + offsetof(BlockQ3_K, d));
+      break;
     case DType::Q4_1:
+    case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q5_K:
       for (int64_t b = 0; b < n_blocks; ++b) {
@@ -210,8 +223,9 @@ int main(int argc, char** argv) {
       ->Arg(2 << 20)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
-  const DType types[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                         DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,   DType::Q4_1,
+                         DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,   DType::IQ4_NL, DType::IQ4_XS,
+                         DType::Q4_K, DType::Q5_K, DType::Q6_K};
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};  // rows x cols
   for (DType type : types) {
     for (const auto& shape : shapes) {
