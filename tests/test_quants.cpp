@@ -756,11 +756,8 @@ TEST_P(QuantsDot, TileMatchesSingleDots) {
     case DType::F32: tile = avx2::dot_tile_f32; break;
     case DType::F16: tile = avx2::dot_tile_f16; break;
     case DType::BF16: tile = avx2::dot_tile_bf16; break;
-    case DType::Q5_0: tile = avx2::dot_tile_q5_0; break;
-    case DType::Q5_1: tile = avx2::dot_tile_q5_1; break;
     case DType::Q2_K: tile = avx2::dot_tile_q2_K; break;
     case DType::Q3_K: tile = avx2::dot_tile_q3_K; break;
-    case DType::IQ4_NL: tile = avx2::dot_tile_iq4_nl; break;
     case DType::IQ4_XS: tile = avx2::dot_tile_iq4_xs; break;
     case DType::Q4_K: tile = avx2::dot_tile_q4_K; break;
     case DType::Q5_K: tile = avx2::dot_tile_q5_K; break;

@@ -63,7 +63,41 @@ void ActPack32::quantize_avx2(int64_t t, const float* x) {
 }
 
 bool has_block32_tile(DType weight_type) {
-  return weight_type == DType::Q8_0 || weight_type == DType::Q4_0 || weight_type == DType::Q4_1;
+  switch (weight_type) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL: return true;
+    default: return false;
+  }
+}
+
+bool unpacks_to_q8_0(DType weight_type) { return weight_type == DType::Q5_0 || weight_type == DType::IQ4_NL; }
+
+void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
+                         BlockQ8_0* dst) {
+  const int64_t nb = n / 32;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    BlockQ8_0* out = dst + r * nb;
+    if (weight_type == DType::Q5_0) {
+      const auto* in = reinterpret_cast<const BlockQ5_0*>(src + r * row_stride);
+      for (int64_t i = 0; i < nb; ++i) {
+        out[i].d = in[i].d;
+        unpack_q5_0(in[i], out[i].qs);
+      }
+    } else {
+      const auto* in = reinterpret_cast<const BlockIQ4_NL*>(src + r * row_stride);
+      for (int64_t i = 0; i < nb; ++i) {
+        out[i].d = in[i].d;
+        for (int j = 0; j < 16; ++j) {
+          out[i].qs[j] = kIQ4Values[in[i].qs[j] & 0xF];
+          out[i].qs[j + 16] = kIQ4Values[in[i].qs[j] >> 4];
+        }
+      }
+    }
+  }
 }
 
 namespace avx2 {
@@ -90,12 +124,24 @@ float vec_dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
 float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a) {
   return single_dot(DType::Q4_1, DType::Q8_1, n, w, a);
 }
+float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a) {
+  return single_dot(DType::Q5_0, DType::Q8_0, n, w, a);
+}
+float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a) {
+  return single_dot(DType::Q5_1, DType::Q8_1, n, w, a);
+}
+float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
+  return single_dot(DType::IQ4_NL, DType::Q8_0, n, w, a);
+}
 
 Block32TileFn block32_tile(DType weight_type) {
   switch (weight_type) {
     case DType::Q8_0: return tile_q8_0;
     case DType::Q4_0: return tile_q4_0;
     case DType::Q4_1: return tile_q4_1;
+    case DType::Q5_0: return tile_q5_0;
+    case DType::Q5_1: return tile_q5_1;
+    case DType::IQ4_NL: return tile_iq4_nl;
     default: fail("block32_tile: weight type {} has no 32-block tile", dtype_name(weight_type));
   }
 }

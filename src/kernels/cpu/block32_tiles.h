@@ -1,6 +1,7 @@
 #pragma once
 // Multi-row x multi-token AVX2 tiles for the weight types with 32-element blocks whose activations are
-// Q8_0 / Q8_1 (Q8_0, Q4_0, Q4_1 weights): the types of most GGUF files people serve on CPUs.
+// Q8_0 / Q8_1 (Q8_0, Q4_0, Q4_1 weights: the types of most GGUF files people serve on CPUs; and Q5_0, Q5_1
+// and IQ4_NL, which Q4_K_M / IQ4_XS files hold where a row's length is not a multiple of 256).
 //
 // A tile multiplies R consecutive weight rows with T tokens' activations. Each weight block is unpacked
 // once for the T tokens and each activation block is loaded once for the R rows, so a batch of 16
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 
@@ -76,8 +78,29 @@ void tile_q4_0(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const
                float* out);
 void tile_q4_1(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
                float* out);
+void tile_q5_0(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+               float* out);
+void tile_q5_1(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+               float* out);
+void tile_iq4_nl(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+                 float* out);
 
 Block32TileFn block32_tile(DType weight_type);
+
+// unpack_rows_to_q8_0 below, on AVX2 (the same bytes).
+void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
+                         BlockQ8_0* dst);
+
+}  // namespace avx2
+
+// True for Q5_0 and IQ4_NL: rows that unpack_rows_to_q8_0 turns into Q8_0 rows giving the same tile bits.
+bool unpacks_to_q8_0(DType weight_type);
+// n_rows rows of n elements of a Q5_0 or IQ4_NL tensor (row_stride bytes apart) as Q8_0 rows at dst
+// (row_bytes(Q8_0, n) apart): the same scales and signed quants.
+void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
+                         BlockQ8_0* dst);
+
+namespace avx2 {
 
 }  // namespace avx2
 }  // namespace kvserve

@@ -13,14 +13,9 @@ namespace {
 
 using avx2_inline::half_to_float;
 using avx2_inline::hsum;
-
-// 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high nibbles
-// (elements 16..31) in the high lane.
-inline __m256i unpack_nibbles_32(const uint8_t* qs) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
+using avx2_inline::iq4_levels_32;
+using avx2_inline::unpack_5bit_32;
+using avx2_inline::unpack_nibbles_32;
 
 // Weight block policies. Signed quants (Q8_0, Q4_0 after -8) go through maddubs as |x| * (y * sign(x));
 // |x| <= 128 and |y| <= 127 keep every pair sum below 2^15. Q4_1's quants are 0..15 and used unsigned
@@ -46,6 +41,33 @@ struct Q4_1Weights {
   static constexpr bool kSigned = false;
   static constexpr bool kHasMin = true;
   static __m256i quants(const Block& b) { return unpack_nibbles_32(b.qs); }
+  static float min(const Block& b) { return half_to_float(b.m); }
+};
+
+// Q5_0: 0..31 less 16; IQ4_NL: its signed levels (-127..113); Q5_1: 0..31 unsigned, with Q4_1's min term.
+// Q5_0 and IQ4_NL give the Q8_0 tile's bits over their rows unpacked to Q8_0 (unpack_rows_to_q8_0): the
+// same signed quants, scale and order.
+struct Q5_0Weights {
+  using Block = BlockQ5_0;
+  static constexpr bool kSigned = true;
+  static constexpr bool kHasMin = false;
+  static __m256i quants(const Block& b) { return _mm256_sub_epi8(unpack_5bit_32(b.qs, b.qh), _mm256_set1_epi8(16)); }
+  static float min(const Block&) { return 0.0f; }
+};
+
+struct IQ4_NLWeights {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kSigned = true;
+  static constexpr bool kHasMin = false;
+  static __m256i quants(const Block& b) { return iq4_levels_32(b.qs, kIQ4Values); }
+  static float min(const Block&) { return 0.0f; }
+};
+
+struct Q5_1Weights {
+  using Block = BlockQ5_1;
+  static constexpr bool kSigned = false;
+  static constexpr bool kHasMin = true;
+  static __m256i quants(const Block& b) { return unpack_5bit_32(b.qs, b.qh); }
   static float min(const Block& b) { return half_to_float(b.m); }
 };
 
@@ -121,6 +143,43 @@ void tile_q4_0(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const
 void tile_q4_1(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
                float* out) {
   tile_any<Q4_1Weights>(n, w, row_stride, n_rows, acts, n_tok, out);
+}
+
+void tile_q5_0(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+               float* out) {
+  tile_any<Q5_0Weights>(n, w, row_stride, n_rows, acts, n_tok, out);
+}
+
+void tile_q5_1(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+               float* out) {
+  tile_any<Q5_1Weights>(n, w, row_stride, n_rows, acts, n_tok, out);
+}
+
+void tile_iq4_nl(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+                 float* out) {
+  tile_any<IQ4_NLWeights>(n, w, row_stride, n_rows, acts, n_tok, out);
+}
+
+void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
+                         BlockQ8_0* dst) {
+  const int64_t nb = n / 32;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    BlockQ8_0* out = dst + r * nb;
+    const uint8_t* row = src + r * row_stride;
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i q;
+      if (weight_type == DType::Q5_0) {
+        const auto& b = reinterpret_cast<const BlockQ5_0*>(row)[i];
+        out[i].d = b.d;
+        q = Q5_0Weights::quants(b);
+      } else {
+        const auto& b = reinterpret_cast<const BlockIQ4_NL*>(row)[i];
+        out[i].d = b.d;
+        q = IQ4_NLWeights::quants(b);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].qs), q);
+    }
+  }
 }
 
 }  // namespace kvserve::avx2

@@ -193,8 +193,8 @@ float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 
-// ---- AVX2 versions (quants_avx2.cpp; the Q8_0/Q4_0/Q4_1 ones in block32_tiles.cpp run the
-// block32 tiles); call only when cpu_has_avx2() ----
+// ---- AVX2 versions (quants_avx2.cpp; the Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL ones in block32_tiles.cpp run
+// the block32 tiles); call only when cpu_has_avx2() ----
 namespace avx2 {
 float vec_dot_f32_f32(int64_t n, const float* w, const float* a);
 float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a);
@@ -232,11 +232,8 @@ inline constexpr int kMaxTileTokens = 4;
 void dot_tile_f32(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_f16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_bf16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
-void dot_tile_q5_0(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
-void dot_tile_q5_1(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q2_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q3_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
-void dot_tile_iq4_nl(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_iq4_xs(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q4_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q5_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);

@@ -270,108 +270,12 @@ void tile_q6_K(int64_t n, const void* w, const void* const* a, float* out) {
       out);
 }
 
-// ---------------------------------------------------------------- 5-bit 32-element blocks
-
-// Byte k = 0xFF where bit k of `bits` is set, else 0.
-inline __m256i bytes_from_bits(uint32_t bits) {
-  // shuffle_epi8 stays within 128-bit lanes: the low lane spreads bytes 0-1 of the broadcast, the high 2-3.
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-}
-
-// The 32 quants 0..31 of a Q5_0 / Q5_1 block in element order.
-inline __m256i unpack_5bit(const uint8_t* qs, const uint8_t* qh) {
-  const __m128i nibbles = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i mask4 = _mm_set1_epi8(0x0F);
-  const __m256i low4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(nibbles, 4), mask4), _mm_and_si128(nibbles, mask4));
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  return _mm256_or_si256(low4, _mm256_and_si256(bytes_from_bits(bits), _mm256_set1_epi8(0x10)));
-}
-
-inline __m256i sum_pairs_to_i32(__m256i pairs16) { return _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1)); }
-
-// Q5_0 x Q8_0: the quants are used unsigned (0..31, maddubs pair sums <= 2 * 31 * 128) and the -16 offset
-// comes off through the activations' sum (maddubs with 16), so the integer dot is exact.
-template <int T>
-void tile_q5_0(int64_t n, const void* w, const void* const* a, float* out) {
-  const auto* wb = static_cast<const BlockQ5_0*>(w);
-  const BlockQ8_0* rows[T];
-  cast_rows<BlockQ8_0, T>(a, rows);
-  accumulate_blocks<T, 1>(
-      n / kQK4_0,
-      [&](int64_t i, __m256* acc) {
-        const __m256i q = unpack_5bit(wb[i].qs, wb[i].qh);
-        const float d = half_to_float(wb[i].d);
-        for (int t = 0; t < T; ++t) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
-          const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(_mm256_set1_epi8(16), y));
-          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(rows[t][i].d)),
-                                   _mm256_cvtepi32_ps(sum_pairs_to_i32(pairs)), acc[t]);
-        }
-      },
-      out);
-}
-
-// Q5_1 x Q8_1: d_w d_a sum(q a) + m s_a per block (ggml's order), the offset term in lane 0.
-template <int T>
-void tile_q5_1(int64_t n, const void* w, const void* const* a, float* out) {
-  const auto* wb = static_cast<const BlockQ5_1*>(w);
-  const BlockQ8_1* rows[T];
-  cast_rows<BlockQ8_1, T>(a, rows);
-  accumulate_blocks<T, 1>(
-      n / kQK4_1,
-      [&](int64_t i, __m256* acc) {
-        const __m256i q = unpack_5bit(wb[i].qs, wb[i].qh);
-        const float d = half_to_float(wb[i].d);
-        const float m = half_to_float(wb[i].m);
-        for (int t = 0; t < T; ++t) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
-          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(rows[t][i].d)),
-                                   _mm256_cvtepi32_ps(sum_pairs_to_i32(_mm256_maddubs_epi16(q, y))), acc[t]);
-          acc[t] = _mm256_add_ps(acc[t], _mm256_setr_ps(m * half_to_float(rows[t][i].s), 0, 0, 0, 0, 0, 0, 0));
-        }
-      },
-      out);
-}
-
-// ---------------------------------------------------------------- IQ4_NL / IQ4_XS (non-uniform 4-bit)
-
-// The 32 signed levels of 16 index bytes, in element order.
-inline __m256i iq4_levels(const uint8_t* qs) {
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values));
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i mask4 = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), mask4)),
-                          _mm_shuffle_epi8(table, _mm_and_si128(bytes, mask4)));
-}
+// ---------------------------------------------------------------- IQ4_XS (non-uniform 4-bit levels)
 
 // Signed x times signed y summed in pairs (|x| <= 127, so pair sums stay within int16), then in 8 int32 lanes
 // with the given int16 weights.
 inline __m256i dot_i8_i8_weighted(__m256i x, __m256i y, __m256i weights) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)), weights);
-}
-
-template <int T>
-void tile_iq4_nl(int64_t n, const void* w, const void* const* a, float* out) {
-  const auto* wb = static_cast<const BlockIQ4_NL*>(w);
-  const BlockQ8_0* rows[T];
-  cast_rows<BlockQ8_0, T>(a, rows);
-  accumulate_blocks<T, 1>(
-      n / kQK4_0,
-      [&](int64_t i, __m256* acc) {
-        const __m256i q = iq4_levels(wb[i].qs);
-        const float d = half_to_float(wb[i].d);
-        for (int t = 0; t < T; ++t) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs));
-          acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(rows[t][i].d) * d),
-                                   _mm256_cvtepi32_ps(dot_i8_i8_weighted(q, y, _mm256_set1_epi16(1))), acc[t]);
-        }
-      },
-      out);
 }
 
 template <int T>
@@ -386,7 +290,7 @@ void tile_iq4_xs(int64_t n, const void* w, const void* const* a, float* out) {
         __m256i sumi[T];
         for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
         for (int ib = 0; ib < 8; ++ib) {
-          const __m256i q = iq4_levels(b.qs + 16 * ib);
+          const __m256i q = avx2_inline::iq4_levels_32(b.qs + 16 * ib, kIQ4Values);
           const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(b, ib)));
           for (int t = 0; t < T; ++t) {
             const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t][i].qs + 32 * ib));
@@ -506,11 +410,8 @@ static_assert(kMaxTileTokens == 4, "KVSERVE_TILE_DISPATCH handles 1..4 tokens");
 KVSERVE_TILE_DISPATCH(f32)
 KVSERVE_TILE_DISPATCH(f16)
 KVSERVE_TILE_DISPATCH(bf16)
-KVSERVE_TILE_DISPATCH(q5_0)
-KVSERVE_TILE_DISPATCH(q5_1)
 KVSERVE_TILE_DISPATCH(q2_K)
 KVSERVE_TILE_DISPATCH(q3_K)
-KVSERVE_TILE_DISPATCH(iq4_nl)
 KVSERVE_TILE_DISPATCH(iq4_xs)
 KVSERVE_TILE_DISPATCH(q4_K)
 KVSERVE_TILE_DISPATCH(q5_K)
@@ -530,11 +431,8 @@ float single(void (*tile)(int64_t, const void*, const void* const*, int, float*)
 float vec_dot_f32_f32(int64_t n, const float* w, const float* a) { return single(dot_tile_f32, n, w, a); }
 float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_f16, n, w, a); }
 float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a) { return single(dot_tile_bf16, n, w, a); }
-float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a) { return single(dot_tile_q5_0, n, w, a); }
-float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a) { return single(dot_tile_q5_1, n, w, a); }
 float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a) { return single(dot_tile_q2_K, n, w, a); }
 float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) { return single(dot_tile_q3_K, n, w, a); }
-float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) { return single(dot_tile_iq4_nl, n, w, a); }
 float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) { return single(dot_tile_iq4_xs, n, w, a); }
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) { return single(dot_tile_q4_K, n, w, a); }
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) { return single(dot_tile_q5_K, n, w, a); }
