@@ -475,6 +475,14 @@ MODELS = {
 }
 
 
+def build_against_llama_cpp(tool, source, lcpp):
+    """Compiles one C++ file against the llama.cpp tree lcpp (built into lcpp/build) into `tool`."""
+    bindir = lcpp / "build" / "bin"
+    subprocess.run(["g++", "-std=c++17", "-O2", f"-I{lcpp}/include", f"-I{lcpp}/ggml/include", str(source),
+                    f"-L{bindir}", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{bindir}", "-o", str(tool)],
+                   check=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-cpp", required=True, type=Path, help="llama.cpp source folder, built into build/")
@@ -484,12 +492,9 @@ def main():
     sys.path.insert(0, str(lcpp / "gguf-py"))
     import gguf  # noqa: E402  (from the llama.cpp tree given)
 
-    bindir = lcpp / "build" / "bin"
     with tempfile.TemporaryDirectory() as tmp:
         tool = Path(tmp) / "llama_cpp_golden"
-        subprocess.run(["g++", "-std=c++17", "-O2", f"-I{lcpp}/include", f"-I{lcpp}/ggml/include",
-                        str(REPO / "scripts" / "llama_cpp_golden.cpp"), f"-L{bindir}", "-lllama", "-lggml",
-                        "-lggml-base", f"-Wl,-rpath,{bindir}", "-o", str(tool)], check=True)
+        build_against_llama_cpp(tool, REPO / "scripts" / "llama_cpp_golden.cpp", lcpp)
         OUT.mkdir(parents=True, exist_ok=True)
         for stem, (build, seed) in MODELS.items():
             if args.only and stem not in args.only:

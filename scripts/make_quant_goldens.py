@@ -14,20 +14,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from make_arch_goldens import N_STEPS, PROMPTS, build_against_llama_cpp
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "golden" / "quant"
 SOURCE = REPO.parent / "shared" / "golden" / "gguf" / "models" / "tiny-gqa.gguf"
-PROMPTS = ["Once upon a time", "Lily and Ben", "The cat", "One day, a little girl named"]
-N_STEPS = 48
 # Output stem -> llama_ftype (llama.h).
 FTYPES = {"tiny-gqa-Q5_0": 8, "tiny-gqa-Q5_1": 9, "tiny-gqa-Q2_K": 10, "tiny-gqa-Q3_K_M": 12, "tiny-gqa-IQ4_NL": 25,
           "tiny-gqa-IQ4_XS": 30}
-
-
-def build(tool, source, lcpp, bindir):
-    subprocess.run(["g++", "-std=c++17", "-O2", f"-I{lcpp}/include", f"-I{lcpp}/ggml/include", str(source),
-                    f"-L{bindir}", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{bindir}", "-o", str(tool)],
-                   check=True)
 
 
 def main():
@@ -36,12 +30,11 @@ def main():
     ap.add_argument("--only", nargs="*", help="model stems to rebuild (default: all)")
     args = ap.parse_args()
     lcpp = args.llama_cpp.resolve()
-    bindir = lcpp / "build" / "bin"
     with tempfile.TemporaryDirectory() as tmp:
         golden = Path(tmp) / "llama_cpp_golden"
         quantize = Path(tmp) / "llama_cpp_quantize"
-        build(golden, REPO / "scripts" / "llama_cpp_golden.cpp", lcpp, bindir)
-        build(quantize, REPO / "scripts" / "llama_cpp_quantize.cpp", lcpp, bindir)
+        build_against_llama_cpp(golden, REPO / "scripts" / "llama_cpp_golden.cpp", lcpp)
+        build_against_llama_cpp(quantize, REPO / "scripts" / "llama_cpp_quantize.cpp", lcpp)
         OUT.mkdir(parents=True, exist_ok=True)
         for stem, ftype in FTYPES.items():
             if args.only and stem not in args.only:

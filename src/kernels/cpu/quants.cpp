@@ -401,6 +401,18 @@ float vec_dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a) {
   return sum;
 }
 
+namespace {
+
+// Quants q times activations a over 16-element sub-block g (the K-quants' scale groups).
+template <typename Q>
+int group16_dot(const Q* q, const int8_t* a, int g) {
+  int sum = 0;
+  for (int l = 0; l < 16; ++l) sum += q[16 * g + l] * a[16 * g + l];
+  return sum;
+}
+
+}  // namespace
+
 float vec_dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a) {
   int8_t q[kQK4_0];
   float sum = 0.0f;
@@ -432,9 +444,7 @@ float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a) {
     unpack_q2_K(w[i], q);
     int isum = 0, min_sum = 0;
     for (int g = 0; g < kQK_K / 16; ++g) {
-      int group_sum = 0;
-      for (int l = 0; l < 16; ++l) group_sum += q[16 * g + l] * a[i].qs[16 * g + l];
-      isum += (w[i].scales[g] & 0xF) * group_sum;
+      isum += (w[i].scales[g] & 0xF) * group16_dot(q, a[i].qs, g);
       min_sum += (w[i].scales[g] >> 4) * a[i].bsums[g];
     }
     // ggml: dall * isum - dmin * summs, each super-block scale times the activation scale first.
@@ -450,11 +460,7 @@ float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) {
     unpack_q3_K(w[i], q);
     unpack_q3_K_scales(w[i].scales, scales);
     int isum = 0;
-    for (int g = 0; g < kQK_K / 16; ++g) {
-      int group_sum = 0;
-      for (int l = 0; l < 16; ++l) group_sum += q[16 * g + l] * a[i].qs[16 * g + l];
-      isum += scales[g] * group_sum;
-    }
+    for (int g = 0; g < kQK_K / 16; ++g) isum += scales[g] * group16_dot(q, a[i].qs, g);
     sum += fp16_to_fp32(w[i].d) * a[i].d * isum;
   }
   return sum;
@@ -522,11 +528,7 @@ float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     unpack_q6_K(w[i], q);
     int isum = 0;
-    for (int g = 0; g < kQK_K / 16; ++g) {
-      int group_sum = 0;
-      for (int l = 0; l < 16; ++l) group_sum += q[16 * g + l] * a[i].qs[16 * g + l];
-      isum += w[i].scales[g] * group_sum;
-    }
+    for (int g = 0; g < kQK_K / 16; ++g) isum += w[i].scales[g] * group16_dot(q, a[i].qs, g);
     sum += fp16_to_fp32(w[i].d) * a[i].d * isum;
   }
   return sum;
