@@ -423,7 +423,7 @@ TEST(GenModel, BadSpecsAreErrors) {
   RandomModelSpec s = tiny_spec(DType::F16);
   s.n_kv_heads = 3;  // 4 heads
   EXPECT_THROW(plan_random_model(s), Error);
-  s = tiny_spec(DType::Q5_0);  // no quantizer for it
+  s = tiny_spec(DType::IQ4_NL);  // no quantizer for it
   EXPECT_THROW(plan_random_model(s), Error);
   s = tiny_spec(DType::F16);
   s.vocab_from = "/nonexistent.gguf";

@@ -72,6 +72,31 @@ TEST(QuantizeWeights, Q4_1HandCheckedBlock) {
   EXPECT_EQ(y, x);
 }
 
+TEST(QuantizeWeights, Q5_0AndQ5_1HandCheckedBlocks) {
+  // Largest magnitude -16: d = 1, every integer in [-16, 15] exact; element j's 5th bit lands in bit j of qh.
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j - 16);
+  BlockQ5_0 b0{};
+  quantize_row_q5_0(x.data(), &b0, 32);
+  EXPECT_EQ(fp16_to_fp32(b0.d), 1.0f);
+  uint32_t qh;
+  std::memcpy(&qh, b0.qh, 4);
+  EXPECT_EQ(qh, 0xFFFF0000u);  // q = j: elements 16..31 have the 5th bit
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b0.qs[j], static_cast<uint8_t>(j | (j << 4))) << j;
+  std::vector<float> y(32);
+  dequantize_row_q5_0(&b0, y.data(), 32);
+  EXPECT_EQ(y, x);
+
+  // min -4, step 0.25 over 32 levels: exact.
+  for (int j = 0; j < 32; ++j) x[j] = 0.25f * static_cast<float>((j * 7) % 32) - 4.0f;
+  BlockQ5_1 b1{};
+  quantize_row_q5_1(x.data(), &b1, 32);
+  EXPECT_EQ(fp16_to_fp32(b1.d), 0.25f);
+  EXPECT_EQ(fp16_to_fp32(b1.m), -4.0f);
+  dequantize_row_q5_1(&b1, y.data(), 32);
+  EXPECT_EQ(y, x);
+}
+
 TEST(QuantizeWeights, ZeroRowsStayZero) {
   const std::vector<float> zeros(256, 0.0f);
   std::vector<float> y(256, 1.0f);
@@ -172,6 +197,38 @@ TEST(QuantizeWeights, Q4_KIsAccurateAndBeatsPlainMinMax) {
   EXPECT_LT(err, err41) << "Q4_K (with its scale search) should beat plain min/max 4-bit";
 }
 
+TEST(QuantizeWeights, Q5RoundTripsWithinHalfAStep) {
+  const int64_t n = 32 * 64;
+  const std::vector<float> x = gaussian(n, 2, 0.02f);
+  std::vector<BlockQ5_0> q50(static_cast<size_t>(n / 32));
+  std::vector<BlockQ5_1> q51(static_cast<size_t>(n / 32));
+  quantize_row_q5_0(x.data(), q50.data(), n);
+  quantize_row_q5_1(x.data(), q51.data(), n);
+  std::vector<float> y0(static_cast<size_t>(n)), y1(static_cast<size_t>(n));
+  dequantize_row_q5_0(q50.data(), y0.data(), n);
+  dequantize_row_q5_1(q51.data(), y1.data(), n);
+  double err0 = 0, err1 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d0 = std::fabs(fp16_to_fp32(q50[static_cast<size_t>(i / 32)].d));
+    const auto& b1 = q51[static_cast<size_t>(i / 32)];
+    const float d1 = fp16_to_fp32(b1.d);
+    // As Q4_0: the side opposite the largest magnitude clamps at 15 steps, so a whole step there.
+    EXPECT_LE(std::fabs(y0[i] - x[i]), d0 * (1.0f + 0.01f)) << i;
+    EXPECT_LE(std::fabs(y1[i] - x[i]), 0.5f * d1 + 0.01f * d1 + std::fabs(fp16_to_fp32(b1.m)) * 1e-3f) << i;
+    err0 += std::fabs(y0[i] - x[i]);
+    err1 += std::fabs(y1[i] - x[i]);
+  }
+  // 5 bits: about half the error of 4.
+  std::vector<BlockQ4_0> q40(static_cast<size_t>(n / 32));
+  quantize_row_q4_0(x.data(), q40.data(), n);
+  std::vector<float> y4(static_cast<size_t>(n));
+  dequantize_row_q4_0(q40.data(), y4.data(), n);
+  double err4 = 0;
+  for (int64_t i = 0; i < n; ++i) err4 += std::fabs(y4[i] - x[i]);
+  EXPECT_LT(err0, 0.6 * err4);
+  EXPECT_LT(err1, 0.6 * err4);
+}
+
 TEST(QuantizeWeights, RowDispatcherMatchesTheRoutines) {
   const int64_t n = 256;
   const std::vector<float> x = gaussian(n, 3);
@@ -183,14 +240,22 @@ TEST(QuantizeWeights, RowDispatcherMatchesTheRoutines) {
   quantize_row(DType::F16, x.data(), f16.data(), n);
   const auto* h = reinterpret_cast<const uint16_t*>(f16.data());
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h[i], fp32_to_fp16(x[static_cast<size_t>(i)]));
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K})
     EXPECT_TRUE(can_quantize(t)) << dtype_name(t);
+  std::vector<uint8_t> q50(row_bytes(DType::Q5_0, n)), q50_direct(q50.size());
+  quantize_row(DType::Q5_0, x.data(), q50.data(), n);
+  quantize_row_q5_0(x.data(), reinterpret_cast<BlockQ5_0*>(q50_direct.data()), n);
+  EXPECT_EQ(q50, q50_direct);
+  std::vector<uint8_t> q51(row_bytes(DType::Q5_1, n)), q51_direct(q51.size());
+  quantize_row(DType::Q5_1, x.data(), q51.data(), n);
+  quantize_row_q5_1(x.data(), reinterpret_cast<BlockQ5_1*>(q51_direct.data()), n);
+  EXPECT_EQ(q51, q51_direct);
   std::vector<uint8_t> k5(row_bytes(DType::Q5_K, n)), k5_direct(k5.size());
   quantize_row(DType::Q5_K, x.data(), k5.data(), n);
   quantize_row_q5_K(x.data(), reinterpret_cast<BlockQ5_K*>(k5_direct.data()), n);
   EXPECT_EQ(k5, k5_direct);
-  EXPECT_FALSE(can_quantize(DType::Q5_0));
-  std::vector<uint8_t> out(row_bytes(DType::Q5_0, n));
-  EXPECT_THROW(quantize_row(DType::Q5_0, x.data(), out.data(), n), Error);
+  EXPECT_FALSE(can_quantize(DType::IQ4_NL));
+  std::vector<uint8_t> out(row_bytes(DType::IQ4_NL, n));
+  EXPECT_THROW(quantize_row(DType::IQ4_NL, x.data(), out.data(), n), Error);
 }

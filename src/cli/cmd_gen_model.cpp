@@ -45,10 +45,11 @@ DType parse_type(std::string t) {
   for (char& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   const std::pair<const char*, DType> types[] = {{"F32", DType::F32},   {"F16", DType::F16},   {"BF16", DType::BF16},
                                                  {"Q8_0", DType::Q8_0}, {"Q4_0", DType::Q4_0}, {"Q4_1", DType::Q4_1},
-                                                 {"Q4_K", DType::Q4_K}, {"Q5_K", DType::Q5_K}, {"Q6_K", DType::Q6_K}};
+                                                 {"Q5_0", DType::Q5_0}, {"Q5_1", DType::Q5_1}, {"Q4_K", DType::Q4_K},
+                                                 {"Q5_K", DType::Q5_K}, {"Q6_K", DType::Q6_K}};
   for (const auto& [name, type] : types)
     if (t == name) return type;
-  fail("gen-model: unknown weight type '{}' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)", t);
+  fail("gen-model: unknown weight type '{}' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", t);
 }
 
 void run_gen_model(const GenModelArgs& a) {

@@ -45,6 +45,8 @@ uint32_t file_type_of(DType t) {
     case DType::Q4_0: return 2;
     case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
     case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
     case DType::Q5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
     case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K

@@ -56,6 +56,60 @@ void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
 
 namespace {
 
+// Element j's 5th bit into bit j of the block's qh (little-endian).
+void store_high_bits(const uint8_t* q, uint8_t* qh) {
+  uint32_t bits = 0;
+  for (int j = 0; j < 32; ++j) bits |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  std::memcpy(qh, &bits, 4);
+}
+
+void store_5bit(const uint8_t* q, uint8_t* qs, uint8_t* qh) {
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+  store_high_bits(q, qh);
+}
+
+}  // namespace
+
+void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float* xb = x + i * kQK4_0;
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK4_0; ++j) {
+      if (amax < std::fabs(xb[j])) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    uint8_t q[kQK4_0];
+    for (int j = 0; j < kQK4_0; ++j)
+      q[j] = static_cast<uint8_t>(std::min(31, static_cast<int>(static_cast<int8_t>(xb[j] * id + 16.5f))));
+    store_5bit(q, y[i].qs, y[i].qh);
+  }
+}
+
+void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_1; ++i) {
+    const float* xb = x + i * kQK4_1;
+    float min = xb[0], max = xb[0];
+    for (int j = 1; j < kQK4_1; ++j) {
+      min = std::min(min, xb[j]);
+      max = std::max(max, xb[j]);
+    }
+    const float d = (max - min) / 31.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    y[i].m = fp32_to_fp16(min);
+    uint8_t q[kQK4_1];
+    for (int j = 0; j < kQK4_1; ++j) q[j] = static_cast<uint8_t>((xb[j] - min) * id + 0.5f);
+    store_5bit(q, y[i].qs, y[i].qh);
+  }
+}
+
+namespace {
+
 // ggml's make_qkx2_quants: quantizes n values to [0, nmax] with a scale and a (non-positive) offset,
 // trying nstep+1 candidate scales around the min/max one and keeping the best weighted fit. Returns the
 // scale and stores -offset in *the_min.
@@ -321,6 +375,8 @@ bool can_quantize(DType type) {
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return true;
@@ -336,6 +392,8 @@ void quantize_row(DType type, const float* x, void* dst, int64_t n) {
     case DType::Q8_0: quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n); return;
     case DType::Q4_0: quantize_row_q4_0(x, static_cast<BlockQ4_0*>(dst), n); return;
     case DType::Q4_1: quantize_row_q4_1(x, static_cast<BlockQ4_1*>(dst), n); return;
+    case DType::Q5_0: quantize_row_q5_0(x, static_cast<BlockQ5_0*>(dst), n); return;
+    case DType::Q5_1: quantize_row_q5_1(x, static_cast<BlockQ5_1*>(dst), n); return;
     case DType::Q4_K: quantize_row_q4_K(x, static_cast<BlockQ4_K*>(dst), n); return;
     case DType::Q5_K: quantize_row_q5_K(x, static_cast<BlockQ5_K*>(dst), n); return;
     case DType::Q6_K: quantize_row_q6_K(x, static_cast<BlockQ6_K*>(dst), n); return;

@@ -14,6 +14,11 @@ namespace kvserve {
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);
 // ggml's quantize_row_q4_1_ref: per block of 32, d = (max - min) / 15, m = min.
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n);
+// ggml's quantize_row_q5_0_ref: Q4_0's with 5 bits, d = (signed value of largest magnitude) / -16,
+// q = min(31, (int)(x/d + 16.5)).
+void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n);
+// ggml's quantize_row_q5_1_ref: Q4_1's with 5 bits, d = (max - min) / 31, m = min.
+void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n);
 // ggml's quantize_row_q4_K_ref: per 32-element sub-block a weighted least-squares scale/min search
 // (make_qkx2_quants), scales and mins stored as 6 bits against fp16 super-block scales.
 void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n);
@@ -24,7 +29,7 @@ void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n);
 void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
 
 // Quantizes one row of n elements (a multiple of the type's block size) of `type` into dst
-// (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; throws Error otherwise.
+// (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; throws Error otherwise.
 void quantize_row(DType type, const float* x, void* dst, int64_t n);
 // True when quantize_row supports `type`.
 bool can_quantize(DType type);
