@@ -83,6 +83,7 @@ inline void opaque(V& v) {
 template <bool kQ4_1>
 constexpr size_t kQ4RecordBytes = (kQ4_1 ? 32 : 16) + 128;
 constexpr size_t kQ8_0RecordBytes = 16 + 256;
+constexpr size_t kQ5_0RecordBytes = 16 + 128 + 32;
 
 // Block i's share of the far stream, into L2 (the caller's next weights, needed only after this call and
 // its repeats), for weights of kRecordBytes per 8-row group and block of kBlockCols columns (32, or 256 for
@@ -268,6 +269,98 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     }
   }
   store_groups<R, T>(acc, out, stride);
+}
+
+// Q5_0: Q4_0's nibble steps with each quant's 5th bit added from the record's bit vector (bit g of a byte
+// for step g). With vpdpbusd the quants are used unsigned (0..31) and -16 * sum(y) (twice Q4_0's offset)
+// starts the int32 sum. On AVX2 they are made signed (-16..15) for the sign trick instead: |q| <= 16 keeps
+// each pair sum within +-4064 and a block's 8 in int16 within +-32512, where 0..31 would overflow. The
+// integer sums are the same either way, so the two kernels' results are bit-identical.
+template <bool kVnni, int R, int T>
+void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
+                     int64_t stride, const uint8_t* far) {
+  constexpr size_t kRecordBytes = kQ5_0RecordBytes;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[R];
+    block_records<kRecordBytes, R, 32, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
+    __m256i sum[R][T];
+    constexpr bool kTwoChains = kVnni && two_vnni_chains(R * T);
+    [[maybe_unused]] __m256i sum_odd[R][T];  // with kTwoChains: the odd steps' sums
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      __m256i q[R];
+      [[maybe_unused]] __m256i q_abs[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16) + g % 4);
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16 + 128));
+        // Bit g of each byte to bit 4 (16-bit shifts: the mask drops what crossed from the other byte).
+        const __m256i fifth = g < 4 ? _mm256_sll_epi16(bits, _mm_cvtsi32_si128(4 - g))
+                                    : _mm256_srl_epi16(bits, _mm_cvtsi32_si128(g - 4));
+        q[r] = _mm256_or_si256(_mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask),
+                               _mm256_and_si256(fifth, bit4));
+        if constexpr (!kVnni) {
+          q[r] = _mm256_sub_epi8(q[r], bit4);  // -16..15
+          q_abs[r] = _mm256_sign_epi8(q[r], q[r]);
+        }
+      }
+      const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+#pragma GCC unroll 6
+      for (int t = 0; t < T; ++t) {
+        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + elem);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          if constexpr (kVnni) {
+            const __m256i start = _mm256_set1_epi32(-2 * acts[t].q4_offset[i]);
+            if (!kTwoChains || g % 2 == 0) {
+              sum[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : sum[r][t], q[r], y);
+            } else {
+              sum_odd[r][t] = _mm256_dpbusd_epi32(g == 1 ? _mm256_setzero_si256() : sum_odd[r][t], q[r], y);
+            }
+          } else {
+            const __m256i p = _mm256_maddubs_epi16(q_abs[r], _mm256_sign_epi8(y, q[r]));
+            sum[r][t] = g == 0 ? p : _mm256_add_epi16(sum[r][t], p);
+            opaque(sum[r][t]);
+          }
+        }
+      }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) {
+      const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+        const __m256i isum = !kVnni       ? _mm256_madd_epi16(sum[r][t], ones)
+                             : kTwoChains ? _mm256_add_epi32(sum[r][t], sum_odd[r][t])
+                                          : sum[r][t];
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
+      }
+    }
+  }
+  store_groups<R, T>(acc, out, stride);
+}
+
+template <bool kVnni>
+void gemm_q5_0_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
+                   int64_t out_stride, const uint8_t* far) {
+  const int64_t nb = n / 32;
+  const size_t group_bytes = static_cast<size_t>(nb) * kQ5_0RecordBytes;
+  with_token_count<6>(n_tok, [&]<int T>() {
+    if (n_groups == 2) {
+      gemm_q5_0_fixed<kVnni, 2, T>(nb, group, group_bytes, acts, out, out_stride, far);
+    } else {
+      gemm_q5_0_fixed<kVnni, 1, T>(nb, group, group_bytes, acts, out, out_stride, far);
+    }
+  });
 }
 
 template <bool kVnni, int R>

@@ -12,14 +12,15 @@
 namespace kvserve {
 
 bool has_interleaved_layout(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K ||
-         type == DType::Q5_K || type == DType::Q6_K;
+  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q8_0 ||
+         type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
 }
 
 size_t interleaved_block_bytes(DType type) {
   switch (type) {
     case DType::Q4_0: return kInterleaveRows * sizeof(BlockQ4_0);
     case DType::Q4_1: return kInterleaveRows * sizeof(BlockQ4_1);
+    case DType::Q5_0: return kInterleaveRows * sizeof(BlockQ5_0);
     case DType::Q8_0: return kInterleaveRows * sizeof(BlockQ8_0);
     case DType::Q4_K: return kQ4KRecordBytes;
     case DType::Q5_K: return kQ5KRecordBytes;
@@ -45,7 +46,7 @@ size_t far_prefetch_bytes(DType type) {
 // 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  if (!has_interleaved_layout(type)) return false;
+  if (!has_interleaved_layout(type) || type == DType::Q5_0) return false;  // Q5_0 has no pair kernels
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
@@ -72,6 +73,30 @@ void interleave(const Tensor& w, uint8_t* dst) {
       for (int h = 0; h < kVectors; ++h)
         for (int r = 0; r < kInterleaveRows; ++r) std::memcpy(p + 32 * h + 4 * r, rows[r][i].qs + 4 * h, 4);
       dst += kInterleaveRows * sizeof(Block);
+    }
+  }
+}
+// Q5_0: Q4_0's record, then the 5th bits in the order the kernel's nibble steps take them.
+void interleave_q5_0(const Tensor& w, uint8_t* dst) {
+  const int64_t nb = w.cols() / 32;
+  const int64_t groups = w.rows() / kInterleaveRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < nb; ++i) {
+      uint8_t* bits = dst + 16 + 128;
+      std::memset(bits, 0, 32);
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        const BlockQ5_0& b = reinterpret_cast<const BlockQ5_0*>(w.row(g * kInterleaveRows + r))[i];
+        std::memcpy(dst + 2 * r, &b.d, 2);
+        for (int h = 0; h < 4; ++h) std::memcpy(dst + 16 + 32 * h + 4 * r, b.qs + 4 * h, 4);
+        uint32_t qh;
+        std::memcpy(&qh, b.qh, 4);
+        for (int k = 0; k < 4; ++k)
+          for (int step = 0; step < 8; ++step) {
+            const int element = step < 4 ? 4 * step + k : 16 + 4 * (step - 4) + k;
+            bits[4 * r + k] |= static_cast<uint8_t>(((qh >> element) & 1) << step);
+          }
+      }
+      dst += kInterleaveRows * sizeof(BlockQ5_0);
     }
   }
 }
@@ -239,6 +264,7 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
   switch (w.type) {
     case DType::Q4_0: interleave<BlockQ4_0>(w, dst); break;
     case DType::Q4_1: interleave<BlockQ4_1>(w, dst); break;
+    case DType::Q5_0: interleave_q5_0(w, dst); break;
     case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, dst); break;
     case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
     case DType::Q6_K: interleave_q6_K(w, dst); break;
