@@ -410,7 +410,7 @@ struct Q32KernelCase {
     data = random_weights(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, rng);
     if (edit_weights) edit_weights(data);
     w = make_tensor(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
-    if (type != DType::Q5_0) paired = interleave_rows(w, /*pairs=*/true);  // Q5_0 has no pair layout
+    if (type != DType::Q5_0 && type != DType::IQ4_NL) paired = interleave_rows(w, /*pairs=*/true);  // none for them
     const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
     pack.reset(act_type, n_in, kTok);
     for (int t = 0; t < kTok; ++t) {
@@ -485,7 +485,7 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
   constexpr int64_t kStride = 8 * kGroups + 3;  // not a multiple of 8: stores must not assume alignment
   const int64_t n_in = 160;
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 5);
     Q32KernelCase c(type, n_in, rng);
     const Tensor& w = c.w;
@@ -493,6 +493,7 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
     const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                       : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                       : type == DType::Q5_0 ? avx2::gemm_interleaved_q5_0
+                      : type == DType::IQ4_NL ? avx2::gemm_interleaved_iq4_nl
                                             : avx2::gemm_interleaved_q8_0;
     const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
     const size_t group_bytes = interleaved_group_bytes(type, n_in);
@@ -546,11 +547,11 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
 TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
   const int64_t n_in = 256;
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 31);
     // Row 0: the extreme quant bytes (every nibble 0xF, or bytes -128 and 127 alternating).
     const auto extreme_row0 = [&](std::vector<uint8_t>& data) {
-      // Q5_0's from its qh on: every quant 31.
+      // Q5_0's from its qh on: every quant 31; IQ4_NL's every index 15 (level 113).
       const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1 ? 4 : 2;
       for (int64_t b = 0; b < n_in / 32; ++b)
         for (size_t k = quant_off; k < block; ++k)
@@ -562,13 +563,15 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
     const auto avx2_gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                            : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                            : type == DType::Q5_0 ? avx2::gemm_interleaved_q5_0
+                           : type == DType::IQ4_NL ? avx2::gemm_interleaved_iq4_nl
                                                  : avx2::gemm_interleaved_q8_0;
     const auto vnni_gemm = type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                            : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                            : type == DType::Q5_0 ? avx512vnni::gemm_interleaved_q5_0
+                           : type == DType::IQ4_NL ? avx512vnni::gemm_interleaved_iq4_nl
                                                  : avx512vnni::gemm_interleaved_q8_0;
     expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
-    if (type == DType::Q5_0) continue;  // no pair layout
+    if (type == DType::Q5_0 || type == DType::IQ4_NL) continue;  // no pair layout
     // The 512-bit pair kernels on the pair layout (both groups of a pair in one register, up to
     // kMaxZmmTokens tokens), whichever kernel matmul would pick on this CPU: every pair and token count,
     // with a far stream, against the AVX2 kernel on the group layout in the passes it takes.
@@ -640,7 +643,9 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
 TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
   if (env_switch("KVSERVE_PAIRS") >= 0 || cpu_zmm_forced() >= 0) GTEST_SKIP() << "the environment overrides the choice";
   EXPECT_TRUE(has_interleaved_layout(DType::Q5_0));
-  EXPECT_FALSE(interleaved_pairs_preferred(DType::Q5_0));  // it has no pair kernels
+  EXPECT_FALSE(interleaved_pairs_preferred(DType::Q5_0));  // they have no pair kernels
+  EXPECT_TRUE(has_interleaved_layout(DType::IQ4_NL));
+  EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_NL));
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K,
                      DType::Q5_K, DType::Q6_K}) {
     const bool paired = interleaved_pairs_preferred(type);

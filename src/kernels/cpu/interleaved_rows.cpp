@@ -12,8 +12,8 @@
 namespace kvserve {
 
 bool has_interleaved_layout(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q8_0 ||
-         type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
+  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::IQ4_NL ||
+         type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
 }
 
 size_t interleaved_block_bytes(DType type) {
@@ -21,6 +21,7 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q4_0: return kInterleaveRows * sizeof(BlockQ4_0);
     case DType::Q4_1: return kInterleaveRows * sizeof(BlockQ4_1);
     case DType::Q5_0: return kInterleaveRows * sizeof(BlockQ5_0);
+    case DType::IQ4_NL: return kInterleaveRows * sizeof(BlockIQ4_NL);
     case DType::Q8_0: return kInterleaveRows * sizeof(BlockQ8_0);
     case DType::Q4_K: return kQ4KRecordBytes;
     case DType::Q5_K: return kQ5KRecordBytes;
@@ -46,7 +47,8 @@ size_t far_prefetch_bytes(DType type) {
 // 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  if (!has_interleaved_layout(type) || type == DType::Q5_0) return false;  // Q5_0 has no pair kernels
+  // Q5_0 and IQ4_NL have no pair kernels.
+  if (!has_interleaved_layout(type) || type == DType::Q5_0 || type == DType::IQ4_NL) return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
@@ -265,6 +267,7 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
     case DType::Q4_0: interleave<BlockQ4_0>(w, dst); break;
     case DType::Q4_1: interleave<BlockQ4_1>(w, dst); break;
     case DType::Q5_0: interleave_q5_0(w, dst); break;
+    case DType::IQ4_NL: interleave<BlockIQ4_NL>(w, dst); break;
     case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, dst); break;
     case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
     case DType::Q6_K: interleave_q6_K(w, dst); break;

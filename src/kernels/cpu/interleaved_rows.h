@@ -1,5 +1,5 @@
 #pragma once
-// Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights repacked 8 rows at a time for the AVX2 "x8" kernels.
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 / Q4_K / Q5_K / Q6_K weights repacked 8 rows at a time for the AVX2 "x8" kernels.
 //
 // Why: on the CPUs we run on, a one-row dot spends most of its instructions per 32-element block on
 // work that is not multiplying (sign fix-ups, madd, int->float, scale, FMA, and a horizontal sum at the
@@ -18,6 +18,7 @@
 //   then one 32-byte vector of the 5th bits: row r's byte 4r + k holds in bit g that of the element nibble
 //   step g of the kernel takes from byte k (g < 4: the low nibbles of vector g, element 4g + k; g >= 4:
 //   the high nibbles of vector g - 4, element 16 + 4(g - 4) + k). No pair layout.
+// IQ4_NL, per group and block, 144 bytes: Q4_0's record, its nibbles indices into kIQ4Values. No pair layout.
 // Q4_K (256-element blocks), per group and block, 1184 bytes (the rows' own 8 x 144 plus 32):
 //   8 x fp16 d, 8 x fp16 dmin (row order), 64 bytes of sub-block scales (byte 8s + r: row r's scale of
 //   sub-block s, 6 bits unpacked), 64 bytes of sub-block mins (same order), then 32 x 32 bytes of
@@ -134,6 +135,8 @@ void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                             float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 // Q4_K, Q5_K and Q6_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract (the far
 // stream is n / 32 * far_prefetch_bytes(type) bytes).
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
@@ -156,11 +159,13 @@ void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_group
                                     const uint8_t* prefetch = nullptr);
 }  // namespace avx2
 
-// The Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K kernels above with vpdpbusd, bit-identical to them;
-// only after cpu_has_avx512_vnni().
+// The Q4_0 / Q4_1 / Q8_0 / Q5_0 / IQ4_NL / Q4_K / Q5_K / Q6_K kernels above with vpdpbusd, bit-identical to
+// them; only after cpu_has_avx512_vnni().
 namespace avx512vnni {
 void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                             float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,

@@ -17,6 +17,11 @@ void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const 
   gemm_q5_0_any<true>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
+void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                             float* out, int64_t out_stride, const uint8_t* prefetch) {
+  gemm_iq4_nl_any<true>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+}
+
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
   gemm_any<true, false>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);

@@ -331,10 +331,12 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
         const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                                 : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                                 : w.type == DType::Q5_0 ? avx512vnni::gemm_interleaved_q5_0
+                                : w.type == DType::IQ4_NL ? avx512vnni::gemm_interleaved_iq4_nl
                                                         : avx512vnni::gemm_interleaved_q8_0)
                              : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
                                 : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
                                 : w.type == DType::Q5_0 ? avx2::gemm_interleaved_q5_0
+                                : w.type == DType::IQ4_NL ? avx2::gemm_interleaved_iq4_nl
                                                         : avx2::gemm_interleaved_q8_0);
         fn(n_in, group, n_groups, p.packed + t0, n, out + t0 * stride, stride, f);
       }
