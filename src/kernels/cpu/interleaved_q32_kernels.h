@@ -207,13 +207,43 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
   store_groups<R, T>(acc, out, stride);
 }
 
-// Q8_0: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127, too
-// large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
+// The signed 8-bit quant vectors of the two record kinds the kernel below takes: vector g of a block (4 bytes
+// of each row) and the activation elements it multiplies.
+// Q8_0: the record's 8 quant vectors as stored.
+struct Q8_0Vectors {
+  static constexpr size_t kRecordBytes = kQ8_0RecordBytes;
+  explicit Q8_0Vectors(const int8_t*) {}
+  static int elem(int g) { return 4 * g; }
+  __m256i vector(const uint8_t* rec, int g) const {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16) + g);
+  }
+};
+
+// IQ4_NL: Q4_0's record (low nibbles of its 4 vectors, then the high ones), each nibble an index into the
+// 16 signed levels (-127..113).
+struct IQ4_NLVectors {
+  static constexpr size_t kRecordBytes = 16 + 128;
+  __m256i table;
+  explicit IQ4_NLVectors(const int8_t* levels) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
+    table = _mm256_set_m128i(t, t);
+  }
+  static int elem(int g) { return g < 4 ? 4 * g : 16 + 4 * (g - 4); }
+  __m256i vector(const uint8_t* rec, int g) const {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16) + g % 4);
+    return _mm256_shuffle_epi8(table, _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4),
+                                                       _mm256_set1_epi8(0x0F)));
+  }
+};
+
+// Q8_0 and IQ4_NL: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127,
+// too large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
 // R groups as in the Q4 kernels above.
-template <bool kVnni, int R, int T>
-void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                     int64_t stride, const uint8_t* far) {
-  constexpr size_t kRecordBytes = kQ8_0RecordBytes;
+template <bool kVnni, typename Vectors, int R, int T>
+void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
+                        int64_t stride, const uint8_t* far) {
+  constexpr size_t kRecordBytes = Vectors::kRecordBytes;
+  const Vectors vectors(kIQ4Values);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
 #pragma GCC unroll 2
@@ -231,14 +261,14 @@ void gemm_q8_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
       __m256i w[R], w_abs[R];
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
-        w[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16) + g);
+        w[r] = vectors.vector(rec[r], g);
         // vpdpbusd takes w + 128 (unsigned, the sign bit flipped); the 128 * sum(y) it adds is taken
         // off per block below.
         w_abs[r] = kVnni ? _mm256_xor_si256(w[r], _mm256_set1_epi8(-128)) : _mm256_sign_epi8(w[r], w[r]);
       }
 #pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
-        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + 4 * g);
+        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + Vectors::elem(g));
 #pragma GCC unroll 2
         for (int r = 0; r < R; ++r) {
           if constexpr (kVnni) {
@@ -363,93 +393,11 @@ void gemm_q5_0_any(int64_t n, const uint8_t* group, int n_groups, const PackedAc
   });
 }
 
-// IQ4_NL: Q4_0's nibbles as indices into its 16 signed levels (-127..113), looked up per quant vector, then
-// Q8_0's products: on AVX2 the sign trick (pair sums up to 2 * 127 * 127, one madd per vector); with
-// vpdpbusd the table holds level + 128 (unsigned) and 128 * sum(y) is taken off from the start.
-template <bool kVnni, int R, int T>
-void gemm_iq4_nl_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                       int64_t stride, const uint8_t* far) {
-  constexpr size_t kRecordBytes = 16 + 128;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values));
-  const __m128i table128 = kVnni ? _mm_xor_si128(levels, _mm_set1_epi8(-128)) : levels;
-  const __m256i table = _mm256_set_m128i(table128, table128);
-  __m256 acc[R][T];
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 6
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* rec[R];
-    block_records<kRecordBytes, R, 32, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
-    __m256i isum[R][T];
-    constexpr bool kTwoChains = kVnni && two_vnni_chains(R * T);
-    [[maybe_unused]] __m256i isum_odd[R][T];  // with kTwoChains: the odd steps' sums
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      __m256i w[R];
-      [[maybe_unused]] __m256i w_abs[R];
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16) + g % 4);
-        w[r] = _mm256_shuffle_epi8(table, _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask));
-        if constexpr (!kVnni) w_abs[r] = _mm256_sign_epi8(w[r], w[r]);
-      }
-      const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
-#pragma GCC unroll 6
-      for (int t = 0; t < T; ++t) {
-        const __m256i y = broadcast_4_bytes(acts[t].qs + 32 * i + elem);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; ++r) {
-          if constexpr (kVnni) {
-            const __m256i start = _mm256_set1_epi32(-16 * acts[t].q4_offset[i]);
-            if (!kTwoChains || g % 2 == 0) {
-              isum[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : isum[r][t], w[r], y);
-            } else {
-              isum_odd[r][t] = _mm256_dpbusd_epi32(g == 1 ? _mm256_setzero_si256() : isum_odd[r][t], w[r], y);
-            }
-          } else {
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs[r], _mm256_sign_epi8(y, w[r])), ones);
-            isum[r][t] = g == 0 ? p : _mm256_add_epi32(isum[r][t], p);
-            opaque(isum[r][t]);
-          }
-        }
-      }
-    }
-#pragma GCC unroll 6
-    for (int t = 0; t < T; ++t) {
-      const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
-        const __m256i sum = kTwoChains ? _mm256_add_epi32(isum[r][t], isum_odd[r][t]) : isum[r][t];
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(sum), acc[r][t]);
-      }
-    }
-  }
-  store_groups<R, T>(acc, out, stride);
-}
-
-template <bool kVnni>
-void gemm_iq4_nl_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* far) {
-  const int64_t nb = n / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * (16 + 128);
+template <bool kVnni, typename Vectors, int R>
+void gemm_signed8_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
+                         float* out, int64_t stride, const uint8_t* far) {
   with_token_count<6>(n_tok, [&]<int T>() {
-    if (n_groups == 2) {
-      gemm_iq4_nl_fixed<kVnni, 2, T>(nb, group, group_bytes, acts, out, out_stride, far);
-    } else {
-      gemm_iq4_nl_fixed<kVnni, 1, T>(nb, group, group_bytes, acts, out, out_stride, far);
-    }
-  });
-}
-
-template <bool kVnni, int R>
-void gemm_q8_0_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, int n_tok,
-                      float* out, int64_t stride, const uint8_t* far) {
-  with_token_count<6>(n_tok, [&]<int T>() {
-    gemm_q8_0_fixed<kVnni, R, T>(nb, group, group_bytes, acts, out, stride, far);
+    gemm_signed8_fixed<kVnni, Vectors, R, T>(nb, group, group_bytes, acts, out, stride, far);
   });
 }
 
@@ -473,15 +421,16 @@ void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32*
   }
 }
 
-template <bool kVnni>
-void gemm_q8_0_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
-                   int64_t out_stride, const uint8_t* far) {
+// Q8_0 (Vectors = Q8_0Vectors) or IQ4_NL (IQ4_NLVectors) groups.
+template <bool kVnni, typename Vectors>
+void gemm_signed8_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
+                      int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ8_0RecordBytes;
+  const size_t group_bytes = static_cast<size_t>(nb) * Vectors::kRecordBytes;
   if (n_groups == 2) {
-    gemm_q8_0_tokens<kVnni, 2>(nb, group, group_bytes, acts, n_tok, out, out_stride, far);
+    gemm_signed8_tokens<kVnni, Vectors, 2>(nb, group, group_bytes, acts, n_tok, out, out_stride, far);
   } else {
-    gemm_q8_0_tokens<kVnni, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride, far);
+    gemm_signed8_tokens<kVnni, Vectors, 1>(nb, group, group_bytes, acts, n_tok, out, out_stride, far);
   }
 }
 

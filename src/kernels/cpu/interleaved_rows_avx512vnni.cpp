@@ -9,7 +9,7 @@ namespace kvserve::avx512vnni {
 
 void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_q8_0_any<true>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+  gemm_signed8_any<true, Q8_0Vectors>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
 void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
@@ -19,7 +19,7 @@ void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const 
 
 void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                              float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_iq4_nl_any<true>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+  gemm_signed8_any<true, IQ4_NLVectors>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,

@@ -47,7 +47,7 @@ inline __m512i broadcast4(const int8_t* p) {
 
 enum class Q32 { kQ4_0, kQ4_1, kQ8_0 };
 
-// Q4_0 / Q4_1 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed and gemm_q8_0_fixed
+// Q4_0 / Q4_1 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed and gemm_signed8_fixed
 // (kVnni = true) of interleaved_q32_kernels.h with both groups of a pair in one register. A block is 8
 // quant vectors g: Q4's 4 packed vectors as their low nibbles (elements 4g) then their high ones (16 + 4(g
 // - 4)); Q8_0's 8 vectors as w + 128 unsigned, the 128 * sum(y) that adds taken off at the start of the
