@@ -282,12 +282,17 @@ TEST(ServerHttp, MetricsAndBlockMap) {
   LiveServer server(engine);
   auto cli = server.client();
   ASSERT_TRUE(cli.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 3})", "application/json"));
+  auto bad = cli.Post("/v1/completions", "{not json", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
   auto metrics = cli.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
   EXPECT_NE(metrics->body.find("kvserve_e2e_request_latency_seconds_count 1\n"), std::string::npos) << metrics->body;
   EXPECT_NE(metrics->body.find("kvserve_kv_blocks{state=\"cached\"} 1\n"), std::string::npos);
+  // Each response is counted before it is sent, so /metrics right after it sees it.
   EXPECT_NE(metrics->body.find("kvserve_http_requests_total{status=\"2xx\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("kvserve_http_requests_total{status=\"4xx\"} 1\n"), std::string::npos);
   auto blocks = cli.Get("/v1/kv/blocks");
   ASSERT_TRUE(blocks);
   const json map = json::parse(blocks->body);
