@@ -74,32 +74,6 @@ bool has_block32_tile(DType weight_type) {
   }
 }
 
-bool unpacks_to_q8_0(DType weight_type) { return weight_type == DType::Q5_0 || weight_type == DType::IQ4_NL; }
-
-void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
-                         BlockQ8_0* dst) {
-  const int64_t nb = n / 32;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    BlockQ8_0* out = dst + r * nb;
-    if (weight_type == DType::Q5_0) {
-      const auto* in = reinterpret_cast<const BlockQ5_0*>(src + r * row_stride);
-      for (int64_t i = 0; i < nb; ++i) {
-        out[i].d = in[i].d;
-        unpack_q5_0(in[i], out[i].qs);
-      }
-    } else {
-      const auto* in = reinterpret_cast<const BlockIQ4_NL*>(src + r * row_stride);
-      for (int64_t i = 0; i < nb; ++i) {
-        out[i].d = in[i].d;
-        for (int j = 0; j < 16; ++j) {
-          out[i].qs[j] = kIQ4Values[in[i].qs[j] & 0xF];
-          out[i].qs[j + 16] = kIQ4Values[in[i].qs[j] >> 4];
-        }
-      }
-    }
-  }
-}
-
 namespace avx2 {
 namespace {
 float single_dot(DType weight_type, DType act_type, int64_t n, const void* w, const void* a) {

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 
@@ -86,21 +85,6 @@ void tile_iq4_nl(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, con
                  float* out);
 
 Block32TileFn block32_tile(DType weight_type);
-
-// unpack_rows_to_q8_0 below, on AVX2 (the same bytes).
-void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
-                         BlockQ8_0* dst);
-
-}  // namespace avx2
-
-// True for Q5_0 and IQ4_NL: rows that unpack_rows_to_q8_0 turns into Q8_0 rows giving the same tile bits.
-bool unpacks_to_q8_0(DType weight_type);
-// n_rows rows of n elements of a Q5_0 or IQ4_NL tensor (row_stride bytes apart) as Q8_0 rows at dst
-// (row_bytes(Q8_0, n) apart): the same scales and signed quants.
-void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
-                         BlockQ8_0* dst);
-
-namespace avx2 {
 
 }  // namespace avx2
 }  // namespace kvserve

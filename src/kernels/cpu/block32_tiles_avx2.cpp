@@ -45,8 +45,6 @@ struct Q4_1Weights {
 };
 
 // Q5_0: 0..31 less 16; IQ4_NL: its signed levels (-127..113); Q5_1: 0..31 unsigned, with Q4_1's min term.
-// Q5_0 and IQ4_NL give the Q8_0 tile's bits over their rows unpacked to Q8_0 (unpack_rows_to_q8_0): the
-// same signed quants, scale and order.
 struct Q5_0Weights {
   using Block = BlockQ5_0;
   static constexpr bool kSigned = true;
@@ -158,28 +156,6 @@ void tile_q5_1(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const
 void tile_iq4_nl(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
                  float* out) {
   tile_any<IQ4_NLWeights>(n, w, row_stride, n_rows, acts, n_tok, out);
-}
-
-void unpack_rows_to_q8_0(DType weight_type, const uint8_t* src, size_t row_stride, int64_t n_rows, int64_t n,
-                         BlockQ8_0* dst) {
-  const int64_t nb = n / 32;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    BlockQ8_0* out = dst + r * nb;
-    const uint8_t* row = src + r * row_stride;
-    for (int64_t i = 0; i < nb; ++i) {
-      __m256i q;
-      if (weight_type == DType::Q5_0) {
-        const auto& b = reinterpret_cast<const BlockQ5_0*>(row)[i];
-        out[i].d = b.d;
-        q = Q5_0Weights::quants(b);
-      } else {
-        const auto& b = reinterpret_cast<const BlockIQ4_NL*>(row)[i];
-        out[i].d = b.d;
-        q = IQ4_NLWeights::quants(b);
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].qs), q);
-    }
-  }
 }
 
 }  // namespace kvserve::avx2

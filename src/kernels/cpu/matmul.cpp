@@ -469,33 +469,22 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
     if (row_begin >= row_end) return;
   }
   if (a.block32) {
+    const avx2::Block32TileFn tile = avx2::block32_tile(w.type);
     constexpr int kTok = avx2::kMaxBlock32Tokens;
-    // Q5_0 / IQ4_NL over more tokens than one pass: each chunk's rows are unpacked to Q8_0 once, and every
-    // pass runs the Q8_0 tile on them (the same bits as their own tiles, which unpack per pass).
-    const bool unpack = n_tokens > kTok && unpacks_to_q8_0(w.type);
-    const avx2::Block32TileFn tile = avx2::block32_tile(unpack ? DType::Q8_0 : w.type);
-    const size_t tile_row_bytes = unpack ? row_bytes(DType::Q8_0, n_in) : w_row_bytes;
-    thread_local std::vector<BlockQ8_0> unpacked;
     for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
       const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
-      const uint8_t* rows = w.row(chunk);
-      if (unpack) {
-        grow_to(unpacked, (chunk_end - chunk) * (n_in / 32));
-        avx2::unpack_rows_to_q8_0(w.type, rows, w_row_bytes, chunk_end - chunk, n_in, unpacked.data());
-        rows = reinterpret_cast<const uint8_t*>(unpacked.data());
-      }
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kTok) {
         const int n_tok = static_cast<int>(std::min<int64_t>(kTok, n_tokens - t0));
         PackedActs32 acts[kTok];
         for (int t = 0; t < n_tok; ++t) acts[t] = a.pack->token(t0 + t);
-        // One token over the types without an interleaved layout (Q5_0, Q5_1, IQ4_NL): one row a call. The
-        // rows then stream one after another; 4 or 2 rows a call read them as that many streams, and cold
-        // 8192 x 2048 Q5_0 / IQ4_NL took ~2x as long (1030-1160 against 544 us; 925 against 427).
+        // One token over a type without an interleaved layout (Q5_1): one row a call. The rows then stream
+        // one after another; 4 or 2 rows a call read them as that many streams, and cold 8192 x 2048 Q5_0 /
+        // IQ4_NL took ~2x as long before they had their layouts (1030-1160 against 544 us; 925 against 427).
         const int tile_rows = n_tok == 1 && !has_interleaved_layout(w.type) ? 1 : block32_tile_rows(n_tok);
         for (int64_t r = chunk; r < chunk_end; r += tile_rows) {
           const int n_rows = static_cast<int>(std::min<int64_t>(tile_rows, chunk_end - r));
           float out[avx2::kMaxTileRows * kTok];
-          tile(n_in, rows + (r - chunk) * tile_row_bytes, tile_row_bytes, n_rows, acts, n_tok, out);
+          tile(n_in, w.row(r), w_row_bytes, n_rows, acts, n_tok, out);
           for (int i = 0; i < n_rows; ++i)
             for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r + i] = out[i * n_tok + t];
         }
