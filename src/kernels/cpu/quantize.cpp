@@ -3,22 +3,44 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "core/fp16.h"
 
 namespace kvserve {
 
+namespace {
+
+// A 32-element block's value of largest magnitude, with its sign (the first one on ties), as ggml's
+// Q4_0 / Q5_0 quantizers take it.
+float largest_magnitude(const float* xb) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(xb[j])) {
+      amax = std::fabs(xb[j]);
+      max = xb[j];
+    }
+  }
+  return max;
+}
+
+// A 32-element block's smallest and largest values (Q4_1 / Q5_1).
+std::pair<float, float> min_max(const float* xb) {
+  float min = xb[0], max = xb[0];
+  for (int j = 1; j < 32; ++j) {
+    min = std::min(min, xb[j]);
+    max = std::max(max, xb[j]);
+  }
+  return {min, max};
+}
+
+}  // namespace
+
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const float* xb = x + i * kQK4_0;
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK4_0; ++j) {
-      if (amax < std::fabs(xb[j])) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
+    const float max = largest_magnitude(xb);
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
@@ -35,11 +57,7 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK4_1; ++i) {
     const float* xb = x + i * kQK4_1;
-    float min = xb[0], max = xb[0];
-    for (int j = 1; j < kQK4_1; ++j) {
-      min = std::min(min, xb[j]);
-      max = std::max(max, xb[j]);
-    }
+    const auto [min, max] = min_max(xb);
     const float d = (max - min) / 15.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
@@ -73,13 +91,7 @@ void store_5bit(const uint8_t* q, uint8_t* qs, uint8_t* qh) {
 void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const float* xb = x + i * kQK4_0;
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK4_0; ++j) {
-      if (amax < std::fabs(xb[j])) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
+    const float max = largest_magnitude(xb);
     const float d = max / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
@@ -93,11 +105,7 @@ void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
 void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK4_1; ++i) {
     const float* xb = x + i * kQK4_1;
-    float min = xb[0], max = xb[0];
-    for (int j = 1; j < kQK4_1; ++j) {
-      min = std::min(min, xb[j]);
-      max = std::max(max, xb[j]);
-    }
+    const auto [min, max] = min_max(xb);
     const float d = (max - min) / 31.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
