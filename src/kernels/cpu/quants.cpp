@@ -346,22 +346,24 @@ void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
 
 // ---------------------------------------------------------------- scalar dot products
 
+// The float dots sum in double, as ggml's scalar ones do (ggml_float): each product is exact in
+// float for f16 and bf16, so this is the near-exact sum that every SIMD order is measured against.
 float vec_dot_f32_f32(int64_t n, const float* w, const float* a) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += w[i] * a[i];
-  return sum;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(w[i] * a[i]);
+  return static_cast<float>(sum);
 }
 
 float vec_dot_f16_f16(int64_t n, const uint16_t* w, const uint16_t* a) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += fp16_to_fp32(w[i]) * fp16_to_fp32(a[i]);
-  return sum;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(fp16_to_fp32(w[i]) * fp16_to_fp32(a[i]));
+  return static_cast<float>(sum);
 }
 
 float vec_dot_bf16_bf16(int64_t n, const uint16_t* w, const uint16_t* a) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += bf16_to_fp32(w[i]) * bf16_to_fp32(a[i]);
-  return sum;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(bf16_to_fp32(w[i]) * bf16_to_fp32(a[i]));
+  return static_cast<float>(sum);
 }
 
 float vec_dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
