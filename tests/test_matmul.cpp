@@ -646,6 +646,8 @@ TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
   EXPECT_FALSE(interleaved_pairs_preferred(DType::Q5_0));  // they have no pair kernels
   EXPECT_TRUE(has_interleaved_layout(DType::IQ4_NL));
   EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_NL));
+  EXPECT_TRUE(has_interleaved_layout(DType::IQ4_XS));
+  EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_XS));
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K,
                      DType::Q5_K, DType::Q6_K}) {
     const bool paired = interleaved_pairs_preferred(type);
@@ -757,9 +759,10 @@ class InterleavedKQuants : public ::testing::TestWithParam<DType> {};
 TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU (or KVSERVE_NO_SIMD set)";
   const DType type = GetParam();
-  const auto gemm = type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
-                    : type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
-                                          : avx2::gemm_interleaved_q6_K;
+  const auto gemm = type == DType::Q4_K     ? avx2::gemm_interleaved_q4_K
+                    : type == DType::Q5_K   ? avx2::gemm_interleaved_q5_K
+                    : type == DType::IQ4_XS ? avx2::gemm_interleaved_iq4_xs
+                                            : avx2::gemm_interleaved_q6_K;
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
   constexpr int64_t kStride = 8 * kGroups + 3;
@@ -813,7 +816,7 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   }
 }
 
-// Q4_K, Q5_K and Q6_K with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
+// Q4_K, Q5_K, Q6_K and IQ4_XS with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
 // (where the AVX2 kernels' int16 sums are closest to overflowing) and one token of the largest
 // activations.
 TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
@@ -833,9 +836,12 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
       std::memset(p + offsetof(BlockQ6_K, ql), 0xFF, sizeof(BlockQ6_K::ql));
       std::memset(p + offsetof(BlockQ6_K, qh), 0xFF, sizeof(BlockQ6_K::qh));
     }
+    if (type == DType::IQ4_XS) {  // every level -127 and every scale -32: the largest products
+      std::memset(p + offsetof(BlockIQ4_XS, scales_h), 0, 2 + sizeof(BlockIQ4_XS::scales_l));
+      std::memset(p + offsetof(BlockIQ4_XS, qs), 0, sizeof(BlockIQ4_XS::qs));
+    }
   }
   const Tensor w = make_tensor(type, kGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
-  const auto paired = interleave_rows(w, /*pairs=*/true);
   std::vector<std::vector<BlockQ8_K>> rows(kTok, std::vector<BlockQ8_K>(n_in / kQK_K));
   const BlockQ8_K* acts[kTok];
   for (int t = 0; t < kTok; ++t) {
@@ -844,14 +850,18 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
     quantize_row_q8_K(x.data(), rows[t].data(), n_in);
     acts[t] = rows[t].data();
   }
-  const auto avx2_gemm = type == DType::Q4_K   ? avx2::gemm_interleaved_q4_K
-                         : type == DType::Q5_K ? avx2::gemm_interleaved_q5_K
-                                               : avx2::gemm_interleaved_q6_K;
-  const auto vnni_gemm = type == DType::Q4_K   ? avx512vnni::gemm_interleaved_q4_K
-                         : type == DType::Q5_K ? avx512vnni::gemm_interleaved_q5_K
-                                               : avx512vnni::gemm_interleaved_q6_K;
+  const auto avx2_gemm = type == DType::Q4_K     ? avx2::gemm_interleaved_q4_K
+                         : type == DType::Q5_K   ? avx2::gemm_interleaved_q5_K
+                         : type == DType::IQ4_XS ? avx2::gemm_interleaved_iq4_xs
+                                                 : avx2::gemm_interleaved_q6_K;
+  const auto vnni_gemm = type == DType::Q4_K     ? avx512vnni::gemm_interleaved_q4_K
+                         : type == DType::Q5_K   ? avx512vnni::gemm_interleaved_q5_K
+                         : type == DType::IQ4_XS ? avx512vnni::gemm_interleaved_iq4_xs
+                                                 : avx512vnni::gemm_interleaved_q6_K;
   expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
+  if (type == DType::IQ4_XS) return;  // no pair layout
   // The 512-bit pair kernels on the pair layout, for every pair and token count.
+  const auto paired = interleave_rows(w, /*pairs=*/true);
   const auto pair_gemm = type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
                          : type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
                                                : avx512zmm::gemm_pairs_q6_K;
@@ -921,7 +931,8 @@ TEST_P(UnpackedKQuants, UnpackedQuantsGiveTheBitsOfThePackedKernel) {
 INSTANTIATE_TEST_SUITE_P(KQuants, UnpackedKQuants, ::testing::Values(DType::Q5_K, DType::Q6_K),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
-INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants, ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants,
+                         ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

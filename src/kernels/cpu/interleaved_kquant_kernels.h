@@ -533,5 +533,106 @@ void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_
                                         out_stride, g == 0 && t0 == 0 ? far : nullptr);
 }
 
+// IQ4_XS x Q8_K, R groups of 8 rows times T tokens per 256-element block:
+//   row . y = d * dy * sum_s scale_s * (sum over sub-block s of level(q) * y)
+// Each sub-block of 32 is IQ4_NL's block (levels by shuffle, signed products). AVX2: |level| * (y * sign)
+// pairs (within +-32258) are madd'ed straight by the rows' scales as int16 pairs, so a sub-block's scale
+// costs nothing per token. vpdpbusd: level + 128 (unsigned) times y into int32 from -128 * sum(y) (the
+// sub-block's two Q8_K bsums), then times the rows' scales (vpmulld). Both are the same exact integers
+// (at most 8 x 32 x 127 x 127 x 32 in magnitude: far within int32), so the same bits; then ggml's float
+// step, once per block.
+template <bool kVnni, int R, int T>
+void gemm_iq4_xs_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
+                       int64_t stride, const uint8_t* far) {
+  const IQ4_NLVectors vectors(kIQ4Values);
+  __m256 acc[R][T];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[R];
+    block_records<kIQ4XSRecordBytes, R, kQK_K, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
+    __m256i isum[R][T];
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      __m256i scales[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m128i s8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 16 + 8 * s));
+        if constexpr (kVnni) {
+          scales[r] = _mm256_cvtepi8_epi32(s8);
+        } else {
+          const __m128i s16 = _mm_cvtepi8_epi16(s8);  // [scale, scale] per row as int16 pairs
+          scales[r] = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
+        }
+      }
+      [[maybe_unused]] __m256i sub[R][T];  // vpdpbusd: the sub-block's unscaled sums
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        __m256i w[R], w_abs[R];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          w[r] = vectors.levels(rec[r] + 80 + 128 * s, g);
+          w_abs[r] = kVnni ? _mm256_xor_si256(w[r], _mm256_set1_epi8(-128)) : _mm256_sign_epi8(w[r], w[r]);
+        }
+#pragma GCC unroll 6
+        for (int t = 0; t < T; ++t) {
+          const __m256i y = broadcast_4_bytes(acts[t][i].qs + 32 * s + IQ4_NLVectors::elem(g));
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r) {
+            if constexpr (kVnni) {
+              const __m256i start =
+                  _mm256_set1_epi32(-128 * (acts[t][i].bsums[2 * s] + acts[t][i].bsums[2 * s + 1]));
+              sub[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : sub[r][t], w_abs[r], y);
+            } else {
+              const __m256i p =
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs[r], _mm256_sign_epi8(y, w[r])), scales[r]);
+              isum[r][t] = s == 0 && g == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+              opaque(isum[r][t]);
+            }
+          }
+        }
+      }
+      if constexpr (kVnni) {
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+          for (int t = 0; t < T; ++t) {
+            const __m256i scaled = _mm256_mullo_epi32(sub[r][t], scales[r]);
+            isum[r][t] = s == 0 ? scaled : _mm256_add_epi32(isum[r][t], scaled);
+          }
+      }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+#pragma GCC unroll 6
+      for (int t = 0; t < T; ++t)
+        acc[r][t] =
+            _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(acts[t][i].d)), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+    }
+  }
+  store_groups<R, T>(acc, out, stride);
+}
+
+// IQ4_XS groups in passes of kIQ4XSPassTokens tokens, two groups a pass where the call has them.
+template <bool kVnni>
+void gemm_iq4_xs_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                     float* out, int64_t out_stride, const uint8_t* far) {
+  const int64_t nb = n / kQK_K;
+  const size_t group_bytes = static_cast<size_t>(nb) * kIQ4XSRecordBytes;
+  for (int t0 = 0; t0 < n_tok; t0 += kIQ4XSPassTokens) {
+    const uint8_t* f = t0 == 0 ? far : nullptr;
+    with_token_count<kIQ4XSPassTokens>(std::min(kIQ4XSPassTokens, n_tok - t0), [&]<int T>() {
+      if (n_groups == 2) {
+        gemm_iq4_xs_fixed<kVnni, 2, T>(nb, group, group_bytes, acts + t0, out + t0 * out_stride, out_stride, f);
+      } else {
+        gemm_iq4_xs_fixed<kVnni, 1, T>(nb, group, group_bytes, acts + t0, out + t0 * out_stride, out_stride, f);
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace kvserve

@@ -229,8 +229,10 @@ struct IQ4_NLVectors {
     table = _mm256_set_m128i(t, t);
   }
   static int elem(int g) { return g < 4 ? 4 * g : 16 + 4 * (g - 4); }
-  __m256i vector(const uint8_t* rec, int g) const {
-    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16) + g % 4);
+  __m256i vector(const uint8_t* rec, int g) const { return levels(rec + 16, g); }
+  // Vector g of the 4 packed vectors at `quants` (also IQ4_XS's sub-blocks).
+  __m256i levels(const uint8_t* quants, int g) const {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants) + g % 4);
     return _mm256_shuffle_epi8(table, _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4),
                                                        _mm256_set1_epi8(0x0F)));
   }

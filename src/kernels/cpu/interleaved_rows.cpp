@@ -13,7 +13,8 @@ namespace kvserve {
 
 bool has_interleaved_layout(DType type) {
   return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::IQ4_NL ||
-         type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
+         type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ||
+         type == DType::IQ4_XS;
 }
 
 size_t interleaved_block_bytes(DType type) {
@@ -26,6 +27,7 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q4_K: return kQ4KRecordBytes;
     case DType::Q5_K: return kQ5KRecordBytes;
     case DType::Q6_K: return kQ6KRecordBytes;
+    case DType::IQ4_XS: return kIQ4XSRecordBytes;
     default: fail("interleaved layout: type {} has none", dtype_name(type));
   }
 }
@@ -47,8 +49,9 @@ size_t far_prefetch_bytes(DType type) {
 // 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  // Q5_0 and IQ4_NL have no pair kernels.
-  if (!has_interleaved_layout(type) || type == DType::Q5_0 || type == DType::IQ4_NL) return false;
+  // Q5_0, IQ4_NL and IQ4_XS have no pair kernels.
+  if (!has_interleaved_layout(type) || type == DType::Q5_0 || type == DType::IQ4_NL || type == DType::IQ4_XS)
+    return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
@@ -172,6 +175,25 @@ void interleave_q6_K(const Tensor& w, uint8_t* dst) {
     }
   }
 }
+// IQ4_XS: the super-block's d, its 8 sub-block scales as signed bytes (the kernels take a sub-block's 8
+// row scales with one load), then each sub-block's quants as IQ4_NL's record lays out a block's.
+void interleave_iq4_xs(const Tensor& w, uint8_t* dst) {
+  const int64_t nb = w.cols() / kQK_K;
+  const int64_t groups = w.rows() / kInterleaveRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(w.row(g * kInterleaveRows + r))[i];
+        std::memcpy(dst + 2 * r, &b.d, 2);
+        for (int s = 0; s < 8; ++s) {
+          dst[16 + 8 * s + r] = static_cast<uint8_t>(static_cast<int8_t>(iq4_xs_scale(b, s)));
+          for (int h = 0; h < 4; ++h) std::memcpy(dst + 80 + 128 * s + 32 * h + 4 * r, b.qs + 16 * s + 4 * h, 4);
+        }
+      }
+      dst += kIQ4XSRecordBytes;
+    }
+  }
+}
 // The pieces of a group's block record that the pair layout interleaves, front to back: (bytes, count).
 // A piece is what one 512-bit kernel load takes for one group (a d row, a quant vector, a sub-block's
 // scales), so both groups' copies of it are adjacent.
@@ -271,6 +293,7 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
     case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, dst); break;
     case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
     case DType::Q6_K: interleave_q6_K(w, dst); break;
+    case DType::IQ4_XS: interleave_iq4_xs(w, dst); break;
     default: interleave<BlockQ8_0>(w, dst); break;
   }
   if (pairs) pair_groups(w, dst);

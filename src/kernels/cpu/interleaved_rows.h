@@ -1,5 +1,5 @@
 #pragma once
-// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 / Q4_K / Q5_K / Q6_K weights repacked 8 rows at a time for the AVX2 "x8" kernels.
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_XS weights repacked 8 rows at a time for the AVX2 "x8" kernels.
 //
 // Why: on the CPUs we run on, a one-row dot spends most of its instructions per 32-element block on
 // work that is not multiplying (sign fix-ups, madd, int->float, scale, FMA, and a horizontal sum at the
@@ -32,6 +32,11 @@
 //   quants' (q + 32, 0..63) low 4 bits laid out as Q4_K's nibbles, then 16 x 32 bytes of their top 2
 //   bits: vector m, row r, byte k holds those of nibble vector 2m's byte k in bits 0-1 (low nibble's
 //   element) and 2-3 (high nibble's), and of nibble vector 2m + 1's in bits 4-5 and 6-7.
+// IQ4_XS (256-element blocks), per group and block, 1104 bytes (the rows' own 8 x 136 plus 16): 8 x fp16 d,
+//   64 bytes of sub-block scales (byte 8s + r: row r's scale of sub-block s, -32..31 as a signed byte), then
+//   for each sub-block s of 32 elements 128 bytes laid out as IQ4_NL's quants (vector h, row r holds that
+//   row's qs[16s + 4h .. 16s + 4h + 3]: elements 32s + 4h.. in the low nibbles, 32s + 16 + 4h.. in the
+//   high ones), indices into kIQ4Values. No pair layout.
 // Pair layout (where interleaved_pairs_preferred(): cores that run the 512-bit kernels below): groups 2j
 // and 2j + 1 share each block's record of twice the bytes, every piece of group 2j's record followed by
 // the same piece of group 2j + 1's. The pieces are what a 512-bit kernel loads for one group: Q4_0 /
@@ -58,6 +63,9 @@ inline constexpr int kInterleaveRows = 8;
 inline constexpr size_t kQ4KRecordBytes = 16 + 16 + 64 + 64 + 1024;
 inline constexpr size_t kQ5KRecordBytes = kQ4KRecordBytes + 256;
 inline constexpr size_t kQ6KRecordBytes = 16 + 128 + 1024 + 512;
+inline constexpr size_t kIQ4XSRecordBytes = 16 + 64 + 1024;
+// Tokens per call of the IQ4_XS kernels: each token keeps an int32 sum per group besides the sub-block's.
+inline constexpr int kIQ4XSPassTokens = 4;
 // A Q5_K or Q6_K group's block with its quants unpacked to bytes (0..31, or Q6_K's q + 32): 8 rows x 256
 // (avx2::unpack_q5_K_groups, unpack_q6_K_groups).
 inline constexpr size_t kUnpackedKBlockBytes = 8 * 256;
@@ -145,6 +153,9 @@ void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+// IQ4_XS, the same contract (n_tok up to kMaxInterleavedTokens; matmul passes kIQ4XSPassTokens).
+void gemm_interleaved_iq4_xs(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                             float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 // Q5_K and Q6_K for many tokens: the quants of n_groups groups unpacked once into dst (n / 256 * n_groups
 // * kUnpackedKBlockBytes bytes), then gemm_interleaved_q*_K_unpacked takes them from there instead of
 // rebuilding them from their bits in every pass (up to n_tok tokens a call, as gemm_interleaved_q*_K,
@@ -178,6 +189,8 @@ void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_iq4_xs(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                             float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 // avx2::gemm_interleaved_q5_K_unpacked with vpdpbusd, over avx2::unpack_q5_K_groups' copy. (Q6_K's
 // twin measured no faster than the packed vpdpbusd kernel: matmul.cpp.)
 void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
