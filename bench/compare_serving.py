@@ -59,7 +59,9 @@ def wait_ready(url, proc, timeout=300):
 def bench(args, url, *extra, seed=None):
     seed = args.seed if seed is None else seed
     cmd = [args.kvserve, "bench", "--url", url, "-m", args.model, "--json", "--seed", str(seed), *extra]
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("%s exited with %d: %s" % (" ".join(cmd), out.returncode, out.stderr.strip()))
     return json.loads(out.stdout)
 
 

@@ -3,6 +3,7 @@
 // and serving mode against a real `kvserve serve` started here. Only counts are checked, never timings.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -489,6 +490,39 @@ TEST(BenchServing, CompletesEveryRequestAgainstKvserveServe) {
       }(),
       Error);
   EXPECT_TRUE(server.alive());
+}
+
+// A stream whose tokens were all held back as unfinished UTF-8 (a random-weight model repeating a byte
+// token) shows them only in its finishing chunk, with no text: that chunk carries them, and the request
+// counts as completed with the server's token count (it failed as "the stream carried no tokens").
+TEST(BenchServing, TokensShownOnlyByTheFinishingChunkCount) {
+  httplib::Server fake;
+  fake.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(
+        "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}\n\n"
+        "data: [DONE]\n\n",
+        "text/event-stream");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { fake.listen_after_bind(); });
+  ServingBenchOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(port);
+  o.model = "fake";
+  o.prompts.num_prompts = 2;
+  o.prompts.prompt_len = 5;
+  o.output_len = 3;
+  o.warmup = 1;
+  o.timeout_s = 30;
+  ServingBenchResult r;
+  EXPECT_NO_THROW(r = run_serving_bench(o));
+  fake.stop();
+  serving.join();
+  EXPECT_EQ(r.summary.completed, 2);
+  EXPECT_EQ(r.summary.failed, 0) << r.summary.first_error;
+  EXPECT_EQ(r.summary.output_tokens, 2 * 3);
+  EXPECT_EQ(r.summary.ttft.count, 2u);
 }
 
 // bench/compare_llamacpp.py with --llama-bench / --llama-batched-bench: stand-in binaries answer with

@@ -111,7 +111,11 @@ void run_request(const Endpoint& e, const ServingBenchOptions& o, const std::str
       const json& c = j["choices"][0];
       const bool has_text = c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty();
       const bool finishing = c.contains("finish_reason") && !c["finish_reason"].is_null();
-      if (has_text || !finishing) {
+      // A server sends no chunk for a token whose text is still held back (the first bytes of a UTF-8
+      // character), so a request whose every token was held back (a random-weight model repeating a byte
+      // token) shows its tokens first in the finishing chunk, maybe with no text at all: that chunk then
+      // carries them.
+      if (has_text || !finishing || r.first < 0) {
         const double t = now();
         if (r.first < 0) r.first = t;
         r.chunk_times.push_back(t);
