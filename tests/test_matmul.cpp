@@ -646,8 +646,10 @@ TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
   EXPECT_FALSE(interleaved_pairs_preferred(DType::Q5_0));  // they have no pair kernels
   EXPECT_TRUE(has_interleaved_layout(DType::IQ4_NL));
   EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_NL));
-  EXPECT_TRUE(has_interleaved_layout(DType::IQ4_XS));
-  EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_XS));
+  for (DType type : {DType::IQ4_XS, DType::Q2_K, DType::Q3_K}) {
+    EXPECT_TRUE(has_interleaved_layout(type)) << dtype_name(type);
+    EXPECT_FALSE(interleaved_pairs_preferred(type)) << dtype_name(type);
+  }
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K,
                      DType::Q5_K, DType::Q6_K}) {
     const bool paired = interleaved_pairs_preferred(type);
@@ -762,6 +764,8 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   const auto gemm = type == DType::Q4_K     ? avx2::gemm_interleaved_q4_K
                     : type == DType::Q5_K   ? avx2::gemm_interleaved_q5_K
                     : type == DType::IQ4_XS ? avx2::gemm_interleaved_iq4_xs
+                    : type == DType::Q3_K   ? avx2::gemm_interleaved_q3_K
+                    : type == DType::Q2_K   ? avx2::gemm_interleaved_q2_K
                                             : avx2::gemm_interleaved_q6_K;
   constexpr int kTok = avx2::kMaxInterleavedTokens;
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
@@ -816,7 +820,7 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   }
 }
 
-// Q4_K, Q5_K, Q6_K and IQ4_XS with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
+// Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K and Q3_K with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
 // (where the AVX2 kernels' int16 sums are closest to overflowing) and one token of the largest
 // activations.
 TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
@@ -836,6 +840,12 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
       std::memset(p + offsetof(BlockQ6_K, ql), 0xFF, sizeof(BlockQ6_K::ql));
       std::memset(p + offsetof(BlockQ6_K, qh), 0xFF, sizeof(BlockQ6_K::qh));
     }
+    if (type == DType::Q3_K) {  // every quant 7 (3 + 4) and every scale -32
+      std::memset(p + offsetof(BlockQ3_K, hmask), 0xFF, sizeof(BlockQ3_K::hmask) + sizeof(BlockQ3_K::qs));
+      std::memset(p + offsetof(BlockQ3_K, scales), 0, sizeof(BlockQ3_K::scales));
+    }
+    if (type == DType::Q2_K)  // every quant 3, every scale and min 15
+      std::memset(p + offsetof(BlockQ2_K, scales), 0xFF, sizeof(BlockQ2_K::scales) + sizeof(BlockQ2_K::qs));
     if (type == DType::IQ4_XS) {  // every level -127 and every scale -32: the largest products
       std::memset(p + offsetof(BlockIQ4_XS, scales_h), 0, 2 + sizeof(BlockIQ4_XS::scales_l));
       std::memset(p + offsetof(BlockIQ4_XS, qs), 0, sizeof(BlockIQ4_XS::qs));
@@ -853,13 +863,18 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
   const auto avx2_gemm = type == DType::Q4_K     ? avx2::gemm_interleaved_q4_K
                          : type == DType::Q5_K   ? avx2::gemm_interleaved_q5_K
                          : type == DType::IQ4_XS ? avx2::gemm_interleaved_iq4_xs
+                         : type == DType::Q3_K   ? avx2::gemm_interleaved_q3_K
+                         : type == DType::Q2_K   ? avx2::gemm_interleaved_q2_K
                                                  : avx2::gemm_interleaved_q6_K;
   const auto vnni_gemm = type == DType::Q4_K     ? avx512vnni::gemm_interleaved_q4_K
                          : type == DType::Q5_K   ? avx512vnni::gemm_interleaved_q5_K
                          : type == DType::IQ4_XS ? avx512vnni::gemm_interleaved_iq4_xs
+                         : type == DType::Q3_K   ? avx512vnni::gemm_interleaved_q3_K
+                         : type == DType::Q2_K   ? avx512vnni::gemm_interleaved_q2_K
                                                  : avx512vnni::gemm_interleaved_q6_K;
   expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
-  if (type == DType::IQ4_XS) return;  // no pair layout
+  if (!interleaved_pairs_preferred(type) && (type == DType::IQ4_XS || type == DType::Q2_K || type == DType::Q3_K))
+    return;  // no pair layout
   // The 512-bit pair kernels on the pair layout, for every pair and token count.
   const auto paired = interleave_rows(w, /*pairs=*/true);
   const auto pair_gemm = type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
@@ -932,7 +947,8 @@ INSTANTIATE_TEST_SUITE_P(KQuants, UnpackedKQuants, ::testing::Values(DType::Q5_K
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(KQuants, InterleavedKQuants,
-                         ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS),
+                         ::testing::Values(DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q2_K,
+                                           DType::Q3_K),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

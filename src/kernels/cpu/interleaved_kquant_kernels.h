@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
@@ -369,6 +370,59 @@ inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
   }
 }
 
+// The K-quants with 16-element sub-blocks and a signed byte scale per row and sub-block in their records
+// (interleaved_rows.h), for the kernel below: where the scales sit, each quant vector (elements 64k + 32e +
+// 4g .. + 3 of the 8 rows for h = 8k + g, unsigned), and how the quants' offset comes off.
+// Q6_K: q + 32 (0..63); minus 32 * sum_s scale_s * ysum_s.
+struct Q6KLayout {
+  static constexpr size_t kRecordBytes = kQ6KRecordBytes;
+  static constexpr size_t kScales = 16;
+  static constexpr int kOffsetShift = 5;
+  static constexpr bool kMins = false;
+  static __m256i quants(const uint8_t* rec, int h, int e) { return q6_K_quants(rec, h, e); }
+};
+
+// Q3_K: the 2 low bits of h's elements sit in 2-bit field j = 2 (k % 2) + e of the low-bit vector 8 (k /
+// 2) + g, their top bit in bit 4 (k / 2) + j of hmask vector g; together q + 4 (0..7); minus 4 * sum_s
+// scale_s * ysum_s. 16-bit shifts by < 8 keep every byte's kept bits its own.
+struct Q3KLayout {
+  static constexpr size_t kRecordBytes = kQ3KRecordBytes;
+  static constexpr size_t kScales = 16;
+  static constexpr int kOffsetShift = 2;
+  static constexpr bool kMins = false;
+  static constexpr size_t kLow = 16 + 128, kHigh = kLow + 512;
+  [[gnu::always_inline]] static __m256i quants(const uint8_t* rec, int h, int e) {
+    const int k = h / 8, g = h % 8, j = 2 * (k % 2) + e, bit = 4 * (k / 2) + j;
+    const __m256i low2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kLow) + 8 * (k / 2) + g);
+    const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kHigh) + g);
+    const __m256i low = _mm256_and_si256(_mm256_srli_epi16(low2, 2 * j), _mm256_set1_epi8(3));
+    const __m256i high = bit > 2 ? _mm256_srli_epi16(hmask, bit - 2) : _mm256_slli_epi16(hmask, 2 - bit);
+    return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(4)));
+  }
+};
+
+// Q2_K: q (0..3) in 2-bit field j of the low-bit vector as Q3_K's; its mins are a term of their own, with
+// dmin (min_sums below).
+struct Q2KLayout {
+  static constexpr size_t kRecordBytes = kQ2KRecordBytes;
+  static constexpr size_t kScales = 32;
+  static constexpr int kOffsetShift = 0;
+  static constexpr bool kMins = true;
+  static constexpr size_t kMinPairs = 32 + 128, kLow = kMinPairs + 64;
+  [[gnu::always_inline]] static __m256i quants(const uint8_t* rec, int h, int e) {
+    const int k = h / 8, g = h % 8, j = 2 * (k % 2) + e;
+    const __m256i low2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kLow) + 8 * (k / 2) + g);
+    return _mm256_and_si256(_mm256_srli_epi16(low2, 2 * j), _mm256_set1_epi8(3));
+  }
+  // [min of sub-block 2m, min of 2m + 1] as int16 pairs, row r in 32-bit lane r (the record's byte 8m + r
+  // holds them in its low and high nibbles).
+  [[gnu::always_inline]] static __m256i min_pairs(const uint8_t* rec, int m) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + kMinPairs + 8 * m)));
+    return _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32(0x0F)),
+                           _mm256_slli_epi32(_mm256_srli_epi32(b, 4), 16));
+  }
+};
+
 // Q6_K x Q8_K, R groups of 8 rows times T tokens per 256-element block, quants unsigned (q + 32):
 //   row . y = d * dy * (sum_s scale_s * (sum over sub-block s of q * y) - 32 * sum_s scale_s * ysum_s)
 // with 16-element sub-blocks and the Q8_K sums of 16 as ysum_s. Quants reach 63, so a maddubs pair sum
@@ -383,10 +437,15 @@ inline void q6_K_unpack(int64_t nb, const uint8_t* group, int64_t n_groups, uint
 // With kUnpacked (AVX2 only), the quants come from q6_K_unpack's copy of the R groups (unpacked +
 // r * nb * kUnpackedKBlockBytes) instead of being rebuilt from the nibbles and top bits: the same
 // vectors, so the same integers and bits. Passes over many tokens then pay the unpacking once.
-template <bool kVnni, int R, int T, bool kUnpacked = false>
+//
+// Q3_K and Q2_K (Layout) are the same sums over their own quants (0..7, 0..3), Q3_K's offset 4, Q2_K's
+// mins taken off after the float step as ggml does: dall * isum - dmin * sum_s min_s * ysum_s.
+template <bool kVnni, int R, int T, bool kUnpacked = false, typename Layout = Q6KLayout>
 void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
                      int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
-  constexpr size_t kRecordBytes = kQ6KRecordBytes;
+  static_assert(!kUnpacked || std::is_same_v<Layout, Q6KLayout>, "only Q6_K has an unpacked copy");
+  constexpr size_t kRecordBytes = Layout::kRecordBytes;
+  constexpr size_t kScales = Layout::kScales;
   // From 16 scale bytes (sub-blocks 2m and 2m + 1, rows in order) broadcast to both 128-bit halves, the
   // byte goes to the high half of each int16 (then an arithmetic shift by 8 sign-extends it). Lane j of
   // half L is row 4L + j: [scale, scale] of sub-block 2m + e, or [scale of 2m, scale of 2m + 1].
@@ -424,7 +483,7 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
             for (int g = 4 * j; g < 4 * j + 4; ++g) {
               __m256i q[R];
 #pragma GCC unroll 2
-              for (int r = 0; r < R; ++r) q[r] = q6_K_quants(rec[r], 8 * k + g, e);
+              for (int r = 0; r < R; ++r) q[r] = Layout::quants(rec[r], 8 * k + g, e);
 #pragma GCC unroll 6
               for (int t = 0; t < T; ++t) {
                 const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
@@ -437,7 +496,7 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
             for (int r = 0; r < R; ++r) {
               // Sub-block 4k + 2e + j's scales of the 8 rows, sign-extended.
               const __m256i sc = _mm256_cvtepi8_epi32(
-                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 16 + 8 * (4 * k + 2 * e + j))));
+                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + kScales + 8 * (4 * k + 2 * e + j))));
 #pragma GCC unroll 6
               for (int t = 0; t < T; ++t) {
                 const __m256i p = _mm256_mullo_epi32(sum32[r][t], sc);
@@ -457,7 +516,7 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
             for (int r = 0; r < R; ++r)
               q[r] = kUnpacked ? unpacked_k_vector(unpacked, nb, r, i, 2 * (8 * k + g) + e)
-                               : q6_K_quants(rec[r], 8 * k + g, e);
+                               : Layout::quants(rec[r], 8 * k + g, e);
 #pragma GCC unroll 6
             for (int t = 0; t < T; ++t) {
               const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
@@ -471,7 +530,7 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
           }
 #pragma GCC unroll 2
           for (int r = 0; r < R; ++r) {
-            const __m256i sc = scales16(rec[r] + 16 + 16 * (2 * k + e), scale_pick[gp / 2]);
+            const __m256i sc = scales16(rec[r] + kScales + 16 * (2 * k + e), scale_pick[gp / 2]);
 #pragma GCC unroll 6
             for (int t = 0; t < T; ++t) {
               const __m256i p = _mm256_madd_epi16(sum16[r][t], sc);
@@ -481,13 +540,19 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
         }
       }
     }
-    // The -32 offset: sum_s scale_s * ysum_s, pairs of sub-blocks at a time.
+    // The offset (Q6_K's 32, Q3_K's 4) times sum_s scale_s * ysum_s, or Q2_K's sum_s min_s * ysum_s, pairs
+    // of sub-blocks at a time.
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
       __m256i osum[T];
 #pragma GCC unroll 8
       for (int m = 0; m < 8; ++m) {
-        const __m256i sc = scales16(rec[r] + 16 + 16 * m, pair_pick);
+        __m256i sc;
+        if constexpr (Layout::kMins) {
+          sc = Layout::min_pairs(rec[r], m);
+        } else {
+          sc = scales16(rec[r] + kScales + 16 * m, pair_pick);
+        }
 #pragma GCC unroll 6
         for (int t = 0; t < T; ++t) {
           int32_t ysums;
@@ -497,30 +562,38 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
         }
       }
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+      [[maybe_unused]] __m256 dmin;
+      if constexpr (Layout::kMins) dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 16)));
 #pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
-        const __m256i total = _mm256_sub_epi32(isum[r][t], _mm256_slli_epi32(osum[t], 5));
-        acc[r][t] =
-            _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(acts[t][i].d)), _mm256_cvtepi32_ps(total), acc[r][t]);
+        const __m256 dy = _mm256_set1_ps(acts[t][i].d);
+        if constexpr (Layout::kMins) {
+          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+          acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(osum[t]), acc[r][t]);
+        } else {
+          const __m256i total = _mm256_sub_epi32(isum[r][t], _mm256_slli_epi32(osum[t], Layout::kOffsetShift));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(total), acc[r][t]);
+        }
       }
     }
   }
   store_groups<R, T>(acc, out, stride);
 }
 
-template <bool kVnni, int R, int kMaxTok, bool kUnpacked = false>
+template <bool kVnni, int R, int kMaxTok, bool kUnpacked = false, typename Layout = Q6KLayout>
 void gemm_q6_K_tokens(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, int n_tok,
                       float* out, int64_t stride, const uint8_t* far, const uint8_t* unpacked = nullptr) {
   with_token_count<kMaxTok>(n_tok, [&]<int T>() {
-    gemm_q6_K_fixed<kVnni, R, T, kUnpacked>(nb, group, group_bytes, acts, out, stride, far, unpacked);
+    gemm_q6_K_fixed<kVnni, R, T, kUnpacked, Layout>(nb, group, group_bytes, acts, out, stride, far, unpacked);
   });
 }
 
-template <bool kVnni>
+// Q6_K, Q3_K or Q2_K (Layout) groups.
+template <bool kVnni, typename Layout = Q6KLayout>
 void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok, float* out,
                    int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / kQK_K;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ6KRecordBytes;
+  const size_t group_bytes = static_cast<size_t>(nb) * Layout::kRecordBytes;
   // One group per pass. AVX2: up to 3 tokens, as the unpacked quants, the pair sums and the int32 sums of
   // more spill (bench_cpu_peak Kernel/Q6_K: g1/t3 beats g2 at any token count and g1/t4..6). With
   // vpdpbusd there are no pair sums and 32 registers: up to 6 tokens (KernelVnni/Q6_K: g1/t6 ~1.95x the
@@ -528,7 +601,7 @@ void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_
   constexpr int kPass = kVnni ? 6 : 3;
   for (int g = 0; g < n_groups; ++g)
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
-      gemm_q6_K_tokens<kVnni, 1, kPass>(nb, group + g * group_bytes, group_bytes, acts + t0,
+      gemm_q6_K_tokens<kVnni, 1, kPass, false, Layout>(nb, group + g * group_bytes, group_bytes, acts + t0,
                                         std::min(kPass, n_tok - t0), out + t0 * out_stride + g * kInterleaveRows,
                                         out_stride, g == 0 && t0 == 0 ? far : nullptr);
 }

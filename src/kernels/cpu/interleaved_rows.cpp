@@ -14,7 +14,7 @@ namespace kvserve {
 bool has_interleaved_layout(DType type) {
   return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::IQ4_NL ||
          type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ||
-         type == DType::IQ4_XS;
+         type == DType::IQ4_XS || type == DType::Q2_K || type == DType::Q3_K;
 }
 
 size_t interleaved_block_bytes(DType type) {
@@ -28,6 +28,8 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q5_K: return kQ5KRecordBytes;
     case DType::Q6_K: return kQ6KRecordBytes;
     case DType::IQ4_XS: return kIQ4XSRecordBytes;
+    case DType::Q3_K: return kQ3KRecordBytes;
+    case DType::Q2_K: return kQ2KRecordBytes;
     default: fail("interleaved layout: type {} has none", dtype_name(type));
   }
 }
@@ -49,8 +51,9 @@ size_t far_prefetch_bytes(DType type) {
 // 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  // Q5_0, IQ4_NL and IQ4_XS have no pair kernels.
-  if (!has_interleaved_layout(type) || type == DType::Q5_0 || type == DType::IQ4_NL || type == DType::IQ4_XS)
+  // Q5_0, IQ4_NL, IQ4_XS, Q2_K and Q3_K have no pair kernels.
+  if (!has_interleaved_layout(type) || type == DType::Q5_0 || type == DType::IQ4_NL || type == DType::IQ4_XS ||
+      type == DType::Q2_K || type == DType::Q3_K)
     return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
@@ -194,6 +197,38 @@ void interleave_iq4_xs(const Tensor& w, uint8_t* dst) {
     }
   }
 }
+// Q3_K and Q2_K: the d row (and Q2_K's dmin row), the 16 sub-block scales as signed bytes (and Q2_K's mins,
+// two to a byte), then the quants' low-bit vectors (and Q3_K's hmask vectors), 4 bytes of each row a
+// vector.
+template <typename Block>
+void interleave_k16(const Tensor& w, uint8_t* dst) {
+  constexpr bool kQ2 = std::is_same_v<Block, BlockQ2_K>;
+  constexpr size_t kRecordBytes = kQ2 ? kQ2KRecordBytes : kQ3KRecordBytes;
+  constexpr size_t kScales = kQ2 ? 32 : 16, kLow = kQ2 ? 32 + 128 + 64 : 16 + 128;
+  const int64_t nb = w.cols() / kQK_K;
+  const int64_t groups = w.rows() / kInterleaveRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        const Block& b = reinterpret_cast<const Block*>(w.row(g * kInterleaveRows + r))[i];
+        std::memcpy(dst + 2 * r, &b.d, 2);
+        int8_t scales[16];
+        if constexpr (kQ2) {
+          std::memcpy(dst + 16 + 2 * r, &b.dmin, 2);
+          for (int sb = 0; sb < 16; ++sb) scales[sb] = static_cast<int8_t>(b.scales[sb] & 0xF);
+          for (int m = 0; m < 8; ++m)
+            dst[kScales + 128 + 8 * m + r] = static_cast<uint8_t>((b.scales[2 * m] >> 4) | (b.scales[2 * m + 1] & 0xF0));
+        } else {
+          unpack_q3_K_scales(b.scales, scales);
+          for (int u = 0; u < 8; ++u) std::memcpy(dst + kLow + 512 + 32 * u + 4 * r, b.hmask + 4 * u, 4);
+        }
+        for (int sb = 0; sb < 16; ++sb) dst[kScales + 8 * sb + r] = static_cast<uint8_t>(scales[sb]);
+        for (int v = 0; v < 16; ++v) std::memcpy(dst + kLow + 32 * v + 4 * r, b.qs + 4 * v, 4);
+      }
+      dst += kRecordBytes;
+    }
+  }
+}
 // The pieces of a group's block record that the pair layout interleaves, front to back: (bytes, count).
 // A piece is what one 512-bit kernel load takes for one group (a d row, a quant vector, a sub-block's
 // scales), so both groups' copies of it are adjacent.
@@ -294,6 +329,8 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
     case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
     case DType::Q6_K: interleave_q6_K(w, dst); break;
     case DType::IQ4_XS: interleave_iq4_xs(w, dst); break;
+    case DType::Q3_K: interleave_k16<BlockQ3_K>(w, dst); break;
+    case DType::Q2_K: interleave_k16<BlockQ2_K>(w, dst); break;
     default: interleave<BlockQ8_0>(w, dst); break;
   }
   if (pairs) pair_groups(w, dst);

@@ -1,5 +1,5 @@
 #pragma once
-// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_XS weights repacked 8 rows at a time for the AVX2 "x8" kernels.
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights repacked 8 rows at a time for the AVX2 "x8" kernels.
 //
 // Why: on the CPUs we run on, a one-row dot spends most of its instructions per 32-element block on
 // work that is not multiplying (sign fix-ups, madd, int->float, scale, FMA, and a horizontal sum at the
@@ -37,6 +37,13 @@
 //   for each sub-block s of 32 elements 128 bytes laid out as IQ4_NL's quants (vector h, row r holds that
 //   row's qs[16s + 4h .. 16s + 4h + 3]: elements 32s + 4h.. in the low nibbles, 32s + 16 + 4h.. in the
 //   high ones), indices into kIQ4Values. No pair layout.
+// Q3_K, per group and block, 912 bytes (the rows' own 8 x 110 plus 32): 8 x fp16 d, 128 bytes of sub-block
+//   scales (byte 8s + r: row r's scale of 16-element sub-block s, -32..31), 16 x 32 bytes of the quants'
+//   low 2 bits (vector v, row r holds that row's qs[4v .. 4v + 3]), then 8 x 32 bytes of their top bits
+//   (vector u, row r holds hmask[4u .. 4u + 3]). No pair layout.
+// Q2_K, per group and block, 736 bytes (the rows' own 8 x 84 plus 64): 8 x fp16 d, 8 x fp16 dmin, 128 bytes
+//   of sub-block scales (as Q3_K's, 0..15), 64 bytes of mins (byte 8m + r: row r's min of sub-block 2m in
+//   its low nibble, of 2m + 1 in its high one), then Q3_K's 16 vectors of low bits. No pair layout.
 // Pair layout (where interleaved_pairs_preferred(): cores that run the 512-bit kernels below): groups 2j
 // and 2j + 1 share each block's record of twice the bytes, every piece of group 2j's record followed by
 // the same piece of group 2j + 1's. The pieces are what a 512-bit kernel loads for one group: Q4_0 /
@@ -64,6 +71,8 @@ inline constexpr size_t kQ4KRecordBytes = 16 + 16 + 64 + 64 + 1024;
 inline constexpr size_t kQ5KRecordBytes = kQ4KRecordBytes + 256;
 inline constexpr size_t kQ6KRecordBytes = 16 + 128 + 1024 + 512;
 inline constexpr size_t kIQ4XSRecordBytes = 16 + 64 + 1024;
+inline constexpr size_t kQ3KRecordBytes = 16 + 128 + 512 + 256;
+inline constexpr size_t kQ2KRecordBytes = 16 + 16 + 128 + 64 + 512;
 // Tokens per call of the IQ4_XS kernels. With vpdpbusd each token keeps a sub-block sum and a block sum
 // per group, 24 at 2 groups x 6 tokens, within AVX-512VL's 32 registers: bench_matmul IQ4_XS 16 tokens
 // (Zen 5, 2 threads, 2 alternating runs) ~1.08x passes of 4. The AVX2 kernel measured the same at 4 and 6.
@@ -158,6 +167,11 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
 // IQ4_XS, the same contract (n_tok up to kMaxInterleavedTokens; matmul passes kIQ4XSPassTokens).
 void gemm_interleaved_iq4_xs(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                              float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+// Q3_K and Q2_K, the same contract (Q6_K's kernel over their records).
+void gemm_interleaved_q3_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_q2_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 // Q5_K and Q6_K for many tokens: the quants of n_groups groups unpacked once into dst (n / 256 * n_groups
 // * kUnpackedKBlockBytes bytes), then gemm_interleaved_q*_K_unpacked takes them from there instead of
 // rebuilding them from their bits in every pass (up to n_tok tokens a call, as gemm_interleaved_q*_K,
@@ -193,6 +207,11 @@ void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_iq4_xs(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
                              float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+// Q3_K and Q2_K, the same contract (Q6_K's kernel over their records).
+void gemm_interleaved_q3_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_q2_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 // avx2::gemm_interleaved_q5_K_unpacked with vpdpbusd, over avx2::unpack_q5_K_groups' copy. (Q6_K's
 // twin measured no faster than the packed vpdpbusd kernel: matmul.cpp.)
 void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,

@@ -73,4 +73,14 @@ void gemm_interleaved_iq4_xs(int64_t n, const uint8_t* group, int n_groups, cons
   gemm_iq4_xs_any<false>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
+void gemm_interleaved_q3_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch) {
+  gemm_q6_K_any<false, Q3KLayout>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+}
+
+void gemm_interleaved_q2_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
+                           float* out, int64_t out_stride, const uint8_t* prefetch) {
+  gemm_q6_K_any<false, Q2KLayout>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+}
+
 }  // namespace kvserve::avx2

@@ -1,7 +1,7 @@
 // Weight x activation products. Activations are converted once per call to the weight type's dot type
 // (llama.cpp CPU numerics), then output rows are split across the pool; inside a thread's range a chunk
 // of weight rows is multiplied with every group of up to 4 tokens while it is still in cache. Kernels, by
-// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q5_0/IQ4_NL/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS, interleaved_rows.h), multi-row tiles over
+// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q5_0/IQ4_NL/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS, interleaved_rows.h), multi-row tiles over
 // packed activations (same types, rows past the last 8; block32_tiles.h), one-row tiles (other types,
 // quants.h), scalar dots (no AVX2).
 #include "kernels/cpu/matmul.h"
@@ -240,6 +240,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const bool vnni = cpu_has_avx512_vnni();
   const bool k_quant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
   const bool iq4_xs = w.type == DType::IQ4_XS;
+  // Q2_K and Q3_K: Q6_K's kernel over their own records, in passes of its tokens; no pair layout.
+  const bool k16 = w.type == DType::Q2_K || w.type == DType::Q3_K;
   // The kernels' activation operands for tokens [t0, t0 + n_tok), made once per pass over a chunk (made
   // per call, ActPack32::token's by-value copies cost ~3% of batched decode in store-forwarding stalls).
   struct PassActs {
@@ -248,7 +250,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   };
   const auto pass_acts = [&](int64_t t0, int n_tok, PassActs& p) {
     for (int t = 0; t < n_tok; ++t) {
-      if (k_quant || iq4_xs) {
+      if (k_quant || iq4_xs || k16) {
         p.q8_k[t] = reinterpret_cast<const BlockQ8_K*>(a.rows + (t0 + t) * a.row_bytes);
       } else {
         p.packed[t] = a.pack->token(t0 + t);
@@ -323,9 +325,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     for (int t0 = 0; t0 < n_tok; t0 += kGroupTokens) {
       const int n = std::min(kGroupTokens, n_tok - t0);
       const uint8_t* f = t0 == 0 ? far : nullptr;
-      if (iq4_xs) {
-        (vnni ? avx512vnni::gemm_interleaved_iq4_xs : avx2::gemm_interleaved_iq4_xs)(
-            n_in, group, n_groups, p.q8_k + t0, n, out + t0 * stride, stride, f);
+      if (iq4_xs || k16) {
+        const auto fn = iq4_xs                 ? (vnni ? avx512vnni::gemm_interleaved_iq4_xs : avx2::gemm_interleaved_iq4_xs)
+                        : w.type == DType::Q3_K ? (vnni ? avx512vnni::gemm_interleaved_q3_K : avx2::gemm_interleaved_q3_K)
+                                                : (vnni ? avx512vnni::gemm_interleaved_q2_K : avx2::gemm_interleaved_q2_K);
+        fn(n_in, group, n_groups, p.q8_k + t0, n, out + t0 * stride, stride, f);
       } else if (k_quant) {
         const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
                         : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
