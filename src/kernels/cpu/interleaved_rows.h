@@ -40,10 +40,11 @@
 // Q3_K, per group and block, 912 bytes (the rows' own 8 x 110 plus 32): 8 x fp16 d, 128 bytes of sub-block
 //   scales (byte 8s + r: row r's scale of 16-element sub-block s, -32..31), 16 x 32 bytes of the quants'
 //   low 2 bits (vector v, row r holds that row's qs[4v .. 4v + 3]), then 8 x 32 bytes of their top bits
-//   (vector u, row r holds hmask[4u .. 4u + 3]). No pair layout.
+//   (vector u, row r holds hmask[4u .. 4u + 3]). Pair layout pieces: d, each sub-block's scales, each vector.
 // Q2_K, per group and block, 736 bytes (the rows' own 8 x 84 plus 64): 8 x fp16 d, 8 x fp16 dmin, 128 bytes
 //   of sub-block scales (as Q3_K's, 0..15), 64 bytes of mins (byte 8m + r: row r's min of sub-block 2m in
-//   its low nibble, of 2m + 1 in its high one), then Q3_K's 16 vectors of low bits. No pair layout.
+//   its low nibble, of 2m + 1 in its high one), then Q3_K's 16 vectors of low bits. Pair layout pieces: d,
+//   dmin, each sub-block's scales, each pair of sub-blocks' mins (8 bytes), each vector.
 // Pair layout (where interleaved_pairs_preferred(): cores that run the 512-bit kernels below): groups 2j
 // and 2j + 1 share each block's record of twice the bytes, every piece of group 2j's record followed by
 // the same piece of group 2j + 1's. The pieces are what a 512-bit kernel loads for one group: Q4_0 /
@@ -242,6 +243,10 @@ void gemm_pairs_q4_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
 void gemm_pairs_q5_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q6_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q3_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q2_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512zmm
 

@@ -1,4 +1,4 @@
-// Two interleaved 8-row groups in one 512-bit register: the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K kernels
+// Two interleaved 8-row groups in one 512-bit register: the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / Q3_K / Q2_K kernels
 // of interleaved_rows.h (avx512zmm namespace) for calls that take pairs of groups, above all batched
 // decode and prefill, where the kernels are bound by instructions rather than by memory.
 //
@@ -218,18 +218,67 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
 }
 
+// The pair layout's records of the K-quants with 16-element sub-blocks (interleaved_rows.h), as the
+// kernel below takes them: quant vector h = 8k + g (elements 64k + 32e + 4g .. + 3 of both groups' rows,
+// unsigned) and where the pieces sit. Each mirrors the 256-bit layout of interleaved_kquant_kernels.h.
+// Q6_K: both groups' d (32 bytes), 16 sub-blocks' scales (16 bytes each), then 32 nibble vectors and 16
+// vectors of top bits (64 bytes each); q + 32.
+struct Q6KPairs {
+  static constexpr size_t kRecordBytes = kQ6KRecordBytes;  // one group's
+  static constexpr size_t kScales = 32, kNibbles = 32 + 256, kTops = kNibbles + 2048;
+  static constexpr int kOffsetShift = 5;
+  static constexpr bool kMins = false;
+  [[gnu::always_inline]] static __m512i quants(const uint8_t* rec, int h, int e) {
+    const __m512i nib = load64(rec, kNibbles + 64 * h);
+    const __m512i top = load64(rec, kTops + 64 * (h / 2));
+    const __m512i low = _mm512_and_si512(e == 0 ? nib : _mm512_srli_epi16(nib, 4), _mm512_set1_epi8(0x0F));
+    const int shift = 4 * (h % 2) + 2 * e;
+    const __m512i high = shift < 4    ? _mm512_slli_epi16(top, 4 - shift)
+                         : shift == 4 ? top
+                                      : _mm512_srli_epi16(top, shift - 4);
+    return _mm512_or_si512(low, _mm512_and_si512(high, _mm512_set1_epi8(0x30)));
+  }
+};
+// Q3_K: d (32), scales (256), 16 low-bit vectors, 8 hmask vectors; q + 4.
+struct Q3KPairs {
+  static constexpr size_t kRecordBytes = kQ3KRecordBytes;
+  static constexpr size_t kScales = 32, kLow = 32 + 256, kHigh = kLow + 1024;
+  static constexpr int kOffsetShift = 2;
+  static constexpr bool kMins = false;
+  [[gnu::always_inline]] static __m512i quants(const uint8_t* rec, int h, int e) {
+    const int k = h / 8, g = h % 8, j = 2 * (k % 2) + e, bit = 4 * (k / 2) + j;
+    const __m512i low = _mm512_and_si512(_mm512_srli_epi16(load64(rec, kLow + 64 * (8 * (k / 2) + g)), 2 * j),
+                                         _mm512_set1_epi8(3));
+    const __m512i hmask = load64(rec, kHigh + 64 * g);
+    const __m512i high = bit > 2 ? _mm512_srli_epi16(hmask, bit - 2) : _mm512_slli_epi16(hmask, 2 - bit);
+    return _mm512_or_si512(low, _mm512_and_si512(high, _mm512_set1_epi8(4)));
+  }
+};
+// Q2_K: d and dmin (32 each), scales (256), mins (16 bytes per pair of sub-blocks), 16 low-bit vectors.
+struct Q2KPairs {
+  static constexpr size_t kRecordBytes = kQ2KRecordBytes;
+  static constexpr size_t kScales = 64, kMinPairs = 64 + 256, kLow = kMinPairs + 128;
+  static constexpr int kOffsetShift = 0;
+  static constexpr bool kMins = true;
+  [[gnu::always_inline]] static __m512i quants(const uint8_t* rec, int h, int e) {
+    const int k = h / 8, g = h % 8, j = 2 * (k % 2) + e;
+    return _mm512_and_si512(_mm512_srli_epi16(load64(rec, kLow + 64 * (8 * (k / 2) + g)), 2 * j), _mm512_set1_epi8(3));
+  }
+  // [min of 2m, min of 2m + 1] int16 pairs, row r of group h in 32-bit lane 8h + r.
+  [[gnu::always_inline]] static __m512i min_pairs(const uint8_t* rec, int m) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kMinPairs + 16 * m)));
+    return _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(0x0F)), _mm512_slli_epi32(_mm512_srli_epi32(b, 4), 16));
+  }
+};
+
 // Q6_K x Q8_K, a pair of groups (pair layout) times T tokens: gemm_q6_K_fixed<kVnni = true> with both
 // groups in one register (q6_K_quants on 512 bits; a sub-block's int8 scales of the 16 rows widened from
 // one 16-byte load; the -32 offset's scale pairs through the same shuffle as there, group 0 in the low
-// 256 bits).
-template <int T>
+// 256 bits). Q3_K and Q2_K (Pairs) as gemm_q6_K_fixed takes them.
+template <typename Pairs, int T>
 void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* acts, float* out, int64_t stride,
                     const uint8_t* far) {
-  // Offsets in a pair's record: both groups' d (32 bytes), 16 sub-blocks' scales (16 bytes each), then
-  // 32 nibble vectors and 16 vectors of top bits (64 bytes each).
-  constexpr size_t kScales = 32, kNibbles = 32 + 256, kTops = kNibbles + 2048;
-  const __m512i low_mask = _mm512_set1_epi8(0x0F);
-  const __m512i top_mask = _mm512_set1_epi8(0x30);
+  constexpr size_t kScales = Pairs::kScales;
   const __m512i pair_pick = _mm512_broadcast_i64x4(
       _mm256_setr_epi8(-1, 0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11,  //
                        -1, 4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15));
@@ -239,8 +288,8 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[1];
-    block_records<2 * kQ6KRecordBytes, 1, kQK_K>(pair, 0, i, rec);
-    far_stream<kQ6KRecordBytes, kQK_K>(far, i);
+    block_records<2 * Pairs::kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
+    far_stream<Pairs::kRecordBytes, kQK_K>(far, i);
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
@@ -251,15 +300,7 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
           __m512i sum[T];
 #pragma GCC unroll 4
           for (int g = 4 * j; g < 4 * j + 4; ++g) {
-            const int h = 8 * k + g;
-            const __m512i nib = load64(rec[0], kNibbles + 64 * h);
-            const __m512i top = load64(rec[0], kTops + 64 * (h / 2));
-            const __m512i low = _mm512_and_si512(e == 0 ? nib : _mm512_srli_epi16(nib, 4), low_mask);
-            const int shift = 4 * (h % 2) + 2 * e;
-            const __m512i high = shift < 4    ? _mm512_slli_epi16(top, 4 - shift)
-                                 : shift == 4 ? top
-                                              : _mm512_srli_epi16(top, shift - 4);
-            const __m512i q = _mm512_or_si512(low, _mm512_and_si512(high, top_mask));
+            const __m512i q = Pairs::quants(rec[0], 8 * k + g, e);
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
               const __m512i y = broadcast4(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
@@ -276,15 +317,21 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
         }
       }
     }
-    // The -32 offset: sum_s scale_s * ysum_s, pairs of sub-blocks at a time.
+    // The offset (Q6_K's 32, Q3_K's 4) times sum_s scale_s * ysum_s, or Q2_K's sum_s min_s * ysum_s, pairs
+    // of sub-blocks at a time.
     __m512i osum[T];
 #pragma GCC unroll 8
     for (int m = 0; m < 8; ++m) {
-      // Sub-blocks 2m and 2m + 1 as [group 0's 2m, group 1's 2m, group 0's 2m + 1, group 1's 2m + 1] (8
-      // bytes each) -> 128-bit lanes [group 0's two, group 0's two, group 1's two, group 1's two].
-      const __m512i both = _mm512_castsi256_si512(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[0] + kScales + 32 * m)));
-      const __m512i sc = _mm512_srai_epi16(_mm512_shuffle_epi8(_mm512_permutexvar_epi64(sub_pick, both), pair_pick), 8);
+      __m512i sc;
+      if constexpr (Pairs::kMins) {
+        sc = Pairs::min_pairs(rec[0], m);
+      } else {
+        // Sub-blocks 2m and 2m + 1 as [group 0's 2m, group 1's 2m, group 0's 2m + 1, group 1's 2m + 1] (8
+        // bytes each) -> 128-bit lanes [group 0's two, group 0's two, group 1's two, group 1's two].
+        const __m512i both = _mm512_castsi256_si512(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[0] + kScales + 32 * m)));
+        sc = _mm512_srai_epi16(_mm512_shuffle_epi8(_mm512_permutexvar_epi64(sub_pick, both), pair_pick), 8);
+      }
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         int32_t ysums;
@@ -294,10 +341,18 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
       }
     }
     const __m512 d = load_ph16(rec[0], 0);
+    [[maybe_unused]] __m512 dmin;
+    if constexpr (Pairs::kMins) dmin = load_ph16(rec[0], 32);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const __m512i total = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(osum[t], 5));
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(acts[t][i].d)), _mm512_cvtepi32_ps(total), acc[t]);
+      const __m512 dy = _mm512_set1_ps(acts[t][i].d);
+      if constexpr (Pairs::kMins) {
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(osum[t]), acc[t]);
+      } else {
+        const __m512i total = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(osum[t], Pairs::kOffsetShift));
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(total), acc[t]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -350,8 +405,20 @@ void gemm_pairs_q5_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
 
 void gemm_pairs_q6_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch) {
-  kquant_pairs([]<int T>(auto... a) { gemm_pair_q6_K<T>(a...); }, n, pairs, n_pairs, acts, n_tok, out, out_stride,
-               prefetch, kQ6KRecordBytes);
+  kquant_pairs([]<int T>(auto... a) { gemm_pair_q6_K<Q6KPairs, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out,
+               out_stride, prefetch, kQ6KRecordBytes);
+}
+
+void gemm_pairs_q3_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  kquant_pairs([]<int T>(auto... a) { gemm_pair_q6_K<Q3KPairs, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out,
+               out_stride, prefetch, kQ3KRecordBytes);
+}
+
+void gemm_pairs_q2_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch) {
+  kquant_pairs([]<int T>(auto... a) { gemm_pair_q6_K<Q2KPairs, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out,
+               out_stride, prefetch, kQ2KRecordBytes);
 }
 
 }  // namespace avx512zmm

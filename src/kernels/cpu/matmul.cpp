@@ -240,7 +240,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const bool vnni = cpu_has_avx512_vnni();
   const bool k_quant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
   const bool iq4_xs = w.type == DType::IQ4_XS;
-  // Q2_K and Q3_K: Q6_K's kernel over their own records, in passes of its tokens; no pair layout.
+  // Q2_K and Q3_K: Q6_K's kernels over their own records (in the pair layout where the K-quants take it;
+  // never paired on the fly).
   const bool k16 = w.type == DType::Q2_K || w.type == DType::Q3_K;
   // The kernels' activation operands for tokens [t0, t0 + n_tok), made once per pass over a chunk (made
   // per call, ActPack32::token's by-value copies cost ~3% of batched decode in store-forwarding stalls).
@@ -311,6 +312,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
                         : w.type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
                                                 : avx512zmm::gemm_pairs_q6_K;
         fn(n_in, group, n_groups / 2, p.q8_k, n_tok, out, stride, far);
+      } else if (k16) {
+        (w.type == DType::Q3_K ? avx512zmm::gemm_pairs_q3_K : avx512zmm::gemm_pairs_q2_K)(n_in, group, n_groups / 2,
+                                                                                        p.q8_k, n_tok, out, stride, far);
       } else {
         const auto fn = w.type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
                         : w.type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
