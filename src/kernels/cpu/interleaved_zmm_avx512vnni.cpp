@@ -360,16 +360,18 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
 }
 
 // The K-quant pair kernels keep one pair's sums in registers: the pairs run one after another, n_tok
-// (1..kMaxZmmTokens) tokens each; the far stream goes with the first.
-template <typename Kernel>
+// (1..kMaxZmmTokens) tokens each, in passes of kMaxTok; the far stream goes with the first.
+template <int kMaxTok = avx512zmm::kMaxZmmTokens, typename Kernel>
 void kquant_pairs(Kernel kernel, int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok,
                   float* out, int64_t out_stride, const uint8_t* prefetch, size_t record_bytes) {
   const int64_t nb = n / kQK_K;
   const size_t pair_bytes = 2 * static_cast<size_t>(nb) * record_bytes;
   for (int p = 0; p < n_pairs; ++p)
-    with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() {
-      kernel.template operator()<T>(nb, pairs + p * pair_bytes, acts, out + 16 * p, out_stride, p ? nullptr : prefetch);
-    });
+    for (int t0 = 0; t0 < n_tok; t0 += kMaxTok)
+      with_token_count<kMaxTok>(std::min(kMaxTok, n_tok - t0), [&]<int T>() {
+        kernel.template operator()<T>(nb, pairs + p * pair_bytes, acts + t0, out + 16 * p + t0 * out_stride, out_stride,
+                                      p || t0 ? nullptr : prefetch);
+      });
 }
 
 }  // namespace
@@ -417,8 +419,10 @@ void gemm_pairs_q3_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
 
 void gemm_pairs_q2_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch) {
-  kquant_pairs([]<int T>(auto... a) { gemm_pair_q6_K<Q2KPairs, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out,
-               out_stride, prefetch, kQ2KRecordBytes);
+  // Up to 6 tokens: at 8 GCC spilled Q2_K's sums (bench_matmul Q2_K 16 tokens, Zen 5: ~650 against ~1800 us;
+  // Q3_K measured the same at 6 and 8).
+  kquant_pairs<6>([]<int T>(auto... a) { gemm_pair_q6_K<Q2KPairs, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out,
+                  out_stride, prefetch, kQ2KRecordBytes);
 }
 
 }  // namespace avx512zmm

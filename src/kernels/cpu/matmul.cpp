@@ -384,6 +384,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t pass_tokens = k_unpack                       ? kUnpackedKPassTokens
                               : pairs && w.type == DType::Q4_0 ? 6
                               : iq4_xs                       ? kIQ4XSPassTokens
+                              : pairs && w.type == DType::Q2_K ? 6  // its pair kernel's passes
                               : pairs || fly                 ? avx512zmm::kMaxZmmTokens
                               : w.type == DType::Q8_0        ? 4
                                                              : avx2::kMaxInterleavedTokens;
