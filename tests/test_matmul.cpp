@@ -599,6 +599,7 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
       {DType::Q6_K, {{16, 1}, {8, 16}, {32, 48}}},
       {DType::Q3_K, {{16, 1}, {8, 16}, {32, 24}}},
       {DType::Q2_K, {{16, 2}, {8, 16}, {8, 8}, {32, 16}}},
+      {DType::IQ4_XS, {{16, 1}, {8, 8}, {32, 32}}},
   };
   for (const auto& [type, pieces] : specs)
     for (int64_t n_out : {16, 40, 61}) {
@@ -648,10 +649,8 @@ TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
   EXPECT_FALSE(interleaved_pairs_preferred(DType::Q5_0));  // they have no pair kernels
   EXPECT_TRUE(has_interleaved_layout(DType::IQ4_NL));
   EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_NL));
-  EXPECT_TRUE(has_interleaved_layout(DType::IQ4_XS));
-  EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_XS));
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q2_K,
-                     DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                     DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     const bool paired = interleaved_pairs_preferred(type);
     if (!has_interleaved_layout(type) || !cpu_has_avx512_vnni()) {
       EXPECT_FALSE(paired) << dtype_name(type);
@@ -873,13 +872,13 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
                          : type == DType::Q2_K   ? avx512vnni::gemm_interleaved_q2_K
                                                  : avx512vnni::gemm_interleaved_q6_K;
   expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
-  if (type == DType::IQ4_XS) return;  // no pair layout
   // The 512-bit pair kernels on the pair layout, for every pair and token count.
   const auto paired = interleave_rows(w, /*pairs=*/true);
   const auto pair_gemm = type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
                          : type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
                          : type == DType::Q3_K ? avx512zmm::gemm_pairs_q3_K
                          : type == DType::Q2_K ? avx512zmm::gemm_pairs_q2_K
+                         : type == DType::IQ4_XS ? avx512zmm::gemm_pairs_iq4_xs
                                                : avx512zmm::gemm_pairs_q6_K;
   expect_pairs_bit_identical(avx2_gemm, pair_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), paired.get(), acts,
                              type);

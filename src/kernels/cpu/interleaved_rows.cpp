@@ -51,9 +51,8 @@ size_t far_prefetch_bytes(DType type) {
 // 0.45-0.7x there. KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  // Q5_0, IQ4_NL and IQ4_XS have no pair kernels.
-  if (!has_interleaved_layout(type) || type == DType::Q5_0 || type == DType::IQ4_NL || type == DType::IQ4_XS)
-    return false;
+  // Q5_0 and IQ4_NL have no pair kernels.
+  if (!has_interleaved_layout(type) || type == DType::Q5_0 || type == DType::IQ4_NL) return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
@@ -248,6 +247,8 @@ constexpr Pieces kQ6_KPieces[] = {{16, 1}, {8, 16}, {32, 48}};
 constexpr Pieces kQ3_KPieces[] = {{16, 1}, {8, 16}, {32, 24}};
 // d, dmin; 16 sub-blocks' scales; mins of sub-blocks 2m and 2m + 1 (8 bytes); 16 vectors of low bits.
 constexpr Pieces kQ2_KPieces[] = {{16, 2}, {8, 16}, {8, 8}, {32, 16}};
+// d; 8 sub-blocks' scales; 4 quant vectors of each sub-block.
+constexpr Pieces kIQ4_XSPieces[] = {{16, 1}, {8, 8}, {32, 32}};
 
 // Every type's pieces cover its block record exactly.
 template <const auto& kPieces>
@@ -264,6 +265,7 @@ static_assert(pieces_bytes<kQ5_KPieces>() == kQ5KRecordBytes);
 static_assert(pieces_bytes<kQ6_KPieces>() == kQ6KRecordBytes);
 static_assert(pieces_bytes<kQ3_KPieces>() == kQ3KRecordBytes);
 static_assert(pieces_bytes<kQ2_KPieces>() == kQ2KRecordBytes);
+static_assert(pieces_bytes<kIQ4_XSPieces>() == kIQ4XSRecordBytes);
 
 // Pairs nb blocks of two groups (src, src + group_bytes) into out, with the pieces known at compile time:
 // every copy is of a constant size and the loops unroll. Matmul pairs each L2 chunk of K-quant weights
@@ -297,6 +299,7 @@ void pair_groups_with(DType type, size_t record, size_t group_bytes, int64_t nb,
     case DType::Q6_K: return pair_groups_fixed<kQ6_KPieces>(record, group_bytes, nb, src, out);
     case DType::Q3_K: return pair_groups_fixed<kQ3_KPieces>(record, group_bytes, nb, src, out);
     case DType::Q2_K: return pair_groups_fixed<kQ2_KPieces>(record, group_bytes, nb, src, out);
+    case DType::IQ4_XS: return pair_groups_fixed<kIQ4_XSPieces>(record, group_bytes, nb, src, out);
     default: fail("interleave_rows: {} has no pair layout", dtype_name(type));
   }
 }

@@ -36,7 +36,7 @@
 //   64 bytes of sub-block scales (byte 8s + r: row r's scale of sub-block s, -32..31 as a signed byte), then
 //   for each sub-block s of 32 elements 128 bytes laid out as IQ4_NL's quants (vector h, row r holds that
 //   row's qs[16s + 4h .. 16s + 4h + 3]: elements 32s + 4h.. in the low nibbles, 32s + 16 + 4h.. in the
-//   high ones), indices into kIQ4Values. No pair layout.
+//   high ones), indices into kIQ4Values. Pair layout pieces: d, each sub-block's scales, each vector.
 // Q3_K, per group and block, 912 bytes (the rows' own 8 x 110 plus 32): 8 x fp16 d, 128 bytes of sub-block
 //   scales (byte 8s + r: row r's scale of 16-element sub-block s, -32..31), 16 x 32 bytes of the quants'
 //   low 2 bits (vector v, row r holds that row's qs[4v .. 4v + 3]), then 8 x 32 bytes of their top bits
@@ -246,6 +246,8 @@ void gemm_pairs_q6_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q3_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_iq4_xs(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                       int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q2_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512zmm

@@ -359,6 +359,60 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
 }
 
+// IQ4_XS x Q8_K, a pair of groups (pair layout) times T tokens: gemm_iq4_xs_fixed<kVnni = true> with both
+// groups in one register (the level table in every 128-bit lane; a sub-block's scales of the 16 rows
+// widened from one 16-byte load).
+template <int T>
+void gemm_pair_iq4_xs(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* acts, float* out, int64_t stride,
+                      const uint8_t* far) {
+  // Offsets in a pair's record: both groups' d (32 bytes), 8 sub-blocks' scales (16 bytes each), then
+  // each sub-block's 4 quant vectors (64 bytes each).
+  constexpr size_t kScales = 32, kQuants = 32 + 128;
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values)));
+  const __m512i low_mask = _mm512_set1_epi8(0x0F);
+  const __m512i sign_flip = _mm512_set1_epi8(-128);
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* rec[1];
+    // 2 KiB ahead also for one token (bench_matmul IQ4_XS one token cold, Zen 5: 161-172 us against ~250
+    // without).
+    block_records<2 * kIQ4XSRecordBytes, 1, kQK_K>(pair, 0, i, rec);
+    far_stream<kIQ4XSRecordBytes, kQK_K>(far, i);
+    __m512i isum[T];
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      __m512i sub[T];
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m512i packed = load64(rec[0], kQuants + 64 * (4 * s + g % 4));
+        const __m512i w = _mm512_shuffle_epi8(table, _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask));
+        const __m512i w_u = _mm512_xor_si512(w, sign_flip);
+        const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const __m512i y = broadcast4(acts[t][i].qs + 32 * s + elem);
+          const __m512i start = _mm512_set1_epi32(-128 * (acts[t][i].bsums[2 * s] + acts[t][i].bsums[2 * s + 1]));
+          sub[t] = _mm512_dpbusd_epi32(g == 0 ? start : sub[t], w_u, y);
+        }
+      }
+      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + kScales + 16 * s)));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m512i p = _mm512_mullo_epi32(sub[t], sc);
+        isum[t] = s == 0 ? p : _mm512_add_epi32(isum[t], p);
+      }
+    }
+    const __m512 d = load_ph16(rec[0], 0);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(acts[t][i].d)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
+}
+
 // The K-quant pair kernels keep one pair's sums in registers: the pairs run one after another, n_tok
 // (1..kMaxZmmTokens) tokens each, in passes of kMaxTok; the far stream goes with the first.
 template <int kMaxTok = avx512zmm::kMaxZmmTokens, typename Kernel>
@@ -409,6 +463,12 @@ void gemm_pairs_q6_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
                      int64_t out_stride, const uint8_t* prefetch) {
   kquant_pairs([]<int T>(auto... a) { gemm_pair_q6_K<Q6KPairs, T>(a...); }, n, pairs, n_pairs, acts, n_tok, out,
                out_stride, prefetch, kQ6KRecordBytes);
+}
+
+void gemm_pairs_iq4_xs(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,
+                       int64_t out_stride, const uint8_t* prefetch) {
+  kquant_pairs([]<int T>(auto... a) { gemm_pair_iq4_xs<T>(a...); }, n, pairs, n_pairs, acts, n_tok, out, out_stride,
+               prefetch, kIQ4XSRecordBytes);
 }
 
 void gemm_pairs_q3_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8_K* const* acts, int n_tok, float* out,

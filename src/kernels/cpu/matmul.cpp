@@ -312,9 +312,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
                         : w.type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
                                                 : avx512zmm::gemm_pairs_q6_K;
         fn(n_in, group, n_groups / 2, p.q8_k, n_tok, out, stride, far);
-      } else if (k16) {
-        (w.type == DType::Q3_K ? avx512zmm::gemm_pairs_q3_K : avx512zmm::gemm_pairs_q2_K)(n_in, group, n_groups / 2,
-                                                                                        p.q8_k, n_tok, out, stride, far);
+      } else if (k16 || iq4_xs) {
+        const auto fn = w.type == DType::Q3_K   ? avx512zmm::gemm_pairs_q3_K
+                        : w.type == DType::Q2_K ? avx512zmm::gemm_pairs_q2_K
+                                                : avx512zmm::gemm_pairs_iq4_xs;
+        fn(n_in, group, n_groups / 2, p.q8_k, n_tok, out, stride, far);
       } else {
         const auto fn = w.type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
                         : w.type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
@@ -383,7 +385,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t max_groups_per_call = call_groups;
   const int64_t pass_tokens = k_unpack                       ? kUnpackedKPassTokens
                               : pairs && w.type == DType::Q4_0 ? 6
-                              : iq4_xs                       ? kIQ4XSPassTokens
+                              : iq4_xs && !pairs             ? kIQ4XSPassTokens
                               : pairs && w.type == DType::Q2_K ? 6  // its pair kernel's passes
                               : pairs || fly                 ? avx512zmm::kMaxZmmTokens
                               : w.type == DType::Q8_0        ? 4
