@@ -76,6 +76,19 @@ bool cpu_uses_zmm_path(int own_switch, bool pays_on_split_zmm) {
   return cpu_zmm_forced() < 0 && pays_on_split_zmm && cpu_has_avx512_vnni();
 }
 
+bool cpu_is_intel() {
+  static const bool intel = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    return ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;  // "Genu" "ineI" "ntel"
+#else
+    return false;
+#endif
+  }();
+  return intel;
+}
+
 bool cpu_prefers_zmm() {
   static const bool ok = [] {
     if (!cpu_has_avx512_vnni()) return false;

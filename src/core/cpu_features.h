@@ -16,6 +16,8 @@ bool cpu_has_avx512_vnni();
 // simd_worker), the rest stay 256-bit. KVSERVE_ZMM=0 or 1 in the environment overrides the choice (still
 // only with cpu_has_avx512_vnni()), and then every 512-bit path follows it (cpu_uses_zmm_path).
 bool cpu_prefers_zmm();
+// An Intel core (CPUID vendor "GenuineIntel"): where a tuning measured on AMD hosts differs on Intel's.
+bool cpu_is_intel();
 // KVSERVE_ZMM as set in the environment: env_switch("KVSERVE_ZMM").
 int cpu_zmm_forced();
 // An on/off switch from the environment, for A/B runs: -1 when unset or empty, 0 for "0", else 1.

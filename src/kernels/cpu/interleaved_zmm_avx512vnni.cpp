@@ -22,6 +22,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/quants.h"
@@ -54,8 +55,25 @@ enum class Q32 { kQ4_0, kQ4_1, kQ8_0 };
 // 105.3 tok/s, SmolLM2 Q4_1 463 / 521 / 515 -> 526 / 572 / 578 (4 KiB: ~1.08x and ~1.03x; 2 KiB: none);
 // sharing one CCD, within noise. Q8_0 keeps asking for nothing: 59.1 / 59.0 -> 56.8 / 55.2 at 8 KiB.
 constexpr size_t kPairQ4DecodePrefetchAhead = 8192;
-constexpr size_t pair_q32_prefetch_distance(Q32 type, int T) {
-  return T > 1 ? kPrefetchAhead : type == Q32::kQ8_0 ? 0 : kPairQ4DecodePrefetchAhead;
+// On Intel (a 2-vCPU Xeon with 2 MiB L2 per core and AVX512-FP16/AMX, 2026-12-01) 8 KiB into L1 was the
+// worst distance for 1B-shaped Q4_0 decode, from memory (2 runs each: 0 28.7 / 27.7, 1 KiB 33.4, 2 KiB
+// 35.6 / 34.6, 4 KiB 31.4 / 32.2, 8 KiB 28.7 / 28.5 tok/s): far L1 prefetches hold the fill buffers the
+// demand loads wait for. SmolLM2 Q4_1, whose 96 MB sit in that host's L3, wanted 8 KiB (2 KiB 267-278
+// against 296-314). Both at once: 2 KiB into L1 and 8 KiB into L2 (prefetcht1), Q8_0 too (its 2 KiB alone
+// 1.08x over nothing), alternating binaries, 2 runs: 1B Q4_0 38.0 / 36.0 against 32.0 / 32.0 tok/s at 8 KiB
+// (1.16x), SmolLM2 360 / 352 against 341 / 325 (1.07x). AMD hosts keep the distances above.
+constexpr size_t kIntelDecodeL1Ahead = 2048;
+constexpr size_t kIntelDecodeL2Ahead = 8192;
+constexpr size_t pair_q32_prefetch_distance(Q32 type, int T, bool l2_ahead) {
+  return T > 1 ? kPrefetchAhead : l2_ahead ? kIntelDecodeL1Ahead : type == Q32::kQ8_0 ? 0 : kPairQ4DecodePrefetchAhead;
+}
+// Whether one-token pair calls take the L1 + L2 distances: on Intel, or as KVSERVE_DECODE_L2_AHEAD says.
+bool decode_l2_ahead() {
+  static const bool on = [] {
+    const int forced = env_switch("KVSERVE_DECODE_L2_AHEAD");
+    return forced >= 0 ? forced == 1 : cpu_is_intel();
+  }();
+  return on;
 }
 
 // Q4_0 / Q4_1 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed and gemm_signed8_fixed
@@ -65,7 +83,7 @@ constexpr size_t pair_q32_prefetch_distance(Q32 type, int T) {
 // block's sum. In the pair layout each vector of both groups is one 64-byte load: from the group layout
 // (two 32-byte loads and an insert per vector) this kernel ran at ~0.9x (bench_matmul Q4_0 16 tokens,
 // one thread).
-template <Q32 kType, int P, int T>
+template <Q32 kType, int P, int T, bool kL2Ahead = false>
 void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const PackedActs32* acts, float* out,
                     int64_t stride, const uint8_t* far) {
   constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1;
@@ -81,8 +99,14 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[P];
     // A pair's record is two groups' records; the far stream keeps the group layout's bytes per block.
-    block_records<2 * kRecordBytes, P, 32, pair_q32_prefetch_distance(kType, T)>(pairs, pair_bytes, i, rec);
+    block_records<2 * kRecordBytes, P, 32, pair_q32_prefetch_distance(kType, T, kL2Ahead)>(pairs, pair_bytes, i, rec);
     far_stream<kRecordBytes>(far, i);
+    if constexpr (kL2Ahead) {
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p)
+        for (size_t off = 0; off < 2 * kRecordBytes; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(rec[p] + kIntelDecodeL2Ahead + off), _MM_HINT_T1);
+    }
     constexpr bool kTwoChains = two_vnni_chains(P * T);
     __m512i sum[P][T];
     [[maybe_unused]] __m512i sum_odd[P][T];  // with kTwoChains: the odd vectors' sums
@@ -139,6 +163,14 @@ void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32
   constexpr size_t kRecordBytes = kType == Q32::kQ8_0 ? kQ8_0RecordBytes : kQ4RecordBytes<kType == Q32::kQ4_1>;
   const int64_t nb = n / 32;
   const size_t pair_bytes = 2 * static_cast<size_t>(nb) * kRecordBytes;
+  if (n_tok == 1 && decode_l2_ahead()) {
+    if (n_pairs >= 2) {
+      gemm_pairs_q32<kType, 2, 1, true>(nb, pairs, pair_bytes, acts, out, out_stride, prefetch);
+    } else {
+      gemm_pairs_q32<kType, 1, 1, true>(nb, pairs, pair_bytes, acts, out, out_stride, prefetch);
+    }
+    return;
+  }
   with_token_count<avx512zmm::kMaxZmmTokens>(n_tok, [&]<int T>() {
     if (n_pairs >= 2) {
       gemm_pairs_q32<kType, 2, T>(nb, pairs, pair_bytes, acts, out, out_stride, prefetch);
