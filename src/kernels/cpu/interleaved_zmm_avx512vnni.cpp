@@ -61,11 +61,20 @@ constexpr size_t kPairQ4DecodePrefetchAhead = 8192;
 // demand loads wait for. SmolLM2 Q4_1, whose 96 MB sit in that host's L3, wanted 8 KiB (2 KiB 267-278
 // against 296-314). Both at once: 2 KiB into L1 and 8 KiB into L2 (prefetcht1), Q8_0 too (its 2 KiB alone
 // 1.08x over nothing), alternating binaries, 2 runs: 1B Q4_0 38.0 / 36.0 against 32.0 / 32.0 tok/s at 8 KiB
-// (1.16x), SmolLM2 360 / 352 against 341 / 325 (1.07x). AMD hosts keep the distances above.
+// (1.16x), SmolLM2 360 / 352 against 341 / 325 (1.07x). AMD hosts keep the distances above. The K-quant
+// pairs (which ask 2 KiB ahead whatever the tokens) add the same 8 KiB into L2 for one token: 1B-shaped
+// Q4_K decode 34.0 / 33.9 / 33.5 -> 39.2 / 38.8 / 40.8 tok/s (1.17x, ~0.97 of the bound), Q6_K 23.2 / 23.6
+// -> 24.2 / 23.6 (within noise).
 constexpr size_t kIntelDecodeL1Ahead = 2048;
 constexpr size_t kIntelDecodeL2Ahead = 8192;
 constexpr size_t pair_q32_prefetch_distance(Q32 type, int T, bool l2_ahead) {
   return T > 1 ? kPrefetchAhead : l2_ahead ? kIntelDecodeL1Ahead : type == Q32::kQ8_0 ? 0 : kPairQ4DecodePrefetchAhead;
+}
+// kBytes from kIntelDecodeL2Ahead past rec, into L2 (always_inline: see far_stream).
+template <size_t kBytes>
+[[gnu::always_inline]] inline void l2_ahead(const uint8_t* rec) {
+  for (size_t off = 0; off < kBytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(rec + kIntelDecodeL2Ahead + off), _MM_HINT_T1);
 }
 // Whether one-token pair calls take the L1 + L2 distances: on Intel, or as KVSERVE_DECODE_L2_AHEAD says.
 bool decode_l2_ahead() {
@@ -103,9 +112,7 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
     far_stream<kRecordBytes>(far, i);
     if constexpr (kL2Ahead) {
 #pragma GCC unroll 2
-      for (int p = 0; p < P; ++p)
-        for (size_t off = 0; off < 2 * kRecordBytes; off += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(rec[p] + kIntelDecodeL2Ahead + off), _MM_HINT_T1);
+      for (int p = 0; p < P; ++p) l2_ahead<2 * kRecordBytes>(rec[p]);
     }
     constexpr bool kTwoChains = two_vnni_chains(P * T);
     __m512i sum[P][T];
@@ -198,10 +205,13 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  // One token on Intel: 8 KiB into L2 as well (decode_l2_ahead).
+  const bool l2 = T == 1 && decode_l2_ahead();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[1];
     block_records<2 * kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
     far_stream<kRecordBytes, kQK_K>(far, i);
+    if (l2) l2_ahead<2 * kRecordBytes>(rec[0]);
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
@@ -329,10 +339,13 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  // One token on Intel: 8 KiB into L2 as well (decode_l2_ahead).
+  const bool l2 = T == 1 && decode_l2_ahead();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[1];
     block_records<2 * Pairs::kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
     far_stream<Pairs::kRecordBytes, kQK_K>(far, i);
+    if (l2) l2_ahead<2 * Pairs::kRecordBytes>(rec[0]);
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
