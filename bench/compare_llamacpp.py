@@ -17,7 +17,11 @@ llama.cpp's figures can come from its own benchmark binaries instead (--llama-be
 --llama-batched-bench for the batched case; built from llama-cpp-python's sdist as compare_serving.py
 shows, targets llama-bench and llama-batched-bench): `llama-bench -p P -n 0` for prefill, `llama-bench
 -p 0 -n G -d P` (generation at depth P) for decode, `llama-batched-bench -npp P -ntg G -npl N` for
-batched. Then llama-cpp-python is not needed.
+batched. Then llama-cpp-python is not needed. On a Xeon VM with AMX (2026-12-01) a -DGGML_NATIVE=ON build
+died in ggml_backend_amx_mul_mat (SIGILL / SIGSEGV) although the kernel grants the AMX state; there
+configure with -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+-DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+(every instruction set that core has except AMX).
 
 The memory-bandwidth bound on decode is the STREAM triad bandwidth (measured in the same run with
 `kvserve bench --triad`, same thread count) divided by the weight bytes read per token (as kvserve
@@ -205,8 +209,13 @@ class LlamaCppBinaries:
     def _run(self, cmd):
         out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
         if out.returncode != 0:
-            raise RuntimeError("%s failed (exit %d): %s" % (os.path.basename(cmd[0]), out.returncode,
-                                                           out.stderr.strip()[-500:]))
+            hint = ""
+            if out.returncode < 0:
+                hint = (" (killed by signal %d; a -DGGML_NATIVE=ON build on an AMX core runs ggml's AMX "
+                        "kernels, which crashed on one Xeon VM: build without them, see this script's help)"
+                        % -out.returncode)
+            raise RuntimeError("%s failed (exit %d)%s: %s" % (os.path.basename(cmd[0]), out.returncode, hint,
+                                                             out.stderr.strip()[-500:]))
         return out.stdout
 
     def _bench_ts(self, prompt, gen, depth):
