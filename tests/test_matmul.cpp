@@ -700,6 +700,39 @@ TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
   }
 }
 
+// One-token pair calls that also ask 8 KiB ahead into L2 (the default on Intel) and those that do not give
+// the group kernels' bits, whichever the host's default is.
+TEST(InterleavedPairs, OneTokenCallsGiveTheGroupKernelsBitsWithAndWithoutTheL2Stream) {
+  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
+  struct DefaultBack {  // restores the host's default however the test ends
+    ~DefaultBack() { set_decode_l2_ahead(-1); }
+  } restore;
+  std::mt19937 rng(53);
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K,
+                     DType::Q2_K}) {
+    const int64_t n_in = dtype_info(type).block_elems == 256 ? 2048 : 1024;
+    for (int64_t n_out : {16, 40, 200}) {
+      const auto data = random_weights(type, n_out, n_in, rng);
+      const Tensor groups = make_tensor(type, n_out, n_in, data, false), pairs = make_tensor(type, n_out, n_in, data, true);
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        const auto x = random_floats(n_in, rng);
+        std::vector<float> want(n_out, NAN);
+        matmul(groups, x.data(), 1, want.data(), pool);
+        for (int l2 : {0, 1}) {
+          set_decode_l2_ahead(l2);
+          ASSERT_EQ(decode_l2_ahead_enabled(), l2 == 1);
+          std::vector<float> got(n_out, NAN);
+          matmul(pairs, x.data(), 1, got.data(), pool);
+          ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+              << dtype_name(type) << " rows " << n_out << " threads " << threads << " l2 " << l2;
+        }
+        set_decode_l2_ahead(-1);
+      }
+    }
+  }
+}
+
 // Many-token calls on K-quant weights in the group layout pair each chunk's groups into a scratch copy
 // and run the 512-bit pair kernels (matmul.cpp): the same bits as the group kernels for every row split,
 // with a last odd group, across threads and for matrices stacked so that ranges start mid-pair; and the

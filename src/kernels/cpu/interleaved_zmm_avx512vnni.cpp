@@ -22,9 +22,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
@@ -61,10 +61,11 @@ constexpr size_t kPairQ4DecodePrefetchAhead = 8192;
 // demand loads wait for. SmolLM2 Q4_1, whose 96 MB sit in that host's L3, wanted 8 KiB (2 KiB 267-278
 // against 296-314). Both at once: 2 KiB into L1 and 8 KiB into L2 (prefetcht1), Q8_0 too (its 2 KiB alone
 // 1.08x over nothing), alternating binaries, 2 runs: 1B Q4_0 38.0 / 36.0 against 32.0 / 32.0 tok/s at 8 KiB
-// (1.16x), SmolLM2 360 / 352 against 341 / 325 (1.07x). AMD hosts keep the distances above. The K-quant
-// pairs (which ask 2 KiB ahead whatever the tokens) add the same 8 KiB into L2 for one token: 1B-shaped
+// (1.16x), SmolLM2 360 / 352 against 341 / 325 (1.07x). AMD hosts keep the distances above
+// (decode_l2_ahead_enabled in matmul.h). The K-quant pairs (which ask 2 KiB ahead whatever the tokens) add
+// the same 8 KiB into L2 for one token: 1B-shaped
 // Q4_K decode 34.0 / 33.9 / 33.5 -> 39.2 / 38.8 / 40.8 tok/s (1.17x, ~0.97 of the bound), Q6_K 23.2 / 23.6
-// -> 24.2 / 23.6 (within noise).
+// -> 24.2 / 23.6 (within noise; its kernel serves Q3_K and Q2_K too, not measured).
 constexpr size_t kIntelDecodeL1Ahead = 2048;
 constexpr size_t kIntelDecodeL2Ahead = 8192;
 constexpr size_t pair_q32_prefetch_distance(Q32 type, int T, bool l2_ahead) {
@@ -75,14 +76,6 @@ template <size_t kBytes>
 [[gnu::always_inline]] inline void l2_ahead(const uint8_t* rec) {
   for (size_t off = 0; off < kBytes; off += 64)
     _mm_prefetch(reinterpret_cast<const char*>(rec + kIntelDecodeL2Ahead + off), _MM_HINT_T1);
-}
-// Whether one-token pair calls take the L1 + L2 distances: on Intel, or as KVSERVE_DECODE_L2_AHEAD says.
-bool decode_l2_ahead() {
-  static const bool on = [] {
-    const int forced = env_switch("KVSERVE_DECODE_L2_AHEAD");
-    return forced >= 0 ? forced == 1 : cpu_is_intel();
-  }();
-  return on;
 }
 
 // Q4_0 / Q4_1 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed and gemm_signed8_fixed
@@ -170,7 +163,7 @@ void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32
   constexpr size_t kRecordBytes = kType == Q32::kQ8_0 ? kQ8_0RecordBytes : kQ4RecordBytes<kType == Q32::kQ4_1>;
   const int64_t nb = n / 32;
   const size_t pair_bytes = 2 * static_cast<size_t>(nb) * kRecordBytes;
-  if (n_tok == 1 && decode_l2_ahead()) {
+  if (n_tok == 1 && decode_l2_ahead_enabled()) {
     if (n_pairs >= 2) {
       gemm_pairs_q32<kType, 2, 1, true>(nb, pairs, pair_bytes, acts, out, out_stride, prefetch);
     } else {
@@ -205,8 +198,8 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  // One token on Intel: 8 KiB into L2 as well (decode_l2_ahead).
-  const bool l2 = T == 1 && decode_l2_ahead();
+  // One token on Intel: 8 KiB into L2 as well (decode_l2_ahead_enabled).
+  const bool l2 = T == 1 && decode_l2_ahead_enabled();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[1];
     block_records<2 * kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
@@ -339,8 +332,8 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  // One token on Intel: 8 KiB into L2 as well (decode_l2_ahead).
-  const bool l2 = T == 1 && decode_l2_ahead();
+  // One token on Intel: 8 KiB into L2 as well (decode_l2_ahead_enabled).
+  const bool l2 = T == 1 && decode_l2_ahead_enabled();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[1];
     block_records<2 * Pairs::kRecordBytes, 1, kQK_K>(pair, 0, i, rec);

@@ -576,6 +576,21 @@ void set_simd_enabled(bool enabled) { g_simd_enabled.store(enabled, std::memory_
 
 void set_fly_pairs_enabled(bool enabled) { g_fly_pairs_enabled.store(enabled, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<int> g_decode_l2_ahead{-1};  // -1: the host's default
+}  // namespace
+
+bool decode_l2_ahead_enabled() {
+  static const bool host_default = [] {
+    const int forced = env_switch("KVSERVE_DECODE_L2_AHEAD");
+    return forced >= 0 ? forced == 1 : cpu_is_intel();
+  }();
+  const int set = g_decode_l2_ahead.load(std::memory_order_relaxed);
+  return set >= 0 ? set == 1 : host_default;
+}
+
+void set_decode_l2_ahead(int on) { g_decode_l2_ahead.store(on < 0 ? -1 : on != 0 ? 1 : 0, std::memory_order_relaxed); }
+
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
   check_matmul_args(w, x, n_tokens, y);
   if (n_tokens == 0) return;
