@@ -91,9 +91,13 @@ constexpr size_t kQ5_0RecordBytes = 16 + 128 + 32;
 // always_inline: GCC 12's ipa-pure-const takes a function that only prefetches for `const` and deletes
 // calls to it that were not inlined early (this one, with its loop, was not: every far prefetch vanished).
 template <size_t kRecordBytes, int kBlockCols = 32>
+constexpr size_t far_bytes_per_block() {
+  return avx2::far_prefetch_bytes_per_32(kRecordBytes * 32 / kBlockCols) * (kBlockCols / 32);
+}
+template <size_t kRecordBytes, int kBlockCols = 32>
 [[gnu::always_inline]] inline void far_stream(const uint8_t* far, int64_t i) {
   if (far == nullptr) return;
-  constexpr size_t kFarBytes = avx2::far_prefetch_bytes_per_32(kRecordBytes * 32 / kBlockCols) * (kBlockCols / 32);
+  constexpr size_t kFarBytes = far_bytes_per_block<kRecordBytes, kBlockCols>();
   for (size_t off = 0; off < kFarBytes; off += 64)
     _mm_prefetch(reinterpret_cast<const char*>(far + i * kFarBytes + off), _MM_HINT_T1);
 }

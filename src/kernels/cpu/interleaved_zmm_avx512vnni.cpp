@@ -48,6 +48,27 @@ inline __m512i broadcast4(const int8_t* p) {
 
 enum class Q32 { kQ4_0, kQ4_1, kQ8_0 };
 
+// Part `part` of kParts of the cache lines of [p, p + kBytes), asked for with kHint.
+template <size_t kBytes, int kParts, _mm_hint kHint>
+[[gnu::always_inline]] inline void prefetch_part(const uint8_t* p, int part) {
+  constexpr size_t kLines = (kBytes + 63) / 64, kPer = (kLines + kParts - 1) / kParts;
+  const size_t end = std::min(kLines, (part + 1) * kPer);
+  for (size_t line = part * kPer; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(p + 64 * line), kHint);
+}
+
+// Batched K-quant pair kernels (a pair's record of 2 * kRecordBytes per 256-column block): block i's
+// prefetches, kPrefetchAhead into L1 and its far stream share into L2, an eighth per sub-block (part
+// 0..7) rather than all at the block's start, where the ~40 far (memory) and ~37 ahead (L2) lines at once
+// filled the miss buffers and the prefetches then stalled the core (perf, 1B-shaped Q4_K 16 sequences on
+// the Xeon host: 14% of the kernel's samples on the two prefetch loops; batched decode ~1.15x spread).
+template <size_t kRecordBytes>
+[[gnu::always_inline]] inline void kquant_prefetch_part(const uint8_t* rec, const uint8_t* far, int64_t i, int part) {
+  constexpr size_t kFar = far_bytes_per_block<kRecordBytes, kQK_K>();
+  prefetch_part<2 * kRecordBytes, 8, _MM_HINT_T0>(rec + kPrefetchAhead, part);
+  if (far != nullptr) prefetch_part<kFar, 8, _MM_HINT_T1>(far + i * kFar, part);
+}
+
+
 // One-token Q4 pairs ask 8 KiB ahead, unlike the 8-row kernels (q32_prefetch_distance): on the Zen 5 host
 // whose two vCPUs sit now on one CCD, now on two, each core's own memory path in the split placement gives
 // it ~40 GB/s, more than its stream prefetcher keeps in flight. Batch-1 decode, alternating binaries,
@@ -190,11 +211,15 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;  // one group's
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
-  // [min of sub-block 2k, min of 2k + 1] per row from 16 bytes (sub-blocks 2k, 2k + 1, rows in order) in
+  // [min of sub-block 2k + e, the same] per row from 16 bytes (sub-blocks 2k, 2k + 1, rows in order) in
   // each 128-bit lane: lanes 0 and 1 take rows 0-3 and 4-7 of group 0, lanes 2 and 3 those of group 1.
-  const __m512i min_pick = _mm512_broadcast_i64x4(
-      _mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
-                       4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1));
+  // Paired with the token's two 16-element sums of that sub-block (y.bsums, one broadcast dword), one
+  // vpdpwssd per sub-block takes min x (sum of its 32 elements) with no per-token shuffles.
+  const __m512i min_pick[2] = {
+      _mm512_broadcast_i64x4(_mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
+                                              4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1)),
+      _mm512_broadcast_i64x4(_mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,  //
+                                              12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1))};
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -202,14 +227,22 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   const bool l2 = T == 1 && decode_l2_ahead_enabled();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[1];
-    block_records<2 * kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
-    far_stream<kRecordBytes, kQK_K>(far, i);
-    if (l2) l2_ahead<2 * kRecordBytes>(rec[0]);
+    if constexpr (T == 1) {
+      block_records<2 * kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
+      far_stream<kRecordBytes, kQK_K>(far, i);
+      if (l2) l2_ahead<2 * kRecordBytes>(rec[0]);
+    } else {
+      block_records<2 * kRecordBytes, 1, kQK_K, 0>(pair, 0, i, rec);
+    }
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
 #pragma GCC unroll 2
       for (int e = 0; e < 2; ++e) {
+        if constexpr (T > 1) kquant_prefetch_part<kRecordBytes>(rec[0], far, i, 2 * k + e);
+        // Each row's scale in the low int16 of its lane, 0 in the high one (vpdpwssd below).
+        const __m512i scales =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 64 + 16 * (2 * k + e))));
         __m512i sum[T];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
@@ -221,41 +254,55 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
             const __m512i moved = bit < 4 ? _mm512_slli_epi16(planes, 4 - bit) : _mm512_srli_epi16(planes, bit - 4);
             q = _mm512_or_si512(q, _mm512_and_si512(moved, bit4));
           }
+          // Q4_K: the scale goes on per 16 elements, by vpdpwssd on the partial sum's low int16 (|sum| <=
+          // 16 * 15 * 128 = 30720 fits): one instruction where vpmulld + vpaddd per 32 elements take three
+          // uops. Q5_K's 16-element sums (up to 16 * 31 * 128) do not fit, so it keeps vpmulld.
+          const bool restart = kQ5 ? g == 0 : g % 4 == 0;
 #pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
             const __m512i y = broadcast4(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
-            sum[t] = _mm512_dpbusd_epi32(g == 0 ? _mm512_setzero_si512() : sum[t], q, y);
+            sum[t] = _mm512_dpbusd_epi32(restart ? _mm512_setzero_si512() : sum[t], q, y);
+          }
+          if constexpr (!kQ5) {
+            if (g % 4 == 3) {
+              const bool first = k == 0 && e == 0 && g == 3;
+#pragma GCC unroll 8
+              for (int t = 0; t < T; ++t)
+                isum[t] = first ? _mm512_madd_epi16(sum[t], scales) : _mm512_dpwssd_epi32(isum[t], sum[t], scales);
+            }
           }
         }
-        const __m512i scales =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 64 + 16 * (2 * k + e))));
+        if constexpr (kQ5) {
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const __m512i p = _mm512_mullo_epi32(sum[t], scales);
-          isum[t] = k == 0 && e == 0 ? p : _mm512_add_epi32(isum[t], p);
+          for (int t = 0; t < T; ++t) {
+            const __m512i p = _mm512_mullo_epi32(sum[t], scales);
+            isum[t] = k == 0 && e == 0 ? p : _mm512_add_epi32(isum[t], p);
+          }
         }
       }
     }
-    __m512i mins[4];
+    __m512i mins[8];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       // [group 0's 16 bytes, group 1's] -> 128-bit lanes [group 0, group 0, group 1, group 1].
       const __m512i both = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[0] + 192) + k));
-      mins[k] = _mm512_shuffle_epi8(_mm512_shuffle_i64x2(both, both, 0x50), min_pick);
+      const __m512i lanes = _mm512_shuffle_i64x2(both, both, 0x50);
+      mins[2 * k] = _mm512_shuffle_epi8(lanes, min_pick[0]);
+      mins[2 * k + 1] = _mm512_shuffle_epi8(lanes, min_pick[1]);
     }
     const __m512 d = load_ph16(rec[0], 0);
     const __m512 dmin = load_ph16(rec[0], 32);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const BlockQ8_K& y = acts[t][i];
-      alignas(16) int32_t ysum_pairs[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(ysum_pairs),
-                      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
-                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
       const __m512 dy = _mm512_set1_ps(y.d);
       __m512i msum = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[k], _mm512_set1_epi32(ysum_pairs[k])));
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        int32_t halves;  // y.bsums[2j], y.bsums[2j + 1]
+        std::memcpy(&halves, y.bsums + 2 * j, 4);
+        msum = _mm512_dpwssd_epi32(msum, mins[j], _mm512_set1_epi32(halves));
+      }
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
       acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(msum), acc[t]);
     }
@@ -336,14 +383,19 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   const bool l2 = T == 1 && decode_l2_ahead_enabled();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[1];
-    block_records<2 * Pairs::kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
-    far_stream<Pairs::kRecordBytes, kQK_K>(far, i);
-    if (l2) l2_ahead<2 * Pairs::kRecordBytes>(rec[0]);
+    if constexpr (T == 1) {
+      block_records<2 * Pairs::kRecordBytes, 1, kQK_K>(pair, 0, i, rec);
+      far_stream<Pairs::kRecordBytes, kQK_K>(far, i);
+      if (l2) l2_ahead<2 * Pairs::kRecordBytes>(rec[0]);
+    } else {
+      block_records<2 * Pairs::kRecordBytes, 1, kQK_K, 0>(pair, 0, i, rec);
+    }
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
 #pragma GCC unroll 2
       for (int e = 0; e < 2; ++e) {
+        if constexpr (T > 1) kquant_prefetch_part<Pairs::kRecordBytes>(rec[0], far, i, 2 * k + e);
 #pragma GCC unroll 2
         for (int j = 0; j < 2; ++j) {
           __m512i sum[T];
@@ -427,11 +479,16 @@ void gemm_pair_iq4_xs(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* a
     const uint8_t* rec[1];
     // 2 KiB ahead also for one token (bench_matmul IQ4_XS one token cold, Zen 5: 161-172 us against ~250
     // without).
-    block_records<2 * kIQ4XSRecordBytes, 1, kQK_K>(pair, 0, i, rec);
-    far_stream<kIQ4XSRecordBytes, kQK_K>(far, i);
+    if constexpr (T == 1) {
+      block_records<2 * kIQ4XSRecordBytes, 1, kQK_K>(pair, 0, i, rec);
+      far_stream<kIQ4XSRecordBytes, kQK_K>(far, i);
+    } else {
+      block_records<2 * kIQ4XSRecordBytes, 1, kQK_K, 0>(pair, 0, i, rec);
+    }
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
+      if constexpr (T > 1) kquant_prefetch_part<kIQ4XSRecordBytes>(rec[0], far, i, s);
       __m512i sub[T];
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
