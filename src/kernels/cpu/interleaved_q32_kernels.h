@@ -115,6 +115,31 @@ inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, c
   far_stream<kRecordBytes, kBlockCols>(far, i);
 }
 
+// Part `part` of kParts of the cache lines of [p, p + kBytes), asked for with kHint.
+template <size_t kBytes, int kParts, _mm_hint kHint>
+[[gnu::always_inline]] inline void prefetch_part(const uint8_t* p, int part) {
+  constexpr size_t kLines = (kBytes + 63) / 64, kPer = (kLines + kParts - 1) / kParts;
+  const size_t end = std::min(kLines, (static_cast<size_t>(part) + 1) * kPer);
+  for (size_t line = static_cast<size_t>(part) * kPer; line < end; ++line)
+    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * line), kHint);
+}
+
+// The K-quant kernels (256-column blocks) with more than one token: block i's prefetches, each of its R
+// records (kRecordBytes each) kPrefetchAhead into L1 and its share of the far stream (kFarBytes) into L2,
+// an eighth per sub-block (part 0..7) rather than all at the block's start as block_records does. There
+// the ~40 far (memory) and ~37 ahead (L2) lines at once filled the miss buffers and the prefetches then
+// stalled the core (perf, 1B-shaped Q4_K 16 sequences on the Xeon host: 14% of the pair kernel's samples
+// on the two prefetch loops; batched decode ~1.15x spread, Q6_K ~1.15x, prefill ~1.17x). Used by the
+// pair kernels; the AVX2 8-row K-quant kernels, which take about twice as long per block, measured within
+// noise spread (KVSERVE_NO_VNNI=1, the same model: 0.91-1.11x) and keep block_records' prefetches.
+template <size_t kRecordBytes, int R, size_t kFarBytes>
+[[gnu::always_inline]] inline void spread_block_prefetch(const uint8_t* const (&rec)[R], const uint8_t* far, int64_t i,
+                                                         int part) {
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) prefetch_part<kRecordBytes, 8, _MM_HINT_T0>(rec[r] + kPrefetchAhead, part);
+  if (far != nullptr) prefetch_part<kFarBytes, 8, _MM_HINT_T1>(far + i * kFarBytes, part);
+}
+
 // out[t * stride + 8 * r + lane] = lane of acc[r][t]: each token's 8 * R rows are adjacent in the output.
 template <int R, int T>
 inline void store_groups(const __m256 (&acc)[R][T], float* out, int64_t stride) {

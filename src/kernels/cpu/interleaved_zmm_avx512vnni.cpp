@@ -48,26 +48,12 @@ inline __m512i broadcast4(const int8_t* p) {
 
 enum class Q32 { kQ4_0, kQ4_1, kQ8_0 };
 
-// Part `part` of kParts of the cache lines of [p, p + kBytes), asked for with kHint.
-template <size_t kBytes, int kParts, _mm_hint kHint>
-[[gnu::always_inline]] inline void prefetch_part(const uint8_t* p, int part) {
-  constexpr size_t kLines = (kBytes + 63) / 64, kPer = (kLines + kParts - 1) / kParts;
-  const size_t end = std::min(kLines, (part + 1) * kPer);
-  for (size_t line = part * kPer; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(p + 64 * line), kHint);
-}
-
-// Batched K-quant pair kernels (a pair's record of 2 * kRecordBytes per 256-column block): block i's
-// prefetches, kPrefetchAhead into L1 and its far stream share into L2, an eighth per sub-block (part
-// 0..7) rather than all at the block's start, where the ~40 far (memory) and ~37 ahead (L2) lines at once
-// filled the miss buffers and the prefetches then stalled the core (perf, 1B-shaped Q4_K 16 sequences on
-// the Xeon host: 14% of the kernel's samples on the two prefetch loops; batched decode ~1.15x spread).
+// spread_block_prefetch for a K-quant pair kernel's record (two groups' records of kRecordBytes).
 template <size_t kRecordBytes>
-[[gnu::always_inline]] inline void kquant_prefetch_part(const uint8_t* rec, const uint8_t* far, int64_t i, int part) {
-  constexpr size_t kFar = far_bytes_per_block<kRecordBytes, kQK_K>();
-  prefetch_part<2 * kRecordBytes, 8, _MM_HINT_T0>(rec + kPrefetchAhead, part);
-  if (far != nullptr) prefetch_part<kFar, 8, _MM_HINT_T1>(far + i * kFar, part);
+[[gnu::always_inline]] inline void pair_block_prefetch(const uint8_t* const (&rec)[1], const uint8_t* far, int64_t i,
+                                                       int part) {
+  spread_block_prefetch<2 * kRecordBytes, 1, far_bytes_per_block<kRecordBytes, kQK_K>()>(rec, far, i, part);
 }
-
 
 // One-token Q4 pairs ask 8 KiB ahead, unlike the 8-row kernels (q32_prefetch_distance): on the Zen 5 host
 // whose two vCPUs sit now on one CCD, now on two, each core's own memory path in the split placement gives
@@ -208,7 +194,7 @@ void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32
 // The int32 block sums are the same exact integers as there, so the results are bit-identical; only the
 // instructions that form them differ (vpdpwssd for vpmulld + vpaddd, below). Batched decode of the
 // 1B-shaped Q4_K on the Xeon host, alternating builds: ~1.08x for the vpdpwssd changes (KernelZmm
-// Q4_K/g2/t8 ~1.18x), then ~1.15x for the spread prefetches (kquant_prefetch_part).
+// Q4_K/g2/t8 ~1.18x), then ~1.15x for the spread prefetches (spread_block_prefetch).
 template <bool kQ5, int T>
 void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* acts, float* out, int64_t stride,
                     const uint8_t* far) {
@@ -243,7 +229,7 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
     for (int k = 0; k < 4; ++k) {
 #pragma GCC unroll 2
       for (int e = 0; e < 2; ++e) {
-        if constexpr (T > 1) kquant_prefetch_part<kRecordBytes>(rec[0], far, i, 2 * k + e);
+        if constexpr (T > 1) pair_block_prefetch<kRecordBytes>(rec, far, i, 2 * k + e);
         // Each row's scale in the low int16 of its lane, 0 in the high one (vpdpwssd below).
         const __m512i scales =
             _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[0] + 64 + 16 * (2 * k + e))));
@@ -399,7 +385,7 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
     for (int k = 0; k < 4; ++k) {
 #pragma GCC unroll 2
       for (int e = 0; e < 2; ++e) {
-        if constexpr (T > 1) kquant_prefetch_part<Pairs::kRecordBytes>(rec[0], far, i, 2 * k + e);
+        if constexpr (T > 1) pair_block_prefetch<Pairs::kRecordBytes>(rec, far, i, 2 * k + e);
 #pragma GCC unroll 2
         for (int j = 0; j < 2; ++j) {
           __m512i sum[T];
@@ -492,7 +478,7 @@ void gemm_pair_iq4_xs(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* a
     __m512i isum[T];
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      if constexpr (T > 1) kquant_prefetch_part<kIQ4XSRecordBytes>(rec[0], far, i, s);
+      if constexpr (T > 1) pair_block_prefetch<kIQ4XSRecordBytes>(rec, far, i, s);
       __m512i sub[T];
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
