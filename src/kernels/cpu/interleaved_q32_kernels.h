@@ -116,7 +116,7 @@ inline void block_records(const uint8_t* group, size_t group_bytes, int64_t i, c
 }
 
 // Part `part` of kParts of the cache lines of [p, p + kBytes), asked for with kHint.
-template <size_t kBytes, int kParts, _mm_hint kHint>
+template <size_t kBytes, int kParts, auto kHint>  // kHint: _MM_HINT_* (an enum in GCC, an int in clang)
 [[gnu::always_inline]] inline void prefetch_part(const uint8_t* p, int part) {
   constexpr size_t kLines = (kBytes + 63) / 64, kPer = (kLines + kParts - 1) / kParts;
   const size_t end = std::min(kLines, (static_cast<size_t>(part) + 1) * kPer);
