@@ -85,15 +85,17 @@ constexpr size_t kQ4RecordBytes = (kQ4_1 ? 32 : 16) + 128;
 constexpr size_t kQ8_0RecordBytes = 16 + 256;
 constexpr size_t kQ5_0RecordBytes = 16 + 128 + 32;
 
+// The far stream's bytes per block of kBlockCols columns, for records of kRecordBytes per 8-row group.
+template <size_t kRecordBytes, int kBlockCols = 32>
+constexpr size_t far_bytes_per_block() {
+  return avx2::far_prefetch_bytes_per_32(kRecordBytes * 32 / kBlockCols) * (kBlockCols / 32);
+}
+
 // Block i's share of the far stream, into L2 (the caller's next weights, needed only after this call and
 // its repeats), for weights of kRecordBytes per 8-row group and block of kBlockCols columns (32, or 256 for
 // the K-quants), so the far stream runs at the same bytes per column for every type.
 // always_inline: GCC 12's ipa-pure-const takes a function that only prefetches for `const` and deletes
 // calls to it that were not inlined early (this one, with its loop, was not: every far prefetch vanished).
-template <size_t kRecordBytes, int kBlockCols = 32>
-constexpr size_t far_bytes_per_block() {
-  return avx2::far_prefetch_bytes_per_32(kRecordBytes * 32 / kBlockCols) * (kBlockCols / 32);
-}
 template <size_t kRecordBytes, int kBlockCols = 32>
 [[gnu::always_inline]] inline void far_stream(const uint8_t* far, int64_t i) {
   if (far == nullptr) return;
