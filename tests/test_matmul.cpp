@@ -372,6 +372,55 @@ TEST(MatmulConverted, TokenByTokenConversionMatchesMatmulBitForBit) {
   }
 }
 
+// Stacked weights of different types (a Q4_K_M file's Q/K/V: Q5_0, Q5_0, Q8_0; or Q4_K, Q4_K, Q6_K) from one
+// MatmulActs converted for each type: the bits of separate matmuls, converted whole or token by token, in
+// one pass over the pool or in pieces (matmul_rows_stacked, as the single-token region calls it).
+TEST(MatmulConverted, StackedWeightsOfDifferentTypesMatchSeparateMatmuls) {
+  ThreadPool pool(2);
+  std::mt19937 rng(13);
+  const int64_t n_in = 256;
+  const DType mixes[][3] = {{DType::Q5_0, DType::Q5_0, DType::Q8_0},
+                            {DType::Q4_K, DType::Q6_K, DType::Q4_K},
+                            {DType::Q4_0, DType::F16, DType::Q4_1}};
+  const int64_t rows[3] = {48, 16, 32};
+  for (const auto& mix : mixes) {
+    SCOPED_TRACE(std::string(dtype_name(mix[0])) + "/" + std::string(dtype_name(mix[1])) + "/" +
+                 std::string(dtype_name(mix[2])));
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<Tensor> w;
+    for (int i = 0; i < 3; ++i) data.push_back(random_weights(mix[i], rows[i], n_in, rng));
+    for (int i = 0; i < 3; ++i) w.push_back(make_tensor(mix[i], rows[i], n_in, data[static_cast<size_t>(i)]));
+    for (int64_t n_tokens : {int64_t{1}, int64_t{5}}) {
+      const auto x = random_floats(n_tokens * n_in, rng);
+      std::vector<std::vector<float>> expected(3), got(3), pieces(3);
+      for (int i = 0; i < 3; ++i) {
+        expected[i].resize(static_cast<size_t>(n_tokens * rows[i]));
+        got[i].assign(expected[i].size(), NAN);
+        pieces[i].assign(expected[i].size(), NAN);
+        matmul(w[i], x.data(), n_tokens, expected[i].data(), pool);
+      }
+      const MatmulOutput outs[] = {{&w[0], got[0].data()}, {&w[1], got[1].data()}, {&w[2], got[2].data()}};
+      const MatmulOutput outs_pieces[] = {
+          {&w[0], pieces[0].data()}, {&w[1], pieces[1].data()}, {&w[2], pieces[2].data()}};
+      ASSERT_TRUE(matmul_inputs_stackable(outs));
+      EXPECT_FALSE(matmul_inputs_shareable(outs));
+      MatmulActs acts;
+      acts.prepare(outs, x.data(), n_tokens);
+      for (int64_t t = n_tokens - 1; t >= 0; --t) acts.convert_token(t);
+      matmul_converted(outs, acts, pool);
+      MatmulActs whole;
+      whole.convert(outs, x.data(), n_tokens);
+      const int64_t chunk = matmul_balance_chunk_rows(outs_pieces, n_tokens);
+      ASSERT_GT(chunk, 0);
+      for (int64_t b = 0; b < 96; b += 16) matmul_rows_stacked(outs_pieces, whole, b, std::min<int64_t>(96, b + 16));
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(got[i], expected[i]) << "weight " << i << ", " << n_tokens << " tokens";
+        EXPECT_EQ(pieces[i], expected[i]) << "weight " << i << ", " << n_tokens << " tokens, in pieces";
+      }
+    }
+  }
+}
+
 TEST(MatmulConverted, RejectsOtherWeightsAndTokensOutOfRange) {
   std::mt19937 rng(12);
   const int64_t n_in = 64;
@@ -389,6 +438,20 @@ TEST(MatmulConverted, RejectsOtherWeightsAndTokensOutOfRange) {
   EXPECT_THROW(matmul_add_converted(wb, acts, y.data(), scratch.data(), ThreadPool::global()), Error);
   const MatmulOutput mixed[] = {{&wa, y.data()}, {&wb, y.data()}};
   EXPECT_THROW(matmul_converted(mixed, acts, ThreadPool::global()), Error);
+  // Stacked: weights of other row lengths, or more than three, are refused.
+  const auto c = random_weights(DType::Q8_0, 8, 2 * n_in, rng);
+  const Tensor wc = make_tensor(DType::Q8_0, 8, 2 * n_in, c);
+  const MatmulOutput other_length[] = {{&wa, y.data()}, {&wc, y.data()}};
+  EXPECT_FALSE(matmul_inputs_stackable(other_length));
+  EXPECT_THROW(acts.convert(other_length, x.data(), 1), Error);
+  const MatmulOutput four[] = {{&wa, y.data()}, {&wb, y.data()}, {&wa, y.data()}, {&wb, y.data()}};
+  EXPECT_THROW(acts.prepare(four, x.data(), 1), Error);
+  // Converted for both types, a weight of a third is still refused.
+  const auto d = random_weights(DType::Q4_0, 8, n_in, rng);
+  const Tensor wd = make_tensor(DType::Q4_0, 8, n_in, d);
+  acts.convert(mixed, x.data(), 2);
+  matmul_converted(mixed, acts, ThreadPool::global());
+  EXPECT_THROW(matmul_add_converted(wd, acts, y.data(), scratch.data(), ThreadPool::global()), Error);
   EXPECT_THROW(matmul_add_converted(wa, acts, y.data(), nullptr, ThreadPool::global()), Error);
 }
 

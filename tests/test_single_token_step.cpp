@@ -82,6 +82,8 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
   for (Mode m : modes) {
     runners.emplace_back(*model, pool);
     runners.back().set_single_token_region(m);
+    // Every model here is dense: a region mode that fell back to the per-op path would compare it with itself.
+    ASSERT_EQ(runners.back().single_token_region_applies(), m != Mode::Off || p.threads == 1) << p.stem;
     caches.emplace_back(c, types, p.block_size, n_blocks, 7);
     TestCache& tc = caches.back();
     tc.view.streaming = p.stream;
@@ -126,7 +128,8 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
     }
 }
 
-// Contexts past 128 positions (several partitions); MHA, GQA and MQA; F16, BF16, F32 and quantized weights;
+// Contexts past 128 positions (several partitions); MHA, GQA and MQA; F16, BF16, F32 and quantized weights
+// (Q4_K_M and Q5_K_M with a Q6_K V beside Q4_K / Q5_K Q and K in some layers);
 // qwen2's biases; qwen3's per-head q/k norms (and q wider than the embedding); Gemma 3's post-norms, GeGLU
 // and sliding windows of 8 positions (local layers past whole partitions of 128); 8-wide heads (stories260K); 2 and 3
 // threads, so KV heads and partitions split unevenly.
@@ -134,6 +137,7 @@ INSTANTIATE_TEST_SUITE_P(
     Models, SingleTokenRegionTest,
     ::testing::Values(RegionCase{"tiny-gqa-Q4_0", 2, 16, 300}, RegionCase{"tiny-gqa-Q8_0", 2, 32, 200},
                       RegionCase{"tiny-gqa-Q4_1", 2, 16, 140}, RegionCase{"tiny-gqa-Q4_K_M", 2, 16, 140},
+                      RegionCase{"tiny-gqa-Q5_K_M", 3, 16, 140},
                       RegionCase{"tiny-gqa-Q6_K", 2, 16, 140}, RegionCase{"tiny-gqa-BF16", 2, 16, 140},
                       RegionCase{"tiny-mha", 2, 16, 260}, RegionCase{"tiny-mqa", 2, 16, 260},
                       RegionCase{"tiny-qwen2", 2, 16, 140}, RegionCase{"stories260K-Q4_1", 2, 16, 200},

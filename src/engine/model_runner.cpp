@@ -153,12 +153,12 @@ void ModelRunner::project_normalized(std::span<const MatmulOutput> outputs, cons
                                      int64_t n_tokens) {
   // Converting each row where it was just normalized spares the conversion its own pass over the rows
   // (and the pool a fork and join).
-  if (!matmul_inputs_shareable(outputs)) {
+  if (!matmul_inputs_stackable(outputs)) {
     normalize_tokens(norm_weight, n_tokens);
     matmul_shared_input(outputs, xn_.data(), n_tokens, pool_);
     return;
   }
-  step_acts_.prepare(outputs[0].w->type, xn_.data(), model_.config.n_embd, n_tokens);
+  step_acts_.prepare(outputs, xn_.data(), n_tokens);
   normalize_tokens(norm_weight, n_tokens, &step_acts_);
   matmul_converted(outputs, step_acts_, pool_);
 }

@@ -72,6 +72,8 @@ class ModelRunner {
   // always merges the attention partials one KV head per thread, as long contexts do (tests).
   enum class SingleTokenRegion { Off, On, SplitMerge };
   void set_single_token_region(SingleTokenRegion mode) { single_token_region_ = mode; }
+  // Whether a one-token step runs as one parallel region (forward_single_token) rather than per op.
+  bool single_token_region_applies() const;
 
  private:
   void ensure_scratch(int64_t n_tokens);
@@ -103,7 +105,6 @@ class ModelRunner {
   void embed(int32_t id, float* out) const;
   // out = act(gate) * up over n elements: SwiGLU, or Gemma's GeGLU. out may be gate.
   void ffn_activation(const float* gate, const float* up, float* out, int64_t n) const;
-  bool single_token_region_applies() const;
   int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);
   std::vector<PagedAttentionArgs> attn_args_;  // one per sequence of the step
   std::vector<H2OAttentionArgs> h2o_args_;     // the same for layers with H2O eviction

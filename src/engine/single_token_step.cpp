@@ -52,7 +52,7 @@ bool ModelRunner::region_weights_ok() const {
   for (const LayerWeights& L : model_.layers) {
     const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
     const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
-    if (!matmul_inputs_shareable(qkv) || !matmul_inputs_shareable(gate_up)) return false;
+    if (!matmul_inputs_stackable(qkv) || !matmul_inputs_stackable(gate_up)) return false;
   }
   return true;
 }
@@ -213,7 +213,8 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
 
       rmsnorm(x, static_cast<const float*>(L.attn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
-      ts.acts.convert(L.wq.type, ts.xn.data(), E, 1);
+      const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+      ts.acts.convert(qkv, ts.xn.data(), 1);
       // H2O's layers: each KV head's row goes where its eviction puts it, and the head is attended by the
       // thread that owns it (kernels/cpu/h2o_attention.h), from its kept slots.
       H2OSlot* h2o_records = kv.h2o_records.empty() ? nullptr : kv.h2o_records[static_cast<size_t>(il)];
@@ -225,7 +226,6 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         prefetch_for_write(kv_row_address(kv_type, kl, off), kv_row_bytes(kv_type, D));
         prefetch_for_write(kv_row_address(kv_type, vl, off), kv_row_bytes(kv_type, D));
       }
-      const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
       const Tensor* biases[] = {&L.bq, &L.bk, &L.bv};
       pool_.balanced_share(
           ti, L.wq.rows() + L.wk.rows() + L.wv.rows(),
@@ -241,7 +241,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
               offset += rows;
             }
           },
-          matmul_balance_chunk_rows(L.wq, 1));
+          matmul_balance_chunk_rows(qkv, 1));
       pool_.barrier(ti);
 
       // RoPE: every thread rotates its own copy of q; a KV head's k is rotated and stored with its v by
@@ -330,12 +330,12 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
 
       // Feed-forward (SwiGLU, or GeGLU).
       rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
-      ts.acts.convert(L.w_gate.type, ts.xn.data(), E, 1);
       const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+      ts.acts.convert(gate_up, ts.xn.data(), 1);
       pool_.balanced_share(
           ti, L.w_gate.rows() + L.w_up.rows(),
           [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); },
-          matmul_balance_chunk_rows(L.w_gate, 1));
+          matmul_balance_chunk_rows(gate_up, 1));
       pool_.barrier(ti);
       ffn_activation(gate_.data(), up_.data(), ts.ffn.data(), F);
       norm_ahead(il + 1 < c.n_layers ? model_.layers[il + 1].attn_norm : model_.output_norm);

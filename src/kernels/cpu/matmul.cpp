@@ -7,6 +7,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -539,16 +540,25 @@ int64_t balance_chunk_rows(size_t w_row_bytes, int64_t n_tokens) {
   return std::max<int64_t>(grain, rows / grain * grain);
 }
 
-// Rows [begin, end) of the outputs' weights stacked in order: each weight gets its overlap.
-void multiply_stacked_rows(std::span<const MatmulOutput> outputs, const ConvertedActs& acts, int64_t begin,
-                           int64_t end) {
+// Rows [begin, end) of the outputs' weights stacked in order: each weight gets its overlap, with the
+// activations acts_of(weight) gives it.
+template <typename ActsOf>
+void multiply_stacked_rows(std::span<const MatmulOutput> outputs, ActsOf&& acts_of, int64_t begin, int64_t end) {
   int64_t offset = 0;
   for (const MatmulOutput& o : outputs) {
     const int64_t rows = o.w->rows();
     const int64_t b = std::max(begin, offset), e = std::min(end, offset + rows);
-    if (b < e) multiply_rows(*o.w, acts, o.y, b - offset, e - offset);
+    if (b < e) multiply_rows(*o.w, acts_of(*o.w), o.y, b - offset, e - offset);
     offset += rows;
   }
+}
+
+// The chunk for rows of several weights stacked: the widest row's, so no chunk holds more bytes than
+// matmul() gives one weight's chunk.
+int64_t stacked_chunk_rows(std::span<const MatmulOutput> outputs, int64_t n_tokens) {
+  size_t widest = 0;
+  for (const MatmulOutput& o : outputs) widest = std::max(widest, o.w->row_size());
+  return balance_chunk_rows(widest, n_tokens);
 }
 
 // y += w x over the pool (matmul_add): each thread adds the rows it computed.
@@ -622,19 +632,59 @@ void matmul_shared_input(std::span<const MatmulOutput> outputs, const float* x, 
     return;
   }
   const ConvertedActs acts = convert_activations(first.type, x, first.cols(), n_tokens, pool);
+  const auto acts_of = [&](const Tensor&) -> const ConvertedActs& { return acts; };
   pool.parallel_for_balanced(
-      total_rows, [&](int64_t begin, int64_t end) { multiply_stacked_rows(outputs, acts, begin, end); },
+      total_rows, [&](int64_t begin, int64_t end) { multiply_stacked_rows(outputs, acts_of, begin, end); },
       balance_chunk_rows(first.row_size(), n_tokens));
 }
 
 struct MatmulActs::Storage {
-  ActPack32 pack;
-  std::vector<uint8_t> scratch;
-  ConvertedActs acts;
-  DType weight_type = DType::F32;
+  // One per weight type the rows were converted for (several when stacked weights differ: a Q4_K_M
+  // file's Q/K/V are Q4_K, Q4_K and Q6_K in some layers), each kept with its buffers across calls.
+  struct Conversion {
+    ActPack32 pack;
+    std::vector<uint8_t> scratch;
+    ConvertedActs acts;
+    DType weight_type = DType::F32;
+  };
+  static constexpr size_t kMaxConversions = 3;  // Q, K and V
+  std::array<Conversion, kMaxConversions> conversions;
+  size_t n_conversions = 0;
   int64_t n_in = 0;
   const float* x = nullptr;  // the rows convert() or prepare() was given
+
+  // Sizes one conversion per distinct type of `types` (in order) and, with convert_now, fills them.
+  void set_up(std::span<const DType> types, const float* rows, int64_t cols, int64_t n_tokens, bool convert_now) {
+    n_conversions = 0;
+    for (DType type : types) {
+      bool seen = false;
+      for (size_t i = 0; i < n_conversions; ++i) seen = seen || conversions[i].weight_type == type;
+      if (seen) continue;
+      if (n_conversions == kMaxConversions)
+        fail("MatmulActs: more than {} weight types share one input", kMaxConversions);
+      Conversion& c = conversions[n_conversions++];
+      c.weight_type = type;
+      c.acts = convert_now ? convert_activations_into(type, rows, cols, n_tokens, nullptr, c.pack, c.scratch)
+                           : prepare_activations(type, rows, cols, n_tokens, c.pack, c.scratch);
+    }
+    n_in = cols;
+    x = rows;
+  }
 };
+
+namespace {
+// The weight types of stacked outputs, which must share their row length.
+std::array<DType, MatmulActs::Storage::kMaxConversions> stacked_types(std::span<const MatmulOutput> outputs,
+                                                                      size_t& n) {
+  if (outputs.empty() || outputs.size() > MatmulActs::Storage::kMaxConversions)
+    fail("MatmulActs: {} stacked weights (1 to {})", outputs.size(), MatmulActs::Storage::kMaxConversions);
+  if (!matmul_inputs_stackable(outputs)) fail("MatmulActs: stacked weights differ in row length");
+  std::array<DType, MatmulActs::Storage::kMaxConversions> types{};
+  n = outputs.size();
+  for (size_t i = 0; i < n; ++i) types[i] = outputs[i].w->type;
+  return types;
+}
+}  // namespace
 
 MatmulActs::MatmulActs() : storage_(std::make_unique<Storage>()) {}
 MatmulActs::~MatmulActs() = default;
@@ -642,33 +692,42 @@ MatmulActs::MatmulActs(MatmulActs&&) noexcept = default;
 MatmulActs& MatmulActs::operator=(MatmulActs&&) noexcept = default;
 
 void MatmulActs::convert(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens) {
-  Storage& st = *storage_;
-  st.acts = convert_activations_into(weight_type, x, n_in, n_tokens, nullptr, st.pack, st.scratch);
-  st.weight_type = weight_type;
-  st.n_in = n_in;
-  st.x = x;
+  storage_->set_up({&weight_type, 1}, x, n_in, n_tokens, /*convert_now=*/true);
 }
 
 void MatmulActs::prepare(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens) {
-  Storage& st = *storage_;
-  st.acts = prepare_activations(weight_type, x, n_in, n_tokens, st.pack, st.scratch);
-  st.weight_type = weight_type;
-  st.n_in = n_in;
-  st.x = x;
+  storage_->set_up({&weight_type, 1}, x, n_in, n_tokens, /*convert_now=*/false);
+}
+
+void MatmulActs::convert(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens) {
+  size_t n = 0;
+  const auto types = stacked_types(outputs, n);
+  storage_->set_up({types.data(), n}, x, outputs[0].w->cols(), n_tokens, /*convert_now=*/true);
+}
+
+void MatmulActs::prepare(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens) {
+  size_t n = 0;
+  const auto types = stacked_types(outputs, n);
+  storage_->set_up({types.data(), n}, x, outputs[0].w->cols(), n_tokens, /*convert_now=*/false);
 }
 
 void MatmulActs::convert_token(int64_t t) {
   Storage& st = *storage_;
-  if (t < 0 || t >= st.acts.n_tokens) fail("MatmulActs: token {} outside the {} prepared", t, st.acts.n_tokens);
-  kvserve::convert_token(st.acts, st.pack, st.scratch, t, st.x + t * st.n_in, st.n_in);
+  const int64_t n_tokens = st.n_conversions == 0 ? 0 : st.conversions[0].acts.n_tokens;
+  if (t < 0 || t >= n_tokens) fail("MatmulActs: token {} outside the {} prepared", t, n_tokens);
+  for (size_t i = 0; i < st.n_conversions; ++i) {
+    Storage::Conversion& c = st.conversions[i];
+    kvserve::convert_token(c.acts, c.pack, c.scratch, t, st.x + t * st.n_in, st.n_in);
+  }
 }
 
 namespace {
 const ConvertedActs& converted_for(const MatmulActs::Storage& st, const Tensor& w) {
-  if (st.weight_type != w.type || st.n_in != w.cols())
-    fail("matmul_rows: activations converted for {} x {} columns, tensor '{}' is {} x {}", dtype_name(st.weight_type),
-         st.n_in, w.name, dtype_name(w.type), w.cols());
-  return st.acts;
+  for (size_t i = 0; i < st.n_conversions && st.n_in == w.cols(); ++i)
+    if (st.conversions[i].weight_type == w.type) return st.conversions[i].acts;
+  fail("matmul_rows: activations converted for {} x {} columns, tensor '{}' is {} x {}",
+       st.n_conversions == 0 ? "nothing" : dtype_name(st.conversions[0].weight_type), st.n_in, w.name,
+       dtype_name(w.type), w.cols());
 }
 }  // namespace
 
@@ -677,23 +736,24 @@ void matmul_rows(const Tensor& w, const MatmulActs& acts, float* y, int64_t row_
 }
 
 void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end) {
-  if (outputs.empty()) return;
-  multiply_stacked_rows(outputs, converted_for(*acts.storage_, *outputs[0].w), begin, end);
+  const auto acts_of = [&](const Tensor& w) -> const ConvertedActs& { return converted_for(*acts.storage_, w); };
+  multiply_stacked_rows(outputs, acts_of, begin, end);
 }
 
 void matmul_converted(std::span<const MatmulOutput> outputs, const MatmulActs& acts, ThreadPool& pool) {
   if (outputs.empty()) return;
-  if (!matmul_inputs_shareable(outputs)) fail("matmul_converted: the weights differ in type or row length");
-  const ConvertedActs& a = converted_for(*acts.storage_, *outputs[0].w);
-  int64_t total_rows = 0;
+  int64_t total_rows = 0, n_tokens = 0;
   for (const MatmulOutput& o : outputs) {
-    check_matmul_args(*o.w, acts.storage_->x, a.n_tokens, o.y);
+    if (o.w == nullptr) fail("matmul_converted: null weight");
+    n_tokens = converted_for(*acts.storage_, *o.w).n_tokens;
+    check_matmul_args(*o.w, acts.storage_->x, n_tokens, o.y);
     total_rows += o.w->rows();
   }
-  if (a.n_tokens == 0) return;
+  if (n_tokens == 0) return;
+  const auto acts_of = [&](const Tensor& w) -> const ConvertedActs& { return converted_for(*acts.storage_, w); };
   pool.parallel_for_balanced(
-      total_rows, [&](int64_t begin, int64_t end) { multiply_stacked_rows(outputs, a, begin, end); },
-      balance_chunk_rows(outputs[0].w->row_size(), a.n_tokens));
+      total_rows, [&](int64_t begin, int64_t end) { multiply_stacked_rows(outputs, acts_of, begin, end); },
+      stacked_chunk_rows(outputs, n_tokens));
 }
 
 void matmul_add_converted(const Tensor& w, const MatmulActs& acts, float* y, float* scratch, ThreadPool& pool) {
@@ -705,13 +765,23 @@ void matmul_add_converted(const Tensor& w, const MatmulActs& acts, float* y, flo
 }
 
 bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs) {
+  if (!matmul_inputs_stackable(outputs)) return false;
   for (const MatmulOutput& o : outputs)
-    if (o.w == nullptr || !o.w->valid() || o.w->type != outputs[0].w->type || o.w->cols() != outputs[0].w->cols())
-      return false;
+    if (o.w->type != outputs[0].w->type) return false;
+  return true;
+}
+
+bool matmul_inputs_stackable(std::span<const MatmulOutput> outputs) {
+  for (const MatmulOutput& o : outputs)
+    if (o.w == nullptr || !o.w->valid() || o.w->cols() != outputs[0].w->cols()) return false;
   return true;
 }
 
 int64_t matmul_balance_chunk_rows(const Tensor& w, int64_t n_tokens) { return balance_chunk_rows(w.row_size(), n_tokens); }
+
+int64_t matmul_balance_chunk_rows(std::span<const MatmulOutput> outputs, int64_t n_tokens) {
+  return stacked_chunk_rows(outputs, n_tokens);
+}
 
 namespace {
 

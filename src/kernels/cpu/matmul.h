@@ -44,11 +44,16 @@ class MatmulActs {
   MatmulActs& operator=(MatmulActs&&) noexcept;
   // n_tokens rows of n_in floats, converted (on this thread) for weights of type weight_type.
   void convert(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens);
+  // The same for stacked weights (Q/K/V, gate/up; up to three, of one row length): converted once for each
+  // of their types, and each weight reads its own type's (a Q4_K_M file's V is Q6_K or Q8_0 in some
+  // layers, beside Q4_K or Q5_0 Q and K). The bits of separate matmuls.
+  void convert(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens);
   // The same token by token, for rows computed by several threads (each converts the rows it just wrote,
   // while they are in its cache): prepare sizes the storage for x's n_tokens rows (not read yet), then
   // convert_token(t) converts row t. Distinct rows may be converted on different threads at once; the
   // bits are convert()'s.
   void prepare(DType weight_type, const float* x, int64_t n_in, int64_t n_tokens);
+  void prepare(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens);
   void convert_token(int64_t t);
 
   struct Storage;
@@ -64,15 +69,20 @@ class MatmulActs {
 // row length.
 void matmul_rows(const Tensor& w, const MatmulActs& acts, float* y, int64_t row_begin, int64_t row_end);
 // matmul_shared_input and matmul_add over the pool, with every token of `acts` converted already
-// (MatmulActs::prepare / convert_token, for weights sharing a type and row length). The same bits.
+// (MatmulActs::prepare / convert_token, for each weight's type). The same bits.
 void matmul_converted(std::span<const MatmulOutput> outputs, const MatmulActs& acts, ThreadPool& pool);
 void matmul_add_converted(const Tensor& w, const MatmulActs& acts, float* y, float* scratch, ThreadPool& pool);
 // Rows [begin, end) of the outputs' weights stacked in order (as matmul_shared_input splits them).
 void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end);
-// True when the weights share a type and row length (one conversion serves all; matmul_rows_stacked).
+// True when the weights share a type and row length (one conversion serves all).
 bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs);
+// True when the weights are present and share a row length: one MatmulActs::convert(outputs, ...) serves
+// them, stacked (matmul_rows_stacked, matmul_converted), whatever their types.
+bool matmul_inputs_stackable(std::span<const MatmulOutput> outputs);
 // Rows per balancing chunk for w and n_tokens: what matmul() gives parallel_for_balanced.
 int64_t matmul_balance_chunk_rows(const Tensor& w, int64_t n_tokens);
+// The same for the outputs' rows stacked: the widest row's chunk.
+int64_t matmul_balance_chunk_rows(std::span<const MatmulOutput> outputs, int64_t n_tokens);
 
 // Same result computed by the plain scalar reference path (dequantize + scalar dot, same activation
 // rounding), for tests.
