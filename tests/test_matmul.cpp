@@ -473,7 +473,7 @@ struct Q32KernelCase {
     data = random_weights(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, rng);
     if (edit_weights) edit_weights(data);
     w = make_tensor(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
-    if (type != DType::IQ4_NL) paired = interleave_rows(w, /*pairs=*/true);  // none for it
+    paired = interleave_rows(w, /*pairs=*/true);
     const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
     pack.reset(act_type, n_in, kTok);
     for (int t = 0; t < kTok; ++t) {
@@ -634,13 +634,13 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
                            : type == DType::IQ4_NL ? avx512vnni::gemm_interleaved_iq4_nl
                                                  : avx512vnni::gemm_interleaved_q8_0;
     expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
-    if (type == DType::IQ4_NL) continue;  // no pair layout
     // The 512-bit pair kernels on the pair layout (both groups of a pair in one register, up to
     // kMaxZmmTokens tokens), whichever kernel matmul would pick on this CPU: every pair and token count,
     // with a far stream, against the AVX2 kernel on the group layout in the passes it takes.
     const auto pair_gemm = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
                            : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
                            : type == DType::Q5_0 ? avx512zmm::gemm_pairs_q5_0
+                           : type == DType::IQ4_NL ? avx512zmm::gemm_pairs_iq4_nl
                                                  : avx512zmm::gemm_pairs_q8_0;
     expect_pairs_bit_identical(avx2_gemm, pair_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), c.paired.get(),
                                acts, type);
@@ -658,6 +658,7 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
       {DType::Q4_0, {{16, 1}, {32, 4}}},
       {DType::Q4_1, {{16, 2}, {32, 4}}},
       {DType::Q5_0, {{16, 1}, {32, 5}}},
+      {DType::IQ4_NL, {{16, 1}, {32, 4}}},
       {DType::Q8_0, {{16, 1}, {32, 8}}},
       {DType::Q4_K, {{16, 2}, {8, 8}, {16, 4}, {32, 32}}},
       {DType::Q5_K, {{16, 2}, {8, 8}, {16, 4}, {32, 40}}},
@@ -710,9 +711,8 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
 // where the core runs zmm at full width.
 TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
   if (env_switch("KVSERVE_PAIRS") >= 0 || cpu_zmm_forced() >= 0) GTEST_SKIP() << "the environment overrides the choice";
-  EXPECT_TRUE(has_interleaved_layout(DType::IQ4_NL));
-  EXPECT_FALSE(interleaved_pairs_preferred(DType::IQ4_NL));  // it has no pair kernel
-  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q2_K,
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL,
+                     DType::Q8_0, DType::Q2_K,
                      DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     const bool paired = interleaved_pairs_preferred(type);
     if (!has_interleaved_layout(type) || !cpu_has_avx512_vnni()) {
@@ -728,7 +728,8 @@ TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
 TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
   std::mt19937 rng(43);
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type :
+       {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t n_in = dtype_info(type).block_elems == 256 ? 512 : 160;
     for (int64_t n_out : {16, 24, 40, 61, 200}) {
       const auto data = random_weights(type, n_out, n_in, rng);
@@ -771,8 +772,8 @@ TEST(InterleavedPairs, OneTokenCallsGiveTheGroupKernelsBitsWithAndWithoutTheL2St
     ~DefaultBack() { set_decode_l2_ahead(-1); }
   } restore;
   std::mt19937 rng(53);
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                     DType::Q3_K, DType::Q2_K}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0, DType::Q4_K, DType::Q5_K,
+                     DType::Q6_K, DType::Q3_K, DType::Q2_K}) {
     const int64_t n_in = dtype_info(type).block_elems == 256 ? 2048 : 1024;
     for (int64_t n_out : {16, 40, 200}) {
       const auto data = random_weights(type, n_out, n_in, rng);

@@ -48,11 +48,10 @@ size_t far_prefetch_bytes(DType type) {
 // fewer instructions to issue around the vpdpbusd (1B-shaped, alternating runs: Q4_0 16-sequence decode
 // 1.08x, prefill 1.07x; Q8_0 1.21x and 1.14x) with one-token decode within noise. Not Q4_1 (SmolLM2-135M's
 // 576-column rows: 0.82-0.89x everywhere) nor the K-quants, whose one-token pair kernels decode at
-// 0.45-0.7x there (nor Q5_0, whose pair kernel came later and was not measured there). KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
+// 0.45-0.7x there (nor Q5_0 and IQ4_NL, whose pair kernels came later and were not measured there). KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  // IQ4_NL has no pair kernel.
-  if (!has_interleaved_layout(type) || type == DType::IQ4_NL) return false;
+  if (!has_interleaved_layout(type)) return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
@@ -296,6 +295,7 @@ void pair_groups_with(DType type, size_t record, size_t group_bytes, int64_t nb,
     case DType::Q4_0: return pair_groups_fixed<kQ4_0Pieces>(record, group_bytes, nb, src, out);
     case DType::Q4_1: return pair_groups_fixed<kQ4_1Pieces>(record, group_bytes, nb, src, out);
     case DType::Q5_0: return pair_groups_fixed<kQ5_0Pieces>(record, group_bytes, nb, src, out);
+    case DType::IQ4_NL: return pair_groups_fixed<kQ4_0Pieces>(record, group_bytes, nb, src, out);
     case DType::Q8_0: return pair_groups_fixed<kQ8_0Pieces>(record, group_bytes, nb, src, out);
     case DType::Q4_K: return pair_groups_fixed<kQ4_KPieces>(record, group_bytes, nb, src, out);
     case DType::Q5_K: return pair_groups_fixed<kQ5_KPieces>(record, group_bytes, nb, src, out);

@@ -19,7 +19,8 @@
 //   step g of the kernel takes from byte k (g < 4: the low nibbles of vector g, element 4g + k; g >= 4:
 //   the high nibbles of vector g - 4, element 16 + 4(g - 4) + k). Pair layout pieces: d, each vector
 //   (the 4 nibble vectors and the bit vector).
-// IQ4_NL, per group and block, 144 bytes: Q4_0's record, its nibbles indices into kIQ4Values. No pair layout.
+// IQ4_NL, per group and block, 144 bytes: Q4_0's record, its nibbles indices into kIQ4Values. Pair layout
+//   pieces: Q4_0's.
 // Q4_K (256-element blocks), per group and block, 1184 bytes (the rows' own 8 x 144 plus 32):
 //   8 x fp16 d, 8 x fp16 dmin (row order), 64 bytes of sub-block scales (byte 8s + r: row r's scale of
 //   sub-block s, 6 bits unpacked), 64 bytes of sub-block mins (same order), then 32 x 32 bytes of
@@ -228,7 +229,7 @@ namespace avx512zmm {
 inline constexpr int kMaxZmmTokens = 8;
 inline constexpr int kMaxZmmGroups = 4;
 inline constexpr int kMaxZmmPairs = kMaxZmmGroups / 2;
-// Q4_0 / Q4_1 / Q5_0 / Q8_0 in the pair layout: n_pairs (1..kMaxZmmPairs) consecutive pairs of groups from
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 in the pair layout: n_pairs (1..kMaxZmmPairs) consecutive pairs of groups from
 // `pairs` (the first pair's first block record), out[t * out_stride + 16 * p + 8 * h + r] = row r of
 // group h of pair p . token t; the far stream as in avx2:: (n / 32 * far_prefetch_bytes(type) bytes).
 void gemm_pairs_q4_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
@@ -237,6 +238,8 @@ void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedA
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                       int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 // Q4_K / Q5_K / Q6_K in the pair layout against Q8_K activation rows, the same contract; the pairs run one

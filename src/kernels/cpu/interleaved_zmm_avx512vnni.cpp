@@ -46,7 +46,7 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-enum class Q32 { kQ4_0, kQ4_1, kQ5_0, kQ8_0 };
+enum class Q32 { kQ4_0, kQ4_1, kQ5_0, kIQ4_NL, kQ8_0 };
 
 // One group's record in the group layout (a pair's is twice this).
 constexpr size_t q32_record_bytes(Q32 type) {
@@ -93,25 +93,30 @@ template <size_t kBytes>
     _mm_prefetch(reinterpret_cast<const char*>(rec + kIntelDecodeL2Ahead + off), _MM_HINT_T1);
 }
 
-// Q4_0 / Q4_1 / Q5_0 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed,
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed,
 // gemm_q5_0_fixed and gemm_signed8_fixed (kVnni = true) of interleaved_q32_kernels.h with both groups of a
 // pair in one register. A block is 8 quant vectors g: Q4's 4 packed vectors as their low nibbles (elements
 // 4g) then their high ones (16 + 4(g - 4)), Q5_0's with bit g of its bit vector's bytes as their bit 4
 // (0..31, -16 * sum(y) at the start of the block's sum); Q8_0's 8 vectors as w + 128 unsigned, the 128 *
-// sum(y) that adds taken off at the start of the block's sum. In the pair layout each vector of both groups is one 64-byte load: from the group layout
+// sum(y) that adds taken off at the start of the block's sum; IQ4_NL's nibbles looked up as level + 128
+// (the same start). In the pair layout each vector of both groups is one 64-byte load: from the group layout
 // (two 32-byte loads and an insert per vector) this kernel ran at ~0.9x (bench_matmul Q4_0 16 tokens,
 // one thread).
 template <Q32 kType, int P, int T, bool kL2Ahead = false>
 void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const PackedActs32* acts, float* out,
                     int64_t stride, const uint8_t* far) {
   constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1, kQ5 = kType == Q32::kQ5_0;
+  constexpr bool kNL = kType == Q32::kIQ4_NL;
   constexpr size_t kScaleBytes = kQ4_1 ? 64 : 32;  // both groups' d (and m)
   constexpr size_t kRecordBytes = q32_record_bytes(kType);  // one group's
   // Q4_0's -8 * sum(y) (q4_offset), Q5_0's -16 * sum(y), or Q8_0's -128 * sum(y) = -16 * (8 * sum(y)).
-  constexpr int kOffsetTimes = kQ8 ? -16 : kQ5 ? -2 : -1;
+  constexpr int kOffsetTimes = kQ8 || kNL ? -16 : kQ5 ? -2 : -1;
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   const __m512i sign_flip = _mm512_set1_epi8(-128);
   [[maybe_unused]] const __m512i bit4 = _mm512_set1_epi8(0x10);
+  // IQ4_NL's levels + 128 (vpdpbusd's unsigned side) in every 128-bit lane.
+  [[maybe_unused]] const __m512i nl_table = _mm512_xor_si512(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values))), sign_flip);
   __m512 acc[P][T];
 #pragma GCC unroll 2
   for (int p = 0; p < P; ++p)
@@ -143,6 +148,7 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
           const __m512i fifth = g < 4 ? _mm512_slli_epi16(bits, 4 - g) : _mm512_srli_epi16(bits, g - 4);
           q[p] = _mm512_ternarylogic_epi32(q[p], fifth, bit4, 0xF8);  // q | (fifth & bit4)
         }
+        if constexpr (kNL) q[p] = _mm512_shuffle_epi8(nl_table, q[p]);
       }
       const int elem = kQ8 || g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 8
@@ -558,6 +564,11 @@ void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedA
 void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch) {
   gemm_pairs<Q32::kQ5_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
+}
+
+void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                       int64_t out_stride, const uint8_t* prefetch) {
+  gemm_pairs<Q32::kIQ4_NL>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
 }
 
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
