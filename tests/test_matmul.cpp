@@ -445,6 +445,7 @@ TEST(MatmulConverted, RejectsOtherWeightsAndTokensOutOfRange) {
   EXPECT_FALSE(matmul_inputs_stackable(other_length));
   EXPECT_THROW(acts.convert(other_length, x.data(), 1), Error);
   const MatmulOutput four[] = {{&wa, y.data()}, {&wb, y.data()}, {&wa, y.data()}, {&wb, y.data()}};
+  EXPECT_FALSE(matmul_inputs_stackable(four));
   EXPECT_THROW(acts.prepare(four, x.data(), 1), Error);
   // Converted for both types, a weight of a third is still refused.
   const auto d = random_weights(DType::Q4_0, 8, n_in, rng);

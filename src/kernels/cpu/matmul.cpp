@@ -680,7 +680,7 @@ std::array<DType, MatmulActs::Storage::kMaxConversions> stacked_types(std::span<
                                                                       size_t& n) {
   if (outputs.empty() || outputs.size() > MatmulActs::Storage::kMaxConversions)
     fail("MatmulActs: {} stacked weights (1 to {})", outputs.size(), MatmulActs::Storage::kMaxConversions);
-  if (!matmul_inputs_stackable(outputs)) fail("MatmulActs: stacked weights differ in row length");
+  if (!matmul_inputs_stackable(outputs)) fail("MatmulActs: stacked weights missing or of different row lengths");
   std::array<DType, MatmulActs::Storage::kMaxConversions> types{};
   n = outputs.size();
   for (size_t i = 0; i < n; ++i) types[i] = outputs[i].w->type;
@@ -766,17 +766,24 @@ void matmul_add_converted(const Tensor& w, const MatmulActs& acts, float* y, flo
   add_rows_over_pool(w, a, y, scratch, pool);
 }
 
+namespace {
+bool weights_share_row_length(std::span<const MatmulOutput> outputs) {
+  for (const MatmulOutput& o : outputs)
+    if (o.w == nullptr || !o.w->valid() || o.w->cols() != outputs[0].w->cols()) return false;
+  return true;
+}
+}  // namespace
+
 bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs) {
-  if (!matmul_inputs_stackable(outputs)) return false;
+  if (!weights_share_row_length(outputs)) return false;
   for (const MatmulOutput& o : outputs)
     if (o.w->type != outputs[0].w->type) return false;
   return true;
 }
 
 bool matmul_inputs_stackable(std::span<const MatmulOutput> outputs) {
-  for (const MatmulOutput& o : outputs)
-    if (o.w == nullptr || !o.w->valid() || o.w->cols() != outputs[0].w->cols()) return false;
-  return true;
+  return !outputs.empty() && outputs.size() <= MatmulActs::Storage::kMaxConversions &&
+         weights_share_row_length(outputs);
 }
 
 int64_t matmul_balance_chunk_rows(const Tensor& w, int64_t n_tokens) { return balance_chunk_rows(w.row_size(), n_tokens); }

@@ -76,8 +76,8 @@ void matmul_add_converted(const Tensor& w, const MatmulActs& acts, float* y, flo
 void matmul_rows_stacked(std::span<const MatmulOutput> outputs, const MatmulActs& acts, int64_t begin, int64_t end);
 // True when the weights share a type and row length (one conversion serves all).
 bool matmul_inputs_shareable(std::span<const MatmulOutput> outputs);
-// True when the weights are present and share a row length: one MatmulActs::convert(outputs, ...) serves
-// them, stacked (matmul_rows_stacked, matmul_converted), whatever their types.
+// True when one to three weights are present and share a row length: one MatmulActs::convert(outputs, ...)
+// serves them, stacked (matmul_rows_stacked, matmul_converted), whatever their types.
 bool matmul_inputs_stackable(std::span<const MatmulOutput> outputs);
 // Rows per balancing chunk for w and n_tokens: what matmul() gives parallel_for_balanced.
 int64_t matmul_balance_chunk_rows(const Tensor& w, int64_t n_tokens);
