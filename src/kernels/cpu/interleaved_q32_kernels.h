@@ -30,14 +30,22 @@ using avx2_inline::broadcast_4_bytes;
 constexpr size_t kPrefetchAhead = 2048;
 // Q5_K's decode distance (interleaved_kquant_kernels.h).
 constexpr size_t kQ5KDecodePrefetchAhead = 8192;
-// Decode (one token) of Q4_0, Q4_1, Q8_0 (and Q4_K) asks for nothing: the core's own stream prefetcher
+// Decode (one token) of Q4_0, Q4_1, Q8_0 (and Q4_K) with vpdpbusd asks for nothing: the core's own stream prefetcher
 // keeps more lines in flight than the software prefetches, which take the L1 miss buffers the
 // prefetcher's lines are waiting to fill. Measured on Zen 4 (2026-11-29), one process alternating the
 // two every 4 decode steps: SmolLM2-135M Q4_1 0.978x the step time on two threads (median of 12) and
 // ~0.94x on one; 1B-shaped Q4_0 0.92-0.99x, Q8_0 0.93-0.98x, Q4_K 0.80-1.00x; bench_matmul cold one-token
 // Q8_0 8192x2048 ~1.2x on one thread. (An earlier host, with a triad of 65-71 GB/s, measured the 8 KiB
 // distance 1.05-1.17x over 2 KiB for Q4; Q5_K and Q6_K still lose without theirs: Q6_K ~3x slower.)
-constexpr size_t q32_prefetch_distance(int T) { return T == 1 ? 0 : kPrefetchAhead; }
+// The AVX2 kernels (cores without AVX512-VNNI) ask 8 KiB ahead for one token instead: on the Zen 3 host
+// (2026-12-02; 2 vCPUs, 32 MiB L3, triad ~20 GB/s) batch-1 decode, alternating binaries against asking for
+// nothing: SmolLM2-135M Q4_1 ~1.12x (8 rounds, every one faster; 2 KiB ~1.03x), 1B-shaped Q4_0 1.11 +- 0.03x
+// (8 rounds), Q8_0 1.04 +- 0.05x (6 rounds, already ~0.9 of the bound).
+constexpr size_t kAvx2DecodePrefetchAhead = 8192;
+template <bool kVnni>
+constexpr size_t q32_prefetch_distance(int T) {
+  return T > 1 ? kPrefetchAhead : kVnni ? 0 : kAvx2DecodePrefetchAhead;
+}
 
 // Whether a VNNI kernel sums each block in two int32 chains (the even and the odd quant vectors, added at
 // the block's end) instead of one chain of 8 dependent vpdpbusd. With one token there are only 1-2 such
@@ -181,7 +189,7 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes, R, 32, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
+    block_records<kRecordBytes, R, 32, q32_prefetch_distance<kVnni>(T)>(group, group_bytes, i, rec, far);
     __m256i sum16[R][T];
     constexpr bool kTwoChains = kVnni && two_vnni_chains(R * T);
     [[maybe_unused]] __m256i sum_odd[R][T];  // with kTwoChains: the odd vectors' sums
@@ -285,7 +293,7 @@ void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, co
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes, R, 32, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
+    block_records<kRecordBytes, R, 32, q32_prefetch_distance<kVnni>(T)>(group, group_bytes, i, rec, far);
     __m256i isum[R][T];
     constexpr bool kTwoChains = kVnni && two_vnni_chains(R * T);
     [[maybe_unused]] __m256i isum_odd[R][T];  // with kTwoChains: the odd vectors' sums
@@ -353,7 +361,7 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
-    block_records<kRecordBytes, R, 32, q32_prefetch_distance(T)>(group, group_bytes, i, rec, far);
+    block_records<kRecordBytes, R, 32, q32_prefetch_distance<kVnni>(T)>(group, group_bytes, i, rec, far);
     __m256i sum[R][T];
     constexpr bool kTwoChains = kVnni && two_vnni_chains(R * T);
     [[maybe_unused]] __m256i sum_odd[R][T];  // with kTwoChains: the odd steps' sums
