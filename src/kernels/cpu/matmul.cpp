@@ -402,10 +402,12 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // of 16 sequences cover the whole next chunk.
   const bool spread = a.n_tokens > pass_tokens;
   const size_t far_per_call = static_cast<size_t>(n_in / 32) * far_prefetch_bytes(w.type);
-  // The stream's rate covers a chunk in two passes; with more passes (prefill) only every far_every-th
-  // pass carries it, so the reads stay spread over the whole chunk.
+  // At that rate the pair kernels (4 groups a call) cover a chunk in two passes, the 8-row kernels (2 groups)
+  // in one, and prefill makes many passes: only as many calls as the chunk needs carry the stream, spread
+  // evenly over all its calls. (AVX2 Q8_0 had read the whole next chunk during the first of its four passes
+  // of 16 sequences: Zen 3, 2 threads, in-process alternation over 8 cold copies, 40 pairs: 8192 x 2048
+  // 1.01-1.03x, 2048 x 8192 1.04-1.06x (medians); Q4_0 (three passes) 1.00x; batched decode 1.02 +- 0.03x.)
   const int64_t n_passes = (a.n_tokens + pass_tokens - 1) / pass_tokens;
-  const int64_t far_every = std::max<int64_t>(1, n_passes / 2);
   for (int64_t chunk = g_begin; chunk < g_end; chunk += chunk_groups) {
     const int64_t chunk_end = std::min(g_end, chunk + chunk_groups);
     // The next chunk's groups, within the weights (the rows past row_end are most likely this thread's
@@ -426,14 +428,20 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
         pair_two_groups(w.type, n_in, base + g * group_bytes, fly_pairs.data() + (g - fly_first) * group_bytes);
     }
     size_t far_done = 0;
-    int64_t pass_index = 0;
+    // This chunk's calls so far, about how many it makes in all, and how many must carry the stream: those
+    // are spread evenly over all of them.
+    int64_t call_index = 0;
+    const int64_t total_calls = n_passes * ((chunk_end - chunk + max_groups_per_call - 1) / max_groups_per_call);
+    const auto needed_calls = static_cast<int64_t>((far_bytes + far_per_call - 1) / std::max<size_t>(1, far_per_call));
     const auto far = [&]() -> const uint8_t* {
-      if (!spread || pass_index % far_every != 0 || far_done >= far_bytes) return nullptr;
+      const int64_t c = call_index++;
+      if (!spread || far_done >= far_bytes) return nullptr;
+      if ((c + 1) * needed_calls / total_calls == c * needed_calls / total_calls) return nullptr;
       const uint8_t* p = base + chunk_end * group_bytes + far_done;
       far_done += far_per_call;
       return p;
     };
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens, ++pass_index) {
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += pass_tokens) {
       const int n_tok = static_cast<int>(std::min(pass_tokens, a.n_tokens - t0));
       PassActs pass;
       pass_acts(t0, n_tok, pass);
