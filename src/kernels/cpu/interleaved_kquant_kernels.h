@@ -167,9 +167,15 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   constexpr size_t kRecordBytes = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   // One-token Q5_K asks 8 KiB ahead: its records take longer to multiply than Q4_K's (the bit planes),
   // and at 2 KiB its decode read memory at about half the bound. 1B-shaped, Zen 4, 7 alternating pairs:
-  // 1.06-1.23x (median ~1.1x). One-token Q4_K asks for nothing, as Q4_0 (q32_prefetch_distance): 1B-shaped
-  // decode 0.80-1.00x the step time of 2 KiB (6 in-process runs; it measured 0.74-0.84x at 8 KiB).
-  constexpr size_t kAhead = T > 1 ? kPrefetchAhead : kQ5 ? kQ5KDecodePrefetchAhead : 0;
+  // 1.06-1.23x (median ~1.1x). One-token Q4_K asks for nothing with vpdpbusd, as Q4_0
+  // (q32_prefetch_distance): 1B-shaped decode 0.80-1.00x the step time of 2 KiB (6 in-process runs; it
+  // measured 0.74-0.84x at 8 KiB). The AVX2 kernel asks 8 KiB ahead, as the AVX2 Q4_0 one: Zen 3 (2026-12-02),
+  // 1B-shaped batch-1 decode after 512 tokens against asking for nothing, alternating binaries: 1.12 +- 0.02x
+  // (10 rounds, every one faster; 4 more with the order swapped: 1.17x).
+  constexpr size_t kAhead = T > 1   ? kPrefetchAhead
+                            : kQ5   ? kQ5KDecodePrefetchAhead
+                            : kVnni ? 0
+                                    : kAvx2DecodePrefetchAhead;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j

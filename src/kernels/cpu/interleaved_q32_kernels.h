@@ -30,14 +30,14 @@ using avx2_inline::broadcast_4_bytes;
 constexpr size_t kPrefetchAhead = 2048;
 // Q5_K's decode distance (interleaved_kquant_kernels.h).
 constexpr size_t kQ5KDecodePrefetchAhead = 8192;
-// Decode (one token) of Q4_0, Q4_1, Q8_0 with vpdpbusd (and Q4_K on every core) asks for nothing: the
+// Decode (one token) of Q4_0, Q4_1, Q8_0 with vpdpbusd (and Q4_K) asks for nothing: the
 // core's own stream prefetcher keeps more lines in flight than the software prefetches, which take the L1
 // miss buffers the prefetcher's lines are waiting to fill. Measured on Zen 4 (2026-11-29), one process
 // alternating the two every 4 decode steps: SmolLM2-135M Q4_1 0.978x the step time on two threads (median
 // of 12) and ~0.94x on one; 1B-shaped Q4_0 0.92-0.99x, Q8_0 0.93-0.98x, Q4_K 0.80-1.00x; bench_matmul cold one-token
 // Q8_0 8192x2048 ~1.2x on one thread. (An earlier host, with a triad of 65-71 GB/s, measured the 8 KiB
 // distance 1.05-1.17x over 2 KiB for Q4; Q5_K and Q6_K still lose without theirs: Q6_K ~3x slower.)
-// The AVX2 kernels (cores without AVX512-VNNI) ask 8 KiB ahead for one token instead: on the Zen 3 host
+// The AVX2 kernels (cores without AVX512-VNNI; Q4_K too) ask 8 KiB ahead for one token instead: Zen 3 host
 // (2026-12-02; 2 vCPUs, 32 MiB L3, triad ~20 GB/s) batch-1 decode, alternating binaries against asking for
 // nothing: SmolLM2-135M Q4_1 ~1.12x (8 rounds, every one faster; 2 KiB ~1.03x), 1B-shaped Q4_0 1.11 +- 0.03x
 // (8 rounds), Q8_0 1.04 +- 0.05x (6 rounds, already ~0.9 of the bound).
