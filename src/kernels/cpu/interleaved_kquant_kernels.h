@@ -474,6 +474,8 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* rec[R];
+    // 2 KiB ahead for one token too: the AVX2 kernel at Q4_K's 8 KiB measured 0.94 +- 0.03x (Zen 3, 1B-shaped
+    // Q6_K batch-1 decode, 8 alternating rounds).
     block_records<kRecordBytes, R, kQK_K>(group, group_bytes, i, rec, far);
     __m256i isum[R][T];
 #pragma GCC unroll 4
