@@ -819,7 +819,7 @@ TEST(InterleavedPairs, ChunksPairedOnTheFlyGiveTheGroupKernelsBits) {
       pair_two_groups(type, n_in, static_cast<const uint8_t*>(w.interleaved) + 2 * group_bytes, pair.data());
       ASSERT_EQ(std::memcmp(pair.data(), paired.get() + 2 * group_bytes, pair.size()), 0) << dtype_name(type);
       for (int threads : {1, 3})
-        for (int64_t n_tokens : {40, 130}) {
+        for (int64_t n_tokens : {16, 40, 130}) {
           ThreadPool pool(threads);
           const auto x = random_floats(n_tokens * n_in, rng);
           std::vector<float> a(n_tokens * n_out, NAN), b(a.size(), NAN);

@@ -120,17 +120,13 @@ std::atomic<bool> g_simd_enabled{true};
 std::atomic<bool> g_fly_pairs_enabled{true};
 
 // Tokens from which a K-quant call pairs its chunks on the fly (multiply_groups): where the pair kernels'
-// gain pays for the pairing copy. 1B-shaped on Zen 4, pairing against not, prefill in chunks of 32 / 64 /
-// 512 tokens: Q5_K (against its unpacked kernels) 1.21x / 1.19x / 1.18x; Q4_K 1.03x / 1.04x / 1.12x;
-// Q6_K 0.96x / 1.0x / 1.07x; at 16 tokens (batched decode) Q4_K 0.92x, Q6_K 0.87x, Q5_K 1.04-1.11x
-// (4 alternating pairs, 16 sequences).
-int64_t fly_pairs_min_tokens(DType type) {
-  switch (type) {
-    case DType::Q5_K: return 16;
-    case DType::Q4_K: return 64;
-    default: return 128;
-  }
-}
+// gain pays for the pairing copy. Zen 4, 1B-shaped, alternating runs: when this was set (2026-11-28) Q4_K
+// and Q6_K lost at 16 tokens (0.92x, 0.87x) and paired from 64 / 128. The pair kernels have since gained
+// (Q4_K's vpdpwssd scales, spread block prefetches), and on 2026-12-02 pairing at 16 against 64 / 128
+// measured batched decode of 16 sequences Q4_K ~1.2x (6 rounds, 1.15-1.56), Q6_K ~1.3x (4 rounds,
+// 1.19-1.57), Q6_K prefill in chunks of 32 ~1.2x (3 rounds); Q4_K at 8 tokens (8 sequences) still lost
+// (0.69-0.91x, 4 rounds). Q5_K (against its unpacked kernels) paired from 16 since 2026-11-28.
+constexpr int64_t kFlyPairsMinTokens = 16;
 
 bool fly_pairs_enabled() {
   static const bool env_off = env_switch("KVSERVE_FLY_PAIRS") == 0;  // for A/B runs
@@ -278,7 +274,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // a call of many tokens: each chunk's groups are paired into a scratch copy once and every pass runs the
   // 512-bit pair kernels on it (bit-identical to the group kernels). The copy costs about one read and
   // write of the chunk, against 64 passes of 8 tokens in a 512-token prefill.
-  const bool fly = !pairs && vnni && k_quant && a.n_tokens >= fly_pairs_min_tokens(w.type) && fly_pairs_enabled();
+  const bool fly = !pairs && vnni && k_quant && a.n_tokens >= kFlyPairsMinTokens && fly_pairs_enabled();
   const bool k_unpack = !pairs && !fly && !no_k_unpack &&
                         (vnni ? q5 && a.n_tokens > 16 : (q5 || w.type == DType::Q6_K) && a.n_tokens > 3);
   thread_local std::vector<uint8_t> k_unpacked;
