@@ -23,6 +23,11 @@ configure with -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGG
 -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
 (every instruction set that core has except AMX).
 
+llama.cpp runs each case with flash attention off and on (--llama-fa best, the default) and each of its
+figures is the better of the two: which one wins depends on the host and the case (the Emerald Rapids Xeon
+VM, 2026-12-03: SmolLM2 Q4_1 batch-1 decode at depth 512 59.8 tok/s off against 34.9 on, where llama.cpp's
+"auto" takes on; on Zen 5 its batched decode ran faster on). --llama-fa on / off / auto runs one setting.
+
 The memory-bandwidth bound on decode is the STREAM triad bandwidth (measured in the same run with
 `kvserve bench --triad`, same thread count) divided by the weight bytes read per token (as kvserve
 counts them: every layer weight, the output projection, one embedding row); a batch of B sequences reads
@@ -104,6 +109,9 @@ _log_cb = None
 
 
 class LlamaCpp:
+    # llama_flash_attn_type: LLAMA_FLASH_ATTN_TYPE_AUTO = -1, DISABLED = 0, ENABLED = 1.
+    FA_TYPES = {"auto": -1, "off": 0, "on": 1}
+
     def __init__(self, path, threads):
         global _log_cb
         _log_cb = L.llama_log_callback(lambda level, text, user: None)  # keep a reference
@@ -117,12 +125,12 @@ class LlamaCpp:
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.bos = L.llama_vocab_bos(self.vocab)
         self.threads = threads
-        self.run(1, 16, 4, seed=12345)  # warm-up (page in the weights), as kvserve bench does
+        self.run(1, 16, 4, seed=12345, fa="auto")  # warm-up (page in the weights), as kvserve bench does
 
     def close(self):
         L.llama_model_free(self.model)
 
-    def run(self, n_seqs, prompt_len, gen_len, seed):
+    def run(self, n_seqs, prompt_len, gen_len, seed, fa):
         import numpy as np  # only this path needs it
         rng = np.random.default_rng(seed)
         lo = min(100, self.n_vocab // 2)
@@ -139,6 +147,7 @@ class LlamaCpp:
         cp.n_threads = self.threads
         cp.n_threads_batch = self.threads
         cp.no_perf = True
+        cp.flash_attn_type = self.FA_TYPES[fa]
         ctx = L.llama_init_from_model(self.model, cp)
         if not ctx:
             raise RuntimeError("llama.cpp could not create a context")
@@ -218,19 +227,19 @@ class LlamaCppBinaries:
                                                              out.stderr.strip()[-500:]))
         return out.stdout
 
-    def _bench_ts(self, prompt, gen, depth):
+    def _bench_ts(self, prompt, gen, depth, fa):
         # llama-bench's mean tokens/s of its one test (-r 1: the alternating repeats here give the median).
         rows = json.loads(self._run([self.bench, "-m", self.model, "-t", str(self.threads), "-p", str(prompt),
-                                     "-n", str(gen), "-d", str(depth), "-r", "1", "-o", "json"]))
+                                     "-n", str(gen), "-d", str(depth), "-fa", fa, "-r", "1", "-o", "json"]))
         if len(rows) != 1:
             raise RuntimeError("llama-bench printed %d results, expected 1" % len(rows))
         return rows[0]["avg_ts"]
 
-    def run(self, n_seqs, prompt_len, gen_len, seed):
+    def run(self, n_seqs, prompt_len, gen_len, seed, fa):
         del seed  # the binaries make their own (random) prompts
         if n_seqs == 1:
-            pp = self._bench_ts(prompt_len, 0, 0)
-            tg = self._bench_ts(0, gen_len, prompt_len)
+            pp = self._bench_ts(prompt_len, 0, 0, fa)
+            tg = self._bench_ts(0, gen_len, prompt_len, fa)
             t_pp, t_tg = prompt_len / pp, gen_len / tg
             return {"prefill_tokens_per_s": pp, "decode_tokens_per_s": tg,
                     "output_tokens_per_s": gen_len / (t_pp + t_tg), "ttft_ms": t_pp * 1000}
@@ -239,7 +248,7 @@ class LlamaCppBinaries:
         lines = self._run([self.batched_bench, "-m", self.model, "-t", str(self.threads), "-tb", str(self.threads),
                            "-npp", str(prompt_len), "-ntg", str(gen_len), "-npl", str(n_seqs), "-kvu",
                            "-c", str(n_seqs * (prompt_len + gen_len) + 256), "-b", str(max(512, n_seqs * prompt_len)),
-                           "-ub", "512", "--output-format", "jsonl"]).split("\n")
+                           "-ub", "512", "-fa", fa, "--output-format", "jsonl"]).split("\n")
         rows = [json.loads(x) for x in lines if x.startswith("{")]
         if len(rows) != 1:
             raise RuntimeError("llama-batched-bench printed %d results, expected 1" % len(rows))
@@ -259,6 +268,24 @@ TARGETS = (
     ("decode / bound with K/V, runs with steady triads around", 0, "of_bound_with_kv_steady", 0.85),
     ("decode / bound with K/V, segments against in-run triads", 0, "of_bound_segments", 0.85),
 )
+
+def llama_best_of_fa(lc, settings, repeat, n, prompt_len, gen_len, seed):
+    """llama.cpp's run of one case under each flash-attention setting; each figure the better of them.
+
+    The settings go in turn, first one then the other on alternate repeats. Tokens/s figures take the
+    highest, time to first token the lowest; `flash_attn` says which setting gave each figure and
+    `by_flash_attn` keeps every run.
+    """
+    order = list(settings) if repeat % 2 == 0 else list(reversed(settings))
+    runs = {fa: lc.run(n, prompt_len, gen_len, seed, fa) for fa in order}
+    best, used = {}, {}
+    for key in runs[settings[0]]:
+        pick = (min if key == "ttft_ms" else max)(settings, key=lambda fa: runs[fa][key])
+        best[key], used[key] = runs[pick][key], pick
+    best["flash_attn"] = used
+    best["by_flash_attn"] = runs
+    return best
+
 
 # A core-to-core round trip above this says the two threads sat on different L3s (this project's Zen 4
 # host: 50-80 ns sharing one, 300-700 ns apart).
@@ -327,6 +354,9 @@ def main():
     ap.add_argument("--kvserve", default=find_kvserve(), help="kvserve binary (default: the newest of build/, build-bench/, build-ci/)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary: its figures instead of llama-cpp-python's")
     ap.add_argument("--llama-batched-bench", help="llama.cpp's llama-batched-bench binary (with --llama-bench)")
+    ap.add_argument("--llama-fa", choices=("best", "on", "off", "auto"), default="best",
+                    help="llama.cpp's flash attention: best (default) runs it off and on and takes the better "
+                         "figure of each; on, off or auto runs that one")
     ap.add_argument("--skip-batched", action="store_true")
     ap.add_argument("--bound-segments", type=int, default=16,
                     help="decode steps per segment of kvserve's extra in-run-triad decode (0: no such run)")
@@ -388,7 +418,8 @@ def main():
                                                      "decode_tokens_per_s": decode,
                                                      "output_tokens_per_s": j["output_tokens_per_s"]})
                 else:
-                    results[name]["llama.cpp"].append(lc.run(n, plen, glen, args.seed + r))
+                    settings = ("off", "on") if args.llama_fa == "best" else (args.llama_fa,)
+                    results[name]["llama.cpp"].append(llama_best_of_fa(lc, settings, r, n, plen, glen, args.seed + r))
             print("repeat %d/%d %s done" % (r + 1, args.repeats, name), file=sys.stderr)
         triads.append(kvserve_json(args, "--triad")["triad"])
     lc.close()
@@ -421,7 +452,8 @@ def main():
            "triad_gb_s": bw / 1e9, "triads_gb_s": triad_best, "weight_bytes_per_token": weight_bytes,
            "kv_bytes_per_position": kv_pos,
            "bandwidth_bound_decode_tokens_per_s": bound, "figures": [], "runs": results,
-           "llama_cpp_via": "llama-bench" if args.llama_bench else "llama-cpp-python"}
+           "llama_cpp_via": "llama-bench" if args.llama_bench else "llama-cpp-python",
+           "llama_cpp_flash_attn": args.llama_fa}
     for label, case, key, b, bkv in rows:
         k, l = med(case, "kvserve", key), med(case, "llama.cpp", key)
         ks = [x[key] for x in results[case]["kvserve"]]
@@ -430,7 +462,8 @@ def main():
         # moved by the host's drift.
         pair_ratios = [a / c if c else None for a, c in zip(ks, ls)]
         fig = {"figure": label, "kvserve": k, "llama.cpp": l, "ratio": k / l if l else None, "bound": b,
-               "bound_with_kv": bkv, "kvserve_runs": ks, "llama.cpp_runs": ls, "pair_ratios": pair_ratios}
+               "bound_with_kv": bkv, "kvserve_runs": ks, "llama.cpp_runs": ls, "pair_ratios": pair_ratios,
+               "llama.cpp_flash_attn": [x["flash_attn"][key] for x in results[case]["llama.cpp"]]}
         if bkv:
             # Each repeat against the better of the triads just before and just after it (bkv scales
             # with the bandwidth).
@@ -468,13 +501,16 @@ def main():
     print("triad %.1f GB/s, weights read per token %.1f MiB -> batch-1 decode bound %.1f tok/s; "
           "f16 K/V %d bytes per position" % (bw / 1e9, weight_bytes / 2**20, bound, kv_pos))
     print("triad before each repeat and after the last: %s GB/s" % " ".join("%.1f" % t for t in triad_best))
+    print("llama.cpp's flash attention: %s" % ("the better of off and on for each figure and repeat"
+                                               if args.llama_fa == "best" else args.llama_fa))
     print("%-48s %12s %12s %10s %14s  %s" % ("figure", "kvserve", "llama.cpp", "kv/llama", "bound",
                                             "kv/llama of each repeat's pair"))
     for f in out["figures"]:
         bstr = ("%.1f" % f["bound"]) if f["bound"] else "-"
         pairs = " ".join("%.2f" % x if x else "-" for x in f["pair_ratios"])
-        print("%-48s %12.1f %12.1f %10.2f %14s  %s" % (f["figure"], f["kvserve"], f["llama.cpp"], f["ratio"], bstr,
-                                                      pairs))
+        fa = (" (llama.cpp fa %s)" % " ".join(f["llama.cpp_flash_attn"])) if args.llama_fa == "best" else ""
+        print("%-48s %12.1f %12.1f %10.2f %14s  %s%s" % (f["figure"], f["kvserve"], f["llama.cpp"], f["ratio"], bstr,
+                                                        pairs, fa))
     for f in out["figures"]:
         if f["bound"]:
             print("%s: kvserve at %.0f%% of the bound, llama.cpp at %.0f%%; counting K/V reads too (bound %.1f): "

@@ -540,17 +540,21 @@ TEST(BenchCompare, LlamaCppFiguresFromLlamaBenchBinaries) {
     std::filesystem::permissions(p, std::filesystem::perms::owner_all);
     return p.string();
   };
-  // llama-bench: prefill (-n 0) answers 1000 + p tokens/s, generation answers depth + n.
+  // llama-bench: prefill (-n 0) answers 1000 + p tokens/s (7 fewer with flash attention on), generation
+  // answers depth + n (5 more with it on). Both must be given -fa on or off.
   const std::string bench = write_exe("llama-bench", R"(#!/bin/bash
-while [ $# -gt 0 ]; do case "$1" in -p) p=$2; shift;; -n) n=$2; shift;; -d) d=$2; shift;; esac; shift; done
-if [ "$n" = 0 ]; then ts=$((1000 + p)); else ts=$((d + n)); fi
+while [ $# -gt 0 ]; do case "$1" in -p) p=$2; shift;; -n) n=$2; shift;; -d) d=$2; shift;; -fa) fa=$2; shift;; esac; shift; done
+case "$fa" in on) on=1;; off) on=0;; *) echo "bad -fa '$fa'" >&2; exit 3;; esac
+if [ "$n" = 0 ]; then ts=$((1000 + p - 7 * on)); else ts=$((d + n + 5 * on)); fi
 echo "[{\"n_prompt\": $p, \"n_gen\": $n, \"n_depth\": $d, \"avg_ts\": $ts}]"
 )");
-  // llama-batched-bench: speed_tg = 100 * npl + ntg, speed_pp = npp.
+  // llama-batched-bench: speed_tg = 100 * npl + ntg (1 more with flash attention on), speed_pp = npp, the
+  // whole run 2 s (4 s with it on).
   const std::string batched = write_exe("llama-batched-bench", R"(#!/bin/bash
-while [ $# -gt 0 ]; do case "$1" in -npp) pp=$2; shift;; -ntg) tg=$2; shift;; -npl) pl=$2; shift;; esac; shift; done
+while [ $# -gt 0 ]; do case "$1" in -npp) pp=$2; shift;; -ntg) tg=$2; shift;; -npl) pl=$2; shift;; -fa) fa=$2; shift;; esac; shift; done
+case "$fa" in on) on=1;; off) on=0;; *) echo "bad -fa '$fa'" >&2; exit 3;; esac
 echo "some log line"
-echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $((100 * pl + tg)), \"t\": 2.0, \"t_pp\": 0.5}"
+echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $((100 * pl + tg + on)), \"t\": $((2 + 2 * on)), \"t_pp\": 0.5}"
 )");
   const std::string model = KVSERVE_SHARED_DIR "/golden/gguf/models/tiny-gqa.gguf";
   const auto [status, out, err] = test::run_command(
@@ -559,16 +563,35 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
           " --llama-bench " +
           bench + " --llama-batched-bench " + batched,
       /*capture_stderr=*/true);
+  // One setting asked for: llama.cpp runs with it alone.
+  const auto [status_off, out_off, err_off] = test::run_command(
+      "python3 " KVSERVE_SOURCE_DIR "/bench/compare_llamacpp.py --kvserve " KVSERVE_BINARY " -m " + model +
+          " -t 1 --prompt-len 16 --gen-len 8 --skip-batched --repeats 1 --bound-segments 0 --json --llama-fa off"
+          " --llama-bench " + bench,
+      /*capture_stderr=*/true);
   std::filesystem::remove_all(dir);
+  ASSERT_EQ(status_off, 0) << err_off;
+  const json off = json::parse(out_off);
+  EXPECT_EQ(off["llama_cpp_flash_attn"], "off");
+  ASSERT_EQ(off["figures"].size(), 2u);
+  EXPECT_DOUBLE_EQ(off["figures"][0]["llama.cpp"].get<double>(), 16 + 8);
+  EXPECT_DOUBLE_EQ(off["figures"][1]["llama.cpp"].get<double>(), 1000 + 16);
+  EXPECT_EQ(off["figures"][0]["llama.cpp_flash_attn"].get<std::vector<std::string>>(), std::vector<std::string>{"off"});
   ASSERT_EQ(status, 0) << err;
   const json j = json::parse(out);
   EXPECT_EQ(j["llama_cpp_via"], "llama-bench");
   const json& f = j["figures"];
   ASSERT_EQ(f.size(), 4u);
-  EXPECT_DOUBLE_EQ(f[0]["llama.cpp"].get<double>(), 16 + 8);     // decode: generation at depth = prompt
-  EXPECT_DOUBLE_EQ(f[1]["llama.cpp"].get<double>(), 1000 + 16);  // prefill
-  EXPECT_DOUBLE_EQ(f[2]["llama.cpp"].get<double>(), 100 * 3 + 4);
+  // Each figure is llama.cpp's better one of flash attention off and on (the default --llama-fa best).
+  EXPECT_DOUBLE_EQ(f[0]["llama.cpp"].get<double>(), 16 + 8 + 5);  // decode: generation at depth = prompt
+  EXPECT_DOUBLE_EQ(f[1]["llama.cpp"].get<double>(), 1000 + 16);   // prefill
+  EXPECT_DOUBLE_EQ(f[2]["llama.cpp"].get<double>(), 100 * 3 + 4 + 1);
   EXPECT_DOUBLE_EQ(f[3]["llama.cpp"].get<double>(), 3 * 4 / 2.0);  // output tokens over the whole run
+  const std::vector<std::string> fa_on(2, "on"), fa_off(2, "off");
+  EXPECT_EQ(f[0]["llama.cpp_flash_attn"].get<std::vector<std::string>>(), fa_on);
+  EXPECT_EQ(f[1]["llama.cpp_flash_attn"].get<std::vector<std::string>>(), fa_off);
+  EXPECT_EQ(f[2]["llama.cpp_flash_attn"].get<std::vector<std::string>>(), fa_on);
+  EXPECT_EQ(f[3]["llama.cpp_flash_attn"].get<std::vector<std::string>>(), fa_off);
   // A triad before each of the 2 repeats and one after the last; the bound takes the best.
   const std::vector<double> triads = j["triads_gb_s"].get<std::vector<double>>();
   ASSERT_EQ(triads.size(), 3u);
