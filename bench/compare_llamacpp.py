@@ -269,6 +269,7 @@ TARGETS = (
     ("decode / bound with K/V, segments against in-run triads", 0, "of_bound_segments", 0.85),
 )
 
+
 def llama_best_of_fa(lc, settings, repeat, n, prompt_len, gen_len, seed):
     """llama.cpp's run of one case under each flash-attention setting; each figure the better of them.
 
