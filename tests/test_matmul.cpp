@@ -605,11 +605,12 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
   }
 }
 
-// The vpdpbusd kernels (AVX512-VNNI) against the AVX2 ones: the same exact integer block sums and the
-// same float operations, so the same bits, for every group and token count and for the extreme quants
-// (Q8_0's -128 and 127, Q4's 0 and 15, activations at +-127).
+// The vpdpbusd kernels (AVX512-VNNI, and AVX-VNNI where the CPU has it) against the AVX2 ones: the same
+// exact integer block sums and the same float operations, so the same bits, for every group and token count
+// and for the extreme quants (Q8_0's -128 and 127, Q4's 0 and 15, activations at +-127).
 TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
-  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
+  if (!cpu_has_avx2() || !(cpu_has_avx512_vnni() || cpu_has_avx_vnni()))
+    GTEST_SKIP() << "neither AVX512-VNNI nor AVX-VNNI on this CPU (or turned off)";
   const int64_t n_in = 256;
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 31);
@@ -629,6 +630,15 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
                            : type == DType::Q5_0 ? avx2::gemm_interleaved_q5_0
                            : type == DType::IQ4_NL ? avx2::gemm_interleaved_iq4_nl
                                                  : avx2::gemm_interleaved_q8_0;
+    if (cpu_has_avx_vnni()) {
+      const auto avx_vnni_gemm = type == DType::Q4_0     ? avxvnni::gemm_interleaved_q4_0
+                                 : type == DType::Q4_1   ? avxvnni::gemm_interleaved_q4_1
+                                 : type == DType::Q5_0   ? avxvnni::gemm_interleaved_q5_0
+                                 : type == DType::IQ4_NL ? avxvnni::gemm_interleaved_iq4_nl
+                                                         : avxvnni::gemm_interleaved_q8_0;
+      expect_vnni_bit_identical(avx2_gemm, avx_vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
+    }
+    if (!cpu_has_avx512_vnni()) continue;
     const auto vnni_gemm = type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
                            : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
                            : type == DType::Q5_0 ? avx512vnni::gemm_interleaved_q5_0
@@ -917,12 +927,13 @@ TEST_P(InterleavedKQuants, EveryGroupAndTokenCountMatchesAloneAndTheDotProduct) 
   }
 }
 
-// Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K and Q3_K with vpdpbusd against the AVX2 kernels, bit for bit, with one row of the largest quants
-// (where the AVX2 kernels' int16 sums are closest to overflowing) and one token of the largest
-// activations.
+// Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K and Q3_K with vpdpbusd (AVX512-VNNI, and AVX-VNNI where the CPU has it)
+// against the AVX2 kernels, bit for bit, with one row of the largest quants (where the AVX2 kernels' int16
+// sums are closest to overflowing) and one token of the largest activations.
 TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
   const DType type = GetParam();
-  if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
+  if (!cpu_has_avx2() || !(cpu_has_avx512_vnni() || cpu_has_avx_vnni()))
+    GTEST_SKIP() << "neither AVX512-VNNI nor AVX-VNNI on this CPU (or turned off)";
   // Enough groups and tokens for the zmm kernels too.
   constexpr int kTok = avx512zmm::kMaxZmmTokens;
   constexpr int kGroups = avx512zmm::kMaxZmmGroups;
@@ -963,6 +974,16 @@ TEST_P(InterleavedKQuants, VnniKernelsAreBitIdenticalToAvx2) {
                          : type == DType::Q3_K   ? avx2::gemm_interleaved_q3_K
                          : type == DType::Q2_K   ? avx2::gemm_interleaved_q2_K
                                                  : avx2::gemm_interleaved_q6_K;
+  if (cpu_has_avx_vnni()) {
+    const auto avx_vnni_gemm = type == DType::Q4_K     ? avxvnni::gemm_interleaved_q4_K
+                               : type == DType::Q5_K   ? avxvnni::gemm_interleaved_q5_K
+                               : type == DType::IQ4_XS ? avxvnni::gemm_interleaved_iq4_xs
+                               : type == DType::Q3_K   ? avxvnni::gemm_interleaved_q3_K
+                               : type == DType::Q2_K   ? avxvnni::gemm_interleaved_q2_K
+                                                       : avxvnni::gemm_interleaved_q6_K;
+    expect_vnni_bit_identical(avx2_gemm, avx_vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
+  }
+  if (!cpu_has_avx512_vnni()) return;
   const auto vnni_gemm = type == DType::Q4_K     ? avx512vnni::gemm_interleaved_q4_K
                          : type == DType::Q5_K   ? avx512vnni::gemm_interleaved_q5_K
                          : type == DType::IQ4_XS ? avx512vnni::gemm_interleaved_iq4_xs
@@ -1020,12 +1041,13 @@ TEST_P(UnpackedKQuants, UnpackedQuantsGiveTheBitsOfThePackedKernel) {
   std::vector<uint8_t> unpacked(static_cast<size_t>(kGroups * n_in / kQK_K) * kUnpackedKBlockBytes);
   (q5 ? avx2::unpack_q5_K_groups : avx2::unpack_q6_K_groups)(n_in, groups, kGroups, unpacked.data());
   const auto packed_gemm = q5 ? avx2::gemm_interleaved_q5_K : avx2::gemm_interleaved_q6_K;
-  // The AVX2 kernel over the unpacked copy, and Q5_K's vpdpbusd twin where the CPU has AVX512-VNNI: each
+  // The AVX2 kernel over the unpacked copy, and Q5_K's vpdpbusd twins where the CPU has AVX512-VNNI or AVX-VNNI: each
   // must give the AVX2 packed kernel's bits.
   using UnpackedGemm = decltype(&avx2::gemm_interleaved_q5_K_unpacked);
   std::vector<std::pair<const char*, UnpackedGemm>> unpacked_gemms = {
       {"avx2", q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked}};
   if (q5 && cpu_has_avx512_vnni()) unpacked_gemms.emplace_back("avx512vnni", avx512vnni::gemm_interleaved_q5_K_unpacked);
+  if (q5 && cpu_has_avx_vnni()) unpacked_gemms.emplace_back("avxvnni", avxvnni::gemm_interleaved_q5_K_unpacked);
   std::vector<float> packed(kStride * kTok), got(kStride * kTok);
   for (const auto& [isa, unpacked_gemm] : unpacked_gemms)
     for (int n_groups = 1; n_groups <= kGroups; ++n_groups)

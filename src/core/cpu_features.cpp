@@ -37,10 +37,13 @@ bool cpu_has_avx2_fma_f16c() {
   return ok;
 }
 
+namespace {
+bool vnni_turned_off() { return env_switch("KVSERVE_NO_VNNI") == 1; }
+}  // namespace
+
 bool cpu_has_avx512_vnni() {
   static const bool ok = [] {
-    const char* off = std::getenv("KVSERVE_NO_VNNI");
-    if (off != nullptr && off[0] != '\0' && std::strcmp(off, "0") != 0) return false;
+    if (vnni_turned_off() || env_switch("KVSERVE_NO_AVX512") == 1) return false;
     if (!cpu_has_avx2_fma_f16c()) return false;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -52,6 +55,20 @@ bool cpu_has_avx512_vnni() {
     unsigned xcr0_lo = 0, xcr0_hi = 0;
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     return (xcr0_lo & 0xE6u) == 0xE6u;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
+bool cpu_has_avx_vnni() {
+  static const bool ok = [] {
+    if (vnni_turned_off() || !cpu_has_avx2_fma_f16c()) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+    return (eax & (1u << 4)) != 0;  // AVX-VNNI; its registers are the YMM state cpu_has_avx2_fma_f16c checked
 #else
     return false;
 #endif

@@ -8,8 +8,13 @@ namespace kvserve {
 // AVX2 + FMA + F16C, usable by this process. Computed once.
 bool cpu_has_avx2_fma_f16c();
 // AVX2/FMA/F16C plus AVX512F, AVX512VL, AVX512BW and AVX512_VNNI, with the OS saving the AVX-512 state
-// (XCR0 opmask and ZMM bits). KVSERVE_NO_VNNI=1 in the environment says no (to compare the AVX2 kernels).
+// (XCR0 opmask and ZMM bits). KVSERVE_NO_VNNI=1 in the environment says no (to compare the AVX2 kernels),
+// and so does KVSERVE_NO_AVX512=1 (to run what a core with AVX-VNNI but no AVX-512 runs).
 bool cpu_has_avx512_vnni();
+// AVX2/FMA/F16C plus AVX-VNNI: vpdpbusd VEX-encoded on 256-bit registers, on cores without AVX-512
+// (Intel's client cores from Alder Lake on; Zen 5 has it too, beside AVX512-VNNI). KVSERVE_NO_VNNI=1 says
+// no here too.
+bool cpu_has_avx_vnni();
 // cpu_has_avx512_vnni() on a core that runs 512-bit operations at full width, so the 512-bit kernels do
 // twice the work per instruction (Zen 5, Intel). Zen 4 (AMD family 0x19) splits each into two 256-bit
 // halves: there only some 512-bit kernels pay (interleaved_pairs_preferred, paged attention's

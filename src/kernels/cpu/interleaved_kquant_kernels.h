@@ -115,10 +115,10 @@ template <int R>
         for (int r = 0; r < R; ++r) {
           __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 160) + 8 * k + g);
           opaque(packed);  // one load for both masks (GCC otherwise folds it into each and loads it twice)
-          sub[k][0][r] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sub[k][0][r],
-                                             _mm256_and_si256(packed, low_mask), y_lo);
-          sub[k][1][r] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sub[k][1][r],
-                                             _mm256_and_si256(packed, high_mask), y_hi);
+          sub[k][0][r] =
+              dpbusd(g == 0 ? _mm256_setzero_si256() : sub[k][0][r], _mm256_and_si256(packed, low_mask), y_lo);
+          sub[k][1][r] =
+              dpbusd(g == 0 ? _mm256_setzero_si256() : sub[k][1][r], _mm256_and_si256(packed, high_mask), y_hi);
         }
       }
     }
@@ -224,7 +224,7 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
               for (int r = 0; r < R; ++r) {
                 if constexpr (kVnni) {
-                  sum16[r][t] = _mm256_dpbusd_epi32(g == 0 ? _mm256_setzero_si256() : sum16[r][t], q[r], y);
+                  sum16[r][t] = dpbusd(g == 0 ? _mm256_setzero_si256() : sum16[r][t], q[r], y);
                 } else {
                   const __m256i p = _mm256_maddubs_epi16(q[r], y);
                   sum16[r][t] = g == 0 || (kQ5 && g == 4) ? p : _mm256_add_epi16(sum16[r][t], p);
@@ -497,7 +497,7 @@ void gemm_q6_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                 const __m256i y = broadcast_4_bytes(acts[t][i].qs + 64 * k + 32 * e + 4 * g);
 #pragma GCC unroll 2
                 for (int r = 0; r < R; ++r)
-                  sum32[r][t] = _mm256_dpbusd_epi32(g == 4 * j ? _mm256_setzero_si256() : sum32[r][t], q[r], y);
+                  sum32[r][t] = dpbusd(g == 4 * j ? _mm256_setzero_si256() : sum32[r][t], q[r], y);
               }
             }
 #pragma GCC unroll 2
@@ -667,7 +667,7 @@ void gemm_iq4_xs_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, con
             if constexpr (kVnni) {
               const __m256i start =
                   _mm256_set1_epi32(-128 * (acts[t][i].bsums[2 * s] + acts[t][i].bsums[2 * s + 1]));
-              sub[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : sub[r][t], w_abs[r], y);
+              sub[r][t] = dpbusd(g == 0 ? start : sub[r][t], w_abs[r], y);
             } else {
               const __m256i p =
                   _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs[r], _mm256_sign_epi8(y, w[r])), scales[r]);

@@ -23,6 +23,30 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see above
 
 using avx2_inline::broadcast_4_bytes;
 
+// vpdpbusd on 256-bit registers, for the kVnni kernels: EVEX-encoded in the AVX512-VNNI build
+// (interleaved_rows_avx512vnni.cpp), VEX-encoded in the AVX-VNNI one (interleaved_rows_avxvnni.cpp). The AVX2
+// build never calls it.
+[[gnu::always_inline]] inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u8, s8);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+#else
+  (void)u8;
+  (void)s8;
+  __builtin_unreachable();
+  return acc;
+#endif
+}
+
+// Vector registers the build has: AVX-512VL's 32 (ymm0-31) or AVX2's 16. The kVnni kernels size their token
+// passes by it (an AVX-VNNI core runs them with 16).
+#if defined(__AVX512VL__)
+constexpr int kVectorRegisters = 32;
+#else
+constexpr int kVectorRegisters = 16;
+#endif
+
 // A group's records are read front to back. Batched passes and prefill ask for each record 2 KiB ahead as
 // they take it (they multiply a chunk from L2 several times; 1B-shaped Q4_0 decode measured 1.19x and
 // Q8_0 ~1.09x with it when it was added).
@@ -212,9 +236,9 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
             // Q4_0's -8 * sum(y) starts the int32 sum, so no subtraction per (group, token) later.
             const __m256i start = kQ4_1 ? _mm256_setzero_si256() : _mm256_set1_epi32(-acts[t].q4_offset[i]);
             if (!kTwoChains || g % 2 == 0) {
-              sum16[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : sum16[r][t], q[r], y);
+              sum16[r][t] = dpbusd(g == 0 ? start : sum16[r][t], q[r], y);
             } else {
-              sum_odd[r][t] = _mm256_dpbusd_epi32(g == 1 ? _mm256_setzero_si256() : sum_odd[r][t], q[r], y);
+              sum_odd[r][t] = dpbusd(g == 1 ? _mm256_setzero_si256() : sum_odd[r][t], q[r], y);
             }
           } else {
             const __m256i p = _mm256_maddubs_epi16(q[r], y);
@@ -316,9 +340,9 @@ void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, co
             // 128 * sum(y) = 16 * (Q4_0's offset 8 * sum(y)), exact in int32, taken off from the start.
             const __m256i start = _mm256_set1_epi32(-16 * acts[t].q4_offset[i]);
             if (!kTwoChains || g % 2 == 0) {
-              isum[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : isum[r][t], w_abs[r], y);
+              isum[r][t] = dpbusd(g == 0 ? start : isum[r][t], w_abs[r], y);
             } else {
-              isum_odd[r][t] = _mm256_dpbusd_epi32(g == 1 ? _mm256_setzero_si256() : isum_odd[r][t], w_abs[r], y);
+              isum_odd[r][t] = dpbusd(g == 1 ? _mm256_setzero_si256() : isum_odd[r][t], w_abs[r], y);
             }
           } else {
             const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs[r], _mm256_sign_epi8(y, w[r])), ones);
@@ -392,9 +416,9 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
           if constexpr (kVnni) {
             const __m256i start = _mm256_set1_epi32(-2 * acts[t].q4_offset[i]);
             if (!kTwoChains || g % 2 == 0) {
-              sum[r][t] = _mm256_dpbusd_epi32(g == 0 ? start : sum[r][t], q[r], y);
+              sum[r][t] = dpbusd(g == 0 ? start : sum[r][t], q[r], y);
             } else {
-              sum_odd[r][t] = _mm256_dpbusd_epi32(g == 1 ? _mm256_setzero_si256() : sum_odd[r][t], q[r], y);
+              sum_odd[r][t] = dpbusd(g == 1 ? _mm256_setzero_si256() : sum_odd[r][t], q[r], y);
             }
           } else {
             const __m256i p = _mm256_maddubs_epi16(q_abs[r], _mm256_sign_epi8(y, q[r]));

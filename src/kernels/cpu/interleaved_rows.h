@@ -189,38 +189,15 @@ void gemm_interleaved_q6_K_unpacked(int64_t n, const uint8_t* group, int n_group
                                     const uint8_t* prefetch = nullptr);
 }  // namespace avx2
 
-// The Q4_0 / Q4_1 / Q8_0 / Q5_0 / IQ4_NL / Q4_K / Q5_K / Q6_K kernels above with vpdpbusd, bit-identical to
-// them; only after cpu_has_avx512_vnni().
+// The Q4_0 / Q4_1 / Q8_0 / Q5_0 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS / Q3_K / Q2_K kernels above with vpdpbusd,
+// bit-identical to them: EVEX-encoded with AVX-512VL's 32 registers (avx512vnni::, only after
+// cpu_has_avx512_vnni()), or VEX-encoded with AVX2's 16 (avxvnni::, only after cpu_has_avx_vnni()).
 namespace avx512vnni {
-void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                             float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q4_1(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q5_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q6_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_iq4_xs(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                             float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-// Q3_K and Q2_K, the same contract (Q6_K's kernel over their records).
-void gemm_interleaved_q3_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-void gemm_interleaved_q2_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
-                           float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
-// avx2::gemm_interleaved_q5_K_unpacked with vpdpbusd, over avx2::unpack_q5_K_groups' copy. (Q6_K's
-// twin measured no faster than the packed vpdpbusd kernel: matmul.cpp.)
-void gemm_interleaved_q5_K_unpacked(int64_t n, const uint8_t* group, int n_groups, const uint8_t* unpacked,
-                                    const BlockQ8_K* const* acts, int n_tok, float* out, int64_t out_stride,
-                                    const uint8_t* prefetch = nullptr);
+#include "kernels/cpu/interleaved_rows_vnni_decls.inc"
 }  // namespace avx512vnni
+namespace avxvnni {
+#include "kernels/cpu/interleaved_rows_vnni_decls.inc"
+}  // namespace avxvnni
 
 // The kernels above with each pair of groups in 512-bit registers (interleaved_zmm_avx512vnni.cpp),
 // n_tok 1..kMaxZmmTokens, bit-identical to them. Only after cpu_has_avx512_vnni(); matmul takes them where

@@ -235,6 +235,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const size_t group_bytes = interleaved_group_bytes(w.type, n_in);
   constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
   const bool vnni = cpu_has_avx512_vnni();
+  // The 8-row kernels with vpdpbusd: AVX-512's (EVEX, 32 registers) where the core has them, else AVX-VNNI's
+  // (VEX, 16), else the AVX2 ones.
+  const bool avx_vnni = !vnni && cpu_has_avx_vnni();
+  const bool dp = vnni || avx_vnni;
+  const auto pick = [&](auto avx512, auto avx, auto avx2_fn) { return vnni ? avx512 : avx_vnni ? avx : avx2_fn; };
   const bool k_quant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
   const bool iq4_xs = w.type == DType::IQ4_XS;
   // Q2_K and Q3_K: Q6_K's kernels over their own records (in the pair layout where the K-quants take it;
@@ -275,8 +280,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // 512-bit pair kernels on it (bit-identical to the group kernels). The copy costs about one read and
   // write of the chunk, against 64 passes of 8 tokens in a 512-token prefill.
   const bool fly = !pairs && vnni && k_quant && a.n_tokens >= kFlyPairsMinTokens && fly_pairs_enabled();
-  const bool k_unpack = !pairs && !fly && !no_k_unpack &&
-                        (vnni ? q5 && a.n_tokens > 16 : (q5 || w.type == DType::Q6_K) && a.n_tokens > 3);
+  const bool k_unpack =
+      !pairs && !fly && !no_k_unpack && (dp ? q5 && a.n_tokens > 16 : (q5 || w.type == DType::Q6_K) && a.n_tokens > 3);
   thread_local std::vector<uint8_t> k_unpacked;
   int64_t k_first = 0;
   const size_t k_group_unpacked = static_cast<size_t>(n_in / kQK_K) * kUnpackedKBlockBytes;
@@ -298,8 +303,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     }
     if (k_unpack) {
       const uint8_t* unpacked = k_unpacked.data() + static_cast<size_t>(g - k_first) * k_group_unpacked;
-      const auto fn = vnni ? avx512vnni::gemm_interleaved_q5_K_unpacked
-                           : (q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked);
+      const auto fn = pick(avx512vnni::gemm_interleaved_q5_K_unpacked, avxvnni::gemm_interleaved_q5_K_unpacked,
+                           q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked);
       fn(n_in, group, n_groups, unpacked, p.q8_k, n_tok, out, stride, far);
       return;
     }
@@ -331,26 +336,33 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
       const int n = std::min(kGroupTokens, n_tok - t0);
       const uint8_t* f = t0 == 0 ? far : nullptr;
       if (iq4_xs || k16) {
-        const auto fn = iq4_xs                 ? (vnni ? avx512vnni::gemm_interleaved_iq4_xs : avx2::gemm_interleaved_iq4_xs)
-                        : w.type == DType::Q3_K ? (vnni ? avx512vnni::gemm_interleaved_q3_K : avx2::gemm_interleaved_q3_K)
-                                                : (vnni ? avx512vnni::gemm_interleaved_q2_K : avx2::gemm_interleaved_q2_K);
+        const auto fn =
+            iq4_xs ? pick(avx512vnni::gemm_interleaved_iq4_xs, avxvnni::gemm_interleaved_iq4_xs,
+                          avx2::gemm_interleaved_iq4_xs)
+            : w.type == DType::Q3_K
+                ? pick(avx512vnni::gemm_interleaved_q3_K, avxvnni::gemm_interleaved_q3_K, avx2::gemm_interleaved_q3_K)
+                : pick(avx512vnni::gemm_interleaved_q2_K, avxvnni::gemm_interleaved_q2_K, avx2::gemm_interleaved_q2_K);
         fn(n_in, group, n_groups, p.q8_k + t0, n, out + t0 * stride, stride, f);
       } else if (k_quant) {
-        const auto fn = w.type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
-                        : w.type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
-                                                : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
+        const auto fn =
+            w.type == DType::Q4_K
+                ? pick(avx512vnni::gemm_interleaved_q4_K, avxvnni::gemm_interleaved_q4_K, avx2::gemm_interleaved_q4_K)
+            : w.type == DType::Q5_K
+                ? pick(avx512vnni::gemm_interleaved_q5_K, avxvnni::gemm_interleaved_q5_K, avx2::gemm_interleaved_q5_K)
+                : pick(avx512vnni::gemm_interleaved_q6_K, avxvnni::gemm_interleaved_q6_K, avx2::gemm_interleaved_q6_K);
         fn(n_in, group, n_groups, p.q8_k + t0, n, out + t0 * stride, stride, f);
       } else {
-        const auto fn = vnni ? (w.type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
-                                : w.type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
-                                : w.type == DType::Q5_0 ? avx512vnni::gemm_interleaved_q5_0
-                                : w.type == DType::IQ4_NL ? avx512vnni::gemm_interleaved_iq4_nl
-                                                        : avx512vnni::gemm_interleaved_q8_0)
-                             : (w.type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
-                                : w.type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
-                                : w.type == DType::Q5_0 ? avx2::gemm_interleaved_q5_0
-                                : w.type == DType::IQ4_NL ? avx2::gemm_interleaved_iq4_nl
-                                                        : avx2::gemm_interleaved_q8_0);
+        const auto fn =
+            w.type == DType::Q4_0
+                ? pick(avx512vnni::gemm_interleaved_q4_0, avxvnni::gemm_interleaved_q4_0, avx2::gemm_interleaved_q4_0)
+            : w.type == DType::Q4_1
+                ? pick(avx512vnni::gemm_interleaved_q4_1, avxvnni::gemm_interleaved_q4_1, avx2::gemm_interleaved_q4_1)
+            : w.type == DType::Q5_0
+                ? pick(avx512vnni::gemm_interleaved_q5_0, avxvnni::gemm_interleaved_q5_0, avx2::gemm_interleaved_q5_0)
+            : w.type == DType::IQ4_NL
+                ? pick(avx512vnni::gemm_interleaved_iq4_nl, avxvnni::gemm_interleaved_iq4_nl,
+                       avx2::gemm_interleaved_iq4_nl)
+                : pick(avx512vnni::gemm_interleaved_q8_0, avxvnni::gemm_interleaved_q8_0, avx2::gemm_interleaved_q8_0);
         fn(n_in, group, n_groups, p.packed + t0, n, out + t0 * stride, stride, f);
       }
     }
