@@ -11,6 +11,7 @@
 //   Peak/madd+add       the int16 alternative: 2 x (vpmaddwd + vpaddd) per 32 MACs
 //   Kernel/<type>/t<T>  the interleaved 8-row kernel (Q4_0/Q4_1/Q8_0) on one L1-resident 8-row group
 //   KernelVnni/<type>/g<G>/t<T>  the same with vpdpbusd (AVX512-VNNI on ymm)
+//   KernelAvxVnni/<type>/g<G>/t<T>  the same with AVX-VNNI's vpdpbusd (VEX, 16 registers)
 //   KernelZmm/<type>/g<G>/t<T>   pairs of groups in 512-bit registers (avx512zmm), up to 8 tokens
 //
 // Counters: MAC/s (int8 or f32 multiply-adds) and vec_ops/s (vector instructions issued). On the
@@ -110,7 +111,16 @@ void BM_Peak(benchmark::State& state, void (*loop)(int64_t), double ops, double 
 #endif  // __x86_64__
 
 // The K-quant interleaved kernels against Q8_K rows, as BM_Kernel below.
-void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni, bool zmm) {
+// Which build of the 8-row kernels a Kernel* benchmark runs.
+enum class KernelIsa { Avx2, Avx512Vnni, AvxVnni };
+
+// isa's build of one kernel: pick(avx512vnni::f, avxvnni::f, avx2::f).
+template <typename F>
+F pick(KernelIsa isa, F avx512, F avx, F avx2_fn) {
+  return isa == KernelIsa::Avx512Vnni ? avx512 : isa == KernelIsa::AvxVnni ? avx : avx2_fn;
+}
+
+void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok, KernelIsa isa, bool zmm) {
   constexpr int64_t n = 2048;
   const int64_t nb = n / kQK_K;
   const size_t record = interleaved_block_bytes(type);
@@ -148,9 +158,12 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
                                                : avx512zmm::gemm_pairs_q6_K;
       pairs(n, group.data(), n_groups / 2, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     } else {
-      const auto fn = type == DType::Q4_K   ? (vnni ? avx512vnni::gemm_interleaved_q4_K : avx2::gemm_interleaved_q4_K)
-                      : type == DType::Q5_K ? (vnni ? avx512vnni::gemm_interleaved_q5_K : avx2::gemm_interleaved_q5_K)
-                                            : (vnni ? avx512vnni::gemm_interleaved_q6_K : avx2::gemm_interleaved_q6_K);
+      const auto fn =
+          type == DType::Q4_K
+              ? pick(isa, avx512vnni::gemm_interleaved_q4_K, avxvnni::gemm_interleaved_q4_K, avx2::gemm_interleaved_q4_K)
+          : type == DType::Q5_K
+              ? pick(isa, avx512vnni::gemm_interleaved_q5_K, avxvnni::gemm_interleaved_q5_K, avx2::gemm_interleaved_q5_K)
+              : pick(isa, avx512vnni::gemm_interleaved_q6_K, avxvnni::gemm_interleaved_q6_K, avx2::gemm_interleaved_q6_K);
       fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     }
     benchmark::DoNotOptimize(out);
@@ -163,13 +176,13 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
 // n_groups interleaved 8-row groups of `n` columns (random quants, sane scales) times T packed activation
 // rows, repeated: the kernel's own speed with everything in L1.
 // zmm: the avx512zmm pair kernels (n_groups 2) instead of avx512vnni's.
-void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, bool vnni, bool zmm = false) {
+void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, KernelIsa isa, bool zmm = false) {
   if (!cpu_has_avx2_fma_f16c()) {
     state.SkipWithError("needs AVX2/FMA");
     return;
   }
   if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) {
-    BM_KernelKQuant(state, type, n_groups, n_tok, vnni, zmm);
+    BM_KernelKQuant(state, type, n_groups, n_tok, isa, zmm);
     return;
   }
   constexpr int64_t n = 2048;
@@ -205,12 +218,12 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, boo
   const auto pairs = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
                      : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
                                            : avx512zmm::gemm_pairs_q8_0;
-  const auto gemm = vnni ? (type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
-                            : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
-                                                  : avx512vnni::gemm_interleaved_q8_0)
-                         : (type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
-                            : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
-                                                  : avx2::gemm_interleaved_q8_0);
+  const auto gemm =
+      type == DType::Q4_0
+          ? pick(isa, avx512vnni::gemm_interleaved_q4_0, avxvnni::gemm_interleaved_q4_0, avx2::gemm_interleaved_q4_0)
+      : type == DType::Q4_1
+          ? pick(isa, avx512vnni::gemm_interleaved_q4_1, avxvnni::gemm_interleaved_q4_1, avx2::gemm_interleaved_q4_1)
+          : pick(isa, avx512vnni::gemm_interleaved_q8_0, avxvnni::gemm_interleaved_q8_0, avx2::gemm_interleaved_q8_0);
   float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * avx512zmm::kMaxZmmTokens];
   for (auto _ : state) {
     if (zmm) {
@@ -244,10 +257,14 @@ int main(int argc, char** argv) {
       for (int t : {1, 2, 3, 4, 5, 6}) {
         const std::string name =
             "Kernel/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t, false, false);
-        // KernelVnni/*: the vpdpbusd versions, where the CPU has AVX512-VNNI.
+        benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, type, g, t, KernelIsa::Avx2, false);
+        // KernelVnni/*, KernelAvxVnni/*: the vpdpbusd versions, where the CPU has AVX512-VNNI or AVX-VNNI.
         if (cpu_has_avx512_vnni())
-          benchmark::RegisterBenchmark(("KernelVnni" + name.substr(6)).c_str(), BM_Kernel, type, g, t, true, false);
+          benchmark::RegisterBenchmark(("KernelVnni" + name.substr(6)).c_str(), BM_Kernel, type, g, t,
+                                       KernelIsa::Avx512Vnni, false);
+        if (cpu_has_avx_vnni())
+          benchmark::RegisterBenchmark(("KernelAvxVnni" + name.substr(6)).c_str(), BM_Kernel, type, g, t,
+                                       KernelIsa::AvxVnni, false);
       }
     }
   }
@@ -259,7 +276,7 @@ int main(int argc, char** argv) {
           benchmark::RegisterBenchmark(
               ("KernelZmm/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t))
                   .c_str(),
-              BM_Kernel, type, g, t, true, true);
+              BM_Kernel, type, g, t, KernelIsa::Avx512Vnni, true);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

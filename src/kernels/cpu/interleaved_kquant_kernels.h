@@ -171,10 +171,11 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   // (q32_prefetch_distance): 1B-shaped decode 0.80-1.00x the step time of 2 KiB (6 in-process runs; it
   // measured 0.74-0.84x at 8 KiB). The AVX2 kernel asks 8 KiB ahead, as the AVX2 Q4_0 one: Zen 3 (2026-12-02),
   // 1B-shaped batch-1 decode after 512 tokens against asking for nothing, alternating binaries: 1.12 +- 0.02x
-  // (10 rounds, every one faster; 4 more with the order swapped: 1.17x).
+  // (10 rounds, every one faster; 4 more with the order swapped: 1.17x). So does the AVX-VNNI build
+  // (kVectorRegisters 16; Xeon, alternating binaries: ~1.25x, q32_prefetch_distance).
   constexpr size_t kAhead = T > 1   ? kPrefetchAhead
                             : kQ5   ? kQ5KDecodePrefetchAhead
-                            : kVnni ? 0
+                            : kVnni && kVectorRegisters == 32 ? 0
                                     : kAvx2DecodePrefetchAhead;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
@@ -337,8 +338,9 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
     // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
     // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3. With vpdpbusd there
     // are no int16 sums and AVX-512VL has 32 registers: passes of 6 (KernelVnni/Q4_K g2/t6 148 G MAC/s
-    // against 134 G as passes of 3, g2/t4 142 against 115).
-    constexpr int kPass = kVnni ? 6 : 3;
+    // against 134 G as passes of 3, g2/t4 142 against 115). AVX-VNNI's 16 registers spill them again:
+    // passes of 3 (Xeon, KernelAvxVnni/Q4_K g2/t3 ~100 G MAC/s against g2/t6 ~90, medians of 7).
+    constexpr int kPass = kVnni && kVectorRegisters == 32 ? 6 : 3;
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       gemm_q4_K_tokens<kVnni, kQ5, 2>(nb, group, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
                                       out + t0 * out_stride, out_stride, t0 == 0 ? far : nullptr);
@@ -605,8 +607,9 @@ void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_
   // One group per pass. AVX2: up to 3 tokens, as the unpacked quants, the pair sums and the int32 sums of
   // more spill (bench_cpu_peak Kernel/Q6_K: g1/t3 beats g2 at any token count and g1/t4..6). With
   // vpdpbusd there are no pair sums and 32 registers: up to 6 tokens (KernelVnni/Q6_K: g1/t6 ~1.95x the
-  // AVX2 g1/t3; two groups per pass, g2, ran at ~0.8x g1).
-  constexpr int kPass = kVnni ? 6 : 3;
+  // AVX2 g1/t3; two groups per pass, g2, ran at ~0.8x g1). With AVX-VNNI's 16 registers, 3 (Xeon,
+  // KernelAvxVnni/Q6_K g1/t3 ~61 G MAC/s against g1/t6 ~56, medians of 7).
+  constexpr int kPass = kVnni && kVectorRegisters == 32 ? 6 : 3;
   for (int g = 0; g < n_groups; ++g)
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       gemm_q6_K_tokens<kVnni, 1, kPass, false, Layout>(nb, group + g * group_bytes, group_bytes, acts + t0,
