@@ -175,8 +175,8 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   // (kVectorRegisters 16; Xeon, alternating binaries: ~1.25x, q32_prefetch_distance).
   constexpr size_t kAhead = T > 1   ? kPrefetchAhead
                             : kQ5   ? kQ5KDecodePrefetchAhead
-                            : kVnni && kVectorRegisters == 32 ? 0
-                                    : kAvx2DecodePrefetchAhead;
+                            : kAvx512VnniBuild<kVnni> ? 0
+                                                      : kAvx2DecodePrefetchAhead;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j
@@ -320,6 +320,11 @@ inline void unpacked_k_passes(int64_t n, const uint8_t* group, int n_groups, con
              unpacked + static_cast<size_t>(g * nb) * kUnpackedKBlockBytes);
 }
 
+// Tokens a pass of Q4_K's two-group kernel or Q6_K's one-group kernel holds: 6 with vpdpbusd (no int16
+// sums) and 32 registers, 3 where AVX2's int16 sums or 16 registers spill past that (measured at the callers).
+template <bool kVnni>
+constexpr int kKQuantPassTokens = kVnni && kVectorRegisters == 32 ? 6 : 3;
+
 // Q4_K and Q5_K calls.
 template <bool kVnni, bool kQ5>
 void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,
@@ -340,7 +345,7 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
     // are no int16 sums and AVX-512VL has 32 registers: passes of 6 (KernelVnni/Q4_K g2/t6 148 G MAC/s
     // against 134 G as passes of 3, g2/t4 142 against 115). AVX-VNNI's 16 registers spill them again:
     // passes of 3 (Xeon, KernelAvxVnni/Q4_K g2/t3 ~100 G MAC/s against g2/t6 ~90, medians of 7).
-    constexpr int kPass = kVnni && kVectorRegisters == 32 ? 6 : 3;
+    constexpr int kPass = kKQuantPassTokens<kVnni>;
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       gemm_q4_K_tokens<kVnni, kQ5, 2>(nb, group, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
                                       out + t0 * out_stride, out_stride, t0 == 0 ? far : nullptr);
@@ -609,7 +614,7 @@ void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_
   // vpdpbusd there are no pair sums and 32 registers: up to 6 tokens (KernelVnni/Q6_K: g1/t6 ~1.95x the
   // AVX2 g1/t3; two groups per pass, g2, ran at ~0.8x g1). With AVX-VNNI's 16 registers, 3 (Xeon,
   // KernelAvxVnni/Q6_K g1/t3 ~61 G MAC/s against g1/t6 ~56, medians of 7).
-  constexpr int kPass = kVnni && kVectorRegisters == 32 ? 6 : 3;
+  constexpr int kPass = kKQuantPassTokens<kVnni>;
   for (int g = 0; g < n_groups; ++g)
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       gemm_q6_K_tokens<kVnni, 1, kPass, false, Layout>(nb, group + g * group_bytes, group_bytes, acts + t0,

@@ -47,6 +47,11 @@ constexpr int kVectorRegisters = 32;
 constexpr int kVectorRegisters = 16;
 #endif
 
+// Whether a kVnni kernel is the AVX-512 build (avx512vnni::) rather than AVX-VNNI's (avxvnni::): they share
+// one text, and a few choices measured on AVX-512 hosts hold only there (q32_prefetch_distance).
+template <bool kVnni>
+constexpr bool kAvx512VnniBuild = kVnni && kVectorRegisters == 32;
+
 // A group's records are read front to back. Batched passes and prefill ask for each record 2 KiB ahead as
 // they take it (they multiply a chunk from L2 several times; 1B-shaped Q4_0 decode measured 1.19x and
 // Q8_0 ~1.09x with it when it was added).
@@ -71,7 +76,7 @@ constexpr size_t kQ5KDecodePrefetchAhead = 8192;
 constexpr size_t kAvx2DecodePrefetchAhead = 8192;
 template <bool kVnni>
 constexpr size_t q32_prefetch_distance(int T) {
-  return T > 1 ? kPrefetchAhead : kVnni && kVectorRegisters == 32 ? 0 : kAvx2DecodePrefetchAhead;
+  return T > 1 ? kPrefetchAhead : kAvx512VnniBuild<kVnni> ? 0 : kAvx2DecodePrefetchAhead;
 }
 
 // Whether a VNNI kernel sums each block in two int32 chains (the even and the odd quant vectors, added at

@@ -273,6 +273,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // 1B-shaped, alternating KVSERVE_NO_K_UNPACK, Q5_K prefill 1.33x at 512-token chunks, 1.08x at 48,
   // ~1.02x at 24, batched decode of 16 sequences ~0.93x; Q6_K 0.8x at 24, 0.88x at 48, ~1.0-1.05x at
   // 128-512.
+  // AVX-VNNI's packed Q6_K kernel takes only 3 tokens a pass (kKQuantPassTokens), so there Q6_K unpacks past
+  // 3 tokens as on AVX2, into the AVX2 unpacked kernel (6 tokens a pass): Xeon, KVSERVE_NO_AVX512=1,
+  // 1B-shaped Q6_K, alternating runs: 512-token prefill ~1.13x (4 pairs, 1.06-1.25x), 16 x 128-token prefill
+  // ~1.2x (5 pairs), batched decode of 16 sequences unchanged, of 32 ~1.06x (3 of 4 pairs faster). A vpdpbusd
+  // twin of the unpacked kernel ran slower than it at passes of 2, 3, 4 or 6 tokens (16 registers).
   static const bool no_k_unpack = std::getenv("KVSERVE_NO_K_UNPACK") != nullptr;  // for A/B runs
   const bool q5 = w.type == DType::Q5_K;
   // K-quant weights kept in the group layout (where the one-token pair kernels decode slower: Zen 4), in
@@ -280,8 +285,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // 512-bit pair kernels on it (bit-identical to the group kernels). The copy costs about one read and
   // write of the chunk, against 64 passes of 8 tokens in a 512-token prefill.
   const bool fly = !pairs && vnni && k_quant && a.n_tokens >= kFlyPairsMinTokens && fly_pairs_enabled();
-  const bool k_unpack =
-      !pairs && !fly && !no_k_unpack && (dp ? q5 && a.n_tokens > 16 : (q5 || w.type == DType::Q6_K) && a.n_tokens > 3);
+  const bool k_unpack = !pairs && !fly && !no_k_unpack &&
+                        (q5 ? a.n_tokens > (dp ? 16 : 3) : w.type == DType::Q6_K && !vnni && a.n_tokens > 3);
   thread_local std::vector<uint8_t> k_unpacked;
   int64_t k_first = 0;
   const size_t k_group_unpacked = static_cast<size_t>(n_in / kQK_K) * kUnpackedKBlockBytes;
@@ -303,8 +308,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     }
     if (k_unpack) {
       const uint8_t* unpacked = k_unpacked.data() + static_cast<size_t>(g - k_first) * k_group_unpacked;
-      const auto fn = pick(avx512vnni::gemm_interleaved_q5_K_unpacked, avxvnni::gemm_interleaved_q5_K_unpacked,
-                           q5 ? avx2::gemm_interleaved_q5_K_unpacked : avx2::gemm_interleaved_q6_K_unpacked);
+      const auto fn = q5 ? pick(avx512vnni::gemm_interleaved_q5_K_unpacked, avxvnni::gemm_interleaved_q5_K_unpacked,
+                                avx2::gemm_interleaved_q5_K_unpacked)
+                         : avx2::gemm_interleaved_q6_K_unpacked;
       fn(n_in, group, n_groups, unpacked, p.q8_k, n_tok, out, stride, far);
       return;
     }
