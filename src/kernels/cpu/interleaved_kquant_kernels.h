@@ -177,6 +177,7 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                             : kQ5   ? kQ5KDecodePrefetchAhead
                             : kAvx512VnniBuild<kVnni> ? 0
                                                       : kAvx2DecodePrefetchAhead;
+  constexpr bool kIsumInMemory = kVnni && !kAvx512VnniBuild<kVnni> && !kQ5;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j
@@ -242,6 +243,13 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                 for (int t = 0; t < T; ++t) {
                   const __m256i p = _mm256_mullo_epi32(sum16[r][t], scales);
                   isum[r][t] = k == 0 && e == 0 ? p : _mm256_add_epi32(isum[r][t], p);
+                  // AVX-VNNI's 16 registers: in memory (an add from L1 once per sub-block), so the registers
+                  // hold the R x T running sub-block sums, whose chains of dependent vpdpbusd need about 10
+                  // in flight to keep two a cycle going (passes of 6 tokens, kQ4KPassTokens). Xeon (Emerald
+                  // Rapids), bench_cpu_peak, best of 9 alternating runs: KernelAvxVnni/Q4_K g2/t6 ~101 ->
+                  // ~115 G MAC/s, g2/t4 ~91 -> ~110. The AVX-512 build (32 registers) gained nothing at
+                  // g2/t6 (~118 both) and Q5_K (one group, bit planes) lost ~0.9x, so they keep theirs.
+                  if constexpr (kIsumInMemory) asm("" : "+m"(isum[r][t]));
                 }
               }
             }
@@ -320,10 +328,17 @@ inline void unpacked_k_passes(int64_t n, const uint8_t* group, int n_groups, con
              unpacked + static_cast<size_t>(g * nb) * kUnpackedKBlockBytes);
 }
 
-// Tokens a pass of Q4_K's two-group kernel or Q6_K's one-group kernel holds: 6 with vpdpbusd (no int16
-// sums) and 32 registers, 3 where AVX2's int16 sums or 16 registers spill past that (measured at the callers).
+// Tokens a pass of Q4_K's two-group kernel holds: 6 with vpdpbusd, 3 with AVX2's int16 sums (past 3 they
+// spill: bench_cpu_peak Kernel/Q4_K g2/t3 ~1.3x g2/t6). On AVX-VNNI's 16 registers the block sums live in
+// memory (kIsumInMemory in gemm_q4_K_fixed), so 12 running sub-block sums, 2 quant vectors and a broadcast
+// fit; passes of 3 there left 6 chains of dependent vpdpbusd, too few to cover its latency.
 template <bool kVnni>
-constexpr int kKQuantPassTokens = kVnni && kVectorRegisters == 32 ? 6 : 3;
+constexpr int kQ4KPassTokens = kVnni ? 6 : 3;
+
+// Tokens a pass of Q6_K's one-group kernel holds: 6 with vpdpbusd and 32 registers, 3 where AVX2's int16
+// sums or 16 registers spill past that (measured at the caller).
+template <bool kVnni>
+constexpr int kQ6KPassTokens = kVnni && kVectorRegisters == 32 ? 6 : 3;
 
 // Q4_K and Q5_K calls.
 template <bool kVnni, bool kQ5>
@@ -342,10 +357,9 @@ void gemm_k_scale_min(int64_t n, const uint8_t* group, int n_groups, const Block
   } else if (n_groups == 2) {
     // Two groups keep 2 x T int16 and int32 sums live: past 3 tokens they spill (bench_cpu_peak
     // Kernel/Q4_K: g2/t3 ~1.3x g2/t6), so larger token counts run as passes of 3. With vpdpbusd there
-    // are no int16 sums and AVX-512VL has 32 registers: passes of 6 (KernelVnni/Q4_K g2/t6 148 G MAC/s
-    // against 134 G as passes of 3, g2/t4 142 against 115). AVX-VNNI's 16 registers spill them again:
-    // passes of 3 (Xeon, KernelAvxVnni/Q4_K g2/t3 ~100 G MAC/s against g2/t6 ~90, medians of 7).
-    constexpr int kPass = kKQuantPassTokens<kVnni>;
+    // are no int16 sums: passes of 6 (kQ4KPassTokens; Zen 4,
+    // KernelVnni/Q4_K g2/t6 148 G MAC/s against 134 G as passes of 3, g2/t4 142 against 115).
+    constexpr int kPass = kQ4KPassTokens<kVnni>;
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       gemm_q4_K_tokens<kVnni, kQ5, 2>(nb, group, group_bytes, acts + t0, std::min(kPass, n_tok - t0),
                                       out + t0 * out_stride, out_stride, t0 == 0 ? far : nullptr);
@@ -614,7 +628,7 @@ void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_
   // vpdpbusd there are no pair sums and 32 registers: up to 6 tokens (KernelVnni/Q6_K: g1/t6 ~1.95x the
   // AVX2 g1/t3; two groups per pass, g2, ran at ~0.8x g1). With AVX-VNNI's 16 registers, 3 (Xeon,
   // KernelAvxVnni/Q6_K g1/t3 ~61 G MAC/s against g1/t6 ~56, medians of 7).
-  constexpr int kPass = kKQuantPassTokens<kVnni>;
+  constexpr int kPass = kQ6KPassTokens<kVnni>;
   for (int g = 0; g < n_groups; ++g)
     for (int t0 = 0; t0 < n_tok; t0 += kPass)
       gemm_q6_K_tokens<kVnni, 1, kPass, false, Layout>(nb, group + g * group_bytes, group_bytes, acts + t0,

@@ -273,7 +273,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // 1B-shaped, alternating KVSERVE_NO_K_UNPACK, Q5_K prefill 1.33x at 512-token chunks, 1.08x at 48,
   // ~1.02x at 24, batched decode of 16 sequences ~0.93x; Q6_K 0.8x at 24, 0.88x at 48, ~1.0-1.05x at
   // 128-512.
-  // AVX-VNNI's packed Q6_K kernel takes only 3 tokens a pass (kKQuantPassTokens), so there Q6_K unpacks past
+  // AVX-VNNI's packed Q6_K kernel takes only 3 tokens a pass (kQ6KPassTokens), so there Q6_K unpacks past
   // 3 tokens as on AVX2, into the AVX2 unpacked kernel (6 tokens a pass): Xeon, KVSERVE_NO_AVX512=1,
   // 1B-shaped Q6_K, alternating runs: 512-token prefill ~1.13x (4 pairs, 1.06-1.25x), 16 x 128-token prefill
   // ~1.2x (5 pairs), batched decode of 16 sequences unchanged, of 32 ~1.06x (3 of 4 pairs faster). A vpdpbusd
