@@ -120,7 +120,10 @@ F pick(KernelIsa isa, F avx512, F avx, F avx2_fn) {
   return isa == KernelIsa::Avx512Vnni ? avx512 : isa == KernelIsa::AvxVnni ? avx : avx2_fn;
 }
 
-void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok, KernelIsa isa, bool zmm) {
+// unpacked (Q5_K, Q6_K): the kernels over the quants unpacked once (matmul's path for many tokens); the
+// unpacking itself is outside the timed loop.
+void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_tok, KernelIsa isa, bool zmm,
+                     bool unpacked = false) {
   constexpr int64_t n = 2048;
   const int64_t nb = n / kQK_K;
   const size_t record = interleaved_block_bytes(type);
@@ -151,8 +154,21 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
   const BlockQ8_K* acts[avx512zmm::kMaxZmmTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = rows.data() + t * nb;
   float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * avx512zmm::kMaxZmmTokens];
+  std::vector<uint8_t> unpacked_quants;
+  if (unpacked) {
+    unpacked_quants.resize(static_cast<size_t>(n_groups * nb) * kUnpackedKBlockBytes);
+    (type == DType::Q5_K ? avx2::unpack_q5_K_groups : avx2::unpack_q6_K_groups)(n, group.data(), n_groups,
+                                                                               unpacked_quants.data());
+  }
+  const auto unpacked_fn =
+      type == DType::Q5_K ? pick(isa, avx512vnni::gemm_interleaved_q5_K_unpacked,
+                                 avxvnni::gemm_interleaved_q5_K_unpacked, avx2::gemm_interleaved_q5_K_unpacked)
+                          : avx2::gemm_interleaved_q6_K_unpacked;
   for (auto _ : state) {
-    if (zmm) {
+    if (unpacked) {
+      unpacked_fn(n, group.data(), n_groups, unpacked_quants.data(), acts, n_tok, out, kInterleaveRows * n_groups,
+                  nullptr);
+    } else if (zmm) {
       const auto pairs = type == DType::Q4_K   ? avx512zmm::gemm_pairs_q4_K
                          : type == DType::Q5_K ? avx512zmm::gemm_pairs_q5_K
                                                : avx512zmm::gemm_pairs_q6_K;
@@ -268,6 +284,21 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // KernelUnpacked*/*: Q5_K (each build) and Q6_K (AVX2's kernel, which every tier runs) over unpacked quants.
+  for (DType type : {DType::Q5_K, DType::Q6_K})
+    for (int g : {1, 2})
+      for (int t : {4, 6}) {
+        const std::string name = "/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
+        benchmark::RegisterBenchmark(("KernelUnpacked" + name).c_str(), BM_KernelKQuant, type, g, t, KernelIsa::Avx2,
+                                     false, true);
+        if (type == DType::Q6_K) continue;
+        if (cpu_has_avx512_vnni())
+          benchmark::RegisterBenchmark(("KernelUnpackedVnni" + name).c_str(), BM_KernelKQuant, type, g, t,
+                                       KernelIsa::Avx512Vnni, false, true);
+        if (cpu_has_avx_vnni())
+          benchmark::RegisterBenchmark(("KernelUnpackedAvxVnni" + name).c_str(), BM_KernelKQuant, type, g, t,
+                                       KernelIsa::AvxVnni, false, true);
+      }
   // KernelZmm/*: pairs of groups in 512-bit registers, up to kMaxZmmTokens tokens.
   if (cpu_has_avx512_vnni())
     for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})

@@ -177,7 +177,7 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                             : kQ5   ? kQ5KDecodePrefetchAhead
                             : kAvx512VnniBuild<kVnni> ? 0
                                                       : kAvx2DecodePrefetchAhead;
-  constexpr bool kIsumInMemory = kVnni && !kAvx512VnniBuild<kVnni> && !kQ5;
+  constexpr bool kIsumInMemory = kVnni && !kAvx512VnniBuild<kVnni> && (!kQ5 || kUnpacked);
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   // Lane j of 128-bit half L is row 4L + j: [scale, 0, scale, 0] for sub-block 2k + e takes byte 8e + 4L + j
@@ -248,7 +248,9 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                   // in flight to keep two a cycle going (passes of 6 tokens, kQ4KPassTokens). Xeon (Emerald
                   // Rapids), bench_cpu_peak, best of 9 alternating runs: KernelAvxVnni/Q4_K g2/t6 ~101 ->
                   // ~115 G MAC/s, g2/t4 ~91 -> ~110. The AVX-512 build (32 registers) gained nothing at
-                  // g2/t6 (~118 both) and Q5_K (one group, bit planes) lost ~0.9x, so they keep theirs.
+                  // g2/t6 (~118 both) and packed Q5_K (one group, bit planes) lost ~0.9x, so they keep theirs.
+                  // Unpacked Q5_K takes two groups a pass with it (KernelUnpackedAvxVnni/Q5_K g2/t6 ~1.08x, median
+                  // of 15 alternating pairs against two one-group passes).
                   if constexpr (kIsumInMemory) asm("" : "+m"(isum[r][t]));
                 }
               }
