@@ -288,7 +288,8 @@ int main(int argc, char** argv) {
   for (DType type : {DType::Q5_K, DType::Q6_K})
     for (int g : {1, 2})
       for (int t : {4, 6}) {
-        const std::string name = "/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
+        const std::string name =
+            "/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t);
         benchmark::RegisterBenchmark(("KernelUnpacked" + name).c_str(), BM_KernelKQuant, type, g, t, KernelIsa::Avx2,
                                      false, true);
         if (type == DType::Q6_K) continue;

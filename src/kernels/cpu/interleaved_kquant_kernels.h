@@ -177,6 +177,14 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                             : kQ5   ? kQ5KDecodePrefetchAhead
                             : kAvx512VnniBuild<kVnni> ? 0
                                                       : kAvx2DecodePrefetchAhead;
+  // With AVX-VNNI's 16 registers the block sums (isum) live in memory, an add from L1 once per sub-block, so
+  // the registers hold the R x T running sub-block sums: their chains of dependent vpdpbusd need about 10 in
+  // flight to keep two a cycle going (passes of 6 tokens, kQ4KPassTokens). Xeon (Emerald Rapids),
+  // bench_cpu_peak, best of 9 alternating runs: KernelAvxVnni/Q4_K g2/t6 ~101 -> ~115 G MAC/s, g2/t4 ~91 ->
+  // ~110. Unpacked Q5_K takes two groups a pass with it (KernelUnpackedAvxVnni/Q5_K g2/t6 ~1.08x, median of
+  // 15 alternating pairs against two one-group passes). The AVX-512 build (32 registers) gained nothing
+  // (KernelVnni/Q4_K g2/t6 ~118 either way) and packed Q5_K (one group, bit planes) lost ~0.9x: they keep
+  // theirs in registers.
   constexpr bool kIsumInMemory = kVnni && !kAvx512VnniBuild<kVnni> && (!kQ5 || kUnpacked);
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
@@ -243,15 +251,7 @@ void gemm_q4_K_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                 for (int t = 0; t < T; ++t) {
                   const __m256i p = _mm256_mullo_epi32(sum16[r][t], scales);
                   isum[r][t] = k == 0 && e == 0 ? p : _mm256_add_epi32(isum[r][t], p);
-                  // AVX-VNNI's 16 registers: in memory (an add from L1 once per sub-block), so the registers
-                  // hold the R x T running sub-block sums, whose chains of dependent vpdpbusd need about 10
-                  // in flight to keep two a cycle going (passes of 6 tokens, kQ4KPassTokens). Xeon (Emerald
-                  // Rapids), bench_cpu_peak, best of 9 alternating runs: KernelAvxVnni/Q4_K g2/t6 ~101 ->
-                  // ~115 G MAC/s, g2/t4 ~91 -> ~110. The AVX-512 build (32 registers) gained nothing at
-                  // g2/t6 (~118 both) and packed Q5_K (one group, bit planes) lost ~0.9x, so they keep theirs.
-                  // Unpacked Q5_K takes two groups a pass with it (KernelUnpackedAvxVnni/Q5_K g2/t6 ~1.08x, median
-                  // of 15 alternating pairs against two one-group passes).
-                  if constexpr (kIsumInMemory) asm("" : "+m"(isum[r][t]));
+                  if constexpr (kIsumInMemory) asm("" : "+m"(isum[r][t]));  // keeps GCC from promoting it
                 }
               }
             }
