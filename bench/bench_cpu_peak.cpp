@@ -110,7 +110,8 @@ void BM_Peak(benchmark::State& state, void (*loop)(int64_t), double ops, double 
 
 #endif  // __x86_64__
 
-// The K-quant interleaved kernels against Q8_K rows, as BM_Kernel below.
+// The K-quant (and IQ4_XS) interleaved kernels against Q8_K rows, as BM_Kernel below. IQ4_XS's bytes after
+// its 8 fp16 scales stay random: any signed byte is a sub-block scale the kernels take at the same speed.
 // Which build of the 8-row kernels a Kernel* benchmark runs.
 enum class KernelIsa { Avx2, Avx512Vnni, AvxVnni };
 
@@ -179,6 +180,8 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
               ? pick(isa, avx512vnni::gemm_interleaved_q4_K, avxvnni::gemm_interleaved_q4_K, avx2::gemm_interleaved_q4_K)
           : type == DType::Q5_K
               ? pick(isa, avx512vnni::gemm_interleaved_q5_K, avxvnni::gemm_interleaved_q5_K, avx2::gemm_interleaved_q5_K)
+          : type == DType::IQ4_XS ? pick(isa, avx512vnni::gemm_interleaved_iq4_xs, avxvnni::gemm_interleaved_iq4_xs,
+                                         avx2::gemm_interleaved_iq4_xs)
               : pick(isa, avx512vnni::gemm_interleaved_q6_K, avxvnni::gemm_interleaved_q6_K, avx2::gemm_interleaved_q6_K);
       fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     }
@@ -197,7 +200,7 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, Ker
     state.SkipWithError("needs AVX2/FMA");
     return;
   }
-  if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) {
+  if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K || type == DType::IQ4_XS) {
     BM_KernelKQuant(state, type, n_groups, n_tok, isa, zmm);
     return;
   }
@@ -268,7 +271,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Peak/q8_unit", BM_Peak, peak_q8_unit, 32, 8 * 32);
   benchmark::RegisterBenchmark("Peak/madd+add", BM_Peak, peak_madd_add, 32, 16 * 16);
 #endif
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     for (int g : {1, 2}) {
       for (int t : {1, 2, 3, 4, 5, 6}) {
         const std::string name =

@@ -649,7 +649,12 @@ void gemm_q6_K_any(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_
 template <bool kVnni, int R, int T>
 void gemm_iq4_xs_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const BlockQ8_K* const* acts, float* out,
                        int64_t stride, const uint8_t* far) {
-  const IQ4_NLVectors vectors(kIQ4Values);
+  IQ4_NLVectors vectors(kIQ4Values);
+  // vpdpbusd takes level + 128: the table's entries with their top bit flipped give it in one shuffle.
+  if constexpr (kVnni) vectors.table = _mm256_xor_si256(vectors.table, _mm256_set1_epi8(-128));
+  // As Q4_K's (gemm_q4_K_fixed): with AVX-VNNI's 16 registers the block sums live in memory, so the R x T
+  // running sub-block sums of a two-group pass of 6 tokens keep 12 vpdpbusd chains going.
+  constexpr bool kIsumInMemory = kVnni && !kAvx512VnniBuild<kVnni>;
   __m256 acc[R][T];
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r)
@@ -663,14 +668,16 @@ void gemm_iq4_xs_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, con
     __m256i isum[R][T];
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      __m256i scales[R];
+      const auto row_scales = [&](int r) {
+        return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 16 + 8 * s));
+      };
+      // AVX2: [scale, scale] per row as int16 pairs, for every product. vpdpbusd takes them after the
+      // sub-block (below), so they hold no register across it.
+      [[maybe_unused]] __m256i scales[R];
+      if constexpr (!kVnni) {
 #pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const __m128i s8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 16 + 8 * s));
-        if constexpr (kVnni) {
-          scales[r] = _mm256_cvtepi8_epi32(s8);
-        } else {
-          const __m128i s16 = _mm_cvtepi8_epi16(s8);  // [scale, scale] per row as int16 pairs
+        for (int r = 0; r < R; ++r) {
+          const __m128i s16 = _mm_cvtepi8_epi16(row_scales(r));
           scales[r] = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
         }
       }
@@ -681,7 +688,7 @@ void gemm_iq4_xs_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, con
 #pragma GCC unroll 2
         for (int r = 0; r < R; ++r) {
           w[r] = vectors.levels(rec[r] + 80 + 128 * s, g);
-          w_abs[r] = kVnni ? _mm256_xor_si256(w[r], _mm256_set1_epi8(-128)) : _mm256_sign_epi8(w[r], w[r]);
+          w_abs[r] = kVnni ? w[r] : _mm256_sign_epi8(w[r], w[r]);
         }
 #pragma GCC unroll 6
         for (int t = 0; t < T; ++t) {
@@ -703,12 +710,15 @@ void gemm_iq4_xs_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, con
       }
       if constexpr (kVnni) {
 #pragma GCC unroll 2
-        for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r) {
+          const __m256i sub_scales = _mm256_cvtepi8_epi32(row_scales(r));
 #pragma GCC unroll 6
           for (int t = 0; t < T; ++t) {
-            const __m256i scaled = _mm256_mullo_epi32(sub[r][t], scales[r]);
+            const __m256i scaled = _mm256_mullo_epi32(sub[r][t], sub_scales);
             isum[r][t] = s == 0 ? scaled : _mm256_add_epi32(isum[r][t], scaled);
+            if constexpr (kIsumInMemory) asm("" : "+m"(isum[r][t]));  // keeps GCC from promoting it
           }
+        }
       }
     }
 #pragma GCC unroll 2
