@@ -74,7 +74,7 @@ bool same_value(const GGUFValue& a, const GGUFValue& b, size_t elem_bytes) {
 
 TEST(GenModel, WrittenFileLoadsAndGenerates) {
   TempDir dir;
-  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     RandomModelSpec s = tiny_spec(t);
     if (dtype_info(t).block_elems == 256) s.n_embd = 256, s.n_ff = 512;  // rows that the K-quants' 256-blocks divide
@@ -331,6 +331,8 @@ TEST(GenModel, QuantizedTypesFallBackWhereBlocksDoNotFit) {
   EXPECT_EQ(fallback_weight_type(DType::Q4_K, 576), DType::Q4_0);
   EXPECT_EQ(fallback_weight_type(DType::Q4_K, 1536), DType::Q4_K);
   EXPECT_EQ(fallback_weight_type(DType::Q8_0, 48), DType::F16);
+  EXPECT_EQ(fallback_weight_type(DType::IQ4_XS, 576), DType::IQ4_NL);  // as llama.cpp's quantize tool
+  EXPECT_EQ(fallback_weight_type(DType::IQ4_XS, 48), DType::F16);
   RandomModelSpec s = tiny_spec(DType::Q4_K);  // hidden 64, ffn 128: no row is a multiple of 256
   RandomModelPlan plan = plan_random_model(s);
   EXPECT_FALSE(plan.notes.empty());
@@ -423,7 +425,7 @@ TEST(GenModel, BadSpecsAreErrors) {
   RandomModelSpec s = tiny_spec(DType::F16);
   s.n_kv_heads = 3;  // 4 heads
   EXPECT_THROW(plan_random_model(s), Error);
-  s = tiny_spec(DType::IQ4_NL);  // no quantizer for it
+  s = tiny_spec(DType::Q3_K);  // no quantizer for it
   EXPECT_THROW(plan_random_model(s), Error);
   s = tiny_spec(DType::F16);
   s.vocab_from = "/nonexistent.gguf";

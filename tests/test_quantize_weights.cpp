@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "core/fp16.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/quants.h"
+#include "model/gguf.h"
 
 using namespace kvserve;
 
@@ -255,7 +259,100 @@ TEST(QuantizeWeights, RowDispatcherMatchesTheRoutines) {
   quantize_row(DType::Q5_K, x.data(), k5.data(), n);
   quantize_row_q5_K(x.data(), reinterpret_cast<BlockQ5_K*>(k5_direct.data()), n);
   EXPECT_EQ(k5, k5_direct);
-  EXPECT_FALSE(can_quantize(DType::IQ4_NL));
-  std::vector<uint8_t> out(row_bytes(DType::IQ4_NL, n));
-  EXPECT_THROW(quantize_row(DType::IQ4_NL, x.data(), out.data(), n), Error);
+  std::vector<uint8_t> xs(row_bytes(DType::IQ4_XS, n)), xs_direct(xs.size());
+  quantize_row(DType::IQ4_XS, x.data(), xs.data(), n);
+  quantize_row_iq4_xs(x.data(), reinterpret_cast<BlockIQ4_XS*>(xs_direct.data()), n);
+  EXPECT_EQ(xs, xs_direct);
+  EXPECT_FALSE(can_quantize(DType::Q3_K));
+  std::vector<uint8_t> out(row_bytes(DType::Q3_K, n));
+  EXPECT_THROW(quantize_row(DType::Q3_K, x.data(), out.data(), n), Error);
+}
+
+// A block built from the 16 levels themselves comes back exactly: the level grid at scale 1 is the best
+// fit, IQ4_XS's super-block scale is -1/32 with sub-block scale -32 (stored 0), and a sub-block at half
+// the scale gets -16 (stored 16: low bits 0, high bits 1).
+TEST(QuantizeWeights, IQ4HandCheckedBlocks) {
+  std::vector<float> x(256);
+  for (int j = 0; j < 256; ++j) x[j] = static_cast<float>(kIQ4Values[(5 * j + j / 32) % 16]);
+  for (int j = 32; j < 64; ++j) x[j] *= 0.5f;
+  BlockIQ4_XS b{};
+  quantize_row_iq4_xs(x.data(), &b, 256);
+  EXPECT_EQ(fp16_to_fp32(b.d), -1.0f / 32);
+  EXPECT_EQ(b.scales_l[0], 0x00);
+  EXPECT_EQ(b.scales_h, 1 << 2);
+  for (int j = 1; j < 4; ++j) EXPECT_EQ(b.scales_l[j], 0) << j;
+  EXPECT_EQ(b.qs[0] & 0xF, 0);  // x[0] is level 0
+  std::vector<float> y(256);
+  dequantize_row_iq4_xs(&b, y.data(), 256);
+  EXPECT_EQ(y, x);
+
+  // IQ4_NL: one scale per 32 as fp16; levels times 2 come back exactly.
+  std::vector<float> x32(64);
+  for (int j = 0; j < 64; ++j) x32[j] = 2.0f * static_cast<float>(kIQ4Values[(3 * j) % 16]);
+  BlockIQ4_NL nl[2];
+  quantize_row_iq4_nl(x32.data(), nl, 64);
+  EXPECT_EQ(fp16_to_fp32(nl[0].d), 2.0f);
+  std::vector<float> y32(64);
+  dequantize_row_iq4_nl(nl, y32.data(), 64);
+  EXPECT_EQ(y32, x32);
+
+  // All zero: scale 0, every index the level nearest 0 (1, index 8), so it dequantizes to zeros.
+  const std::vector<float> zeros(256, 0.0f);
+  quantize_row_iq4_xs(zeros.data(), &b, 256);
+  dequantize_row_iq4_xs(&b, y.data(), 256);
+  EXPECT_EQ(y, zeros);
+  EXPECT_EQ(b.qs[0], 0x88);
+}
+
+// IQ4_XS (4.25 bits) lands near Q4_K (4.5 bits) on Gaussian weights, far better than a wrong packing.
+TEST(QuantizeWeights, IQ4_XSIsAccurate) {
+  const int64_t n = 256 * 32;
+  const std::vector<float> x = gaussian(n, 17, 0.02f);
+  std::vector<BlockIQ4_XS> q(static_cast<size_t>(n / 256));
+  std::vector<BlockQ4_K> q4(q.size());
+  quantize_row_iq4_xs(x.data(), q.data(), n);
+  quantize_row_q4_K(x.data(), q4.data(), n);
+  std::vector<float> y(static_cast<size_t>(n)), y4(y.size());
+  dequantize_row_iq4_xs(q.data(), y.data(), n);
+  dequantize_row_q4_K(q4.data(), y4.data(), n);
+  const double e = rms_error(x, y) / rms(x), e4 = rms_error(x, y4) / rms(x);
+  EXPECT_LT(e, 0.11);
+  EXPECT_LT(e, 1.2 * e4) << "against Q4_K's " << e4;
+}
+
+// The independent reference: every tensor llama.cpp's quantize tool wrote into the tiny-gqa variants
+// (from the F16 tiny-gqa.gguf, no importance matrix) is what quantize_row writes from the same F16 values,
+// byte for byte, for every type quantize_row supports.
+TEST(QuantizeWeights, MatchesLlamaCppQuantizeByteForByte) {
+  const std::string shared = std::string(KVSERVE_SHARED_DIR) + "/golden/gguf/models/";
+  const std::string quant = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/quant/";
+  const GGUFFile source(shared + "tiny-gqa.gguf");
+  std::map<DType, int> checked;
+  for (const std::string& path :
+       {shared + "tiny-gqa-Q8_0.gguf", shared + "tiny-gqa-Q4_0.gguf", shared + "tiny-gqa-Q4_1.gguf",
+        shared + "tiny-gqa-Q4_K_M.gguf", shared + "tiny-gqa-Q5_K_M.gguf", shared + "tiny-gqa-Q6_K.gguf",
+        shared + "tiny-gqa-BF16.gguf", quant + "tiny-gqa-Q5_0.gguf", quant + "tiny-gqa-Q5_1.gguf",
+        quant + "tiny-gqa-IQ4_NL.gguf", quant + "tiny-gqa-IQ4_XS.gguf"}) {
+    const GGUFFile file(path);
+    for (const GGUFTensorInfo& t : file.tensors()) {
+      const GGUFTensorInfo* src = source.find_tensor(t.name);
+      ASSERT_NE(src, nullptr) << t.name;
+      if (src->type != DType::F16 || !can_quantize(t.type) || t.type == DType::F16) continue;
+      SCOPED_TRACE(path + ": " + t.name + " as " + std::string(dtype_name(t.type)));
+      const int64_t cols = t.ne[0], rows = t.bytes / row_bytes(t.type, cols);
+      ASSERT_EQ(src->ne[0], cols);
+      const auto* h = reinterpret_cast<const uint16_t*>(src->data);
+      std::vector<float> x(static_cast<size_t>(cols));
+      std::vector<uint8_t> q(row_bytes(t.type, cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < cols; ++j) x[static_cast<size_t>(j)] = fp16_to_fp32(h[r * cols + j]);
+        quantize_row(t.type, x.data(), q.data(), cols);
+        ASSERT_EQ(std::memcmp(q.data(), t.data + r * q.size(), q.size()), 0) << "row " << r;
+      }
+      ++checked[t.type];
+    }
+  }
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
+                     DType::Q6_K, DType::BF16, DType::IQ4_NL, DType::IQ4_XS})
+    EXPECT_GT(checked[type], 0) << dtype_name(type);
 }

@@ -50,6 +50,8 @@ uint32_t file_type_of(DType t) {
     case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
     case DType::Q5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
     case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
+    case DType::IQ4_NL: return 25;
+    case DType::IQ4_XS: return 30;
     case DType::BF16: return 32;
     default: return 0;
   }
@@ -158,7 +160,9 @@ std::vector<std::string> random_model_preset_names() {
 }
 
 DType fallback_weight_type(DType wanted, int64_t cols) {
-  const DType chain[] = {wanted, DType::Q4_0, DType::Q8_0, DType::F16};
+  // IQ4_XS falls back to IQ4_NL, as llama.cpp's quantize tool does.
+  const DType chain[] = {wanted, wanted == DType::IQ4_XS ? DType::IQ4_NL : DType::Q4_0, DType::Q4_0, DType::Q8_0,
+                         DType::F16};
   for (DType t : chain)
     if (cols % dtype_info(t).block_elems == 0) return t;
   return DType::F16;

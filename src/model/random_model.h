@@ -75,7 +75,7 @@ std::vector<std::string> write_random_model(const RandomModelSpec& spec, const s
                                             const std::function<void(float)>& progress = {});
 
 // The type a tensor with rows of `cols` elements gets when `wanted` does not fit (its block size does
-// not divide cols): Q4_K -> Q4_0 -> Q8_0 -> F16 ... the first that fits.
+// not divide cols): Q4_K -> Q4_0 -> Q8_0 -> F16 ... the first that fits (IQ4_XS -> IQ4_NL first).
 DType fallback_weight_type(DType wanted, int64_t cols);
 
 }  // namespace kvserve

@@ -375,6 +375,119 @@ void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n) {
   }
 }
 
+namespace {
+
+// ggml's best_index_int8: the index of the level (sorted ascending) nearest x, the upper one on ties.
+int nearest_level(const int8_t* levels, float x) {
+  if (x <= levels[0]) return 0;
+  if (x >= levels[15]) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (x < levels[mid]) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return x - static_cast<float>(levels[hi - 1]) < static_cast<float>(levels[hi]) - x ? hi - 1 : hi;
+}
+
+// ggml's quantize_row_iq4_nl_impl as llama.cpp's quantize tool runs it without an importance matrix (weights
+// x^2, 7 tries either side): per 32-element sub-block the scale with the best x^2-weighted fit of the 16
+// non-uniform levels. n_sub 8 (IQ4_XS): the sub-block scales as 6-bit integers against an fp16 super-block
+// scale, every value requantized against its stored scale. n_sub 1 (IQ4_NL): the one scale as fp16, the
+// values requantized against it. Writes d and the 4-bit indices (q4, IQ4_NL's nibble order), and the
+// sub-block scales' stored bits for IQ4_XS.
+void quantize_iq4_super_block(const float* x, int n_sub, uint16_t* d_out, uint8_t* q4, uint16_t* scales_h,
+                              uint8_t* scales_l) {
+  constexpr int kTries = 7;
+  const int8_t* levels = kIQ4Values;
+  uint8_t L[kQK_K];
+  float scales[kQK_K / 32];
+  float max_scale = 0, amax_scale = 0;
+  for (int ib = 0; ib < n_sub; ++ib) {
+    const float* xb = x + 32 * ib;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    constexpr float kGroupMaxEps = 1e-15f;
+    if (amax < kGroupMaxEps) {
+      scales[ib] = 0;
+      continue;
+    }
+    // The fit of the levels at inverse scale id: sum w q x and sum w q^2 with w = x^2.
+    const auto fit = [&](float id, bool keep) {
+      float sumqx = 0, sumq2 = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int l = nearest_level(levels, id * xb[j]);
+        if (keep) L[32 * ib + j] = static_cast<uint8_t>(l);
+        const float q = levels[l];
+        const float w = xb[j] * xb[j];
+        sumqx += w * q * xb[j];
+        sumq2 += w * q * q;
+      }
+      return std::pair{sumqx, sumq2};
+    };
+    const auto [sumqx0, sumq20] = fit(1 / (-max / static_cast<float>(levels[0])), true);
+    float d = sumq20 > 0 ? sumqx0 / sumq20 : 0.0f;
+    float best = d * sumqx0;
+    for (int itry = -kTries; itry <= kTries; ++itry) {
+      const auto [sumqx, sumq2] = fit(static_cast<float>(itry + levels[0]) / max, false);
+      if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+        d = sumqx / sumq2;
+        best = d * sumqx;
+      }
+    }
+    scales[ib] = d;
+    if (std::fabs(d) > amax_scale) {
+      amax_scale = std::fabs(d);
+      max_scale = d;
+    }
+  }
+  if (n_sub > 1) {
+    *scales_h = 0;
+    const float d = -max_scale / 32;
+    *d_out = fp32_to_fp16(d);
+    const float id = d != 0.0f ? 1 / d : 0.0f;
+    for (int ib = 0; ib < n_sub; ++ib) {
+      const int l = std::max(-32, std::min(31, nearest_int(id * scales[ib])));
+      const float dl = d * static_cast<float>(l);
+      const float idl = dl != 0.0f ? 1 / dl : 0.0f;
+      for (int j = 0; j < 32; ++j) L[32 * ib + j] = static_cast<uint8_t>(nearest_level(levels, idl * x[32 * ib + j]));
+      const int stored = l + 32;
+      if (ib % 2 == 0) {
+        scales_l[ib / 2] = static_cast<uint8_t>(stored & 0xF);
+      } else {
+        scales_l[ib / 2] = static_cast<uint8_t>(scales_l[ib / 2] | ((stored & 0xF) << 4));
+      }
+      *scales_h = static_cast<uint16_t>(*scales_h | ((stored >> 4) << (2 * ib)));
+    }
+  } else {
+    *d_out = fp32_to_fp16(scales[0]);
+    const float id = scales[0] != 0.0f ? 1 / scales[0] : 0.0f;
+    for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_level(levels, id * x[j]));
+  }
+  for (int ib = 0; ib < n_sub; ++ib)
+    for (int j = 0; j < 16; ++j)
+      q4[16 * ib + j] = static_cast<uint8_t>(L[32 * ib + j] | (L[32 * ib + 16 + j] << 4));
+}
+
+}  // namespace
+
+void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
+  for (int64_t i = 0; i < n / 32; ++i) quantize_iq4_super_block(x + 32 * i, 1, &y[i].d, y[i].qs, nullptr, nullptr);
+}
+
+void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i)
+    quantize_iq4_super_block(x + kQK_K * i, kQK_K / 32, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l);
+}
+
 bool can_quantize(DType type) {
   switch (type) {
     case DType::F32:
@@ -387,7 +500,9 @@ bool can_quantize(DType type) {
     case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return true;
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS: return true;
     default: return false;
   }
 }
@@ -405,6 +520,8 @@ void quantize_row(DType type, const float* x, void* dst, int64_t n) {
     case DType::Q4_K: quantize_row_q4_K(x, static_cast<BlockQ4_K*>(dst), n); return;
     case DType::Q5_K: quantize_row_q5_K(x, static_cast<BlockQ5_K*>(dst), n); return;
     case DType::Q6_K: quantize_row_q6_K(x, static_cast<BlockQ6_K*>(dst), n); return;
+    case DType::IQ4_NL: quantize_row_iq4_nl(x, static_cast<BlockIQ4_NL*>(dst), n); return;
+    case DType::IQ4_XS: quantize_row_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n); return;
     default: fail("quantizing to {} is not supported", dtype_name(type));
   }
 }

@@ -27,9 +27,15 @@ void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n);
 // ggml's quantize_row_q6_K_ref: per 16-element sub-block a symmetric x^2-weighted scale search
 // (make_qx_quants), scales as int8 against an fp16 super-block scale, quants -32..31.
 void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
+// What llama.cpp's quantize tool writes without an importance matrix (ggml's quantize_iq4_nl /
+// quantize_iq4_xs, 7 tries): per 32-element sub-block the x^2-weighted best scale for the 16 non-uniform
+// levels kIQ4Values; IQ4_XS stores the 8 sub-block scales as 6-bit integers against an fp16 super-block scale.
+void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n);
+void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n);
 
 // Quantizes one row of n elements (a multiple of the type's block size) of `type` into dst
-// (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; throws Error otherwise.
+// (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+// IQ4_NL and IQ4_XS; throws Error otherwise.
 void quantize_row(DType type, const float* x, void* dst, int64_t n);
 // True when quantize_row supports `type`.
 bool can_quantize(DType type);
