@@ -240,6 +240,10 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, Ker
   const auto gemm =
       type == DType::Q4_0
           ? pick(isa, avx512vnni::gemm_interleaved_q4_0, avxvnni::gemm_interleaved_q4_0, avx2::gemm_interleaved_q4_0)
+      : type == DType::Q5_0
+          ? pick(isa, avx512vnni::gemm_interleaved_q5_0, avxvnni::gemm_interleaved_q5_0, avx2::gemm_interleaved_q5_0)
+      : type == DType::IQ4_NL ? pick(isa, avx512vnni::gemm_interleaved_iq4_nl, avxvnni::gemm_interleaved_iq4_nl,
+                                     avx2::gemm_interleaved_iq4_nl)
       : type == DType::Q4_1
           ? pick(isa, avx512vnni::gemm_interleaved_q4_1, avxvnni::gemm_interleaved_q4_1, avx2::gemm_interleaved_q4_1)
           : pick(isa, avx512vnni::gemm_interleaved_q8_0, avxvnni::gemm_interleaved_q8_0, avx2::gemm_interleaved_q8_0);
@@ -271,7 +275,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Peak/q8_unit", BM_Peak, peak_q8_unit, 32, 8 * 32);
   benchmark::RegisterBenchmark("Peak/madd+add", BM_Peak, peak_madd_add, 32, 16 * 16);
 #endif
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K,
+                     DType::Q6_K, DType::IQ4_XS}) {
     for (int g : {1, 2}) {
       for (int t : {1, 2, 3, 4, 5, 6}) {
         const std::string name =

@@ -375,10 +375,13 @@ void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, co
 }
 
 // Q5_0: Q4_0's nibble steps with each quant's 5th bit added from the record's bit vector (bit g of a byte
-// for step g). With vpdpbusd the quants are used unsigned (0..31) and -16 * sum(y) (twice Q4_0's offset)
-// starts the int32 sum. On AVX2 they are made signed (-16..15) for the sign trick instead: |q| <= 16 keeps
-// each pair sum within +-4064 and a block's 8 in int16 within +-32512, where 0..31 would overflow. The
-// integer sums are the same either way, so the two kernels' results are bit-identical.
+// for step g). The quants are used unsigned (0..31) and -16 * sum(y) (twice Q4_0's offset) is taken off:
+// vpdpbusd starts the int32 sum from it. AVX2's vpmaddubsw pairs stay within 2 * 31 * 127 = 7874 (Q8_0
+// activations are -127..127), so 4 steps add up in int16 (31496): the int32 sum of steps 0-3 waits in
+// memory past 4 (row group, token) pairs (as the K-quants' block sums on AVX-VNNI: the 12 running int16
+// sums of 2 groups x 6 tokens fill the registers) while steps 4-7 add up. That is vpmaddubsw + vpaddw a step against the sign trick's
+// vpsignb + vpmaddubsw + vpaddw over quants made signed. The integer sums are the same, so the two kernels'
+// results are bit-identical.
 template <bool kVnni, int R, int T>
 void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                      int64_t stride, const uint8_t* far) {
@@ -397,10 +400,10 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     __m256i sum[R][T];
     constexpr bool kTwoChains = kVnni && two_vnni_chains(R * T);
     [[maybe_unused]] __m256i sum_odd[R][T];  // with kTwoChains: the odd steps' sums
+    [[maybe_unused]] __m256i sum_low[R][T];  // AVX2: steps 0-3 in int32
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       __m256i q[R];
-      [[maybe_unused]] __m256i q_abs[R];
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
         const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16) + g % 4);
@@ -410,10 +413,6 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
                                     : _mm256_srl_epi16(bits, _mm_cvtsi32_si128(g - 4));
         q[r] = _mm256_or_si256(_mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask),
                                _mm256_and_si256(fifth, bit4));
-        if constexpr (!kVnni) {
-          q[r] = _mm256_sub_epi8(q[r], bit4);  // -16..15
-          q_abs[r] = _mm256_sign_epi8(q[r], q[r]);
-        }
       }
       const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 6
@@ -429,11 +428,20 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
               sum_odd[r][t] = dpbusd(g == 1 ? _mm256_setzero_si256() : sum_odd[r][t], q[r], y);
             }
           } else {
-            const __m256i p = _mm256_maddubs_epi16(q_abs[r], _mm256_sign_epi8(y, q[r]));
-            sum[r][t] = g == 0 ? p : _mm256_add_epi16(sum[r][t], p);
+            const __m256i p = _mm256_maddubs_epi16(q[r], y);
+            sum[r][t] = g % 4 == 0 ? p : _mm256_add_epi16(sum[r][t], p);
             opaque(sum[r][t]);
           }
         }
+      }
+      if (!kVnni && g == 3) {
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+          for (int t = 0; t < T; ++t) {
+            sum_low[r][t] = _mm256_madd_epi16(sum[r][t], ones);
+            if constexpr (R * T > 4) asm("" : "+m"(sum_low[r][t]));  // keeps GCC from holding it in a register
+          }
       }
     }
 #pragma GCC unroll 6
@@ -442,9 +450,11 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
-        const __m256i isum = !kVnni       ? _mm256_madd_epi16(sum[r][t], ones)
-                             : kTwoChains ? _mm256_add_epi32(sum[r][t], sum_odd[r][t])
-                                          : sum[r][t];
+        const __m256i isum =
+            !kVnni ? _mm256_sub_epi32(_mm256_add_epi32(sum_low[r][t], _mm256_madd_epi16(sum[r][t], ones)),
+                                      _mm256_set1_epi32(2 * acts[t].q4_offset[i]))
+            : kTwoChains ? _mm256_add_epi32(sum[r][t], sum_odd[r][t])
+                         : sum[r][t];
         acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
       }
     }
