@@ -175,14 +175,14 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
                                                : avx512zmm::gemm_pairs_q6_K;
       pairs(n, group.data(), n_groups / 2, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     } else {
-      const auto fn =
-          type == DType::Q4_K
-              ? pick(isa, avx512vnni::gemm_interleaved_q4_K, avxvnni::gemm_interleaved_q4_K, avx2::gemm_interleaved_q4_K)
-          : type == DType::Q5_K
-              ? pick(isa, avx512vnni::gemm_interleaved_q5_K, avxvnni::gemm_interleaved_q5_K, avx2::gemm_interleaved_q5_K)
-          : type == DType::IQ4_XS ? pick(isa, avx512vnni::gemm_interleaved_iq4_xs, avxvnni::gemm_interleaved_iq4_xs,
-                                         avx2::gemm_interleaved_iq4_xs)
-              : pick(isa, avx512vnni::gemm_interleaved_q6_K, avxvnni::gemm_interleaved_q6_K, avx2::gemm_interleaved_q6_K);
+      const auto fn = type == DType::Q4_K ? pick(isa, avx512vnni::gemm_interleaved_q4_K, avxvnni::gemm_interleaved_q4_K,
+                                                 avx2::gemm_interleaved_q4_K)
+                      : type == DType::Q5_K   ? pick(isa, avx512vnni::gemm_interleaved_q5_K,
+                                                     avxvnni::gemm_interleaved_q5_K, avx2::gemm_interleaved_q5_K)
+                      : type == DType::IQ4_XS ? pick(isa, avx512vnni::gemm_interleaved_iq4_xs,
+                                                     avxvnni::gemm_interleaved_iq4_xs, avx2::gemm_interleaved_iq4_xs)
+                                              : pick(isa, avx512vnni::gemm_interleaved_q6_K,
+                                                     avxvnni::gemm_interleaved_q6_K, avx2::gemm_interleaved_q6_K);
       fn(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     }
     benchmark::DoNotOptimize(out);

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"

@@ -43,16 +43,17 @@ std::string default_vocab() {
 
 DType parse_type(std::string t) {
   for (char& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const std::pair<const char*, DType> types[] = {{"F32", DType::F32},   {"F16", DType::F16},   {"BF16", DType::BF16},
-                                                 {"Q8_0", DType::Q8_0}, {"Q4_0", DType::Q4_0}, {"Q4_1", DType::Q4_1},
-                                                 {"Q5_0", DType::Q5_0}, {"Q5_1", DType::Q5_1}, {"Q4_K", DType::Q4_K},
-                                                 {"Q5_K", DType::Q5_K}, {"Q6_K", DType::Q6_K}, {"IQ4_NL", DType::IQ4_NL},
-                                                 {"IQ4_XS", DType::IQ4_XS}};
+  const std::pair<const char*, DType> types[] = {
+      {"F32", DType::F32},      {"F16", DType::F16},   {"BF16", DType::BF16}, {"Q8_0", DType::Q8_0},
+      {"Q4_0", DType::Q4_0},    {"Q4_1", DType::Q4_1}, {"Q5_0", DType::Q5_0}, {"Q5_1", DType::Q5_1},
+      {"Q4_K", DType::Q4_K},    {"Q5_K", DType::Q5_K}, {"Q6_K", DType::Q6_K}, {"IQ4_NL", DType::IQ4_NL},
+      {"IQ4_XS", DType::IQ4_XS}};
   for (const auto& [name, type] : types)
     if (t == name) return type;
-  fail("gen-model: unknown weight type '{}' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, "
-       "IQ4_XS)",
-       t);
+  fail(
+      "gen-model: unknown weight type '{}' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+      "IQ4_XS)",
+      t);
 }
 
 void run_gen_model(const GenModelArgs& a) {
@@ -146,7 +147,9 @@ void add_gen_model_command(CLI::App& app) {
                 "llama-2-tiny-random, the Llama-2 vocabulary)");
   c->add_option("--vocab-size", a->vocab_size,
                 "Pad the vocabulary to this many tokens with unused [PAD] tokens (presets set the real size)");
-  c->add_option("--type", a->type, "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (norms are F32)")
+  c->add_option(
+       "--type", a->type,
+       "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (norms are F32)")
       ->capture_default_str();
   c->add_option("--rope-base", a->rope_base, "RoPE frequency base");
   c->add_option("--rms-eps", a->rms_eps, "RMS norm epsilon");

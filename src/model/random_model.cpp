@@ -50,8 +50,8 @@ uint32_t file_type_of(DType t) {
     case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
     case DType::Q5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
     case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
-    case DType::IQ4_NL: return 25;
-    case DType::IQ4_XS: return 30;
+    case DType::IQ4_NL: return 25;  // LLAMA_FTYPE_MOSTLY_IQ4_NL
+    case DType::IQ4_XS: return 30;  // LLAMA_FTYPE_MOSTLY_IQ4_XS
     case DType::BF16: return 32;
     default: return 0;
   }

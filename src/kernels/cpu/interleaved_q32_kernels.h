@@ -377,11 +377,11 @@ void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, co
 // Q5_0: Q4_0's nibble steps with each quant's 5th bit added from the record's bit vector (bit g of a byte
 // for step g). The quants are used unsigned (0..31) and -16 * sum(y) (twice Q4_0's offset) is taken off:
 // vpdpbusd starts the int32 sum from it. AVX2's vpmaddubsw pairs stay within 2 * 31 * 127 = 7874 (Q8_0
-// activations are -127..127), so 4 steps add up in int16 (31496): the int32 sum of steps 0-3 waits in
-// memory past 4 (row group, token) pairs (as the K-quants' block sums on AVX-VNNI: the 12 running int16
-// sums of 2 groups x 6 tokens fill the registers) while steps 4-7 add up. That is vpmaddubsw + vpaddw a step against the sign trick's
-// vpsignb + vpmaddubsw + vpaddw over quants made signed. The integer sums are the same, so the two kernels'
-// results are bit-identical.
+// activations are -127..127), so 4 steps add up in int16 (31496). The int32 sum of steps 0-3 waits in
+// memory past 4 (row group, token) pairs while steps 4-7 add up (as the K-quants' block sums on AVX-VNNI:
+// the 12 running int16 sums of 2 groups x 6 tokens fill the registers). A step is vpmaddubsw + vpaddw,
+// against the sign trick's vpsignb + vpmaddubsw + vpaddw over quants made signed. The integer sums are the
+// same, so the two kernels' results are bit-identical.
 template <bool kVnni, int R, int T>
 void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                      int64_t stride, const uint8_t* far) {
@@ -450,11 +450,11 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
-        const __m256i isum =
-            !kVnni ? _mm256_sub_epi32(_mm256_add_epi32(sum_low[r][t], _mm256_madd_epi16(sum[r][t], ones)),
-                                      _mm256_set1_epi32(2 * acts[t].q4_offset[i]))
-            : kTwoChains ? _mm256_add_epi32(sum[r][t], sum_odd[r][t])
-                         : sum[r][t];
+        const __m256i isum = !kVnni
+                                 ? _mm256_sub_epi32(_mm256_add_epi32(sum_low[r][t], _mm256_madd_epi16(sum[r][t], ones)),
+                                                    _mm256_set1_epi32(2 * acts[t].q4_offset[i]))
+                             : kTwoChains ? _mm256_add_epi32(sum[r][t], sum_odd[r][t])
+                                          : sum[r][t];
         acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
       }
     }

@@ -12,6 +12,9 @@ namespace kvserve {
 
 namespace {
 
+// ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it quantizes to zeros.
+constexpr float kGroupMaxEps = 1e-15f;
+
 // A 32-element block's value of largest magnitude, with its sign (the first one on ties), as ggml's
 // Q4_0 / Q5_0 quantizers take it.
 float largest_magnitude(const float* xb) {
@@ -204,7 +207,6 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
       max = x[i];
     }
   }
-  constexpr float kGroupMaxEps = 1e-15f;
   if (amax < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.0f;
@@ -415,7 +417,6 @@ void quantize_iq4_super_block(const float* x, int n_sub, uint16_t* d_out, uint8_
         max = xb[j];
       }
     }
-    constexpr float kGroupMaxEps = 1e-15f;
     if (amax < kGroupMaxEps) {
       scales[ib] = 0;
       continue;
@@ -473,8 +474,7 @@ void quantize_iq4_super_block(const float* x, int n_sub, uint16_t* d_out, uint8_
     for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_level(levels, id * x[j]));
   }
   for (int ib = 0; ib < n_sub; ++ib)
-    for (int j = 0; j < 16; ++j)
-      q4[16 * ib + j] = static_cast<uint8_t>(L[32 * ib + j] | (L[32 * ib + 16 + j] << 4));
+    for (int j = 0; j < 16; ++j) q4[16 * ib + j] = static_cast<uint8_t>(L[32 * ib + j] | (L[32 * ib + 16 + j] << 4));
 }
 
 }  // namespace
@@ -502,7 +502,8 @@ bool can_quantize(DType type) {
     case DType::Q5_K:
     case DType::Q6_K:
     case DType::IQ4_NL:
-    case DType::IQ4_XS: return true;
+    case DType::IQ4_XS:
+      return true;
     default: return false;
   }
 }
@@ -520,8 +521,12 @@ void quantize_row(DType type, const float* x, void* dst, int64_t n) {
     case DType::Q4_K: quantize_row_q4_K(x, static_cast<BlockQ4_K*>(dst), n); return;
     case DType::Q5_K: quantize_row_q5_K(x, static_cast<BlockQ5_K*>(dst), n); return;
     case DType::Q6_K: quantize_row_q6_K(x, static_cast<BlockQ6_K*>(dst), n); return;
-    case DType::IQ4_NL: quantize_row_iq4_nl(x, static_cast<BlockIQ4_NL*>(dst), n); return;
-    case DType::IQ4_XS: quantize_row_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n); return;
+    case DType::IQ4_NL:
+      quantize_row_iq4_nl(x, static_cast<BlockIQ4_NL*>(dst), n);
+      return;
+    case DType::IQ4_XS:
+      quantize_row_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n);
+      return;
     default: fail("quantizing to {} is not supported", dtype_name(type));
   }
 }
