@@ -228,9 +228,9 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
   // order) in each 128-bit lane: lanes 0 and 1 take rows 0-3 and 4-7 of group 0, lanes 2 and 3 those of
   // group 1. Paired with the token's sums of those two sub-blocks (one broadcast dword), one vpdpwssd per
   // two sub-blocks takes min x (sum of its 32 elements) with no per-token shuffles.
-  const __m512i min_pick = _mm512_broadcast_i64x4(
-      _mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
-                       4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1));
+  const __m512i min_pick =
+      _mm512_broadcast_i64x4(_mm256_setr_epi8(0, -1, 8, -1, 1, -1, 9, -1, 2, -1, 10, -1, 3, -1, 11, -1,  //
+                                              4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1));
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m512 acc[T];
 #pragma GCC unroll 8
