@@ -452,8 +452,9 @@ void gemm_pair_q6_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
       for (int t = 0; t < T; ++t) {
         int32_t ysums;
         std::memcpy(&ysums, acts[t][i].bsums + 2 * m, 4);
-        const __m512i p = _mm512_madd_epi16(sc, _mm512_set1_epi32(ysums));
-        osum[t] = m == 0 ? p : _mm512_add_epi32(osum[t], p);
+        // vpdpwssd (one instruction for vpmaddwd + vpaddd): |osum| <= 16 * 127 * 2048, no wrap.
+        const __m512i ys = _mm512_set1_epi32(ysums);
+        osum[t] = m == 0 ? _mm512_madd_epi16(sc, ys) : _mm512_dpwssd_epi32(osum[t], sc, ys);
       }
     }
     const __m512 d = load_ph16(rec[0], 0);
@@ -484,9 +485,10 @@ void gemm_pair_iq4_xs(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* a
   // Offsets in a pair's record: both groups' d (32 bytes), 8 sub-blocks' scales (16 bytes each), then
   // each sub-block's 4 quant vectors (64 bytes each).
   constexpr size_t kScales = 32, kQuants = 32 + 128;
-  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values)));
+  // The levels + 128 (unsigned, vpdpbusd's first operand), biased once here rather than per quant vector.
+  const __m512i table = _mm512_xor_si512(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values))), _mm512_set1_epi8(-128));
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
-  const __m512i sign_flip = _mm512_set1_epi8(-128);
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -508,8 +510,8 @@ void gemm_pair_iq4_xs(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* a
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
         const __m512i packed = load64(rec[0], kQuants + 64 * (4 * s + g % 4));
-        const __m512i w = _mm512_shuffle_epi8(table, _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask));
-        const __m512i w_u = _mm512_xor_si512(w, sign_flip);
+        const __m512i w_u =
+            _mm512_shuffle_epi8(table, _mm512_and_si512(g < 4 ? packed : _mm512_srli_epi16(packed, 4), low_mask));
         const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
