@@ -307,10 +307,10 @@ void gemm_pair_q4_K(int64_t nb, const uint8_t* pair, const BlockQ8_K* const* act
     for (int t = 0; t < T; ++t) {
       const BlockQ8_K& y = acts[t][i];
       const __m512 dy = _mm512_set1_ps(y.d);
-      // The 8 sub-blocks' sums (each two 16-element bsums, within +-4096: exact in int16), two to a dword:
-      // half the vpdpwssd of one per sub-block over the bsum pairs, and half the broadcasts. At 8 tokens the
-      // kernel is bound by its vpdpbusd / vpdpwssd (88 a token and block before, 84 + one vpmaddwd now).
-      // Zen 5, 1B-shaped Q4_K, batched decode of 16, alternating binaries: 4 pairs, every one faster, ~1.04x.
+      // The 8 sub-blocks' sums (each two 16-element bsums, within +-4096: exact in int16), two to a dword, as
+      // the 8-row kernels pair them: 4 vpdpwssd and 4 broadcasts a token and block instead of one of each per
+      // sub-block, and 4 mins vectors instead of 8 (GCC no longer spills accumulators at 8 tokens). Zen 5,
+      // 1B-shaped Q4_K, batched decode of 16, alternating binaries: 4 pairs, every one faster, ~1.04x.
       const __m256i sums32 = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)), ones16);
       alignas(16) int32_t sub_pairs[4];
       _mm_store_si128(reinterpret_cast<__m128i*>(sub_pairs),
