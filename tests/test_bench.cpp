@@ -29,6 +29,7 @@
 #include "bench/serving_bench.h"
 #include "bench/triad.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "model/model.h"
 #include "run_command.h"
 #include "stories_model.h"
@@ -711,6 +712,30 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
 }
 
 // Bad options and an unreachable server: a message naming the problem and a non-zero exit, quickly.
+// --phase-profile times the measured run's decode steps only (not the warm-up's): each request's steps after
+// its prefill, when the single-token region runs them (two or more threads).
+TEST(BenchOffline, PhaseProfileTimesTheMeasuredDecodeSteps) {
+  OfflineBenchOptions o;
+  o.prompts.num_prompts = 2;
+  o.prompts.prompt_len = 20;
+  o.output_len = 11;
+  o.batch = 1;
+  o.phase_profile = true;
+  const OfflineBenchResult r = run_offline_bench(stories(), o);
+  EXPECT_EQ(r.summary.completed, 2);
+  if (ThreadPool::global().size() < 2) {
+    EXPECT_EQ(r.phases.steps, 0);
+    return;
+  }
+  EXPECT_EQ(r.phases.steps, 2 * 10);
+  ASSERT_FALSE(r.phases.rows.empty());
+  EXPECT_EQ(r.phases.rows.front().phase, "qkv");
+  EXPECT_EQ(r.phases.rows.back().phase, "head");
+  EXPECT_GT(r.phases.bytes, 0);
+  o.phase_profile = false;
+  EXPECT_EQ(run_offline_bench(stories(), o).phases.steps, 0);
+}
+
 TEST(BenchCommand, BadInputIsAClearError) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
   const std::string bin = KVSERVE_BINARY;
@@ -724,7 +749,8 @@ TEST(BenchCommand, BadInputIsAClearError) {
         Case{"generate -n -3 -p hi", "--max-tokens: must be >= 0, got -3"},
         Case{"bench --url http://127.0.0.1:1 -n 2", "could not connect (is a server listening there?)"},
         Case{"bench --url http://127.0.0.1:1 --bound-segments 16", "--bound-segments times the offline decode"},
-        Case{"bench --bound-segments 0", "--bound-segments: must be > 0, got 0"}}) {
+        Case{"bench --bound-segments 0", "--bound-segments: must be > 0, got 0"},
+        Case{"bench --url http://127.0.0.1:1 --phase-profile", "--phase-profile times the offline decode"}}) {
     const auto r = test::run_command("timeout 60 " + bin + " " + c.args, /*capture_stderr=*/true);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.exit_code, 124) << c.args << ": timed out";

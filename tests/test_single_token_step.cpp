@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/phase_table.h"
 #include "core/thread_pool.h"
+#include "engine/kv_row_store.h"
 #include "engine/model_runner.h"
 #include "model/model.h"
 
@@ -126,6 +128,99 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
             << "H2O records of layer " << l << ", mode " << i;
       }
     }
+}
+
+// The phase profile times every phase of every one-token step on each thread, counts exactly the bytes each
+// phase reads (weights; attention's K and V rows of the positions attended, per layer's element type), and
+// changes nothing the step computes. Prompts (several tokens) are not one-token steps and are not counted.
+TEST(StepPhaseProfile, TimesEachPhaseAndCountsWhatItRead) {
+  auto model = load_model(golden_model_path("tiny-gqa"));
+  const ModelConfig& c = model->config;
+  for (const int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    ModelRunner plain(*model, pool), profiled(*model, pool);
+    EXPECT_EQ(profiled.phase_profile(), nullptr);
+    profiled.set_phase_profile(true);
+    ASSERT_NE(profiled.phase_profile(), nullptr);
+    ASSERT_TRUE(profiled.single_token_region_applies());
+    std::vector<KVElemType> types;
+    for (int l = 0; l < c.n_layers; ++l) types.push_back(l % 2 ? KVElemType::F16 : KVElemType::F32);
+    const int prompt_len = 9, n_steps = 150;  // past one attention partition of 128
+    const int n_blocks = (prompt_len + n_steps) / 16 + 2;
+    TestCache plain_cache(c, types, 16, n_blocks, 3), profiled_cache(c, types, 16, n_blocks, 3);
+    std::vector<int32_t> tokens(prompt_len, 5);
+    std::vector<float> plain_logits, profiled_logits;
+    double attention_bytes = 0;
+    int64_t pos = 0;
+    for (int step = 0; step <= n_steps; ++step) {
+      BatchSequence s;
+      s.tokens = tokens;
+      s.pos0 = pos;
+      s.block_table = plain_cache.table;
+      ASSERT_EQ(plain.forward({&s, 1}, plain_cache.view, plain_logits), 1);
+      ASSERT_EQ(profiled.forward({&s, 1}, profiled_cache.view, profiled_logits), 1);
+      ASSERT_EQ(plain_logits, profiled_logits) << "step " << step;
+      if (step == 0) {
+        EXPECT_EQ(profiled.phase_profile()->steps(), 0) << "a prompt is not a one-token step";
+      } else {
+        for (int l = 0; l < c.n_layers; ++l)
+          attention_bytes += static_cast<double>((pos + 1) * c.n_kv_heads * 2 * kv_row_bytes(types[l], c.head_dim));
+      }
+      pos += static_cast<int64_t>(tokens.size());
+      tokens.assign(
+          1, static_cast<int32_t>(std::max_element(plain_logits.begin(), plain_logits.end()) - plain_logits.begin()));
+    }
+    const StepPhaseProfile& p = *profiled.phase_profile();
+    EXPECT_EQ(p.steps(), n_steps);
+    ASSERT_EQ(p.threads(), threads);
+    double qkv = 0, wo = 0, gate_up = 0, down = 0;
+    for (const LayerWeights& L : model->layers) {
+      qkv += static_cast<double>(L.wq.bytes() + L.wk.bytes() + L.wv.bytes());
+      wo += static_cast<double>(L.wo.bytes());
+      gate_up += static_cast<double>(L.w_gate.bytes() + L.w_up.bytes());
+      down += static_cast<double>(L.w_down.bytes());
+    }
+    EXPECT_EQ(p.bytes(StepPhase::Qkv), n_steps * qkv);
+    EXPECT_EQ(p.bytes(StepPhase::Wo), n_steps * wo);
+    EXPECT_EQ(p.bytes(StepPhase::GateUp), n_steps * gate_up);
+    EXPECT_EQ(p.bytes(StepPhase::Down), n_steps * down);
+    EXPECT_EQ(p.bytes(StepPhase::Head), n_steps * static_cast<double>(model->output.bytes()));
+    EXPECT_EQ(p.bytes(StepPhase::Attention), attention_bytes);
+    EXPECT_EQ(p.bytes(StepPhase::Merge), 0);
+    for (int t = 0; t < threads; ++t)
+      for (const StepPhase ph : {StepPhase::Qkv, StepPhase::Attention, StepPhase::Merge, StepPhase::Wo,
+                                 StepPhase::GateUp, StepPhase::Down, StepPhase::Head})
+        EXPECT_GT(p.work_ns(t, ph), 0) << "thread " << t << " " << step_phase_name(ph);
+
+    const bench::PhaseSummary sum = bench::summarize_phases(p);
+    EXPECT_EQ(sum.steps, n_steps);
+    ASSERT_EQ(sum.rows.size(), static_cast<size_t>(kStepPhases));
+    double wall = 0;
+    for (const bench::PhaseRow& r : sum.rows) {
+      EXPECT_GT(r.wall_us, 0) << r.phase;
+      EXPECT_EQ(r.work_us.size(), static_cast<size_t>(threads));
+      EXPECT_NEAR(r.gb_s, r.bytes / (r.wall_us * 1e3), 1e-9 * (1 + r.gb_s)) << r.phase;
+      wall += r.wall_us;
+    }
+    EXPECT_EQ(sum.rows[1].phase, "attention");
+    EXPECT_NEAR(sum.rows[1].bytes, attention_bytes / n_steps, 1e-6);
+    EXPECT_NEAR(sum.wall_us, wall, 1e-9 * wall);
+    EXPECT_NE(bench::format_phases(sum).find("phase profile of 150 one-token steps"), std::string::npos);
+
+    profiled.set_phase_profile(false);
+    EXPECT_EQ(profiled.phase_profile(), nullptr);
+  }
+}
+
+TEST(StepPhaseProfile, NoStepsSaysSo) {
+  StepPhaseProfile p;
+  p.reset(2);
+  StepPhaseProfile::Clock off(nullptr, 0);
+  off.work_done(StepPhase::Qkv);  // a no-op
+  const bench::PhaseSummary sum = bench::summarize_phases(p);
+  EXPECT_EQ(sum.steps, 0);
+  EXPECT_TRUE(sum.rows.empty());
+  EXPECT_NE(bench::format_phases(sum).find("no one-token step ran"), std::string::npos);
 }
 
 // Contexts past 128 positions (several partitions); MHA, GQA and MQA; F16, BF16, F32 and quantized weights

@@ -175,6 +175,7 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
     double unused = 0;
     run_closed_loop(engine, make_prompts(w, pool, bos), wsp, o.batch, "warmup-", &unused);
   }
+  if (o.phase_profile) engine.set_phase_profile(true);  // idle: no request yet, or the warm-up ended in wait_until_idle
   const EngineStats before = engine.stats();
   const std::vector<std::vector<int32_t>> prompts = make_prompts(o.prompts, pool, bos);
   std::unique_ptr<BoundProbe> probe;
@@ -199,6 +200,7 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
   res.engine_stats.requests_finished -= before.requests_finished;
   res.kv_cache_bytes = static_cast<uint64_t>(eo.kv_cache_memory);
   if (probe) res.bound_segments = probe->segments();
+  if (const StepPhaseProfile* profile = engine.phase_profile()) res.phases = summarize_phases(*profile);
   return res;
 }
 

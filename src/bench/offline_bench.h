@@ -3,11 +3,11 @@
 // requests in flight at a time (closed loop: a new one is added as soon as one finishes), greedy decoding
 // of exactly output_len tokens each (EOS ignored).
 #include <cstdint>
-
 #include <vector>
 
 #include "bench/bench_metrics.h"
 #include "bench/bound_segments.h"
+#include "bench/phase_table.h"
 #include "bench/prompts.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -25,6 +25,8 @@ struct OfflineBenchOptions {
   // core-to-core round trip measured right before and after it (BoundProbe). The summary's rates then
   // include those pauses; the segments' do not.
   int bound_segment_steps = 0;
+  // Time the phases of the one-token steps (after the warm-up): OfflineBenchResult::phases.
+  bool phase_profile = false;
   // Engine settings; max_num_seqs is set from batch, and kv_cache_memory (when 0) from what the run
   // needs: batch x (prompt + output) tokens of cache, plus room for cached prefixes.
   EngineOptions engine;
@@ -35,6 +37,7 @@ struct OfflineBenchResult {
   EngineStats engine_stats;  // after the run (preemptions, prefix queries/hits, ...)
   uint64_t kv_cache_bytes = 0;
   std::vector<BoundSegment> bound_segments;  // with bound_segment_steps
+  PhaseSummary phases;                       // with phase_profile
 };
 
 // Throws Error when the options cannot run (prompt + output beyond the context, ...).

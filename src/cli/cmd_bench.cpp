@@ -71,6 +71,7 @@ struct BenchArgs {
   // output
   bool triad = false;
   int bound_segments = 0;
+  bool phase_profile = false;
   bool json = false;
 };
 
@@ -117,6 +118,7 @@ void run_offline(const BenchArgs& a) {
   o.warmup = a.warmup;
   o.temperature = a.temperature;
   o.bound_segment_steps = a.bound_segments;
+  o.phase_profile = a.phase_profile;
   o.engine.block_size = a.block_size;
   o.engine.max_num_batched_tokens = a.max_num_batched_tokens;
   o.engine.max_model_len = a.max_model_len;
@@ -173,6 +175,7 @@ void run_offline(const BenchArgs& a) {
     j["bound_segments"] = segs;
     j["bound_segments_median_of_bound"] = bench::median_of_bound(r.bound_segments);
   }
+  if (a.phase_profile) j["phase_profile"] = bench::phases_json(r.phases);
   if (a.json) {
     print_json(j);
     return;
@@ -197,6 +200,7 @@ void run_offline(const BenchArgs& a) {
     std::printf("median of the segments: %.2f of the bound (weights + K/V per token)\n",
                 bench::median_of_bound(r.bound_segments));
   }
+  if (a.phase_profile) std::printf("%s", bench::format_phases(r.phases).c_str());
 }
 
 void run_serving(const BenchArgs& a) {
@@ -256,6 +260,9 @@ void run_bench(const BenchArgs& a) {
   set_compute_threads(a.threads);
   if (a.bound_segments > 0 && (!a.url.empty() || (a.model.empty() && a.triad)))
     fail("bench: --bound-segments times the offline decode of a model (-m MODEL), not {}",
+         a.url.empty() ? "--triad alone" : "a server (--url)");
+  if (a.phase_profile && (!a.url.empty() || (a.model.empty() && a.triad)))
+    fail("bench: --phase-profile times the offline decode steps of a model (-m MODEL), not {}",
          a.url.empty() ? "--triad alone" : "a server (--url)");
   if (!a.url.empty()) return run_serving(a);
   if (a.model.empty() && a.triad) {
@@ -358,6 +365,9 @@ void add_bench_command(CLI::App& app) {
                 "Offline, batch 1: time the decode in segments of this many steps, each against a triad and the "
                 "core-to-core round trip measured right before and after it (for hosts whose bandwidth moves)")
       ->check(cli::kPositive);
+  c->add_flag("--phase-profile", a->phase_profile,
+              "Offline, batch 1: time each phase of the one-token decode steps (Q/K/V, attention, merge, output "
+              "projection, gate/up, down, head) per thread, with the bytes each reads and its GB/s");
   c->add_flag("--json", a->json, "Print one JSON object with every figure");
   c->callback([a] { run_bench(*a); });
 }

@@ -754,6 +754,10 @@ std::string Engine::check_invariants() const {
   return impl_->invariant_problem;
 }
 
+void Engine::set_phase_profile(bool on) { impl_->runner.set_phase_profile(on); }
+
+const StepPhaseProfile* Engine::phase_profile() const { return impl_->runner.phase_profile(); }
+
 EngineStats Engine::stats() const {
   std::lock_guard lk(impl_->snap_mu);
   return impl_->snap;

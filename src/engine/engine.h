@@ -20,6 +20,10 @@
 #include "model/model.h"
 
 namespace kvserve {
+class StepPhaseProfile;
+}
+
+namespace kvserve {
 
 struct EngineOptions {
   // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1).
@@ -142,6 +146,10 @@ class Engine {
   std::string check_invariants() const;
 
   EngineStats stats() const;
+  // Times the phases of the one-token steps from now on, from zero (ModelRunner::set_phase_profile), or
+  // stops. Both only while the engine is idle (after wait_until_idle), as the profile is written by steps.
+  void set_phase_profile(bool on);
+  const StepPhaseProfile* phase_profile() const;
   BlockMap block_map() const;
   const Model& model() const;
   const EngineOptions& options() const;

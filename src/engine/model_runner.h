@@ -4,12 +4,14 @@
 // its block table. One builder for the llama family (llama, qwen2, qwen3) and Gemma 3, whose differences
 // are ModelConfig flags (q/k norms, post-norms, GeGLU, embedding scale, sliding-window layers).
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "engine/attention_split.h"
 #include "engine/heavy_hitter_eviction.h"
+#include "engine/step_phase_profile.h"
 #include "engine/streaming_eviction.h"
 #include "kernels/cpu/h2o_attention.h"
 #include "kernels/cpu/matmul.h"
@@ -74,6 +76,10 @@ class ModelRunner {
   void set_single_token_region(SingleTokenRegion mode) { single_token_region_ = mode; }
   // Whether a one-token step runs as one parallel region (forward_single_token) rather than per op.
   bool single_token_region_applies() const;
+  // Times the single-token region's phases (StepPhaseProfile) from now on, from zero; off, nothing is timed.
+  void set_phase_profile(bool on);
+  // The phases timed since set_phase_profile(true), or nullptr when off.
+  const StepPhaseProfile* phase_profile() const { return phase_profile_.get(); }
 
  private:
   void ensure_scratch(int64_t n_tokens);
@@ -146,6 +152,7 @@ class ModelRunner {
   bool region_weights_ok_ = false;
   std::vector<ThreadScratch> thread_scratch_;
   std::vector<float> partials_;
+  std::unique_ptr<StepPhaseProfile> phase_profile_;
   std::vector<int64_t> unit_first_;      // first attention unit of each thread's share
   std::vector<int64_t> unit_first_swa_;  // the same in the sliding-window layers
   AttentionSplit attention_split_;

@@ -6,6 +6,7 @@
 // is the per-op path's, operation for operation, so the logits are the same bits
 // (test: SingleTokenRegionTest.LogitsAndKVMatchPerOpPathBitForBit).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 
@@ -13,9 +14,9 @@
 #include "engine/model_runner.h"
 #include "kernels/cpu/attention_sinks.h"
 #include "kernels/cpu/h2o_attention.h"
+#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/paged_attention_impl.h"
 
 namespace kvserve {
@@ -39,6 +40,13 @@ Share static_share(int64_t n, int ti, int nt) {
 }
 
 }  // namespace
+
+void ModelRunner::set_phase_profile(bool on) {
+  phase_profile_.reset();
+  if (!on) return;
+  phase_profile_ = std::make_unique<StepPhaseProfile>();
+  phase_profile_->reset(pool_.size());
+}
 
 bool ModelRunner::single_token_region_applies() const {
   if (single_token_region_ == SingleTokenRegion::Off || pool_.size() == 1 || detail::simd_worker_in_use() == nullptr)
@@ -162,8 +170,17 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   const bool want_logits = s.want_logits;
   if (want_logits) logits.resize(static_cast<size_t>(c.n_vocab));
 
+  StepPhaseProfile* profile = phase_profile_.get();
+  if (profile != nullptr && profile->threads() != nt) profile->reset(nt);
   pool_.run([&](int ti, int) {
     ThreadScratch& ts = thread_scratch_[static_cast<size_t>(ti)];
+    StepPhaseProfile::Clock clock(profile, ti);
+    // The barrier that ends phase p, with the phase's work and this thread's wait timed when profiling.
+    const auto end_phase = [&](StepPhase p) {
+      clock.work_done(p);
+      pool_.barrier(ti);
+      clock.wait_done(p);
+    };
     // This thread's time in attention over the step's (timed) layers, for the next step's split.
     std::chrono::steady_clock::duration attending{};
     // The residual stream. With post-norms (Gemma) each thread keeps its own copy: a projection's output must
@@ -172,7 +189,8 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     float* x = c.post_norms ? ts.x.data() : x_.data();
     if (c.post_norms) std::copy_n(x_.data(), E, x);
     // x += w * in (or x += post_norm(w * in)): each thread adds the rows it computed, then a barrier.
-    const auto add_projection_to_residual = [&](const Tensor& w, const float* in, int64_t n_in, const Tensor& post) {
+    const auto add_projection_to_residual = [&](const Tensor& w, const float* in, int64_t n_in, const Tensor& post,
+                                                StepPhase phase) {
       ts.acts.convert(w.type, in, n_in, 1);
       pool_.balanced_share(
           ti, w.rows(),
@@ -185,7 +203,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
               add_inplace(x_.data() + b, tmp_.data() + b, e - b);
           },
           matmul_balance_chunk_rows(w, 1));
-      pool_.barrier(ti);
+      end_phase(phase);
       if (c.post_norms) {
         rmsnorm(tmp_.data(), static_cast<const float*>(post.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
         add_inplace(x, ts.xn.data(), E);
@@ -242,7 +260,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
             }
           },
           matmul_balance_chunk_rows(qkv, 1));
-      pool_.barrier(ti);
+      end_phase(StepPhase::Qkv);
 
       // RoPE: every thread rotates its own copy of q; a KV head's k is rotated and stored with its v by
       // the thread that reads the newest partition.
@@ -288,8 +306,8 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
           if (rot.any()) hadamard_rotate(attn_.data() + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
         }
         norm_ahead(L.ffn_norm);
-        pool_.barrier(ti);
-        add_projection_to_residual(L.wo, attn_.data(), QD, L.attn_post_norm);
+        end_phase(StepPhase::Attention);
+        add_projection_to_residual(L.wo, attn_.data(), QD, L.attn_post_norm, StepPhase::Wo);
       }
       for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
@@ -311,7 +329,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       const auto attend_start = std::chrono::steady_clock::now();
       detail::attend_decode_units(attn_worker, a, my_units.first, my_units.last, partials_.data());
       if (swa == has_swa) attending += std::chrono::steady_clock::now() - attend_start;
-      pool_.barrier(ti);
+      end_phase(StepPhase::Attention);
       // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
       if (redundant_merge) a.out = ts.attn.data();
       if (sinks_here) a.lse = redundant_merge ? ts.lse.data() : attn_lse_.data();
@@ -322,10 +340,13 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         // This KV head's query heads mix rotated V rows: rotated back.
         if (rot.any()) hadamard_rotate(a.out + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
       }
-      if (!redundant_merge) pool_.barrier(ti);
+      if (redundant_merge)
+        clock.work_done(StepPhase::Merge);
+      else
+        end_phase(StepPhase::Merge);
       const float* attn = redundant_merge ? ts.attn.data() : attn_.data();
 
-      add_projection_to_residual(L.wo, attn, QD, L.attn_post_norm);
+      add_projection_to_residual(L.wo, attn, QD, L.attn_post_norm, StepPhase::Wo);
       }
 
       // Feed-forward (SwiGLU, or GeGLU).
@@ -336,10 +357,10 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
           ti, L.w_gate.rows() + L.w_up.rows(),
           [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); },
           matmul_balance_chunk_rows(gate_up, 1));
-      pool_.barrier(ti);
+      end_phase(StepPhase::GateUp);
       ffn_activation(gate_.data(), up_.data(), ts.ffn.data(), F);
       norm_ahead(il + 1 < c.n_layers ? model_.layers[il + 1].attn_norm : model_.output_norm);
-      add_projection_to_residual(L.w_down, ts.ffn.data(), F, L.ffn_post_norm);
+      add_projection_to_residual(L.w_down, ts.ffn.data(), F, L.ffn_post_norm, StepPhase::Down);
     }
     attention_split_.record(ti, std::chrono::duration<double, std::nano>(attending).count());
     if (!want_logits) return;
@@ -352,8 +373,32 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
           finish_logits(logits.data() + b, e - b);
         },
         matmul_balance_chunk_rows(model_.output, 1));
+    clock.work_done(StepPhase::Head);
   });
   attention_split_.update(timed_units, timed_first);
+  if (profile != nullptr) {
+    // What each phase read: its weights, and for attention the K and V rows of the positions it attended.
+    std::array<double, kStepPhases> bytes{};
+    const auto at = [&](StepPhase p) -> double& { return bytes[static_cast<size_t>(p)]; };
+    for (int il = 0; il < c.n_layers; ++il) {
+      const LayerWeights& L = model_.layers[il];
+      at(StepPhase::Qkv) += static_cast<double>(L.wq.bytes() + L.wk.bytes() + L.wv.bytes());
+      at(StepPhase::Wo) += static_cast<double>(L.wo.bytes());
+      at(StepPhase::GateUp) += static_cast<double>(L.w_gate.bytes() + L.w_up.bytes());
+      at(StepPhase::Down) += static_cast<double>(L.w_down.bytes());
+      int64_t attended = pos + 1 - (c.is_swa_layer(il) ? swa_first_pos : full_first_pos);
+      if (!kv.h2o_records.empty() && kv.h2o_records[static_cast<size_t>(il)] != nullptr) {
+        const int group = kv.layer_group.empty() ? 0 : kv.layer_group[static_cast<size_t>(il)];
+        const H2OAttentionArgs h = h2o_layer_args(kv, il, s, group);
+        attended = std::min(pos + 1, h.heavy + h.recent);
+      }
+      const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+      at(StepPhase::Attention) +=
+          static_cast<double>(attended * KVH * 2) * static_cast<double>(kv_row_bytes(kv_type, D));
+    }
+    if (want_logits) at(StepPhase::Head) += static_cast<double>(model_.output.bytes());
+    profile->add_step(bytes);
+  }
   return want_logits ? 1 : 0;
 }
 
