@@ -145,11 +145,7 @@ void BM_Triad(benchmark::State& state) {
   ThreadPool& pool = ThreadPool::global();
   for (auto _ : state) {
     pool.parallel_for(
-        n,
-        [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) a[i] = b[i] + 3.0f * c[i];
-        },
-        4096);
+        n, [&](int64_t begin, int64_t end) { bench::triad_range(a.data(), b.data(), c.data(), begin, end); }, 4096);
     benchmark::DoNotOptimize(a.data());
     benchmark::ClobberMemory();
   }

@@ -385,6 +385,18 @@ TEST(BenchBoundSegments, OfflineRunSegmentsItsDecode) {
   EXPECT_THROW(run_offline_bench(stories(), o), Error);
 }
 
+// The triad's kernel against the scalar loop, over ranges that start and end off its 32-float steps.
+TEST(BenchTriad, KernelMatchesTheScalarLoop) {
+  const int64_t n = 1000;
+  std::vector<float> b(n), c(n), a(n, -1.0f), want(n, -1.0f);
+  for (int64_t i = 0; i < n; ++i) b[i] = 0.25f * static_cast<float>(i % 97), c[i] = 1.5f - static_cast<float>(i % 13);
+  for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 1000}, {3, 70}, {33, 34}, {64, 96}, {5, 5}}) {
+    triad_range(a.data(), b.data(), c.data(), begin, end);
+    for (int64_t i = begin; i < end; ++i) want[i] = b[i] + 3.0f * c[i];
+    ASSERT_EQ(a, want) << begin << ".." << end;
+  }
+}
+
 TEST(BenchTriad, MeasuresSomething) {
   const TriadResult t = measure_triad(ThreadPool::global(), 1 << 20, 2);
   EXPECT_GT(t.best_gb_s, 0);

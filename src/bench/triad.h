@@ -15,6 +15,14 @@ struct TriadResult {
   int threads = 0;
 };
 
+// a[i] = b[i] + 3 * c[i] for i in [begin, end): the triad's kernel (a mul and an add, as the scalar loop).
+// On AVX2 cores 32-byte vectors, four a step, so the loop's own issue rate stays out of the figure: the
+// plain loop, compiled for the baseline ISA, is GCC's 16-byte SSE loop of 7 instructions, and on the Zen 5
+// host with the two vCPUs on different CCDs (a core's own issue rate then bounds its bandwidth) two
+// builds of the same code measured ~52 and ~76 GB/s (12 alternating runs each), by where the linker put
+// the loop (across a 64-byte line or not). A bound that moved with that would pass decodes it should not.
+void triad_range(float* a, const float* b, const float* c, int64_t begin, int64_t end);
+
 // n floats per array (default 32M = 128 MiB each, far beyond any cache); one untimed pass first.
 TriadResult measure_triad(ThreadPool& pool = ThreadPool::global(), int64_t n = int64_t{32} << 20, int reps = 5);
 
