@@ -20,10 +20,8 @@
 #include "model/model.h"
 
 namespace kvserve {
-class StepPhaseProfile;
-}
 
-namespace kvserve {
+class StepPhaseProfile;  // engine/step_phase_profile.h
 
 struct EngineOptions {
   // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1).
