@@ -723,7 +723,6 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   EXPECT_NEAR(tg["per_repeat"][0].get<double>(), seg_values[0], 1e-9);
 }
 
-// Bad options and an unreachable server: a message naming the problem and a non-zero exit, quickly.
 // --phase-profile times the measured run's decode steps only (not the warm-up's): each request's steps after
 // its prefill, when the single-token region runs them (two or more threads).
 TEST(BenchOffline, PhaseProfileTimesTheMeasuredDecodeSteps) {
@@ -748,6 +747,7 @@ TEST(BenchOffline, PhaseProfileTimesTheMeasuredDecodeSteps) {
   EXPECT_EQ(run_offline_bench(stories(), o).phases.steps, 0);
 }
 
+// Bad options and an unreachable server: a message naming the problem and a non-zero exit, quickly.
 TEST(BenchCommand, BadInputIsAClearError) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary";
   const std::string bin = KVSERVE_BINARY;
