@@ -154,6 +154,16 @@ TEST(ServerParse, MalformedJsonAndWrongTypesAre400) {
   }
   // Whole-valued floats are integers.
   EXPECT_EQ(parse_completion(R"({"prompt": "x", "max_tokens": 5.0})").params.max_tokens, 5);
+  // A content part whose "type" is not a string (found by fuzz_request: json::value() threw a type_error
+  // that escaped as an uncaught exception), or a part that is not text.
+  for (const char* part : {R"({"type": ["text"], "text": "hi"})", R"({"type": 3, "text": "hi"})",
+                           R"({"type": null, "text": "hi"})", R"({"text": "hi"})", R"({"type": "image_url"})",
+                           R"({"type": "text", "text": 5})", R"("hi")"}) {
+    SCOPED_TRACE(part);
+    EXPECT_EQ(rejection(Endpoint::ChatCompletions,
+                        std::string(R"({"messages": [{"role": "user", "content": [)") + part + "]}]}"),
+              std::make_pair(400, std::string("messages")));
+  }
 }
 
 TEST(ServerParse, OutOfRangeValuesAre400) {

@@ -99,7 +99,10 @@ std::string message_content(const json& content) {
   if (!content.is_array()) throw bad_request("message 'content' must be a string or an array of parts", "messages");
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    // json::value() throws a type_error (not a request error) for a "type" that is not a string.
+    const json* type = part.is_object() ? field(part, "type") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get_ref<const std::string&>() != "text" || !part.contains("text") ||
+        !part["text"].is_string())
       throw bad_request("only text content parts are supported", "messages");
     text += part["text"].get<std::string>();
   }
