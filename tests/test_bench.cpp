@@ -415,6 +415,23 @@ TEST(BenchRead, MeasuresTheBytesItReads) {
   EXPECT_EQ(r.bytes % (int64_t{8} * 256 * r.threads), 0);
 }
 
+TEST(BenchRead, KernelSumsEveryWordOfItsStreams) {
+  // 8 streams of 96 words (3 steps each, the last without prefetches), values that overflow 32 bits.
+  const int64_t len = 96;
+  std::vector<uint64_t> words(8 * len);
+  uint64_t want = 0;
+  for (size_t i = 0; i < words.size(); ++i) {
+    words[i] = (uint64_t{0x9E3779B97F4A7C15} * (i + 1)) ^ (i << 40);
+    want += words[i];
+  }
+  EXPECT_EQ(read_streams(words.data(), len), want);
+  // A stream of one step: only its words.
+  uint64_t first_steps = 0;
+  for (int s = 0; s < 8; ++s)
+    for (int w = 0; w < 32; ++w) first_steps += words[static_cast<size_t>(s * 32 + w)];
+  EXPECT_EQ(read_streams(words.data(), 32), first_steps);
+}
+
 TEST(BenchRead, RejectsABufferTooSmallForItsStreams) {
   EXPECT_THROW(measure_read(ThreadPool::global(), 1024, 2), Error);
   EXPECT_THROW(measure_read(ThreadPool::global(), 8 << 20, 0), Error);

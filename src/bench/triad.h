@@ -51,6 +51,10 @@ struct ReadResult {
   int threads = 0;
 };
 
+// One thread's share of it: 8 streams of `len` 8-byte words (a multiple of 32) back to back, summed (on AVX2
+// cores 32-byte loads, as triad_range).
+uint64_t read_streams(const uint64_t* p, int64_t len);
+
 // A buffer of `bytes` (default 512 MiB; at least 8 streams of 256 bytes per thread); one untimed pass first.
 ReadResult measure_read(ThreadPool& pool = ThreadPool::global(), int64_t bytes = int64_t{512} << 20, int reps = 5);
 
