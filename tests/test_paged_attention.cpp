@@ -489,6 +489,37 @@ TEST(PagedAttention, QuantizedCachesZmmWorkerIsBitIdenticalToAvx2) {
   }
 }
 
+// The prefetch stream's steps name each line of each run once, in order, per_slot a step (fewer at the end),
+// across run boundaries and for runs of any length (a power of two or not), and stop at its end.
+TEST(PagedAttention, LineStreamStepsThroughEveryLineOfItsRunsInOrder) {
+  std::vector<char> memory(64 * 1024);
+  for (int64_t run_lines : {1, 3, 32, 96}) {
+    for (int64_t per_slot : {1, 2, 5, 7, 200}) {
+      std::vector<const char*> runs;
+      for (int64_t r = 0; r < 4; ++r) runs.push_back(memory.data() + (3 - r) * run_lines * 64 + 8 * r);
+      const int64_t n_lines = 4 * run_lines;
+      detail::LinePrefetchStream s{runs.data(), run_lines, n_lines, 0, per_slot, 0, 0};
+      std::vector<const char*> asked;
+      int steps = 0;
+      for (; steps < 1000 && s.next < n_lines; ++steps) {
+        const size_t before = asked.size();
+        detail::step_line_stream(s, [&](const char* line) { asked.push_back(line); });
+        const auto done = static_cast<int64_t>(before);
+        ASSERT_EQ(static_cast<int64_t>(asked.size()) - done, std::min(per_slot, n_lines - done));
+      }
+      ASSERT_EQ(steps, (n_lines + per_slot - 1) / per_slot) << run_lines << " " << per_slot;
+      ASSERT_EQ(static_cast<int64_t>(asked.size()), n_lines);
+      for (int64_t i = 0; i < n_lines; ++i)
+        ASSERT_EQ(asked[static_cast<size_t>(i)], runs[static_cast<size_t>(i / run_lines)] + i % run_lines * 64)
+            << "line " << i << ", runs of " << run_lines << ", " << per_slot << " a step";
+      detail::step_line_stream(s, [&](const char*) { ADD_FAILURE() << "a line past the stream's end"; });
+    }
+  }
+  // No stream: nothing asked.
+  detail::LinePrefetchStream none{nullptr, 0, 0, 0, 4, 0, 0};
+  detail::step_line_stream(none, [&](const char*) { ADD_FAILURE() << "a line of an empty stream"; });
+}
+
 // Contexts of several partitions in blocks of 2-4 slots and 8-16-wide heads, half precision: a block's
 // rows of one KV head span less than a cache line here, where the next partition's K rows are asked for
 // during the values pass (LinePrefetchStream) in whole lines.

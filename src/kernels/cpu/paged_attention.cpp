@@ -244,7 +244,7 @@ detail::LinePrefetchStream next_sequence_stream(const PagedAttentionArgs& a, int
   }
   const int64_t block_lines = (block_bytes + 63) / 64;
   const int64_t n_lines = static_cast<int64_t>(blocks.size()) * block_lines;
-  return {blocks.data(), block_lines, n_lines, 0, (n_lines + slots - 1) / std::max<int64_t>(1, slots)};
+  return {blocks.data(), block_lines, n_lines, 0, (n_lines + slots - 1) / std::max<int64_t>(1, slots), 0, 0};
 }
 
 // Clears this thread's stream however the sequence's items end.

@@ -80,7 +80,28 @@ struct LinePrefetchStream {
   int64_t n_lines;          // lines in all: 0 = no stream
   int64_t next;             // next line to ask for
   int64_t per_slot;
+  // `next` as (run, line within it), kept in step with it: the step's address then needs no division (a
+  // 64-bit idiv a line took ~45 % of the values pass's samples, cache hot).
+  int64_t next_run;
+  int64_t next_in_run;
 };
+// The stream's next per_slot lines (fewer at its end), each passed to ask(address) in order.
+template <typename Ask>
+inline void step_line_stream(LinePrefetchStream& s, Ask&& ask) {
+  const int64_t end = std::min(s.n_lines, s.next + s.per_slot);
+  if (s.next >= end) return;
+  int64_t run = s.next_run, in_run = s.next_in_run;
+  for (int64_t line = s.next; line < end; ++line) {
+    ask(s.runs[run] + in_run * 64);
+    if (++in_run == s.run_lines) {
+      in_run = 0;
+      ++run;
+    }
+  }
+  s.next = end;
+  s.next_run = run;
+  s.next_in_run = in_run;
+}
 extern __thread LinePrefetchStream t_next_sequence __attribute__((tls_model("local-exec")));
 // Whether paged_attention_batch takes `batch` sequence by sequence with that stream (on the SIMD worker,
 // with `threads` threads): a decode step (one token each) of enough sequences, unless

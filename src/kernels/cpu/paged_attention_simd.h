@@ -282,8 +282,7 @@ inline __m256 hsum8(const __m256 (&v)[8]) {
 // K rows about to be scored (SmolLM2 shapes, bench_paged_attention region_cold: ~1.05x alone).
 // The stream's next per_slot lines, into L2.
 inline void prefetch_stream_step(LinePrefetchStream& s) {
-  for (const int64_t end = std::min(s.n_lines, s.next + s.per_slot); s.next < end; ++s.next)
-    _mm_prefetch(s.runs[s.next / s.run_lines] + s.next % s.run_lines * 64, _MM_HINT_T1);
+  step_line_stream(s, [](const char* line) { _mm_prefetch(line, _MM_HINT_T1); });
 }
 
 struct RowPrefetch {
@@ -1242,7 +1241,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       // After the call's last partition, the caller's next one (`after`): a thread's units can take
       // several calls (attend_decode_units), and without it each started from memory.
       const char* next_k_runs[kMaxNextKRuns];
-      LinePrefetchStream next_k{next_k_runs, 0, 0, 0, 0};
+      LinePrefetchStream next_k{next_k_runs, 0, 0, 0, 0, 0, 0};
       const bool last_part = part + 1 == part_end;
       const int64_t next_part = !last_part ? part + 1 : after != nullptr ? after->part : -1;
       const int next_kvh = !last_part ? row_kvh[0] : after != nullptr ? after->kvh : 0;
