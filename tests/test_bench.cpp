@@ -597,7 +597,8 @@ echo "{\"pp\": $pp, \"tg\": $tg, \"pl\": $pl, \"speed_pp\": $pp, \"speed_tg\": $
   const auto [status_off, out_off, err_off] = test::run_command(
       "python3 " KVSERVE_SOURCE_DIR "/bench/compare_llamacpp.py --kvserve " KVSERVE_BINARY " -m " + model +
           " -t 1 --prompt-len 16 --gen-len 8 --skip-batched --repeats 1 --bound-segments 0 --json --llama-fa off"
-          " --llama-bench " + bench,
+          " --llama-bench " +
+          bench,
       /*capture_stderr=*/true);
   std::filesystem::remove_all(dir);
   ASSERT_EQ(status_off, 0) << err_off;

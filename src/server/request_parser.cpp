@@ -101,8 +101,8 @@ std::string message_content(const json& content) {
   for (const json& part : content) {
     // json::value() throws a type_error (not a request error) for a "type" that is not a string.
     const json* type = part.is_object() ? field(part, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || type->get_ref<const std::string&>() != "text" || !part.contains("text") ||
-        !part["text"].is_string())
+    if (type == nullptr || !type->is_string() || type->get_ref<const std::string&>() != "text" ||
+        !part.contains("text") || !part["text"].is_string())
       throw bad_request("only text content parts are supported", "messages");
     text += part["text"].get<std::string>();
   }
