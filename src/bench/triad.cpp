@@ -98,6 +98,15 @@ constexpr int kReadStreams = 8;
 constexpr int64_t kStepWords = 32;         // 256 bytes per stream per step
 constexpr int64_t kAheadWords = 2048 / 8;  // prefetch distance
 
+// Stream s's step at word `off` of a thread's share (streams of `len` words back to back), its lines
+// kAheadWords on asked for first where the stream goes on that far. Inlined into both loops below.
+inline const uint64_t* stream_step(const uint64_t* p, int64_t len, int s, int64_t off) {
+  const uint64_t* q = p + s * len + off;
+  if (off + kAheadWords < len)
+    for (int64_t l = 0; l < kStepWords; l += 8) __builtin_prefetch(q + kAheadWords + l, 0, 2);
+  return q;
+}
+
 // read_streams on AVX2 cores: each stream's 256-byte step as eight 32-byte loads into eight accumulators,
 // for the reason triad_range_avx2 has them (the baseline ISA's 16-byte loop lets a core's issue rate into the
 // figure). The same sum: word w of every step goes to lane w % 4 of accumulator w / 4.
@@ -105,11 +114,8 @@ __attribute__((target("avx2"))) uint64_t read_streams_avx2(const uint64_t* p, in
   __m256i acc[kStepWords / 4];
   for (__m256i& a : acc) a = _mm256_setzero_si256();
   for (int64_t off = 0; off < len; off += kStepWords) {
-    const bool ahead = off + kAheadWords < len;
     for (int s = 0; s < kReadStreams; ++s) {
-      const uint64_t* q = p + s * len + off;
-      if (ahead)
-        for (int64_t l = 0; l < kStepWords; l += 8) __builtin_prefetch(q + kAheadWords + l, 0, 2);
+      const uint64_t* q = stream_step(p, len, s, off);
       for (int64_t v = 0; v < kStepWords / 4; ++v)
         acc[v] = _mm256_add_epi64(acc[v], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 4 * v)));
     }
@@ -130,11 +136,8 @@ uint64_t read_streams(const uint64_t* p, int64_t len) {
   if (avx2) return read_streams_avx2(p, len);
   uint64_t acc[kStepWords] = {};
   for (int64_t off = 0; off < len; off += kStepWords) {
-    const bool ahead = off + kAheadWords < len;
     for (int s = 0; s < kReadStreams; ++s) {
-      const uint64_t* q = p + s * len + off;
-      if (ahead)
-        for (int64_t l = 0; l < kStepWords; l += 8) __builtin_prefetch(q + kAheadWords + l, 0, 2);
+      const uint64_t* q = stream_step(p, len, s, off);
       for (int64_t w = 0; w < kStepWords; ++w) acc[w] += q[w];
     }
   }
