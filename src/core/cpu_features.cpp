@@ -106,17 +106,26 @@ bool cpu_is_intel() {
   return intel;
 }
 
+unsigned cpu_amd_family() {
+  static const unsigned family = []() -> unsigned {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || ebx != 0x68747541u) return 0;  // "Auth" of "AuthenticAMD"
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+    return ((eax >> 8) & 0xFu) + (((eax >> 8) & 0xFu) == 0xFu ? (eax >> 20) & 0xFFu : 0u);
+#else
+    return 0;
+#endif
+  }();
+  return family;
+}
+
 bool cpu_prefers_zmm() {
   static const bool ok = [] {
     if (!cpu_has_avx512_vnni()) return false;
     if (cpu_zmm_forced() >= 0) return cpu_zmm_forced() == 1;
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool amd = ebx == 0x68747541u;  // "Auth" of "AuthenticAMD"
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    const unsigned family = ((eax >> 8) & 0xFu) + (((eax >> 8) & 0xFu) == 0xFu ? (eax >> 20) & 0xFFu : 0u);
-    return !(amd && family == 0x19);
+    return cpu_amd_family() != 0x19;
 #else
     return false;
 #endif

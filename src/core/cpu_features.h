@@ -23,6 +23,9 @@ bool cpu_has_avx_vnni();
 bool cpu_prefers_zmm();
 // An Intel core (CPUID vendor "GenuineIntel"): where a tuning measured on AMD hosts differs on Intel's.
 bool cpu_is_intel();
+// The CPUID family of an AMD core (0x19 Zen 3 and Zen 4, 0x1A Zen 5), 0 on any other vendor's: where a
+// tuning measured on one AMD generation differs on the next.
+unsigned cpu_amd_family();
 // KVSERVE_ZMM as set in the environment: env_switch("KVSERVE_ZMM").
 int cpu_zmm_forced();
 // An on/off switch from the environment, for A/B runs: -1 when unset or empty, 0 for "0", else 1.

@@ -289,6 +289,14 @@ bool detail::attends_by_sequence(std::span<const PagedAttentionArgs> batch, int 
          std::all_of(batch.begin(), batch.end(), [](const PagedAttentionArgs& a) { return a.n_tokens == 1; });
 }
 
+bool detail::prefetches_contiguous_k() {
+  static const bool on = [] {
+    const int forced = env_switch("KVSERVE_ATTN_CONTIG_K_PREFETCH");
+    return forced >= 0 ? forced == 1 : cpu_amd_family() != 0x19;
+  }();
+  return on;
+}
+
 const detail::SimdWorker& detail::simd_worker() {
   static const SimdWorker avx2{paged_attention_items_avx2, paged_attention_partition_avx2, paged_attention_merge_avx2,
                                paged_attention_partition_heads_avx2};

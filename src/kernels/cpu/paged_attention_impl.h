@@ -103,6 +103,18 @@ inline void step_line_stream(LinePrefetchStream& s, Ask&& ask) {
   s.next_in_run = in_run;
 }
 extern __thread LinePrefetchStream t_next_sequence __attribute__((tls_model("local-exec")));
+// Whether a walk over whole blocks (every KV head of each) asks for the K rows of a block that follows
+// its predecessor in memory (a request's blocks allocated in a row), as it does for any other block. On
+// Zen 4 (2026-11-29) it did not pay: the core's stream prefetcher was already fetching that block, and the
+// prefetches took the miss buffers the V rows' hints needed (SmolLM2 batch-1 decode after 512 positions,
+// attention 4-10 % faster without them, the step 1.5-5 %). On Zen 5 (2026-12-05) the opposite. SmolLM2
+// batch-1 decode after 512 positions, alternating runs, attention us a step per thread without -> with:
+// 485-535 -> 422-464 with the two vCPUs on one CCD (6 rounds; the step 0.88-0.89 -> 0.90-0.92 of the
+// bandwidth bound), 450-550 -> 355-470 on two CCDs (4 rounds; 0.59-0.63 -> 0.61-0.66); after 2048
+// positions 1720-2150 -> 1590-1690. Batched decode (16 sequences) SmolLM2 ~1.02x, 1B-shaped Q4_0 within
+// noise. So Zen 4 (AMD family 0x19) skips them and other cores ask; KVSERVE_ATTN_CONTIG_K_PREFETCH=0|1
+// overrides, for A/B runs.
+bool prefetches_contiguous_k();
 // Whether paged_attention_batch takes `batch` sequence by sequence with that stream (on the SIMD worker,
 // with `threads` threads): a decode step (one token each) of enough sequences, unless
 // KVSERVE_SEQ_PREFETCH=0.

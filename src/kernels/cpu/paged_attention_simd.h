@@ -1075,6 +1075,7 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
   }
   const int64_t lb_last = last_block[n_tok - 1];
   const bool whole_blocks = (heads ? n_tok : 1) == a.n_kv_heads;
+  const bool skip_contiguous_k = whole_blocks && !prefetches_contiguous_k();
   auto block_row0_of = [&](int64_t lb, int h) {
     return (a.block_table[lb] * a.block_stride + int64_t{h} * bs * hd) / hd;
   };
@@ -1142,16 +1143,12 @@ void attend_token_group(const PagedAttentionArgs& a, int64_t t_begin, int n_tok,
       const int rows_max = std::min(bs, max_valid - first);
       // K of the block two ahead (and, at the call's first block, of the next one, which no earlier block
       // asked for): one block ahead, the K rows of a cache in memory arrived after their scores started
-      // (perf: the first FMA on each K row took a sixth of the scores' samples). Not where the walk reads
-      // whole blocks (every KV head) and that block follows its predecessor in memory (a request's blocks
-      // allocated in a row): the core's stream prefetcher is already fetching it, and the prefetch
-      // instructions only took the miss buffers the V rows' hints need. SmolLM2 batch-1 decode after 512
-      // positions, steps alternating in one process: attention 4-10 % faster, the step 1.5-5 %; batched
-      // decode unchanged. Some of a block's heads are pieces of it, which that prefetcher does not follow:
-      // a walk of one or two of SmolLM2's three heads took ~1.5x as long without the prefetch.
+      // (perf: the first FMA on each K row took a sixth of the scores' samples). On Zen 4 not where the
+      // walk reads whole blocks (every KV head) and that block follows its predecessor in memory (a
+      // request's blocks allocated in a row; prefetches_contiguous_k).
       const auto k_rows_of = [&](int64_t b, int h) -> const char* {
         if (b > lb_last || !(b < lb1 || part + 1 < part_end)) return nullptr;
-        if (whole_blocks && b > 0 && a.block_table[b] == a.block_table[b - 1] + 1) return nullptr;
+        if (skip_contiguous_k && b > 0 && a.block_table[b] == a.block_table[b - 1] + 1) return nullptr;
         return static_cast<const char*>(a.k_cache) + static_cast<size_t>(block_row0_of(b, h)) * row_bytes;
       };
       if (lb == lb0 && part == part_begin)
