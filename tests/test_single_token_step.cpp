@@ -72,7 +72,7 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
   const ModelConfig& c = model->config;
   ThreadPool pool(p.threads);
   using Mode = ModelRunner::SingleTokenRegion;
-  const Mode modes[] = {Mode::Off, Mode::On, Mode::SplitMerge};
+  const Mode modes[] = {Mode::Off, Mode::On};
   // Every KV element type, mixed per layer.
   std::vector<KVElemType> types;
   for (int l = 0; l < c.n_layers; ++l)

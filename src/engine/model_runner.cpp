@@ -51,12 +51,9 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
       rope_swa_long_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
                      model.config.rope_scaling_swa, true),
       region_weights_ok_(region_weights_ok()) {
-  // For A/B runs: KVSERVE_DECODE_REGION=0 sends batch-1 decode steps down the per-op path, =split-merge
-  // merges the attention partials one KV head per thread (as long contexts do).
-  if (const char* v = std::getenv("KVSERVE_DECODE_REGION"); v != nullptr) {
-    if (std::string_view(v) == "0") single_token_region_ = SingleTokenRegion::Off;
-    if (std::string_view(v) == "split-merge") single_token_region_ = SingleTokenRegion::SplitMerge;
-  }
+  // For A/B runs: KVSERVE_DECODE_REGION=0 sends batch-1 decode steps down the per-op path.
+  if (const char* v = std::getenv("KVSERVE_DECODE_REGION"); v != nullptr && std::string_view(v) == "0")
+    single_token_region_ = SingleTokenRegion::Off;
 }
 
 void ModelRunner::ensure_scratch(int64_t n) {

@@ -70,9 +70,8 @@ class ModelRunner {
 
   // A step of one token runs in one parallel region (single_token_step.cpp) where it can: several
   // threads, the SIMD attention worker, Q/K/V and gate/up weights that share their input's conversion.
-  // Off, it takes the per-op path like any other step (the same bits: tests compare them). SplitMerge
-  // always merges the attention partials one KV head per thread, as long contexts do (tests).
-  enum class SingleTokenRegion { Off, On, SplitMerge };
+  // Off, it takes the per-op path like any other step (the same bits: tests compare them).
+  enum class SingleTokenRegion { Off, On };
   void set_single_token_region(SingleTokenRegion mode) { single_token_region_ = mode; }
   // Whether a one-token step runs as one parallel region (forward_single_token) rather than per op.
   bool single_token_region_applies() const;
@@ -143,8 +142,8 @@ class ModelRunner {
   // The single-token region's state: each thread's own copies of what the per-op path computes once on
   // the calling thread, and the attention partitions' partials.
   struct ThreadScratch {
-    std::vector<float> xn, q, attn, ffn;
-    std::vector<float> q_sink, lse;  // attention sinks: the sinks' query, and the merge's lse (redundant merge)
+    std::vector<float> xn, q, ffn;
+    std::vector<float> q_sink;  // attention sinks: the sinks' query
     std::vector<float> x;  // the residual stream, with post-norms (each thread's own copy)
     MatmulActs acts;
   };

@@ -23,12 +23,6 @@ namespace kvserve {
 
 namespace {
 
-// Up to this many bytes of attention partials, every thread merges all of them instead of one KV head
-// per thread and a barrier. A judgement, not a measured crossover: at SmolLM2 shapes after 768
-// positions (14 KiB) the merge is ~2 % of a decode step on each thread, about what a barrier costs;
-// long contexts' partials grow with the context and are split.
-constexpr size_t kRedundantMergeBytes = 32 * 1024;
-
 // [first, last) of n items for thread ti of nt, contiguous and in order (as parallel_for_balanced's
 // initial shares).
 struct Share {
@@ -154,8 +148,6 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   };
   const size_t unit_floats = detail::partition_partial_floats(base);
   partials_.resize(static_cast<size_t>(n_units) * unit_floats);
-  const bool redundant_merge =
-      single_token_region_ != SingleTokenRegion::SplitMerge && partials_.size() * sizeof(float) <= kRedundantMergeBytes;
 
   thread_scratch_.resize(static_cast<size_t>(nt));
   for (ThreadScratch& ts : thread_scratch_) {
@@ -163,8 +155,6 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     ts.x.resize(c.post_norms ? static_cast<size_t>(E) : 0);
     ts.q.resize(static_cast<size_t>(QD));
     ts.q_sink.resize(has_sinks ? static_cast<size_t>(QD) : 0);
-    ts.lse.resize(has_sinks && redundant_merge ? static_cast<size_t>(H) : 0);
-    ts.attn.resize(redundant_merge ? static_cast<size_t>(QD) : 0);
     ts.ffn.resize(static_cast<size_t>(F));
   }
   const bool want_logits = s.want_logits;
@@ -330,23 +320,20 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       detail::attend_decode_units(attn_worker, a, my_units.first, my_units.last, partials_.data());
       if (swa == has_swa) attending += std::chrono::steady_clock::now() - attend_start;
       end_phase(StepPhase::Attention);
-      // Every KV head on every thread into its own copy, or this thread's heads into attn_ and a barrier.
-      if (redundant_merge) a.out = ts.attn.data();
-      if (sinks_here) a.lse = redundant_merge ? ts.lse.data() : attn_lse_.data();
-      const Share heads = redundant_merge ? Share{0, KVH} : static_share(KVH, ti, nt);
+      // This thread's KV heads into attn_, then a barrier. Every thread merging every head into its own copy
+      // instead (no barrier, but each reads all the partials, half of them written by the other core)
+      // measured slower: SmolLM2 decode after 512 positions, alternating runs, the split merge 1.017-1.022x
+      // with the two vCPUs on two CCDs (14 rounds), 1.004x on one (8 rounds; 1.011x after 128 positions).
+      if (sinks_here) a.lse = attn_lse_.data();
+      const Share heads = static_share(KVH, ti, nt);
       for (int64_t h = heads.first; h < heads.last; ++h) {
         attn_worker.merge(a, 0, static_cast<int>(h), partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
         if (sinks_here) fold_attention_sinks(a, ts.q_sink.data(), stream.sinks, 0, static_cast<int>(h));
         // This KV head's query heads mix rotated V rows: rotated back.
         if (rot.any()) hadamard_rotate(a.out + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
       }
-      if (redundant_merge)
-        clock.work_done(StepPhase::Merge);
-      else
-        end_phase(StepPhase::Merge);
-      const float* attn = redundant_merge ? ts.attn.data() : attn_.data();
-
-      add_projection_to_residual(L.wo, attn, QD, L.attn_post_norm, StepPhase::Wo);
+      end_phase(StepPhase::Merge);
+      add_projection_to_residual(L.wo, attn_.data(), QD, L.attn_post_norm, StepPhase::Wo);
       }
 
       // Feed-forward (SwiGLU, or GeGLU).
