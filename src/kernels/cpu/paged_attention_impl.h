@@ -109,9 +109,9 @@ extern __thread LinePrefetchStream t_next_sequence __attribute__((tls_model("loc
 // prefetches took the miss buffers the V rows' hints needed (SmolLM2 batch-1 decode after 512 positions,
 // attention 4-10 % faster without them, the step 1.5-5 %). On Zen 5 (2026-12-05) the opposite. SmolLM2
 // batch-1 decode after 512 positions, alternating runs, attention us a step per thread without -> with:
-// 485-535 -> 422-464 with the two vCPUs on one CCD (6 rounds; the step 0.88-0.89 -> 0.90-0.92 of the
-// bandwidth bound), 450-550 -> 355-470 on two CCDs (4 rounds; 0.59-0.63 -> 0.61-0.66); after 2048
-// positions 1720-2150 -> 1590-1690. Batched decode (16 sequences) SmolLM2 ~1.02x, 1B-shaped Q4_0 within
+// 485-535 -> 422-464 with the two vCPUs on one CCD (6 rounds), 450-550 -> 355-470 on two CCDs (4 rounds);
+// after 2048 positions 1720-2150 -> 1590-1690. The step's tokens/s, one binary and this switch, one CCD:
+// 1.025x (0.976-1.039, 8 rounds). Batched decode (16 sequences) SmolLM2 ~1.02x, 1B-shaped Q4_0 within
 // noise. So Zen 4 (AMD family 0x19) skips them and other cores ask; KVSERVE_ATTN_CONTIG_K_PREFETCH=0|1
 // overrides, for A/B runs.
 bool prefetches_contiguous_k();
