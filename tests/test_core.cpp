@@ -14,6 +14,7 @@
 #include "core/available_cpus.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "core/handoff_probe.h"
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
 
@@ -102,6 +103,30 @@ TEST(ThreadPool, RunGivesEachThreadItsIndex) {
       seen[ti]++;
     });
     for (auto& s : seen) ASSERT_EQ(s.load(), 1);
+  }
+}
+
+// Two threads of a job hand the probe's line back and forth (the others return at once), run after run with
+// the line's values carried over: every run ends (a wrong base would leave a thread waiting for a value the
+// line already passed) and thread a gets a positive time, everyone else 0. More threads than this machine's
+// cores, so waits must yield.
+TEST(HandoffProbe, ThreadsAAndBExchangeTheLineRunAfterRun) {
+  for (int nt : {2, 3, 5}) {
+    ThreadPool pool(nt);
+    HandoffProbe probe;
+    for (int run = 0; run < 20; ++run) {
+      const int a = run % nt, b = (run + 1 + run / nt) % nt == a ? (a + 1) % nt : (run + 1 + run / nt) % nt;
+      const int trips = 1 + run % 7, batches = 1 + run % 3;
+      std::vector<double> got(static_cast<size_t>(nt), -1.0);
+      pool.run([&](int ti, int) { got[static_cast<size_t>(ti)] = probe.run(ti, a, b, trips, batches); });
+      probe.finish(trips, batches);
+      for (int t = 0; t < nt; ++t) {
+        if (t == a)
+          EXPECT_GT(got[static_cast<size_t>(t)], 0.0) << "nt " << nt << " run " << run;
+        else
+          EXPECT_EQ(got[static_cast<size_t>(t)], 0.0) << "nt " << nt << " run " << run << " thread " << t;
+      }
+    }
   }
 }
 

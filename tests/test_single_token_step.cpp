@@ -101,6 +101,17 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
   std::vector<std::vector<float>> logits(std::size(modes));
   int64_t pos = 0;
   for (int step = 0; step <= p.n_steps; ++step) {
+    // The region's matmul shares each way in turn, and every fourth step its attention and matmuls cut
+    // unevenly, thread 0 the fast one and then the slow one (the parts as far from equal as they go), rather
+    // than by the rates measured so far.
+    using Shares = ModelRunner::RegionShares;
+    const Shares shares[] = {Shares::Probed, Shares::Static, Shares::Stealing, Shares::Static};
+    runners[1].set_region_shares(shares[step % 4]);
+    if (step % 4 == 3) {
+      std::vector<double> rates(static_cast<size_t>(p.threads), 1.0);
+      rates[0] = step % 8 == 3 ? 100.0 : 0.01;
+      runners[1].set_region_rates(rates);
+    }
     for (size_t i = 0; i < std::size(modes); ++i) {
       BatchSequence s;
       s.tokens = tokens;

@@ -3,13 +3,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/handoff_probe.h"
 #include "core/error.h"
 
 namespace kvserve::bench {
@@ -182,48 +181,23 @@ ReadResult measure_read(ThreadPool& pool, int64_t bytes, int reps) {
   return res;
 }
 
-namespace {
-
-// Spins on `line` until it holds `want`, yielding after a while (a pool sharing one core must let the
-// other thread run to make progress).
-void wait_for(const std::atomic<int64_t>& line, int64_t want) {
-  for (int spin = 0; line.load(std::memory_order_acquire) != want; ++spin)
-    if (spin > 4096) std::this_thread::yield();
-}
-
-}  // namespace
-
 HandoffResult measure_handoff(ThreadPool& pool, int64_t round_trips, int reps) {
   if (round_trips <= 0 || reps <= 0) fail("core-to-core handoff: round trips and repetitions must be positive");
   HandoffResult res;
   res.threads = pool.size();
-  res.round_trips = round_trips;
+  const auto trips = static_cast<int>(std::min<int64_t>(round_trips, INT32_MAX));
+  res.round_trips = trips;
   if (pool.size() < 2) return res;
-  // One line, alone in its cache line: thread 0 writes odd values, thread 1 answers with the next even one.
-  struct alignas(64) Line {
-    std::atomic<int64_t> value{0};
-  };
-  Line line;
+  HandoffProbe probe;
   std::vector<double> ns;
   for (int r = 0; r <= reps; ++r) {
-    line.value.store(0, std::memory_order_relaxed);
-    double elapsed = 0;
+    double mean = 0;
     pool.run([&](int ti, int) {
-      if (ti == 1) {
-        for (int64_t i = 0; i < round_trips; ++i) {
-          wait_for(line.value, 2 * i + 1);
-          line.value.store(2 * i + 2, std::memory_order_release);
-        }
-      } else if (ti == 0) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int64_t i = 0; i < round_trips; ++i) {
-          line.value.store(2 * i + 1, std::memory_order_release);
-          wait_for(line.value, 2 * i + 2);
-        }
-        elapsed = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-      }
+      const double m = probe.run(ti, 0, 1, trips);
+      if (ti == 0) mean = m;
     });
-    if (r > 0) ns.push_back(elapsed / static_cast<double>(round_trips));
+    probe.finish(trips);
+    if (r > 0) ns.push_back(mean);
   }
   std::sort(ns.begin(), ns.end());
   res.round_trip_ns = ns[ns.size() / 2];

@@ -3,11 +3,13 @@
 // step for the whole batch (each matmul covers all tokens), attention reads each sequence's K/V through
 // its block table. One builder for the llama family (llama, qwen2, qwen3) and Gemma 3, whose differences
 // are ModelConfig flags (q/k norms, post-norms, GeGLU, embedding scale, sliding-window layers).
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "core/handoff_probe.h"
 #include "core/thread_pool.h"
 #include "engine/attention_split.h"
 #include "engine/heavy_hitter_eviction.h"
@@ -73,6 +75,20 @@ class ModelRunner {
   // Off, it takes the per-op path like any other step (the same bits: tests compare them).
   enum class SingleTokenRegion { Off, On };
   void set_single_token_region(SingleTokenRegion mode) { single_token_region_ = mode; }
+  // Sets the rates (work a nanosecond, one per thread) the region's next step cuts its attention and every
+  // matmul by, as if measured (tests: any cut gives the same bits).
+  void set_region_rates(const std::vector<double>& rates);
+  // How the region's threads share a matmul's rows. Stealing: equal shares, and a thread done with its own
+  // takes chunks from the back of the others' (ThreadPool::balanced_share). Static: shares cut by the
+  // measured rates, nothing taken (the claims' lines stay put). Probed (the default): Static while the
+  // round trip between the first and last thread's cores, probed every kProbeEverySteps steps, is above
+  // kFarRoundTripNs, else Stealing.
+  enum class RegionShares { Probed, Stealing, Static };
+  void set_region_shares(RegionShares shares) { region_shares_ = shares; }
+  static constexpr int64_t kProbeEverySteps = 256;
+  static constexpr double kFarRoundTripNs = 200;
+  // The round trip the region last probed (0 before its first step with two threads or more).
+  double region_round_trip_ns() const { return region_round_trip_ns_; }
   // Whether a one-token step runs as one parallel region (forward_single_token) rather than per op.
   bool single_token_region_applies() const;
   // Times the single-token region's phases (StepPhaseProfile) from now on, from zero; off, nothing is timed.
@@ -155,6 +171,12 @@ class ModelRunner {
   std::vector<int64_t> unit_first_;      // first attention unit of each thread's share
   std::vector<int64_t> unit_first_swa_;  // the same in the sliding-window layers
   AttentionSplit attention_split_;
+  // Each thread's rows of the region's matmuls, one split per phase (those of other phases unused).
+  std::array<RateSplit, kStepPhases> matmul_splits_;
+  RegionShares region_shares_ = RegionShares::Probed;
+  std::unique_ptr<HandoffProbe> handoff_probe_;  // its line not movable
+  int64_t region_steps_ = 0;
+  double region_round_trip_ns_ = 0;
 };
 
 }  // namespace kvserve

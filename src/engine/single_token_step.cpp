@@ -42,6 +42,16 @@ void ModelRunner::set_phase_profile(bool on) {
   phase_profile_->reset(pool_.size());
 }
 
+void ModelRunner::set_region_rates(const std::vector<double>& rates) {
+  const int nt = static_cast<int>(rates.size());
+  attention_split_.rates.resize(nt);
+  attention_split_.rates.set_rates(rates);
+  for (RateSplit& split : matmul_splits_) {
+    split.resize(nt);
+    split.set_rates(rates);
+  }
+}
+
 bool ModelRunner::single_token_region_applies() const {
   if (single_token_region_ == SingleTokenRegion::Off || pool_.size() == 1 || detail::simd_worker_in_use() == nullptr)
     return false;
@@ -125,7 +135,9 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   const int64_t full_first_pos = detail::first_attended(full_base, 0);
   const int64_t full_first_unit = full_first_pos / part_slots * KVH;
   const AttentionSplit::Units units{n_parts, KVH, pos + 1, part_slots, full_first_pos};
-  if (attention_split_.threads() != nt) attention_split_.resize(nt);
+  if (attention_split_.rates.threads() != nt) attention_split_.rates.resize(nt);
+  for (RateSplit& split : matmul_splits_)
+    if (split.threads() != nt) split.resize(nt);
   attention_split_.split(units, unit_first_);
   for (int64_t& u : unit_first_) u = std::max(u, full_first_unit);
   // Sliding-window layers (Gemma 3's local ones) split only the units their window reaches: those before
@@ -162,8 +174,20 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
 
   StepPhaseProfile* profile = phase_profile_.get();
   if (profile != nullptr && profile->threads() != nt) profile->reset(nt);
+  // Where the threads' cores sit (a VM's vCPUs move between CCDs while it runs), probed every so often: 4
+  // batches of 8 exchanges between the first and last thread, ~13 us every 256 steps on far cores.
+  constexpr int kProbeRoundTrips = 8, kProbeBatches = 4;
+  const bool probe = region_shares_ == RegionShares::Probed && region_steps_++ % kProbeEverySteps == 0;
+  if (probe && handoff_probe_ == nullptr) handoff_probe_ = std::make_unique<HandoffProbe>();
+  const bool static_shares = region_shares_ == RegionShares::Static ||
+                             (region_shares_ == RegionShares::Probed && region_round_trip_ns_ > kFarRoundTripNs);
   pool_.run([&](int ti, int) {
     ThreadScratch& ts = thread_scratch_[static_cast<size_t>(ti)];
+    if (probe) {
+      // Thread 0 is the caller's: the result is read after the job.
+      const double ns = handoff_probe_->run(ti, 0, nt - 1, kProbeRoundTrips, kProbeBatches);
+      if (ti == 0) region_round_trip_ns_ = ns;
+    }
     StepPhaseProfile::Clock clock(profile, ti);
     // The barrier that ends phase p, with the phase's work and this thread's wait timed when profiling.
     const auto end_phase = [&](StepPhase p) {
@@ -173,6 +197,26 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     };
     // This thread's time in attention over the step's (timed) layers, for the next step's split.
     std::chrono::steady_clock::duration attending{};
+    // Each matmul's rows (RegionShares). Static on far cores: with the two vCPUs on two CCDs (round trip ~400
+    // ns) the claims' lines moving between the cores cost more than the tails they evened out (SmolLM2 decode
+    // after 512 positions, alternating runs: equal static shares 1.044x and 1.061x over 6 and 8 rounds), while
+    // on one CCD (~80 ns) taking chunks stays ahead (static 0.98-0.99x over 8 rounds). The static parts are
+    // per phase, since one core can be the slower in one and not in another.
+    std::array<double, kStepPhases> matmul_ns{}, matmul_bytes{};
+    const auto matmul_share = [&](StepPhase phase, int64_t rows, int64_t chunk, size_t row_bytes, auto&& multiply) {
+      if (!static_shares) {
+        pool_.balanced_share(ti, rows, multiply, chunk);
+        return;
+      }
+      const RateSplit::Range r = matmul_splits_[static_cast<size_t>(phase)].range((rows + chunk - 1) / chunk, ti);
+      const int64_t b = r.first * chunk, e = std::min(rows, r.last * chunk);
+      if (b >= e) return;
+      const auto start = std::chrono::steady_clock::now();
+      multiply(b, e);
+      matmul_ns[static_cast<size_t>(phase)] +=
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+      matmul_bytes[static_cast<size_t>(phase)] += static_cast<double>(e - b) * static_cast<double>(row_bytes);
+    };
     // The residual stream. With post-norms (Gemma) each thread keeps its own copy: a projection's output must
     // be whole before its norm, so every thread normalizes all of it and adds it to its copy, the same
     // operations in the same order on every thread (the per-op path's too), and no second barrier is needed.
@@ -182,17 +226,14 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     const auto add_projection_to_residual = [&](const Tensor& w, const float* in, int64_t n_in, const Tensor& post,
                                                 StepPhase phase) {
       ts.acts.convert(w.type, in, n_in, 1);
-      pool_.balanced_share(
-          ti, w.rows(),
-          [&](int64_t b, int64_t e) {
-            matmul_rows(w, ts.acts, tmp_.data(), b, e);
-            if (c.post_norms) return;
-            if (c.residual_scale != 0.0f)
-              add_scaled(x_.data() + b, tmp_.data() + b, c.residual_scale, e - b);
-            else
-              add_inplace(x_.data() + b, tmp_.data() + b, e - b);
-          },
-          matmul_balance_chunk_rows(w, 1));
+      matmul_share(phase, w.rows(), matmul_balance_chunk_rows(w, 1), w.row_size(), [&](int64_t b, int64_t e) {
+        matmul_rows(w, ts.acts, tmp_.data(), b, e);
+        if (c.post_norms) return;
+        if (c.residual_scale != 0.0f)
+          add_scaled(x_.data() + b, tmp_.data() + b, c.residual_scale, e - b);
+        else
+          add_inplace(x_.data() + b, tmp_.data() + b, e - b);
+      });
       end_phase(phase);
       if (c.post_norms) {
         rmsnorm(tmp_.data(), static_cast<const float*>(post.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
@@ -235,8 +276,8 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         prefetch_for_write(kv_row_address(kv_type, vl, off), kv_row_bytes(kv_type, D));
       }
       const Tensor* biases[] = {&L.bq, &L.bk, &L.bv};
-      pool_.balanced_share(
-          ti, L.wq.rows() + L.wk.rows() + L.wv.rows(),
+      matmul_share(
+          StepPhase::Qkv, L.wq.rows() + L.wk.rows() + L.wv.rows(), matmul_balance_chunk_rows(qkv, 1), L.wq.row_size(),
           [&](int64_t b, int64_t e) {
             matmul_rows_stacked(qkv, ts.acts, b, e);
             // Biases (qwen2) on the rows just computed, as forward's add_bias adds them.
@@ -248,8 +289,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
                 add_inplace(qkv[i].y + rb, static_cast<const float*>(biases[i]->data) + rb, re - rb);
               offset += rows;
             }
-          },
-          matmul_balance_chunk_rows(qkv, 1));
+          });
       end_phase(StepPhase::Qkv);
 
       // RoPE: every thread rotates its own copy of q; a KV head's k is rotated and stored with its v by
@@ -340,29 +380,38 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
       const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
       ts.acts.convert(gate_up, ts.xn.data(), 1);
-      pool_.balanced_share(
-          ti, L.w_gate.rows() + L.w_up.rows(),
-          [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); },
-          matmul_balance_chunk_rows(gate_up, 1));
+      matmul_share(StepPhase::GateUp, L.w_gate.rows() + L.w_up.rows(), matmul_balance_chunk_rows(gate_up, 1),
+                   L.w_gate.row_size(), [&](int64_t b, int64_t e) { matmul_rows_stacked(gate_up, ts.acts, b, e); });
       end_phase(StepPhase::GateUp);
       ffn_activation(gate_.data(), up_.data(), ts.ffn.data(), F);
       norm_ahead(il + 1 < c.n_layers ? model_.layers[il + 1].attn_norm : model_.output_norm);
       add_projection_to_residual(L.w_down, ts.ffn.data(), F, L.ffn_post_norm, StepPhase::Down);
     }
-    attention_split_.record(ti, std::chrono::duration<double, std::nano>(attending).count());
-    if (!want_logits) return;
+    attention_split_.rates.record(ti,
+                                  static_cast<double>(timed_units.cost(timed_first[static_cast<size_t>(ti)],
+                                                                       timed_first[static_cast<size_t>(ti) + 1])),
+                                  std::chrono::duration<double, std::nano>(attending).count());
+    const auto record_matmuls = [&] {
+      for (size_t p = 0; p < matmul_splits_.size(); ++p) matmul_splits_[p].record(ti, matmul_bytes[p], matmul_ns[p]);
+    };
+    if (!want_logits) {
+      record_matmuls();
+      return;
+    }
     rmsnorm(x, static_cast<const float*>(model_.output_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
     ts.acts.convert(model_.output.type, ts.xn.data(), E, 1);
-    pool_.balanced_share(
-        ti, model_.output.rows(),
-        [&](int64_t b, int64_t e) {
-          matmul_rows(model_.output, ts.acts, logits.data(), b, e);
-          finish_logits(logits.data() + b, e - b);
-        },
-        matmul_balance_chunk_rows(model_.output, 1));
+    matmul_share(StepPhase::Head, model_.output.rows(), matmul_balance_chunk_rows(model_.output, 1),
+                 model_.output.row_size(),
+                 [&](int64_t b, int64_t e) {
+                   matmul_rows(model_.output, ts.acts, logits.data(), b, e);
+                   finish_logits(logits.data() + b, e - b);
+                 });
     clock.work_done(StepPhase::Head);
+    record_matmuls();
   });
-  attention_split_.update(timed_units, timed_first);
+  if (probe) handoff_probe_->finish(kProbeRoundTrips, kProbeBatches);
+  attention_split_.rates.update();
+  for (RateSplit& split : matmul_splits_) split.update();
   if (profile != nullptr) {
     // What each phase read: its weights, and for attention the K and V rows of the positions it attended.
     std::array<double, kStepPhases> bytes{};
