@@ -101,7 +101,8 @@ TEST(RateSplit, RangesCoverEveryItemOnceInThreadOrder) {
       EXPECT_EQ(r.first, next);
       EXPECT_LE(r.first, r.last);
       // Within one item of the thread's part.
-      EXPECT_LE(std::abs(static_cast<double>(r.last - r.first) - split.parts()[t] * static_cast<double>(n)), 1.0 + 1e-9);
+      EXPECT_LE(std::abs(static_cast<double>(r.last - r.first) - split.parts()[t] * static_cast<double>(n)),
+                1.0 + 1e-9);
       next = r.last;
     }
     EXPECT_EQ(next, n);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/cpu_features.h"
-#include "core/handoff_probe.h"
 #include "core/error.h"
+#include "core/handoff_probe.h"
 
 namespace kvserve::bench {
 

@@ -276,20 +276,19 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         prefetch_for_write(kv_row_address(kv_type, vl, off), kv_row_bytes(kv_type, D));
       }
       const Tensor* biases[] = {&L.bq, &L.bk, &L.bv};
-      matmul_share(
-          StepPhase::Qkv, L.wq.rows() + L.wk.rows() + L.wv.rows(), matmul_balance_chunk_rows(qkv, 1), L.wq.row_size(),
-          [&](int64_t b, int64_t e) {
-            matmul_rows_stacked(qkv, ts.acts, b, e);
-            // Biases (qwen2) on the rows just computed, as forward's add_bias adds them.
-            int64_t offset = 0;
-            for (int i = 0; i < 3; ++i) {
-              const int64_t rows = qkv[i].w->rows();
-              const int64_t rb = std::max(b, offset) - offset, re = std::min(e, offset + rows) - offset;
-              if (biases[i]->valid() && rb < re)
-                add_inplace(qkv[i].y + rb, static_cast<const float*>(biases[i]->data) + rb, re - rb);
-              offset += rows;
-            }
-          });
+      matmul_share(StepPhase::Qkv, L.wq.rows() + L.wk.rows() + L.wv.rows(), matmul_balance_chunk_rows(qkv, 1),
+                   L.wq.row_size(), [&](int64_t b, int64_t e) {
+                     matmul_rows_stacked(qkv, ts.acts, b, e);
+                     // Biases (qwen2) on the rows just computed, as forward's add_bias adds them.
+                     int64_t offset = 0;
+                     for (int i = 0; i < 3; ++i) {
+                       const int64_t rows = qkv[i].w->rows();
+                       const int64_t rb = std::max(b, offset) - offset, re = std::min(e, offset + rows) - offset;
+                       if (biases[i]->valid() && rb < re)
+                         add_inplace(qkv[i].y + rb, static_cast<const float*>(biases[i]->data) + rb, re - rb);
+                       offset += rows;
+                     }
+                   });
       end_phase(StepPhase::Qkv);
 
       // RoPE: every thread rotates its own copy of q; a KV head's k is rotated and stored with its v by
@@ -401,8 +400,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     rmsnorm(x, static_cast<const float*>(model_.output_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
     ts.acts.convert(model_.output.type, ts.xn.data(), E, 1);
     matmul_share(StepPhase::Head, model_.output.rows(), matmul_balance_chunk_rows(model_.output, 1),
-                 model_.output.row_size(),
-                 [&](int64_t b, int64_t e) {
+                 model_.output.row_size(), [&](int64_t b, int64_t e) {
                    matmul_rows(model_.output, ts.acts, logits.data(), b, e);
                    finish_logits(logits.data() + b, e - b);
                  });
