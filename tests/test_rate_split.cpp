@@ -77,7 +77,7 @@ TEST(RateSplit, RangesFollowThePartsRoundedToAnItem) {
   EXPECT_EQ(split.range(0, 1).last, 0);
 }
 
-TEST(RateSplit, RangesCoverEveryItemOnceInThreadOrder) {
+TEST(RateSplit, RangesCoverEveryItemOnceInThreadOrderEitherWay) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> rate(0.05, 4.0);
   RateSplit split;
@@ -95,6 +95,16 @@ TEST(RateSplit, RangesCoverEveryItemOnceInThreadOrder) {
     }
     ASSERT_NEAR(sum, 1.0, 1e-12);
     const int64_t n = static_cast<int64_t>(rng() % 300);
+    // Reversed, the last thread's range comes first, each the mirror of its forward one.
+    int64_t next_reversed = 0;
+    for (int t = nt - 1; t >= 0; --t) {
+      const RateSplit::Range r = split.range(n, t, /*reversed=*/true);
+      EXPECT_EQ(r.first, next_reversed);
+      EXPECT_EQ(r.last - r.first, split.range(n, t).last - split.range(n, t).first);
+      EXPECT_EQ(r.last, n - split.range(n, t).first);
+      next_reversed = r.last;
+    }
+    EXPECT_EQ(next_reversed, n);
     int64_t next = 0;
     for (int t = 0; t < nt; ++t) {
       const RateSplit::Range r = split.range(n, t);

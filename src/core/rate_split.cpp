@@ -29,12 +29,14 @@ void RateSplit::set_rates(const std::vector<double>& rates) {
   parts_from_rates();
 }
 
-RateSplit::Range RateSplit::range(int64_t n, int t) const {
+RateSplit::Range RateSplit::range(int64_t n, int t, bool reversed) const {
   const auto at = [&](int i) {
     if (i >= threads()) return n;
     return std::clamp(static_cast<int64_t>(std::llround(static_cast<double>(n) * cut_[static_cast<size_t>(i)])),
                       int64_t{0}, n);
   };
+  // Reversed: the same cuts measured from the end.
+  if (reversed) return {n - at(t + 1), n - at(t)};
   return {at(t), at(t + 1)};
 }
 

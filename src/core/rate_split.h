@@ -32,12 +32,12 @@ class RateSplit {
   // Sets the running rates (work a nanosecond, one per thread) and the parts from them, as update does.
   void set_rates(const std::vector<double>& rates);
 
-  // Thread t's items of n, [first, last): contiguous, in thread order, together exactly [0, n), each about
-  // its part of n (the cuts rounded to the nearest item).
+  // Thread t's items of n, [first, last): contiguous, in thread order (the last thread first when
+  // `reversed`), together exactly [0, n), each about its part of n (the cuts rounded to the nearest item).
   struct Range {
     int64_t first = 0, last = 0;
   };
-  Range range(int64_t n, int t) const;
+  Range range(int64_t n, int t, bool reversed = false) const;
 
  private:
   // part_ (and cut_) from rate_ (equal until every thread has a rate), clamped by kMaxSkew.
