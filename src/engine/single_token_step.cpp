@@ -202,10 +202,14 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
     // after 512 positions, alternating runs: equal static shares 1.044x and 1.061x over 6 and 8 rounds), while
     // on one CCD (~80 ns) taking chunks stays ahead (static 0.98-0.99x over 8 rounds). The static parts are
     // per phase, since one core can be the slower in one and not in another. Stealing keeps its order: the
-    // reversal below measured 0.985x on one CCD (2 rounds), so it was left out there.
+    // reversal below measured 0.985x on one CCD (2 rounds), so it was left out there. Matmuls of more than
+    // kStaticShareMaxBytes steal on far cores too: the claims' fixed cost is small against their time, and a
+    // share fixed for the whole matmul cannot follow a host that slows one core mid-step (1B-shaped Q4_0, whose
+    // smallest matmul is 2.4 MB, split placement with a noisy neighbour: static 0.94x, 8 rounds).
+    constexpr double kStaticShareMaxBytes = 2.0 * 1024 * 1024;
     std::array<double, kStepPhases> matmul_ns{}, matmul_bytes{};
     const auto matmul_share = [&](StepPhase phase, int64_t rows, int64_t chunk, size_t row_bytes, auto&& multiply) {
-      if (!static_shares) {
+      if (!static_shares || static_cast<double>(rows) * static_cast<double>(row_bytes) > kStaticShareMaxBytes) {
         pool_.balanced_share(ti, rows, multiply, chunk);
         return;
       }
