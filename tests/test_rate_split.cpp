@@ -48,6 +48,9 @@ TEST(RateSplit, UpdateMovesTheRunningRatesAQuarterOfTheWay) {
   split.record(1, 70.0, 70.0);
   split.update();
   EXPECT_NEAR(split.parts()[0], 0.625 / 1.625, 1e-12);
+  // A step with no records leaves them (the last ones are not folded in twice).
+  split.update();
+  EXPECT_NEAR(split.parts()[0], 0.625 / 1.625, 1e-12);
 }
 
 TEST(RateSplit, ThreadWithoutWorkKeepsItsRate) {

@@ -14,13 +14,18 @@ void RateSplit::resize(int n_threads) {
 }
 
 void RateSplit::update() {
+  // Each record counts once; with none (a step that took another path) the parts stand as they are, and
+  // the decode region updates its splits every step.
+  bool moved = false;
   for (size_t t = 0; t < rate_.size(); ++t) {
     const Spent s = spent_[t];
+    spent_[t] = Spent{};
     if (s.work <= 0 || s.ns <= 0) continue;
     const double rate = s.work / s.ns;
     rate_[t] = rate_[t] > 0 ? (1 - kRateUpdate) * rate_[t] + kRateUpdate * rate : rate;
+    moved = true;
   }
-  parts_from_rates();
+  if (moved) parts_from_rates();
 }
 
 void RateSplit::set_rates(const std::vector<double>& rates) {

@@ -25,7 +25,8 @@ class RateSplit {
   // writes only its own slot.
   void record(int t, double work, double ns) { spent_[static_cast<std::size_t>(t)] = {work, ns}; }
   // After the step (every thread's record done): each thread's rate, its work over its time, into its running
-  // rate, and the parts from those. A thread that recorded no work or no time keeps its rate.
+  // rate, and the parts from those; the records are then cleared. A thread that recorded no work or no time
+  // keeps its rate.
   void update();
   // Each thread's part of the work (summing to 1).
   const std::vector<double>& parts() const { return part_; }
