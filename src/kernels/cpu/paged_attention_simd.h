@@ -294,10 +294,10 @@ struct RowPrefetch {
   // block_scores_in_registers<f16, 3 heads> 10 KB instead of 4. A decode step runs attention with its code
   // cold (the layer's matmuls evict it between calls: SmolLM2, a call right after a dummy one over another
   // layer's K/V took ~15 % less), so the smaller loop gains more than a call a slot costs. Alternating
-  // binaries: SmolLM2 batch-1 decode after 512 positions on two CCDs 1.011 / 1.015 / 1.018x (8, 5, 6
-  // rounds; attention 375 -> 364 us a step), 1B-shaped Q4_0 1.007x (attention 615 -> 571); batched decode
-  // (16 x 128 after 128) SmolLM2 1.037x, 1B-shaped Q4_0 1.011x (4 rounds each); bench_paged_attention's
-  // cache-hot region/512 unchanged.
+  // binaries: SmolLM2 batch-1 decode after 512 positions on two CCDs 1.011 / 1.015 / 1.018 / 1.016 / 0.996
+  // / 1.001x (6 runs of 5-8 rounds), 1B-shaped Q4_0 1.007x (attention 615 -> 571 us a step); batched
+  // decode (16 x 128 after 128) SmolLM2 1.037x and 1.026x, 1B-shaped Q4_0 1.011x and 1.008x (4 rounds
+  // each); bench_paged_attention's cache-hot region/512 unchanged.
   [[gnu::noinline]] void slot(int j) const {
     const size_t off = static_cast<size_t>(j) * row_bytes;
     for (size_t b = 0; b < row_bytes; b += 64) {
