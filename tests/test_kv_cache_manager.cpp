@@ -266,6 +266,20 @@ TEST(KVCacheManager, CapacityOfAHybridCacheCountsOnlyTheWindowOfWindowedGroups) 
   EXPECT_EQ(KVCacheManager(config(100, 16)).capacity_tokens(), 100 * 16);
 }
 
+// Windowed groups of different windows (Gemma's sliding one beside a streaming window with sinks): each
+// holds at most its own window's blocks, as PagedKVCache sizes the pool.
+TEST(KVCacheManager, CapacityCountsEachWindowedGroupByItsOwnWindow) {
+  KVCacheManagerConfig c = config(16, 16);
+  c.group_windows = {32, 48};
+  c.group_sinks = {0, 4};
+  c.max_chunk_tokens = 64;
+  // At most ceil((32 + 64) / 16) + 1 = 7 and ceil((48 + 64) / 16) + 1 + 1 = 9 blocks: 16 hold any length.
+  EXPECT_GT(KVCacheManager(c).capacity_tokens(), int64_t{1} << 40);
+  // One block fewer: B blocks need min(B, 7) + min(B, 9), so 8 blocks (7 + 8 = 15).
+  c.num_blocks = 15;
+  EXPECT_EQ(KVCacheManager(c).capacity_tokens(), 8 * 16);
+}
+
 // Thousands of random admit / append / fork / free / pin operations on a small pool, checking the
 // invariants of DESIGN.md after every one. A shadow copy of each block's "KV" (the tokens written into
 // its slots, tagged with the salt and the group) proves every prefix hit returns the right content.

@@ -112,3 +112,20 @@ TEST(PagedKVCache, HybridCacheHoldsFourTimesTheTokensAtGemma3Shape) {
             std::string::npos)
       << hybrid.summary();
 }
+
+// Gemma 3 with a streaming window: its local groups keep their sliding window, its global group the
+// streaming window and sinks, and the pool sized for one sequence's windows holds any prompt (it was
+// refused past 560 tokens, every group counted at the larger window).
+TEST(PagedKVCache, StreamingGemma3PoolHoldsPromptsOfAnyLength) {
+  ModelConfig c = gemma3_1b();
+  c.sliding_window = 32;
+  PagedKVCacheOptions o;
+  o.kv_dtype = KVCacheDType::F32;
+  o.max_model_len = 4096;
+  o.max_chunk_tokens = 512;
+  o.streaming.window = 48;
+  o.streaming.sinks = 4;
+  const PagedKVCache kv(c, o);
+  EXPECT_GT(kv.capacity_tokens(), int64_t{1} << 40);
+  EXPECT_GT(kv.manager->capacity_tokens_for_chunk(512), int64_t{1} << 40);
+}

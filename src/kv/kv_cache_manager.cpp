@@ -55,7 +55,7 @@ size_t KVCacheManager::real_entries(size_t g, size_t entries) const {
 
 int64_t KVCacheManager::capacity_tokens_for_chunk(int64_t max_chunk) const {
   const int64_t n = pool_.num_blocks();
-  int64_t n_full = 0, window_blocks = 0;
+  int64_t n_full = 0;
   std::vector<int64_t> bounds;  // per bounded group: most blocks it holds at once
   for (size_t g = 0; g < windows_.size(); ++g) {
     const int64_t w = windows_[g];
@@ -65,16 +65,16 @@ int64_t KVCacheManager::capacity_tokens_for_chunk(int64_t max_chunk) const {
       ++n_full;  // a chunk may hold the whole sequence
     } else {
       // Most entries a windowed group holds at once: the window before a chunk's first token, the chunk, the
-      // partial blocks at both ends, and the sinks' blocks. Every windowed group is sized as the largest.
-      window_blocks = std::max(window_blocks, blocks_for_tokens(w + max_chunk, block_size_) + 1 +
-                                                  static_cast<int64_t>(sink_blocks(g)));
-      bounds.push_back(-1);
+      // partial blocks at both ends, and the sinks' blocks. Each group by its own window (PagedKVCache sizes
+      // the pool so): a streaming window beside Gemma's sliding one, both held at the larger, had a pool
+      // sized for the sum refuse prompts it holds.
+      bounds.push_back(blocks_for_tokens(w + max_chunk, block_size_) + 1 + static_cast<int64_t>(sink_blocks(g)));
     }
   }
   // The longest sequence B blocks long with n_full * B + sum over bounded groups of min(B, bound) <= n.
   const auto blocks_at = [&](int64_t b) {
     int64_t total = n_full * b;
-    for (int64_t bound : bounds) total += std::min(b, bound < 0 ? window_blocks : bound);
+    for (int64_t bound : bounds) total += std::min(b, bound);
     return total;
   };
   if (n_full == 0 && blocks_at(n + 1) <= n) return std::numeric_limits<int64_t>::max() / 2;  // no bound
