@@ -1,10 +1,11 @@
 // `kvserve generate` end to end: the built binary on stories260K with an explicit paged KV cache gives
 // llama2.c's greedy ids, logs its block count, and fails cleanly when the budget is too small.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -56,9 +57,24 @@ TEST(GeneratorCli, JsonGreedyIdsMatchGoldenOnPagedCache) {
   EXPECT_EQ(j["kv_cache"]["block_size"], 8);
   EXPECT_EQ(j["kv_cache"]["budget_bytes"], 1024 * 1024);
   // stories260K: 5 layers x 4 KV heads x 8 dims x K,V x 4 bytes = 1280 bytes a token, 10240 a block of 8;
-  // 1 MiB buys 102 blocks, capped at one 512-token context = 64 blocks.
-  EXPECT_EQ(j["kv_cache"]["num_blocks"], 64);
-  EXPECT_NE(r.err.find("kv cache: 64 blocks of 8 tokens = 512 tokens"), std::string::npos) << r.err;
+  // 1 MiB buys 102 blocks, capped at what the request reaches: its prompt and 100 tokens.
+  const size_t reach_blocks = (j["prompt_ids"].size() + 100 + 7) / 8;
+  EXPECT_EQ(j["kv_cache"]["num_blocks"], reach_blocks);
+  EXPECT_NE(r.err.find(fmt::format("kv cache: {} blocks of 8 tokens = {} tokens", reach_blocks, reach_blocks * 8)),
+            std::string::npos)
+      << r.err;
+}
+
+// The pool holds what the request reaches; a request past the context is refused by name.
+TEST(GeneratorCli, PoolHoldsWhatTheRequestReaches) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const CommandResult past = generate("-p 'Once upon a time' --temperature 0 -n 600 --json --block-size 8");
+  EXPECT_NE(past.exit_code, 0);
+  EXPECT_NE(past.err.find("exceeds the context of 512 tokens"), std::string::npos) << past.err;
+  const CommandResult whole = generate("-p 'Once upon a time' --temperature 0 -n 400 --json --block-size 8");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const json j = json::parse(whole.out);
+  EXPECT_EQ(j["kv_cache"]["num_blocks"], (j["prompt_ids"].size() + 400 + 7) / 8);
 }
 
 // --speculative-tokens: greedy ids still llama2.c's, with n-gram drafts proposed and counted in the JSON; a

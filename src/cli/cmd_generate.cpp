@@ -63,6 +63,8 @@ void run_generate(const GenerateArgs& a) {
 
   GeneratorOptions go;
   if (a.context > 0) go.max_context = a.context;
+  // One request: the cache need not hold more than it can reach.
+  go.max_request_tokens = static_cast<int64_t>(ids.size()) + a.sp.max_tokens;
   go.kv_cache_memory = kv_cache_memory;
   go.block_size = a.kv_cache.block_size;
   go.hybrid_kv_cache = !a.kv_cache.no_hybrid;

@@ -44,7 +44,9 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
   ko.kv_dtype = opts_.kv_cache_dtype;
   if (!opts_.kv_layer_dtypes.empty())
     ko.layer_dtypes = resolve_kv_layer_dtypes(opts_.kv_layer_dtypes, c.n_layers, opts_.kv_cache_dtype);
-  ko.max_model_len = opts_.max_context;
+  if (opts_.max_request_tokens < 0) fail("generate: max request tokens must be >= 0, got {}", opts_.max_request_tokens);
+  ko.max_model_len =
+      opts_.max_request_tokens > 0 ? std::min(opts_.max_context, opts_.max_request_tokens) : opts_.max_context;
   ko.max_num_seqs = 1;
   ko.enable_prefix_caching = opts_.enable_prefix_caching;
   ko.max_chunk_tokens = opts_.prefill_chunk;
@@ -73,6 +75,9 @@ Generator::~Generator() = default;
 void Generator::check_fits(int64_t n_prompt, int64_t n_tokens, const char* what, int64_t max_chunk) const {
   const int64_t ctx = opts_.max_context;
   if (n_prompt >= ctx) fail("prompt has {} tokens, the context holds {}", n_prompt, ctx);
+  if (opts_.max_request_tokens > 0 && n_tokens > opts_.max_request_tokens)
+    fail("prompt ({} tokens) + {} ({}) = {} tokens is more than this generator's KV cache was sized for ({} tokens)",
+         n_prompt, what, n_tokens - n_prompt, n_tokens, opts_.max_request_tokens);
   if (n_tokens > ctx)
     fail("prompt ({} tokens) + {} ({}) = {} tokens exceeds the context of {} tokens", n_prompt, what,
          n_tokens - n_prompt, n_tokens, ctx);

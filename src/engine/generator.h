@@ -42,6 +42,11 @@ struct GeneratorOptions {
   KVCacheDType kv_cache_dtype = KVCacheDType::F32;  // f32 keeps the reference numerics
   std::vector<KVLayerDtype> kv_layer_dtypes;         // as EngineOptions::kv_layer_dtypes
   int64_t max_context = 0;   // 0 = the model's training context
+  // The most positions one generate() call will hold (its prompt + max_tokens), when known up front; 0: up to
+  // max_context. The KV pool is sized for it: its storage is committed lazily, page by page, on huge pages
+  // in each layer's array, so a pool sized for the whole context made a 4-token prompt stop in a huge-page
+  // fault per layer's K and V (SmolLM2: 0.34 s before the first token instead of 0.012 s).
+  int64_t max_request_tokens = 0;
   int prefill_chunk = 512;   // prompt tokens per forward step
   // KV budget: bytes (> 1) or a fraction of physical RAM (0 < x <= 1), as EngineOptions (see
   // parse_kv_cache_memory for the command-line spelling). Capped at what one sequence can use.
