@@ -186,8 +186,9 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
 }
 
 std::string PagedKVCache::summary() const {
-  std::string s = fmt::format("kv cache: {} blocks of {} tokens = {} tokens, {} {}", num_blocks, block_size,
-                              int64_t{num_blocks} * block_size, human_bytes(storage_bytes), dtype_names);
+  std::string s =
+      fmt::format("kv cache: {} block{} of {} tokens = {} tokens, {} {}", num_blocks, num_blocks == 1 ? "" : "s",
+                  block_size, int64_t{num_blocks} * block_size, human_bytes(storage_bytes), dtype_names);
   if (view.streaming.on()) {
     s += fmt::format(" (streaming: the full-attention layers keep {} sink position{} and the last {} of each sequence, "
                      "{} group{} of {} layer{})",
@@ -209,8 +210,8 @@ std::string PagedKVCache::summary() const {
                      *std::max_element(groups.windows.begin(), groups.windows.end()), capacity);
   }
   if (num_blocks < affordable_blocks)
-    s += fmt::format(" (budget {} allowed {} blocks; capped at what the context can use)", human_bytes(budget_bytes),
-                     affordable_blocks);
+    s += fmt::format(" (budget {} allowed {} blocks; capped at what the sequences can reach)",
+                     human_bytes(budget_bytes), affordable_blocks);
   return s;
 }
 
