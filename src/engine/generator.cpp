@@ -85,9 +85,9 @@ void Generator::check_fits(int64_t n_prompt, int64_t n_tokens, const char* what,
   const int64_t capacity = kv.manager->capacity_tokens_for_chunk(max_chunk);
   if (n_tokens > capacity)
     fail("prompt ({} tokens) + {} ({}) = {} tokens does not fit in the KV cache: a budget of {} bytes ({}) "
-         "holds {} blocks of {} tokens, room for {} tokens; raise the KV cache memory (--kv-cache-memory)",
+         "holds {} block{} of {} tokens, room for {} tokens; raise the KV cache memory (--kv-cache-memory)",
          n_prompt, what, n_tokens - n_prompt, n_tokens, kv.budget_bytes, human_bytes(kv.budget_bytes), kv.num_blocks,
-         kv.block_size, capacity);
+         kv.num_blocks == 1 ? "" : "s", kv.block_size, capacity);
 }
 
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
