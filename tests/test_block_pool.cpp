@@ -30,6 +30,20 @@ TEST(BlockPool, FreshPoolHandsOutBlocksInIdOrder) {
   EXPECT_DOUBLE_EQ(pool.usage(), 0.5);
 }
 
+// The high-water mark: one past the highest block id ever handed out, whatever was freed since.
+TEST(BlockPool, HighWaterMarksTheBlocksEverHandedOut) {
+  BlockPool pool(6);
+  EXPECT_EQ(pool.high_water(), 0);
+  pool.get_new_blocks(3);  // 0 1 2
+  EXPECT_EQ(pool.high_water(), 3);
+  pool.free_blocks(Ids{2, 1, 0});
+  EXPECT_EQ(pool.high_water(), 3);
+  EXPECT_EQ(pool.get_new_blocks(2), (Ids{3, 4}));  // the never-used ones first
+  EXPECT_EQ(pool.high_water(), 5);
+  EXPECT_EQ(pool.get_new_blocks(4), (Ids{5, 2, 1, 0}));
+  EXPECT_EQ(pool.high_water(), 6);
+}
+
 TEST(BlockPool, FreeAppendsInGivenOrderAndGetNewPopsFront) {
   BlockPool pool(6);
   pool.get_new_blocks(4);                    // 0 1 2 3

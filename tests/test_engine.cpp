@@ -160,6 +160,14 @@ TEST(Engine, ConcurrentGreedyRequestsMatchGeneratorTokenForToken) {
   run_batch_against_generator(small_options(), false);
 }
 
+// `serve`'s engine commits the KV pages of the next blocks while idle (between the requests here, and
+// before the first): not a token changes.
+TEST(Engine, CommittingKVPagesAheadWhileIdleChangesNoToken) {
+  EngineOptions o = small_options();
+  o.commit_kv_ahead = true;
+  run_batch_against_generator(o, false);
+}
+
 // Gemma 3's sliding-window layers (8 positions) in batched steps with chunked prefill: each sequence's
 // windows start at its own positions, mid-chunk and mid-block, and match the one-sequence Generator.
 TEST(Engine, SlidingWindowModelInBatchesMatchesGeneratorTokenForToken) {

@@ -126,6 +126,49 @@ TEST(KVStorage, PrefaultedPoolIsResidentWhenCreatedAndStillZero) {
   EXPECT_EQ(nonzero, 0u);
 }
 
+// The lazily committed pool: commit_ahead makes the pages of blocks [0, end) resident, at most max_bytes a
+// call with the arrays in turn, leaves the values as they were, and says when nothing is left to commit.
+TEST(KVStorage, CommitAheadMakesTheNextBlocksResidentAPieceAtATime) {
+  // 2 layers x K/V arrays of 64 blocks x 16 KiB (16 slots x 8 heads x 64 dims x f16): 4 MiB, mapped.
+  const KVLayout l = KVLayout::mha(2, 8, 64, KVCacheDType::F16, 16);
+  KVStorage st(l, 64);
+  ASSERT_EQ(st.bytes(), size_t{4} << 20);
+  EXPECT_EQ(st.blocks_per_huge_page(), 128);  // 2 MiB of 16 KiB blocks
+  const long page = ::sysconf(_SC_PAGESIZE);
+  // Pages of blocks [0, end) of an array not in memory.
+  const auto missing = [&](const void* array, int end) {
+    std::vector<unsigned char> resident(static_cast<size_t>(end) * 16384 / static_cast<size_t>(page));
+    EXPECT_EQ(::mincore(const_cast<void*>(array), static_cast<size_t>(end) * 16384, resident.data()), 0);
+    size_t n = 0;
+    for (unsigned char r : resident) n += (r & 1) == 0;
+    return n;
+  };
+  std::vector<float> k(8 * 64), v(8 * 64), got_k(8 * 64), got_v(8 * 64);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = 0.25f * static_cast<float>(i % 37);
+    v[i] = -0.5f * static_cast<float>(i % 11);
+  }
+  st.write(1, 3, 5, k.data(), v.data());
+  // Blocks [0, 16) are 256 KiB in each of the 4 arrays: 16 calls of 64 KiB, then nothing left.
+  int calls = 0;
+  while (st.commit_ahead(16, 64 << 10)) ++calls;
+  EXPECT_EQ(calls, 16);
+  for (int layer = 0; layer < 2; ++layer) {
+    EXPECT_EQ(missing(st.k_layer(layer), 16), 0u) << "layer " << layer << " K";
+    EXPECT_EQ(missing(st.v_layer(layer), 16), 0u) << "layer " << layer << " V";
+  }
+  st.read(1, 3, 5, got_k.data(), got_v.data());
+  EXPECT_EQ(got_k, k);
+  EXPECT_EQ(got_v, v);
+  // Past the pool's end it commits the rest, once.
+  EXPECT_TRUE(st.commit_ahead(1000, size_t{8} << 20));
+  EXPECT_FALSE(st.commit_ahead(1000, size_t{8} << 20));
+  EXPECT_EQ(missing(st.v_layer(1), 64), 0u);
+  // A prefaulted pool has nothing to commit.
+  KVStorage pre(l, 64, /*prefault=*/true);
+  EXPECT_FALSE(pre.commit_ahead(64, size_t{8} << 20));
+}
+
 // int8 layers hold each row as q8_0 blocks (an f16 scale per 32 values): a row reads back as ggml's
 // dequantized q8_0 of it, within half a step (amax / 254) of each value; rows of other heads and slots are
 // untouched; copy_block moves the bytes; a row that is not whole blocks is refused.

@@ -105,6 +105,7 @@ void run_serve(const ServeArgs& a) {
   eo.enable_prefix_caching = !a.no_prefix_caching;
   eo.prefix_cache_ttl_seconds = a.prefix_cache_ttl;
   eo.prefault_kv = a.kv_prefault;
+  eo.commit_kv_ahead = true;  // while idle: the pages the next blocks need (all of them with --kv-prefault)
   eo.speculative_tokens = a.speculative_tokens > 0 ? a.speculative_tokens : draft ? 4 : 0;
   eo.draft_model = draft.get();
   eo.speculative_max_batch = a.speculative_max_batch >= 0 ? a.speculative_max_batch : draft ? 1 : 0;

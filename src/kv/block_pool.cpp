@@ -81,6 +81,7 @@ std::vector<int32_t> BlockPool::get_new_blocks(int32_t n) {
     }
     b.ref_count = 1;
     b.last_used = clock_();
+    high_water_ = std::max(high_water_, b.id + 1);
     out.push_back(b.id);
   }
   return out;

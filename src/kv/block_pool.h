@@ -83,6 +83,10 @@ class BlockPool {
   std::vector<int32_t> free_queue_order() const;
   size_t num_cached_blocks() const { return cached_.size(); }
 
+  // One past the highest block id ever handed out. The free queue starts in id order and takes freed blocks
+  // at its tail, so a new pool's blocks are first used in id order, and those past this mark never yet.
+  int32_t high_water() const { return high_water_; }
+
   uint64_t evictions() const { return evictions_; }       // cached hashes dropped to reuse a block
   uint64_t expirations() const { return expirations_; }   // cached hashes dropped by the TTL
 
@@ -97,6 +101,7 @@ class BlockPool {
   int32_t free_head_ = -1;
   int32_t free_tail_ = -1;
   int32_t num_free_ = 0;
+  int32_t high_water_ = 0;
   bool enable_caching_;
   KVClock clock_;
   double ttl_seconds_ = 0;

@@ -44,18 +44,55 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   // 1B batched run, in clear_page under the K/V stores; far more where the host backs a VM's memory
   // lazily). Not the default: a 25%-of-RAM serving pool would be resident, and take seconds, at start.
   if (prefault) prefault_pages(memory_.get(), bytes_);
+  // A small pool comes from the heap, zeroed: resident already.
+  const bool resident = prefault || bytes_ < kHugePageBytes;
   auto* next = reinterpret_cast<std::byte*>(memory_.get());
   // The records first, where the buffer's alignment holds for them (value arrays end on any byte).
+  const size_t record_block_bytes = record_bytes / static_cast<size_t>(num_blocks);
   for (int l = 0; l < layout_.n_layers && record_bytes > 0; ++l) {
     records_.push_back(reinterpret_cast<H2OSlot*>(next));
+    committed_.push_back({next, record_block_bytes, resident ? record_bytes : 0});
     next += record_bytes;
   }
   for (int l = 0; l < layout_.n_layers; ++l) {
+    const size_t block_bytes = bytes_of(l, block_stride_);
     k_.push_back(next);
+    committed_.push_back({next, block_bytes, resident ? array_bytes(l) : 0});
     next += array_bytes(l);
     v_.push_back(has_v() ? next : nullptr);
-    if (has_v()) next += array_bytes(l);
+    if (has_v()) {
+      committed_.push_back({next, block_bytes, resident ? array_bytes(l) : 0});
+      next += array_bytes(l);
+    }
   }
+}
+
+bool KVStorage::commit_ahead(int32_t end_block, size_t max_bytes) {
+  const auto end = static_cast<size_t>(std::clamp(end_block, 0, num_blocks_));
+  size_t budget = std::max<size_t>(max_bytes, 1);
+  bool did = false;
+  for (size_t n = 0; n < committed_.size() && budget > 0; ++n) {
+    Committed& a = committed_[commit_cursor_];
+    const size_t want = end * a.block_bytes;
+    if (a.bytes < want) {
+      const size_t piece = std::min(want - a.bytes, budget);
+      prefault_pages(a.base + a.bytes, piece);
+      a.bytes += piece;
+      budget -= piece;
+      did = true;
+      if (a.bytes < want) break;  // the budget ran out inside this array: go on here next time
+    }
+    commit_cursor_ = (commit_cursor_ + 1) % committed_.size();
+  }
+  return did;
+}
+
+int32_t KVStorage::blocks_per_huge_page() const {
+  size_t smallest = 0;
+  for (const Committed& a : committed_)
+    if (a.block_bytes > 0) smallest = smallest == 0 ? a.block_bytes : std::min(smallest, a.block_bytes);
+  if (smallest == 0) return 1;
+  return static_cast<int32_t>(std::max<size_t>(1, kHugePageBytes / smallest));
 }
 
 H2OSlot* KVStorage::eviction_records(int layer) {

@@ -57,6 +57,16 @@ class KVStorage {
   // Copy-on-write after a fork: every layer's K and V (and records) of src into dst.
   void copy_block(int32_t src, int32_t dst);
 
+  // Commits (prefault_pages) the memory of blocks [0, end_block) in every array, at most max_bytes of it a
+  // call, the arrays in turn; false once all of it is committed (nothing done). The pool is committed
+  // lazily, on huge pages, in one array per layer's K and V: a step that reaches a block past what was
+  // touched before stops in a fault per array (~6-8 ms each where the host backs a VM's memory lazily),
+  // unless an idle engine committed those pages ahead (Engine::Options::commit_kv_ahead).
+  bool commit_ahead(int32_t end_block, size_t max_bytes);
+  // Blocks a huge page of the array with the smallest blocks holds (at least 1): how far ahead of the
+  // blocks in use commit_ahead is worth calling.
+  int32_t blocks_per_huge_page() const;
+
  private:
   void check(int layer, int32_t block) const;
   size_t bytes_of(int layer, int64_t n_elements) const;  // of a layer's array
@@ -72,6 +82,14 @@ class KVStorage {
   std::vector<std::byte*> k_;  // per layer, into memory_
   std::vector<std::byte*> v_;  // per layer (nullptr for MLA)
   std::vector<H2OSlot*> records_;  // per layer, when the layout keeps them
+  // Every array (records, K, V) with its bytes per block and how much of it commit_ahead committed.
+  struct Committed {
+    std::byte* base;
+    size_t block_bytes;
+    size_t bytes = 0;
+  };
+  std::vector<Committed> committed_;
+  size_t commit_cursor_ = 0;  // the array commit_ahead goes on with
 };
 
 }  // namespace kvserve
