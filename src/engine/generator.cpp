@@ -45,8 +45,10 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
   if (!opts_.kv_layer_dtypes.empty())
     ko.layer_dtypes = resolve_kv_layer_dtypes(opts_.kv_layer_dtypes, c.n_layers, opts_.kv_cache_dtype);
   if (opts_.max_request_tokens < 0) fail("generate: max request tokens must be >= 0, got {}", opts_.max_request_tokens);
-  ko.max_model_len =
+  // The positions a request reaches: what both caches (the target's, a draft model's) are sized for.
+  const int64_t reach =
       opts_.max_request_tokens > 0 ? std::min(opts_.max_context, opts_.max_request_tokens) : opts_.max_context;
+  ko.max_model_len = reach;
   ko.max_num_seqs = 1;
   ko.enable_prefix_caching = opts_.enable_prefix_caching;
   ko.max_chunk_tokens = opts_.prefill_chunk;
@@ -63,7 +65,7 @@ Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool
     DraftModelOptions d;
     d.block_size = opts_.block_size;
     d.kv_cache_dtype = opts_.kv_cache_dtype;
-    d.max_context = opts_.max_context;
+    d.max_context = reach;  // its drafts stay within the target's room, so within the request
     d.prefill_chunk = opts_.prefill_chunk;
     d.kv_cache_memory = opts_.kv_cache_memory;
     draft_ = std::make_unique<DraftModelProposer>(*opts_.draft_model, model, d, pool);
