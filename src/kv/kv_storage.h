@@ -61,7 +61,7 @@ class KVStorage {
   // call, the arrays in turn; false once all of it is committed (nothing done). The pool is committed
   // lazily, on huge pages, in one array per layer's K and V: a step that reaches a block past what was
   // touched before stops in a fault per array (~6-8 ms each where the host backs a VM's memory lazily),
-  // unless an idle engine committed those pages ahead (Engine::Options::commit_kv_ahead).
+  // unless an idle engine committed those pages ahead (EngineOptions::commit_kv_ahead).
   bool commit_ahead(int32_t end_block, size_t max_bytes);
   // Blocks a huge page of the array with the smallest blocks holds (at least 1): how far ahead of the
   // blocks in use commit_ahead is worth calling.
