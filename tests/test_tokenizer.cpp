@@ -380,6 +380,31 @@ TEST(StreamDecoder, HoldsBackPartialCharacters) {
   EXPECT_EQ(streamed, tok->decode(ids));
 }
 
+// A completion continues its prompt: what the stream gives is what decoding prompt + completion adds to
+// decoding the prompt, so the first word keeps its space; after a lone BOS the dummy-prefix space goes, as
+// in decode().
+TEST(StreamDecoder, StartAfterAPromptKeepsTheSpaceBeforeTheFirstWord) {
+  auto tok = Tokenizer::create(load_llama2c_vocab(kShared + "/models/stories260K/tok512.bin", 512));
+  const auto prompt = tok->encode("Lily and Ben", true, false);
+  const auto whole = tok->encode("Lily and Ben were playing", true, false);
+  ASSERT_GT(whole.size(), prompt.size());
+  ASSERT_TRUE(std::equal(prompt.begin(), prompt.end(), whole.begin()));
+  const std::vector<int32_t> completion(whole.begin() + static_cast<std::ptrdiff_t>(prompt.size()), whole.end());
+  const auto stream = [&](std::span<const int32_t> context) {
+    StreamDecoder d(*tok);
+    d.start_after(context);
+    std::string text;
+    for (const int32_t id : completion) text += d.feed(id);
+    return text + d.flush();
+  };
+  EXPECT_EQ(stream(prompt), " were playing");
+  EXPECT_EQ(stream(prompt), tok->decode(whole).substr(tok->decode(prompt).size()));
+  // After a lone BOS the completion starts the text; with no context at all, too.
+  const std::vector<int32_t> bos{tok->bos()};
+  EXPECT_EQ(stream(bos), "were playing");
+  EXPECT_EQ(stream({}), "were playing");
+}
+
 TEST(StreamDecoder, ByteLevelBpe) {
   auto tok = Tokenizer::create(load_gguf_vocab(kVocabDir + "/ggml-vocab-gpt-2.gguf"));
   const std::string text = " 🦙 llamas — ünïcödé";

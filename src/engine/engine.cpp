@@ -291,6 +291,7 @@ void Engine::Impl::admit(EngineRequest r) {
     SamplingParams p = r.params;
     if (p.has_seed) p.seed += static_cast<uint64_t>(i);  // independent but reproducible choices
     auto c = std::make_unique<Choice>(p, *model.tokenizer);
+    c->decoder.start_after(r.prompt_ids);
     c->sampler.set_prompt(r.prompt_ids);
     if (draft) {
       SamplingParams dp = p;

@@ -110,6 +110,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   sampler.set_prompt(prompt_ids);
   StopChecker stops(params.stop);
   StreamDecoder decoder(*model_.tokenizer);
+  decoder.start_after(prompt_ids);
   std::vector<float> logits;
 
   KVCacheManager& kv = *kv_->manager;

@@ -37,4 +37,11 @@ void StreamDecoder::reset() {
   first_was_bos_ = false;
 }
 
+void StreamDecoder::start_after(std::span<const int32_t> context) {
+  reset();
+  if (context.empty()) return;
+  tokens_seen_ = context.size();
+  first_was_bos_ = tokenizer_.bos() >= 0 && context.front() == tokenizer_.bos();
+}
+
 }  // namespace kvserve

@@ -3,6 +3,7 @@
 // that is complete UTF-8, holding back the first bytes of a character whose remaining bytes arrive in
 // later tokens (byte-fallback and byte-level BPE tokens split characters).
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "model/tokenizer.h"
@@ -22,6 +23,12 @@ class StreamDecoder {
   std::string flush();
   // Starts a new stream (the next token is again the first).
   void reset();
+  // Starts a new stream that continues `context` (a prompt, not decoded here): the concatenation of every
+  // feed() and flush() is then the text Tokenizer::decode(context + ids) adds to decode(context). An SPM
+  // vocabulary's dummy-prefix space comes off only the piece right after an opening BOS, so a completion
+  // keeps the space between the prompt's last word and its first one (as llama2.c's run.c prints it, and
+  // as llama-server and vLLM return it) unless the prompt is a lone BOS.
+  void start_after(std::span<const int32_t> context);
 
  private:
   const Tokenizer& tokenizer_;

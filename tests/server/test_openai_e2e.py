@@ -206,8 +206,10 @@ def test_logprobs(client):
                                   extra_body={"ignore_eos": True})
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
-    # (lstrip: an SPM dummy-prefix space on the first token is a detokenizer matter, not the API's)
-    assert "".join(lp.tokens).lstrip(" ") == r.choices[0].text.lstrip(" ")
+    # The text is the tokens' pieces, each at its offset; the first keeps its space after the prompt.
+    assert "".join(lp.tokens) == r.choices[0].text
+    for offset, token in zip(lp.text_offset, lp.tokens):
+        assert r.choices[0].text[offset:].startswith(token), (offset, token, r.choices[0].text)
     for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
         assert chosen <= 1e-6
         assert 1 <= len(top) <= 3
