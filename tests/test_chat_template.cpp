@@ -122,6 +122,65 @@ TEST(ChatTemplateLlamaCpp, RealJinjaTemplatesAsLlamaCppDetectsThem) {
   EXPECT_GE(rendered, 45);
 }
 
+// A ChatML template's default system turn, against jinja2 (transformers' renderer) on llama.cpp's real
+// templates (tests/golden/chat_templates/chatml_default_system.json, scripts/make_chatml_default_system_golden.py):
+// a conversation of one user message renders byte for byte as jinja2 renders it wherever the template's
+// prompt is plain ChatML turns, with the default system message (Qwen2.5's "You are Qwen, ...") where it
+// has one. SmolLM3's system turn is built from flags and the date: not rendered (left as llama.cpp's).
+TEST(ChatTemplateJinja, ChatMLDefaultSystemMessageAsJinja2RendersIt) {
+  std::ifstream g(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/chatml_default_system.json");
+  ASSERT_TRUE(g);
+  const nlohmann::json golden = nlohmann::json::parse(g);
+  const std::filesystem::path dir = std::filesystem::path(model_cache_dir()) / "llama.cpp-vocab-0.3.36" / "templates";
+  const std::vector<ChatMessage> conversation{{"user", golden.at("user").get<std::string>()}};
+  int compared = 0, with_system = 0;
+  for (const auto& c : golden.at("templates")) {
+    const std::string file = c.at("file").get<std::string>();
+    if (!c.at("plain_chatml").get<bool>() || file == "HuggingFaceTB-SmolLM3-3B.jinja") continue;
+    std::ifstream in(dir / file, std::ios::binary);
+    if (!in) {
+      ADD_FAILURE() << "missing " << (dir / file) << " (run scripts/fetch_llama_cpp_vocab.sh)";
+      continue;
+    }
+    Vocab vocab;
+    vocab.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ASSERT_EQ(detect_chat_template(vocab.chat_template), ChatTemplateFamily::ChatML) << file;
+    EXPECT_EQ(apply_chat_template(vocab, conversation, true), c.at("rendered").get<std::string>()) << file;
+    const std::optional<std::string> system = chatml_default_system_message(vocab.chat_template);
+    EXPECT_EQ(system.has_value(), !c.at("default_system").is_null()) << file;
+    with_system += system.has_value() ? 1 : 0;
+    ++compared;
+  }
+  EXPECT_GE(compared, 8);
+  EXPECT_GE(with_system, 2);  // Qwen2.5, MiMo-VL
+}
+
+// SmolLM2's template (the default model's, as its GGUF holds it, newlines real) and the \n-escaped form:
+// the default system message opens a conversation without one, and a conversation's own system message
+// replaces it. Expected strings: jinja2's rendering of the same template.
+TEST(ChatTemplateJinja, SmolLM2DefaultSystemMessage) {
+  Vocab vocab;
+  vocab.chat_template =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' "
+      "+ message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt "
+      "%}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  EXPECT_EQ(chatml_default_system_message(vocab.chat_template),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(apply_chat_template(vocab, {{"user", "What is 2+2?"}}, true),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(apply_chat_template(vocab, {{"system", "Be brief."}, {"user", "Hi"}}, true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // Escaped newlines in the literal: the same message.
+  const std::string escaped = "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}";
+  EXPECT_EQ(chatml_default_system_message(escaped), "You are a helpful assistant.");
+  // A system turn built from the conversation is no default; neither is a plain ChatML template.
+  EXPECT_EQ(chatml_default_system_message("{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>' }}"),
+            std::nullopt);
+  EXPECT_EQ(chatml_default_system_message(""), std::nullopt);
+}
+
 TEST(ChatTemplateLlamaCpp, UnknownTemplatesFallBackToChatML) {
   EXPECT_EQ(detect_chat_template(""), ChatTemplateFamily::ChatML);
   EXPECT_EQ(detect_chat_template("{{ messages }}"), ChatTemplateFamily::ChatML);

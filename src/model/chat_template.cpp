@@ -433,7 +433,17 @@ std::string apply_chat_template(ChatTemplateFamily family, const std::vector<Cha
 }
 
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
-  return apply_chat_template(detect_chat_template(vocab.chat_template), msgs, add_generation_prompt);
+  const ChatTemplateFamily family = detect_chat_template(vocab.chat_template);
+  if (family == Family::ChatML && !msgs.empty() && msgs.front().role != "system") {
+    if (std::optional<std::string> system = chatml_default_system_message(vocab.chat_template)) {
+      std::vector<ChatMessage> with_system;
+      with_system.reserve(msgs.size() + 1);
+      with_system.push_back({"system", std::move(*system)});
+      with_system.insert(with_system.end(), msgs.begin(), msgs.end());
+      return apply_chat_template(family, with_system, add_generation_prompt);
+    }
+  }
+  return apply_chat_template(family, msgs, add_generation_prompt);
 }
 
 }  // namespace kvserve

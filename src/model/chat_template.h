@@ -1,7 +1,9 @@
 #pragma once
 // Chat prompt formatting as llama.cpp's built-in (non-Jinja) llm_chat_apply_template renders it, for
 // every template family llama.cpp 0.3.36 knows. The family is detected from the vocabulary's Jinja source
-// by the same tests llama.cpp makes, or named directly ("chatml", "llama3", "mistral-v7", ...).
+// by the same tests llama.cpp makes, or named directly ("chatml", "llama3", "mistral-v7", ...). One thing
+// the Jinja template does that llama.cpp's built-in path drops is kept: a ChatML template's default system
+// message (chatml_default_system_message).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,8 +86,18 @@ std::vector<std::string_view> chat_template_names();
 // recognized.
 ChatTemplateFamily detect_chat_template(std::string_view jinja_source);
 
+// The system message a ChatML template writes when the conversation brings none: the text of a Jinja string
+// literal that holds a whole system turn ('<|im_start|>system\n...<|im_end|>'), as SmolLM2's ("You are a
+// helpful AI assistant named SmolLM, trained by Hugging Face"), Qwen2's and Qwen2.5's templates have it.
+// nullopt where the template has none.
+std::optional<std::string> chatml_default_system_message(std::string_view jinja_source);
+
 std::string apply_chat_template(ChatTemplateFamily family, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt);
+// The vocabulary's template family, rendered as llama.cpp's built-in renderer does, except that a ChatML
+// template's default system message (chatml_default_system_message) opens a conversation that has none, as
+// the Jinja template itself does (transformers' apply_chat_template, llama-server with Jinja, vLLM): the
+// model was tuned with it. SmolLM2, one user message: 37 prompt tokens, as llama-server's, instead of 16.
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt);
 
 }  // namespace kvserve

@@ -88,6 +88,38 @@ std::optional<ChatTemplateFamily> chat_template_from_name(std::string_view name)
   return std::nullopt;
 }
 
+std::optional<std::string> chatml_default_system_message(std::string_view jinja) {
+  constexpr std::string_view kOpen = "<|im_start|>system", kClose = "<|im_end|>";
+  for (size_t at = jinja.find(kOpen); at != std::string_view::npos; at = jinja.find(kOpen, at + 1)) {
+    // Inside a string literal: the quote that opens it right before, and no quote up to the close.
+    if (at == 0 || (jinja[at - 1] != '\'' && jinja[at - 1] != '"')) continue;
+    const char quote = jinja[at - 1];
+    const size_t close = jinja.find(kClose, at + kOpen.size());
+    const size_t end_quote = jinja.find(quote, at);
+    if (close == std::string_view::npos || end_quote < close) continue;
+    // The turn's text after its newline (a real one, or the literal's \n escape).
+    std::string_view body = jinja.substr(at + kOpen.size(), close - at - kOpen.size());
+    if (body.starts_with('\n')) {
+      body.remove_prefix(1);
+    } else if (body.starts_with("\\n")) {
+      body.remove_prefix(2);
+    } else {
+      continue;
+    }
+    std::string text;
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (body[i] == '\\' && i + 1 < body.size() && body[i + 1] == 'n') {
+        text += '\n';
+        ++i;
+      } else {
+        text += body[i];
+      }
+    }
+    return text;
+  }
+  return std::nullopt;
+}
+
 ChatTemplateFamily detect_chat_template(std::string_view jinja) {
   if (const auto named = chat_template_from_name(jinja)) return *named;
   const auto has = [&](std::string_view needle) { return jinja.find(needle) != std::string_view::npos; };
