@@ -155,6 +155,47 @@ TEST(ChatTemplateJinja, ChatMLDefaultSystemMessageAsJinja2RendersIt) {
   EXPECT_GE(with_system, 2);  // Qwen2.5, MiMo-VL
 }
 
+// Llama 3.1 / 3.2 / 3.3 open every conversation with a system header (knowledge cutoff, a date, then the
+// conversation's own system message): three conversations render byte for byte as jinja2 renders Meta's
+// templates (tests/golden/chat_templates/llama3_header.json, scripts/make_llama3_header_golden.py), 3.2 with
+// the day's date the golden was made on.
+TEST(ChatTemplateJinja, Llama3SystemHeaderAsJinja2RendersIt) {
+  std::ifstream g(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/llama3_header.json");
+  ASSERT_TRUE(g);
+  const nlohmann::json golden = nlohmann::json::parse(g);
+  const std::string today = golden.at("today").get<std::string>();
+  const std::filesystem::path dir = std::filesystem::path(model_cache_dir()) / "llama.cpp-vocab-0.3.36" / "templates";
+  std::vector<std::vector<ChatMessage>> conversations;
+  for (const auto& c : golden.at("conversations")) {
+    std::vector<ChatMessage>& conv = conversations.emplace_back();
+    for (const auto& m : c) conv.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+  }
+  int compared = 0;
+  for (const auto& t : golden.at("templates")) {
+    const std::string file = t.at("file").get<std::string>();
+    std::ifstream in(dir / file, std::ios::binary);
+    if (!in) {
+      ADD_FAILURE() << "missing " << (dir / file) << " (run scripts/fetch_llama_cpp_vocab.sh)";
+      continue;
+    }
+    Vocab vocab;
+    vocab.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ASSERT_EQ(detect_chat_template(vocab.chat_template), ChatTemplateFamily::Llama3) << file;
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      EXPECT_EQ(apply_chat_template(vocab, conversations[i], true, today), t.at("rendered").at(i).get<std::string>())
+          << file << " conversation " << i;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 9);
+  // A llama3 template without the header (llama.cpp's own name for the family) renders as llama.cpp does.
+  Vocab named;
+  named.chat_template = "llama3";
+  EXPECT_EQ(llama3_header_date(named.chat_template, today), std::nullopt);
+  EXPECT_EQ(apply_chat_template(named, conversations[0], true, today),
+            apply_chat_template(ChatTemplateFamily::Llama3, conversations[0], true));
+}
+
 // SmolLM2's template (the default model's, as its GGUF holds it, newlines real) and the \n-escaped form:
 // the default system message opens a conversation without one, and a conversation's own system message
 // replaces it. Expected strings: jinja2's rendering of the same template.

@@ -3,6 +3,7 @@
 #include "model/chat_template.h"
 
 #include <cctype>
+#include <ctime>
 #include <sstream>
 #include <utility>
 
@@ -432,8 +433,32 @@ std::string apply_chat_template(ChatTemplateFamily family, const std::vector<Cha
   return ss.str();
 }
 
-std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+std::optional<std::string> llama3_header_date(std::string_view jinja, std::string_view today) {
+  if (jinja.find("Cutting Knowledge Date: December 2023") == std::string_view::npos) return std::nullopt;
+  if (jinja.find("strftime_now") != std::string_view::npos) return std::string(today);
+  constexpr std::string_view kDefault = "set date_string = \"";
+  const size_t at = jinja.find(kDefault);
+  if (at == std::string_view::npos) return std::nullopt;
+  const size_t begin = at + kDefault.size(), end = jinja.find('"', begin);
+  if (end == std::string_view::npos) return std::nullopt;
+  return std::string(jinja.substr(begin, end - begin));
+}
+
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
+                                std::string_view today) {
   const ChatTemplateFamily family = detect_chat_template(vocab.chat_template);
+  if (family == Family::Llama3) {
+    if (std::optional<std::string> date = llama3_header_date(vocab.chat_template, today)) {
+      // The header, then the conversation's own system message (trimmed, as the template trims it), then
+      // the rest as the llama3 family renders it.
+      const bool has_system = !msgs.empty() && msgs.front().role == "system";
+      std::string out =
+          "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: " + *date +
+          "\n\n" + (has_system ? trim(msgs.front().content) : std::string()) + "<|eot_id|>";
+      const std::vector<ChatMessage> rest(msgs.begin() + (has_system ? 1 : 0), msgs.end());
+      return out + apply_chat_template(family, rest, add_generation_prompt);
+    }
+  }
   if (family == Family::ChatML && !msgs.empty() && msgs.front().role != "system") {
     if (std::optional<std::string> system = chatml_default_system_message(vocab.chat_template)) {
       std::vector<ChatMessage> with_system;
@@ -444,6 +469,15 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
     }
   }
   return apply_chat_template(family, msgs, add_generation_prompt);
+}
+
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+  char today[32] = {};
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(today, sizeof today, "%d %b %Y", &local);
+  return apply_chat_template(vocab, msgs, add_generation_prompt, today);
 }
 
 }  // namespace kvserve

@@ -94,10 +94,20 @@ std::optional<std::string> chatml_default_system_message(std::string_view jinja_
 
 std::string apply_chat_template(ChatTemplateFamily family, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt);
+// The date a Llama 3.1-3.3 template writes in the system header it opens every conversation with
+// ("Cutting Knowledge Date: December 2023\nToday Date: <date>\n\n", then the conversation's own system
+// message): its default `date_string` literal ("26 Jul 2024" in 3.1 and 3.3), or `today` where the template
+// takes the day's date from strftime_now (3.2). nullopt for a template without that header.
+std::optional<std::string> llama3_header_date(std::string_view jinja_source, std::string_view today);
+
+// As below, with `today` ("05 Dec 2026", strftime's "%d %b %Y") for a template that writes the day's date.
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
+                                std::string_view today);
 // The vocabulary's template family, rendered as llama.cpp's built-in renderer does, except that a ChatML
 // template's default system message (chatml_default_system_message) opens a conversation that has none, as
 // the Jinja template itself does (transformers' apply_chat_template, llama-server with Jinja, vLLM): the
 // model was tuned with it. SmolLM2, one user message: 37 prompt tokens, as llama-server's, instead of 16.
+// Likewise a Llama 3.1-3.3 template's system header (llama3_header_date), with today's local date.
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt);
 
 }  // namespace kvserve
