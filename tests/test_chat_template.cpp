@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -122,28 +123,51 @@ TEST(ChatTemplateLlamaCpp, RealJinjaTemplatesAsLlamaCppDetectsThem) {
   EXPECT_GE(rendered, 45);
 }
 
+namespace {
+
+// One of llama.cpp's real templates (models/templates, installed by scripts/fetch_llama_cpp_vocab.sh) as a
+// vocabulary's template; a failure naming the file when it is missing.
+std::optional<Vocab> vocab_of_template(const std::string& file) {
+  const std::filesystem::path path =
+      std::filesystem::path(model_cache_dir()) / "llama.cpp-vocab-0.3.36" / "templates" / file;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ADD_FAILURE() << "missing " << path << " (run scripts/fetch_llama_cpp_vocab.sh)";
+    return std::nullopt;
+  }
+  Vocab vocab;
+  vocab.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return vocab;
+}
+
+// A jinja2 golden of tests/golden/chat_templates; null (and a failure) when it cannot be read.
+nlohmann::json read_jinja_golden(const std::string& name) {
+  std::ifstream g(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/" + name);
+  if (!g) {
+    ADD_FAILURE() << "missing golden " << name;
+    return nullptr;
+  }
+  return nlohmann::json::parse(g);
+}
+
+}  // namespace
+
 // A ChatML template's default system turn, against jinja2 (transformers' renderer) on llama.cpp's real
 // templates (tests/golden/chat_templates/chatml_default_system.json, scripts/make_chatml_default_system_golden.py):
 // a conversation of one user message renders byte for byte as jinja2 renders it wherever the template's
 // prompt is plain ChatML turns, with the default system message (Qwen2.5's "You are Qwen, ...") where it
 // has one. SmolLM3's system turn is built from flags and the date: not rendered (left as llama.cpp's).
 TEST(ChatTemplateJinja, ChatMLDefaultSystemMessageAsJinja2RendersIt) {
-  std::ifstream g(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/chatml_default_system.json");
-  ASSERT_TRUE(g);
-  const nlohmann::json golden = nlohmann::json::parse(g);
-  const std::filesystem::path dir = std::filesystem::path(model_cache_dir()) / "llama.cpp-vocab-0.3.36" / "templates";
+  const nlohmann::json golden = read_jinja_golden("chatml_default_system.json");
+  ASSERT_FALSE(golden.is_null());
   const std::vector<ChatMessage> conversation{{"user", golden.at("user").get<std::string>()}};
   int compared = 0, with_system = 0;
   for (const auto& c : golden.at("templates")) {
     const std::string file = c.at("file").get<std::string>();
     if (!c.at("plain_chatml").get<bool>() || file == "HuggingFaceTB-SmolLM3-3B.jinja") continue;
-    std::ifstream in(dir / file, std::ios::binary);
-    if (!in) {
-      ADD_FAILURE() << "missing " << (dir / file) << " (run scripts/fetch_llama_cpp_vocab.sh)";
-      continue;
-    }
-    Vocab vocab;
-    vocab.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    const std::optional<Vocab> template_vocab = vocab_of_template(file);
+    if (!template_vocab) continue;
+    const Vocab& vocab = *template_vocab;
     ASSERT_EQ(detect_chat_template(vocab.chat_template), ChatTemplateFamily::ChatML) << file;
     EXPECT_EQ(apply_chat_template(vocab, conversation, true), c.at("rendered").get<std::string>()) << file;
     const std::optional<std::string> system = chatml_default_system_message(vocab.chat_template);
@@ -160,11 +184,9 @@ TEST(ChatTemplateJinja, ChatMLDefaultSystemMessageAsJinja2RendersIt) {
 // templates (tests/golden/chat_templates/llama3_header.json, scripts/make_llama3_header_golden.py), 3.2 with
 // the day's date the golden was made on.
 TEST(ChatTemplateJinja, Llama3SystemHeaderAsJinja2RendersIt) {
-  std::ifstream g(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/llama3_header.json");
-  ASSERT_TRUE(g);
-  const nlohmann::json golden = nlohmann::json::parse(g);
+  const nlohmann::json golden = read_jinja_golden("llama3_header.json");
+  ASSERT_FALSE(golden.is_null());
   const std::string today = golden.at("today").get<std::string>();
-  const std::filesystem::path dir = std::filesystem::path(model_cache_dir()) / "llama.cpp-vocab-0.3.36" / "templates";
   std::vector<std::vector<ChatMessage>> conversations;
   for (const auto& c : golden.at("conversations")) {
     std::vector<ChatMessage>& conv = conversations.emplace_back();
@@ -173,13 +195,9 @@ TEST(ChatTemplateJinja, Llama3SystemHeaderAsJinja2RendersIt) {
   int compared = 0;
   for (const auto& t : golden.at("templates")) {
     const std::string file = t.at("file").get<std::string>();
-    std::ifstream in(dir / file, std::ios::binary);
-    if (!in) {
-      ADD_FAILURE() << "missing " << (dir / file) << " (run scripts/fetch_llama_cpp_vocab.sh)";
-      continue;
-    }
-    Vocab vocab;
-    vocab.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    const std::optional<Vocab> template_vocab = vocab_of_template(file);
+    if (!template_vocab) continue;
+    const Vocab& vocab = *template_vocab;
     ASSERT_EQ(detect_chat_template(vocab.chat_template), ChatTemplateFamily::Llama3) << file;
     for (size_t i = 0; i < conversations.size(); ++i) {
       EXPECT_EQ(apply_chat_template(vocab, conversations[i], true, today), t.at("rendered").at(i).get<std::string>())
