@@ -13,6 +13,7 @@
 //   KernelVnni/<type>/g<G>/t<T>  the same with vpdpbusd (AVX512-VNNI on ymm)
 //   KernelAvxVnni/<type>/g<G>/t<T>  the same with AVX-VNNI's vpdpbusd (VEX, 16 registers)
 //   KernelZmm/<type>/g<G>/t<T>   pairs of groups in 512-bit registers (avx512zmm), up to 8 tokens
+//   KernelAmx/<type>/g<G>/t<T>   the same pairs with AMX tile products (amx::), up to 16 tokens
 //
 // Counters: MAC/s (int8 or f32 multiply-adds) and vec_ops/s (vector instructions issued). On the
 // 2-core machine this project runs on (Zen 3 under KVM) vpmaddubsw, vpmaddwd and FMA each issue 2 per
@@ -195,7 +196,7 @@ void BM_KernelKQuant(benchmark::State& state, DType type, int n_groups, int n_to
 // n_groups interleaved 8-row groups of `n` columns (random quants, sane scales) times T packed activation
 // rows, repeated: the kernel's own speed with everything in L1.
 // zmm: the avx512zmm pair kernels (n_groups 2) instead of avx512vnni's.
-void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, KernelIsa isa, bool zmm = false) {
+void BM_KernelQ32(benchmark::State& state, DType type, int n_groups, int n_tok, KernelIsa isa, bool zmm, bool amx) {
   if (!cpu_has_avx2_fma_f16c()) {
     state.SkipWithError("needs AVX2/FMA");
     return;
@@ -232,11 +233,14 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, Ker
     }
     pack.pack(t, blocks.data());
   }
-  PackedActs32 acts[avx512zmm::kMaxZmmTokens];
+  PackedActs32 acts[amx::kMaxAmxTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = pack.token(t);
-  const auto pairs = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
-                     : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
-                                           : avx512zmm::gemm_pairs_q8_0;
+  const auto pairs = amx ? (type == DType::Q4_0   ? amx::gemm_pairs_q4_0
+                            : type == DType::Q4_1 ? amx::gemm_pairs_q4_1
+                                                  : amx::gemm_pairs_q8_0)
+                         : (type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
+                            : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
+                                                  : avx512zmm::gemm_pairs_q8_0);
   const auto gemm =
       type == DType::Q4_0
           ? pick(isa, avx512vnni::gemm_interleaved_q4_0, avxvnni::gemm_interleaved_q4_0, avx2::gemm_interleaved_q4_0)
@@ -247,9 +251,9 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, Ker
       : type == DType::Q4_1
           ? pick(isa, avx512vnni::gemm_interleaved_q4_1, avxvnni::gemm_interleaved_q4_1, avx2::gemm_interleaved_q4_1)
           : pick(isa, avx512vnni::gemm_interleaved_q8_0, avxvnni::gemm_interleaved_q8_0, avx2::gemm_interleaved_q8_0);
-  float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * avx512zmm::kMaxZmmTokens];
+  float out[kInterleaveRows * avx512zmm::kMaxZmmGroups * amx::kMaxAmxTokens];
   for (auto _ : state) {
-    if (zmm) {
+    if (zmm || amx) {
       pairs(n, group.data(), n_groups / 2, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
     } else {
       gemm(n, group.data(), n_groups, acts, n_tok, out, kInterleaveRows * n_groups, nullptr);
@@ -259,6 +263,17 @@ void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, Ker
   }
   state.counters["MAC/s"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * n * kInterleaveRows * n_groups * n_tok, benchmark::Counter::kIsRate);
+}
+
+void BM_Kernel(benchmark::State& state, DType type, int n_groups, int n_tok, KernelIsa isa, bool zmm = false) {
+  BM_KernelQ32(state, type, n_groups, n_tok, isa, zmm, false);
+}
+void BM_KernelAmx(benchmark::State& state, DType type, int n_groups, int n_tok) {
+  if (!cpu_has_amx_int8()) {
+    state.SkipWithError("needs AMX-INT8");
+    return;
+  }
+  BM_KernelQ32(state, type, n_groups, n_tok, KernelIsa::Avx512Vnni, false, true);
 }
 
 }  // namespace
@@ -317,6 +332,15 @@ int main(int argc, char** argv) {
               ("KernelZmm/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t))
                   .c_str(),
               BM_Kernel, type, g, t, KernelIsa::Avx512Vnni, true);
+  // KernelAmx/*: the same pairs with the integer products on the AMX tile unit, up to kMaxAmxTokens tokens.
+  if (cpu_has_amx_int8())
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+      for (int g : {2, 4})
+        for (int t : {1, 2, 4, 8, 12, 16})
+          benchmark::RegisterBenchmark(
+              ("KernelAmx/" + std::string(dtype_name(type)) + "/g" + std::to_string(g) + "/t" + std::to_string(t))
+                  .c_str(),
+              BM_KernelAmx, type, g, t);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -464,7 +464,8 @@ struct Q32KernelCase {
   std::shared_ptr<uint8_t[]> paired;  // the same rows in the pair layout
   ActPack32 pack;
   std::vector<std::vector<uint8_t>> rows;
-  static constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
+  static constexpr int kTok =
+      std::max({avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens, amx::kMaxAmxTokens});
   PackedActs32 acts[kTok];
 
   // edit_weights may change the raw blocks before the repack; token 0's activations are all -1 when
@@ -658,6 +659,53 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
   }
 }
 
+// The AMX pair kernels against the zmm ones (in their passes of up to kMaxZmmTokens) on the same pairs
+// and tokens: the same bits for every pair count and token count up to kMaxAmxTokens, with the extreme
+// quants in row 0 and the extreme activations in token 0; and with tokens whose quants do not lie at one
+// stride (copied to one inside). The far stream must not change anything.
+TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
+  if (!cpu_has_amx_int8()) GTEST_SKIP() << "no AMX-INT8 on this CPU (or KVSERVE_NO_AMX set)";
+  for (const int64_t n_in : {int64_t{32}, int64_t{96}, int64_t{256}}) {
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
+      std::mt19937 rng(static_cast<uint32_t>(type) + 77 + static_cast<uint32_t>(n_in));
+      const auto extreme_row0 = [&](std::vector<uint8_t>& data) {
+        const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1 ? 4 : 2;
+        for (int64_t b = 0; b < n_in / 32; ++b)
+          for (size_t k = quant_off; k < block; ++k)
+            data[b * block + k] = type == DType::Q8_0 ? static_cast<uint8_t>(k % 2 ? 0x80 : 0x7F) : 0xFF;
+      };
+      Q32KernelCase c(type, n_in, rng, extreme_row0, true);
+      const auto zmm = type == DType::Q4_0     ? avx512zmm::gemm_pairs_q4_0
+                       : type == DType::Q4_1   ? avx512zmm::gemm_pairs_q4_1
+                       : type == DType::Q5_0   ? avx512zmm::gemm_pairs_q5_0
+                       : type == DType::IQ4_NL ? avx512zmm::gemm_pairs_iq4_nl
+                                               : avx512zmm::gemm_pairs_q8_0;
+      const auto tiles = type == DType::Q4_0     ? amx::gemm_pairs_q4_0
+                         : type == DType::Q4_1   ? amx::gemm_pairs_q4_1
+                         : type == DType::Q5_0   ? amx::gemm_pairs_q5_0
+                         : type == DType::IQ4_NL ? amx::gemm_pairs_iq4_nl
+                                                 : amx::gemm_pairs_q8_0;
+      constexpr int kTok = amx::kMaxAmxTokens, kPass = avx512zmm::kMaxZmmTokens;
+      constexpr int64_t kStride = 8 * avx512zmm::kMaxZmmGroups + 3;
+      // Tokens in reverse order: their quants lie at a negative stride.
+      PackedActs32 reversed[kTok];
+      for (int t = 0; t < kTok; ++t) reversed[t] = c.acts[kTok - 1 - t];
+      for (const PackedActs32* acts : {static_cast<const PackedActs32*>(c.acts), static_cast<const PackedActs32*>(reversed)})
+        for (int n_pairs = 1; n_pairs <= avx512zmm::kMaxZmmPairs; ++n_pairs)
+          for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+            std::vector<float> want(kStride * kTok, -7.0f), got(want.size(), -7.0f);
+            for (int t0 = 0; t0 < n_tok; t0 += kPass)
+              zmm(n_in, c.paired.get(), n_pairs, acts + t0, std::min(kPass, n_tok - t0), want.data() + t0 * kStride,
+                  kStride, nullptr);
+            tiles(n_in, c.paired.get(), n_pairs, acts, n_tok, got.data(), kStride, c.paired.get());
+            ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+                << dtype_name(type) << " n_in " << n_in << " pairs " << n_pairs << " tokens " << n_tok
+                << (acts == reversed ? " (reversed)" : "");
+          }
+    }
+  }
+}
+
 // The pair layout is the group layout's records interleaved piece by piece (interleaved_rows.h): for
 // groups 2j and 2j + 1 and each block, each piece of the even group's record then the same piece of the
 // odd group's; a last odd group stays as it is. The pieces, as the 512-bit kernels load them:
@@ -772,6 +820,50 @@ TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
         ASSERT_EQ(ya, za) << dtype_name(type) << " threads " << threads << " tokens " << n_tokens;
         ASSERT_EQ(yb, zb) << dtype_name(type) << " threads " << threads << " tokens " << n_tokens;
       }
+  }
+}
+
+// matmul with the AMX pair kernels (calls of 32 tokens and more) gives the zmm kernels' bits: whole pairs,
+// a last odd group, the one-row tail, thread splits that cut a pair, token counts that end in a short pass,
+// and stacked matrices.
+TEST(InterleavedPairs, MatmulWithAmxIsBitIdenticalToTheZmmKernels) {
+  if (!cpu_has_amx_int8()) GTEST_SKIP() << "no AMX-INT8 on this CPU (or KVSERVE_NO_AMX set)";
+  struct AmxBack {  // turned back on however the test ends
+    ~AmxBack() { set_amx_enabled(true); }
+  } restore;
+  std::mt19937 rng(59);
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
+    const int64_t n_in = 288;
+    for (int64_t n_out : {40, 61, 200}) {
+      const auto data = random_weights(type, n_out, n_in, rng);
+      const Tensor w = make_tensor(type, n_out, n_in, data, true);
+      for (int threads : {1, 3})
+        for (int64_t n_tokens : {32, 45, 64}) {
+          ThreadPool pool(threads);
+          const auto x = random_floats(n_tokens * n_in, rng);
+          std::vector<float> a(n_tokens * n_out, NAN), b(a.size(), NAN);
+          set_amx_enabled(false);
+          matmul(w, x.data(), n_tokens, a.data(), pool);
+          set_amx_enabled(true);
+          matmul(w, x.data(), n_tokens, b.data(), pool);
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+              << dtype_name(type) << " rows " << n_out << " threads " << threads << " tokens " << n_tokens;
+        }
+    }
+    const auto da = random_weights(type, 24, n_in, rng), db = random_weights(type, 40, n_in, rng);
+    const Tensor pa = make_tensor(type, 24, n_in, da, true), pb = make_tensor(type, 40, n_in, db, true);
+    ThreadPool pool(3);
+    const int64_t n_tokens = 33;
+    const auto x = random_floats(n_tokens * n_in, rng);
+    std::vector<float> ya(n_tokens * 24), yb(n_tokens * 40), za(ya.size()), zb(yb.size());
+    const MatmulOutput zmm_outs[] = {{&pa, ya.data()}, {&pb, yb.data()}};
+    const MatmulOutput amx_outs[] = {{&pa, za.data()}, {&pb, zb.data()}};
+    set_amx_enabled(false);
+    matmul_shared_input(zmm_outs, x.data(), n_tokens, pool);
+    set_amx_enabled(true);
+    matmul_shared_input(amx_outs, x.data(), n_tokens, pool);
+    ASSERT_EQ(ya, za) << dtype_name(type);
+    ASSERT_EQ(yb, zb) << dtype_name(type);
   }
 }
 

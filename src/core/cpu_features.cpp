@@ -6,6 +6,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace kvserve {
 namespace {
@@ -55,6 +59,29 @@ bool cpu_has_avx512_vnni() {
     unsigned xcr0_lo = 0, xcr0_hi = 0;
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     return (xcr0_lo & 0xE6u) == 0xE6u;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
+bool cpu_has_amx_int8() {
+  static const bool ok = [] {
+    if (env_switch("KVSERVE_NO_AMX") == 1 || !cpu_has_avx512_vnni()) return false;
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = edx & (1u << 24), int8 = edx & (1u << 25);
+    if (!(tile && int8)) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0x60000u) != 0x60000u) return false;  // XTILECFG and XTILEDATA
+    // The tile data is not part of a process's state until it asks for it (Linux 5.16 on): without this,
+    // the first tile instruction dies of SIGILL.
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 #else
     return false;
 #endif

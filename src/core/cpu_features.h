@@ -21,6 +21,11 @@ bool cpu_has_avx_vnni();
 // simd_worker), the rest stay 256-bit. KVSERVE_ZMM=0 or 1 in the environment overrides the choice (still
 // only with cpu_has_avx512_vnni()), and then every 512-bit path follows it (cpu_uses_zmm_path).
 bool cpu_prefers_zmm();
+// cpu_has_avx512_vnni() plus AMX-TILE and AMX-INT8 (Intel Xeon from Sapphire Rapids on), with the OS saving
+// the tile state (XCR0 bits 17-18) and granting it to this process (Linux's arch_prctl
+// ARCH_REQ_XCOMP_PERM, asked once here). KVSERVE_NO_AMX=1 in the environment says no (to compare the
+// vpdpbusd kernels).
+bool cpu_has_amx_int8();
 // An Intel core (CPUID vendor "GenuineIntel"): where a tuning measured on AMD hosts differs on Intel's.
 bool cpu_is_intel();
 // The CPUID family of an AMD core (0x19 Zen 3 and Zen 4, 0x1A Zen 5), 0 on any other vendor's: where a

@@ -235,4 +235,21 @@ void gemm_pairs_q2_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512zmm
 
+// The Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 pair kernels above with each block's integer products on the AMX
+// tile unit (interleaved_pairs_amx.cpp): the same contract and bits as avx512zmm::gemm_pairs_*, for
+// 1..kMaxAmxTokens tokens (more are cut to that). Only after cpu_has_amx_int8().
+namespace amx {
+inline constexpr int kMaxAmxTokens = 16;
+void gemm_pairs_q4_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                       int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+}  // namespace amx
+
 }  // namespace kvserve

@@ -133,6 +133,19 @@ bool fly_pairs_enabled() {
   return !env_off && g_fly_pairs_enabled.load(std::memory_order_relaxed);
 }
 
+std::atomic<bool> g_amx_enabled{true};
+
+bool amx_enabled() { return cpu_has_amx_int8() && g_amx_enabled.load(std::memory_order_relaxed); }
+
+// Calls of at least this many tokens take the AMX pair kernels (where amx_enabled()).
+int64_t amx_min_tokens() {
+  static const int64_t n = [] {
+    const char* env = std::getenv("KVSERVE_AMX_MIN_TOKENS");  // for A/B runs
+    return env != nullptr && env[0] != '\0' ? std::max<int64_t>(1, std::atoll(env)) : int64_t{32};
+  }();
+  return n;
+}
+
 // Weight rows of one thread-local chunk are reused for every token group, so keep a chunk within a
 // comfortable share of L2.
 constexpr size_t kChunkBytes = 256 * 1024;
@@ -233,7 +246,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   const size_t group_bytes = interleaved_group_bytes(w.type, n_in);
-  constexpr int kTok = std::max(avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens);
+  constexpr int kTok = std::max({avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens, amx::kMaxAmxTokens});
   const bool vnni = cpu_has_avx512_vnni();
   // The 8-row kernels with vpdpbusd: AVX-512's (EVEX, 32 registers) where the core has them, else AVX-VNNI's
   // (VEX, 16), else the AVX2 ones.
@@ -266,6 +279,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // against ~205 G MAC/s, Q5_K ~305 against ~146.)
   const bool pairs = w.interleaved_pairs;
   if (pairs && !vnni) fail("matmul: tensor '{}' is repacked in pairs, which needs AVX512-VNNI", w.name);
+  // The 32-element block types' pairs with their integer products on the AMX tile unit, for calls of
+  // several tokens (interleaved_pairs_amx.cpp; the same bits as the zmm kernels).
+  const bool amx = pairs && a.n_tokens >= amx_min_tokens() && amx_enabled() &&
+                   (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q5_0 ||
+                    w.type == DType::IQ4_NL || w.type == DType::Q8_0);
   const int64_t paired_end = pairs ? interleaved_paired_groups(n_out) : 0;
   // Q5_K and Q6_K over several tokens: each chunk's quants are unpacked to bytes once (k_unpacked, groups
   // from k_first on) and every pass reads them from there. With vpdpbusd the packed kernels take 6 tokens
@@ -325,6 +343,13 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
                         : w.type == DType::Q2_K ? avx512zmm::gemm_pairs_q2_K
                                                 : avx512zmm::gemm_pairs_iq4_xs;
         fn(n_in, group, n_groups / 2, p.q8_k, n_tok, out, stride, far);
+      } else if (amx) {
+        const auto fn = w.type == DType::Q4_0     ? amx::gemm_pairs_q4_0
+                        : w.type == DType::Q4_1   ? amx::gemm_pairs_q4_1
+                        : w.type == DType::Q5_0   ? amx::gemm_pairs_q5_0
+                        : w.type == DType::IQ4_NL ? amx::gemm_pairs_iq4_nl
+                                                  : amx::gemm_pairs_q8_0;
+        fn(n_in, group, n_groups / 2, p.packed, n_tok, out, stride, far);
       } else {
         const auto fn = w.type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
                         : w.type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
@@ -400,7 +425,8 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // batched decode (16 sequences, passes of 6, 6, 4) 1.024x, prefill 1.06x. Q8_0 and SmolLM2's Q4_1 did
   // worse at 6 (batched decode 0.93-0.96x): their chunks' third pass from L2 costs more than it saves.
   const int64_t max_groups_per_call = call_groups;
-  const int64_t pass_tokens = k_unpack                       ? kUnpackedKPassTokens
+  const int64_t pass_tokens = amx                            ? amx::kMaxAmxTokens
+                              : k_unpack                       ? kUnpackedKPassTokens
                               : pairs && w.type == DType::Q4_0 ? 6
                               : iq4_xs && !pairs             ? kIQ4XSPassTokens
                               : pairs && w.type == DType::Q2_K ? 6  // its pair kernel's passes
@@ -414,8 +440,12 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // (1B-shaped, 16 sequences: batched decode 1.09x at Q4_0, 1.20x at Q8_0, 1.10x at Q4_K, 1.16x at Q5_K;
   // prefill unchanged). Each call's share is sized by the type (far_prefetch_bytes) so that the two passes
   // of 16 sequences cover the whole next chunk.
+  // The AMX kernels (one pass for 16 sequences) stream for every pair of a call, so they carry the next
+  // chunk's reads even in one pass: the tile unit waits for each weight load it issues, and a Q8_0 pair's
+  // quants are loaded straight from the weights (1B-shaped Q8_0, 16 sequences, without it: 0.78x).
   const bool spread = a.n_tokens > pass_tokens;
-  const size_t far_per_call = static_cast<size_t>(n_in / 32) * far_prefetch_bytes(w.type);
+  const size_t far_per_call =
+      static_cast<size_t>(n_in / 32) * far_prefetch_bytes(w.type) * (amx ? avx512zmm::kMaxZmmPairs : 1);
   // At that rate the pair kernels (4 groups a call) cover a chunk in two passes, the 8-row kernels (2 groups)
   // in one, and prefill makes many passes: only as many calls as the chunk needs carry the stream, spread
   // evenly over all its calls. (AVX2 Q8_0 had read the whole next chunk during the first of its four passes
@@ -609,6 +639,8 @@ bool cpu_has_avx2() {
 void set_simd_enabled(bool enabled) { g_simd_enabled.store(enabled, std::memory_order_relaxed); }
 
 void set_fly_pairs_enabled(bool enabled) { g_fly_pairs_enabled.store(enabled, std::memory_order_relaxed); }
+
+void set_amx_enabled(bool enabled) { g_amx_enabled.store(enabled, std::memory_order_relaxed); }
 
 namespace {
 std::atomic<int> g_decode_l2_ahead{-1};  // -1: the host's default

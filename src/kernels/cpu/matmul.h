@@ -102,6 +102,11 @@ void set_simd_enabled(bool enabled);
 // many-token calls (matmul.cpp), e.g. so tests can compare both paths. Not while a matmul is running.
 void set_fly_pairs_enabled(bool enabled);
 
+// Turns off (false) or back on (true, still only where cpu_has_amx_int8()) the AMX pair kernels of the
+// 32-element block types in calls of several tokens, e.g. so tests can compare both paths (the same bits).
+// Not while a matmul is running.
+void set_amx_enabled(bool enabled);
+
 // Whether one-token calls of the 512-bit pair kernels also ask 8 KiB ahead into L2 (with 2 KiB into L1;
 // interleaved_zmm_avx512vnni.cpp): by default on Intel cores, or as KVSERVE_DECODE_L2_AHEAD=0/1 says.
 // set_decode_l2_ahead(0 or 1) forces it off or on and -1 restores the default, e.g. so tests can run both
