@@ -464,8 +464,7 @@ struct Q32KernelCase {
   std::shared_ptr<uint8_t[]> paired;  // the same rows in the pair layout
   ActPack32 pack;
   std::vector<std::vector<uint8_t>> rows;
-  static constexpr int kTok =
-      std::max({avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens, amx::kMaxAmxTokens});
+  static constexpr int kTok = std::max({avx2::kMaxInterleavedTokens, avx512zmm::kMaxZmmTokens, amx::kMaxAmxTokens});
   PackedActs32 acts[kTok];
 
   // edit_weights may change the raw blocks before the repack; token 0's activations are all -1 when
@@ -690,7 +689,8 @@ TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
       // Tokens in reverse order: their quants lie at a negative stride.
       PackedActs32 reversed[kTok];
       for (int t = 0; t < kTok; ++t) reversed[t] = c.acts[kTok - 1 - t];
-      for (const PackedActs32* acts : {static_cast<const PackedActs32*>(c.acts), static_cast<const PackedActs32*>(reversed)})
+      for (const PackedActs32* acts :
+           {static_cast<const PackedActs32*>(c.acts), static_cast<const PackedActs32*>(reversed)})
         for (int n_pairs = 1; n_pairs <= avx512zmm::kMaxZmmPairs; ++n_pairs)
           for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
             std::vector<float> want(kStride * kTok, -7.0f), got(want.size(), -7.0f);

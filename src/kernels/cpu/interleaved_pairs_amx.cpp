@@ -23,14 +23,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "core/cpu_features.h"
 #include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/quants.h"
-
-#include <algorithm>
-#include <cstring>
-#include <vector>
 
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
@@ -156,7 +156,9 @@ void gemm_pair_amx(int64_t nb, const uint8_t* pair, const PackedActs32* acts, si
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const int8_t* a_base = acts[0].qs;
   const int64_t n_stages = (nb + kStageBlocks - 1) / kStageBlocks;
-  const auto blocks_of = [&](int64_t j) { return static_cast<int>(std::min<int64_t>(kStageBlocks, nb - j * kStageBlocks)); };
+  const auto blocks_of = [&](int64_t j) {
+    return static_cast<int>(std::min<int64_t>(kStageBlocks, nb - j * kStageBlocks));
+  };
   // Stage j's quants into b_buf[j % 3] (and its share of the prefetches).
   const auto unpack = [&](int64_t j) {
     const int n = blocks_of(j);
@@ -248,8 +250,8 @@ void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32
   configure_tiles(n_tok);
   with_token_count<amx::kMaxAmxTokens>(n_tok, [&]<int T>() {
     for (int p = 0; p < n_pairs; ++p)
-      gemm_pair_amx<kType, T>(nb, pairs + p * pair_bytes, acts, static_cast<size_t>(act_stride), out + 16 * p, out_stride,
-                              prefetch == nullptr ? nullptr : prefetch + p * far_bytes);
+      gemm_pair_amx<kType, T>(nb, pairs + p * pair_bytes, acts, static_cast<size_t>(act_stride), out + 16 * p,
+                              out_stride, prefetch == nullptr ? nullptr : prefetch + p * far_bytes);
   });
 }
 

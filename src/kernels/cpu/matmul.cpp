@@ -425,14 +425,14 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // batched decode (16 sequences, passes of 6, 6, 4) 1.024x, prefill 1.06x. Q8_0 and SmolLM2's Q4_1 did
   // worse at 6 (batched decode 0.93-0.96x): their chunks' third pass from L2 costs more than it saves.
   const int64_t max_groups_per_call = call_groups;
-  const int64_t pass_tokens = amx                            ? amx::kMaxAmxTokens
+  const int64_t pass_tokens = amx                              ? amx::kMaxAmxTokens
                               : k_unpack                       ? kUnpackedKPassTokens
                               : pairs && w.type == DType::Q4_0 ? 6
-                              : iq4_xs && !pairs             ? kIQ4XSPassTokens
+                              : iq4_xs && !pairs               ? kIQ4XSPassTokens
                               : pairs && w.type == DType::Q2_K ? 6  // its pair kernel's passes
-                              : pairs || fly                 ? avx512zmm::kMaxZmmTokens
-                              : w.type == DType::Q8_0        ? 4
-                                                             : avx2::kMaxInterleavedTokens;
+                              : pairs || fly                   ? avx512zmm::kMaxZmmTokens
+                              : w.type == DType::Q8_0          ? 4
+                                                               : avx2::kMaxInterleavedTokens;
   const auto* base = static_cast<const uint8_t*>(w.interleaved);
   // With more than one pass, the first pass over a chunk would read it from memory at the kernel's full
   // rate (both cores together at about the triad bandwidth) and the later ones not at all: instead every
