@@ -2,13 +2,20 @@
 // with each block's integer products on Intel's AMX tile unit (tdpbssd / tdpbsud) instead of vpdpbusd.
 //
 // Why: a pair's block for T tokens is T x 16 x 32 multiply-adds. The zmm kernel issues 8 vpdpbusd a token
-// for them, which on a Xeon's two 512-bit ports is most of its time at 8 or more tokens (batched decode,
-// prefill). One tdp instruction does all T x 16 x 32 in the tile unit, beside the vector ports, so what
-// is left on them is the unpacking of the block's quants (shared by every token) and the per-token float
-// work every kernel does (convert, scale, FMA). The pair layout already holds each 4-element run of the 16
-// rows side by side, which is the row format of AMX's B operand: vector h's low nibbles are B row h
-// (elements 4h..4h+3 of every row), its high nibbles B row 4 + h; Q8_0's 8 vectors are B's 8 rows as they
-// lie in memory.
+// for them, most of its time at 8 or more tokens. One tdp instruction does all T x 16 x 32 in the tile
+// unit; what is left on the vector ports is the unpacking of the block's quants (shared by every token)
+// and the per-token float work every kernel does (convert, scale, FMA). The pair layout already holds each
+// 4-element run of the 16 rows side by side, which is the row format of AMX's B operand: vector h's low
+// nibbles are B row h (elements 4h..4h+3 of every row), its high nibbles B row 4 + h; Q8_0's 8 vectors are
+// B's 8 rows as they lie in memory.
+//
+// What it costs (Xeon VM with AMX, 2026-12-05): every block needs its own int32 sums (each row and token
+// has its own scale per 32 elements), so each tdp is followed by a tile store of the sums, and a tile store
+// took ~4.2 ns whatever its rows (1 or 16), a tdp at K = 32 ~2.5-4.4 ns (as at K = 64), and the vector
+// work did not run beside them (tile products then float work measured the sum of both alone). So the
+// tile path pays only where many tokens share each block: bench_cpu_peak KernelAmx against KernelZmm (two
+// passes of 8), 16 tokens, weights in L2: Q8_0 ~1.3-1.4x, Q4_0 ~1.2x, Q4_1 ~1.05x; at 1-4 tokens it loses
+// (~3x slower at one). matmul takes it for calls of 32 tokens and more (amx_min_tokens in matmul.cpp).
 //
 // Exactness: the tile unit's int32 sums are the exact integers the vpdpbusd kernels form (every quant
 // times every activation byte, no saturation), here with the quants signed (Q4_0's q - 8, Q5_0's q - 16,

@@ -137,7 +137,12 @@ std::atomic<bool> g_amx_enabled{true};
 
 bool amx_enabled() { return cpu_has_amx_int8() && g_amx_enabled.load(std::memory_order_relaxed); }
 
-// Calls of at least this many tokens take the AMX pair kernels (where amx_enabled()).
+// Calls of at least this many tokens take the AMX pair kernels (where amx_enabled()): prefill and large
+// mixed steps, in passes of 16 tokens over each L2 chunk. Xeon VM with AMX (2026-12-05), 1B-shaped,
+// 512-token prefill, 4 alternating runs against KVSERVE_NO_AMX=1: Q8_0 1.22x, Q4_0 1.07x, SmolLM2-135M Q4_1
+// ~1.04x (noise level). 16 sequences' batched decode (one pass of 16 over weights streamed from memory)
+// stayed on the zmm kernels: Q8_0 0.78-0.87x, Q4_0 0.90-1.13x in runs whose own noise was ~12 %.
+
 int64_t amx_min_tokens() {
   static const int64_t n = [] {
     const char* env = std::getenv("KVSERVE_AMX_MIN_TOKENS");  // for A/B runs
@@ -440,9 +445,9 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // (1B-shaped, 16 sequences: batched decode 1.09x at Q4_0, 1.20x at Q8_0, 1.10x at Q4_K, 1.16x at Q5_K;
   // prefill unchanged). Each call's share is sized by the type (far_prefetch_bytes) so that the two passes
   // of 16 sequences cover the whole next chunk.
-  // The AMX kernels (one pass for 16 sequences) stream for every pair of a call, so they carry the next
-  // chunk's reads even in one pass: the tile unit waits for each weight load it issues, and a Q8_0 pair's
-  // quants are loaded straight from the weights (1B-shaped Q8_0, 16 sequences, without it: 0.78x).
+  // The AMX kernels stream for every pair of a call (a call's share is two pairs' worth): the tile unit
+  // waits for each weight load it issues, and a Q8_0 pair's quants are loaded straight from the weights
+  // (1B-shaped 512-token prefill against the zmm kernels: Q8_0 1.13x with one share a call, 1.25x with two).
   const bool spread = a.n_tokens > pass_tokens;
   const size_t far_per_call =
       static_cast<size_t>(n_in / 32) * far_prefetch_bytes(w.type) * (amx ? avx512zmm::kMaxZmmPairs : 1);
