@@ -235,12 +235,20 @@ void BM_KernelQ32(benchmark::State& state, DType type, int n_groups, int n_tok, 
   }
   PackedActs32 acts[amx::kMaxAmxTokens];
   for (int t = 0; t < n_tok; ++t) acts[t] = pack.token(t);
-  const auto pairs = amx ? (type == DType::Q4_0   ? amx::gemm_pairs_q4_0
-                            : type == DType::Q4_1 ? amx::gemm_pairs_q4_1
-                                                  : amx::gemm_pairs_q8_0)
-                         : (type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
-                            : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
-                                                  : avx512zmm::gemm_pairs_q8_0);
+  const auto amx_fn = type == DType::Q4_0   ? amx::gemm_pairs_q4_0
+                      : type == DType::Q4_1 ? amx::gemm_pairs_q4_1
+                                            : amx::gemm_pairs_q8_0;
+  const auto zmm_fn = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
+                      : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
+                                            : avx512zmm::gemm_pairs_q8_0;
+  const auto pairs = [&](int64_t n_cols, const uint8_t* p, int n_pairs, const PackedActs32* a, int nt, float* o,
+                         int64_t stride, const uint8_t* far) {
+    if (amx) {
+      amx_fn(n_cols, p, n_pairs, a, nt, o, stride, far, nullptr);
+    } else {
+      zmm_fn(n_cols, p, n_pairs, a, nt, o, stride, far);
+    }
+  };
   const auto gemm =
       type == DType::Q4_0
           ? pick(isa, avx512vnni::gemm_interleaved_q4_0, avxvnni::gemm_interleaved_q4_0, avx2::gemm_interleaved_q4_0)

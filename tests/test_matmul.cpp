@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -686,6 +688,12 @@ TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
                                                  : amx::gemm_pairs_q8_0;
       constexpr int kTok = amx::kMaxAmxTokens, kPass = avx512zmm::kMaxZmmTokens;
       constexpr int64_t kStride = 8 * avx512zmm::kMaxZmmGroups + 3;
+      // 64-byte aligned, as matmul gives it.
+      std::vector<int8_t> unpacked_storage(avx512zmm::kMaxZmmPairs * n_in / 32 * amx::kUnpackedBlockBytes + 64);
+      const std::span<int8_t> unpacked(
+          reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(unpacked_storage.data()) + 63) & ~uintptr_t{63}),
+          unpacked_storage.size() - 64);
+      amx::unpack_pairs(type, n_in, c.paired.get(), avx512zmm::kMaxZmmPairs, unpacked.data());
       // Tokens in reverse order: their quants lie at a negative stride.
       PackedActs32 reversed[kTok];
       for (int t = 0; t < kTok; ++t) reversed[t] = c.acts[kTok - 1 - t];
@@ -697,10 +705,17 @@ TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
             for (int t0 = 0; t0 < n_tok; t0 += kPass)
               zmm(n_in, c.paired.get(), n_pairs, acts + t0, std::min(kPass, n_tok - t0), want.data() + t0 * kStride,
                   kStride, nullptr);
-            tiles(n_in, c.paired.get(), n_pairs, acts, n_tok, got.data(), kStride, c.paired.get());
+            tiles(n_in, c.paired.get(), n_pairs, acts, n_tok, got.data(), kStride, c.paired.get(), nullptr);
             ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
                 << dtype_name(type) << " n_in " << n_in << " pairs " << n_pairs << " tokens " << n_tok
                 << (acts == reversed ? " (reversed)" : "");
+            // The same with the quants put in B's layout beforehand (Q8_0's records are B already).
+            if (type == DType::Q8_0) continue;
+            std::vector<float> got_unpacked(want.size(), -7.0f);
+            tiles(n_in, c.paired.get(), n_pairs, acts, n_tok, got_unpacked.data(), kStride, nullptr,
+                  unpacked.data());
+            ASSERT_EQ(std::memcmp(want.data(), got_unpacked.data(), want.size() * sizeof(float)), 0)
+                << dtype_name(type) << " (unpacked) n_in " << n_in << " pairs " << n_pairs << " tokens " << n_tok;
           }
     }
   }

@@ -148,9 +148,11 @@ constexpr int kStageBlocks = 8;
 // one block at a time: Q4_0 below the zmm kernel). So stage s + 1's products are issued before stage s's
 // float work, and stage s + 2's quants unpacked after it, each into a buffer of its own: the tile unit and
 // the vector ports work on different stages at once, and the tile loads read quants stored a stage earlier.
+// `unpacked` (Q4_0 / Q4_1 / Q5_0 / IQ4_NL only; may be null): the pair's quants already in B's layout, nb
+// blocks of 512 bytes (unpack_pairs), read from there instead of unpacked here.
 template <Q32 kType, int T>
 void gemm_pair_amx(int64_t nb, const uint8_t* pair, const PackedActs32* acts, size_t act_stride, float* out,
-                   int64_t stride, const uint8_t* far) {
+                   int64_t stride, const uint8_t* far, const int8_t* unpacked) {
   constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1;
   constexpr size_t kScaleBytes = kQ4_1 ? 64 : 32;
   constexpr size_t kRecordBytes = q32_record_bytes(kType);
@@ -174,14 +176,16 @@ void gemm_pair_amx(int64_t nb, const uint8_t* pair, const PackedActs32* acts, si
       const uint8_t* rec = pair + i * kPairRecordBytes;
       prefetch_ahead<kPairRecordBytes>(rec);
       far_stream<kRecordBytes>(far, i);
-      if constexpr (!kQ8) unpack_b<kType>(rec, b_buf[j % 3] + s * kBBytes);
+      if constexpr (!kQ8) {
+        if (unpacked == nullptr) unpack_b<kType>(rec, b_buf[j % 3] + s * kBBytes);
+      }
     }
   };
   const auto b_of = [&](int64_t j, int s) -> const void* {
     if constexpr (kQ8) {
       return pair + (j * kStageBlocks + s) * kPairRecordBytes + kScaleBytes;
     } else {
-      return b_buf[j % 3] + s * kBBytes;
+      return unpacked != nullptr ? unpacked + (j * kStageBlocks + s) * kBBytes : b_buf[j % 3] + s * kBBytes;
     }
   };
   // Stage j's products into c_buf[j % 2].
@@ -231,7 +235,7 @@ void gemm_pair_amx(int64_t nb, const uint8_t* pair, const PackedActs32* acts, si
 
 template <Q32 kType>
 void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                int64_t out_stride, const uint8_t* prefetch) {
+                int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
   const int64_t nb = n / 32;
   const size_t pair_bytes = 2 * static_cast<size_t>(nb) * q32_record_bytes(kType);
   // Each pair carries its own share of the far stream: a call's stream is n_pairs shares long.
@@ -258,7 +262,8 @@ void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32
   with_token_count<amx::kMaxAmxTokens>(n_tok, [&]<int T>() {
     for (int p = 0; p < n_pairs; ++p)
       gemm_pair_amx<kType, T>(nb, pairs + p * pair_bytes, acts, static_cast<size_t>(act_stride), out + 16 * p,
-                              out_stride, prefetch == nullptr ? nullptr : prefetch + p * far_bytes);
+                              out_stride, prefetch == nullptr ? nullptr : prefetch + p * far_bytes,
+                              unpacked == nullptr ? nullptr : unpacked + p * nb * amx::kUnpackedBlockBytes);
   });
 }
 
@@ -267,24 +272,39 @@ void gemm_pairs(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32
 namespace amx {
 
 void gemm_pairs_q4_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch) {
-  gemm_pairs<Q32::kQ4_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
+                     int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
+  gemm_pairs<Q32::kQ4_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, unpacked);
 }
 void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch) {
-  gemm_pairs<Q32::kQ4_1>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
+                     int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
+  gemm_pairs<Q32::kQ4_1>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, unpacked);
 }
 void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch) {
-  gemm_pairs<Q32::kQ5_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
+                     int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
+  gemm_pairs<Q32::kQ5_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, unpacked);
 }
 void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                       int64_t out_stride, const uint8_t* prefetch) {
-  gemm_pairs<Q32::kIQ4_NL>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
+                       int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
+  gemm_pairs<Q32::kIQ4_NL>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, unpacked);
 }
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch) {
-  gemm_pairs<Q32::kQ8_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
+                     int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
+  gemm_pairs<Q32::kQ8_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, nullptr);
+}
+
+void unpack_pairs(DType type, int64_t n, const uint8_t* pairs, int n_pairs, int8_t* dst) {
+  const int64_t nb = n / 32;
+  const auto run = [&]<Q32 kType>() {
+    const size_t pair_record = 2 * q32_record_bytes(kType);
+    for (int64_t k = 0; k < n_pairs * nb; ++k) unpack_b<kType>(pairs + k * pair_record, dst + k * kUnpackedBlockBytes);
+  };
+  switch (type) {
+    case DType::Q4_0: run.operator()<Q32::kQ4_0>(); break;
+    case DType::Q4_1: run.operator()<Q32::kQ4_1>(); break;
+    case DType::Q5_0: run.operator()<Q32::kQ5_0>(); break;
+    case DType::IQ4_NL: run.operator()<Q32::kIQ4_NL>(); break;
+    default: break;  // Q8_0's records are B already
+  }
 }
 
 }  // namespace amx

@@ -240,16 +240,24 @@ void gemm_pairs_q2_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
 // 1..kMaxAmxTokens tokens (more are cut to that). Only after cpu_has_amx_int8().
 namespace amx {
 inline constexpr int kMaxAmxTokens = 16;
+// A pair's block with its quants in the layout of AMX's B operand (8 rows of 64 bytes).
+inline constexpr size_t kUnpackedBlockBytes = 512;
+// unpacked (may be null; not for Q8_0, whose records are B already): the pairs' quants from unpack_pairs,
+// read from there instead of unpacked in the call (prefill makes many passes over one chunk of pairs).
 void gemm_pairs_q4_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+                     int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
 void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+                     int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
 void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+                     int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
 void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                       int64_t out_stride, const uint8_t* prefetch = nullptr);
+                       int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch = nullptr);
+                     int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
+// The quants of n_pairs consecutive pairs (n columns) of a Q4_0 / Q4_1 / Q5_0 / IQ4_NL tensor in the pair
+// layout, in B's layout: n / 32 * n_pairs blocks of kUnpackedBlockBytes, pair after pair, at dst (64-byte
+// aligned). Nothing for other types.
+void unpack_pairs(DType type, int64_t n, const uint8_t* pairs, int n_pairs, int8_t* dst);
 }  // namespace amx
 
 }  // namespace kvserve
