@@ -712,8 +712,7 @@ TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
             // The same with the quants put in B's layout beforehand (Q8_0's records are B already).
             if (type == DType::Q8_0) continue;
             std::vector<float> got_unpacked(want.size(), -7.0f);
-            tiles(n_in, c.paired.get(), n_pairs, acts, n_tok, got_unpacked.data(), kStride, nullptr,
-                  unpacked.data());
+            tiles(n_in, c.paired.get(), n_pairs, acts, n_tok, got_unpacked.data(), kStride, nullptr, unpacked.data());
             ASSERT_EQ(std::memcmp(want.data(), got_unpacked.data(), want.size() * sizeof(float)), 0)
                 << dtype_name(type) << " (unpacked) n_in " << n_in << " pairs " << n_pairs << " tokens " << n_tok;
           }

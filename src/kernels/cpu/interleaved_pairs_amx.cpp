@@ -299,11 +299,20 @@ void unpack_pairs(DType type, int64_t n, const uint8_t* pairs, int n_pairs, int8
     for (int64_t k = 0; k < n_pairs * nb; ++k) unpack_b<kType>(pairs + k * pair_record, dst + k * kUnpackedBlockBytes);
   };
   switch (type) {
-    case DType::Q4_0: run.operator()<Q32::kQ4_0>(); break;
-    case DType::Q4_1: run.operator()<Q32::kQ4_1>(); break;
-    case DType::Q5_0: run.operator()<Q32::kQ5_0>(); break;
-    case DType::IQ4_NL: run.operator()<Q32::kIQ4_NL>(); break;
-    default: break;  // Q8_0's records are B already
+    case DType::Q4_0:
+      run.operator()<Q32::kQ4_0>();
+      break;
+    case DType::Q4_1:
+      run.operator()<Q32::kQ4_1>();
+      break;
+    case DType::Q5_0:
+      run.operator()<Q32::kQ5_0>();
+      break;
+    case DType::IQ4_NL:
+      run.operator()<Q32::kIQ4_NL>();
+      break;
+    default:
+      break;  // Q8_0's records are B already
   }
 }
 

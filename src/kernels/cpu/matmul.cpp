@@ -484,11 +484,10 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
     if (amx && n_passes > 1 && w.type != DType::Q8_0 && chunk < paired_end && amx_unpack) {
       amx_first = chunk;
       amx_end = std::min(chunk_end, paired_end);
-      const auto bytes =
-          static_cast<size_t>((amx_end - amx_first) / 2 * (n_in / 32)) * amx::kUnpackedBlockBytes;
+      const auto bytes = static_cast<size_t>((amx_end - amx_first) / 2 * (n_in / 32)) * amx::kUnpackedBlockBytes;
       grow_to(amx_unpacked_storage, static_cast<int64_t>(bytes + 64));
-      auto* aligned = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(amx_unpacked_storage.data()) + 63) &
-                                                ~uintptr_t{63});
+      auto* aligned =
+          reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(amx_unpacked_storage.data()) + 63) & ~uintptr_t{63});
       amx::unpack_pairs(w.type, n_in, base + chunk * group_bytes, static_cast<int>((amx_end - amx_first) / 2), aligned);
       amx_unpacked = aligned;
     } else {
