@@ -36,28 +36,12 @@
 
 #include "core/cpu_features.h"
 #include "kernels/cpu/interleaved_q32_kernels.h"
+#include "kernels/cpu/interleaved_pairs_zmm.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
-
-enum class Q32 { kQ4_0, kQ4_1, kQ5_0, kIQ4_NL, kQ8_0 };
-
-constexpr size_t q32_record_bytes(Q32 type) {
-  return type == Q32::kQ8_0   ? kQ8_0RecordBytes
-         : type == Q32::kQ5_0 ? kQ5_0RecordBytes
-         : type == Q32::kQ4_1 ? kQ4RecordBytes<true>
-                              : kQ4RecordBytes<false>;
-}
-
-inline __m512i load64(const uint8_t* rec, size_t off) {
-  return _mm512_loadu_si512(reinterpret_cast<const __m512i*>(rec + off));
-}
-
-inline __m512 load_ph16(const uint8_t* rec, size_t off) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + off)));
-}
 
 // The tile configuration (palette 1) as ldtilecfg reads it.
 struct alignas(64) TileConfig {

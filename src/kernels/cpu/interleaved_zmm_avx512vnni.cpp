@@ -23,6 +23,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/cpu/interleaved_q32_kernels.h"
+#include "kernels/cpu/interleaved_pairs_zmm.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
@@ -30,30 +31,10 @@
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
 
-// The 64 bytes at offset `off` of a pair's record: a piece of group 0 then the same piece of group 1.
-inline __m512i load64(const uint8_t* rec, size_t off) {
-  return _mm512_loadu_si512(reinterpret_cast<const __m512i*>(rec + off));
-}
-
-// The 16 fp16 values at offset `off` of a pair's record (group 0's 8 rows, then group 1's), as floats.
-inline __m512 load_ph16(const uint8_t* rec, size_t off) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + off)));
-}
-
 inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
-}
-
-enum class Q32 { kQ4_0, kQ4_1, kQ5_0, kIQ4_NL, kQ8_0 };
-
-// One group's record in the group layout (a pair's is twice this).
-constexpr size_t q32_record_bytes(Q32 type) {
-  return type == Q32::kQ8_0   ? kQ8_0RecordBytes
-         : type == Q32::kQ5_0 ? kQ5_0RecordBytes
-         : type == Q32::kQ4_1 ? kQ4RecordBytes<true>
-                              : kQ4RecordBytes<false>;
 }
 
 // spread_block_prefetch for a K-quant pair kernel's record (two groups' records of kRecordBytes).

@@ -1,0 +1,37 @@
+#pragma once
+// What the 512-bit pair kernels of the 32-element block types share (interleaved_zmm_avx512vnni.cpp, and
+// interleaved_pairs_amx.cpp, which runs their products on the tile unit): the type tag, a group's record
+// size, and the loads of a pair's record. Included only by files compiled with the AVX-512 flags, with
+// interleaved_q32_kernels.h (included here); internal linkage, as there.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/interleaved_q32_kernels.h"
+
+namespace kvserve {
+namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
+
+enum class Q32 { kQ4_0, kQ4_1, kQ5_0, kIQ4_NL, kQ8_0 };
+
+// One group's record in the group layout (a pair's is twice this).
+constexpr size_t q32_record_bytes(Q32 type) {
+  return type == Q32::kQ8_0   ? kQ8_0RecordBytes
+         : type == Q32::kQ5_0 ? kQ5_0RecordBytes
+         : type == Q32::kQ4_1 ? kQ4RecordBytes<true>
+                              : kQ4RecordBytes<false>;
+}
+
+// The 64 bytes at offset `off` of a pair's record: a piece of group 0 then the same piece of group 1.
+inline __m512i load64(const uint8_t* rec, size_t off) {
+  return _mm512_loadu_si512(reinterpret_cast<const __m512i*>(rec + off));
+}
+
+// The 16 fp16 values at offset `off` of a pair's record (group 0's 8 rows, then group 1's), as floats.
+inline __m512 load_ph16(const uint8_t* rec, size_t off) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + off)));
+}
+
+}  // namespace
+}  // namespace kvserve
