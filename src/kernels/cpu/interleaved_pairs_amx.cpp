@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "core/cpu_features.h"
-#include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_pairs_zmm.h"
+#include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/quants.h"
 
