@@ -18,7 +18,12 @@ llama.cpp's figures can come from its own benchmark binaries instead (--llama-be
 shows, targets llama-bench and llama-batched-bench): `llama-bench -p P -n 0` for prefill, `llama-bench
 -p 0 -n G -d P` (generation at depth P) for decode, `llama-batched-bench -npp P -ntg G -npl N` for
 batched. Then llama-cpp-python is not needed. On a Xeon VM with AMX (2026-12-01) a -DGGML_NATIVE=ON build
-died in ggml_backend_amx_mul_mat (SIGILL / SIGSEGV) although the kernel grants the AMX state; there
+died in ggml_backend_amx_mul_mat (SIGILL / SIGSEGV) although the kernel grants the AMX state. The cause
+(2026-12-05): GCC 12's _tile_loadconfig names only the first 8 bytes of the tile configuration as its
+operand, so the stores of the rows and column widths are dropped as dead (ldtilecfg then reads palette 1
+with every tile unconfigured, and the first tileloadd is an illegal instruction); kvserve's AMX kernels
+issue ldtilecfg themselves for that reason. A clang build (native, or with GGML_AMX_INT8=ON) runs, but
+takes the repack kernels (ggml_gemm_q4_0_8x8_q8_0), not the AMX path: about the same prefill as below. There
 configure with -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
 (every instruction set that core has except AMX).
