@@ -141,9 +141,9 @@ bool amx_enabled() { return cpu_has_amx_int8() && g_amx_enabled.load(std::memory
 // mixed steps, in passes of 16 tokens over each L2 chunk. Xeon VM with AMX (2026-12-05), 1B-shaped,
 // 512-token prefill, 4 alternating runs against KVSERVE_NO_AMX=1: Q8_0 1.22x, Q4_0 1.14x (1.07x before its
 // chunks' quants were unpacked once for all passes: amx_unpacked below), SmolLM2-135M Q4_1 ~1.03x (6 runs,
-// noise level). 16 sequences' batched decode (one pass of 16 over weights streamed from memory)
-// stayed on the zmm kernels: Q8_0 0.78-0.87x, Q4_0 0.90-1.13x in runs whose own noise was ~12 %.
-
+// noise level). Batched decode stays on the zmm kernels: 16 sequences (one pass of 16 over weights streamed
+// from memory) Q4_0 0.96x (6 alternating pairs, every one slower; 0.93x with the prefetch stream), Q8_0
+// 0.78-0.87x; 32 sequences Q4_0 ~1.01x.
 int64_t amx_min_tokens() {
   static const int64_t n = [] {
     const char* env = std::getenv("KVSERVE_AMX_MIN_TOKENS");  // for A/B runs
