@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <random>
@@ -837,6 +838,25 @@ TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
   }
 }
 
+// matmul of w with a path turned off by set_enabled(false), then on again: the same bits, on 1 and 3
+// threads, for each token count.
+void expect_same_bits_with_path_off_and_on(const Tensor& w, void (*set_enabled)(bool),
+                                           std::initializer_list<int64_t> token_counts, std::mt19937& rng) {
+  const int64_t n_in = w.cols(), n_out = w.rows();
+  for (int threads : {1, 3})
+    for (int64_t n_tokens : token_counts) {
+      ThreadPool pool(threads);
+      const auto x = random_floats(n_tokens * n_in, rng);
+      std::vector<float> a(n_tokens * n_out, NAN), b(a.size(), NAN);
+      set_enabled(false);
+      matmul(w, x.data(), n_tokens, a.data(), pool);
+      set_enabled(true);
+      matmul(w, x.data(), n_tokens, b.data(), pool);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << dtype_name(w.type) << " rows " << n_out << " threads " << threads << " tokens " << n_tokens;
+    }
+}
+
 // matmul with the AMX pair kernels (calls of 32 tokens and more) gives the zmm kernels' bits: whole pairs,
 // a last odd group, the one-row tail, thread splits that cut a pair, token counts that end in a short pass,
 // and stacked matrices.
@@ -851,18 +871,7 @@ TEST(InterleavedPairs, MatmulWithAmxIsBitIdenticalToTheZmmKernels) {
     for (int64_t n_out : {40, 61, 200}) {
       const auto data = random_weights(type, n_out, n_in, rng);
       const Tensor w = make_tensor(type, n_out, n_in, data, true);
-      for (int threads : {1, 3})
-        for (int64_t n_tokens : {32, 45, 64}) {
-          ThreadPool pool(threads);
-          const auto x = random_floats(n_tokens * n_in, rng);
-          std::vector<float> a(n_tokens * n_out, NAN), b(a.size(), NAN);
-          set_amx_enabled(false);
-          matmul(w, x.data(), n_tokens, a.data(), pool);
-          set_amx_enabled(true);
-          matmul(w, x.data(), n_tokens, b.data(), pool);
-          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-              << dtype_name(type) << " rows " << n_out << " threads " << threads << " tokens " << n_tokens;
-        }
+      expect_same_bits_with_path_off_and_on(w, set_amx_enabled, {32, 45, 64}, rng);
     }
     const auto da = random_weights(type, 24, n_in, rng), db = random_weights(type, 40, n_in, rng);
     const Tensor pa = make_tensor(type, 24, n_in, da, true), pb = make_tensor(type, 40, n_in, db, true);
@@ -934,18 +943,7 @@ TEST(InterleavedPairs, ChunksPairedOnTheFlyGiveTheGroupKernelsBits) {
       std::vector<uint8_t> pair(2 * group_bytes);
       pair_two_groups(type, n_in, static_cast<const uint8_t*>(w.interleaved) + 2 * group_bytes, pair.data());
       ASSERT_EQ(std::memcmp(pair.data(), paired.get() + 2 * group_bytes, pair.size()), 0) << dtype_name(type);
-      for (int threads : {1, 3})
-        for (int64_t n_tokens : {16, 40, 130}) {
-          ThreadPool pool(threads);
-          const auto x = random_floats(n_tokens * n_in, rng);
-          std::vector<float> a(n_tokens * n_out, NAN), b(a.size(), NAN);
-          set_fly_pairs_enabled(false);
-          matmul(w, x.data(), n_tokens, a.data(), pool);
-          set_fly_pairs_enabled(true);
-          matmul(w, x.data(), n_tokens, b.data(), pool);
-          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-              << dtype_name(type) << " rows " << n_out << " threads " << threads << " tokens " << n_tokens;
-        }
+      expect_same_bits_with_path_off_and_on(w, set_fly_pairs_enabled, {16, 40, 130}, rng);
     }
     const auto da = random_weights(type, 24, n_in, rng), db = random_weights(type, 40, n_in, rng);
     const Tensor ga = make_tensor(type, 24, n_in, da, false), gb = make_tensor(type, 40, n_in, db, false);
