@@ -214,6 +214,41 @@ TEST(ChatTemplateJinja, Llama3SystemHeaderAsJinja2RendersIt) {
             apply_chat_template(ChatTemplateFamily::Llama3, conversations[0], true));
 }
 
+// IBM's Granite templates, as jinja2 renders them (tests/golden/chat_templates/granite_default_system.json,
+// scripts/make_granite_default_system_golden.py): 3.3 and 4.0 open a conversation without a system message
+// with their own (3.3's with the day's date), 4.1 with none; a conversation's own system message replaces it.
+TEST(ChatTemplateJinja, GraniteDefaultSystemMessageAsJinja2RendersIt) {
+  const nlohmann::json golden = read_jinja_golden("granite_default_system.json");
+  ASSERT_FALSE(golden.is_null());
+  const std::string today = golden.at("today").get<std::string>();
+  std::vector<std::vector<ChatMessage>> conversations;
+  for (const auto& c : golden.at("conversations")) {
+    std::vector<ChatMessage>& conv = conversations.emplace_back();
+    for (const auto& m : c) conv.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+  }
+  int compared = 0, with_default = 0;
+  for (const auto& t : golden.at("templates")) {
+    const std::string file = t.at("file").get<std::string>();
+    const std::optional<Vocab> template_vocab = vocab_of_template(file);
+    if (!template_vocab) continue;
+    const Vocab& vocab = *template_vocab;
+    if (granite_default_system_message(vocab.chat_template, today)) ++with_default;
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      EXPECT_EQ(apply_chat_template(vocab, conversations[i], true, today), t.at("rendered").at(i).get<std::string>())
+          << file << " conversation " << i;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 12);
+  EXPECT_EQ(with_default, 2);
+  // The family named by llama.cpp's name renders as llama.cpp's built-in renderer does.
+  Vocab named;
+  named.chat_template = "granite";
+  EXPECT_EQ(granite_default_system_message(named.chat_template, today), std::nullopt);
+  EXPECT_EQ(apply_chat_template(named, conversations[0], true, today),
+            apply_chat_template(ChatTemplateFamily::Granite, conversations[0], true));
+}
+
 // SmolLM2's template (the default model's, as its GGUF holds it, newlines real) and the \n-escaped form:
 // the default system message opens a conversation without one, and a conversation's own system message
 // replaces it. Expected strings: jinja2's rendering of the same template.

@@ -444,6 +444,29 @@ std::optional<std::string> llama3_header_date(std::string_view jinja, std::strin
   return std::string(jinja.substr(begin, end - begin));
 }
 
+std::optional<std::string> granite_default_system_message(std::string_view jinja, std::string_view today) {
+  // Granite 4.0: a literal the template keeps for conversations without a system message, tools or documents.
+  constexpr std::string_view kG40 = "set g4_default_system_message = '";
+  if (const size_t at = jinja.find(kG40); at != std::string_view::npos) {
+    const size_t begin = at + kG40.size(), end = jinja.find('\'', begin);
+    if (end == std::string_view::npos) return std::nullopt;
+    return std::string(jinja.substr(begin, end - begin));
+  }
+  // Granite 3.3: the knowledge cutoff and the day's date ("%B %d, %Y"), then its plain-chat sentence.
+  constexpr std::string_view kG33 =
+      "\"Knowledge Cutoff Date: April 2024. Today's Date: \" + strftime_now('%B %d, %Y') + \". You are Granite, "
+      "developed by IBM.\"";
+  constexpr std::string_view kG33Chat = "system_message + \" You are a helpful AI assistant.\"";
+  if (jinja.find(kG33) == std::string_view::npos || jinja.find(kG33Chat) == std::string_view::npos) return std::nullopt;
+  std::tm day{};
+  const std::string today_text(today);
+  if (strptime(today_text.c_str(), "%d %b %Y", &day) == nullptr) return std::nullopt;
+  char date[64] = {};
+  std::strftime(date, sizeof date, "%B %d, %Y", &day);
+  return "Knowledge Cutoff Date: April 2024. Today's Date: " + std::string(date) +
+         ". You are Granite, developed by IBM. You are a helpful AI assistant.";
+}
+
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today) {
   const ChatTemplateFamily family = detect_chat_template(vocab.chat_template);
@@ -459,8 +482,11 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
       return out + apply_chat_template(family, rest, add_generation_prompt);
     }
   }
-  if (family == Family::ChatML && !msgs.empty() && msgs.front().role != "system") {
-    if (std::optional<std::string> system = chatml_default_system_message(vocab.chat_template)) {
+  if ((family == Family::ChatML || family == Family::Granite || family == Family::Granite40) && !msgs.empty() &&
+      msgs.front().role != "system") {
+    if (std::optional<std::string> system = family == Family::ChatML
+                                                ? chatml_default_system_message(vocab.chat_template)
+                                                : granite_default_system_message(vocab.chat_template, today)) {
       std::vector<ChatMessage> with_system;
       with_system.reserve(msgs.size() + 1);
       with_system.push_back({"system", std::move(*system)});

@@ -100,6 +100,12 @@ std::string apply_chat_template(ChatTemplateFamily family, const std::vector<Cha
 // takes the day's date from strftime_now (3.2). nullopt for a template without that header.
 std::optional<std::string> llama3_header_date(std::string_view jinja_source, std::string_view today);
 
+// The system message a Granite template writes when the conversation brings none (nor tools or documents):
+// Granite 4.0's `g4_default_system_message` literal, or Granite 3.3's "Knowledge Cutoff Date: April 2024.
+// Today's Date: <today as "%B %d, %Y">. You are Granite, developed by IBM. You are a helpful AI assistant."
+// (`today` as "%d %b %Y"). nullopt for other templates (Granite 4.1 writes none).
+std::optional<std::string> granite_default_system_message(std::string_view jinja_source, std::string_view today);
+
 // As below, with `today` ("05 Dec 2026", strftime's "%d %b %Y") for a template that writes the day's date.
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today);
@@ -107,7 +113,8 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
 // template's default system message (chatml_default_system_message) opens a conversation that has none, as
 // the Jinja template itself does (transformers' apply_chat_template, llama-server with Jinja, vLLM): the
 // model was tuned with it. SmolLM2, one user message: 37 prompt tokens, as llama-server's, instead of 16.
-// Likewise a Llama 3.1-3.3 template's system header (llama3_header_date), with today's local date.
+// Likewise a Llama 3.1-3.3 template's system header (llama3_header_date), with today's local date, and a
+// Granite 3.3 / 4.0 template's default system message (granite_default_system_message).
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt);
 
 }  // namespace kvserve
