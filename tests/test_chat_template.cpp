@@ -150,6 +150,16 @@ nlohmann::json read_jinja_golden(const std::string& name) {
   return nlohmann::json::parse(g);
 }
 
+// A jinja2 golden's "conversations": lists of {role, content}.
+std::vector<std::vector<ChatMessage>> golden_conversations(const nlohmann::json& golden) {
+  std::vector<std::vector<ChatMessage>> conversations;
+  for (const auto& c : golden.at("conversations")) {
+    std::vector<ChatMessage>& conv = conversations.emplace_back();
+    for (const auto& m : c) conv.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+  }
+  return conversations;
+}
+
 }  // namespace
 
 // A ChatML template's default system turn, against jinja2 (transformers' renderer) on llama.cpp's real
@@ -187,11 +197,7 @@ TEST(ChatTemplateJinja, Llama3SystemHeaderAsJinja2RendersIt) {
   const nlohmann::json golden = read_jinja_golden("llama3_header.json");
   ASSERT_FALSE(golden.is_null());
   const std::string today = golden.at("today").get<std::string>();
-  std::vector<std::vector<ChatMessage>> conversations;
-  for (const auto& c : golden.at("conversations")) {
-    std::vector<ChatMessage>& conv = conversations.emplace_back();
-    for (const auto& m : c) conv.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-  }
+  const std::vector<std::vector<ChatMessage>> conversations = golden_conversations(golden);
   int compared = 0;
   for (const auto& t : golden.at("templates")) {
     const std::string file = t.at("file").get<std::string>();
@@ -221,11 +227,7 @@ TEST(ChatTemplateJinja, GraniteDefaultSystemMessageAsJinja2RendersIt) {
   const nlohmann::json golden = read_jinja_golden("granite_default_system.json");
   ASSERT_FALSE(golden.is_null());
   const std::string today = golden.at("today").get<std::string>();
-  std::vector<std::vector<ChatMessage>> conversations;
-  for (const auto& c : golden.at("conversations")) {
-    std::vector<ChatMessage>& conv = conversations.emplace_back();
-    for (const auto& m : c) conv.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-  }
+  const std::vector<std::vector<ChatMessage>> conversations = golden_conversations(golden);
   int compared = 0, with_default = 0;
   for (const auto& t : golden.at("templates")) {
     const std::string file = t.at("file").get<std::string>();
