@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -160,6 +161,28 @@ std::vector<std::vector<ChatMessage>> golden_conversations(const nlohmann::json&
   return conversations;
 }
 
+// Each template of a jinja2 golden that is installed here, rendered by kvserve for each of the golden's
+// conversations (at its "today") against jinja2's text; `check` looks at the template's vocabulary first.
+// Returns how many renderings were compared.
+int expect_templates_render_as_golden(const nlohmann::json& golden,
+                                      const std::function<void(const Vocab&, const std::string&)>& check) {
+  const std::string today = golden.at("today").get<std::string>();
+  const std::vector<std::vector<ChatMessage>> conversations = golden_conversations(golden);
+  int compared = 0;
+  for (const auto& t : golden.at("templates")) {
+    const std::string file = t.at("file").get<std::string>();
+    const std::optional<Vocab> vocab = vocab_of_template(file);
+    if (!vocab) continue;
+    check(*vocab, file);
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      EXPECT_EQ(apply_chat_template(*vocab, conversations[i], true, today), t.at("rendered").at(i).get<std::string>())
+          << file << " conversation " << i;
+      ++compared;
+    }
+  }
+  return compared;
+}
+
 }  // namespace
 
 // A ChatML template's default system turn, against jinja2 (transformers' renderer) on llama.cpp's real
@@ -198,19 +221,9 @@ TEST(ChatTemplateJinja, Llama3SystemHeaderAsJinja2RendersIt) {
   ASSERT_FALSE(golden.is_null());
   const std::string today = golden.at("today").get<std::string>();
   const std::vector<std::vector<ChatMessage>> conversations = golden_conversations(golden);
-  int compared = 0;
-  for (const auto& t : golden.at("templates")) {
-    const std::string file = t.at("file").get<std::string>();
-    const std::optional<Vocab> template_vocab = vocab_of_template(file);
-    if (!template_vocab) continue;
-    const Vocab& vocab = *template_vocab;
-    ASSERT_EQ(detect_chat_template(vocab.chat_template), ChatTemplateFamily::Llama3) << file;
-    for (size_t i = 0; i < conversations.size(); ++i) {
-      EXPECT_EQ(apply_chat_template(vocab, conversations[i], true, today), t.at("rendered").at(i).get<std::string>())
-          << file << " conversation " << i;
-      ++compared;
-    }
-  }
+  const int compared = expect_templates_render_as_golden(golden, [](const Vocab& vocab, const std::string& file) {
+    EXPECT_EQ(detect_chat_template(vocab.chat_template), ChatTemplateFamily::Llama3) << file;
+  });
   EXPECT_GE(compared, 9);
   // A llama3 template without the header (llama.cpp's own name for the family) renders as llama.cpp does.
   Vocab named;
@@ -228,19 +241,10 @@ TEST(ChatTemplateJinja, GraniteDefaultSystemMessageAsJinja2RendersIt) {
   ASSERT_FALSE(golden.is_null());
   const std::string today = golden.at("today").get<std::string>();
   const std::vector<std::vector<ChatMessage>> conversations = golden_conversations(golden);
-  int compared = 0, with_default = 0;
-  for (const auto& t : golden.at("templates")) {
-    const std::string file = t.at("file").get<std::string>();
-    const std::optional<Vocab> template_vocab = vocab_of_template(file);
-    if (!template_vocab) continue;
-    const Vocab& vocab = *template_vocab;
+  int with_default = 0;
+  const int compared = expect_templates_render_as_golden(golden, [&](const Vocab& vocab, const std::string&) {
     if (granite_default_system_message(vocab.chat_template, today)) ++with_default;
-    for (size_t i = 0; i < conversations.size(); ++i) {
-      EXPECT_EQ(apply_chat_template(vocab, conversations[i], true, today), t.at("rendered").at(i).get<std::string>())
-          << file << " conversation " << i;
-      ++compared;
-    }
-  }
+  });
   EXPECT_GE(compared, 12);
   EXPECT_EQ(with_default, 2);
   // The family named by llama.cpp's name renders as llama.cpp's built-in renderer does.

@@ -857,6 +857,25 @@ void expect_same_bits_with_path_off_and_on(const Tensor& w, void (*set_enabled)(
     }
 }
 
+// The same for two matrices stacked on one input (matmul_shared_input), n_tokens tokens, on each thread count.
+void expect_stacked_same_bits_with_path_off_and_on(const Tensor& a, const Tensor& b, void (*set_enabled)(bool),
+                                                   int64_t n_tokens, std::initializer_list<int> thread_counts,
+                                                   std::mt19937& rng) {
+  for (int threads : thread_counts) {
+    ThreadPool pool(threads);
+    const auto x = random_floats(n_tokens * a.cols(), rng);
+    std::vector<float> ya(n_tokens * a.rows()), yb(n_tokens * b.rows()), za(ya.size()), zb(yb.size());
+    const MatmulOutput off[] = {{&a, ya.data()}, {&b, yb.data()}};
+    const MatmulOutput on[] = {{&a, za.data()}, {&b, zb.data()}};
+    set_enabled(false);
+    matmul_shared_input(off, x.data(), n_tokens, pool);
+    set_enabled(true);
+    matmul_shared_input(on, x.data(), n_tokens, pool);
+    ASSERT_EQ(ya, za) << dtype_name(a.type) << " threads " << threads;
+    ASSERT_EQ(yb, zb) << dtype_name(b.type) << " threads " << threads;
+  }
+}
+
 // matmul with the AMX pair kernels (calls of 32 tokens and more) gives the zmm kernels' bits: whole pairs,
 // a last odd group, the one-row tail, thread splits that cut a pair, token counts that end in a short pass,
 // and stacked matrices.
@@ -875,18 +894,7 @@ TEST(InterleavedPairs, MatmulWithAmxIsBitIdenticalToTheZmmKernels) {
     }
     const auto da = random_weights(type, 24, n_in, rng), db = random_weights(type, 40, n_in, rng);
     const Tensor pa = make_tensor(type, 24, n_in, da, true), pb = make_tensor(type, 40, n_in, db, true);
-    ThreadPool pool(3);
-    const int64_t n_tokens = 33;
-    const auto x = random_floats(n_tokens * n_in, rng);
-    std::vector<float> ya(n_tokens * 24), yb(n_tokens * 40), za(ya.size()), zb(yb.size());
-    const MatmulOutput zmm_outs[] = {{&pa, ya.data()}, {&pb, yb.data()}};
-    const MatmulOutput amx_outs[] = {{&pa, za.data()}, {&pb, zb.data()}};
-    set_amx_enabled(false);
-    matmul_shared_input(zmm_outs, x.data(), n_tokens, pool);
-    set_amx_enabled(true);
-    matmul_shared_input(amx_outs, x.data(), n_tokens, pool);
-    ASSERT_EQ(ya, za) << dtype_name(type);
-    ASSERT_EQ(yb, zb) << dtype_name(type);
+    expect_stacked_same_bits_with_path_off_and_on(pa, pb, set_amx_enabled, 33, {3}, rng);
   }
 }
 
@@ -947,20 +955,7 @@ TEST(InterleavedPairs, ChunksPairedOnTheFlyGiveTheGroupKernelsBits) {
     }
     const auto da = random_weights(type, 24, n_in, rng), db = random_weights(type, 40, n_in, rng);
     const Tensor ga = make_tensor(type, 24, n_in, da, false), gb = make_tensor(type, 40, n_in, db, false);
-    for (int threads : {2, 3}) {
-      ThreadPool pool(threads);
-      const int64_t n_tokens = 130;
-      const auto x = random_floats(n_tokens * n_in, rng);
-      std::vector<float> ya(n_tokens * 24), yb(n_tokens * 40), za(ya.size()), zb(yb.size());
-      const MatmulOutput off[] = {{&ga, ya.data()}, {&gb, yb.data()}};
-      const MatmulOutput on[] = {{&ga, za.data()}, {&gb, zb.data()}};
-      set_fly_pairs_enabled(false);
-      matmul_shared_input(off, x.data(), n_tokens, pool);
-      set_fly_pairs_enabled(true);
-      matmul_shared_input(on, x.data(), n_tokens, pool);
-      ASSERT_EQ(ya, za) << dtype_name(type) << " threads " << threads;
-      ASSERT_EQ(yb, zb) << dtype_name(type) << " threads " << threads;
-    }
+    expect_stacked_same_bits_with_path_off_and_on(ga, gb, set_fly_pairs_enabled, 130, {2, 3}, rng);
   }
 }
 
