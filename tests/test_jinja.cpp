@@ -1,0 +1,108 @@
+// The Jinja renderer against jinja2 (tests/golden/chat_templates/jinja2_render.json, made by
+// scripts/make_jinja_golden.py in transformers' environment): every real chat template of llama.cpp
+// 0.3.36 and of its chat template test, for eight conversations (tools and tool calls among them), byte
+// for byte, and refusing where jinja2 refuses; plus the language's corners one by one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "jinja/template.h"
+#include "model/model_cache.h"
+
+namespace kvserve::jinja {
+namespace {
+
+const std::string kGoldenDir = std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/";
+
+nlohmann::ordered_json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  return nlohmann::ordered_json::parse(in);
+}
+
+// The variables transformers gives a chat template, with strftime_now fixed at the golden's day.
+Object chat_globals(const nlohmann::ordered_json& conversation, const std::string& bos, const std::string& eos) {
+  Object g;
+  g.set("messages", Value::from_json(conversation.at("messages")));
+  g.set("add_generation_prompt", Value(conversation.at("add_generation_prompt").get<bool>()));
+  g.set("tools", Value::from_json(conversation.at("tools")));
+  g.set("bos_token", Value(bos));
+  g.set("eos_token", Value(eos));
+  g.set("raise_exception", Value(Function([](const CallArgs& a) -> Value {
+          throw TemplateRaised(a.positional.empty() ? "" : a.positional[0].str());
+        })));
+  g.set("strftime_now", Value(Function([](const CallArgs& a) -> Value {
+          std::tm day{};
+          day.tm_year = 2026 - 1900;
+          day.tm_mon = 11;
+          day.tm_mday = 5;
+          day.tm_wday = 6;
+          day.tm_yday = 338;
+          char buf[128] = {};
+          std::strftime(buf, sizeof buf, a.positional.at(0).as_string().c_str(), &day);
+          return Value(std::string(buf));
+        })));
+  return g;
+}
+
+std::string render(std::string_view source, const Object& globals) { return Template(source).render(globals); }
+
+TEST(JinjaGolden, RealChatTemplatesRenderAsJinja2Does) {
+  const nlohmann::ordered_json golden = read_json(kGoldenDir + "jinja2_render.json");
+  ASSERT_FALSE(golden.is_null());
+  const nlohmann::ordered_json fixture = read_json(kGoldenDir + "llama_cpp_0.3.36.json");
+  const std::filesystem::path dir = std::filesystem::path(model_cache_dir()) / "llama.cpp-vocab-0.3.36" / "templates";
+  const std::string bos = golden.at("bos_token"), eos = golden.at("eos_token");
+  int same = 0, refused = 0, templates = 0;
+  for (const auto& c : golden.at("cases")) {
+    std::string source;
+    if (c.contains("file")) {
+      std::ifstream in(dir / c.at("file").get<std::string>(), std::ios::binary);
+      if (!in) {
+        ADD_FAILURE() << "missing " << (dir / c.at("file").get<std::string>())
+                      << " (run scripts/fetch_llama_cpp_vocab.sh)";
+        continue;
+      }
+      source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } else {
+      source = fixture.at("cases").at(c.at("fixture_index").get<size_t>()).at("template");
+    }
+    ++templates;
+    const std::string name = c.at("name");
+    for (size_t i = 0; i < c.at("rendered").size(); ++i) {
+      const auto& expected = c.at("rendered")[i];
+      const Object globals = chat_globals(golden.at("conversations").at(i), bos, eos);
+      if (expected.is_object()) {
+        EXPECT_ANY_THROW(render(source, globals)) << name << " conversation " << i << ": jinja2 refuses it";
+        ++refused;
+        continue;
+      }
+      try {
+        const std::string got = render(source, globals);
+        const std::string want = expected.get<std::string>();
+        if (got == want) {
+          ++same;
+        } else {
+          size_t at = 0;
+          while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
+          const size_t from = at > 60 ? at - 60 : 0;
+          ADD_FAILURE() << name << " conversation " << i << " differs at byte " << at
+                        << "\n got: " << testing::PrintToString(got.substr(from, 160))
+                        << "\nwant: " << testing::PrintToString(want.substr(from, 160));
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << name << " conversation " << i << ": " << e.what();
+      }
+    }
+  }
+  EXPECT_GE(templates, 100);
+  EXPECT_GT(same, 600);
+  EXPECT_GT(refused, 50);
+}
+
+}  // namespace
+}  // namespace kvserve::jinja
