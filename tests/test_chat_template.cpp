@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "model/chat_template.h"
 #include "model/model_cache.h"
 
@@ -294,6 +295,76 @@ INSTANTIATE_TEST_SUITE_P(Fixture, ChatTemplateLlamaCpp, ::testing::ValuesIn(fixt
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return name.substr(0, 60);
                          });
+
+}  // namespace
+}  // namespace kvserve
+
+namespace kvserve {
+namespace {
+
+// Every real template of llama.cpp 0.3.36 as a model's template: the server's prompt for the conversations
+// of tests/golden/chat_templates/jinja2_render.json without tools is jinja2's text (transformers'
+// apply_chat_template), less the BOS text the tokenizer adds itself; where jinja2 refuses the conversation
+// through the template's raise_exception, kvserve refuses it too (a 400 in the server).
+TEST(ChatTemplateJinja, EveryRealTemplateRendersAsTransformersDoes) {
+  const nlohmann::json golden = read_jinja_golden("jinja2_render.json");
+  ASSERT_FALSE(golden.is_null());
+  const std::string bos = golden.at("bos_token"), eos = golden.at("eos_token"), today = golden.at("today");
+  int compared = 0, refused = 0;
+  for (const auto& c : golden.at("cases")) {
+    if (!c.contains("file")) continue;
+    const std::string file = c.at("file").get<std::string>();
+    std::optional<Vocab> vocab = vocab_of_template(file);
+    if (!vocab) continue;
+    vocab->tokens = {"<unk>", bos, eos};
+    vocab->bos_id = 1;
+    vocab->eos_id = 2;
+    for (const bool add_bos : {true, false}) {
+      vocab->add_bos = add_bos;
+      for (size_t i = 0; i < c.at("rendered").size(); ++i) {
+        const auto& conv = golden.at("conversations").at(i);
+        if (!conv.at("tools").is_null()) continue;
+        std::vector<ChatMessage> msgs;
+        for (const auto& m : conv.at("messages")) msgs.push_back({m.at("role"), m.at("content")});
+        const bool add_generation_prompt = conv.at("add_generation_prompt");
+        const auto& expected = c.at("rendered").at(i);
+        if (expected.is_object()) {
+          if (expected.at("error") == "TemplateError") {
+            EXPECT_THROW(apply_chat_template(*vocab, msgs, add_generation_prompt, today), Error) << file << " " << i;
+            ++refused;
+          }
+          continue;
+        }
+        std::string want = expected.get<std::string>();
+        if (add_bos && want.compare(0, bos.size(), bos) == 0) want.erase(0, bos.size());
+        EXPECT_EQ(apply_chat_template(*vocab, msgs, add_generation_prompt, today), want) << file << " " << i;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 700);
+  EXPECT_GE(refused, 6);
+}
+
+// A template's raise_exception reaches the caller as an Error with the template's own words.
+TEST(ChatTemplateJinja, TemplateRaiseExceptionIsAnErrorNamingIt) {
+  Vocab vocab;
+  vocab.chat_template =
+      "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+      "{{ m.content }}{% endfor %}";
+  EXPECT_EQ(apply_chat_template(vocab, {{"user", "a"}, {"assistant", "b"}}, true, "05 Dec 2026"), "ab");
+  try {
+    apply_chat_template(vocab, {{"user", "a"}, {"user", "b"}}, true, "05 Dec 2026");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Conversation roles must alternate"), std::string::npos) << e.what();
+  }
+  // A template kvserve's Jinja does not render (an include) falls back to its family.
+  vocab.chat_template = "{% include 'x' %}<|im_start|>";
+  EXPECT_EQ(apply_chat_template(vocab, {{"user", "Hi"}}, true, "05 Dec 2026"),
+            apply_chat_template(ChatTemplateFamily::ChatML, {{"user", "Hi"}}, true));
+}
 
 }  // namespace
 }  // namespace kvserve

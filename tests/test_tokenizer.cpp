@@ -440,9 +440,14 @@ TEST(ChatTemplate, ChatML) {
   Vocab v;
   v.chat_template = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
                     "'<|im_end|>' + '\n'}}{% endfor %}";
-  EXPECT_EQ(apply_chat_template(v, kChat, true),
+  // The family renders the assistant header the template fragment leaves out; the template itself (Jinja)
+  // writes what it says.
+  EXPECT_EQ(apply_chat_template(detect_chat_template(v.chat_template), kChat, true),
             "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(apply_chat_template(v, kChat, true),
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
   EXPECT_EQ(apply_chat_template(v, {{"user", "Hi"}}, false), "<|im_start|>user\nHi<|im_end|>\n");
 }
 

@@ -469,6 +469,8 @@ std::optional<std::string> granite_default_system_message(std::string_view jinja
 
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today) {
+  if (std::optional<std::string> text = render_jinja_chat_template(vocab, msgs, add_generation_prompt, today))
+    return std::move(*text);
   const ChatTemplateFamily family = detect_chat_template(vocab.chat_template);
   if (family == Family::Llama3) {
     if (std::optional<std::string> date = llama3_header_date(vocab.chat_template, today)) {

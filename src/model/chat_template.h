@@ -1,9 +1,10 @@
 #pragma once
-// Chat prompt formatting as llama.cpp's built-in (non-Jinja) llm_chat_apply_template renders it, for
-// every template family llama.cpp 0.3.36 knows. The family is detected from the vocabulary's Jinja source
-// by the same tests llama.cpp makes, or named directly ("chatml", "llama3", "mistral-v7", ...). One thing
-// the Jinja template does that llama.cpp's built-in path drops is kept: a ChatML template's default system
-// message (chatml_default_system_message).
+// Chat prompt formatting: a model's Jinja template as transformers renders it (render_jinja_chat_template),
+// and, for a family's name or a template kvserve's Jinja does not render, as llama.cpp's built-in (non-Jinja)
+// llm_chat_apply_template renders it, for every template family llama.cpp 0.3.36 knows. The family is detected from the
+// vocabulary's Jinja source by the same tests llama.cpp makes, or named directly ("chatml", "llama3", "mistral-v7",
+// ...). One thing the Jinja template does that llama.cpp's built-in path drops is kept: a ChatML template's default
+// system message (chatml_default_system_message).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -106,10 +107,21 @@ std::optional<std::string> llama3_header_date(std::string_view jinja_source, std
 // (`today` as "%d %b %Y"). nullopt for other templates (Granite 4.1 writes none).
 std::optional<std::string> granite_default_system_message(std::string_view jinja_source, std::string_view today);
 
+// The vocabulary's Jinja template rendered as transformers' apply_chat_template renders it (jinja2's semantics,
+// src/jinja): messages, add_generation_prompt, the vocabulary's BOS / EOS text as bos_token / eos_token,
+// tools and documents none, strftime_now on `today` ("%d %b %Y"). A BOS (EOS) text the template writes at
+// the start (end) is dropped where the tokenizer adds that token itself, as llama.cpp does, so the prompt
+// does not hold it twice. nullopt where the template is empty, a family's name, or uses what kvserve's Jinja
+// does not render (a message on stderr says so once); throws Error naming the template's message when the
+// template itself rejects the conversation (raise_exception: roles that do not alternate, ...).
+std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
+                                                      bool add_generation_prompt, std::string_view today);
+
 // As below, with `today` ("05 Dec 2026", strftime's "%d %b %Y") for a template that writes the day's date.
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today);
-// The vocabulary's template family, rendered as llama.cpp's built-in renderer does, except that a ChatML
+// The vocabulary's template as render_jinja_chat_template renders it; where that gives nullopt, the
+// template's family, rendered as llama.cpp's built-in renderer does, except that a ChatML
 // template's default system message (chatml_default_system_message) opens a conversation that has none, as
 // the Jinja template itself does (transformers' apply_chat_template, llama-server with Jinja, vLLM): the
 // model was tuned with it. SmolLM2, one user message: 37 prompt tokens, as llama-server's, instead of 16.
