@@ -106,3 +106,39 @@ TEST(JinjaGolden, RealChatTemplatesRenderAsJinja2Does) {
 
 }  // namespace
 }  // namespace kvserve::jinja
+
+namespace kvserve::jinja {
+namespace {
+
+// The language's corners one snippet at a time (whitespace control, Python's printing, string methods,
+// filters, tests, loops and their scoping, macros, block set and filter, generators, Markup, and errors),
+// each against jinja2's output or refusal (the golden's "snippets").
+TEST(JinjaGolden, SnippetsRenderAsJinja2Does) {
+  const nlohmann::ordered_json golden = read_json(kGoldenDir + "jinja2_render.json");
+  ASSERT_FALSE(golden.is_null());
+  Object vars = chat_globals(
+      nlohmann::ordered_json{
+          {"messages", nlohmann::ordered_json::array()}, {"add_generation_prompt", false}, {"tools", nullptr}},
+      "", "");
+  for (const auto& [k, v] : golden.at("snippet_vars").items()) vars.set(k, Value::from_json(v));
+  int rendered = 0, refused = 0;
+  for (const auto& s : golden.at("snippets")) {
+    const std::string source = s.at("source");
+    if (s.at("rendered").is_object()) {
+      EXPECT_THROW(render(source, vars), Error) << source;
+      ++refused;
+      continue;
+    }
+    try {
+      EXPECT_EQ(render(source, vars), s.at("rendered").get<std::string>()) << source;
+      ++rendered;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << source << ": " << e.what();
+    }
+  }
+  EXPECT_GE(rendered, 20);
+  EXPECT_GE(refused, 15);
+}
+
+}  // namespace
+}  // namespace kvserve::jinja

@@ -40,6 +40,7 @@ struct Expr {
   std::vector<ExprPtr> items;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;  // Test: "is not"
+  bool tuple = false;    // List: written as a tuple, (a, b) or a, b
 };
 
 struct Node;

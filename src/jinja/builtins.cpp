@@ -12,8 +12,14 @@ namespace kvserve::jinja {
 
 namespace {
 
-// Lists a template builds (range(), "x" * n, ...) stay below this many elements.
+// Lists a template builds (range(), "x" * n, ...) stay below this many elements, and strings below this
+// many bytes: a template doubling a string in a loop fails instead of taking the machine's memory.
 constexpr size_t kMaxBuilt = 1u << 20;
+constexpr size_t kMaxString = 64u << 20;
+
+void check_string_size(size_t n) {
+  if (n > kMaxString) fail("a string the template builds is over {} bytes", kMaxString);
+}
 
 uint32_t decode_cp(const std::string& ch) {
   const auto* b = reinterpret_cast<const unsigned char*>(ch.data());
@@ -80,6 +86,13 @@ const std::string& need_string(const Value& v, std::string_view what) {
 
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
   if (count == 0) return s;
+  if (to.size() > from.size()) {
+    // Every replacement grows the text: at most one per byte (and one more where `from` is empty).
+    const size_t most = from.empty() ? s.size() + 1 : s.size() / from.size();
+    const size_t n = count < 0 ? most : std::min(most, static_cast<size_t>(count));
+    if (n > 0 && (to.size() - from.size()) > kMaxString / n) fail("replace() would build over {} bytes", kMaxString);
+    check_string_size(s.size() + n * (to.size() - from.size()));
+  }
   std::string out;
   if (from.empty()) {  // Python puts `to` between every character (and at both ends)
     const std::vector<std::string> cps = code_points(s);
@@ -302,6 +315,7 @@ Value string_method(const std::string& s, const std::string& name) {
         if (!first) out += s;
         first = false;
         out += need_string(v, "join()");
+        check_string_size(out.size());
       }
       return Value(out);
     });
@@ -361,7 +375,7 @@ Value dict_method(const Value& obj, const std::string& name) {
   if (name == "items") {
     return bound([obj](const CallArgs&) {
       Array out;
-      for (const auto& [k, v] : obj.as_object().items) out.emplace_back(Array{obj.as_object().key(k), v});
+      for (const auto& [k, v] : obj.as_object().items) out.push_back(Value::tuple(Array{obj.as_object().key(k), v}));
       return Value(std::move(out));
     });
   }
@@ -519,6 +533,7 @@ std::string indent_lines(const std::string& s, const Value& width, bool first, b
     lines.push_back(text.substr(pos, nl - pos));
     pos = nl + 1;
   }
+  check_string_size(s.size() + (lines.size() + 1) * pad.size());
   std::string out = lines[0];
   for (size_t i = 1; i < lines.size(); ++i) out += "\n" + (blank || !lines[i].empty() ? pad : "") + lines[i];
   return first ? pad + out : out;
@@ -680,7 +695,11 @@ bool contains(const Value& c, const Value& item) {
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value(a.str() + b.str());
+  if (op == "~") {
+    std::string x = a.str(), y = b.str();
+    check_string_size(x.size() + y.size());
+    return Value(x + y);
+  }
   auto unsupported = [&]() -> Value {
     if (a.is_undefined() || b.is_undefined()) fail("undefined value used in '{}'", op);
     fail("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name());
@@ -690,6 +709,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (a.is_number() && b.is_number())
       return floats ? Value(a.as_double() + b.as_double()) : Value(a.as_int() + b.as_int());
     if (a.is_string() && b.is_string()) {
+      check_string_size(a.as_string().size() + b.as_string().size());
       // Markup + str escapes the plain side (jinja2's |safe strings are markupsafe.Markup).
       if (a.is_markup() || b.is_markup())
         return Value::markup((a.is_markup() ? a.as_string() : html_escape(a.as_string())) +
@@ -697,6 +717,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       return Value(a.as_string() + b.as_string());
     }
     if (a.is_array() && b.is_array() && !a.is_generator() && !b.is_generator()) {
+      if (a.as_array().size() + b.as_array().size() > kMaxBuilt) fail("a list the template builds is too long");
       Array out = a.as_array();
       out.insert(out.end(), b.as_array().begin(), b.as_array().end());
       return Value(std::move(out));
@@ -790,6 +811,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
       if (!first) out += sep;
       first = false;
       out += (attribute.is_string() ? attribute_path(x, attribute.as_string()) : x).str();
+      check_string_size(out.size());
     }
     return Value(out);
   }
@@ -804,7 +826,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     if (v.is_undefined()) return Value(Array{});
     if (!v.is_object()) fail("items filter expects a dict, got {}", v.type_name());
     Array out;
-    for (const auto& [k, x] : v.as_object().items) out.emplace_back(Array{v.as_object().key(k), x});
+    for (const auto& [k, x] : v.as_object().items) out.push_back(Value::tuple(Array{v.as_object().key(k), x}));
     return Value(std::move(out));
   }
   if (name == "reverse") {
@@ -928,7 +950,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "dictsort") {
     if (!v.is_object()) fail("dictsort expects a dict, got {}", v.type_name());
     Array pairs;
-    for (const auto& [k, x] : v.as_object().items) pairs.emplace_back(Array{v.as_object().key(k), x});
+    for (const auto& [k, x] : v.as_object().items) pairs.push_back(Value::tuple(Array{v.as_object().key(k), x}));
     std::stable_sort(pairs.begin(), pairs.end(), [](const Value& x, const Value& y) {
       const Value &a = x.as_array()[0], &b = y.as_array()[0];
       if (a.is_string() && b.is_string()) return ascii_lower(a.as_string()) < ascii_lower(b.as_string());

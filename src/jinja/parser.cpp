@@ -68,6 +68,18 @@ class Parser {
     ~DepthGuard() { --p.depth_; }
     Parser& p;
   };
+  // A chain (a.b.c, a + b + c, x | f | g) deepens the tree by one a link, as nesting does: the renderer
+  // and the tree's destructor recurse that deep.
+  struct ChainGuard {
+    explicit ChainGuard(Parser& p) : p(p) {}
+    void link() {
+      ++n;
+      if (++p.depth_ > kMaxDepth) p.error("expression nested too deeply");
+    }
+    ~ChainGuard() { p.depth_ -= n; }
+    Parser& p;
+    int n = 0;
+  };
 
   // Statements until a block tag whose first word is one of `stops` (left unread: stop_word_ names it).
   Body parse_body(std::initializer_list<std::string_view> stops) {
@@ -262,7 +274,9 @@ class Parser {
   // The value a {% filter %} or block set passes to its filters.
   ExprPtr placeholder() {
     auto e = make(Expr::Kind::Name, peek().line);
-    e->name = "\x01body";
+    e->name =
+        "\x01"
+        "body";  // a name no template can write
     return e;
   }
 
@@ -271,6 +285,7 @@ class Parser {
     ExprPtr e = parse_expr();
     if (!is_op(",")) return e;
     auto list = make(Expr::Kind::List, e->line);
+    list->tuple = true;
     list->items.push_back(std::move(e));
     while (is_op(",")) {
       next();
@@ -282,7 +297,9 @@ class Parser {
   ExprPtr parse_expr(bool with_conditional = true) {
     DepthGuard guard(*this);
     ExprPtr e = parse_or();
+    ChainGuard chain(*this);
     while (with_conditional && is_name("if")) {
+      chain.link();
       next();
       auto c = make(Expr::Kind::Conditional, e->line);
       c->a = parse_or();
@@ -298,7 +315,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr e = parse_and();
+    ChainGuard chain(*this);
     while (is_name("or")) {
+      chain.link();
       next();
       auto o = make(Expr::Kind::Or, e->line);
       o->a = std::move(e);
@@ -310,7 +329,9 @@ class Parser {
 
   ExprPtr parse_and() {
     ExprPtr e = parse_not();
+    ChainGuard chain(*this);
     while (is_name("and")) {
+      chain.link();
       next();
       auto o = make(Expr::Kind::And, e->line);
       o->a = std::move(e);
@@ -333,6 +354,7 @@ class Parser {
 
   ExprPtr parse_compare() {
     ExprPtr e = parse_math1();
+    ChainGuard chain(*this);
     for (;;) {
       std::string op;
       if (peek().type == Token::Type::Op && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
@@ -349,6 +371,7 @@ class Parser {
         return e;
       }
       // a < b < c is (a < b) and (b < c) in Python; templates do not chain, so it is left-associative here.
+      chain.link();
       auto c = make(Expr::Kind::Compare, e->line);
       c->name = op;
       c->a = std::move(e);
@@ -367,7 +390,9 @@ class Parser {
 
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();
+    ChainGuard chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.link();
       std::string op = next().text;
       e = binary(op, std::move(e), parse_concat());
     }
@@ -376,7 +401,9 @@ class Parser {
 
   ExprPtr parse_concat() {
     ExprPtr e = parse_math2();
+    ChainGuard chain(*this);
     while (is_op("~")) {
+      chain.link();
       next();
       e = binary("~", std::move(e), parse_math2());
     }
@@ -385,7 +412,9 @@ class Parser {
 
   ExprPtr parse_math2() {
     ExprPtr e = parse_pow();
+    ChainGuard chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.link();
       std::string op = next().text;
       e = binary(op, std::move(e), parse_pow());
     }
@@ -394,7 +423,9 @@ class Parser {
 
   ExprPtr parse_pow() {
     ExprPtr e = parse_unary();
+    ChainGuard chain(*this);
     while (is_op("**")) {
+      chain.link();
       next();
       e = binary("**", std::move(e), parse_unary());
     }
@@ -467,11 +498,14 @@ class Parser {
           next();
           if (is_op(")")) {  // ()
             next();
-            return make(Expr::Kind::List, line);
+            auto empty = make(Expr::Kind::List, line);
+            empty->tuple = true;
+            return empty;
           }
           ExprPtr e = parse_expr();
           if (is_op(",")) {
             auto list = make(Expr::Kind::List, line);
+            list->tuple = true;
             list->items.push_back(std::move(e));
             while (is_op(",")) {
               next();
@@ -532,7 +566,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
+    ChainGuard chain(*this);
     for (;;) {
+      if (is_op(".") || is_op("[") || is_op("(")) chain.link();
       if (is_op(".")) {
         next();
         auto a = make(Expr::Kind::Attr, e->line);
@@ -582,7 +618,9 @@ class Parser {
 
   ExprPtr parse_filters(ExprPtr e, bool first_bar = true) {
     bool need_bar = first_bar;
+    ChainGuard chain(*this);
     for (;;) {
+      if (!need_bar || is_op("|") || is_name("is")) chain.link();
       if (need_bar ? is_op("|") : true) {
         if (need_bar) next();
         need_bar = true;

@@ -23,6 +23,14 @@ class Renderer {
 
   enum class Flow { Normal, Break, Continue };
 
+  // Namespaces are the only values a template can change after making them, so the only way to a cycle
+  // of shared values ({% set ns.self = [ns] %}): emptied at the end, they free what they hold.
+  ~Renderer() {
+    for (const auto& ns : namespaces_) ns->items.clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
+
   std::string run(const Body& body) {
     render(body);
     return std::move(out_);
@@ -40,10 +48,17 @@ class Renderer {
     out_ += s;
   }
 
-  Value lookup(const std::string& name) const {
+  Value lookup(const std::string& name) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (auto f = (*it)->find(name); f != (*it)->end()) return f->second;
     if (const Value* v = globals_.find(name)) return *v;
+    if (name == "namespace") {
+      return Value(Function([this](const CallArgs& a) {
+        Value ns = global_function("namespace").as_function()(a);
+        namespaces_.push_back(ns.object_ptr());
+        return ns;
+      }));
+    }
     return global_function(name);
   }
 
@@ -198,9 +213,10 @@ class Renderer {
     Array varargs;
     for (size_t i = m.params.size(); i < a.positional.size(); ++i) varargs.push_back(a.positional[i]);
     auto kwargs = std::make_shared<Object>();
-    for (const auto& [k, v] : a.named) {
-      const bool is_param = std::any_of(m.params.begin(), m.params.end(), [&](const auto& p) { return p.first == k; });
-      if (!is_param) kwargs->set(k, v);
+    for (const auto& kv : a.named) {
+      const bool is_param =
+          std::any_of(m.params.begin(), m.params.end(), [&](const auto& p) { return p.first == kv.first; });
+      if (!is_param) kwargs->set(kv.first, kv.second);
     }
     (*scope)["varargs"] = Value(std::move(varargs));
     (*scope)["kwargs"] = Value(std::move(kwargs));
@@ -237,7 +253,7 @@ class Renderer {
       case Expr::Kind::List: {
         Array items;
         for (const auto& x : e.items) items.push_back(eval(*x));
-        return Value(std::move(items));
+        return e.tuple ? Value::tuple(std::move(items)) : Value(std::move(items));
       }
       case Expr::Kind::Dict: {
         auto o = std::make_shared<Object>();
@@ -328,6 +344,7 @@ class Renderer {
   const Object& globals_;
   std::vector<std::shared_ptr<Scope>> scopes_;
   std::string out_;
+  std::vector<std::shared_ptr<Object>> namespaces_;
   size_t steps_ = 0;
   int call_depth_ = 0;
 };

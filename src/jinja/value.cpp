@@ -47,6 +47,11 @@ Value Value::generator(Array a) {
   v.generator_ = true;
   return v;
 }
+Value Value::tuple(Array a) {
+  Value v(std::move(a));
+  v.tuple_ = true;
+  return v;
+}
 Value Value::markup(std::string s) {
   Value v(std::move(s));
   v.markup_ = true;
@@ -56,8 +61,28 @@ Value::Value(bool b) : kind_(Kind::Bool), b_(b), i_(b ? 1 : 0) {}
 Value::Value(int64_t i) : kind_(Kind::Int), i_(i) {}
 Value::Value(double d) : kind_(Kind::Float), d_(d) {}
 Value::Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}
-Value::Value(Array a) : kind_(Kind::Array), a_(std::make_shared<Array>(std::move(a))) {}
-Value::Value(std::shared_ptr<Object> o) : kind_(Kind::Object), o_(std::move(o)) {}
+namespace {
+
+// Deeper than any template's data; it bounds the recursion of printing (repr, tojson) and freeing values.
+constexpr uint16_t kMaxValueDepth = 200;
+
+template <typename Items, typename Get>
+uint16_t depth_of(const Items& items, Get get) {
+  uint16_t d = 0;
+  for (const auto& x : items) d = std::max(d, get(x));
+  if (d >= kMaxValueDepth) fail("values nested deeper than {}", kMaxValueDepth);
+  return static_cast<uint16_t>(d + 1);
+}
+
+}  // namespace
+
+Value::Value(Array a) : kind_(Kind::Array), a_(std::make_shared<Array>(std::move(a))) {
+  depth_ = depth_of(*a_, [](const Value& v) { return v.depth_; });
+}
+Value::Value(std::shared_ptr<Object> o) : kind_(Kind::Object), o_(std::move(o)) {
+  // A namespace prints as <Namespace> and has no JSON form: what it holds adds nothing to the depth.
+  depth_ = o_->is_namespace ? 1 : depth_of(o_->items, [](const auto& kv) { return kv.second.depth_; });
+}
 Value::Value(Function f) : kind_(Kind::Function), f_(std::make_shared<Function>(std::move(f))) {}
 
 namespace {
@@ -277,6 +302,7 @@ void to_json_into(std::string& out, const Value& v, int indent, int depth, std::
       return;
     }
     case Value::Kind::Object: {
+      if (v.as_object().is_namespace) fail("Object of type Namespace is not JSON serializable");
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& kv : v.as_object().items) items.push_back(&kv);
       if (items.empty()) {
@@ -330,8 +356,9 @@ std::string Value::repr() const {
       return string_repr(s_);
     case Kind::Array: {
       if (generator_) return "<generator object>";
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < a_->size(); ++i) out += (i ? ", " : "") + (*a_)[i].repr();
+      if (tuple_) return out + (a_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::Object: {

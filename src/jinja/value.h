@@ -60,6 +60,8 @@ class Value {
   // A lazy sequence as jinja2's select / reject / map return (a Python generator): iterable once, always
   // true, without a length or a JSON form until |list makes it a list.
   static Value generator(Array a);
+  // A Python tuple (a (1, 2) literal, a dict's items): a list that prints as (1, 2).
+  static Value tuple(Array a);
   // A string marked safe (jinja2's Markup, from |safe or |escape): `+` with a plain string escapes that.
   static Value markup(std::string s);
   static Value from_json(const nlohmann::json& j);
@@ -76,6 +78,7 @@ class Value {
   bool is_object() const { return kind_ == Kind::Object; }
   bool is_function() const { return kind_ == Kind::Function; }
   bool is_generator() const { return generator_; }
+  bool is_tuple() const { return tuple_; }
   bool is_markup() const { return markup_; }
 
   bool as_bool() const { return b_; }
@@ -103,6 +106,8 @@ class Value {
  private:
   Kind kind_ = Kind::Undefined;
   bool generator_ = false;
+  bool tuple_ = false;
+  uint16_t depth_ = 0;  // lists and dicts within: printing and freeing a value recurse this deep
   bool markup_ = false;
   bool b_ = false;
   int64_t i_ = 0;
