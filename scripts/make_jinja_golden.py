@@ -173,13 +173,26 @@ for src in snippet_sources:
         rendered = {"error": type(e).__name__}
     snippets.append({"source": src, "rendered": rendered})
 
+# chat_template_kwargs a request may bring: (template file, conversation index, kwargs).
+kwargs_cases = []
+for name, conv, kwargs in [("Qwen-Qwen3-0.6B.jinja", 3, {"enable_thinking": False}),
+                           ("Qwen3.5-4B.jinja", 0, {"enable_thinking": False}),
+                           ("ibm-granite-granite-3.3-2B-Instruct.jinja", 0, {"thinking": True}),
+                           ("HuggingFaceTB-SmolLM3-3B.jinja", 0, {"enable_thinking": False})]:
+    messages, add_generation_prompt, tools = conversations[conv]
+    src = open(os.path.join(templates, name), encoding="utf-8").read()
+    rendered = env.from_string(src).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                           tools=tools, bos_token="<s>", eos_token="</s>", **kwargs)
+    kwargs_cases.append({"file": name, "conversation": conv, "kwargs": kwargs, "rendered": rendered})
+
 path = os.path.join(root, "tests", "golden", "chat_templates", "jinja2_render.json")
 with open(path, "w", encoding="utf-8") as f:
     json.dump({"source": "jinja2 " + jinja2.__version__ + " (transformers' environment) rendering llama.cpp 0.3.36's "
                          "models/templates and the templates of llama_cpp_0.3.36.json",
                "bos_token": "<s>", "eos_token": "</s>", "today": today.strftime("%d %b %Y"),
                "conversations": [{"messages": m, "add_generation_prompt": g, "tools": t} for m, g, t in conversations],
-               "cases": cases, "snippet_vars": snippet_vars, "snippets": snippets}, f, ensure_ascii=False, indent=1)
+               "cases": cases, "snippet_vars": snippet_vars, "snippets": snippets,
+               "kwargs_cases": kwargs_cases}, f, ensure_ascii=False, indent=1)
     f.write("\n")
 n_err = sum(1 for c in cases for r in c["rendered"] if isinstance(r, dict))
 print(f"{len(cases)} templates x {len(conversations)} conversations ({n_err} refused) -> {path}")

@@ -346,6 +346,28 @@ TEST(ChatTemplateJinja, EveryRealTemplateRendersAsTransformersDoes) {
   EXPECT_GE(refused, 6);
 }
 
+// A request's chat_template_kwargs reach the template as variables: Qwen3's and SmolLM3's enable_thinking,
+// Granite 3.3's thinking, as jinja2 renders them (the golden's "kwargs_cases").
+TEST(ChatTemplateJinja, TemplateKwargsRenderAsJinja2Does) {
+  const nlohmann::json golden = read_jinja_golden("jinja2_render.json");
+  ASSERT_FALSE(golden.is_null());
+  const std::string today = golden.at("today");
+  int compared = 0;
+  for (const auto& c : golden.at("kwargs_cases")) {
+    const std::string file = c.at("file");
+    const std::optional<Vocab> vocab = vocab_of_template(file);
+    if (!vocab) continue;
+    const auto& conv = golden.at("conversations").at(c.at("conversation").get<size_t>());
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : conv.at("messages")) msgs.push_back({m.at("role"), m.at("content")});
+    const std::string with = apply_chat_template(*vocab, msgs, conv.at("add_generation_prompt"), today, c.at("kwargs"));
+    EXPECT_EQ(with, c.at("rendered").get<std::string>()) << file;
+    EXPECT_NE(with, apply_chat_template(*vocab, msgs, conv.at("add_generation_prompt"), today)) << file;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 4);
+}
+
 // A template's raise_exception reaches the caller as an Error with the template's own words.
 TEST(ChatTemplateJinja, TemplateRaiseExceptionIsAnErrorNamingIt) {
   Vocab vocab;

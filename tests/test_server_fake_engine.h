@@ -89,8 +89,10 @@ class FakeEngine final : public EngineBackend {
       if (id != 1) text.push_back(static_cast<char>(id));
     return text;
   }
-  std::string render_chat(const std::vector<ChatMessage>& messages) const override {
+  std::string render_chat(const std::vector<ChatMessage>& messages,
+                          const nlohmann::json& template_kwargs) const override {
     std::string out;
+    if (template_kwargs.is_object() && !template_kwargs.empty()) out += "kwargs: " + template_kwargs.dump() + "\n";
     for (const auto& m : messages) out += m.role + ": " + m.content + "\n";
     return out + "assistant:";
   }

@@ -263,6 +263,13 @@ TEST(ServerHttp, TokenizeAndDetokenizeRoundTripBehindTheApiKey) {
   auto chat = cli.Post("/tokenize", R"({"messages": [{"role": "user", "content": "a"}]})", "application/json");
   ASSERT_TRUE(chat);
   EXPECT_EQ(json::parse(chat->body)["count"], engine.tokenize("user: a\nassistant:", true).size());
+  // ... with the request's chat_template_kwargs.
+  auto with_kwargs =
+      cli.Post("/tokenize", R"({"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": {"x": 1}})",
+               "application/json");
+  ASSERT_TRUE(with_kwargs);
+  EXPECT_EQ(json::parse(with_kwargs->body)["count"],
+            engine.tokenize("kwargs: {\"x\":1}\nuser: a\nassistant:", true).size());
 
   auto detok = cli.Post("/detokenize", json{{"tokens", t["tokens"]}}.dump(), "application/json");
   ASSERT_TRUE(detok);

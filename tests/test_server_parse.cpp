@@ -121,6 +121,14 @@ TEST(ServerParse, ChatMessagesAndLogprobs) {
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})"),
             std::make_pair(400, std::string("logprobs")));
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": []})").first, 400);
+  // chat_template_kwargs (vLLM's, llama-server's): an object of extra template variables.
+  EXPECT_TRUE(r.chat_template_kwargs.is_null());
+  const ApiRequest k = parse_chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": false}})");
+  EXPECT_EQ(k.chat_template_kwargs, nlohmann::json({{"enable_thinking", false}}));
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions,
+                      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})"),
+            std::make_pair(400, std::string("chat_template_kwargs")));
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"role": "wizard", "content": "x"}]})").first, 400);
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"content": "x"}]})").first, 400);
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": "hello"})").first, 400);

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
@@ -467,9 +468,12 @@ std::optional<std::string> granite_default_system_message(std::string_view jinja
          ". You are Granite, developed by IBM. You are a helpful AI assistant.";
 }
 
-std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
-                                std::string_view today) {
-  if (std::optional<std::string> text = render_jinja_chat_template(vocab, msgs, add_generation_prompt, today))
+namespace {
+
+std::string apply_with_kwargs(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
+                              std::string_view today, const nlohmann::json& template_kwargs) {
+  if (std::optional<std::string> text =
+          render_jinja_chat_template(vocab, msgs, add_generation_prompt, today, template_kwargs))
     return std::move(*text);
   const ChatTemplateFamily family = detect_chat_template(vocab.chat_template);
   if (family == Family::Llama3) {
@@ -499,13 +503,32 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
   return apply_chat_template(family, msgs, add_generation_prompt);
 }
 
-std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+// Today's local date as "%d %b %Y".
+std::string local_today() {
   char today[32] = {};
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
   std::strftime(today, sizeof today, "%d %b %Y", &local);
-  return apply_chat_template(vocab, msgs, add_generation_prompt, today);
+  return today;
+}
+
+}  // namespace
+
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
+                                std::string_view today) {
+  return apply_with_kwargs(vocab, msgs, add_generation_prompt, today, nlohmann::json());
+}
+
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
+                                std::string_view today, const nlohmann::json& template_kwargs) {
+  return apply_with_kwargs(vocab, msgs, add_generation_prompt, today, template_kwargs);
+}
+
+std::string local_date_for_chat_template() { return local_today(); }
+
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+  return apply_with_kwargs(vocab, msgs, add_generation_prompt, local_today(), nlohmann::json());
 }
 
 }  // namespace kvserve

@@ -5,6 +5,7 @@
 // vocabulary's Jinja source by the same tests llama.cpp makes, or named directly ("chatml", "llama3", "mistral-v7",
 // ...). One thing the Jinja template does that llama.cpp's built-in path drops is kept: a ChatML template's default
 // system message (chatml_default_system_message).
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -114,12 +115,20 @@ std::optional<std::string> granite_default_system_message(std::string_view jinja
 // does not hold it twice. nullopt where the template is empty, a family's name, or uses what kvserve's Jinja
 // does not render (a message on stderr says so once); throws Error naming the template's message when the
 // template itself rejects the conversation (raise_exception: roles that do not alternate, ...).
+// `template_kwargs` (an object, or null) adds variables, as vLLM's and llama-server's chat_template_kwargs
+// do (Qwen3's enable_thinking, ...).
 std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
-                                                      bool add_generation_prompt, std::string_view today);
+                                                      bool add_generation_prompt, std::string_view today,
+                                                      const nlohmann::json& template_kwargs);
 
 // As below, with `today` ("05 Dec 2026", strftime's "%d %b %Y") for a template that writes the day's date.
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today);
+// As above, with a Jinja template's extra variables (render_jinja_chat_template's template_kwargs).
+std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
+                                std::string_view today, const nlohmann::json& template_kwargs);
+// Today's local date as a template's `today` ("05 Dec 2026").
+std::string local_date_for_chat_template();
 // The vocabulary's template as render_jinja_chat_template renders it; where that gives nullopt, the
 // template's family, rendered as llama.cpp's built-in renderer does, except that a ChatML
 // template's default system message (chatml_default_system_message) opens a conversation that has none, as

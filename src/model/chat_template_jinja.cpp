@@ -7,6 +7,7 @@
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "jinja/template.h"
 #include "model/chat_template.h"
@@ -59,7 +60,8 @@ bool looks_like_jinja(const std::string& s) {
 }  // namespace
 
 std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
-                                                      bool add_generation_prompt, std::string_view today) {
+                                                      bool add_generation_prompt, std::string_view today,
+                                                      const nlohmann::json& template_kwargs) {
   if (!looks_like_jinja(vocab.chat_template)) return std::nullopt;
   const std::shared_ptr<const jinja::Template> tmpl = parse_cached(vocab.chat_template);
   if (!tmpl) return std::nullopt;
@@ -85,6 +87,9 @@ std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const 
   const std::string day(today);
   globals.set("strftime_now",
               jinja::Value(jinja::Function([day](const jinja::CallArgs& a) { return strftime_today(day, a); })));
+  if (template_kwargs.is_object())
+    for (const auto& [key, value] : template_kwargs.items())
+      if (key != "messages") globals.set(key, jinja::Value::from_json(value));
   std::string text;
   try {
     text = tmpl->render(globals);

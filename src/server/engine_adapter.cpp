@@ -18,8 +18,10 @@ std::vector<int32_t> EngineAdapter::tokenize(std::string_view text, bool add_spe
   return model_.tokenizer->encode(text, add_special, /*parse_special=*/true);
 }
 
-std::string EngineAdapter::render_chat(const std::vector<ChatMessage>& messages) const {
-  return apply_chat_template(model_.vocab, messages, /*add_generation_prompt=*/true);
+std::string EngineAdapter::render_chat(const std::vector<ChatMessage>& messages,
+                                       const nlohmann::json& template_kwargs) const {
+  return apply_chat_template(model_.vocab, messages, /*add_generation_prompt=*/true, local_date_for_chat_template(),
+                             template_kwargs);
 }
 
 std::string EngineAdapter::detokenize(const std::vector<int32_t>& ids) const {

@@ -155,7 +155,8 @@ struct HttpServer::Impl {
         check_model(t.model);
         std::vector<int32_t> ids;
         try {
-          ids = backend.tokenize(t.is_chat ? backend.render_chat(t.messages) : t.text, t.add_special);
+          ids = backend.tokenize(t.is_chat ? backend.render_chat(t.messages, t.chat_template_kwargs) : t.text,
+                                 t.add_special);
         } catch (const Error& e) {
           throw ApiError(400, e.what(), t.is_chat ? "messages" : "prompt");
         }

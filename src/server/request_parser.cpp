@@ -109,7 +109,16 @@ std::string message_content(const json& content) {
   return text;
 }
 
+// vLLM's and llama-server's extra variables for the chat template ({"enable_thinking": false}, ...).
+json parse_chat_template_kwargs(const json& body) {
+  const json* v = field(body, "chat_template_kwargs");
+  if (!v || v->is_null()) return json();
+  if (!v->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+  return *v;
+}
+
 void parse_messages(const json& body, ApiRequest& req) {
+  req.chat_template_kwargs = parse_chat_template_kwargs(body);
   const json* msgs = field(body, "messages");
   if (!msgs) throw bad_request("'messages' is required", "messages");
   if (!msgs->is_array() || msgs->empty()) throw bad_request("'messages' must be a non-empty array", "messages");
@@ -298,6 +307,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body_text) {
     ApiRequest chat;
     parse_messages(body, chat);
     req.messages = std::move(chat.messages);
+    req.chat_template_kwargs = std::move(chat.chat_template_kwargs);
     req.is_chat = true;
   } else {
     throw bad_request("'prompt' (or 'messages') is required", "prompt");
@@ -322,7 +332,7 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
   std::vector<int32_t> ids;
   try {
     if (req.endpoint == Endpoint::ChatCompletions) {
-      ids = backend.tokenize(backend.render_chat(req.messages), /*add_special=*/true);
+      ids = backend.tokenize(backend.render_chat(req.messages, req.chat_template_kwargs), /*add_special=*/true);
     } else if (req.prompt_is_ids) {
       ids = req.prompt_ids;
     } else {

@@ -2,6 +2,7 @@
 // OpenAI request bodies -> what the engine runs. Parsing is strict about the fields it knows (wrong
 // type or out-of-range value -> 400 naming the field) and ignores the ones it doesn't, as OpenAI does.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@ struct ApiRequest {
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
   std::vector<ChatMessage> messages;
+  nlohmann::json chat_template_kwargs;  // null, or the object of extra chat template variables
 
   SamplingParams params;  // params.max_tokens is meaningful only when max_tokens_given
   bool max_tokens_given = false;
@@ -46,6 +48,7 @@ struct TokenizeRequest {
   bool is_chat = false;
   std::string text;
   std::vector<ChatMessage> messages;
+  nlohmann::json chat_template_kwargs;
   bool add_special = true;
 };
 TokenizeRequest parse_tokenize_request(std::string_view body);
