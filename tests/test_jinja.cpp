@@ -142,3 +142,41 @@ TEST(JinjaGolden, SnippetsRenderAsJinja2Does) {
 
 }  // namespace
 }  // namespace kvserve::jinja
+
+namespace kvserve::jinja {
+namespace {
+
+std::string render_plain(std::string_view source) { return Template(source).render(Object{}); }
+
+// A hostile or broken template fails with an Error naming the limit, quickly: loop steps, work (a loop
+// growing a string), string size, nesting of tags, expressions and values; a namespace holding itself is
+// freed (the ASan build would report the leak).
+TEST(JinjaLimits, HostileTemplatesFailWithAnError) {
+  EXPECT_THROW(render_plain("{% set ns = namespace(s='') %}{% for x in range(1000000) %}"
+                            "{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' %}{% endfor %}"),
+               Error);
+  EXPECT_THROW(render_plain("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"), Error);
+  EXPECT_THROW(render_plain("{{ 'a' * 100000000 }}"), Error);
+  EXPECT_THROW(render_plain("{{ range(100000000)|length }}"), Error);
+  EXPECT_EQ(render_plain("{{ " + std::string(30, '(') + "1" + std::string(30, ')') + " }}"), "1");
+  EXPECT_THROW(render_plain("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}"), Error);
+  std::string chain = "{{ x";
+  for (int i = 0; i < 1000; ++i) chain += ".a";
+  EXPECT_THROW(render_plain(chain + " }}"), Error);
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 1000; ++i) sum += " + 1";
+  EXPECT_THROW(render_plain(sum + " }}"), Error);
+  std::string ifs;
+  for (int i = 0; i < 500; ++i) ifs += "{% if true %}";
+  for (int i = 0; i < 500; ++i) ifs += "{% endif %}";
+  EXPECT_THROW(render_plain(ifs), Error);
+  EXPECT_THROW(
+      render_plain("{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}"),
+      Error);
+  EXPECT_EQ(render_plain("{% set ns = namespace(x=none) %}{% set ns.x = [ns] %}{{ ns.x|length }}"), "1");
+  EXPECT_THROW(render_plain("{% set ns = namespace(x=none) %}{% set ns.x = [ns] %}{{ ns|tojson }}"), Error);
+  EXPECT_THROW(render_plain("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}"), Error);
+}
+
+}  // namespace
+}  // namespace kvserve::jinja

@@ -656,6 +656,7 @@ Value get_slice(const Value& obj, const Value& start_v, const Value& stop_v, con
 }
 
 Array iterate(const Value& v) {
+  if (v.is_array()) charge_work(v.as_array().size());
   switch (v.kind()) {
     case Value::Kind::Undefined:
       return {};
@@ -677,6 +678,7 @@ Array iterate(const Value& v) {
 }
 
 bool contains(const Value& c, const Value& item) {
+  charge_work(c.is_array() ? c.as_array().size() : c.is_string() ? c.as_string().size() : 1);
   switch (c.kind()) {
     case Value::Kind::Undefined:
       return false;

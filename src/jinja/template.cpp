@@ -10,9 +10,10 @@ namespace kvserve::jinja {
 namespace {
 
 // Bounds on one render, far past what a chat template needs.
-constexpr size_t kMaxSteps = 4'000'000;   // loop iterations and macro calls
+constexpr size_t kMaxSteps = 1'000'000;   // loop iterations and macro calls
 constexpr size_t kMaxOutput = 64u << 20;  // bytes
 constexpr int kMaxCallDepth = 64;         // macro calls within macro calls
+constexpr size_t kWorkBudget = size_t{1} << 28;  // bytes and elements copied or scanned (charge_work)
 constexpr const char* kBody =
     "\x01"
     "body";  // the parser's name for a filter block's text
@@ -44,6 +45,7 @@ class Renderer {
   }
 
   void emit(const std::string& s) {
+    charge_work(s.size());
     if (out_.size() + s.size() > kMaxOutput) fail("template output is over {} bytes", kMaxOutput);
     out_ += s;
   }
@@ -353,6 +355,9 @@ class Renderer {
 
 Template::Template(std::string_view source) : body_(std::make_shared<const Body>(parse_template(source))) {}
 
-std::string Template::render(const Object& globals) const { return Renderer(globals).run(*body_); }
+std::string Template::render(const Object& globals) const {
+  const WorkBudget budget(kWorkBudget);
+  return Renderer(globals).run(*body_);
+}
 
 }  // namespace kvserve::jinja

@@ -9,6 +9,46 @@
 
 namespace kvserve::jinja {
 
+namespace {
+thread_local size_t* t_work_left = nullptr;
+}  // namespace
+
+void charge_work(size_t units) {
+  if (t_work_left == nullptr) return;
+  if (units > *t_work_left) {
+    *t_work_left = 0;
+    fail("the template does too much work (a loop building ever longer strings or lists?)");
+  }
+  *t_work_left -= units;
+}
+
+WorkBudget::WorkBudget(size_t units) : left_(units), outer_(t_work_left) { t_work_left = &left_; }
+WorkBudget::~WorkBudget() { t_work_left = outer_; }
+
+Value::Value(const Value& o)
+    : kind_(o.kind_),
+      generator_(o.generator_),
+      tuple_(o.tuple_),
+      markup_(o.markup_),
+      depth_(o.depth_),
+      b_(o.b_),
+      i_(o.i_),
+      d_(o.d_),
+      s_(o.s_),
+      a_(o.a_),
+      o_(o.o_),
+      f_(o.f_) {
+  charge_work(1 + s_.size());
+}
+
+Value& Value::operator=(const Value& o) {
+  if (this != &o) {
+    Value copy(o);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
 const Value* Object::find(std::string_view key) const {
   for (const auto& [k, v] : items)
     if (k == key) return &v;
@@ -60,7 +100,7 @@ Value Value::markup(std::string s) {
 Value::Value(bool b) : kind_(Kind::Bool), b_(b), i_(b ? 1 : 0) {}
 Value::Value(int64_t i) : kind_(Kind::Int), i_(i) {}
 Value::Value(double d) : kind_(Kind::Float), d_(d) {}
-Value::Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}
+Value::Value(std::string s) : kind_(Kind::String), s_(std::move(s)) { charge_work(1 + s_.size()); }
 namespace {
 
 // Deeper than any template's data; it bounds the recursion of printing (repr, tojson) and freeing values.
@@ -77,6 +117,7 @@ uint16_t depth_of(const Items& items, Get get) {
 }  // namespace
 
 Value::Value(Array a) : kind_(Kind::Array), a_(std::make_shared<Array>(std::move(a))) {
+  charge_work(1 + a_->size());
   depth_ = depth_of(*a_, [](const Value& v) { return v.depth_; });
 }
 Value::Value(std::shared_ptr<Object> o) : kind_(Kind::Object), o_(std::move(o)) {
@@ -456,6 +497,7 @@ bool less_than(const Value& a, const Value& b) {
 }
 
 std::vector<std::string> code_points(std::string_view s) {
+  charge_work(s.size());
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);

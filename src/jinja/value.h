@@ -47,6 +47,13 @@ class Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, Array, Object, Function };
 
   Value() = default;  // undefined
+  // A copy of a string costs its length from the render's work budget (charge_work): a template that copies
+  // a long string in every step of a loop fails instead of running for hours.
+  Value(const Value& o);
+  Value& operator=(const Value& o);
+  Value(Value&&) noexcept = default;
+  Value& operator=(Value&&) noexcept = default;
+  ~Value() = default;
   static Value none();
   Value(bool b);     // NOLINT(google-explicit-constructor): literals convert as Python's do
   Value(int64_t i);  // NOLINT(google-explicit-constructor)
@@ -107,8 +114,8 @@ class Value {
   Kind kind_ = Kind::Undefined;
   bool generator_ = false;
   bool tuple_ = false;
-  uint16_t depth_ = 0;  // lists and dicts within: printing and freeing a value recurse this deep
   bool markup_ = false;
+  uint16_t depth_ = 0;  // lists and dicts within: printing and freeing a value recurse this deep
   bool b_ = false;
   int64_t i_ = 0;
   double d_ = 0;
@@ -122,6 +129,21 @@ class Value {
 bool equals(const Value& a, const Value& b);
 // Throws an Error naming both types where Python would raise TypeError.
 bool less_than(const Value& a, const Value& b);
+
+// Work a render may still do, in units of about one byte or element touched; while a WorkBudget is alive on
+// this thread, charge_work takes from it and throws Error when it runs out (elsewhere it does nothing).
+void charge_work(size_t units);
+class WorkBudget {
+ public:
+  explicit WorkBudget(size_t units);
+  ~WorkBudget();
+  WorkBudget(const WorkBudget&) = delete;
+  WorkBudget& operator=(const WorkBudget&) = delete;
+
+ private:
+  size_t left_;
+  size_t* outer_;
+};
 
 // The text split into Unicode code points and joined back: Python indexes and slices strings by code point.
 std::vector<std::string> code_points(std::string_view utf8);
