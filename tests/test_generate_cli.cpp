@@ -287,6 +287,26 @@ TEST(GeneratorCli, ChatTemplateByName) {
   EXPECT_NE(bad.err.find("mistral-v7"), std::string::npos) << bad.err;
 }
 
+// --chat-template FILE: a Jinja template of the user's, rendered as jinja2 renders it; one that does not
+// parse is refused at start, naming the file and the line.
+TEST(GeneratorCli, ChatTemplateFromAJinjaFile) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kvserve_chat_template_file";
+  std::filesystem::create_directories(dir);
+  const std::string good = (dir / "turns.jinja").string(), bad = (dir / "broken.jinja").string();
+  std::ofstream(good) << "{%- for m in messages %}[{{ m.role | upper }}] {{ m.content | trim }}\n{% endfor -%}\n"
+                         "{%- if add_generation_prompt %}[ASSISTANT]{% endif %}\n";
+  std::ofstream(bad) << "{% for m in messages %}\n{{ m.content }\n";
+  const CommandResult r = generate("--chat --chat-template " + good + " --system ' Be brief. ' -p hi -n 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["prompt"], "[SYSTEM] Be brief.\n[USER] hi\n[ASSISTANT]");
+  const CommandResult refused = generate("--chat --chat-template " + bad + " -p hi -n 1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("broken.jinja"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("line 2"), std::string::npos) << refused.err;
+  std::filesystem::remove_all(dir);
+}
+
 // `kvserve tokenize` needs only a GGUF's vocabulary: vocab-only files and architectures the engine does
 // not run (BERT) tokenize too; llama2.c checkpoints still go through their tokenizer.bin.
 TEST(TokenizeCli, VocabOnlyGgufAndLlama2c) {

@@ -139,7 +139,8 @@ void add_generate_command(CLI::App& app) {
   c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   c->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as a user message");
   c->add_option("--system", a->system, "System message (with --chat)");
-  c->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's (chatml, llama3, ...)")
+  c->add_option("--chat-template", a->chat_template,
+                "Chat template instead of the model's: a Jinja file, or a family's name (chatml, llama3, ...)")
       ->check(cli::chat_template_name_check());
   c->add_option("-n,--max-tokens", a->sp.max_tokens, "Maximum new tokens")->check(cli::kNonNegative);
   c->add_option("--temperature,--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();

@@ -153,7 +153,8 @@ void add_serve_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand("serve", "Serve an OpenAI-compatible API (and a web page) over HTTP");
   c->add_option("-m,--model", a->model, "GGUF file, Hugging Face folder or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer.bin (default: beside the checkpoint)");
-  c->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's (chatml, llama3, ...)")
+  c->add_option("--chat-template", a->chat_template,
+                "Chat template instead of the model's: a Jinja file, or a family's name (chatml, llama3, ...)")
       ->check(cli::chat_template_name_check());
   c->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   c->add_option("--port", a->port, "Port to listen on (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

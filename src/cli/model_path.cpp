@@ -2,9 +2,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "cli/progress.h"
 #include "core/error.h"
+#include "jinja/template.h"
 #include "model/chat_template.h"
 #include "model/model_cache.h"
 
@@ -33,19 +36,32 @@ std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::s
   lo.progress = [&](float f) { bar.update(f); };
   std::unique_ptr<Model> model = load_model(path, lo);
   bar.done();
-  if (!chat_template.empty()) model->vocab.chat_template = chat_template;
+  if (!chat_template.empty()) model->vocab.chat_template = chat_template_from_arg(chat_template);
   return model;
+}
+
+std::string chat_template_from_arg(const std::string& arg) {
+  if (chat_template_from_name(arg)) return arg;
+  std::ifstream in(arg, std::ios::binary);
+  if (!in) fail("--chat-template '{}' is neither a template family's name nor a readable file", arg);
+  std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    const jinja::Template parsed(source);
+  } catch (const Error& e) {
+    fail("--chat-template {}: {}", arg, e.what());
+  }
+  return source;
 }
 
 CLI::Validator chat_template_name_check() {
   return CLI::Validator(
       [](std::string& name) -> std::string {
-        if (chat_template_from_name(name)) return {};
+        if (chat_template_from_name(name) || std::filesystem::is_regular_file(name)) return {};
         std::string known;
         for (const std::string_view n : chat_template_names()) known += (known.empty() ? "" : ", ") + std::string(n);
-        return "unknown chat template '" + name + "' (known: " + known + ")";
+        return "unknown chat template '" + name + "': neither a Jinja file nor a family's name (known: " + known + ")";
       },
-      "NAME");
+      "FILE|NAME");
 }
 
 }  // namespace kvserve::cli
