@@ -176,6 +176,14 @@ TEST(JinjaLimits, HostileTemplatesFailWithAnError) {
   EXPECT_EQ(render_plain("{% set ns = namespace(x=none) %}{% set ns.x = [ns] %}{{ ns.x|length }}"), "1");
   EXPECT_THROW(render_plain("{% set ns = namespace(x=none) %}{% set ns.x = [ns] %}{{ ns|tojson }}"), Error);
   EXPECT_THROW(render_plain("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}"), Error);
+  // Python's ints have no bounds; past int64 kvserve refuses instead of wrapping.
+  EXPECT_THROW(render_plain("{{ 9223372036854775807 + 1 }}"), Error);
+  EXPECT_THROW(render_plain("{{ 3037000500 * 3037000500 }}"), Error);
+  EXPECT_THROW(render_plain("{{ 2 ** 64 }}"), Error);
+  EXPECT_THROW(render_plain("{{ 4e22|int }}"), Error);
+  EXPECT_THROW(render_plain("{{ -(-9223372036854775807 - 1) }}"), Error);
+  EXPECT_EQ(render_plain("{{ (-1) ** 1000001 }} {{ 2 ** 62 }} {{ -9223372036854775807 - 1 }}"),
+            "-1 4611686018427387904 -9223372036854775808");
 }
 
 }  // namespace

@@ -645,12 +645,13 @@ Value get_slice(const Value& obj, const Value& start_v, const Value& stop_v, con
   const int64_t start = clamp(opt(start_v, "start"), step > 0 ? 0 : n - 1);
   const int64_t stop = clamp(opt(stop_v, "stop"), step > 0 ? n : -1);
   std::string s;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (obj.is_array()) {
       items.push_back(obj.as_array()[static_cast<size_t>(i)]);
     } else {
       s += cps[static_cast<size_t>(i)];
     }
+    if (__builtin_add_overflow(i, step, &i)) break;
   }
   return obj.is_array() ? Value(std::move(items)) : Value(std::move(s));
 }
@@ -709,7 +710,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   const bool floats = a.kind() == Value::Kind::Float || b.kind() == Value::Kind::Float;
   if (op == "+") {
     if (a.is_number() && b.is_number())
-      return floats ? Value(a.as_double() + b.as_double()) : Value(a.as_int() + b.as_int());
+      return floats ? Value(a.as_double() + b.as_double()) : Value(checked_add(a.as_int(), b.as_int()));
     if (a.is_string() && b.is_string()) {
       check_string_size(a.as_string().size() + b.as_string().size());
       // Markup + str escapes the plain side (jinja2's |safe strings are markupsafe.Markup).
@@ -731,7 +732,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     const Value& seq = a.is_int() ? b : a;
     const int64_t n = std::max<int64_t>(0, (a.is_int() ? a : b).as_int());
     const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_array().size();
-    if (unit != 0 && static_cast<uint64_t>(n) * unit > kMaxBuilt) fail("repetition too large");
+    if (unit != 0 && static_cast<uint64_t>(n) > kMaxBuilt / unit) fail("repetition too large");
     if (seq.is_string()) {
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += seq.as_string();
@@ -743,8 +744,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   if (!a.is_number() || !b.is_number()) return unsupported();
-  if (op == "-") return floats ? Value(a.as_double() - b.as_double()) : Value(a.as_int() - b.as_int());
-  if (op == "*") return floats ? Value(a.as_double() * b.as_double()) : Value(a.as_int() * b.as_int());
+  if (op == "-") return floats ? Value(a.as_double() - b.as_double()) : Value(checked_sub(a.as_int(), b.as_int()));
+  if (op == "*") return floats ? Value(a.as_double() * b.as_double()) : Value(checked_mul(a.as_int(), b.as_int()));
   if (op == "/") {
     if (b.as_double() == 0) fail("division by zero");
     return Value(a.as_double() / b.as_double());
@@ -757,7 +758,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       return op == "//" ? Value(q) : Value(x - q * y);
     }
     const int64_t x = a.as_int(), y = b.as_int();
-    if (y == -1) return op == "//" ? Value(-x) : Value(static_cast<int64_t>(0));
+    if (y == -1) return op == "//" ? Value(checked_sub(0, x)) : Value(static_cast<int64_t>(0));
     int64_t q = x / y, r = x % y;
     if (r != 0 && ((r < 0) != (y < 0))) {
       --q;
@@ -768,7 +769,14 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "**") {
     if (!floats && b.as_int() >= 0) {
       int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
+      for (int64_t i = 0; i < b.as_int(); ++i) {
+        r = checked_mul(r, a.as_int());
+        if (r == 0 || r == 1) break;  // 0 and 1 stay; -1 alternates but never overflows
+        if (r == -1 && i + 1 < b.as_int()) {
+          r = (b.as_int() - i - 1) % 2 == 0 ? -1 : 1;
+          break;
+        }
+      }
       return Value(r);
     }
     return Value(std::pow(a.as_double(), b.as_double()));
@@ -790,7 +798,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "tojson") {
     const Value& indent = arg(a, 0, "indent", Value());
     const Value& separators = arg(a, 1, "separators", Value());
-    const int ind = indent.is_int() ? static_cast<int>(indent.as_int()) : -1;
+    // json.dumps takes any indent; past 1024 spaces a level is only a way to exhaust memory.
+    const int ind = indent.is_int() ? static_cast<int>(std::clamp<int64_t>(indent.as_int(), -1, 1024)) : -1;
     std::string item_sep = ind >= 0 ? "," : ", ", key_sep = ": ";
     if (separators.is_array() && separators.as_array().size() == 2) {
       item_sep = separators.as_array()[0].str();
@@ -907,7 +916,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
       if (r.ec == std::errc() && r.ptr == t.data() + t.size()) return Value(x);
       char* end = nullptr;
       const double d = std::strtod(t.c_str(), &end);
-      if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+      if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(d)) return Value(float_to_int(d));
     }
     return def;
   }
@@ -924,7 +933,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   }
   if (name == "abs") {
     if (v.kind() == Value::Kind::Float) return Value(std::fabs(v.as_double()));
-    if (v.is_int()) return Value(static_cast<int64_t>(std::llabs(v.as_int())));
+    if (v.is_int()) return Value(v.as_int() < 0 ? checked_sub(0, v.as_int()) : v.as_int());
     fail("bad operand type for abs(): '{}'", v.type_name());
   }
   if (name == "round") {
@@ -988,7 +997,7 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "divisibleby") {
     const Value& n = required(a, 0, "num", "divisibleby");
     if (!v.is_int() || !n.is_int() || n.as_int() == 0) fail("divisibleby expects nonzero integers");
-    return v.as_int() % n.as_int() == 0;
+    return n.as_int() == -1 || v.as_int() % n.as_int() == 0;
   }
   const Value& other = required(a, 0, "other", name);
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, other);
@@ -1021,9 +1030,10 @@ Value global_function(const std::string& name) {
       }
       if (step == 0) fail("range() arg 3 must not be zero");
       Array out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (out.size() >= kMaxBuilt) fail("range() too large");
         out.emplace_back(i);
+        if (__builtin_add_overflow(i, step, &i)) break;
       }
       return Value(std::move(out));
     });

@@ -303,7 +303,7 @@ class Renderer {
       case Expr::Kind::Neg: {
         const Value v = eval(*e.a);
         if (v.kind() == Value::Kind::Float) return Value(-v.as_double());
-        if (v.is_int()) return Value(-v.as_int());
+        if (v.is_int()) return Value(checked_sub(0, v.as_int()));
         fail("template line {}: bad operand type for unary -: '{}'", e.line, v.type_name());
       }
       case Expr::Kind::Not:

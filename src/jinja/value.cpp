@@ -162,8 +162,30 @@ Value value_from_json(const Json& j) {
 Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
 Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
 
+int64_t checked_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) fail("integer overflow in {} + {}", a, b);
+  return r;
+}
+int64_t checked_sub(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) fail("integer overflow in {} - {}", a, b);
+  return r;
+}
+int64_t checked_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) fail("integer overflow in {} * {}", a, b);
+  return r;
+}
+int64_t float_to_int(double d) {
+  // 2^63 is exact as a double; anything at or past it (or nan) has no int64.
+  if (!(d > -9223372036854775808.0 - 1024.0 && d < 9223372036854775808.0)) fail("cannot convert {} to an integer", d);
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(d);
+}
+
 int64_t Value::as_int() const {
-  if (kind_ == Kind::Float) return static_cast<int64_t>(d_);
+  if (kind_ == Kind::Float) return float_to_int(d_);
   return i_;
 }
 
@@ -304,7 +326,9 @@ void to_json_into(std::string& out, const Value& v, int indent, int depth, std::
   auto newline = [&](int d) {
     if (indent < 0) return;
     out += '\n';
-    out.append(static_cast<size_t>(indent) * static_cast<size_t>(d), ' ');
+    const size_t pad = static_cast<size_t>(indent) * static_cast<size_t>(d);
+    charge_work(pad);
+    out.append(pad, ' ');
   };
   switch (v.kind()) {
     case Value::Kind::Undefined:

@@ -125,6 +125,13 @@ class Value {
   std::shared_ptr<Function> f_;
 };
 
+// Python's ints have no bounds; kvserve's are 64-bit, and a result past them is an Error, not a wrap.
+int64_t checked_add(int64_t a, int64_t b);
+int64_t checked_sub(int64_t a, int64_t b);
+int64_t checked_mul(int64_t a, int64_t b);
+// A float as an int (truncated), an Error past int64's range or for nan.
+int64_t float_to_int(double d);
+
 // Python's ==, and the order of <, for numbers, strings and lists (false / an error for other mixes).
 bool equals(const Value& a, const Value& b);
 // Throws an Error naming both types where Python would raise TypeError.
