@@ -176,8 +176,12 @@ int expect_templates_render_as_golden(const nlohmann::json& golden,
     if (!vocab) continue;
     check(*vocab, file);
     for (size_t i = 0; i < conversations.size(); ++i) {
+      // The Jinja renderer, and the family fallback with its default system turns.
       EXPECT_EQ(apply_chat_template(*vocab, conversations[i], true, today), t.at("rendered").at(i).get<std::string>())
           << file << " conversation " << i;
+      EXPECT_EQ(apply_family_chat_template(*vocab, conversations[i], true, today),
+                t.at("rendered").at(i).get<std::string>())
+          << file << " conversation " << i << " (family)";
       ++compared;
     }
   }
@@ -204,6 +208,8 @@ TEST(ChatTemplateJinja, ChatMLDefaultSystemMessageAsJinja2RendersIt) {
     const Vocab& vocab = *template_vocab;
     ASSERT_EQ(detect_chat_template(vocab.chat_template), ChatTemplateFamily::ChatML) << file;
     EXPECT_EQ(apply_chat_template(vocab, conversation, true), c.at("rendered").get<std::string>()) << file;
+    EXPECT_EQ(apply_family_chat_template(vocab, conversation, true, "05 Dec 2026"), c.at("rendered").get<std::string>())
+        << file << " (family)";
     const std::optional<std::string> system = chatml_default_system_message(vocab.chat_template);
     EXPECT_EQ(system.has_value(), !c.at("default_system").is_null()) << file;
     with_system += system.has_value() ? 1 : 0;

@@ -475,6 +475,13 @@ std::string apply_with_kwargs(const Vocab& vocab, const std::vector<ChatMessage>
   if (std::optional<std::string> text =
           render_jinja_chat_template(vocab, msgs, add_generation_prompt, today, template_kwargs))
     return std::move(*text);
+  return apply_family_chat_template(vocab, msgs, add_generation_prompt, today);
+}
+
+}  // namespace
+
+std::string apply_family_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
+                                       bool add_generation_prompt, std::string_view today) {
   const ChatTemplateFamily family = detect_chat_template(vocab.chat_template);
   if (family == Family::Llama3) {
     if (std::optional<std::string> date = llama3_header_date(vocab.chat_template, today)) {
@@ -502,6 +509,8 @@ std::string apply_with_kwargs(const Vocab& vocab, const std::vector<ChatMessage>
   }
   return apply_chat_template(family, msgs, add_generation_prompt);
 }
+
+namespace {
 
 // Today's local date as "%d %b %Y".
 std::string local_today() {

@@ -121,6 +121,14 @@ std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const 
                                                       bool add_generation_prompt, std::string_view today,
                                                       const nlohmann::json& template_kwargs);
 
+// The fallback of apply_chat_template where the Jinja renderer gives nothing: the template's family, rendered
+// as llama.cpp's built-in renderer does, except that a ChatML template's default system message
+// (chatml_default_system_message) opens a conversation that has none, as the Jinja template itself does
+// (the model was tuned with it), and so do a Llama 3.1-3.3 template's system header (llama3_header_date)
+// and a Granite 3.3 / 4.0 template's default system message (granite_default_system_message).
+std::string apply_family_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
+                                       bool add_generation_prompt, std::string_view today);
+
 // As below, with `today` ("05 Dec 2026", strftime's "%d %b %Y") for a template that writes the day's date.
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today);
@@ -129,13 +137,10 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
                                 std::string_view today, const nlohmann::json& template_kwargs);
 // Today's local date as a template's `today` ("05 Dec 2026").
 std::string local_date_for_chat_template();
-// The vocabulary's template as render_jinja_chat_template renders it; where that gives nullopt, the
-// template's family, rendered as llama.cpp's built-in renderer does, except that a ChatML
-// template's default system message (chatml_default_system_message) opens a conversation that has none, as
-// the Jinja template itself does (transformers' apply_chat_template, llama-server with Jinja, vLLM): the
-// model was tuned with it. SmolLM2, one user message: 37 prompt tokens, as llama-server's, instead of 16.
-// Likewise a Llama 3.1-3.3 template's system header (llama3_header_date), with today's local date, and a
-// Granite 3.3 / 4.0 template's default system message (granite_default_system_message).
+// The vocabulary's template as render_jinja_chat_template renders it (with today's local date), as
+// transformers' apply_chat_template, llama-server with Jinja and vLLM do; where that gives nullopt,
+// apply_family_chat_template. SmolLM2, one user message: 37 prompt tokens (its default system message), as
+// llama-server's, where llama.cpp's built-in renderer gives 16.
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt);
 
 }  // namespace kvserve
