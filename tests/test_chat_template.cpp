@@ -279,6 +279,13 @@ TEST(ChatTemplateJinja, SmolLM2DefaultSystemMessage) {
             "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(apply_chat_template(vocab, {{"system", "Be brief."}, {"user", "Hi"}}, true),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // A request's prompt: the assistant's header; after a final assistant message, the model goes on with it.
+  EXPECT_EQ(render_chat_prompt(vocab, {{"system", "Be brief."}, {"user", "Hi"}}, "05 Dec 2026", nullptr),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      render_chat_prompt(vocab, {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello, I am"}}, "05 Dec 2026",
+                         nullptr),
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello, I am");
   // Escaped newlines in the literal: the same message.
   const std::string escaped = "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}";
   EXPECT_EQ(chatml_default_system_message(escaped), "You are a helpful assistant.");

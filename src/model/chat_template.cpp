@@ -536,6 +536,14 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
 
 std::string local_date_for_chat_template() { return local_today(); }
 
+std::string render_chat_prompt(const Vocab& vocab, const std::vector<ChatMessage>& msgs, std::string_view today,
+                               const nlohmann::json& template_kwargs) {
+  if (msgs.size() < 2 || msgs.back().role != "assistant")
+    return apply_with_kwargs(vocab, msgs, /*add_generation_prompt=*/true, today, template_kwargs);
+  const std::vector<ChatMessage> before(msgs.begin(), msgs.end() - 1);
+  return apply_with_kwargs(vocab, before, /*add_generation_prompt=*/true, today, template_kwargs) + msgs.back().content;
+}
+
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
   return apply_with_kwargs(vocab, msgs, add_generation_prompt, local_today(), nlohmann::json());
 }

@@ -135,6 +135,11 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
 // As above, with a Jinja template's extra variables (render_jinja_chat_template's template_kwargs).
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today, const nlohmann::json& template_kwargs);
+// The prompt of a chat request: the conversation, then the assistant's turn header. A conversation that
+// ends with an assistant message asks the model to go on with that message (llama-server's assistant
+// prefill): the turns before it with the header, then its text, with no end of turn after it.
+std::string render_chat_prompt(const Vocab& vocab, const std::vector<ChatMessage>& msgs, std::string_view today,
+                               const nlohmann::json& template_kwargs);
 // Today's local date as a template's `today` ("05 Dec 2026").
 std::string local_date_for_chat_template();
 // The vocabulary's template as render_jinja_chat_template renders it (with today's local date), as

@@ -20,8 +20,7 @@ std::vector<int32_t> EngineAdapter::tokenize(std::string_view text, bool add_spe
 
 std::string EngineAdapter::render_chat(const std::vector<ChatMessage>& messages,
                                        const nlohmann::json& template_kwargs) const {
-  return apply_chat_template(model_.vocab, messages, /*add_generation_prompt=*/true, local_date_for_chat_template(),
-                             template_kwargs);
+  return render_chat_prompt(model_.vocab, messages, local_date_for_chat_template(), template_kwargs);
 }
 
 std::string EngineAdapter::detokenize(const std::vector<int32_t>& ids) const {

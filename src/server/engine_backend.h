@@ -28,8 +28,9 @@ class EngineBackend {
   virtual std::vector<int32_t> tokenize(std::string_view text, bool add_special) const = 0;
   // Ids -> text, special tokens left out (ids are in [0, vocab_size())).
   virtual std::string detokenize(const std::vector<int32_t>& ids) const = 0;
-  // The model's chat template applied to a conversation, ending with the assistant's turn header;
-  // template_kwargs (an object or null) are the request's chat_template_kwargs.
+  // The model's chat template applied to a conversation, ending with the assistant's turn header (or, after
+  // a final assistant message, with that message's text: render_chat_prompt); template_kwargs (an object
+  // or null) are the request's chat_template_kwargs.
   virtual std::string render_chat(const std::vector<ChatMessage>& messages,
                                   const nlohmann::json& template_kwargs) const = 0;
   // Raw bytes of one token, for logprobs (may be an incomplete UTF-8 sequence).
