@@ -137,6 +137,7 @@ snippet_sources = [
     "{% if true %}{% set z = 'if-scope' %}{% endif %}{{ z }}|{% set a, b = 1, 2 %}{{ a }}{{ b }}",
     "{% macro m(a, b='B') %}<{{ a }}{{ b }}{{ g }}>{% endmacro %}{% set g = '!' %}{{ m(1) }}{{ m(2, b='c') }}"
     "{{ m(b=3, a=4) }}{% macro r(n) %}{% if n > 0 %}{{ n }}{{ r(n - 1) }}{% endif %}{% endmacro %}{{ r(3) }}",
+    "{% macro m(a, b=a ~ '!') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(2, 3) }}{{ m(b='x', a='y') }}",
     "{% set t %}  hi  {% endset %}[{{ t }}]|{% set u | upper %}abc{% endset %}{{ u }}|"
     "{% filter upper %}xyz{% endfilter %}",
     "{{ 1 is number }}{{ true is number }}{{ 1 is integer }}{{ true is boolean }}{{ x is defined }}"

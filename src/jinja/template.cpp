@@ -201,16 +201,26 @@ class Renderer {
   Value call_macro(const Node& m, const CallArgs& a) {
     step();
     if (call_depth_ >= kMaxCallDepth) fail("macro calls nested deeper than {}", kMaxCallDepth);
+    // A macro sees the template's top-level names and its arguments, not its caller's loop variables; a
+    // parameter's default may use the parameters before it.
+    struct Frame {
+      Frame(Renderer& r, std::shared_ptr<Scope> scope) : r(r), saved(std::move(r.scopes_)) {
+        r.scopes_ = {saved.front(), std::move(scope)};
+        ++r.call_depth_;
+      }
+      ~Frame() {
+        r.scopes_ = std::move(saved);
+        --r.call_depth_;
+      }
+      Renderer& r;
+      std::vector<std::shared_ptr<Scope>> saved;
+    };
     auto scope = std::make_shared<Scope>();
+    const Frame frame(*this, scope);
     for (size_t i = 0; i < m.params.size(); ++i) {
       const auto& [name, def] = m.params[i];
-      if (const Value* v = a.get(i, name)) {
-        (*scope)[name] = *v;
-      } else if (def) {
-        (*scope)[name] = eval(*def);
-      } else {
-        (*scope)[name] = Value();
-      }
+      const Value* v = a.get(i, name);
+      (*scope)[name] = v != nullptr ? *v : def ? eval(*def) : Value();
     }
     Array varargs;
     for (size_t i = m.params.size(); i < a.positional.size(); ++i) varargs.push_back(a.positional[i]);
@@ -222,21 +232,7 @@ class Renderer {
     }
     (*scope)["varargs"] = Value(std::move(varargs));
     (*scope)["kwargs"] = Value(std::move(kwargs));
-    // A macro sees the template's top-level names and its arguments, not its caller's loop variables.
-    std::vector<std::shared_ptr<Scope>> saved = std::move(scopes_);
-    scopes_ = {saved.front(), scope};
-    ++call_depth_;
-    std::string text;
-    try {
-      text = capture(m.body);
-    } catch (...) {
-      --call_depth_;
-      scopes_ = std::move(saved);
-      throw;
-    }
-    --call_depth_;
-    scopes_ = std::move(saved);
-    return Value(std::move(text));
+    return Value(capture(m.body));
   }
 
   CallArgs eval_args(const Expr& e) {
