@@ -138,6 +138,8 @@ snippet_sources = [
     "{% macro m(a, b='B') %}<{{ a }}{{ b }}{{ g }}>{% endmacro %}{% set g = '!' %}{{ m(1) }}{{ m(2, b='c') }}"
     "{{ m(b=3, a=4) }}{% macro r(n) %}{% if n > 0 %}{{ n }}{{ r(n - 1) }}{% endif %}{% endmacro %}{{ r(3) }}",
     "{% macro m(a, b=a ~ '!') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(2, 3) }}{{ m(b='x', a='y') }}",
+    "{{ ' a b  c  '.split(none, 1) }}{{ ' a b  c  '.rsplit(none, 1) }}{{ 'a b c'.split(None, 0) }}"
+    "{{ '  '.split() }}{{ ' x\\ty\\n'.rsplit() }}{{ 'a,b,c'.rsplit(',', 1) }}{{ 'a,b,c'.split(',', -1) }}",
     "{% set t %}  hi  {% endset %}[{{ t }}]|{% set u | upper %}abc{% endset %}{{ u }}|"
     "{% filter upper %}xyz{% endfilter %}",
     "{{ 1 is number }}{{ true is number }}{{ 1 is integer }}{{ true is boolean }}{{ x is defined }}"

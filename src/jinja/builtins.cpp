@@ -122,25 +122,43 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 Array split(const std::string& s, const Value& sep_v, int64_t maxsplit, bool from_right) {
   Array out;
   if (sep_v.is_undefined() || sep_v.is_none()) {
-    // Runs of whitespace separate; leading and trailing whitespace give no empty strings.
+    // Runs of whitespace separate, and the ends' whitespace gives no empty strings; past maxsplit words
+    // the rest stays as it is (its far end's whitespace too), as Python's str.split / rsplit.
     const std::vector<std::string> cps = code_points(s);
+    auto join = [&](size_t b, size_t e) {
+      std::string t;
+      for (size_t k = b; k < e; ++k) t += cps[k];
+      return t;
+    };
     std::vector<std::string> words;
-    std::string word;
-    bool in_word = false;
-    for (const std::string& cp : cps) {
-      if (is_python_space(cp)) {
-        if (in_word) words.push_back(std::move(word));
-        word.clear();
-        in_word = false;
-      } else {
-        word += cp;
-        in_word = true;
+    const size_t n = cps.size();
+    if (!from_right) {
+      size_t i = 0;
+      for (;;) {
+        while (i < n && is_python_space(cps[i])) ++i;
+        if (i == n) break;
+        if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
+          words.push_back(join(i, n));
+          break;
+        }
+        const size_t b = i;
+        while (i < n && !is_python_space(cps[i])) ++i;
+        words.push_back(join(b, i));
       }
-    }
-    if (in_word) words.push_back(std::move(word));
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
-      // Rare in templates: rejoin the rest with the text between, found again in the original.
-      fail("split() with maxsplit and no separator is not supported");
+    } else {
+      size_t j = n;
+      for (;;) {
+        while (j > 0 && is_python_space(cps[j - 1])) --j;
+        if (j == 0) break;
+        if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
+          words.push_back(join(0, j));
+          break;
+        }
+        const size_t e = j;
+        while (j > 0 && !is_python_space(cps[j - 1])) --j;
+        words.push_back(join(j, e));
+      }
+      std::reverse(words.begin(), words.end());
     }
     for (auto& w : words) out.emplace_back(std::move(w));
     return out;
