@@ -120,9 +120,12 @@ class FakeEngine final : public EngineBackend {
   }
   void set_cached_tokens(int n) { cached_tokens_ = n; }
   void set_bos(bool bos) { bos_ = bos; }
+  // Token i of every choice is script[i % size] instead of the alphabet's (set before any request).
+  void set_script(std::string script) { script_ = std::move(script); }
 
  private:
   bool bos_ = false;
+  std::string script_;
   struct Live {
     EngineRequest req;
     std::vector<int> produced;
@@ -147,7 +150,8 @@ class FakeEngine final : public EngineBackend {
             ev.finish_reason = "abort";
           } else {
             const int k = l.produced[static_cast<size_t>(i)]++;
-            const char c = kAlphabet[static_cast<size_t>(k) % kAlphabet.size()];
+            const std::string_view letters = script_.empty() ? kAlphabet : std::string_view(script_);
+            const char c = letters[static_cast<size_t>(k) % letters.size()];
             TokenInfo t;
             t.id = c;
             t.logprob = -0.5f;

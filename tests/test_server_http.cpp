@@ -178,6 +178,49 @@ TEST(ServerHttp, ChatStreamingWithUsage) {
   EXPECT_EQ(finishes, 2);
 }
 
+// --reasoning-format deepseek (or a request's reasoning_format): a chat reply's <think> text comes as
+// reasoning_content, the rest as content, whole or streamed one token at a time; "none" leaves it in content.
+TEST(ServerHttp, ChatReasoningContentSplit) {
+  FakeEngine engine;
+  engine.set_script("<think>plan</think>Answer");
+  ServerOptions opts;
+  opts.split_reasoning = true;
+  LiveServer server(engine, opts);
+  auto cli = server.client();
+  const std::string ask = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 25)";
+  auto plain = cli.Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const json message = json::parse(plain->body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "plan");
+  EXPECT_EQ(message["content"], "Answer");
+
+  auto stream = cli.Post("/v1/chat/completions", ask + R"(, "stream": true})", "application/json");
+  ASSERT_TRUE(stream);
+  std::string reasoning, content;
+  for (const json& e : sse_events(stream->body)) {
+    if (e == "[DONE]") continue;
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) {
+      const std::string piece = delta["content"];
+      EXPECT_EQ(piece.find('<'), std::string::npos) << "a tag leaked into content: " << piece;
+      content += piece;
+    }
+  }
+  EXPECT_EQ(reasoning, "plan");
+  EXPECT_EQ(content, "Answer");
+
+  // The request's own choice wins; a bad one is a 400.
+  auto none = cli.Post("/v1/chat/completions", ask + R"(, "reasoning_format": "none"})", "application/json");
+  ASSERT_TRUE(none);
+  const json kept = json::parse(none->body)["choices"][0]["message"];
+  EXPECT_EQ(kept["content"], "<think>plan</think>Answer");
+  EXPECT_FALSE(kept.contains("reasoning_content"));
+  expect_error(cli.Post("/v1/chat/completions", ask + R"(, "reasoning_format": "r1"})", "application/json"), 400,
+               "reasoning_format");
+}
+
 TEST(ServerHttp, CompletionStreamingLogprobs) {
   FakeEngine engine;
   LiveServer server(engine);

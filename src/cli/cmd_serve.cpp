@@ -34,6 +34,7 @@ struct ServeArgs {
   int port = 8080;
   std::string api_key;
   bool share_prefix_cache = false;
+  std::string reasoning_format = "none";
   KVCacheArgs kv_cache;
   int max_num_batched_tokens = 512;
   int max_num_seqs = 64;
@@ -121,6 +122,7 @@ void run_serve(const ServeArgs& a) {
   so.port = a.port;
   so.api_key = a.api_key;
   so.share_prefix_cache = a.share_prefix_cache;
+  so.split_reasoning = a.reasoning_format == "deepseek";
   so.model_name = served_name;
   server::HttpServer http(backend, so);
   const int port = http.bind();
@@ -161,6 +163,10 @@ void add_serve_command(CLI::App& app) {
   c->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
   c->add_flag("--share-prefix-cache", a->share_prefix_cache,
               "Let requests under different API keys reuse each other's cached prefixes");
+  c->add_option("--reasoning-format", a->reasoning_format,
+                "deepseek: a chat reply's <think> text goes to reasoning_content (requests may set reasoning_format)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "deepseek"}));
   a->kv_cache.kv_cache_dtype = "f16";  // half the memory of f32: twice the tokens, the concurrency serving needs
   add_kv_cache_options(*c, a->kv_cache);
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Token budget of one forward step")

@@ -49,6 +49,8 @@ CompletionJob::CompletionJob(EngineBackend& backend, ServerMetrics& metrics, Api
   header_.id = new_response_id(req_.endpoint);
   header_.created = unix_seconds();
   header_.model = std::move(model_name);
+  if (splits_reasoning())
+    for (Choice& c : choices_) c.reasoning.emplace(req_.reasoning_opened_by_prompt);
 }
 
 CompletionJob::~CompletionJob() {
@@ -159,8 +161,18 @@ bool CompletionJob::stream(const Writer& write) {
     std::string out;
     for (const RequestEvent& ev : events) {
       if (ev.index < 0 || ev.index >= req_.n || choices_[static_cast<size_t>(ev.index)].finished) continue;
-      const Choice& c = choices_[static_cast<size_t>(ev.index)];
-      const bool has_content = !ev.text.empty() || (req_.logprobs && !ev.tokens.empty());
+      Choice& c = choices_[static_cast<size_t>(ev.index)];
+      ReasoningSplit split{{}, ev.text};
+      if (c.reasoning) {
+        split = c.reasoning->feed(ev.text);
+        if (ev.finished) {
+          ReasoningSplit rest = c.reasoning->finish();
+          split.reasoning += rest.reasoning;
+          split.content += rest.content;
+        }
+      }
+      const bool has_content =
+          !split.content.empty() || !split.reasoning.empty() || (req_.logprobs && !ev.tokens.empty());
       if (has_content || ev.finished) {
         if (ev.finished && ev.finish_reason == "error") {
           out += sse_data(ApiError(500, ev.error.empty() ? "the engine failed while running this request" : ev.error,
@@ -169,7 +181,8 @@ bool CompletionJob::stream(const Writer& write) {
         } else {
           ChunkPiece piece;
           piece.index = ev.index;
-          piece.text = ev.text;
+          piece.text = std::move(split.content);
+          piece.reasoning = std::move(split.reasoning);
           piece.tokens = req_.logprobs ? &ev.tokens : nullptr;
           piece.top_n = req_.top_logprobs;
           piece.text_offset = c.text_offset;
@@ -219,7 +232,14 @@ std::pair<int, std::string> CompletionJob::result() {
   if (!engine_error_.empty()) return {500, dump_json(ApiError(500, engine_error_, {}, {}, "server_error").to_json())};
   std::vector<ChoiceResult> results;
   results.reserve(choices_.size());
-  for (const Choice& c : choices_) results.push_back(c.result);
+  for (const Choice& c : choices_) {
+    results.push_back(c.result);
+    if (splits_reasoning()) {
+      ReasoningSplit split = split_reasoning(c.result.text, req_.reasoning_opened_by_prompt);
+      results.back().text = std::move(split.content);
+      results.back().reasoning = std::move(split.reasoning);
+    }
+  }
   const TokenText text = [this](int32_t id) { return token_text(id); };
   record_metrics();
   return {200, dump_json(full_response(req_.endpoint, header_, results, usage(), req_.logprobs, req_.top_logprobs, text))};

@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "server/engine_backend.h"
 #include "server/metrics.h"
+#include "server/reasoning_split.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
 
@@ -64,12 +65,16 @@ class CompletionJob {
     bool started = false;      // chat: the role delta was sent
     size_t text_offset = 0;    // completions logprobs offset of the next piece
     bool finished = false;
+    std::optional<ReasoningSplitter> reasoning;  // chat with the reasoning split on (streams)
   };
 
   // Moves pending events into the choices; returns the ones taken (for streaming) in order.
   std::vector<RequestEvent> take_events(std::chrono::milliseconds timeout);
   void apply(const RequestEvent& ev);
   bool all_finished() const { return finished_choices_ == static_cast<int>(choices_.size()); }
+  bool splits_reasoning() const {
+    return req_.endpoint == Endpoint::ChatCompletions && req_.split_reasoning.value_or(false);
+  }
   // Once per job, only for requests that completed normally.
   void record_metrics();
   void abort();

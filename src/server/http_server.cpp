@@ -191,6 +191,7 @@ struct HttpServer::Impl {
     try {
       ApiRequest api = parse_api_request(endpoint, req.body);
       check_model(api.model);
+      if (!api.split_reasoning) api.split_reasoning = opts.split_reasoning;
       std::vector<int32_t> prompt = build_prompt(api, backend);
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
       job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompt), opts.model_name,

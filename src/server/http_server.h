@@ -21,6 +21,7 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{16} << 20;  // larger bodies get 413
   int http_threads = 320;                    // concurrent connections served at once
   std::chrono::milliseconds keep_alive{250};  // idle streams probe their client this often
+  bool split_reasoning = false;               // --reasoning-format deepseek: chat replies carry reasoning_content
 };
 
 // True when this build has an HTTP server (cpp-httplib was found).

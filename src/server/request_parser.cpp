@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/reasoning_split.h"
 
 namespace kvserve::server {
 
@@ -283,6 +284,12 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
   }
   if (const json* v = field(body, "user")) req.user = string_field(*v, "user");
   if (const json* v = field(body, "cache_salt")) req.cache_salt = string_field(*v, "cache_salt");
+  if (const json* v = field(body, "reasoning_format"); v && endpoint == Endpoint::ChatCompletions) {
+    const std::string format = string_field(*v, "reasoning_format");
+    if (format != "none" && format != "deepseek")
+      throw bad_request(fmt::format("unknown reasoning_format '{}' (none, deepseek)", format), "reasoning_format");
+    req.split_reasoning = format == "deepseek";
+  }
 
   // The engine reports logprobs only when asked for at least one alternative; we drop the extras.
   req.params.logprobs = req.logprobs ? std::max(1, req.top_logprobs) : 0;
@@ -332,7 +339,9 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
   std::vector<int32_t> ids;
   try {
     if (req.endpoint == Endpoint::ChatCompletions) {
-      ids = backend.tokenize(backend.render_chat(req.messages, req.chat_template_kwargs), /*add_special=*/true);
+      const std::string prompt = backend.render_chat(req.messages, req.chat_template_kwargs);
+      req.reasoning_opened_by_prompt = prompt_opens_reasoning(prompt);
+      ids = backend.tokenize(prompt, /*add_special=*/true);
     } else if (req.prompt_is_ids) {
       ids = req.prompt_ids;
     } else {

@@ -36,6 +36,11 @@ struct ApiRequest {
   int top_logprobs = 0;        // alternatives per token
   std::string user;
   std::string cache_salt;
+  // Chat: "reasoning_format" ("deepseek": <think> text goes to reasoning_content; "none"); unset, the
+  // server's --reasoning-format decides. reasoning_opened_by_prompt: the rendered prompt ends inside a
+  // <think> (build_prompt sets it).
+  std::optional<bool> split_reasoning;
+  bool reasoning_opened_by_prompt = false;
 };
 
 // Throws ApiError (400) for malformed JSON, known fields of the wrong type and out-of-range values.

@@ -77,6 +77,7 @@ json full_response(Endpoint endpoint, const ResponseHeader& header, const std::v
       if (logprobs) lp = completion_logprobs_json(c.tokens, top_n, text, 0);
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (c.reasoning) choice["message"]["reasoning_content"] = c.reasoning->empty() ? json() : json(*c.reasoning);
       if (logprobs) lp = chat_logprobs_json(c.tokens, top_n, text);
     }
     choice["logprobs"] = lp;
@@ -99,6 +100,7 @@ json stream_chunk(Endpoint endpoint, const ResponseHeader& header, const ChunkPi
   } else {
     json delta = json::object();
     if (piece.first) delta["role"] = "assistant";
+    if (!piece.reasoning.empty()) delta["reasoning_content"] = piece.reasoning;
     if (piece.first || !piece.text.empty()) delta["content"] = piece.text;
     choice["delta"] = std::move(delta);
     if (piece.tokens) lp = chat_logprobs_json(*piece.tokens, piece.top_n, text);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,7 @@ struct ChoiceResult {
   std::string text;
   std::vector<TokenInfo> tokens;
   std::string finish_reason;
+  std::optional<std::string> reasoning;  // chat with the reasoning split on: its reasoning_content
 };
 
 // The non-streaming body of either endpoint.
@@ -64,6 +66,7 @@ struct ChunkPiece {
   int index = 0;
   bool first = false;
   std::string text;
+  std::string reasoning;                           // chat: the delta's reasoning_content, when not empty
   const std::vector<TokenInfo>* tokens = nullptr;  // non-null when logprobs were asked for
   int top_n = 0;
   size_t text_offset = 0;

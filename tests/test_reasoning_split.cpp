@@ -1,0 +1,77 @@
+// The reasoning / answer split of chat replies (src/server/reasoning_split.h): whole, and fed in every
+// split of the output into two pieces and one byte at a time, the parts are the same, and a tag never
+// leaks into either.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "server/reasoning_split.h"
+
+namespace kvserve::server {
+namespace {
+
+struct Case {
+  std::string output;
+  bool opened_by_prompt;
+  std::string reasoning, content;
+};
+
+const std::vector<Case> kCases = {
+    {"<think>\nplan\n</think>\n\nAnswer", false, "\nplan\n", "\n\nAnswer"},  // Qwen3 opens it itself
+    {"plan</think>Answer", true, "plan", "Answer"},                          // an R1 distill's prompt opened it
+    {"<think>never closed", false, "never closed", ""},                      // cut by max_tokens
+    {"still thinking <th", true, "still thinking <th", ""},
+    {"Hello <think>x</think>", false, "", "Hello <think>x</think>"},  // not at the start: content
+    {"<thi", false, "", "<thi"},
+    {"", false, "", ""},
+    {"</think>", true, "", ""},
+    {"a</thinking>b</think>c", true, "a</thinking>b", "c"},
+    {"<think></think>", false, "", ""},
+};
+
+TEST(ReasoningSplit, WholeOutput) {
+  for (const Case& c : kCases) {
+    const ReasoningSplit s = split_reasoning(c.output, c.opened_by_prompt);
+    EXPECT_EQ(s.reasoning, c.reasoning) << c.output;
+    EXPECT_EQ(s.content, c.content) << c.output;
+  }
+}
+
+TEST(ReasoningSplit, FedInPiecesGivesTheSameParts) {
+  for (const Case& c : kCases) {
+    for (size_t cut = 0; cut <= c.output.size(); ++cut) {
+      ReasoningSplitter splitter(c.opened_by_prompt);
+      std::string reasoning, content;
+      for (const std::string& piece : {c.output.substr(0, cut), c.output.substr(cut)}) {
+        const ReasoningSplit s = splitter.feed(piece);
+        reasoning += s.reasoning;
+        content += s.content;
+      }
+      const ReasoningSplit rest = splitter.finish();
+      EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output << " cut at " << cut;
+      EXPECT_EQ(content + rest.content, c.content) << c.output << " cut at " << cut;
+    }
+    ReasoningSplitter bytewise(c.opened_by_prompt);
+    std::string reasoning, content;
+    for (const char ch : c.output) {
+      const ReasoningSplit s = bytewise.feed(std::string(1, ch));
+      EXPECT_EQ(s.reasoning.find("</think>"), std::string::npos) << c.output;
+      reasoning += s.reasoning;
+      content += s.content;
+    }
+    const ReasoningSplit rest = bytewise.finish();
+    EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output;
+    EXPECT_EQ(content + rest.content, c.content) << c.output;
+  }
+}
+
+TEST(ReasoningSplit, PromptOpensReasoning) {
+  EXPECT_TRUE(prompt_opens_reasoning("<|Assistant|><think>\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));  // thinking off
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  EXPECT_TRUE(prompt_opens_reasoning("<think>a</think> then <think>"));
+}
+
+}  // namespace
+}  // namespace kvserve::server
