@@ -219,6 +219,20 @@ TEST(ServerHttp, ChatReasoningContentSplit) {
   EXPECT_FALSE(kept.contains("reasoning_content"));
   expect_error(cli.Post("/v1/chat/completions", ask + R"(, "reasoning_format": "r1"})", "application/json"), 400,
                "reasoning_format");
+
+  // A prompt that ends inside <think> (an R1 distill's template): the reply starts in its reasoning. (The
+  // fake template writes the kwargs into the prompt.)
+  FakeEngine opened;
+  opened.set_script("plan</think>Answer");
+  LiveServer opened_server(opened, opts);
+  auto r1 = opened_server.client().Post(
+      "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 18, "chat_template_kwargs": {"x": "<think>"}})",
+      "application/json");
+  ASSERT_TRUE(r1);
+  const json r1_message = json::parse(r1->body)["choices"][0]["message"];
+  EXPECT_EQ(r1_message["reasoning_content"], "plan");
+  EXPECT_EQ(r1_message["content"], "Answer");
 }
 
 TEST(ServerHttp, CompletionStreamingLogprobs) {
