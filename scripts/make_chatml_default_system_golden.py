@@ -14,20 +14,11 @@ from datetime import datetime
 
 import jinja2
 
+from transformers_jinja import environment, templates_dir
+
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-default_dir = os.path.join(os.environ.get("KVSERVE_MODELS", os.path.expanduser("~/.cache/kvserve/models")),
-                           "llama.cpp-vocab-0.3.36", "templates")
-templates = sys.argv[1] if len(sys.argv) > 1 else default_dir
-
-
-def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-env.filters["tojson"] = lambda v, **kw: json.dumps(v, ensure_ascii=False)
-env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda fmt: datetime(2026, 1, 1).strftime(fmt)
+templates = templates_dir()
+env = environment(datetime(2026, 1, 1))
 
 user = "Hello"
 out = []

@@ -10,47 +10,16 @@ each for the conversations below. A render jinja2 refuses is recorded as an erro
 """
 import json
 import os
-import sys
 from datetime import datetime
 
 import jinja2
-from jinja2 import nodes
-from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from transformers_jinja import environment, templates_dir
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-default_dir = os.path.join(os.environ.get("KVSERVE_MODELS", os.path.expanduser("~/.cache/kvserve/models")),
-                           "llama.cpp-vocab-0.3.36", "templates")
-templates = sys.argv[1] if len(sys.argv) > 1 else default_dir
+templates = templates_dir()
 today = datetime(2026, 12, 5)
-
-
-def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-class AssistantTracker(Extension):
-    """transformers' {% generation %} ... {% endgeneration %}: marks assistant text, renders it as it is."""
-    tags = {"generation"}
-
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
-        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
-
-    def _render(self, caller):
-        return caller()
-
-
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                   extensions=[AssistantTracker, "jinja2.ext.loopcontrols"])
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda fmt: today.strftime(fmt)
+env = environment(today)
 
 weather_tool = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",

@@ -7,20 +7,16 @@ installed by scripts/fetch_llama_cpp_vocab.sh) with jinja2, as transformers' app
 """
 import json
 import os
-import sys
 from datetime import datetime
 
 import jinja2
 
-root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-default_dir = os.path.join(os.environ.get("KVSERVE_MODELS", os.path.expanduser("~/.cache/kvserve/models")),
-                           "llama.cpp-vocab-0.3.36", "templates")
-templates = sys.argv[1] if len(sys.argv) > 1 else default_dir
-today = datetime(2026, 12, 5)
+from transformers_jinja import environment, templates_dir
 
-env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-env.filters["tojson"] = lambda v, **kw: json.dumps(v, ensure_ascii=False)
-env.globals["strftime_now"] = lambda fmt: today.strftime(fmt)
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+templates = templates_dir()
+today = datetime(2026, 12, 5)
+env = environment(today)
 
 conversations = [
     [{"role": "user", "content": "Hello"}],
