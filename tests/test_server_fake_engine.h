@@ -90,7 +90,7 @@ class FakeEngine final : public EngineBackend {
     return text;
   }
   std::string render_chat(const std::vector<ChatMessage>& messages,
-                          const nlohmann::json& template_kwargs) const override {
+                          const nlohmann::ordered_json& template_kwargs) const override {
     std::string out;
     if (template_kwargs.is_object() && !template_kwargs.empty()) out += "kwargs: " + template_kwargs.dump() + "\n";
     for (const auto& m : messages) out += m.role + ": " + m.content + "\n";
@@ -122,10 +122,16 @@ class FakeEngine final : public EngineBackend {
   void set_bos(bool bos) { bos_ = bos; }
   // Token i of every choice is script[i % size] instead of the alphabet's (set before any request).
   void set_script(std::string script) { script_ = std::move(script); }
+  // The script's end is the end of the reply (finish_reason "stop"), as a model's end of turn.
+  void set_stop_at_script_end(bool stop) { stop_at_script_end_ = stop; }
+  void set_chat_template(std::string source) { chat_template_ = std::move(source); }
+  std::string chat_template() const override { return chat_template_; }
 
  private:
   bool bos_ = false;
   std::string script_;
+  bool stop_at_script_end_ = false;
+  std::string chat_template_;
   struct Live {
     EngineRequest req;
     std::vector<int> produced;
@@ -158,7 +164,10 @@ class FakeEngine final : public EngineBackend {
             if (l.req.params.logprobs > 0) t.top = {{c, -0.5f}, {'Z', -1.5f}, {'Y', -2.5f}};
             ev.tokens.push_back(t);
             ev.text = std::string(1, c);
-            if (k + 1 >= l.req.params.max_tokens) {
+            if (stop_at_script_end_ && static_cast<size_t>(k + 1) == letters.size()) {
+              ev.finished = true;
+              ev.finish_reason = "stop";
+            } else if (k + 1 >= l.req.params.max_tokens) {
               ev.finished = true;
               ev.finish_reason = "length";
             }

@@ -125,7 +125,7 @@ TEST(ServerParse, ChatMessagesAndLogprobs) {
   EXPECT_TRUE(r.chat_template_kwargs.is_null());
   const ApiRequest k = parse_chat(
       R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": false}})");
-  EXPECT_EQ(k.chat_template_kwargs, nlohmann::json({{"enable_thinking", false}}));
+  EXPECT_EQ(k.chat_template_kwargs, nlohmann::ordered_json({{"enable_thinking", false}}));
   EXPECT_EQ(rejection(Endpoint::ChatCompletions,
                       R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})"),
             std::make_pair(400, std::string("chat_template_kwargs")));

@@ -35,6 +35,7 @@ struct ServeArgs {
   std::string api_key;
   bool share_prefix_cache = false;
   std::string reasoning_format = "none";
+  std::string tool_call_parser = "auto";
   KVCacheArgs kv_cache;
   int max_num_batched_tokens = 512;
   int max_num_seqs = 64;
@@ -123,6 +124,7 @@ void run_serve(const ServeArgs& a) {
   so.api_key = a.api_key;
   so.share_prefix_cache = a.share_prefix_cache;
   so.split_reasoning = a.reasoning_format == "deepseek";
+  so.tool_call_parser = a.tool_call_parser;
   so.model_name = served_name;
   server::HttpServer http(backend, so);
   const int port = http.bind();
@@ -167,6 +169,11 @@ void add_serve_command(CLI::App& app) {
                 "deepseek: a chat reply's <think> text goes to reasoning_content (requests may set reasoning_format)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "deepseek"}));
+  c->add_option("--tool-call-parser", a->tool_call_parser,
+                "How chat replies' tool calls are read: auto (the format the chat template writes), hermes, "
+                "qwen3_coder, glm45, llama3_json, mistral, none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "hermes", "qwen3_coder", "glm45", "llama3_json", "mistral", "none"}));
   a->kv_cache.kv_cache_dtype = "f16";  // half the memory of f32: twice the tokens, the concurrency serving needs
   add_kv_cache_options(*c, a->kv_cache);
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Token budget of one forward step")

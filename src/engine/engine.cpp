@@ -292,6 +292,7 @@ void Engine::Impl::admit(EngineRequest r) {
     if (p.has_seed) p.seed += static_cast<uint64_t>(i);  // independent but reproducible choices
     auto c = std::make_unique<Choice>(p, *model.tokenizer);
     c->decoder.start_after(r.prompt_ids);
+    if (!r.shown_special_tokens.empty()) c->decoder.show_tokens(r.shown_special_tokens);
     c->sampler.set_prompt(r.prompt_ids);
     if (draft) {
       SamplingParams dp = p;

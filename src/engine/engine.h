@@ -97,6 +97,8 @@ struct EngineRequest {
   SamplingParams params;
   int n = 1;               // parallel samples: the prompt is computed once and forked copy-on-write
   std::string cache_salt;  // prefix-cache isolation key (tenant)
+  // Control tokens whose text the output shows (tool-call markers a parser reads; StreamDecoder::show_tokens).
+  std::vector<int32_t> shown_special_tokens;
   // Called on the engine thread; must be quick and must not call back into the engine.
   std::function<void(const RequestEvent&)> on_event;
 };

@@ -471,7 +471,7 @@ std::optional<std::string> granite_default_system_message(std::string_view jinja
 namespace {
 
 std::string apply_with_kwargs(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
-                              std::string_view today, const nlohmann::json& template_kwargs) {
+                              std::string_view today, const nlohmann::ordered_json& template_kwargs) {
   if (std::optional<std::string> text =
           render_jinja_chat_template(vocab, msgs, add_generation_prompt, today, template_kwargs))
     return std::move(*text);
@@ -526,26 +526,28 @@ std::string local_today() {
 
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
                                 std::string_view today) {
-  return apply_with_kwargs(vocab, msgs, add_generation_prompt, today, nlohmann::json());
+  return apply_with_kwargs(vocab, msgs, add_generation_prompt, today, nlohmann::ordered_json());
 }
 
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
-                                std::string_view today, const nlohmann::json& template_kwargs) {
+                                std::string_view today, const nlohmann::ordered_json& template_kwargs) {
   return apply_with_kwargs(vocab, msgs, add_generation_prompt, today, template_kwargs);
 }
 
 std::string local_date_for_chat_template() { return local_today(); }
 
 std::string render_chat_prompt(const Vocab& vocab, const std::vector<ChatMessage>& msgs, std::string_view today,
-                               const nlohmann::json& template_kwargs) {
-  if (msgs.size() < 2 || msgs.back().role != "assistant")
+                               const nlohmann::ordered_json& template_kwargs) {
+  // An assistant turn that ends in tool calls is history, not text to continue.
+  if (msgs.size() < 2 || msgs.back().role != "assistant" ||
+      (msgs.back().extra.is_object() && msgs.back().extra.contains("tool_calls")))
     return apply_with_kwargs(vocab, msgs, /*add_generation_prompt=*/true, today, template_kwargs);
   const std::vector<ChatMessage> before(msgs.begin(), msgs.end() - 1);
   return apply_with_kwargs(vocab, before, /*add_generation_prompt=*/true, today, template_kwargs) + msgs.back().content;
 }
 
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
-  return apply_with_kwargs(vocab, msgs, add_generation_prompt, local_today(), nlohmann::json());
+  return apply_with_kwargs(vocab, msgs, add_generation_prompt, local_today(), nlohmann::ordered_json());
 }
 
 }  // namespace kvserve

@@ -5,7 +5,7 @@
 // vocabulary's Jinja source by the same tests llama.cpp makes, or named directly ("chatml", "llama3", "mistral-v7",
 // ...). One thing the Jinja template does that llama.cpp's built-in path drops is kept: a ChatML template's default
 // system message (chatml_default_system_message).
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +18,10 @@ namespace kvserve {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" (some families also know "tool")
   std::string content;
+  // The message's other fields a Jinja template reads, as an object (or null): an assistant's tool_calls
+  // (each call's arguments an object, as transformers' templates expect), a tool result's tool_call_id and
+  // name, an assistant's reasoning_content. The family renderers ignore them.
+  nlohmann::ordered_json extra;
 };
 
 enum class ChatTemplateFamily {
@@ -119,7 +123,7 @@ std::optional<std::string> granite_default_system_message(std::string_view jinja
 // do (Qwen3's enable_thinking, ...).
 std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
                                                       bool add_generation_prompt, std::string_view today,
-                                                      const nlohmann::json& template_kwargs);
+                                                      const nlohmann::ordered_json& template_kwargs);
 
 // The fallback of apply_chat_template where the Jinja renderer gives nothing: the template's family, rendered
 // as llama.cpp's built-in renderer does, except that a ChatML template's default system message
@@ -134,12 +138,12 @@ std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessag
                                 std::string_view today);
 // As above, with a Jinja template's extra variables (render_jinja_chat_template's template_kwargs).
 std::string apply_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs, bool add_generation_prompt,
-                                std::string_view today, const nlohmann::json& template_kwargs);
+                                std::string_view today, const nlohmann::ordered_json& template_kwargs);
 // The prompt of a chat request: the conversation, then the assistant's turn header. A conversation that
 // ends with an assistant message asks the model to go on with that message (llama-server's assistant
 // prefill): the turns before it with the header, then its text, with no end of turn after it.
 std::string render_chat_prompt(const Vocab& vocab, const std::vector<ChatMessage>& msgs, std::string_view today,
-                               const nlohmann::json& template_kwargs);
+                               const nlohmann::ordered_json& template_kwargs);
 // Today's local date as a template's `today` ("05 Dec 2026").
 std::string local_date_for_chat_template();
 // The vocabulary's template as render_jinja_chat_template renders it (with today's local date), as

@@ -61,7 +61,7 @@ bool looks_like_jinja(const std::string& s) {
 
 std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const std::vector<ChatMessage>& msgs,
                                                       bool add_generation_prompt, std::string_view today,
-                                                      const nlohmann::json& template_kwargs) {
+                                                      const nlohmann::ordered_json& template_kwargs) {
   if (!looks_like_jinja(vocab.chat_template)) return std::nullopt;
   const std::shared_ptr<const jinja::Template> tmpl = parse_cached(vocab.chat_template);
   if (!tmpl) return std::nullopt;
@@ -71,6 +71,9 @@ std::optional<std::string> render_jinja_chat_template(const Vocab& vocab, const 
     auto o = std::make_shared<jinja::Object>();
     o->set("role", jinja::Value(m.role));
     o->set("content", jinja::Value(m.content));
+    if (m.extra.is_object())
+      for (const auto& [key, value] : m.extra.items())
+        if (key != "role" && key != "content") o->set(key, jinja::Value::from_json(value));
     messages.emplace_back(std::move(o));
   }
   const std::string bos = token_text(vocab, vocab.bos_id), eos = token_text(vocab, vocab.eos_id);

@@ -1,5 +1,7 @@
 #include "model/stream_decoder.h"
 
+#include <algorithm>
+
 #include "model/unicode.h"
 
 namespace kvserve {
@@ -9,7 +11,8 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool special) : tokeniz
 std::string StreamDecoder::feed(int32_t id) {
   const size_t index = tokens_seen_++;
   if (index == 0) first_was_bos_ = tokenizer_.bos() >= 0 && id == tokenizer_.bos();
-  std::string piece = tokenizer_.token_to_piece(id, special_);
+  const bool shown = !shown_.empty() && std::binary_search(shown_.begin(), shown_.end(), id);
+  std::string piece = tokenizer_.token_to_piece(id, special_ || shown);
   // Same dummy-prefix rule as Tokenizer::decode: the first text piece (after an opening BOS) loses its
   // leading space in SPM vocabularies.
   const Vocab& vocab = tokenizer_.vocab();
@@ -29,6 +32,11 @@ std::string StreamDecoder::flush() {
   std::string rest = std::move(pending_);
   reset();
   return rest;
+}
+
+void StreamDecoder::show_tokens(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  shown_ = std::move(ids);
 }
 
 void StreamDecoder::reset() {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "model/tokenizer.h"
 
@@ -23,6 +24,9 @@ class StreamDecoder {
   std::string flush();
   // Starts a new stream (the next token is again the first).
   void reset();
+  // Control tokens whose text is shown all the same (a chat reply's tool-call markers, as llama-server's
+  // preserved tokens): the parser after the decoder must see them.
+  void show_tokens(std::vector<int32_t> ids);
   // Starts a new stream that continues `context` (a prompt, not decoded here): the concatenation of every
   // feed() and flush() is then the text Tokenizer::decode(context + ids) adds to decode(context). An SPM
   // vocabulary's dummy-prefix space comes off only the piece right after an opening BOS, so a completion
@@ -33,6 +37,7 @@ class StreamDecoder {
  private:
   const Tokenizer& tokenizer_;
   bool special_;
+  std::vector<int32_t> shown_;  // sorted
   size_t tokens_seen_ = 0;
   bool first_was_bos_ = false;
   std::string pending_;

@@ -29,6 +29,17 @@ std::string new_response_id(Endpoint endpoint) {
                      counter.fetch_add(1));
 }
 
+// OpenAI's shape ("call_" and 24 letters or digits); Mistral's templates accept only ids of 9 letters or
+// digits when the calls come back in the conversation, so its calls get those.
+std::string new_tool_call_id(ToolCallFormat format) {
+  static constexpr std::string_view kAlnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{(static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()};
+  const bool mistral = format == ToolCallFormat::Mistral;
+  std::string id = mistral ? "" : "call_";
+  for (int i = 0; i < (mistral ? 9 : 24); ++i) id += kAlnum[rng() % kAlnum.size()];
+  return id;
+}
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -51,6 +62,17 @@ CompletionJob::CompletionJob(EngineBackend& backend, ServerMetrics& metrics, Api
   header_.model = std::move(model_name);
   if (splits_reasoning())
     for (Choice& c : choices_) c.reasoning.emplace(req_.reasoning_opened_by_prompt);
+  if (parses_tool_calls())
+    for (Choice& c : choices_) c.tools.emplace(req_.tool_format, req_.tools);
+}
+
+std::vector<ToolCall> CompletionJob::number_tool_calls(std::vector<ParsedToolCall> calls, int already) const {
+  std::vector<ToolCall> out;
+  for (ParsedToolCall& call : calls) {
+    if (!req_.parallel_tool_calls && already + static_cast<int>(out.size()) >= 1) break;
+    out.push_back({new_tool_call_id(req_.tool_format), std::move(call.name), std::move(call.arguments)});
+  }
+  return out;
 }
 
 CompletionJob::~CompletionJob() {
@@ -64,6 +86,7 @@ void CompletionJob::start() {
   er.params = req_.params;
   er.n = req_.n;
   er.cache_salt = cache_salt_;
+  er.shown_special_tokens = req_.shown_special_tokens;
   // The engine thread only queues the event; all formatting happens on the HTTP worker.
   er.on_event = [inbox = inbox_](const RequestEvent& ev) {
     {
@@ -171,8 +194,21 @@ bool CompletionJob::stream(const Writer& write) {
           split.content += rest.content;
         }
       }
-      const bool has_content =
-          !split.content.empty() || !split.reasoning.empty() || (req_.logprobs && !ev.tokens.empty());
+      std::vector<ToolCall> calls;
+      const int first_call = c.tool_calls_sent;
+      if (c.tools) {
+        ToolCallPiece tp = c.tools->feed(split.content);
+        if (ev.finished) {
+          ToolCallPiece rest = c.tools->finish();
+          tp.content += rest.content;
+          for (ParsedToolCall& call : rest.calls) tp.calls.push_back(std::move(call));
+        }
+        split.content = std::move(tp.content);
+        calls = number_tool_calls(std::move(tp.calls), c.tool_calls_sent);
+        c.tool_calls_sent += static_cast<int>(calls.size());
+      }
+      const bool has_content = !split.content.empty() || !split.reasoning.empty() || !calls.empty() ||
+                               (req_.logprobs && !ev.tokens.empty());
       if (has_content || ev.finished) {
         if (ev.finished && ev.finish_reason == "error") {
           out += sse_data(ApiError(500, ev.error.empty() ? "the engine failed while running this request" : ev.error,
@@ -183,10 +219,12 @@ bool CompletionJob::stream(const Writer& write) {
           piece.index = ev.index;
           piece.text = std::move(split.content);
           piece.reasoning = std::move(split.reasoning);
+          piece.tool_calls = std::move(calls);
+          piece.first_tool_call_index = first_call;
           piece.tokens = req_.logprobs ? &ev.tokens : nullptr;
           piece.top_n = req_.top_logprobs;
           piece.text_offset = c.text_offset;
-          if (ev.finished) piece.finish_reason = ev.finish_reason;
+          if (ev.finished) piece.finish_reason = finish_with_calls(ev.finish_reason, c.tool_calls_sent);
           out += sse_data(stream_chunk(req_.endpoint, header_, piece, req_.include_usage, text));
         }
       }
@@ -238,6 +276,13 @@ std::pair<int, std::string> CompletionJob::result() {
       ReasoningSplit split = split_reasoning(c.result.text, req_.reasoning_opened_by_prompt);
       results.back().text = std::move(split.content);
       results.back().reasoning = std::move(split.reasoning);
+    }
+    if (parses_tool_calls()) {
+      ToolCallPiece tp = parse_tool_calls(req_.tool_format, req_.tools, results.back().text);
+      results.back().text = std::move(tp.content);
+      results.back().tool_calls = number_tool_calls(std::move(tp.calls), 0);
+      results.back().finish_reason =
+          finish_with_calls(results.back().finish_reason, static_cast<int>(results.back().tool_calls.size()));
     }
   }
   const TokenText text = [this](int32_t id) { return token_text(id); };

@@ -20,6 +20,7 @@
 #include "server/reasoning_split.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
+#include "server/tool_call_parser.h"
 
 namespace kvserve::server {
 
@@ -66,12 +67,24 @@ class CompletionJob {
     size_t text_offset = 0;    // completions logprobs offset of the next piece
     bool finished = false;
     std::optional<ReasoningSplitter> reasoning;  // chat with the reasoning split on (streams)
+    std::optional<ToolCallParser> tools;         // chat with tools (streams)
+    int tool_calls_sent = 0;
   };
 
   // Moves pending events into the choices; returns the ones taken (for streaming) in order.
   std::vector<RequestEvent> take_events(std::chrono::milliseconds timeout);
   void apply(const RequestEvent& ev);
   bool all_finished() const { return finished_choices_ == static_cast<int>(choices_.size()); }
+  bool parses_tool_calls() const {
+    return req_.endpoint == Endpoint::ChatCompletions && req_.calls_tools() && req_.tool_format != ToolCallFormat::None;
+  }
+  // Ids for the parsed calls (each call's id is new); with parallel_tool_calls false, only a reply's first
+  // call is kept.
+  std::vector<ToolCall> number_tool_calls(std::vector<ParsedToolCall> calls, int already) const;
+  // "tool_calls" for a reply that called and then stopped by itself.
+  static std::string finish_with_calls(const std::string& reason, int calls) {
+    return calls > 0 && reason == "stop" ? "tool_calls" : reason;
+  }
   bool splits_reasoning() const {
     return req_.endpoint == Endpoint::ChatCompletions && req_.split_reasoning.value_or(false);
   }

@@ -19,9 +19,11 @@ std::vector<int32_t> EngineAdapter::tokenize(std::string_view text, bool add_spe
 }
 
 std::string EngineAdapter::render_chat(const std::vector<ChatMessage>& messages,
-                                       const nlohmann::json& template_kwargs) const {
+                                       const nlohmann::ordered_json& template_kwargs) const {
   return render_chat_prompt(model_.vocab, messages, local_date_for_chat_template(), template_kwargs);
 }
+
+std::string EngineAdapter::chat_template() const { return model_.vocab.chat_template; }
 
 std::string EngineAdapter::detokenize(const std::vector<int32_t>& ids) const {
   return model_.tokenizer->decode(ids, /*special=*/false);

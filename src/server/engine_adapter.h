@@ -19,7 +19,8 @@ class EngineAdapter final : public EngineBackend {
   std::vector<int32_t> tokenize(std::string_view text, bool add_special) const override;
   std::string detokenize(const std::vector<int32_t>& ids) const override;
   std::string render_chat(const std::vector<ChatMessage>& messages,
-                          const nlohmann::json& template_kwargs) const override;
+                          const nlohmann::ordered_json& template_kwargs) const override;
+  std::string chat_template() const override;
   std::string token_piece(int32_t id) const override;
   int32_t vocab_size() const override;
   int64_t context_length() const override;

@@ -32,7 +32,10 @@ class EngineBackend {
   // a final assistant message, with that message's text: render_chat_prompt); template_kwargs (an object
   // or null) are the request's chat_template_kwargs.
   virtual std::string render_chat(const std::vector<ChatMessage>& messages,
-                                  const nlohmann::json& template_kwargs) const = 0;
+                                  const nlohmann::ordered_json& template_kwargs) const = 0;
+  // The chat template's source (Jinja, or a family's name): the server reads from it which tool-call format
+  // the model writes (detect_tool_call_format).
+  virtual std::string chat_template() const { return {}; }
   // Raw bytes of one token, for logprobs (may be an incomplete UTF-8 sequence).
   virtual std::string token_piece(int32_t id) const = 0;
   virtual int32_t vocab_size() const = 0;

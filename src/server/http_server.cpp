@@ -71,8 +71,22 @@ struct HttpServer::Impl {
   ListeningServer http;
   std::atomic<bool> stop_requested{false};
   int64_t started_at = unix_seconds();
+  ToolCallFormat tool_format = ToolCallFormat::None;
+  std::vector<int32_t> tool_marker_tokens;  // the format's markers that are single tokens
 
   Impl(EngineBackend& b, ServerOptions o) : backend(b), opts(std::move(o)) {
+    if (opts.tool_call_parser == "auto") {
+      tool_format = detect_tool_call_format(backend.chat_template());
+    } else if (std::optional<ToolCallFormat> f = tool_call_format_named(opts.tool_call_parser)) {
+      tool_format = *f;
+    } else {
+      fail("unknown tool-call parser '{}' (auto, hermes, qwen3_coder, glm45, llama3_json, mistral, none)",
+           opts.tool_call_parser);
+    }
+    for (const std::string& marker : tool_call_markers(tool_format)) {
+      const std::vector<int32_t> ids = backend.tokenize(marker, /*add_special=*/false);
+      if (ids.size() == 1) tool_marker_tokens.push_back(ids[0]);
+    }
     const size_t threads = static_cast<size_t>(std::max(1, opts.http_threads));
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(opts.max_body_bytes);
@@ -155,8 +169,10 @@ struct HttpServer::Impl {
         check_model(t.model);
         std::vector<int32_t> ids;
         try {
-          ids = backend.tokenize(t.is_chat ? backend.render_chat(t.messages, t.chat_template_kwargs) : t.text,
-                                 t.add_special);
+          ids = backend.tokenize(
+              t.is_chat ? backend.render_chat(t.messages, chat_template_variables(t.chat_template_kwargs, t.tools))
+                        : t.text,
+              t.add_special);
         } catch (const Error& e) {
           throw ApiError(400, e.what(), t.is_chat ? "messages" : "prompt");
         }
@@ -192,6 +208,15 @@ struct HttpServer::Impl {
       ApiRequest api = parse_api_request(endpoint, req.body);
       check_model(api.model);
       if (!api.split_reasoning) api.split_reasoning = opts.split_reasoning;
+      if (api.calls_tools()) {
+        if (tool_format == ToolCallFormat::None)
+          throw bad_request(
+              "this model's chat template writes tool calls in no format kvserve reads; start the server with "
+              "--tool-call-parser (hermes, qwen3_coder, glm45, llama3_json, mistral), or send tool_choice 'none'",
+              "tools");
+        api.tool_format = tool_format;
+        api.shown_special_tokens = tool_marker_tokens;
+      }
       std::vector<int32_t> prompt = build_prompt(api, backend);
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
       job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompt), opts.model_name,

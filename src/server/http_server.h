@@ -22,6 +22,9 @@ struct ServerOptions {
   int http_threads = 320;                    // concurrent connections served at once
   std::chrono::milliseconds keep_alive{250};  // idle streams probe their client this often
   bool split_reasoning = false;               // --reasoning-format deepseek: chat replies carry reasoning_content
+  // --tool-call-parser: how tool calls are read out of chat replies ("auto": the format the model's chat
+  // template writes, detect_tool_call_format; or a name tool_call_format_named knows).
+  std::string tool_call_parser = "auto";
 };
 
 // True when this build has an HTTP server (cpp-httplib was found).

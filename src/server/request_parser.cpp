@@ -13,7 +13,7 @@
 
 namespace kvserve::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -118,6 +118,46 @@ json parse_chat_template_kwargs(const json& body) {
   return *v;
 }
 
+// An assistant's tool_calls as the templates read them: each call's arguments an object (OpenAI sends
+// them as JSON text; vLLM and llama-server parse it before rendering, as the templates were written for).
+json parse_tool_calls_field(const json& calls) {
+  if (!calls.is_array()) throw bad_request("an assistant message's 'tool_calls' must be an array", "messages");
+  json out = json::array();
+  for (const json& call : calls) {
+    const json* fn = call.is_object() ? field(call, "function") : nullptr;
+    const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (!name || !name->is_string())
+      throw bad_request("each tool call needs a 'function' with a string 'name'", "messages");
+    json c = call;
+    if (const json* args = field(*fn, "arguments")) {
+      if (args->is_string()) {
+        const std::string& text = args->get_ref<const std::string&>();
+        json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_discarded() || !parsed.is_object())
+          throw bad_request("a tool call's 'arguments' must be a JSON object (as text)", "messages");
+        c["function"]["arguments"] = std::move(parsed);
+      } else if (!args->is_object()) {
+        throw bad_request("a tool call's 'arguments' must be a JSON object (as text)", "messages");
+      }
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The fields besides role and content a template may read (ChatMessage::extra).
+json message_extra_fields(const json& m, const std::string& role) {
+  json extra;
+  for (const char* name : {"name", "tool_call_id", "reasoning_content"})
+    if (const json* v = field(m, name)) extra[name] = string_field(*v, name);
+  if (const json* calls = field(m, "tool_calls")) {
+    if (role != "assistant") throw bad_request("only assistant messages carry 'tool_calls'", "messages");
+    json parsed = parse_tool_calls_field(*calls);
+    if (!parsed.empty()) extra["tool_calls"] = std::move(parsed);
+  }
+  return extra;
+}
+
 void parse_messages(const json& body, ApiRequest& req) {
   req.chat_template_kwargs = parse_chat_template_kwargs(body);
   const json* msgs = field(body, "messages");
@@ -132,12 +172,56 @@ void parse_messages(const json& body, ApiRequest& req) {
     if (r != "system" && r != "user" && r != "assistant" && r != "tool")
       throw bad_request(fmt::format("unknown message role '{}'", r), "messages");
     auto content = m.find("content");
-    req.messages.push_back({r, message_content(content == m.end() ? json() : *content)});
+    ChatMessage msg{r, message_content(content == m.end() ? json() : *content)};
+    msg.extra = message_extra_fields(m, r);
+    req.messages.push_back(std::move(msg));
   }
 }
 
+constexpr size_t kMaxTools = 128;  // OpenAI's limit
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}]; tool_choice: "auto",
+// "none"; parallel_tool_calls. tool_choice "required" or a named function need decoding constrained to
+// a call, which kvserve does not have: those are 400s rather than a reply that may not call.
+void parse_tools(const json& body, ApiRequest& req) {
+  if (const json* v = field(body, "functions"); v && !(v->is_array() && v->empty()))
+    throw bad_request("'functions' is not supported: use 'tools'", "functions");
+  if (const json* v = field(body, "tools")) {
+    if (!v->is_array()) throw bad_request("'tools' must be an array", "tools");
+    if (v->size() > kMaxTools) throw bad_request(fmt::format("at most {} tools", kMaxTools), "tools");
+    for (const json& tool : *v) {
+      if (!tool.is_object()) throw bad_request("each tool must be an object", "tools");
+      if (const json* type = field(tool, "type"); type && (!type->is_string() || *type != "function"))
+        throw bad_request("only tools of type 'function' are supported", "tools");
+      const json* fn = field(tool, "function");
+      if (!fn || !fn->is_object()) throw bad_request("each tool needs a 'function' object", "tools");
+      const json* name = field(*fn, "name");
+      if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
+        throw bad_request("each tool's function needs a non-empty string 'name'", "tools");
+      if (const json* d = field(*fn, "description"); d && !d->is_string())
+        throw bad_request("a tool's 'description' must be a string", "tools");
+      if (const json* p = field(*fn, "parameters"); p && !p->is_object())
+        throw bad_request("a tool's 'parameters' must be a JSON schema object", "tools");
+    }
+    if (!v->empty()) req.tools = *v;
+  }
+  if (const json* v = field(body, "tool_choice")) {
+    const std::string choice = v->is_string() ? v->get<std::string>() : v->is_object() ? "a named function" : "";
+    if (choice == "none") {
+      req.tool_choice_none = true;
+    } else if (choice == "required" || choice == "a named function") {
+      throw bad_request(fmt::format("'tool_choice' {} is not supported (it needs constrained decoding); use 'auto'",
+                                    choice == "required" ? "'required'" : choice),
+                        "tool_choice");
+    } else if (choice != "auto") {
+      throw bad_request("'tool_choice' must be 'none' or 'auto'", "tool_choice");
+    }
+  }
+  if (const json* v = field(body, "parallel_tool_calls")) req.parallel_tool_calls = bool_field(*v, "parallel_tool_calls");
+}
+
 // Features a client relies on for the shape of the answer: ignoring them would return plain text the
-// client then fails to parse, so they are 400s. The plain-text format and an empty tool list are fine.
+// client then fails to parse, so they are 400s. The plain-text format is fine.
 void reject_unsupported_chat_features(const json& body) {
   if (const json* v = field(body, "response_format")) {
     if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
@@ -146,11 +230,6 @@ void reject_unsupported_chat_features(const json& body) {
     if (type != "text")
       throw bad_request(fmt::format("'response_format' of type '{}' is not supported (only 'text')", type),
                         "response_format");
-  }
-  for (const char* name : {"tools", "functions"}) {
-    const json* v = field(body, name);
-    if (v && !(v->is_array() && v->empty()))
-      throw bad_request(fmt::format("'{}' is not supported: this server does not call tools", name), name);
   }
 }
 
@@ -273,6 +352,7 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
   } else {
     parse_messages(body, req);
     reject_unsupported_chat_features(body);
+    parse_tools(body, req);
   }
   parse_sampling(body, req);
   parse_logprobs(body, req);
@@ -314,13 +394,22 @@ TokenizeRequest parse_tokenize_request(std::string_view body_text) {
     ApiRequest chat;
     parse_messages(body, chat);
     req.messages = std::move(chat.messages);
+    parse_tools(body, chat);
     req.chat_template_kwargs = std::move(chat.chat_template_kwargs);
+    req.tools = std::move(chat.tools);
     req.is_chat = true;
   } else {
     throw bad_request("'prompt' (or 'messages') is required", "prompt");
   }
   if (const json* v = field(body, "add_special_tokens")) req.add_special = bool_field(*v, "add_special_tokens");
   return req;
+}
+
+json chat_template_variables(const json& kwargs, const json& tools) {
+  if (!tools.is_array() || tools.empty()) return kwargs;
+  json vars = kwargs.is_object() ? kwargs : json::object();
+  if (!vars.contains("tools")) vars["tools"] = tools;
+  return vars;
 }
 
 DetokenizeRequest parse_detokenize_request(std::string_view body_text, int32_t vocab_size) {
@@ -339,7 +428,8 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
   std::vector<int32_t> ids;
   try {
     if (req.endpoint == Endpoint::ChatCompletions) {
-      const std::string prompt = backend.render_chat(req.messages, req.chat_template_kwargs);
+      const std::string prompt =
+          backend.render_chat(req.messages, chat_template_variables(req.chat_template_kwargs, req.tools));
       req.reasoning_opened_by_prompt = prompt_opens_reasoning(prompt);
       ids = backend.tokenize(prompt, /*add_special=*/true);
     } else if (req.prompt_is_ids) {

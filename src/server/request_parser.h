@@ -11,6 +11,7 @@
 #include "engine/sampling_params.h"
 #include "model/chat_template.h"
 #include "server/engine_backend.h"
+#include "server/tool_call_parser.h"
 
 namespace kvserve::server {
 
@@ -25,7 +26,7 @@ struct ApiRequest {
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
   std::vector<ChatMessage> messages;
-  nlohmann::json chat_template_kwargs;  // null, or the object of extra chat template variables
+  nlohmann::ordered_json chat_template_kwargs;  // null, or the object of extra chat template variables
 
   SamplingParams params;  // params.max_tokens is meaningful only when max_tokens_given
   bool max_tokens_given = false;
@@ -41,6 +42,16 @@ struct ApiRequest {
   // <think> (build_prompt sets it).
   std::optional<bool> split_reasoning;
   bool reasoning_opened_by_prompt = false;
+
+  // Chat: the request's tools (an array, or null; the template sees them), and whether the reply's tool
+  // calls are read out of it: tools given and tool_choice not "none". The server sets tool_format (its
+  // --tool-call-parser) and the marker tokens the reply must show (tool_call_markers).
+  nlohmann::ordered_json tools;
+  bool tool_choice_none = false;
+  bool parallel_tool_calls = true;
+  ToolCallFormat tool_format = ToolCallFormat::None;
+  std::vector<int32_t> shown_special_tokens;
+  bool calls_tools() const { return tools.is_array() && !tools.empty() && !tool_choice_none; }
 };
 
 // Throws ApiError (400) for malformed JSON, known fields of the wrong type and out-of-range values.
@@ -53,10 +64,15 @@ struct TokenizeRequest {
   bool is_chat = false;
   std::string text;
   std::vector<ChatMessage> messages;
-  nlohmann::json chat_template_kwargs;
+  nlohmann::ordered_json chat_template_kwargs;
+  nlohmann::ordered_json tools;  // chat: as ApiRequest::tools
   bool add_special = true;
 };
 TokenizeRequest parse_tokenize_request(std::string_view body);
+
+// The variables a chat request gives its template besides the messages: its chat_template_kwargs, and its
+// tools as `tools` (unless the kwargs name their own). Null when there are none.
+nlohmann::ordered_json chat_template_variables(const nlohmann::ordered_json& kwargs, const nlohmann::ordered_json& tools);
 
 // POST /detokenize: {"tokens": [ids]}, each in [0, vocab_size). Throws ApiError (400).
 struct DetokenizeRequest {

@@ -21,6 +21,10 @@ json bytes_json(const std::string& s) {
 
 json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
+json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
 }  // namespace
 
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -77,6 +81,13 @@ json full_response(Endpoint endpoint, const ResponseHeader& header, const std::v
       if (logprobs) lp = completion_logprobs_json(c.tokens, top_n, text, 0);
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        // OpenAI's content beside tool calls is null unless the model also said something.
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        json calls = json::array();
+        for (const ToolCall& call : c.tool_calls) calls.push_back(tool_call_json(call));
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
       if (c.reasoning) choice["message"]["reasoning_content"] = c.reasoning->empty() ? json() : json(*c.reasoning);
       if (logprobs) lp = chat_logprobs_json(c.tokens, top_n, text);
     }
@@ -102,6 +113,17 @@ json stream_chunk(Endpoint endpoint, const ResponseHeader& header, const ChunkPi
     if (piece.first) delta["role"] = "assistant";
     if (!piece.reasoning.empty()) delta["reasoning_content"] = piece.reasoning;
     if (piece.first || !piece.text.empty()) delta["content"] = piece.text;
+    if (!piece.tool_calls.empty()) {
+      // Each call whole in one delta (id, name and all its arguments): clients that join the deltas of an
+      // index get the same call as from OpenAI's finer pieces.
+      json calls = json::array();
+      for (size_t i = 0; i < piece.tool_calls.size(); ++i) {
+        json call = tool_call_json(piece.tool_calls[i]);
+        call["index"] = piece.first_tool_call_index + static_cast<int>(i);
+        calls.push_back(std::move(call));
+      }
+      delta["tool_calls"] = std::move(calls);
+    }
     choice["delta"] = std::move(delta);
     if (piece.tokens) lp = chat_logprobs_json(*piece.tokens, piece.top_n, text);
   }

@@ -48,11 +48,20 @@ struct ResponseHeader {
   std::string model;
 };
 
+// A tool call of a chat reply, as OpenAI returns it: {"id", "type": "function", "function": {"name",
+// "arguments"}}, the arguments a JSON object as text.
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 struct ChoiceResult {
   std::string text;
   std::vector<TokenInfo> tokens;
   std::string finish_reason;
   std::optional<std::string> reasoning;  // chat with the reasoning split on: its reasoning_content
+  std::vector<ToolCall> tool_calls;      // chat with tools: the calls read out of the reply (text is the rest)
 };
 
 // The non-streaming body of either endpoint.
@@ -67,6 +76,8 @@ struct ChunkPiece {
   bool first = false;
   std::string text;
   std::string reasoning;                           // chat: the delta's reasoning_content, when not empty
+  std::vector<ToolCall> tool_calls;                // chat: whole calls this piece completes
+  int first_tool_call_index = 0;                   // the choice's number for the first of them
   const std::vector<TokenInfo>* tokens = nullptr;  // non-null when logprobs were asked for
   int top_n = 0;
   size_t text_offset = 0;

@@ -1,0 +1,470 @@
+#include "server/tool_call_parser.h"
+
+#include <algorithm>
+#include <array>
+
+namespace kvserve::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr std::string_view kBlockOpen = "<tool_call>";
+constexpr std::string_view kBlockClose = "</tool_call>";
+constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kMistralCallId = "[CALL_ID]";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 6> kNames = {{
+    {"none", ToolCallFormat::None},
+    {"hermes", ToolCallFormat::Hermes},
+    {"qwen3_coder", ToolCallFormat::Qwen3Coder},
+    {"glm45", ToolCallFormat::Glm45},
+    {"llama3_json", ToolCallFormat::Llama3Json},
+    {"mistral", ToolCallFormat::Mistral},
+}};
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+void skip_space(std::string_view& s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+}
+
+bool consume(std::string_view& s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
+// Names as OpenAI allows them (letters, digits, '_', '-'), and '.' and ':' some models' tools use. The
+// formats that write a bare name (glm45, mistral's NAME[ARGS]) need it to tell a call from other text.
+bool is_function_name(std::string_view name) {
+  if (name.empty() || name.size() > 256) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.' || c == ':';
+  });
+}
+
+// The length of the longest end of `text` that is a proper start of `tag`.
+size_t partial_tag_at_end(std::string_view text, std::string_view tag) {
+  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n)
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  return 0;
+}
+
+// The length of the JSON object or array `s` starts with (strings and escapes respected), or npos when it
+// does not close. Lets the parser find where one value ends and the next begins, as Python's raw_decode.
+size_t json_value_length(std::string_view s) {
+  if (s.empty() || (s[0] != '{' && s[0] != '[')) return std::string_view::npos;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// A reply's bytes need not be UTF-8: such a string becomes U+FFFD rather than an exception.
+std::string dump_arguments(const json& arguments) {
+  return arguments.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<json> parse_json(std::string_view text) {
+  json value = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return std::nullopt;
+  return value;
+}
+
+// {"name": ..., "arguments" | "parameters": {...}} -> a call; the arguments may also come as the text of
+// a JSON object (some fine-tunes write them so).
+std::optional<ParsedToolCall> call_from_json(const json& call) {
+  if (!call.is_object()) return std::nullopt;
+  auto name = call.find("name");
+  if (name == call.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return std::nullopt;
+  auto args = call.find("arguments");
+  if (args == call.end()) args = call.find("parameters");
+  json arguments = json::object();
+  if (args != call.end() && !args->is_null()) {
+    if (args->is_object()) {
+      arguments = *args;
+    } else if (args->is_string()) {
+      std::optional<json> parsed = parse_json(args->get_ref<const std::string&>());
+      if (!parsed || !parsed->is_object()) return std::nullopt;
+      arguments = std::move(*parsed);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return ParsedToolCall{name->get<std::string>(), dump_arguments(arguments)};
+}
+
+// The JSON type a tool's parameter schema gives `key` of function `name` ("" where the tools do not say).
+std::string parameter_type(const json& tools, std::string_view name, std::string_view key) {
+  if (!tools.is_array()) return {};
+  for (const json& tool : tools) {
+    if (!tool.is_object() || !tool.contains("function")) continue;
+    const json& fn = tool["function"];
+    if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>() != name)
+      continue;
+    const json* props = nullptr;
+    if (fn.contains("parameters") && fn["parameters"].is_object() && fn["parameters"].contains("properties"))
+      props = &fn["parameters"]["properties"];
+    if (props == nullptr || !props->is_object()) return {};
+    auto prop = props->find(std::string(key));
+    if (prop == props->end() || !prop->is_object() || !prop->contains("type")) return {};
+    const json& type = (*prop)["type"];
+    if (type.is_string()) return type.get<std::string>();
+    // ["integer", "null"]: the first type that is not null.
+    if (type.is_array())
+      for (const json& t : type)
+        if (t.is_string() && t.get<std::string>() != "null") return t.get<std::string>();
+    return {};
+  }
+  return {};
+}
+
+// The XML formats write each argument as text: a string parameter keeps it, a typed one is read as JSON
+// (42, true, {"a": 1}) where it parses, as vLLM converts them.
+json typed_argument(const json& tools, std::string_view name, std::string_view key, std::string_view text) {
+  const std::string type = parameter_type(tools, name, key);
+  if (type.empty() || type == "string") return json(std::string(text));
+  if (std::optional<json> value = parse_json(trim(text))) return std::move(*value);
+  if (type == "boolean") {
+    if (trim(text) == "True") return json(true);
+    if (trim(text) == "False") return json(false);
+  }
+  return json(std::string(text));
+}
+
+// The text before the first of `ends` in `s` (all of s when none occurs).
+std::string_view until_first(std::string_view s, std::initializer_list<std::string_view> ends) {
+  size_t at = s.size();
+  for (std::string_view end : ends) at = std::min(at, s.find(end));
+  return s.substr(0, at);
+}
+
+// <function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>...</function>
+std::optional<ParsedToolCall> parse_qwen3_coder(std::string_view s, const json& tools) {
+  if (!consume(s, "<function=")) return std::nullopt;
+  const size_t close = s.find('>');
+  if (close == std::string_view::npos) return std::nullopt;
+  const std::string name(trim(s.substr(0, close)));
+  if (name.empty()) return std::nullopt;
+  s.remove_prefix(close + 1);
+  json arguments = json::object();
+  for (;;) {
+    skip_space(s);
+    if (s.empty() || consume(s, "</function>")) break;
+    if (!consume(s, "<parameter=")) return std::nullopt;
+    const size_t key_end = s.find('>');
+    if (key_end == std::string_view::npos) return std::nullopt;
+    const std::string key(trim(s.substr(0, key_end)));
+    s.remove_prefix(key_end + 1);
+    // A value ends at its </parameter>, or where the model went on without one.
+    std::string_view value = until_first(s, {"</parameter>", "<parameter=", "</function>"});
+    s.remove_prefix(value.size());
+    consume(s, "</parameter>");
+    if (value.starts_with('\n')) value.remove_prefix(1);
+    if (value.ends_with('\n')) value.remove_suffix(1);
+    arguments[key] = typed_argument(tools, name, key, value);
+  }
+  if (!trim(s).empty()) return std::nullopt;
+  return ParsedToolCall{name, dump_arguments(arguments)};
+}
+
+// NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>...
+std::optional<ParsedToolCall> parse_glm45(std::string_view s, const json& tools) {
+  const std::string_view head = until_first(s, {"<arg_key>"});
+  const std::string name(trim(head));
+  if (!is_function_name(name)) return std::nullopt;
+  s.remove_prefix(head.size());
+  json arguments = json::object();
+  for (;;) {
+    skip_space(s);
+    if (s.empty()) break;
+    if (!consume(s, "<arg_key>")) return std::nullopt;
+    const size_t key_end = s.find("</arg_key>");
+    if (key_end == std::string_view::npos) return std::nullopt;
+    const std::string key(trim(s.substr(0, key_end)));
+    s.remove_prefix(key_end + std::string_view("</arg_key>").size());
+    skip_space(s);
+    if (!consume(s, "<arg_value>")) return std::nullopt;
+    const size_t value_end = s.find("</arg_value>");
+    if (value_end == std::string_view::npos) return std::nullopt;
+    arguments[key] = typed_argument(tools, name, key, s.substr(0, value_end));
+    s.remove_prefix(value_end + std::string_view("</arg_value>").size());
+  }
+  return ParsedToolCall{name, dump_arguments(arguments)};
+}
+
+// One JSON object or array at the start of `s`, consumed.
+std::optional<json> take_json(std::string_view& s) {
+  const size_t n = json_value_length(s);
+  if (n == std::string_view::npos) return std::nullopt;
+  std::optional<json> value = parse_json(s.substr(0, n));
+  s.remove_prefix(n);
+  return value;
+}
+
+}  // namespace
+
+std::optional<ToolCallFormat> tool_call_format_named(std::string_view name) {
+  for (const auto& [n, format] : kNames)
+    if (n == name) return format;
+  return std::nullopt;
+}
+
+std::string_view tool_call_format_name(ToolCallFormat format) {
+  for (const auto& [n, f] : kNames)
+    if (f == format) return n;
+  return "none";
+}
+
+ToolCallFormat detect_tool_call_format(std::string_view t) {
+  auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  if (has(kMistralOpen)) return ToolCallFormat::Mistral;
+  if (has(kBlockOpen)) {
+    // MiniMax's <invoke> and Apriel's <tool_calls>[...] mention <tool_call> but write other formats.
+    if (has("<invoke") || has("<tool_calls>")) return ToolCallFormat::None;
+    if (has("<function=")) return ToolCallFormat::Qwen3Coder;
+    if (has("<arg_key>")) return ToolCallFormat::Glm45;
+    return ToolCallFormat::Hermes;
+  }
+  // Functionary's <function=NAME>{...}</function> is its own format.
+  if (has("<function=")) return ToolCallFormat::None;
+  if (has("<|start_header_id|>") && has("\"parameters\"") && (has(kPythonTag) || has("ipython")))
+    return ToolCallFormat::Llama3Json;
+  return ToolCallFormat::None;
+}
+
+std::vector<std::string> tool_call_markers(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::Hermes:
+    case ToolCallFormat::Qwen3Coder:
+    case ToolCallFormat::Glm45:
+      return {std::string(kBlockOpen), std::string(kBlockClose)};
+    case ToolCallFormat::Llama3Json:
+      return {std::string(kPythonTag)};
+    case ToolCallFormat::Mistral:
+      return {std::string(kMistralOpen), std::string(kMistralArgs), std::string(kMistralCallId)};
+    case ToolCallFormat::None:
+      break;
+  }
+  return {};
+}
+
+ToolCallParser::ToolCallParser(ToolCallFormat format, json tools) : format_(format), tools_(std::move(tools)) {}
+
+void ToolCallParser::emit_text(std::string_view text, ToolCallPiece& out) {
+  if (text.empty()) return;
+  if (segment_has_text_) {
+    out.content += text;
+    return;
+  }
+  if (std::all_of(text.begin(), text.end(), is_space)) {
+    blank_ += text;
+    return;
+  }
+  out.content += blank_;
+  out.content += text;
+  blank_.clear();
+  segment_has_text_ = true;
+}
+
+void ToolCallParser::emit_calls(std::vector<ParsedToolCall> calls, ToolCallPiece& out) {
+  blank_.clear();
+  segment_has_text_ = false;
+  calls_ += static_cast<int>(calls.size());
+  for (ParsedToolCall& c : calls) out.calls.push_back(std::move(c));
+}
+
+std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_block(std::string_view body) const {
+  // The three <tool_call> formats differ only inside the block, so each block is read by what it holds.
+  const std::string_view s = trim(body);
+  std::optional<ParsedToolCall> call;
+  if (s.starts_with('{')) {
+    if (std::optional<json> value = parse_json(s)) call = call_from_json(*value);
+  } else if (s.starts_with("<function=")) {
+    call = parse_qwen3_coder(s, tools_);
+  } else {
+    call = parse_glm45(s, tools_);
+  }
+  if (!call) return std::nullopt;
+  return std::vector<ParsedToolCall>{std::move(*call)};
+}
+
+std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_section(std::string_view s) const {
+  std::vector<ParsedToolCall> calls;
+  if (format_ == ToolCallFormat::Llama3Json) {
+    // {...}; {...}
+    for (;;) {
+      skip_space(s);
+      std::optional<json> value = take_json(s);
+      if (!value) return std::nullopt;
+      std::optional<ParsedToolCall> call = call_from_json(*value);
+      if (!call) return std::nullopt;
+      calls.push_back(std::move(*call));
+      skip_space(s);
+      if (s.empty()) return calls;
+      if (!consume(s, ";")) return std::nullopt;
+    }
+  }
+  // Mistral: [{...}, ...], or NAME[ARGS]{...} (NAME[CALL_ID]ID[ARGS]{...}); another [TOOL_CALLS] may follow.
+  for (;;) {
+    skip_space(s);
+    if (s.starts_with('[')) {
+      std::optional<json> value = take_json(s);
+      if (!value || !value->is_array() || value->empty()) return std::nullopt;
+      for (const json& v : *value) {
+        std::optional<ParsedToolCall> call = call_from_json(v);
+        if (!call) return std::nullopt;
+        calls.push_back(std::move(*call));
+      }
+    } else {
+      const std::string_view head = until_first(s, {kMistralArgs, kMistralCallId});
+      const std::string name(trim(head));
+      if (head.size() == s.size() || !is_function_name(name)) return std::nullopt;
+      s.remove_prefix(head.size());
+      if (consume(s, kMistralCallId)) s.remove_prefix(until_first(s, {kMistralArgs}).size());
+      if (!consume(s, kMistralArgs)) return std::nullopt;
+      skip_space(s);
+      std::optional<json> args = take_json(s);
+      if (!args || !args->is_object()) return std::nullopt;
+      calls.push_back({name, dump_arguments(*args)});
+    }
+    skip_space(s);
+    if (s.empty()) return calls;
+    if (!consume(s, kMistralOpen)) return std::nullopt;
+  }
+}
+
+ToolCallPiece ToolCallParser::feed(std::string_view text) {
+  ToolCallPiece out;
+  std::string buf = std::move(held_);
+  held_.clear();
+  buf += text;
+  std::string_view rest(buf);
+  while (!rest.empty()) {
+    if (state_ == State::Text) {
+      if (format_ == ToolCallFormat::None || (format_ == ToolCallFormat::Llama3Json && !at_start_)) {
+        emit_text(rest, out);
+        break;
+      }
+      if (format_ == ToolCallFormat::Llama3Json) {
+        // Calls only where the reply itself is one: its first text a JSON object, or <|python_tag|>.
+        size_t lead = 0;
+        while (lead < rest.size() && is_space(rest[lead])) ++lead;
+        emit_text(rest.substr(0, lead), out);
+        rest.remove_prefix(lead);
+        if (rest.empty()) break;
+        if (rest.starts_with('{') || rest.starts_with(kPythonTag)) {
+          opener_ = rest.starts_with('{') ? "" : std::string(kPythonTag);
+          rest.remove_prefix(opener_.size());
+          block_.clear();
+          state_ = State::Section;
+        } else if (kPythonTag.starts_with(rest)) {
+          held_ = rest;
+          break;
+        }
+        at_start_ = false;
+        continue;
+      }
+      const std::string_view opener = format_ == ToolCallFormat::Mistral ? kMistralOpen : kBlockOpen;
+      const size_t at = rest.find(opener);
+      if (at == std::string_view::npos) {
+        const size_t keep = partial_tag_at_end(rest, opener);
+        emit_text(rest.substr(0, rest.size() - keep), out);
+        held_ = rest.substr(rest.size() - keep);
+        break;
+      }
+      emit_text(rest.substr(0, at), out);
+      rest.remove_prefix(at + opener.size());
+      opener_ = opener;
+      block_.clear();
+      state_ = format_ == ToolCallFormat::Mistral ? State::Section : State::Block;
+      continue;
+    }
+    if (state_ == State::Section) {
+      // Everything after the opener is calls: read at the end.
+      block_ += rest;
+      break;
+    }
+    // In a block: wait for its close (searching only the new text and a marker's length before it).
+    const size_t from = block_.size() >= kBlockClose.size() ? block_.size() - (kBlockClose.size() - 1) : 0;
+    block_ += rest;
+    const size_t close = block_.find(kBlockClose, from);
+    if (close == std::string::npos) break;
+    const std::string body = block_.substr(0, close);
+    const std::string after = block_.substr(close + kBlockClose.size());
+    block_.clear();
+    state_ = State::Text;
+    if (std::optional<std::vector<ParsedToolCall>> calls = parse_block(body)) {
+      emit_calls(std::move(*calls), out);
+    } else {
+      emit_text(opener_ + body + std::string(kBlockClose), out);
+    }
+    // `rest` pointed into buf, which `after` no longer depends on.
+    buf = after;
+    rest = buf;
+  }
+  return out;
+}
+
+ToolCallPiece ToolCallParser::finish() {
+  ToolCallPiece out;
+  if (state_ == State::Text) {
+    const std::string held = std::move(held_);
+    emit_text(held, out);
+  } else {
+    // An unclosed block (the model stopped before </tool_call>) or the section: calls if they parse.
+    std::optional<std::vector<ParsedToolCall>> calls =
+        state_ == State::Block ? parse_block(block_) : parse_section(block_);
+    if (calls) {
+      emit_calls(std::move(*calls), out);
+    } else {
+      emit_text(opener_ + block_, out);
+    }
+  }
+  if (calls_ == 0) out.content += blank_;
+  blank_.clear();
+  held_.clear();
+  block_.clear();
+  state_ = State::Text;
+  return out;
+}
+
+ToolCallPiece parse_tool_calls(ToolCallFormat format, const json& tools, std::string_view text) {
+  ToolCallParser parser(format, tools);
+  ToolCallPiece out = parser.feed(text);
+  ToolCallPiece rest = parser.finish();
+  out.content += rest.content;
+  for (ParsedToolCall& c : rest.calls) out.calls.push_back(std::move(c));
+  return out;
+}
+
+}  // namespace kvserve::server
