@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "model/chat_template.h"
 #include "model/model_cache.h"
+#include "server/request_parser.h"
 
 namespace kvserve {
 namespace {
@@ -379,6 +380,55 @@ TEST(ChatTemplateJinja, TemplateKwargsRenderAsJinja2Does) {
     ++compared;
   }
   EXPECT_EQ(compared, 4);
+}
+
+// A chat request with tools, an assistant's tool call and the tool's result, sent as an OpenAI client sends
+// it (the call's arguments as JSON text), through the server's request parser: every real template's prompt
+// is jinja2's for the golden's tool conversations (tools and arguments as transformers passes them, keys in
+// the order given), or refused where jinja2's template refuses it.
+TEST(ChatTemplateJinja, ToolConversationsThroughTheServerRenderAsTransformersDoes) {
+  using oj = nlohmann::ordered_json;
+  std::ifstream g(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/chat_templates/jinja2_render.json");
+  ASSERT_TRUE(g);
+  const oj golden = oj::parse(std::string(std::istreambuf_iterator<char>(g), std::istreambuf_iterator<char>()));
+  const std::string bos = golden.at("bos_token"), eos = golden.at("eos_token"), today = golden.at("today");
+  int compared = 0, refused = 0, with_calls = 0;
+  for (const auto& c : golden.at("cases")) {
+    if (!c.contains("file")) continue;
+    std::optional<Vocab> vocab = vocab_of_template(c.at("file").get<std::string>());
+    if (!vocab) continue;
+    vocab->tokens = {"<unk>", bos, eos};
+    vocab->bos_id = 1;
+    vocab->eos_id = 2;
+    vocab->add_bos = false;
+    for (size_t i = 0; i < c.at("rendered").size(); ++i) {
+      const oj& conv = golden.at("conversations").at(i);
+      if (conv.at("tools").is_null()) continue;
+      oj body = {{"messages", conv.at("messages")}, {"tools", conv.at("tools")}};
+      for (oj& m : body["messages"])
+        if (m.contains("tool_calls"))
+          for (oj& call : m["tool_calls"]) call["function"]["arguments"] = call["function"]["arguments"].dump();
+      const server::ApiRequest req = server::parse_api_request(server::Endpoint::ChatCompletions, body.dump());
+      const oj vars = server::chat_template_variables(req.chat_template_kwargs, req.tools);
+      const bool add_generation_prompt = conv.at("add_generation_prompt");
+      const oj& expected = c.at("rendered").at(i);
+      const std::string where = c.at("file").get<std::string>() + " " + std::to_string(i);
+      if (expected.is_object()) {
+        if (expected.at("error") == "TemplateError") {
+          EXPECT_THROW(apply_chat_template(*vocab, req.messages, add_generation_prompt, today, vars), Error) << where;
+          ++refused;
+        }
+        continue;
+      }
+      EXPECT_EQ(apply_chat_template(*vocab, req.messages, add_generation_prompt, today, vars), expected.get<std::string>())
+          << where;
+      ++compared;
+      with_calls += req.messages.size() > 1 && req.messages[1].extra.contains("tool_calls");
+    }
+  }
+  EXPECT_GE(compared, 100);
+  EXPECT_GE(with_calls, 45);
+  EXPECT_GE(refused, 1);
 }
 
 // A template's raise_exception reaches the caller as an Error with the template's own words.

@@ -941,6 +941,33 @@ TEST(Engine, StopStringEndsChoiceWithStopAndHidesIt) {
   EXPECT_EQ(col.get("s").ids, want.generated_ids);
 }
 
+// A control token's text is left out of the output unless the request asks to see it (a tool-call marker
+// the server's parser reads): forced by logit_bias, BOS comes out as "" or as its text.
+TEST(Engine, ShownControlTokensAppearInTheText) {
+  std::mt19937 rng(12);
+  const std::vector<int32_t> prompt = random_prompt(rng, 6);
+  const Model& model = stories();
+  const int32_t bos = model.tokenizer->bos();
+  ASSERT_GE(bos, 0);
+  SamplingParams params;
+  params.max_tokens = 3;
+  params.ignore_eos = true;
+  params.logit_bias = {{bos, 100.0f}};
+  Engine engine(model, small_options());
+  Collector col;
+  EngineRequest hidden = col.request("hidden", prompt, params);
+  EngineRequest shown = col.request("shown", prompt, params);
+  shown.shown_special_tokens = {bos};
+  engine.add_request(std::move(hidden));
+  engine.add_request(std::move(shown));
+  expect_all_blocks_free_or_cached(engine);
+  EXPECT_EQ(col.get("hidden").ids, std::vector<int32_t>(3, bos));
+  EXPECT_EQ(col.get("hidden").text, "");
+  const std::string piece = model.tokenizer->token_to_piece(bos, /*special=*/true);
+  ASSERT_FALSE(piece.empty());
+  EXPECT_EQ(col.get("shown").text, piece + piece + piece);
+}
+
 TEST(Engine, DestructorAbortsUnfinishedRequests) {
   std::mt19937 rng(3);
   SamplingParams params;

@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "server/http_server.h"
@@ -233,6 +236,98 @@ TEST(ServerHttp, ChatReasoningContentSplit) {
   const json r1_message = json::parse(r1->body)["choices"][0]["message"];
   EXPECT_EQ(r1_message["reasoning_content"], "plan");
   EXPECT_EQ(r1_message["content"], "Answer");
+}
+
+// Tool calls: a reply in the model's tool-call format comes back as OpenAI's tool_calls, whole (content null,
+// finish_reason "tool_calls") and streamed (each call whole in one delta, the same call a client joins);
+// tool_choice "none" leaves the reply as text; a model with no format the server reads is a 400.
+TEST(ServerHttp, ChatToolCalls) {
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  FakeEngine engine(std::chrono::milliseconds(1), 4096);
+  engine.set_script("Let me check.\n" + call + "\n" + call);
+  engine.set_stop_at_script_end(true);
+  ServerOptions opts;
+  opts.tool_call_parser = "hermes";
+  LiveServer server(engine, opts);
+  auto cli = server.client();
+  const std::string ask =
+      R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 500, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  auto plain = cli.Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const json choice = json::parse(plain->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Let me check.\n");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 2u);
+  std::set<std::string> ids;
+  for (const json& c : choice["message"]["tool_calls"]) {
+    EXPECT_EQ(c["type"], "function");
+    EXPECT_EQ(c["function"]["name"], "get_weather");
+    EXPECT_EQ(json::parse(c["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+    const std::string id = c["id"];
+    EXPECT_EQ(id.rfind("call_", 0), 0u) << id;
+    EXPECT_EQ(id.size(), 29u) << id;
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 2u);
+  // The template saw the tools (the fake's template writes its variables into the prompt).
+  const std::vector<EngineRequest> sent = engine.added();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_NE(engine.detokenize(sent.back().prompt_ids).find(R"("tools":[{"type":"function","function":{"name":"get_weather")"),
+            std::string::npos);
+
+  auto stream = cli.Post("/v1/chat/completions", ask + R"(, "stream": true})", "application/json");
+  ASSERT_TRUE(stream);
+  std::string content, finish;
+  std::map<int, json> calls;
+  for (const json& e : sse_events(stream->body)) {
+    if (e == "[DONE]") continue;
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls"))
+      for (const json& c : delta["tool_calls"]) {
+        EXPECT_FALSE(calls.count(c["index"])) << "one delta per call";
+        calls[c["index"]] = c;
+      }
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(content, "Let me check.\n");
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& [index, c] : calls) {
+    EXPECT_EQ(c["function"]["name"], "get_weather");
+    EXPECT_EQ(c["function"]["arguments"], choice["message"]["tool_calls"][index]["function"]["arguments"]);
+  }
+
+  // parallel_tool_calls false: the first call only.
+  auto one = cli.Post("/v1/chat/completions", ask + R"(, "parallel_tool_calls": false})", "application/json");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(json::parse(one->body)["choices"][0]["message"]["tool_calls"].size(), 1u);
+
+  // tool_choice "none": the reply as the model wrote it.
+  auto none = cli.Post("/v1/chat/completions", ask + R"(, "tool_choice": "none"})", "application/json");
+  ASSERT_TRUE(none);
+  const json text = json::parse(none->body)["choices"][0];
+  EXPECT_EQ(text["message"]["content"], "Let me check.\n" + call + "\n" + call);
+  EXPECT_FALSE(text["message"].contains("tool_calls"));
+  EXPECT_EQ(text["finish_reason"], "stop");
+
+  // No tool-call format for this model's template (the fake's is empty): tools are a 400, unless not called.
+  FakeEngine plain_model(std::chrono::milliseconds(1), 4096);
+  LiveServer auto_server(plain_model, ServerOptions{});
+  expect_error(auto_server.client().Post("/v1/chat/completions", ask + "}", "application/json"), 400, "tools");
+  auto allowed = auto_server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "none"})", "application/json");
+  ASSERT_TRUE(allowed);
+  EXPECT_EQ(allowed->status, 200) << allowed->body;
+  // ... and --tool-call-parser auto reads the format from the template.
+  FakeEngine qwen(std::chrono::milliseconds(1), 4096);
+  qwen.set_chat_template("{% for tool in tools %}{{ tool | tojson }}{% endfor %}<tool_call>\n{\"name\": ...}\n</tool_call>");
+  qwen.set_script(call);
+  qwen.set_stop_at_script_end(true);
+  LiveServer qwen_server(qwen, ServerOptions{});
+  auto detected = qwen_server.client().Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(detected);
+  EXPECT_EQ(json::parse(detected->body)["choices"][0]["message"]["tool_calls"].size(), 1u) << detected->body;
 }
 
 TEST(ServerHttp, CompletionStreamingLogprobs) {

@@ -234,7 +234,7 @@ TEST(ServerParse, LogitBiasMapsTokenIdsToBiases) {
   EXPECT_EQ(api_rejection([&] { build_prompt(outside, engine); }), std::make_pair(400, std::string("logit_bias")));
 }
 
-TEST(ServerParse, StructuredOutputAndToolsAre400InsteadOfIgnored) {
+TEST(ServerParse, StructuredOutputIs400InsteadOfIgnored) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
   EXPECT_NO_THROW(parse_chat("{" + msgs + R"(, "response_format": {"type": "text"}, "tools": []})"));
   EXPECT_NO_THROW(parse_chat("{" + msgs + R"(, "response_format": null, "tools": null})"));
@@ -242,13 +242,92 @@ TEST(ServerParse, StructuredOutputAndToolsAre400InsteadOfIgnored) {
       {R"("response_format": {"type": "json_object"})", "response_format"},
       {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})", "response_format"},
       {R"("response_format": "json")", "response_format"},
-      {R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools"},
       {R"("functions": [{"name": "f"}])", "functions"},
   };
   for (const auto& [extra, param] : refused) {
     SCOPED_TRACE(extra);
     EXPECT_EQ(rejection(Endpoint::ChatCompletions, "{" + msgs + ", " + extra + "}"), std::make_pair(400, param));
   }
+}
+
+// tools, tool_choice and parallel_tool_calls; the tools keep their keys' order (the template prints them).
+TEST(ServerParse, ToolsAndToolChoice) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::string tool = R"({"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}, "description": "d"}})";
+  ApiRequest r = parse_chat("{" + msgs + R"(, "tools": [)" + tool + "]}");
+  ASSERT_TRUE(r.tools.is_array());
+  EXPECT_EQ(r.tools.dump(), nlohmann::ordered_json::parse(tool).dump().insert(0, "[") + "]");
+  EXPECT_TRUE(r.calls_tools());
+  EXPECT_TRUE(r.parallel_tool_calls);
+  r = parse_chat("{" + msgs + R"(, "tools": [)" + tool + R"(], "tool_choice": "none", "parallel_tool_calls": false})");
+  EXPECT_FALSE(r.calls_tools());  // the template still sees the tools; the reply is not read for calls
+  EXPECT_TRUE(r.tools.is_array());
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_TRUE(parse_chat("{" + msgs + R"(, "tools": [)" + tool + R"(], "tool_choice": "auto"})").calls_tools());
+  EXPECT_FALSE(parse_chat("{" + msgs + R"(, "tools": []})").calls_tools());
+
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"("tools": {})", "tools"},
+      {R"("tools": [1])", "tools"},
+      {R"("tools": [{"type": "retrieval", "function": {"name": "f"}}])", "tools"},
+      {R"("tools": [{"type": "function"}])", "tools"},
+      {R"("tools": [{"type": "function", "function": {"name": ""}}])", "tools"},
+      {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])", "tools"},
+      {R"("tools": [{"type": "function", "function": {"name": "f", "description": 3}}])", "tools"},
+      {R"("tool_choice": "required", "tools": [)" + tool + "]", "tool_choice"},
+      {R"("tool_choice": {"type": "function", "function": {"name": "f"}}, "tools": [)" + tool + "]", "tool_choice"},
+      {R"("tool_choice": "sometimes")", "tool_choice"},
+      {R"("tool_choice": 1)", "tool_choice"},
+      {R"("parallel_tool_calls": "yes")", "parallel_tool_calls"},
+  };
+  for (const auto& [extra, param] : refused) {
+    SCOPED_TRACE(extra);
+    EXPECT_EQ(rejection(Endpoint::ChatCompletions, "{" + msgs + ", " + extra + "}"), std::make_pair(400, param));
+  }
+  std::string many = R"("tools": [)";
+  for (int i = 0; i < 129; ++i) many += (i ? "," : "") + tool;
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions, "{" + msgs + ", " + many + "]}"), std::make_pair(400, std::string("tools")));
+}
+
+// An assistant's tool calls and a tool's result reach the template as transformers' templates read them:
+// the arguments an object (OpenAI sends them as JSON text), tool_call_id and name beside the content.
+TEST(ServerParse, ToolCallMessages) {
+  const ApiRequest r = parse_chat(R"({"messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "reasoning_content": "think",
+       "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"a\": 1}"}}]},
+      {"role": "tool", "content": "{\"temp\": 21}", "tool_call_id": "call_1", "name": "get_weather"}]})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_TRUE(r.messages[0].extra.is_null());
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[1].extra.dump(),
+            R"({"reasoning_content":"think","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris","a":1}}}]})");
+  EXPECT_EQ(r.messages[2].extra.dump(), R"({"name":"get_weather","tool_call_id":"call_1"})");
+
+  const std::vector<std::string> refused = {
+      R"({"role": "assistant", "tool_calls": {}})",
+      R"({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]})",
+      R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]})",
+      R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]})",
+      R"({"role": "user", "content": "x", "tool_calls": []})",
+      R"({"role": "tool", "content": "x", "tool_call_id": 7})",
+  };
+  for (const std::string& m : refused) {
+    SCOPED_TRACE(m);
+    EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [)" + m + "]}"),
+              std::make_pair(400, std::string(m.find("tool_call_id") != std::string::npos ? "tool_call_id" : "messages")));
+  }
+}
+
+// The template's variables: the kwargs, with the tools as `tools` unless the kwargs give their own.
+TEST(ServerParse, ChatTemplateVariables) {
+  using oj = nlohmann::ordered_json;
+  const oj tools = oj::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  EXPECT_TRUE(chat_template_variables(oj(), oj()).is_null());
+  EXPECT_EQ(chat_template_variables(oj(), tools), oj({{"tools", tools}}));
+  EXPECT_EQ(chat_template_variables(oj({{"x", 1}}), tools), oj({{"x", 1}, {"tools", tools}}));
+  EXPECT_EQ(chat_template_variables(oj({{"tools", 2}}), tools), oj({{"tools", 2}}));
+  EXPECT_EQ(chat_template_variables(oj({{"x", 1}}), oj::array()), oj({{"x", 1}}));
 }
 
 TEST(ServerParse, TokenizeAndDetokenizeRequests) {
