@@ -319,6 +319,21 @@ TEST(ServerHttp, ChatToolCalls) {
   auto allowed = auto_server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "none"})", "application/json");
   ASSERT_TRUE(allowed);
   EXPECT_EQ(allowed->status, 200) << allowed->body;
+  // With the reasoning split on, a call inside <think> is reasoning; the one after it is a call.
+  FakeEngine thinking(std::chrono::milliseconds(1), 4096);
+  thinking.set_script("<think>maybe " + call + "</think>\n\n" + call);
+  thinking.set_stop_at_script_end(true);
+  ServerOptions think_opts;
+  think_opts.tool_call_parser = "hermes";
+  think_opts.split_reasoning = true;
+  LiveServer think_server(thinking, think_opts);
+  auto thought = think_server.client().Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(thought);
+  const json thought_message = json::parse(thought->body)["choices"][0]["message"];
+  EXPECT_EQ(thought_message["reasoning_content"], "maybe " + call);
+  EXPECT_TRUE(thought_message["content"].is_null());
+  EXPECT_EQ(thought_message["tool_calls"].size(), 1u);
+
   // ... and --tool-call-parser auto reads the format from the template.
   FakeEngine qwen(std::chrono::milliseconds(1), 4096);
   qwen.set_chat_template("{% for tool in tools %}{{ tool | tojson }}{% endfor %}<tool_call>\n{\"name\": ...}\n</tool_call>");
