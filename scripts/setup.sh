@@ -44,6 +44,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
   libfmt-dev libspdlog-dev libpcre2-dev libxxhash-dev
+  libvalijson-dev json-schema-test-suite
   python3 python3-pip
   chromium chromium-driver
 )

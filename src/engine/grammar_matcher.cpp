@@ -1,0 +1,609 @@
+#include "engine/grammar_matcher.h"
+
+#include <bitset>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "model/unicode.h"
+
+namespace kvserve {
+
+namespace {
+
+using Frame = GrammarMatcher::Frame;
+using Kind = GrammarNode::Kind;
+
+constexpr int kEnd = 256;             // "the text ends here", fed like a byte
+constexpr uint8_t kMaxWhitespace = 16;  // in a row: a model cannot pad a value forever
+constexpr size_t kMaxDepth = 64;
+// Numbers every JSON reader takes as they are: integers within int64 (18 digits), exponents of two digits.
+constexpr uint32_t kMaxNumberBytes = 32;
+constexpr uint32_t kMaxIntegerDigits = 18;
+constexpr uint16_t kMaxExponentDigits = 2;
+constexpr int32_t kFreeKey = -2;
+
+// Frame states.
+enum : uint8_t {
+  kObjOpen, kObjKey, kObjFreeKey, kObjColon, kObjValue, kObjValueRunning, kObjAfter, kObjComma,  // object
+  kArrOpen, kArrRunning, kArrAfter, kArrComma,                                                     // array
+  kStrChars, kStrEscape, kStrHex,                                                                  // string
+  kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp,          // number
+  kLiteral, kSeq, kSeqRunning,
+};
+
+enum class Step { Consumed, Done, Retry, Reject };  // Done: consumed and complete; Retry: complete, c is the parent's
+
+bool is_ws(int c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_digit(int c) { return c >= '0' && c <= '9'; }
+bool is_hex(int c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// The stack as a trial sees it: the committed frames below `base_n`, untouched, and the frames this trial
+// changed or pushed above them (a token rarely touches more than the top two).
+class Overlay {
+ public:
+  explicit Overlay(const std::vector<Frame>& base) : base_(base.data()), base_n_(base.size()) {}
+  bool empty() const { return local_n_ == 0 && base_n_ == 0; }
+  size_t depth() const { return base_n_ + local_n_; }
+  Frame& top() {
+    if (local_n_ == 0) {
+      local_[0] = base_[base_n_ - 1];
+      --base_n_;
+      local_n_ = 1;
+    }
+    return local_[local_n_ - 1];
+  }
+  bool push(const Frame& f) {
+    if (depth() >= kMaxDepth || local_n_ == kLocal) return false;
+    local_[local_n_++] = f;
+    return true;
+  }
+  void pop() {
+    if (local_n_ > 0) {
+      --local_n_;
+    } else {
+      --base_n_;
+    }
+  }
+  // The stack after the trial, into `out` (not the base's own vector).
+  void commit(std::vector<Frame>& out) const {
+    out.assign(base_, base_ + base_n_);
+    out.insert(out.end(), local_, local_ + local_n_);
+  }
+
+ private:
+  static constexpr size_t kLocal = 16;
+  const Frame* base_;
+  size_t base_n_;
+  Frame local_[kLocal];
+  size_t local_n_ = 0;
+};
+
+class Walker {
+ public:
+  Walker(const Grammar& g, Overlay& st) : g_(g), st_(st) {}
+
+  // Feeds one byte (or kEnd); false when the grammar does not allow it here.
+  bool feed(int c) {
+    for (;;) {
+      if (st_.empty()) return c == kEnd;
+      Frame& f = st_.top();
+      switch (step(f, c)) {
+        case Step::Consumed:
+          return true;
+        case Step::Reject:
+          return false;
+        case Step::Done:
+          st_.pop();
+          complete_parents();
+          return true;
+        case Step::Retry:
+          st_.pop();
+          complete_parents();
+          continue;
+      }
+    }
+  }
+
+  // Pushes the frame of a value of `node` starting with c, and feeds c to it.
+  Step start_value(int32_t node, int c) {
+    if (c == kEnd || c < 0) return Step::Reject;
+    while (node >= 0 && g_.nodes[static_cast<size_t>(node)].kind == Kind::Union)
+      node = g_.dispatch[static_cast<size_t>(node)][static_cast<size_t>(c)];
+    if (node < 0 && node != kFreeKey) return Step::Reject;
+    Frame f;
+    f.node = node;
+    const Kind kind = node == kFreeKey ? Kind::String : g_.nodes[static_cast<size_t>(node)].kind;
+    switch (kind) {
+      case Kind::Object:
+        if (c != '{') return Step::Reject;
+        f.state = kObjOpen;
+        return st_.push(f) ? Step::Consumed : Step::Reject;
+      case Kind::Array:
+        if (c != '[') return Step::Reject;
+        f.state = kArrOpen;
+        return st_.push(f) ? Step::Consumed : Step::Reject;
+      case Kind::String:
+        if (c != '"') return Step::Reject;
+        f.state = kStrChars;
+        return st_.push(f) ? Step::Consumed : Step::Reject;
+      case Kind::Number:
+      case Kind::Integer:
+        f.state = kNumStart;
+        break;
+      case Kind::Literals: {
+        const size_t n = g_.nodes[static_cast<size_t>(node)].literals.size();
+        f.state = kLiteral;
+        f.set = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+        break;
+      }
+      case Kind::Sequence:
+        f.state = kSeq;
+        break;
+      case Kind::Union:
+        return Step::Reject;
+    }
+    if (!st_.push(f)) return Step::Reject;
+    const Step s = step(st_.top(), c);
+    if (s == Step::Done) {
+      st_.pop();
+      complete_parents();
+      return Step::Consumed;
+    }
+    return s == Step::Retry ? Step::Reject : s;  // a value cannot end before its first byte
+  }
+
+ private:
+  const GrammarNode& node_of(const Frame& f) const { return g_.nodes[static_cast<size_t>(f.node)]; }
+
+  // A child value ended: its parent moves on; a sequence whose last part ended ends too.
+  void complete_parents() {
+    while (!st_.empty()) {
+      Frame& p = st_.top();
+      switch (p.state) {
+        case kObjFreeKey:
+          p.state = kObjColon;
+          return;
+        case kObjValueRunning:
+          p.state = kObjAfter;
+          return;
+        case kArrRunning:
+          p.state = kArrAfter;
+          ++p.count;
+          return;
+        case kSeqRunning:
+          p.state = kSeq;
+          ++p.next;
+          p.pos = 0;
+          if (static_cast<size_t>(p.next) < node_of(p).parts.size()) return;
+          st_.pop();
+          continue;
+        default:
+          return;
+      }
+    }
+  }
+
+  // Whitespace where the grammar allows it, bounded.
+  static Step whitespace(Frame& f) {
+    if (f.ws >= kMaxWhitespace) return Step::Reject;
+    ++f.ws;
+    return Step::Consumed;
+  }
+
+  // Property keys that may come at index `from`: the next ones up to and including the first required.
+  static uint64_t key_candidates(const GrammarNode& n, int32_t from) {
+    uint64_t set = 0;
+    for (size_t k = static_cast<size_t>(from); k < n.properties.size(); ++k) {
+      set |= uint64_t{1} << k;
+      if (n.properties[k].required) break;
+    }
+    return set;
+  }
+  static bool may_close(const GrammarNode& n, int32_t from) {
+    for (size_t k = static_cast<size_t>(from); k < n.properties.size(); ++k)
+      if (n.properties[k].required) return false;
+    return true;
+  }
+
+  Step start_key(Frame& f, const GrammarNode& n) {
+    if (n.properties.empty()) {
+      if (n.values < 0) return Step::Reject;
+      f.state = kObjFreeKey;
+      return start_value(kFreeKey, '"');
+    }
+    f.set = key_candidates(n, f.next);
+    if (f.set == 0) return Step::Reject;
+    f.state = kObjKey;
+    f.pos = 0;
+    return Step::Consumed;
+  }
+
+  Step object(Frame& f, int c) {
+    const GrammarNode& n = node_of(f);
+    switch (f.state) {
+      case kObjOpen:
+      case kObjComma:
+        if (is_ws(c)) return whitespace(f);
+        f.ws = 0;
+        if (c == '"') return start_key(f, n);
+        if (c == '}' && f.state == kObjOpen && (n.properties.empty() || may_close(n, 0))) return Step::Done;
+        return Step::Reject;
+      case kObjKey: {
+        if (c == '"') {
+          for (size_t k = 0; k < n.properties.size(); ++k)
+            if ((f.set >> k & 1) && n.properties[k].key.size() == f.pos) {
+              f.sub = static_cast<int32_t>(k);
+              f.next = static_cast<int32_t>(k) + 1;
+              f.state = kObjColon;
+              return Step::Consumed;
+            }
+          return Step::Reject;
+        }
+        if (c == kEnd) return Step::Reject;
+        uint64_t keep = 0;
+        for (size_t k = 0; k < n.properties.size(); ++k)
+          if ((f.set >> k & 1) && f.pos < n.properties[k].key.size() &&
+              static_cast<unsigned char>(n.properties[k].key[f.pos]) == c)
+            keep |= uint64_t{1} << k;
+        if (keep == 0) return Step::Reject;
+        f.set = keep;
+        ++f.pos;
+        return Step::Consumed;
+      }
+      case kObjColon:
+        if (is_ws(c)) return whitespace(f);
+        if (c != ':') return Step::Reject;
+        f.ws = 0;
+        f.state = kObjValue;
+        return Step::Consumed;
+      case kObjValue: {
+        if (is_ws(c)) return whitespace(f);
+        f.ws = 0;
+        f.state = kObjValueRunning;
+        const int32_t value = n.properties.empty() ? n.values : n.properties[static_cast<size_t>(f.sub)].node;
+        return start_value(value, c);
+      }
+      case kObjAfter:
+        if (is_ws(c)) return whitespace(f);
+        f.ws = 0;
+        if (c == ',' && (n.properties.empty() || key_candidates(n, f.next) != 0)) {
+          f.state = kObjComma;
+          return Step::Consumed;
+        }
+        if (c == '}' && (n.properties.empty() || may_close(n, f.next))) return Step::Done;
+        return Step::Reject;
+      default:
+        return Step::Reject;
+    }
+  }
+
+  Step array(Frame& f, int c) {
+    const GrammarNode& n = node_of(f);
+    switch (f.state) {
+      case kArrOpen:
+      case kArrComma:
+        if (is_ws(c)) return whitespace(f);
+        f.ws = 0;
+        if (c == ']' && f.state == kArrOpen && n.min_items == 0) return Step::Done;
+        if (f.count >= n.max_items) return Step::Reject;
+        f.state = kArrRunning;
+        return start_value(n.items, c);
+      case kArrAfter:
+        if (is_ws(c)) return whitespace(f);
+        f.ws = 0;
+        if (c == ',' && f.count < n.max_items) {
+          f.state = kArrComma;
+          return Step::Consumed;
+        }
+        if (c == ']' && f.count >= n.min_items) return Step::Done;
+        return Step::Reject;
+      default:
+        return Step::Reject;
+    }
+  }
+
+  Step string(Frame& f, int c) {
+    const uint32_t min_len = f.node == kFreeKey ? 0 : node_of(f).min_items;
+    const uint32_t max_len = f.node == kFreeKey ? UINT32_MAX : node_of(f).max_items;
+    if (c == kEnd) return Step::Reject;
+    switch (f.state) {
+      case kStrChars:
+        // Strict UTF-8 (what JSON readers take): f.sub continuation bytes still due, the next one within
+        // [f.set & 0xFF, f.set >> 8] (Unicode's table 3-7: no overlongs, no surrogates, nothing past U+10FFFF).
+        if (f.sub > 0) {
+          if (c < static_cast<int>(f.set & 0xFF) || c > static_cast<int>(f.set >> 8)) return Step::Reject;
+          --f.sub;
+          f.set = 0xBF80;
+          return Step::Consumed;
+        }
+        if (c == '"') return f.count >= min_len ? Step::Done : Step::Reject;
+        if (c < 0x20) return Step::Reject;
+        if (c >= 0x80) {
+          if (f.count >= max_len) return Step::Reject;
+          if (c >= 0xC2 && c <= 0xDF) {
+            f.sub = 1, f.set = 0xBF80;
+          } else if (c >= 0xE0 && c <= 0xEF) {
+            f.sub = 2, f.set = c == 0xE0 ? 0xBFA0 : c == 0xED ? 0x9F80 : 0xBF80;
+          } else if (c >= 0xF0 && c <= 0xF4) {
+            f.sub = 3, f.set = c == 0xF0 ? 0xBF90 : c == 0xF4 ? 0x8F80 : 0xBF80;
+          } else {
+            return Step::Reject;
+          }
+          ++f.count;
+          return Step::Consumed;
+        }
+        if (f.count >= max_len) return Step::Reject;
+        if (c == '\\') {
+          f.state = kStrEscape;
+          return Step::Consumed;
+        }
+        ++f.count;
+        return Step::Consumed;
+      case kStrEscape:
+        if (c == 'u') {
+          f.state = kStrHex;
+          f.sub = 4;
+          return Step::Consumed;
+        }
+        if (c != '"' && c != '\\' && c != '/' && c != 'b' && c != 'f' && c != 'n' && c != 'r' && c != 't')
+          return Step::Reject;
+        ++f.count;
+        f.state = kStrChars;
+        return Step::Consumed;
+      case kStrHex:
+        if (!is_hex(c)) return Step::Reject;
+        if (--f.sub == 0) {
+          ++f.count;
+          f.state = kStrChars;
+        }
+        return Step::Consumed;
+      default:
+        return Step::Reject;
+    }
+  }
+
+  Step number(Frame& f, int c) {
+    const bool integer = node_of(f).kind == Kind::Integer;
+    const bool accepting = f.state == kNumZero || f.state == kNumInt || f.state == kNumFrac || f.state == kNumExp;
+    // f.count: bytes so far; f.pos: digits of the integer part, then of the exponent.
+    auto next = [&](uint8_t state) {
+      if (f.count >= kMaxNumberBytes) return Step::Reject;
+      if ((state == kNumInt || state == kNumZero) && ++f.pos > kMaxIntegerDigits) return Step::Reject;
+      if (state == kNumE) f.pos = 0;
+      if (state == kNumExp && ++f.pos > kMaxExponentDigits) return Step::Reject;
+      ++f.count;
+      f.state = state;
+      return Step::Consumed;
+    };
+    switch (f.state) {
+      case kNumStart:
+        if (c == '-') return next(kNumMinus);
+        [[fallthrough]];
+      case kNumMinus:
+        if (c == '0') return next(kNumZero);
+        if (is_digit(c)) return next(kNumInt);
+        return Step::Reject;
+      case kNumInt:
+        if (is_digit(c)) return next(kNumInt);
+        [[fallthrough]];
+      case kNumZero:
+        if (!integer && c == '.') return next(kNumDot);
+        if (!integer && (c == 'e' || c == 'E')) return next(kNumE);
+        break;
+      case kNumDot:
+        return is_digit(c) ? next(kNumFrac) : Step::Reject;
+      case kNumFrac:
+        if (is_digit(c)) return next(kNumFrac);
+        if (c == 'e' || c == 'E') return next(kNumE);
+        break;
+      case kNumE:
+        if (c == '+' || c == '-') return next(kNumESign);
+        [[fallthrough]];
+      case kNumESign:
+        return is_digit(c) ? next(kNumExp) : Step::Reject;
+      case kNumExp:
+        if (is_digit(c)) return next(kNumExp);
+        break;
+      default:
+        return Step::Reject;
+    }
+    return accepting ? Step::Retry : Step::Reject;
+  }
+
+  Step literal(Frame& f, int c) {
+    const std::vector<std::string>& lits = node_of(f).literals;
+    uint64_t keep = 0, complete = 0;
+    bool longer = false;
+    for (size_t k = 0; k < lits.size() && k < 64; ++k) {
+      if (!(f.set >> k & 1)) continue;
+      const std::string& l = lits[k];
+      if (l.size() == f.pos) complete |= uint64_t{1} << k;
+      if (c != kEnd && f.pos < l.size() && static_cast<unsigned char>(l[f.pos]) == c) {
+        keep |= uint64_t{1} << k;
+        if (l.size() > static_cast<size_t>(f.pos) + 1) longer = true;
+      }
+    }
+    if (keep == 0) return complete != 0 ? Step::Retry : Step::Reject;
+    f.set = keep;
+    ++f.pos;
+    return longer ? Step::Consumed : Step::Done;
+  }
+
+  Step sequence(Frame& f, int c) {
+    const GrammarNode& n = node_of(f);
+    if (f.state != kSeq || static_cast<size_t>(f.next) >= n.parts.size()) return Step::Reject;
+    const GrammarNode::Part& part = n.parts[static_cast<size_t>(f.next)];
+    if (part.node >= 0) {
+      f.state = kSeqRunning;
+      return start_value(part.node, c);
+    }
+    if (c == kEnd || static_cast<unsigned char>(part.text[f.pos]) != c) return Step::Reject;
+    if (++f.pos < part.text.size()) return Step::Consumed;
+    ++f.next;
+    f.pos = 0;
+    return static_cast<size_t>(f.next) < n.parts.size() ? Step::Consumed : Step::Done;
+  }
+
+  Step step(Frame& f, int c) {
+    if (f.node == kFreeKey) return string(f, c);
+    switch (node_of(f).kind) {
+      case Kind::Object:
+        return c == kEnd ? Step::Reject : object(f, c);
+      case Kind::Array:
+        return c == kEnd ? Step::Reject : array(f, c);
+      case Kind::String:
+        return string(f, c);
+      case Kind::Number:
+      case Kind::Integer:
+        return number(f, c);
+      case Kind::Literals:
+        return literal(f, c);
+      case Kind::Sequence:
+        return sequence(f, c);
+      case Kind::Union:
+        break;
+    }
+    return Step::Reject;
+  }
+
+  const Grammar& g_;
+  Overlay& st_;
+};
+
+// Whole characters of strict UTF-8, as the string state checks them.
+bool valid_utf8(const std::string& s) {
+  Frame f;
+  f.state = kStrChars;
+  for (unsigned char c : s) {
+    if (f.sub > 0) {
+      if (c < (f.set & 0xFF) || c > (f.set >> 8)) return false;
+      --f.sub;
+      f.set = 0xBF80;
+    } else if (c >= 0x80) {
+      if (c >= 0xC2 && c <= 0xDF) {
+        f.sub = 1, f.set = 0xBF80;
+      } else if (c >= 0xE0 && c <= 0xEF) {
+        f.sub = 2, f.set = c == 0xE0 ? 0xBFA0 : c == 0xED ? 0x9F80 : 0xBF80;
+      } else if (c >= 0xF0 && c <= 0xF4) {
+        f.sub = 3, f.set = c == 0xF0 ? 0xBF90 : c == 0xF4 ? 0x8F80 : 0xBF80;
+      } else {
+        return false;
+      }
+    }
+  }
+  return f.sub == 0;
+}
+
+}  // namespace
+
+GrammarTokenTable::GrammarTokenTable(const Tokenizer& tokenizer) {
+  const int32_t n = tokenizer.n_vocab();
+  bytes_.resize(static_cast<size_t>(n));
+  plain_.assign(static_cast<size_t>(n), 0);
+  eog_.assign(static_cast<size_t>(n), 0);
+  for (int32_t id = 0; id < n; ++id) {
+    std::string b = tokenizer.token_to_piece(id, /*special=*/false);
+    bool plain = !b.empty() && unicode::incomplete_utf8_tail(b) == 0 && valid_utf8(b);
+    for (unsigned char c : b)
+      if (c == '"' || c == '\\' || c < 0x20) plain = false;
+    plain_[static_cast<size_t>(id)] = plain ? 1 : 0;
+    eog_[static_cast<size_t>(id)] = tokenizer.is_eog(id) ? 1 : 0;
+    bytes_[static_cast<size_t>(id)] = std::move(b);
+  }
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, const GrammarTokenTable& table,
+                               const std::vector<std::pair<int32_t, std::string>>& shown)
+    : grammar_(std::move(grammar)), table_(table), shown_(shown) {
+  if (!grammar_ || grammar_->root < 0) fail("an empty grammar");
+  // The root is started by the first byte, through a sequence of one part.
+  Frame root;
+  root.node = grammar_->root;
+  const GrammarNode& n = grammar_->nodes[static_cast<size_t>(root.node)];
+  if (n.kind != GrammarNode::Kind::Sequence) {
+    // Wrap: the matcher starts every value from a parent that has a place for it.
+    auto g = std::make_shared<Grammar>(*grammar_);
+    GrammarNode seq;
+    seq.kind = GrammarNode::Kind::Sequence;
+    seq.parts.push_back({"", g->root});
+    g->nodes.push_back(std::move(seq));
+    g->dispatch.emplace_back();
+    g->root = static_cast<int>(g->nodes.size()) - 1;
+    root.node = g->root;
+    grammar_ = std::move(g);
+  }
+  root.state = kSeq;
+  stack_.push_back(root);
+}
+
+const std::string& GrammarMatcher::token_bytes(int32_t id) const {
+  for (const auto& [shown_id, text] : shown_)
+    if (shown_id == id) return text;
+  return table_.bytes(id);
+}
+
+bool GrammarMatcher::feed_token(const std::string& bytes, std::vector<Frame>* commit) const {
+  Overlay st(stack_);
+  Walker w(*grammar_, st);
+  for (unsigned char c : bytes)
+    if (!w.feed(c)) return false;
+  if (commit) st.commit(*commit);
+  return true;
+}
+
+bool GrammarMatcher::can_end() const {
+  Overlay st(stack_);
+  Walker w(*grammar_, st);
+  return w.feed(kEnd);
+}
+
+bool GrammarMatcher::accept(int32_t id) {
+  if (id < 0 || id >= table_.size()) return false;
+  if (table_.end_of_generation(id)) return can_end();
+  const std::string& bytes = token_bytes(id);
+  if (bytes.empty()) return false;
+  std::vector<Frame> next;
+  if (!feed_token(bytes, &next)) return false;
+  stack_ = std::move(next);
+  return true;
+}
+
+int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
+  constexpr float kNo = -std::numeric_limits<float>::infinity();
+  const bool end_ok = can_end();
+  std::bitset<256> first;
+  for (int b = 0; b < 256; ++b) {
+    Overlay st(stack_);
+    Walker w(*grammar_, st);
+    first[static_cast<size_t>(b)] = w.feed(b);
+  }
+  // Inside a string with no length bound, a token of plain text is string text whatever its bytes.
+  bool free_string = false;
+  if (!stack_.empty()) {
+    const Frame& top = stack_.back();
+    if (top.state == kStrChars && top.sub == 0)
+      free_string = top.node == kFreeKey || grammar_->nodes[static_cast<size_t>(top.node)].max_items == UINT32_MAX;
+  }
+  int64_t allowed = 0;
+  const int32_t n = std::min(n_vocab, table_.size());
+  for (int32_t id = 0; id < n; ++id) {
+    bool ok = false;
+    if (table_.end_of_generation(id)) {
+      ok = end_ok;
+    } else {
+      const std::string& b = shown_.empty() ? table_.bytes(id) : token_bytes(id);
+      if (!b.empty() && first[static_cast<unsigned char>(b[0])])
+        ok = b.size() == 1 || (free_string && table_.plain(id)) || feed_token(b, nullptr);
+    }
+    if (ok) {
+      ++allowed;
+    } else {
+      logits[id] = kNo;
+    }
+  }
+  for (int32_t id = n; id < n_vocab; ++id) logits[id] = kNo;
+  return allowed;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,72 @@
+#pragma once
+// Constrained decoding: where a sequence stands in its Grammar (json_grammar.h), and which tokens may come
+// next. A pushdown recognizer over the reply's bytes: a stack of frames (object, array, string, number,
+// literal, fixed text), each with its own small state. To test a token, its bytes are fed to a trial view of
+// the stack that copies only the frames it changes (most tokens fail on their first byte), so a step's mask
+// costs a few hundred trials at a structural point, and inside a string only the tokens holding a quote,
+// a backslash or a control byte need one (the rest are string text as they are).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/json_grammar.h"
+#include "model/tokenizer.h"
+
+namespace kvserve {
+
+// Each token's bytes as the reply shows them, built once per vocabulary and shared by every matcher.
+class GrammarTokenTable {
+ public:
+  explicit GrammarTokenTable(const Tokenizer& tokenizer);
+  int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
+  const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
+  // Usable as JSON string text just as it is: no quote, backslash or control byte.
+  bool plain(int32_t id) const { return plain_[static_cast<size_t>(id)] != 0; }
+  bool end_of_generation(int32_t id) const { return eog_[static_cast<size_t>(id)] != 0; }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<uint8_t> plain_, eog_;
+};
+
+class GrammarMatcher {
+ public:
+  // `shown`: control tokens whose text the reply shows (StreamDecoder::show_tokens), so the grammar sees
+  // their text too (a Mistral tool call's [TOOL_CALLS]).
+  GrammarMatcher(std::shared_ptr<const Grammar> grammar, const GrammarTokenTable& table,
+                 const std::vector<std::pair<int32_t, std::string>>& shown = {});
+
+  // Sets the logits of every token that cannot come next to -infinity (ids past the table too). An
+  // end-of-generation token may come only where the text may end. Returns how many tokens stay allowed.
+  int64_t mask(float* logits, int32_t n_vocab) const;
+  // Moves past a token the mask allowed; false (and no change) for one it did not.
+  bool accept(int32_t id);
+  // The text so far is a whole value: the reply may end here.
+  bool can_end() const;
+  // Nothing more can follow: the reply must end here.
+  bool done() const { return stack_.empty(); }
+
+  struct Frame {
+    int32_t node = 0;  // -2: an object's free key (a plain string)
+    uint8_t state = 0;
+    uint8_t ws = 0;      // whitespace bytes in a row
+    uint16_t pos = 0;    // literal / key / fixed-text position
+    uint32_t count = 0;  // array items, string characters, number bytes
+    uint64_t set = 0;    // literal or key candidates
+    int32_t next = 0;    // object: the next property that may come; sequence: the current part
+    int32_t sub = 0;     // object: the property being written; string: \u digits left
+  };
+
+ private:
+  const std::string& token_bytes(int32_t id) const;
+  bool feed_token(const std::string& bytes, std::vector<Frame>* commit) const;
+
+  std::shared_ptr<const Grammar> grammar_;
+  const GrammarTokenTable& table_;
+  std::vector<std::pair<int32_t, std::string>> shown_;
+  std::vector<Frame> stack_;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,332 @@
+#include "engine/json_grammar.h"
+
+#include <array>
+#include <bitset>
+#include <map>
+
+#include "core/error.h"
+
+namespace kvserve {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr size_t kMaxNodes = 20000;
+constexpr int kMaxSchemaDepth = 64;
+
+// Keywords that constrain values beyond what the matcher enforces: refused, so a reply never claims to follow
+// a schema it does not.
+constexpr std::array<const char*, 23> kUnsupported = {
+    "pattern",          "minimum",          "maximum",           "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf",       "allOf",            "not",               "if",               "then",
+    "else",             "patternProperties", "propertyNames",    "minProperties",    "maxProperties",
+    "dependentRequired", "dependentSchemas", "dependencies",     "contains",         "prefixItems",
+    "unevaluatedProperties", "unevaluatedItems", "additionalItems"};
+
+std::string json_text(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::strict); }
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const json& root) : root_(root) {}
+
+  Grammar take(int root) {
+    grammar_.root = root;
+    check_unions();
+    grammar_.dispatch.assign(grammar_.nodes.size(), {});
+    for (size_t id = 0; id < grammar_.nodes.size(); ++id) {
+      const GrammarNode& n = grammar_.nodes[id];
+      if (n.kind != GrammarNode::Kind::Union) continue;
+      std::vector<int32_t>& d = grammar_.dispatch[id];
+      d.assign(256, -1);
+      for (int a : n.alternatives) {
+        const std::bitset<256> f = first_bytes(a);
+        for (size_t b = 0; b < 256; ++b)
+          if (f.test(b)) d[b] = a;
+      }
+    }
+    return std::move(grammar_);
+  }
+
+  int add(GrammarNode node) {
+    if (grammar_.nodes.size() >= kMaxNodes) fail("the schema is too large (more than {} nodes)", kMaxNodes);
+    grammar_.nodes.push_back(std::move(node));
+    return static_cast<int>(grammar_.nodes.size()) - 1;
+  }
+
+  int literals(std::vector<std::string> texts) {
+    GrammarNode n;
+    n.kind = GrammarNode::Kind::Literals;
+    n.literals = std::move(texts);
+    return add(std::move(n));
+  }
+
+  // Any JSON value.
+  int any() {
+    if (any_ >= 0) return any_;
+    GrammarNode u;
+    u.kind = GrammarNode::Kind::Union;
+    any_ = add(u);
+    GrammarNode object;
+    object.kind = GrammarNode::Kind::Object;
+    object.values = any_;
+    GrammarNode array;
+    array.kind = GrammarNode::Kind::Array;
+    array.items = any_;
+    GrammarNode string;
+    string.kind = GrammarNode::Kind::String;
+    GrammarNode number;
+    number.kind = GrammarNode::Kind::Number;
+    const std::vector<int> alts = {add(object), add(array), add(string), add(number), literals({"true", "false", "null"})};
+    grammar_.nodes[static_cast<size_t>(any_)].alternatives = alts;
+    return any_;
+  }
+
+  int any_object() {
+    GrammarNode object;
+    object.kind = GrammarNode::Kind::Object;
+    object.values = any();
+    return add(object);
+  }
+
+  int compile(const json& s, int depth = 0) {
+    if (depth > kMaxSchemaDepth) fail("the schema nests deeper than {}", kMaxSchemaDepth);
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) fail("a schema of false allows no value");
+      return any();
+    }
+    if (!s.is_object()) fail("a schema must be an object, got {}", json_text(s));
+    for (const char* keyword : kUnsupported)
+      if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) fail("the schema keyword 'uniqueItems' is not supported");
+    if (auto ref = s.find("$ref"); ref != s.end()) return reference(*ref, depth);
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      const json& branches = s[key];
+      if (!branches.is_array() || branches.empty()) fail("'{}' must be a non-empty array of schemas", key);
+      GrammarNode u;
+      u.kind = GrammarNode::Kind::Union;
+      for (const json& b : branches) u.alternatives.push_back(compile(b, depth + 1));
+      return add(std::move(u));
+    }
+    if (auto c = s.find("const"); c != s.end()) return literals({json_text(*c)});
+    if (auto e = s.find("enum"); e != s.end()) {
+      if (!e->is_array() || e->empty()) fail("'enum' must be a non-empty array");
+      if (e->size() > kMaxGrammarLiterals) fail("'enum' may list at most {} values", kMaxGrammarLiterals);
+      std::vector<std::string> texts;
+      for (const json& v : *e) texts.push_back(json_text(v));
+      return literals(std::move(texts));
+    }
+    auto type = s.find("type");
+    if (type == s.end()) {
+      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+        return typed(s, "object", depth);
+      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return typed(s, "array", depth);
+      if (s.contains("minLength") || s.contains("maxLength")) return typed(s, "string", depth);
+      return any();
+    }
+    if (type->is_string()) return typed(s, type->get<std::string>(), depth);
+    if (!type->is_array() || type->empty()) fail("'type' must be a type name or a non-empty list of them");
+    const bool has_number = std::find(type->begin(), type->end(), json("number")) != type->end();
+    GrammarNode u;
+    u.kind = GrammarNode::Kind::Union;
+    for (const json& t : *type) {
+      if (!t.is_string()) fail("'type' must be a type name or a non-empty list of them");
+      if (has_number && t == "integer") continue;  // a number already allows every integer
+      u.alternatives.push_back(typed(s, t.get<std::string>(), depth));
+    }
+    return u.alternatives.size() == 1 ? u.alternatives[0] : add(std::move(u));
+  }
+
+ private:
+  int reference(const json& ref, int depth) {
+    if (!ref.is_string()) fail("'$ref' must be a string");
+    const std::string path = ref.get<std::string>();
+    if (auto it = refs_.find(path); it != refs_.end()) return it->second;
+    const json* target = nullptr;
+    if (path == "#") {
+      target = &root_;
+    } else {
+      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+        const std::string p(prefix);
+        if (path.compare(0, p.size(), p) != 0) continue;
+        const std::string section = p.substr(2, p.size() - 3), name = path.substr(p.size());
+        if (root_.contains(section) && root_[section].is_object() && root_[section].contains(name))
+          target = &root_[section][name];
+      }
+    }
+    if (target == nullptr) fail("'$ref' '{}' does not name a schema in #/$defs or #/definitions", path);
+    // A placeholder first, so a schema that refers to itself refers to this node.
+    GrammarNode u;
+    u.kind = GrammarNode::Kind::Union;
+    const int id = add(u);
+    refs_[path] = id;
+    const int body = compile(*target, depth + 1);
+    grammar_.nodes[static_cast<size_t>(id)].alternatives = {body};
+    return id;
+  }
+
+  static uint32_t count_field(const json& s, const char* key, uint32_t fallback) {
+    if (!s.contains(key)) return fallback;
+    const json& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX)
+      fail("'{}' must be a non-negative integer", key);
+    return static_cast<uint32_t>(v.get<int64_t>());
+  }
+
+  int typed(const json& s, const std::string& type, int depth) {
+    GrammarNode n;
+    if (type == "object") {
+      n.kind = GrammarNode::Kind::Object;
+      std::vector<std::string> required;
+      if (s.contains("required")) {
+        if (!s["required"].is_array()) fail("'required' must be an array of property names");
+        for (const json& r : s["required"]) {
+          if (!r.is_string()) fail("'required' must be an array of property names");
+          required.push_back(r.get<std::string>());
+        }
+      }
+      if (s.contains("properties") && !s["properties"].is_object()) fail("'properties' must be an object");
+      const json props = s.value("properties", json::object());
+      if (props.size() > kMaxGrammarProperties)
+        fail("an object may have at most {} properties", kMaxGrammarProperties);
+      for (const auto& [key, sub] : props.items()) {
+        GrammarNode::Property p;
+        const std::string quoted = json_text(json(key));
+        p.key = quoted.substr(1, quoted.size() - 2);
+        p.required = std::find(required.begin(), required.end(), key) != required.end();
+        p.node = compile(sub, depth + 1);
+        n.properties.push_back(std::move(p));
+      }
+      for (const std::string& r : required)
+        if (!props.contains(r)) fail("the required property '{}' is not among the schema's properties", r);
+      if (n.properties.empty()) {
+        const json additional = s.value("additionalProperties", json(true));
+        n.values = additional == false ? -1 : compile(additional, depth + 1);
+      }
+    } else if (type == "array") {
+      n.kind = GrammarNode::Kind::Array;
+      if (s.contains("items") && s["items"].is_array()) fail("tuple 'items' (a list of schemas) is not supported");
+      n.items = s.contains("items") ? compile(s["items"], depth + 1) : any();
+      n.min_items = count_field(s, "minItems", 0);
+      n.max_items = count_field(s, "maxItems", UINT32_MAX);
+      if (n.min_items > n.max_items) fail("'minItems' is above 'maxItems'");
+    } else if (type == "string") {
+      n.kind = GrammarNode::Kind::String;
+      n.min_items = count_field(s, "minLength", 0);
+      n.max_items = count_field(s, "maxLength", UINT32_MAX);
+      if (n.min_items > n.max_items) fail("'minLength' is above 'maxLength'");
+    } else if (type == "number") {
+      n.kind = GrammarNode::Kind::Number;
+    } else if (type == "integer") {
+      n.kind = GrammarNode::Kind::Integer;
+    } else if (type == "boolean") {
+      return literals({"true", "false"});
+    } else if (type == "null") {
+      return literals({"null"});
+    } else {
+      fail("unknown schema type '{}'", type);
+    }
+    return add(std::move(n));
+  }
+
+  // The bytes a node's text can start with.
+  std::bitset<256> first_bytes(int id, int depth = 0) const {
+    std::bitset<256> out;
+    if (depth > 256) return out;
+    const GrammarNode& n = grammar_.nodes[static_cast<size_t>(id)];
+    switch (n.kind) {
+      case GrammarNode::Kind::Object:
+        out.set('{');
+        break;
+      case GrammarNode::Kind::Array:
+        out.set('[');
+        break;
+      case GrammarNode::Kind::String:
+        out.set('"');
+        break;
+      case GrammarNode::Kind::Number:
+      case GrammarNode::Kind::Integer:
+        out.set('-');
+        for (char c = '0'; c <= '9'; ++c) out.set(static_cast<unsigned char>(c));
+        break;
+      case GrammarNode::Kind::Literals:
+        for (const std::string& l : n.literals)
+          if (!l.empty()) out.set(static_cast<unsigned char>(l[0]));
+        break;
+      case GrammarNode::Kind::Union:
+        for (int a : n.alternatives) out |= first_bytes(a, depth + 1);
+        break;
+      case GrammarNode::Kind::Sequence:
+        if (!n.parts.empty())
+          out = n.parts[0].node < 0 ? std::bitset<256>().set(static_cast<unsigned char>(n.parts[0].text[0]))
+                                    : first_bytes(n.parts[0].node, depth + 1);
+        break;
+    }
+    return out;
+  }
+
+  // The matcher picks a union's branch by the first byte of the value: branches must not share one.
+  void check_unions() const {
+    for (size_t id = 0; id < grammar_.nodes.size(); ++id) {
+      const GrammarNode& n = grammar_.nodes[id];
+      if (n.kind != GrammarNode::Kind::Union) continue;
+      std::bitset<256> seen;
+      for (int a : n.alternatives) {
+        const std::bitset<256> f = first_bytes(a);
+        const std::bitset<256> both = seen & f;
+        if (both.any()) {
+          size_t c = 0;
+          while (!both.test(c)) ++c;
+          fail("anyOf / oneOf / type lists whose branches can start with the same character ('{}') are not supported",
+               static_cast<char>(c));
+        }
+        seen |= f;
+      }
+    }
+  }
+
+  const json& root_;
+  Grammar grammar_;
+  std::map<std::string, int> refs_;
+  int any_ = -1;
+};
+
+}  // namespace
+
+std::shared_ptr<const Grammar> json_object_grammar() {
+  static const std::shared_ptr<const Grammar> grammar = [] {
+    SchemaCompiler c{json()};
+    const int root = c.any_object();
+    return std::make_shared<const Grammar>(c.take(root));
+  }();
+  return grammar;
+}
+
+std::shared_ptr<const Grammar> json_schema_grammar(const json& schema) {
+  SchemaCompiler c(schema);
+  const int root = c.compile(schema);
+  return std::make_shared<const Grammar>(c.take(root));
+}
+
+std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::string& name_key,
+                                                 const std::string& name, const std::string& args_key,
+                                                 const json& parameters, const std::string& suffix) {
+  SchemaCompiler c(parameters);
+  const int args = parameters.is_null() ? c.any_object() : c.compile(parameters);
+  GrammarNode call;
+  call.kind = GrammarNode::Kind::Object;
+  const std::string name_text = json_text(json(name_key)), args_text = json_text(json(args_key));
+  call.properties.push_back({name_text.substr(1, name_text.size() - 2), c.literals({json_text(json(name))}), true});
+  call.properties.push_back({args_text.substr(1, args_text.size() - 2), args, true});
+  const int call_node = c.add(std::move(call));
+  GrammarNode seq;
+  seq.kind = GrammarNode::Kind::Sequence;
+  if (!prefix.empty()) seq.parts.push_back({prefix, -1});
+  seq.parts.push_back({"", call_node});
+  if (!suffix.empty()) seq.parts.push_back({suffix, -1});
+  const int root = c.add(std::move(seq));
+  return std::make_shared<const Grammar>(c.take(root));
+}
+
+}  // namespace kvserve

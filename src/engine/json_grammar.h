@@ -1,0 +1,71 @@
+#pragma once
+// What a constrained reply may be, for structured output: JSON (any object: OpenAI's json_object mode), JSON
+// valid against a schema (json_schema mode), or fixed text around such JSON (a tool call in the model's format,
+// for tool_choice naming a function). A graph of nodes the GrammarMatcher walks one byte at a time.
+//
+// Schemas: type (one, or a list), properties / required (properties are written in the schema's order; ones
+// not required may be left out; none beyond them), additionalProperties (without properties: the values' schema,
+// or false for {}), items, minItems / maxItems, enum / const, anyOf / oneOf whose branches start with
+// different characters (a string or null, a number or an object, ...), $ref into #/$defs or #/definitions
+// (recursion included). Annotations (title, description, default, examples, format, ...) are accepted and not
+// enforced. Keywords that constrain values in ways the matcher does not (pattern, minLength, minimum, allOf,
+// not, ...) are refused with an Error naming them, rather than output that would not validate.
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kvserve {
+
+struct GrammarNode {
+  enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union, Sequence };
+  Kind kind = Kind::Literals;
+
+  // Object with properties: each key (its JSON text without the quotes) and its value's node, in order.
+  struct Property {
+    std::string key;
+    int node = -1;
+    bool required = false;
+  };
+  std::vector<Property> properties;
+  // Object without properties: any keys, values of this node (-1: no keys at all).
+  int values = -1;
+
+  int items = -1;  // Array
+  uint32_t min_items = 0, max_items = UINT32_MAX;
+
+  std::vector<std::string> literals;  // Literals: the exact JSON texts allowed (true, null, "red", 3, ...)
+  std::vector<int> alternatives;      // Union: branches, told apart by their first byte
+
+  // Sequence: fixed text (node -1) and values in turn.
+  struct Part {
+    std::string text;
+    int node = -1;
+  };
+  std::vector<Part> parts;
+};
+
+struct Grammar {
+  std::vector<GrammarNode> nodes;
+  int root = -1;
+  // For each Union node, the branch a value starting with each byte takes (-1: none); empty for the rest.
+  std::vector<std::vector<int32_t>> dispatch;
+};
+
+// Limits that keep a constrained step cheap (GrammarMatcher's masks use 64-bit sets).
+inline constexpr size_t kMaxGrammarProperties = 64;
+inline constexpr size_t kMaxGrammarLiterals = 64;
+
+// Any JSON object (the root), with any JSON values.
+std::shared_ptr<const Grammar> json_object_grammar();
+// JSON valid against `schema`. Throws Error naming the keyword or construct it cannot enforce.
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
+// `prefix`, a JSON object {"<name_key>": "<name>", "<args_key>": <parameters>}, then `suffix`: one tool call
+// as a model writes it (hermes: "<tool_call>\n" ... "\n</tool_call>", {"name", "arguments"}). `parameters`:
+// the function's parameter schema (null: any object). Throws Error as json_schema_grammar.
+std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::string& name_key,
+                                                 const std::string& name, const std::string& args_key,
+                                                 const nlohmann::ordered_json& parameters, const std::string& suffix);
+
+}  // namespace kvserve

@@ -1,0 +1,244 @@
+// Structured output (src/engine/json_grammar.h, grammar_matcher.h), against independent references: the
+// official JSON Schema test suite (draft 7, Debian's json-schema-test-suite) says which instances are valid,
+// and valijson (Debian's libvalijson-dev) validates what random walks through a real vocabulary's masks write.
+// Sound: no instance the suite calls invalid is ever accepted, for every schema the compiler takes (the ones
+// it refuses are refused with a message). The masks' fast paths (first byte, plain string text) allow exactly
+// the tokens a full check of each token allows.
+#define VALIJSON_USE_EXCEPTIONS 1
+#include <gtest/gtest.h>
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validator.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/grammar_matcher.h"
+#include "engine/json_grammar.h"
+#include "model/loaders.h"
+#include "model/tokenizer.h"
+
+namespace kvserve {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const std::string kShared = KVSERVE_SHARED_DIR;
+
+// GPT-2's byte-level vocabulary: every byte is a token of its own, and 50k longer ones.
+const Tokenizer& gpt2() {
+  static const std::unique_ptr<Tokenizer> tok =
+      Tokenizer::create(load_gguf_vocab(kShared + "/models/vocab/ggml-vocab-gpt-2.gguf"));
+  return *tok;
+}
+const GrammarTokenTable& gpt2_table() {
+  static const GrammarTokenTable table(gpt2());
+  return table;
+}
+
+// The one-byte token of each byte.
+const std::vector<int32_t>& byte_tokens() {
+  static const std::vector<int32_t> ids = [] {
+    std::vector<int32_t> out(256, -1);
+    const GrammarTokenTable& t = gpt2_table();
+    for (int32_t id = 0; id < t.size(); ++id)
+      if (t.bytes(id).size() == 1 && out[static_cast<unsigned char>(t.bytes(id)[0])] < 0)
+        out[static_cast<unsigned char>(t.bytes(id)[0])] = id;
+    return out;
+  }();
+  return ids;
+}
+
+// Whether the grammar takes `text` whole, byte by byte.
+bool accepts(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  GrammarMatcher m(g, gpt2_table());
+  for (unsigned char c : text) {
+    const int32_t id = byte_tokens()[c];
+    if (id < 0 || !m.accept(id)) return false;
+  }
+  return m.can_end();
+}
+
+TEST(JsonGrammar, HandPickedTextsOfSchemas) {
+  struct Case {
+    const char* schema;
+    std::vector<std::string> good, bad;
+  };
+  const std::vector<Case> cases = {
+      {R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name"]})",
+       {R"({"name":"Ann","age":31})", R"({"name":"Ann"})", "{ \"name\" : \"A\\u00e9\\n\" ,\n \"age\": -0 }"},
+       {R"({"age":31,"name":"Ann"})", R"({"age":31})", R"({"name":"Ann","age":3.5})", R"({"name":"Ann","x":1})", "{}",
+        R"({"name":"Ann",})", R"({"name":Ann})", R"({"name":"Ann"} )", R"({"name":"\x"})", "{\"name\":\"a\nb\"}"}},
+      {R"({"type": "array", "items": {"enum": ["red", "green", 3, null]}, "minItems": 1, "maxItems": 2})",
+       {R"(["red"])", R"([3,null])", "[ \"green\" ]"},
+       {"[]", R"(["red","red","red"])", R"(["blue"])", R"([30])", R"(["re"])"}},
+      {R"({"type": ["string", "null"], "maxLength": 3})", {R"("abc")", "null", R"("é€😀")", R"("")"}, {R"("abcd")", "nul", "1"}},
+      {R"({"type": "number"})", {"0", "-1.5e+10", "12", "3.25E-2"}, {"01", "-", "1.", ".5", "1e", "+1", "NaN"}},
+      {R"({"type": "string", "minLength": 2})", {R"("ab")", R"("\"\\")"}, {R"("a")", R"("")"}},
+      {R"({"anyOf": [{"type": "integer"}, {"type": "object", "additionalProperties": {"type": "boolean"}}]})",
+       {"7", R"({"a":true,"b":false})", "{}"}, {R"({"a":1})", "7.5", "true"}},
+      {R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"]}}, "$ref": "#/$defs/node"})",
+       {R"({"v":1,"next":{"v":2,"next":null}})"}, {R"({"v":1})", R"({"v":1,"next":{"v":2}})"}},
+      {R"({"const": {"a": [1, "x"]}})", {R"({"a":[1,"x"]})"}, {R"({"a":[1,"y"]})", R"({"a": [1, "x"]})"}},
+      {"true", {"1", R"({"a":[true,{"b":null}]})", R"("s")", "[]"}, {"{", "tru", "[1,]"}},
+  };
+  for (const Case& c : cases) {
+    const auto g = json_schema_grammar(json::parse(c.schema));
+    for (const std::string& t : c.good) EXPECT_TRUE(accepts(g, t)) << c.schema << "\n  " << t;
+    for (const std::string& t : c.bad) EXPECT_FALSE(accepts(g, t)) << c.schema << "\n  " << t;
+  }
+  const auto object = json_object_grammar();
+  EXPECT_TRUE(accepts(object, R"({"a": [1, 2.5, "x", {"b": null}], "c": false})"));
+  EXPECT_FALSE(accepts(object, "[1]"));
+  EXPECT_FALSE(accepts(object, R"("text")"));
+  EXPECT_FALSE(accepts(object, R"({"a": 1)"));
+  EXPECT_FALSE(accepts(object, "{" + std::string(17, ' ') + "}"));  // whitespace is bounded
+}
+
+TEST(JsonGrammar, RefusesWhatItCannotEnforceByName) {
+  const std::vector<std::pair<const char*, const char*>> refused = {
+      {R"({"type": "string", "pattern": "^a"})", "pattern"},
+      {R"({"type": "integer", "minimum": 3})", "minimum"},
+      {R"({"allOf": [{"type": "string"}]})", "allOf"},
+      {R"({"anyOf": [{"type": "string"}, {"enum": ["a"]}]})", "same character"},
+      {R"({"type": "object", "required": ["x"]})", "'x'"},
+      {R"({"$ref": "#/$defs/missing"})", "missing"},
+      {R"({"type": "array", "items": [{"type": "string"}]})", "tuple"},
+      {R"({"type": "color"})", "color"},
+      {"false", "false"},
+      {R"({"type": "array", "uniqueItems": true})", "uniqueItems"},
+  };
+  for (const auto& [schema, word] : refused) {
+    try {
+      json_schema_grammar(json::parse(schema));
+      ADD_FAILURE() << "accepted " << schema;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << schema << ": " << e.what();
+    }
+  }
+  json deep = json::object();
+  for (int i = 0; i < 100; ++i) deep = json{{"type", "array"}, {"items", deep}};
+  EXPECT_THROW(json_schema_grammar(deep), Error);
+}
+
+// The JSON Schema test suite's draft 7 files: each schema the compiler takes accepts no instance the suite
+// calls invalid. Valid instances it may refuse (properties in another order than the schema's, extra
+// properties, 1.0 for an integer): a constrained reply is one valid text, not every one.
+TEST(JsonGrammar, NeverAcceptsWhatTheJsonSchemaTestSuiteCallsInvalid) {
+  int schemas = 0, compiled = 0, invalid_rejected = 0, valid_accepted = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(KVSERVE_JSON_SCHEMA_SUITE)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    for (const json& group : json::parse(ss.str())) {
+      ++schemas;
+      std::shared_ptr<const Grammar> g;
+      try {
+        g = json_schema_grammar(group.at("schema"));
+      } catch (const Error&) {
+        continue;
+      }
+      ++compiled;
+      for (const json& test : group.at("tests")) {
+        std::string text;
+        try {
+          text = test.at("data").dump();
+        } catch (const json::exception&) {
+          continue;  // invalid UTF-8 in the data
+        }
+        const bool accepted = accepts(g, text);
+        if (!test.at("valid").get<bool>()) {
+          EXPECT_FALSE(accepted) << entry.path().filename() << ": " << group.at("description") << " / "
+                                 << test.at("description") << "\n  schema " << group.at("schema").dump() << "\n  data "
+                                 << text;
+          ++invalid_rejected;
+        } else if (accepted) {
+          ++valid_accepted;
+        }
+      }
+    }
+  }
+  EXPECT_GE(schemas, 120);
+  EXPECT_GE(compiled, 36);
+  EXPECT_GE(invalid_rejected, 76);
+  EXPECT_GE(valid_accepted, 55);
+}
+
+bool valid_by_valijson(const json& schema, const std::string& text) {
+  valijson::Schema parsed;
+  valijson::SchemaParser parser;
+  const nlohmann::json schema_doc = nlohmann::json::parse(schema.dump());
+  valijson::adapters::NlohmannJsonAdapter schema_adapter(schema_doc);
+  parser.populateSchema(schema_adapter, parsed);
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return false;
+  valijson::Validator validator(valijson::Validator::kStrongTypes);
+  valijson::adapters::NlohmannJsonAdapter doc_adapter(doc);
+  return validator.validate(parsed, doc_adapter, nullptr);
+}
+
+// A reply drawn at random among the tokens each step's mask allows (after a while, ones that close
+// something are preferred, so walks end): its text is valid for the schema, by valijson. At a few points
+// on the way, every token the mask allows is accepted and every one it refuses is refused by a full check.
+TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
+  const std::vector<const char*> schemas = {
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}, "ok": {"type": "boolean"}}, "required": ["name", "age", "tags", "ok"]})",
+      R"({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 4})",
+      R"({"type": "object", "properties": {"answer": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "score": {"type": "number"}}, "required": ["answer"]})",
+      R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+  };
+  const GrammarTokenTable& table = gpt2_table();
+  std::mt19937 rng(5);
+  int complete = 0, checked_masks = 0;
+  for (const char* text : schemas) {
+    const json schema = json::parse(text);
+    const auto g = json_schema_grammar(schema);
+    for (int walk = 0; walk < 8; ++walk) {
+      GrammarMatcher m(g, table);
+      std::string out;
+      std::vector<float> logits(static_cast<size_t>(table.size()));
+      for (int step = 0; step < 200 && !m.done(); ++step) {
+        std::fill(logits.begin(), logits.end(), 0.0f);
+        const int64_t allowed = m.mask(logits.data(), table.size());
+        ASSERT_GT(allowed, 0) << text << " after " << out;
+        std::vector<int32_t> ids, closing;
+        for (int32_t id = 0; id < table.size(); ++id) {
+          if (std::isinf(logits[static_cast<size_t>(id)])) continue;
+          ids.push_back(id);
+          const std::string& b = table.bytes(id);
+          if (table.end_of_generation(id) || b.find_first_of("\"]}") != std::string::npos) closing.push_back(id);
+        }
+        ASSERT_EQ(static_cast<int64_t>(ids.size()), allowed);
+        if (walk == 0 && step % 7 == 3) {  // the fast paths against a full check of every token
+          for (int32_t id = 0; id < table.size(); ++id) {
+            GrammarMatcher copy = m;
+            EXPECT_EQ(copy.accept(id), !std::isinf(logits[static_cast<size_t>(id)])) << text << " after " << out
+                                                                                   << " token " << table.bytes(id);
+          }
+          ++checked_masks;
+        }
+        const std::vector<int32_t>& pool = step > 30 && !closing.empty() ? closing : ids;
+        const int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+        if (table.end_of_generation(id)) break;
+        ASSERT_TRUE(m.accept(id));
+        out += table.bytes(id);
+      }
+      if (!m.can_end()) continue;
+      ++complete;
+      EXPECT_TRUE(valid_by_valijson(schema, out)) << text << "\n  " << json(out).dump();
+    }
+  }
+  EXPECT_GE(complete, 24);
+  EXPECT_GE(checked_masks, 4);
+}
+
+}  // namespace
+}  // namespace kvserve
