@@ -18,6 +18,8 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "engine/grammar_matcher.h"
+#include "engine/sampler.h"
 #include "kv/kv_layout.h"
 #include "model/loaders.h"
 #include "stories_model.h"
@@ -966,6 +968,77 @@ TEST(Engine, ShownControlTokensAppearInTheText) {
   const std::string piece = model.tokenizer->token_to_piece(bos, /*special=*/true);
   ASSERT_FALSE(piece.empty());
   EXPECT_EQ(col.get("shown").text, piece + piece + piece);
+}
+
+// Structured output through the engine, batched: every greedy token is the model's best among those the
+// grammar allows at that point, by the Generator's own logits (teacher forcing, one token at a time) masked
+// by a fresh matcher replaying the text; a finished reply is the schema's JSON; sampled choices forked from
+// one prompt each follow the grammar too.
+TEST(Engine, GrammarConstrainedRepliesAreTheBestAllowedTokens) {
+  const Model& model = stories();
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"},
+          "pet": {"enum": ["cat", "dog"]}}, "required": ["name", "age", "pet"]})");
+  const std::shared_ptr<const Grammar> grammar = json_schema_grammar(schema);
+  std::mt19937 rng(21);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(rng, 5 + 7 * i));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 240;
+  SamplingParams sampled = greedy;
+  sampled.temperature = 1;
+  sampled.seed = 3;
+  sampled.has_seed = true;
+  Engine engine(model, small_options());
+  Collector col;
+  for (int i = 0; i < 4; ++i) {
+    EngineRequest r = col.request(fmt::format("g{}", i), prompts[i], greedy);
+    r.grammar = grammar;
+    engine.add_request(std::move(r));
+  }
+  EngineRequest forked = col.request("s", prompts[1], sampled, 3);
+  forked.grammar = grammar;
+  engine.add_request(std::move(forked));
+  expect_all_blocks_free_or_cached(engine);
+
+  const GrammarTokenTable table(*model.tokenizer);
+  int finished = 0;
+  for (int i = 0; i < 4; ++i) {
+    const ChoiceResult got = col.get(fmt::format("g{}", i));
+    ASSERT_FALSE(got.ids.empty());
+    std::vector<int32_t> ids = prompts[i];
+    ids.insert(ids.end(), got.ids.begin(), got.ids.end());
+    Generator g(model, {});
+    const auto logits = g.teacher_forced_logits(ids, static_cast<int>(prompts[i].size()));
+    GrammarMatcher replay(grammar, table);
+    for (size_t t = 0; t < got.ids.size(); ++t) {
+      // Row 0 follows the whole prompt, row t the prompt and the first t generated tokens.
+      std::vector<float> row = logits[t];
+      replay.mask(row.data(), static_cast<int32_t>(row.size()));
+      ASSERT_EQ(got.ids[t], Sampler::argmax(row.data(), static_cast<int32_t>(row.size())))
+          << "request " << i << " token " << t << " after '" << got.text << "'";
+      ASSERT_TRUE(replay.accept(got.ids[t]));
+    }
+    if (got.finish_reason == "stop") {
+      ++finished;
+      EXPECT_TRUE(replay.done() || replay.can_end());
+      const auto reply = nlohmann::json::parse(got.text);
+      EXPECT_TRUE(reply["name"].is_string() && reply["age"].is_number_integer() && reply["pet"].is_string()) << got.text;
+      EXPECT_LE(reply["name"].get<std::string>().size(), 6u * 4) << got.text;
+    } else {
+      EXPECT_EQ(got.finish_reason, "length");
+    }
+  }
+  EXPECT_GE(finished, 3);
+  for (int k = 0; k < 3; ++k) {
+    const ChoiceResult got = col.get("s", k);
+    GrammarMatcher replay(grammar, table);
+    for (int32_t id : got.ids) ASSERT_TRUE(replay.accept(id)) << "choice " << k;
+    if (got.finish_reason == "stop") {
+      EXPECT_FALSE(nlohmann::json::parse(got.text, nullptr, false).is_discarded()) << got.text;
+    }
+  }
 }
 
 TEST(Engine, DestructorAbortsUnfinishedRequests) {

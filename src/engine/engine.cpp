@@ -10,6 +10,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,6 +20,7 @@
 #include "core/thread_pool.h"
 #include "engine/batch_draft_proposer.h"
 #include "engine/draft_pacing.h"
+#include "engine/grammar_matcher.h"
 #include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
 #include "engine/sampler.h"
@@ -50,6 +52,7 @@ struct Choice {
   StopChecker stops;
   int completion_tokens = 0;
   bool finished = false;
+  std::optional<GrammarMatcher> matcher;  // structured output: where the text stands in its grammar
   DraftPacing pacing;  // speculative decoding
   std::vector<float> draft_q;  // a draft model's distributions of the drafts in flight (k x n_vocab)
   // A draft model's draws come from their own stream (as the Generator's), so the target's sampler sees the
@@ -155,7 +158,18 @@ struct Engine::Impl {
     float* row;
     Sampler* sampler;
     int32_t id;
+    const GrammarMatcher* matcher;
   };
+  // Every vocabulary token's text, for grammar masks: built at the first constrained request.
+  std::unique_ptr<GrammarTokenTable> grammar_table;
+  // Only the tokens the grammar allows next keep their logits; where none can (a grammar the vocabulary
+  // cannot spell), the end of the text.
+  void constrain(const GrammarMatcher& m, float* row) const {
+    if (m.mask(row, n_vocab) == 0) {
+      const int32_t eos = model.tokenizer->eos();
+      if (eos >= 0 && eos < n_vocab) row[eos] = 0.0f;
+    }
+  }
   std::vector<DecodeRow> decode_rows;
   std::thread thread;
 };
@@ -293,6 +307,12 @@ void Engine::Impl::admit(EngineRequest r) {
     auto c = std::make_unique<Choice>(p, *model.tokenizer);
     c->decoder.start_after(r.prompt_ids);
     if (!r.shown_special_tokens.empty()) c->decoder.show_tokens(r.shown_special_tokens);
+    if (r.grammar) {
+      if (!grammar_table) grammar_table = std::make_unique<GrammarTokenTable>(*model.tokenizer);
+      std::vector<std::pair<int32_t, std::string>> shown;
+      for (int32_t id : r.shown_special_tokens) shown.emplace_back(id, model.tokenizer->token_to_piece(id, true));
+      c->matcher.emplace(r.grammar, *grammar_table, shown);
+    }
     c->sampler.set_prompt(r.prompt_ids);
     if (draft) {
       SamplingParams dp = p;
@@ -439,7 +459,7 @@ void Engine::Impl::propose_drafts(const SchedulerOutput& out) {
     SequenceState* s = scheduler->find(c.seq);
     if (choice.finished || s == nullptr || s->num_draft_tokens > 0 || s->num_tokens() - s->num_computed_tokens != 1)
       continue;
-    if (!choice.pacing.may_draft()) continue;
+    if (!choice.pacing.may_draft() || choice.matcher) continue;  // drafts are not checked against a grammar
     int64_t room = std::min<int64_t>(
         {opts.speculative_tokens, a.req.params.max_tokens - choice.completion_tokens, max_model_len - s->num_tokens()});
     if (s->long_rope_after >= 0 && !s->long_rope) room = std::min(room, s->long_rope_after - s->num_tokens());
@@ -485,7 +505,7 @@ void Engine::Impl::sample_decode_rows(const SchedulerOutput& out) {
     auto it = by_seq.find(c.seq);
     if (it == by_seq.end() || !it->second.first->prompt_done) continue;
     Choice& choice = *it->second.first->choices[it->second.second];
-    decode_rows.push_back({c.seq, r, &choice.sampler, -1});
+    decode_rows.push_back({c.seq, r, &choice.sampler, -1, choice.matcher ? &*choice.matcher : nullptr});
   }
   std::exception_ptr error;
   std::mutex error_mu;
@@ -493,6 +513,7 @@ void Engine::Impl::sample_decode_rows(const SchedulerOutput& out) {
     for (int64_t i = begin; i < end; ++i) {
       DecodeRow& d = decode_rows[static_cast<size_t>(i)];
       try {
+        if (d.matcher) constrain(*d.matcher, d.row);
         d.id = d.sampler->sample(d.row, n_vocab);
       } catch (...) {
         const std::lock_guard<std::mutex> lock(error_mu);
@@ -560,7 +581,9 @@ void Engine::Impl::fork_children(ActiveRequest& a) {
 }
 
 void Engine::Impl::sample_choice(ActiveRequest& a, int index, float* row) {
-  emit_token(a, index, a.choices[index]->sampler.sample(row, n_vocab));
+  Choice& c = *a.choices[index];
+  if (c.matcher) constrain(*c.matcher, row);
+  emit_token(a, index, c.sampler.sample(row, n_vocab));
 }
 
 // Appends a drawn token to its choice's sequence and reports it (and the end of the choice, if it is).
@@ -590,6 +613,8 @@ void Engine::Impl::emit_token(ActiveRequest& a, int index, int32_t id) {
   } else {
     ev.text = c.stops.push(c.decoder.feed(id));
     if (c.stops.stopped()) reason = "stop";
+    // A constrained text ends where its grammar does (the mask let through only a token it takes).
+    if (c.matcher && (!c.matcher->accept(id) || c.matcher->done())) reason = "stop";
   }
   if (reason.empty() && (c.completion_tokens >= params.max_tokens || s.num_tokens() >= max_model_len))
     reason = "length";

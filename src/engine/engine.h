@@ -14,6 +14,7 @@
 #include "engine/heavy_hitter_eviction.h"
 #include "engine/streaming_eviction.h"
 #include "engine/ngram_proposer.h"
+#include "engine/json_grammar.h"
 #include "engine/sampling_params.h"
 #include "kv/kv_layer_dtypes.h"
 #include "kv/kv_layout.h"
@@ -99,6 +100,9 @@ struct EngineRequest {
   std::string cache_salt;  // prefix-cache isolation key (tenant)
   // Control tokens whose text the output shows (tool-call markers a parser reads; StreamDecoder::show_tokens).
   std::vector<int32_t> shown_special_tokens;
+  // Structured output: each choice's text follows this grammar (json_grammar.h); the choice ends ("stop")
+  // when nothing more can follow. Null: free text.
+  std::shared_ptr<const Grammar> grammar;
   // Called on the engine thread; must be quick and must not call back into the engine.
   std::function<void(const RequestEvent&)> on_event;
 };
