@@ -6,10 +6,6 @@
 // the tokens a full check of each token allows.
 #define VALIJSON_USE_EXCEPTIONS 1
 #include <gtest/gtest.h>
-#include <valijson/adapters/nlohmann_json_adapter.hpp>
-#include <valijson/schema.hpp>
-#include <valijson/schema_parser.hpp>
-#include <valijson/validator.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +13,10 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validator.hpp>
 #include <vector>
 
 #include "core/error.h"
@@ -24,6 +24,7 @@
 #include "engine/json_grammar.h"
 #include "model/loaders.h"
 #include "model/tokenizer.h"
+#include "server/tool_call_parser.h"
 
 namespace kvserve {
 namespace {
@@ -238,6 +239,78 @@ TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
   }
   EXPECT_GE(complete, 24);
   EXPECT_GE(checked_masks, 4);
+}
+
+// tool_choice "required" or a named function: the grammar of one call in each format the server parses.
+// Random replies it allows read back, through the format's own parser, as exactly one call of a given tool
+// with arguments valid for that tool's schema (valijson); other texts are refused.
+TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+      "city": {"type": "string", "maxLength": 10}, "days": {"type": "integer"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+      "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}])");
+  struct Format {
+    server::ToolCallFormat format;
+    std::string chat_template;  // Mistral: [ARGS] in the template picks NAME[ARGS]{...}
+    std::string good, bad;
+  };
+  const std::vector<Format> formats = {
+      {server::ToolCallFormat::Hermes, "",
+       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_date\", \"arguments\": {}}\n</tool_call>"},
+      {server::ToolCallFormat::Llama3Json, "",
+       "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 2}}",
+       "{\"name\": \"get_weather\", \"parameters\": {\"days\": 2}}"},
+      {server::ToolCallFormat::Mistral, "[TOOL_CALLS]x[ARGS]", "[TOOL_CALLS]get_time[ARGS]{\"zone\": \"UTC\"}",
+       "[TOOL_CALLS]get_time[ARGS]{\"zone\": \"PST\"}"},
+      {server::ToolCallFormat::Mistral, "[TOOL_CALLS]",
+       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
+       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {}]"},
+  };
+  const GrammarTokenTable& table = gpt2_table();
+  std::mt19937 rng(9);
+  for (const Format& f : formats) {
+    const auto g = server::forced_tool_call_grammar(f.format, tools, f.chat_template);
+    const std::string name(server::tool_call_format_name(f.format));
+    EXPECT_TRUE(accepts(g, f.good)) << name;
+    EXPECT_FALSE(accepts(g, f.bad)) << name;
+    const auto good = server::parse_tool_calls(f.format, tools, f.good);
+    ASSERT_EQ(good.calls.size(), 1u) << name;
+    int complete = 0;
+    for (int walk = 0; walk < 6; ++walk) {
+      GrammarMatcher m(g, table);
+      std::string out;
+      std::vector<float> logits(static_cast<size_t>(table.size()));
+      for (int step = 0; step < 300 && !m.done(); ++step) {
+        std::fill(logits.begin(), logits.end(), 0.0f);
+        ASSERT_GT(m.mask(logits.data(), table.size()), 0) << name << " after " << out;
+        std::vector<int32_t> ids, closing;
+        for (int32_t id = 0; id < table.size(); ++id) {
+          if (std::isinf(logits[static_cast<size_t>(id)]) || table.end_of_generation(id)) continue;
+          ids.push_back(id);
+          if (table.bytes(id).find_first_of("\"]}>") != std::string::npos) closing.push_back(id);
+        }
+        ASSERT_FALSE(ids.empty());
+        const std::vector<int32_t>& pool = step > 40 && !closing.empty() ? closing : ids;
+        const int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+        ASSERT_TRUE(m.accept(id));
+        out += table.bytes(id);
+      }
+      if (!m.done()) continue;
+      ++complete;
+      const auto parsed = server::parse_tool_calls(f.format, tools, out);
+      ASSERT_EQ(parsed.calls.size(), 1u) << name << ": " << json(out).dump();
+      EXPECT_TRUE(parsed.content.empty()) << name << ": " << json(out).dump();
+      const json& tool = parsed.calls[0].name == "get_weather" ? tools[0] : tools[1];
+      EXPECT_EQ(tool["function"]["name"], parsed.calls[0].name);
+      EXPECT_TRUE(valid_by_valijson(tool["function"]["parameters"], parsed.calls[0].arguments))
+          << name << ": " << parsed.calls[0].arguments;
+    }
+    EXPECT_GE(complete, 4) << name;
+  }
+  EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::Qwen3Coder, tools, ""), Error);
+  EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::None, tools, ""), Error);
 }
 
 }  // namespace

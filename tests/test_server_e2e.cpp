@@ -164,8 +164,9 @@ TEST(ServerE2E, OpenAiSdkAgainstLiveServer) {
   // A KV budget of 1 MiB (f16, serve's default) is ~1k tokens for tiny-gqa: 32 concurrent requests of up to ~350 tokens
   // must preempt. KVSERVE_E2E_KV overrides it for other models.
   const char* kv = std::getenv("KVSERVE_E2E_KV");
+  // --tool-call-parser hermes: the tiny model's template writes no tool calls; the forced-call test needs a format.
   ServerProcess server({"--api-key", "e2e-key", "--served-model-name", "tiny-e2e", "--kv-cache-memory",
-                        kv && *kv ? kv : "1M", "--max-num-seqs", "32", "-t", "2"});
+                        kv && *kv ? kv : "1M", "--max-num-seqs", "32", "-t", "2", "--tool-call-parser", "hermes"});
   ASSERT_TRUE(server.started());
   const int port = server.wait_for_port(120s);
   ASSERT_GT(port, 0) << "server did not start:\n" << server.log();

@@ -319,6 +319,24 @@ TEST(ServerHttp, ChatToolCalls) {
   auto allowed = auto_server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "none"})", "application/json");
   ASSERT_TRUE(allowed);
   EXPECT_EQ(allowed->status, 200) << allowed->body;
+  // tool_choice naming a function (or "required"): the engine gets the grammar of one such call; a format
+  // whose calls are not JSON cannot force one.
+  auto named = cli.Post("/v1/chat/completions",
+                        ask + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})",
+                        "application/json");
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->status, 200) << named->body;
+  EXPECT_NE(engine.added().back().grammar, nullptr);
+  EXPECT_EQ(json::parse(named->body)["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(engine.added()[0].grammar, nullptr);
+  FakeEngine coder(std::chrono::milliseconds(1), 4096);
+  ServerOptions coder_opts;
+  coder_opts.tool_call_parser = "qwen3_coder";
+  LiveServer coder_server(coder, coder_opts);
+  expect_error(
+      coder_server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "required"})", "application/json"),
+      400, "tool_choice");
+
   // With the reasoning split on, a call inside <think> is reasoning; the one after it is a call.
   FakeEngine thinking(std::chrono::milliseconds(1), 4096);
   thinking.set_script("<think>maybe " + call + "</think>\n\n" + call);

@@ -234,19 +234,41 @@ TEST(ServerParse, LogitBiasMapsTokenIdsToBiases) {
   EXPECT_EQ(api_rejection([&] { build_prompt(outside, engine); }), std::make_pair(400, std::string("logit_bias")));
 }
 
-TEST(ServerParse, StructuredOutputIs400InsteadOfIgnored) {
+// response_format: text, json_object and json_schema become the request's grammar (chat and completions);
+// what the grammar cannot enforce, or a shape that is not OpenAI's, is a 400 naming response_format.
+TEST(ServerParse, ResponseFormat) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
-  EXPECT_NO_THROW(parse_chat("{" + msgs + R"(, "response_format": {"type": "text"}, "tools": []})"));
-  EXPECT_NO_THROW(parse_chat("{" + msgs + R"(, "response_format": null, "tools": null})"));
+  EXPECT_EQ(parse_chat("{" + msgs + R"(, "response_format": {"type": "text"}, "tools": []})").grammar, nullptr);
+  EXPECT_EQ(parse_chat("{" + msgs + R"(, "response_format": null, "tools": null})").grammar, nullptr);
+  EXPECT_NE(parse_chat("{" + msgs + R"(, "response_format": {"type": "json_object"}})").grammar, nullptr);
+  EXPECT_NE(
+      parse_chat(
+          "{" + msgs +
+          R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})")
+          .grammar,
+      nullptr);
+  EXPECT_NE(parse_api_request(Endpoint::Completions, R"({"prompt": "x", "response_format": {"type": "json_object"}})")
+                .grammar,
+            nullptr);
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {R"("response_format": {"type": "json_object"})", "response_format"},
-      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})", "response_format"},
+      {R"("response_format": {"type": "json"})", "response_format"},
       {R"("response_format": "json")", "response_format"},
+      {R"("response_format": {"type": "json_schema"})", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}})",
+       "response_format"},
       {R"("functions": [{"name": "f"}])", "functions"},
   };
   for (const auto& [extra, param] : refused) {
     SCOPED_TRACE(extra);
     EXPECT_EQ(rejection(Endpoint::ChatCompletions, "{" + msgs + ", " + extra + "}"), std::make_pair(400, param));
+  }
+  try {
+    parse_chat(
+        "{" + msgs +
+        R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 0}}}})");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("minimum"), std::string::npos) << e.what();
   }
 }
 
@@ -264,6 +286,12 @@ TEST(ServerParse, ToolsAndToolChoice) {
   EXPECT_TRUE(r.tools.is_array());
   EXPECT_FALSE(r.parallel_tool_calls);
   EXPECT_TRUE(parse_chat("{" + msgs + R"(, "tools": [)" + tool + R"(], "tool_choice": "auto"})").calls_tools());
+  r = parse_chat("{" + msgs + R"(, "tools": [)" + tool + R"(], "tool_choice": "required"})");
+  EXPECT_TRUE(r.tool_required && r.calls_tools());
+  r = parse_chat("{" + msgs + R"(, "tools": [)" + tool +
+                 R"(], "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  EXPECT_EQ(r.forced_tool, "f");
+  EXPECT_TRUE(r.calls_tools());
   EXPECT_FALSE(parse_chat("{" + msgs + R"(, "tools": []})").calls_tools());
 
   const std::vector<std::pair<std::string, std::string>> refused = {
@@ -274,8 +302,11 @@ TEST(ServerParse, ToolsAndToolChoice) {
       {R"("tools": [{"type": "function", "function": {"name": ""}}])", "tools"},
       {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])", "tools"},
       {R"("tools": [{"type": "function", "function": {"name": "f", "description": 3}}])", "tools"},
-      {R"("tool_choice": "required", "tools": [)" + tool + "]", "tool_choice"},
-      {R"("tool_choice": {"type": "function", "function": {"name": "f"}}, "tools": [)" + tool + "]", "tool_choice"},
+      {R"("tool_choice": "required")", "tool_choice"},
+      {R"("tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [)" + tool + "]", "tool_choice"},
+      {R"("tool_choice": {"type": "function"}, "tools": [)" + tool + "]", "tool_choice"},
+      {R"("tool_choice": "required", "tools": [)" + tool + R"(], "response_format": {"type": "json_object"})",
+       "response_format"},
       {R"("tool_choice": "sometimes")", "tool_choice"},
       {R"("tool_choice": 1)", "tool_choice"},
       {R"("parallel_tool_calls": "yes")", "parallel_tool_calls"},

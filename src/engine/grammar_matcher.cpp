@@ -25,11 +25,34 @@ constexpr int32_t kFreeKey = -2;
 
 // Frame states.
 enum : uint8_t {
-  kObjOpen, kObjKey, kObjFreeKey, kObjColon, kObjValue, kObjValueRunning, kObjAfter, kObjComma,  // object
-  kArrOpen, kArrRunning, kArrAfter, kArrComma,                                                     // array
-  kStrChars, kStrEscape, kStrHex,                                                                  // string
-  kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp,          // number
-  kLiteral, kSeq, kSeqRunning,
+  kObjOpen,
+  kObjKey,
+  kObjFreeKey,
+  kObjColon,
+  kObjValue,
+  kObjValueRunning,
+  kObjAfter,
+  kObjComma,  // object
+  kArrOpen,
+  kArrRunning,
+  kArrAfter,
+  kArrComma,  // array
+  kStrChars,
+  kStrEscape,
+  kStrHex,  // string
+  kNumStart,
+  kNumMinus,
+  kNumZero,
+  kNumInt,
+  kNumDot,
+  kNumFrac,
+  kNumE,
+  kNumESign,
+  kNumExp,  // number
+  kLiteral,
+  kSeq,
+  kSeqRunning,
+  kBranch,
 };
 
 enum class Step { Consumed, Done, Retry, Reject };  // Done: consumed and complete; Retry: complete, c is the parent's
@@ -140,6 +163,12 @@ class Walker {
       case Kind::Sequence:
         f.state = kSeq;
         break;
+      case Kind::Branches: {
+        const size_t n = g_.nodes[static_cast<size_t>(node)].literals.size();
+        f.state = kBranch;
+        f.set = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+        break;
+      }
       case Kind::Union:
         return Step::Reject;
     }
@@ -430,6 +459,28 @@ class Walker {
     return longer ? Step::Consumed : Step::Done;
   }
 
+  // A head's text; once one head is whole (none starts another), the frame becomes that head's Sequence.
+  Step branch(Frame& f, int c) {
+    const GrammarNode& n = node_of(f);
+    if (c == kEnd) return Step::Reject;
+    uint64_t keep = 0;
+    for (size_t k = 0; k < n.literals.size() && k < 64; ++k)
+      if ((f.set >> k & 1) && f.pos < n.literals[k].size() && static_cast<unsigned char>(n.literals[k][f.pos]) == c)
+        keep |= uint64_t{1} << k;
+    if (keep == 0) return Step::Reject;
+    f.set = keep;
+    ++f.pos;
+    for (size_t k = 0; k < n.literals.size() && k < 64; ++k)
+      if ((keep >> k & 1) && n.literals[k].size() == f.pos) {
+        Frame rest;
+        rest.node = n.alternatives[k];
+        rest.state = kSeq;
+        f = rest;
+        break;
+      }
+    return Step::Consumed;
+  }
+
   Step sequence(Frame& f, int c) {
     const GrammarNode& n = node_of(f);
     if (f.state != kSeq || static_cast<size_t>(f.next) >= n.parts.size()) return Step::Reject;
@@ -461,6 +512,8 @@ class Walker {
         return literal(f, c);
       case Kind::Sequence:
         return sequence(f, c);
+      case Kind::Branches:
+        return branch(f, c);
       case Kind::Union:
         break;
     }

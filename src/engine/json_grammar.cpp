@@ -28,7 +28,12 @@ std::string json_text(const json& v) { return v.dump(-1, ' ', false, json::error
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root) {}
+  explicit SchemaCompiler(const json& root) : root_(&root) {}
+  // Schemas after the first resolve their $refs against themselves.
+  void set_root(const json& root) {
+    root_ = &root;
+    refs_.clear();
+  }
 
   Grammar take(int root) {
     grammar_.root = root;
@@ -145,14 +150,14 @@ class SchemaCompiler {
     if (auto it = refs_.find(path); it != refs_.end()) return it->second;
     const json* target = nullptr;
     if (path == "#") {
-      target = &root_;
+      target = root_;
     } else {
       for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
         const std::string p(prefix);
         if (path.compare(0, p.size(), p) != 0) continue;
         const std::string section = p.substr(2, p.size() - 3), name = path.substr(p.size());
-        if (root_.contains(section) && root_[section].is_object() && root_[section].contains(name))
-          target = &root_[section][name];
+        if (root_->contains(section) && (*root_)[section].is_object() && (*root_)[section].contains(name))
+          target = &(*root_)[section][name];
       }
     }
     if (target == nullptr) fail("'$ref' '{}' does not name a schema in #/$defs or #/definitions", path);
@@ -251,6 +256,7 @@ class SchemaCompiler {
         for (char c = '0'; c <= '9'; ++c) out.set(static_cast<unsigned char>(c));
         break;
       case GrammarNode::Kind::Literals:
+      case GrammarNode::Kind::Branches:
         for (const std::string& l : n.literals)
           if (!l.empty()) out.set(static_cast<unsigned char>(l[0]));
         break;
@@ -286,7 +292,7 @@ class SchemaCompiler {
     }
   }
 
-  const json& root_;
+  const json* root_;
   Grammar grammar_;
   std::map<std::string, int> refs_;
   int any_ = -1;
@@ -309,21 +315,30 @@ std::shared_ptr<const Grammar> json_schema_grammar(const json& schema) {
   return std::make_shared<const Grammar>(c.take(root));
 }
 
-std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::string& name_key,
-                                                 const std::string& name, const std::string& args_key,
-                                                 const json& parameters, const std::string& suffix) {
-  SchemaCompiler c(parameters);
-  const int args = parameters.is_null() ? c.any_object() : c.compile(parameters);
-  GrammarNode call;
-  call.kind = GrammarNode::Kind::Object;
-  const std::string name_text = json_text(json(name_key)), args_text = json_text(json(args_key));
-  call.properties.push_back({name_text.substr(1, name_text.size() - 2), c.literals({json_text(json(name))}), true});
-  call.properties.push_back({args_text.substr(1, args_text.size() - 2), args, true});
-  const int call_node = c.add(std::move(call));
+std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,
+                                                 const std::string& suffix) {
+  if (calls.empty()) fail("a tool call grammar needs a tool");
+  if (calls.size() > kMaxGrammarLiterals) fail("at most {} tools can be required at once", kMaxGrammarLiterals);
+  SchemaCompiler c{json()};
+  GrammarNode branches;
+  branches.kind = GrammarNode::Kind::Branches;
+  for (const ToolCallShape& call : calls) {
+    if (call.head.empty()) fail("a tool call's head is empty");
+    for (const std::string& other : branches.literals)
+      if (other.compare(0, call.head.size(), call.head) == 0 || call.head.compare(0, other.size(), other) == 0)
+        fail("the tool calls '{}' and '{}' start alike", other, call.head);
+    c.set_root(call.parameters);
+    GrammarNode rest;
+    rest.kind = GrammarNode::Kind::Sequence;
+    rest.parts.push_back({"", call.parameters.is_null() ? c.any_object() : c.compile(call.parameters)});
+    if (!call.tail.empty()) rest.parts.push_back({call.tail, -1});
+    branches.literals.push_back(call.head);
+    branches.alternatives.push_back(c.add(std::move(rest)));
+  }
   GrammarNode seq;
   seq.kind = GrammarNode::Kind::Sequence;
   if (!prefix.empty()) seq.parts.push_back({prefix, -1});
-  seq.parts.push_back({"", call_node});
+  seq.parts.push_back({"", c.add(std::move(branches))});
   if (!suffix.empty()) seq.parts.push_back({suffix, -1});
   const int root = c.add(std::move(seq));
   return std::make_shared<const Grammar>(c.take(root));

@@ -19,7 +19,7 @@
 namespace kvserve {
 
 struct GrammarNode {
-  enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union, Sequence };
+  enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union, Sequence, Branches };
   Kind kind = Kind::Literals;
 
   // Object with properties: each key (its JSON text without the quotes) and its value's node, in order.
@@ -35,8 +35,10 @@ struct GrammarNode {
   int items = -1;  // Array
   uint32_t min_items = 0, max_items = UINT32_MAX;
 
-  std::vector<std::string> literals;  // Literals: the exact JSON texts allowed (true, null, "red", 3, ...)
-  std::vector<int> alternatives;      // Union: branches, told apart by their first byte
+  // Literals: the exact JSON texts allowed (true, null, "red", 3, ...). Branches: fixed texts none of which
+  // starts another, each followed by its own Sequence (alternatives[k] after literals[k]).
+  std::vector<std::string> literals;
+  std::vector<int> alternatives;  // Union: branches, told apart by their first byte; Branches: as above
 
   // Sequence: fixed text (node -1) and values in turn.
   struct Part {
@@ -61,11 +63,16 @@ inline constexpr size_t kMaxGrammarLiterals = 64;
 std::shared_ptr<const Grammar> json_object_grammar();
 // JSON valid against `schema`. Throws Error naming the keyword or construct it cannot enforce.
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
-// `prefix`, a JSON object {"<name_key>": "<name>", "<args_key>": <parameters>}, then `suffix`: one tool call
-// as a model writes it (hermes: "<tool_call>\n" ... "\n</tool_call>", {"name", "arguments"}). `parameters`:
-// the function's parameter schema (null: any object). Throws Error as json_schema_grammar.
-std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::string& name_key,
-                                                 const std::string& name, const std::string& args_key,
-                                                 const nlohmann::ordered_json& parameters, const std::string& suffix);
+// One call of one of several tools as a model writes it: `prefix`, then one tool's `head` (which names it),
+// its arguments as JSON valid for its `parameters` schema (null: any object), its `tail`, then `suffix`.
+// Hermes: "<tool_call>\n" + "{\"name\": \"f\", \"arguments\": " + {...} + "}" + "\n</tool_call>".
+// Throws Error as json_schema_grammar, and when one head starts another.
+struct ToolCallShape {
+  std::string head;
+  nlohmann::ordered_json parameters;
+  std::string tail;
+};
+std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,
+                                                 const std::string& suffix);
 
 }  // namespace kvserve

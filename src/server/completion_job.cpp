@@ -87,6 +87,7 @@ void CompletionJob::start() {
   er.n = req_.n;
   er.cache_salt = cache_salt_;
   er.shown_special_tokens = req_.shown_special_tokens;
+  er.grammar = req_.grammar;
   // The engine thread only queues the event; all formatting happens on the HTTP worker.
   er.on_event = [inbox = inbox_](const RequestEvent& ev) {
     {

@@ -216,6 +216,16 @@ struct HttpServer::Impl {
               "tools");
         api.tool_format = tool_format;
         api.shown_special_tokens = tool_marker_tokens;
+        if (api.tool_required || !api.forced_tool.empty()) {
+          nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+          for (const auto& tool : api.tools)
+            if (api.tool_required || tool["function"]["name"] == api.forced_tool) tools.push_back(tool);
+          try {
+            api.grammar = forced_tool_call_grammar(tool_format, tools, backend.chat_template());
+          } catch (const Error& e) {
+            throw bad_request(e.what(), "tool_choice");
+          }
+        }
       }
       std::vector<int32_t> prompt = build_prompt(api, backend);
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);

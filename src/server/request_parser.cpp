@@ -206,30 +206,57 @@ void parse_tools(const json& body, ApiRequest& req) {
     if (!v->empty()) req.tools = *v;
   }
   if (const json* v = field(body, "tool_choice")) {
-    const std::string choice = v->is_string() ? v->get<std::string>() : v->is_object() ? "a named function" : "";
-    if (choice == "none") {
+    if (v->is_object()) {
+      const json* fn = field(*v, "function");
+      const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+      if (!name || !name->is_string())
+        throw bad_request("a 'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                          "tool_choice");
+      req.forced_tool = name->get<std::string>();
+      bool known = false;
+      if (req.tools.is_array())
+        for (const json& tool : req.tools) known = known || tool["function"]["name"] == req.forced_tool;
+      if (!known)
+        throw bad_request(fmt::format("'tool_choice' names '{}', which is not among the tools", req.forced_tool),
+                          "tool_choice");
+    } else if (!v->is_string()) {
+      throw bad_request("'tool_choice' must be 'none', 'auto', 'required' or a function", "tool_choice");
+    } else if (*v == "none") {
       req.tool_choice_none = true;
-    } else if (choice == "required" || choice == "a named function") {
-      throw bad_request(fmt::format("'tool_choice' {} is not supported (it needs constrained decoding); use 'auto'",
-                                    choice == "required" ? "'required'" : choice),
-                        "tool_choice");
-    } else if (choice != "auto") {
-      throw bad_request("'tool_choice' must be 'none' or 'auto'", "tool_choice");
+    } else if (*v == "required") {
+      if (!req.tools.is_array()) throw bad_request("'tool_choice' 'required' needs 'tools'", "tool_choice");
+      req.tool_required = true;
+    } else if (*v != "auto") {
+      throw bad_request("'tool_choice' must be 'none', 'auto', 'required' or a function", "tool_choice");
     }
   }
   if (const json* v = field(body, "parallel_tool_calls")) req.parallel_tool_calls = bool_field(*v, "parallel_tool_calls");
 }
 
-// Features a client relies on for the shape of the answer: ignoring them would return plain text the
-// client then fails to parse, so they are 400s. The plain-text format is fine.
-void reject_unsupported_chat_features(const json& body) {
-  if (const json* v = field(body, "response_format")) {
-    if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
-      throw bad_request("'response_format' must be an object with a string 'type'", "response_format");
-    const std::string type = (*v)["type"].get<std::string>();
-    if (type != "text")
-      throw bad_request(fmt::format("'response_format' of type '{}' is not supported (only 'text')", type),
-                        "response_format");
+// response_format: "text"; "json_object" (a JSON object); "json_schema" with {"json_schema": {"schema": ...}}
+// (JSON valid for the schema). A schema the grammar cannot enforce is a 400 naming what it cannot.
+void parse_response_format(const json& body, ApiRequest& req) {
+  const json* v = field(body, "response_format");
+  if (!v) return;
+  if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
+    throw bad_request("'response_format' must be an object with a string 'type'", "response_format");
+  const std::string type = (*v)["type"].get<std::string>();
+  if (type == "text") return;
+  if (type == "json_object") {
+    req.grammar = json_object_grammar();
+    return;
+  }
+  if (type != "json_schema")
+    throw bad_request(fmt::format("unknown 'response_format' type '{}' (text, json_object, json_schema)", type),
+                      "response_format");
+  const json* spec = field(*v, "json_schema");
+  if (!spec || !spec->is_object())
+    throw bad_request("'response_format' json_schema needs a 'json_schema' object", "response_format");
+  const json* schema = field(*spec, "schema");
+  try {
+    req.grammar = json_schema_grammar(schema ? *schema : json(true));
+  } catch (const Error& e) {
+    throw bad_request(fmt::format("'response_format': {}", e.what()), "response_format");
   }
 }
 
@@ -351,9 +378,11 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
       throw bad_request("'suffix' (text after the completion) is not supported", "suffix");
   } else {
     parse_messages(body, req);
-    reject_unsupported_chat_features(body);
     parse_tools(body, req);
   }
+  parse_response_format(body, req);
+  if (req.grammar && (req.tool_required || !req.forced_tool.empty()))
+    throw bad_request("give 'response_format' or a 'tool_choice' that forces a call, not both", "response_format");
   parse_sampling(body, req);
   parse_logprobs(body, req);
   if (const json* v = field(body, "n")) req.n = static_cast<int>(integer_field(*v, "n", 1, kMaxChoices));

@@ -51,6 +51,13 @@ struct ApiRequest {
   bool parallel_tool_calls = true;
   ToolCallFormat tool_format = ToolCallFormat::None;
   std::vector<int32_t> shown_special_tokens;
+  // tool_choice "required", or the function it names: the reply is one such call (the server builds its
+  // grammar once it knows the format).
+  bool tool_required = false;
+  std::string forced_tool;
+
+  // Structured output: response_format json_object / json_schema, or a forced tool call. Null: free text.
+  std::shared_ptr<const Grammar> grammar;
   bool calls_tools() const { return tools.is_array() && !tools.empty() && !tool_choice_none; }
 };
 

@@ -1,5 +1,7 @@
 #include "server/response_format.h"
 
+#include <cmath>
+
 namespace kvserve::server {
 
 namespace {
@@ -18,6 +20,9 @@ json bytes_json(const std::string& s) {
   for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
   return bytes;
 }
+
+// A token a grammar masked has logprob -inf, which JSON cannot carry: -9999, as vLLM reports it.
+double finite_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
 
 json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
@@ -44,11 +49,12 @@ json completion_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, c
   for (const TokenInfo& t : tokens) {
     const std::string piece = text(t.id);
     toks.push_back(piece);
-    lps.push_back(t.logprob);
+    lps.push_back(finite_logprob(t.logprob));
     offsets.push_back(text_offset);
     text_offset += piece.size();
     json top = json::object();
-    for (int i = 0; i < top_n && i < static_cast<int>(t.top.size()); ++i) top[text(t.top[i].first)] = t.top[i].second;
+    for (int i = 0; i < top_n && i < static_cast<int>(t.top.size()); ++i)
+      top[text(t.top[i].first)] = finite_logprob(t.top[i].second);
     tops.push_back(top_n > 0 ? top : json(nullptr));
   }
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
@@ -61,9 +67,12 @@ json chat_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, const T
     json top = json::array();
     for (int i = 0; i < top_n && i < static_cast<int>(t.top.size()); ++i) {
       const std::string alt = text(t.top[i].first);
-      top.push_back({{"token", alt}, {"logprob", t.top[i].second}, {"bytes", bytes_json(alt)}});
+      top.push_back({{"token", alt}, {"logprob", finite_logprob(t.top[i].second)}, {"bytes", bytes_json(alt)}});
     }
-    content.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_json(piece)}, {"top_logprobs", top}});
+    content.push_back({{"token", piece},
+                       {"logprob", finite_logprob(t.logprob)},
+                       {"bytes", bytes_json(piece)},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}, {"refusal", nullptr}};
 }

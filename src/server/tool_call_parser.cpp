@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "core/error.h"
+
 namespace kvserve::server {
 
 using json = nlohmann::ordered_json;
@@ -456,6 +458,45 @@ ToolCallPiece ToolCallParser::finish() {
   block_.clear();
   state_ = State::Text;
   return out;
+}
+
+std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, const json& tools,
+                                                        std::string_view chat_template) {
+  std::string prefix, suffix, name_key = "name", args_key, tail = "}";
+  bool mistral_args = false;
+  switch (format) {
+    case ToolCallFormat::Hermes:
+      prefix = std::string(kBlockOpen) + "\n";
+      suffix = "\n" + std::string(kBlockClose);
+      args_key = "arguments";
+      break;
+    case ToolCallFormat::Llama3Json:
+      args_key = "parameters";
+      break;
+    case ToolCallFormat::Mistral:
+      mistral_args = chat_template.find(kMistralArgs) != std::string_view::npos;
+      prefix = std::string(kMistralOpen) + (mistral_args ? "" : "[");
+      suffix = mistral_args ? "" : "]";
+      args_key = "arguments";
+      if (mistral_args) tail.clear();
+      break;
+    default:
+      fail("tool_choice 'required' or a named function is not supported for the {} tool-call format",
+           tool_call_format_name(format));
+  }
+  std::vector<ToolCallShape> shapes;
+  for (const json& tool : tools) {
+    const json& fn = tool.at("function");
+    const std::string name = fn.at("name").get<std::string>();
+    ToolCallShape shape;
+    shape.head = mistral_args
+                     ? name + std::string(kMistralArgs)
+                     : "{" + json(name_key).dump() + ": " + json(name).dump() + ", " + json(args_key).dump() + ": ";
+    shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
+    shape.tail = tail;
+    shapes.push_back(std::move(shape));
+  }
+  return tool_call_grammar(prefix, shapes, suffix);
 }
 
 ToolCallPiece parse_tool_calls(ToolCallFormat format, const json& tools, std::string_view text) {

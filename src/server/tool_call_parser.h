@@ -16,11 +16,14 @@
 // the reply has calls, stretches of outside text that are only whitespace (the newlines between calls) are
 // dropped. Fed piece by piece for a stream, the parser holds back only what may still become a call, and
 // what it gives out over a stream is exactly what parse_tool_calls gives for the whole text.
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/json_grammar.h"
 
 namespace kvserve::server {
 
@@ -77,6 +80,14 @@ class ToolCallParser {
   std::string block_;            // the current block's or section's text
   int calls_ = 0;
 };
+
+// The grammar of one call, in `format`, of one of `tools` (tool_choice "required", or a function it names:
+// then `tools` holds only that one): the reply is that call and nothing else. `chat_template` tells Mistral's
+// two ways apart (NAME[ARGS]{...} where the template writes [ARGS], else the JSON list). Throws Error for the
+// XML formats (qwen3_coder, glm45), whose calls are not JSON, for none, and for a tool's schema the grammar
+// cannot enforce.
+std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, const nlohmann::ordered_json& tools,
+                                                        std::string_view chat_template);
 
 // The whole reply at once.
 ToolCallPiece parse_tool_calls(ToolCallFormat format, const nlohmann::ordered_json& tools, std::string_view text);

@@ -167,6 +167,82 @@ def test_chat_non_streaming_and_streaming(client):
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
 
 
+FORECAST = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}, "metric": {"type": "boolean"}},
+    "required": ["city", "days"],
+}
+
+
+def check_forecast(value):
+    """`value` is valid for FORECAST (written out: no jsonschema package needed)."""
+    assert isinstance(value, dict)
+    assert set(value) <= {"city", "days", "metric"} and {"city", "days"} <= set(value)
+    assert isinstance(value["city"], str) and len(value["city"]) <= 8
+    assert isinstance(value["days"], int) and not isinstance(value["days"], bool)
+    assert isinstance(value.get("metric", True), bool)
+
+
+def test_structured_output(client):
+    """response_format json_schema and json_object: a random model's reply is still the schema's JSON."""
+    messages = [{"role": "user", "content": "The forecast, as JSON."}]
+    for stream in (False, True):
+        args = dict(model=MODEL, messages=messages, max_tokens=400, temperature=0,
+                    response_format={"type": "json_schema", "json_schema": {"name": "forecast", "schema": FORECAST}})
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **args))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+            assert finish == ["stop"]
+        else:
+            r = client.chat.completions.create(**args)
+            assert r.choices[0].finish_reason == "stop"
+            text = r.choices[0].message.content
+        check_forecast(json.loads(text))
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=60, temperature=0.8, seed=1,
+                                       response_format={"type": "json_object"})
+    text = r.choices[0].message.content
+    assert text.startswith("{")
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    # A schema the grammar cannot enforce is a 400 naming the keyword.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=5, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}})
+    assert "pattern" in str(e.value)
+
+
+def test_forced_tool_call(client):
+    """tool_choice naming a function: the reply is that call (hermes format), as the SDK parses tool calls."""
+    tools = [{"type": "function", "function": {"name": "get_forecast", "parameters": FORECAST}},
+             {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "Weather in Oslo?"}]
+    args = dict(model=MODEL, messages=messages, max_tokens=400, temperature=0, tools=tools,
+                tool_choice={"type": "function", "function": {"name": "get_forecast"}})
+    r = client.chat.completions.create(**args)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_forecast" and call.id.startswith("call_")
+    check_forecast(json.loads(call.function.arguments))
+
+    chunks = list(client.chat.completions.create(stream=True, **args))
+    deltas = [tc for c in chunks if c.choices and c.choices[0].delta.tool_calls for tc in c.choices[0].delta.tool_calls]
+    assert [d.index for d in deltas] == [0]
+    assert deltas[0].function.name == "get_forecast"
+    assert json.loads(deltas[0].function.arguments) == json.loads(call.function.arguments)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+    # The call and its result go back in the conversation; "required" picks among the tools.
+    follow = messages + [choice.message.model_dump(exclude_none=True),
+                         {"role": "tool", "tool_call_id": call.id, "content": "{\"temp\": 3}"}]
+    r = client.chat.completions.create(model=MODEL, messages=follow, max_tokens=400, temperature=0, tools=tools,
+                                       tool_choice="required")
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert r.choices[0].message.tool_calls[0].function.name in ("get_forecast", "get_time")
+
+
 def test_n_two(client):
     r = client.completions.create(model=MODEL, prompt="Lily and Ben", max_tokens=8, temperature=0.9, seed=3, n=2,
                                   extra_body={"ignore_eos": True})
