@@ -1,11 +1,11 @@
 #include "engine/grammar_matcher.h"
 
+#include <algorithm>
 #include <bitset>
 #include <cmath>
 #include <limits>
 
 #include "core/error.h"
-#include "model/unicode.h"
 
 namespace kvserve {
 
@@ -66,19 +66,24 @@ bool is_hex(int c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' &
 class Overlay {
  public:
   explicit Overlay(const std::vector<Frame>& base) : base_(base.data()), base_n_(base.size()) {}
+  // Copies only the frames in use: a trie walk copies the view once per node it visits.
+  Overlay(const Overlay& o) : base_(o.base_), base_n_(o.base_n_), local_n_(o.local_n_) {
+    for (size_t i = 0; i < local_n_; ++i) local_[i].f = o.local_[i].f;
+  }
+  Overlay& operator=(const Overlay&) = delete;
   bool empty() const { return local_n_ == 0 && base_n_ == 0; }
   size_t depth() const { return base_n_ + local_n_; }
   Frame& top() {
     if (local_n_ == 0) {
-      local_[0] = base_[base_n_ - 1];
+      local_[0].f = base_[base_n_ - 1];
       --base_n_;
       local_n_ = 1;
     }
-    return local_[local_n_ - 1];
+    return local_[local_n_ - 1].f;
   }
   bool push(const Frame& f) {
     if (depth() >= kMaxDepth || local_n_ == kLocal) return false;
-    local_[local_n_++] = f;
+    local_[local_n_++].f = f;
     return true;
   }
   void pop() {
@@ -91,14 +96,19 @@ class Overlay {
   // The stack after the trial, into `out` (not the base's own vector).
   void commit(std::vector<Frame>& out) const {
     out.assign(base_, base_ + base_n_);
-    out.insert(out.end(), local_, local_ + local_n_);
+    for (size_t i = 0; i < local_n_; ++i) out.push_back(local_[i].f);
   }
 
  private:
   static constexpr size_t kLocal = 16;
+  // Left uninitialized until used: a trial starts with none.
+  union Slot {
+    Slot() {}
+    Frame f;
+  };
   const Frame* base_;
   size_t base_n_;
-  Frame local_[kLocal];
+  Slot local_[kLocal];
   size_t local_n_ = 0;
 };
 
@@ -524,7 +534,7 @@ class Walker {
   Overlay& st_;
 };
 
-// Whole characters of strict UTF-8, as the string state checks them.
+// Strict UTF-8 from a character boundary, as the string state checks it; the last character may be cut.
 bool valid_utf8(const std::string& s) {
   Frame f;
   f.state = kStrChars;
@@ -545,7 +555,7 @@ bool valid_utf8(const std::string& s) {
       }
     }
   }
-  return f.sub == 0;
+  return true;
 }
 
 }  // namespace
@@ -555,14 +565,53 @@ GrammarTokenTable::GrammarTokenTable(const Tokenizer& tokenizer) {
   bytes_.resize(static_cast<size_t>(n));
   plain_.assign(static_cast<size_t>(n), 0);
   eog_.assign(static_cast<size_t>(n), 0);
+  first_byte_.assign(static_cast<size_t>(n), 0);
   for (int32_t id = 0; id < n; ++id) {
     std::string b = tokenizer.token_to_piece(id, /*special=*/false);
-    bool plain = !b.empty() && unicode::incomplete_utf8_tail(b) == 0 && valid_utf8(b);
+    // A token may end inside a character (byte-level BPE splits them): the string state carries it on.
+    bool plain = !b.empty() && valid_utf8(b);
     for (unsigned char c : b)
       if (c == '"' || c == '\\' || c < 0x20) plain = false;
     plain_[static_cast<size_t>(id)] = plain ? 1 : 0;
+    if (!plain && !b.empty() && !tokenizer.is_eog(id)) unplain_.push_back(id);
+    if (tokenizer.is_eog(id)) eog_ids_.push_back(id);
+    first_byte_[static_cast<size_t>(id)] = b.empty() ? 0 : static_cast<unsigned char>(b[0]);
     eog_[static_cast<size_t>(id)] = tokenizer.is_eog(id) ? 1 : 0;
     bytes_[static_cast<size_t>(id)] = std::move(b);
+  }
+  // The trie, built from the tokens in byte order: a new token's path shares the previous one's prefix, so
+  // the child to follow is always a node's last child.
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < n; ++id)
+    if (!bytes_[static_cast<size_t>(id)].empty() && !eog_[static_cast<size_t>(id)]) order.push_back(id);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)]; });
+  trie_.assign(1, TrieNode{});
+  std::vector<uint32_t> last_child(1, 0);
+  same_bytes_next_.assign(static_cast<size_t>(n), -1);
+  for (int32_t id : order) {
+    uint32_t node = 0;
+    for (unsigned char c : bytes_[static_cast<size_t>(id)]) {
+      const uint32_t last = last_child[node];
+      if (last != 0 && trie_[last].byte == c) {
+        node = last;
+        continue;
+      }
+      TrieNode child;
+      child.byte = c;
+      trie_.push_back(child);
+      last_child.push_back(0);
+      const auto added = static_cast<uint32_t>(trie_.size() - 1);
+      if (last == 0) {
+        trie_[node].first_child = added;
+      } else {
+        trie_[last].next_sibling = added;
+      }
+      last_child[node] = added;
+      node = added;
+    }
+    same_bytes_next_[static_cast<size_t>(id)] = trie_[node].token;
+    trie_[node].token = id;
   }
 }
 
@@ -622,41 +671,66 @@ bool GrammarMatcher::accept(int32_t id) {
   return true;
 }
 
+namespace {
+
+// Marks every token in the subtree under `node` whose bytes the grammar takes from the state `st`.
+void mark_subtree(const Grammar& g, const GrammarTokenTable& table, uint32_t node, const Overlay& st,
+                  std::vector<uint8_t>& allowed) {
+  const std::vector<GrammarTokenTable::TrieNode>& trie = table.trie();
+  for (uint32_t c = trie[node].first_child; c != 0; c = trie[c].next_sibling) {
+    Overlay next(st);
+    Walker w(g, next);
+    if (!w.feed(trie[c].byte)) continue;  // nothing below this prefix can come
+    for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
+    if (trie[c].first_child != 0) mark_subtree(g, table, c, next, allowed);
+  }
+}
+
+}  // namespace
+
 int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   constexpr float kNo = -std::numeric_limits<float>::infinity();
   const bool end_ok = can_end();
-  std::bitset<256> first;
-  for (int b = 0; b < 256; ++b) {
-    Overlay st(stack_);
-    Walker w(*grammar_, st);
-    first[static_cast<size_t>(b)] = w.feed(b);
-  }
-  // Inside a string with no length bound, a token of plain text is string text whatever its bytes.
+  const int32_t n = std::min(n_vocab, table_.size());
+  thread_local std::vector<uint8_t> allowed;
+  allowed.assign(static_cast<size_t>(table_.size()), 0);
+  // Inside a string with no length bound, a token of plain text is string text whatever its bytes: only
+  // the others need a check. Elsewhere the trie walk visits only prefixes the grammar takes.
   bool free_string = false;
   if (!stack_.empty()) {
     const Frame& top = stack_.back();
     if (top.state == kStrChars && top.sub == 0)
       free_string = top.node == kFreeKey || grammar_->nodes[static_cast<size_t>(top.node)].max_items == UINT32_MAX;
   }
-  int64_t allowed = 0;
-  const int32_t n = std::min(n_vocab, table_.size());
+  if (free_string) {
+    std::bitset<256> first;
+    for (int b = 0; b < 256; ++b) {
+      Overlay st(stack_);
+      Walker w(*grammar_, st);
+      first[static_cast<size_t>(b)] = w.feed(b);
+    }
+    allowed = table_.plain_flags();
+    for (int32_t id : table_.unplain())
+      if (first[table_.first_byte(id)]) {
+        const std::string& b = table_.bytes(id);
+        allowed[static_cast<size_t>(id)] = b.size() == 1 || feed_token(b, nullptr);
+      }
+  } else {
+    const Overlay root(stack_);
+    mark_subtree(*grammar_, table_, 0, root, allowed);
+  }
+  for (const auto& [id, text] : shown_)
+    if (id >= 0 && id < n) allowed[static_cast<size_t>(id)] = !text.empty() && feed_token(text, nullptr);
+  for (int32_t id : table_.end_of_generation_ids()) allowed[static_cast<size_t>(id)] = end_ok ? 1 : 0;
+  // Branch-free, so it vectorizes: this pass and the sampler's are the two that touch every logit.
+  int64_t count = 0;
   for (int32_t id = 0; id < n; ++id) {
-    bool ok = false;
-    if (table_.end_of_generation(id)) {
-      ok = end_ok;
-    } else {
-      const std::string& b = shown_.empty() ? table_.bytes(id) : token_bytes(id);
-      if (!b.empty() && first[static_cast<unsigned char>(b[0])])
-        ok = b.size() == 1 || (free_string && table_.plain(id)) || feed_token(b, nullptr);
-    }
-    if (ok) {
-      ++allowed;
-    } else {
-      logits[id] = kNo;
-    }
+    const uint8_t ok = allowed[static_cast<size_t>(id)];
+    logits[id] = ok ? logits[id] : kNo;
+    count += ok;
   }
   for (int32_t id = n; id < n_vocab; ++id) logits[id] = kNo;
-  return allowed;
+  return count;
 }
 
 }  // namespace kvserve

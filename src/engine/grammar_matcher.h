@@ -22,13 +22,33 @@ class GrammarTokenTable {
   explicit GrammarTokenTable(const Tokenizer& tokenizer);
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
-  // Usable as JSON string text just as it is: no quote, backslash or control byte.
+  // Usable as JSON string text just as it is, from a character boundary: no quote, backslash or control
+  // byte, strict UTF-8 (its last character may be cut).
   bool plain(int32_t id) const { return plain_[static_cast<size_t>(id)] != 0; }
+  const std::vector<uint8_t>& plain_flags() const { return plain_; }
+  // The tokens with text that are not plain (nor end of generation): the ones a string needs to check.
+  const std::vector<int32_t>& unplain() const { return unplain_; }
+  uint8_t first_byte(int32_t id) const { return first_byte_[static_cast<size_t>(id)]; }
+  const std::vector<int32_t>& end_of_generation_ids() const { return eog_ids_; }
   bool end_of_generation(int32_t id) const { return eog_[static_cast<size_t>(id)] != 0; }
+
+  // The tokens' bytes as a trie, so a mask tests each shared prefix once and drops a whole subtree at the
+  // first byte the grammar refuses. Node 0 is the root; 0 also ends a child or sibling list.
+  struct TrieNode {
+    uint32_t first_child = 0;
+    uint32_t next_sibling = 0;
+    int32_t token = -1;  // a token whose bytes end here (others with the same bytes: same_bytes_next)
+    uint8_t byte = 0;
+  };
+  const std::vector<TrieNode>& trie() const { return trie_; }
+  int32_t same_bytes_next(int32_t id) const { return same_bytes_next_[static_cast<size_t>(id)]; }
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<uint8_t> plain_, eog_;
+  std::vector<uint8_t> plain_, eog_, first_byte_;
+  std::vector<int32_t> unplain_, eog_ids_;
+  std::vector<TrieNode> trie_;
+  std::vector<int32_t> same_bytes_next_;
 };
 
 class GrammarMatcher {

@@ -1,0 +1,84 @@
+// libFuzzer target: arbitrary bytes as a JSON schema (up to the first NUL byte) and a reply to feed it (the
+// rest), through a small vocabulary (every byte a token, plus a few longer ones). The compiler takes the
+// schema or refuses it with kvserve::Error; then at every byte the mask allows exactly the tokens the
+// matcher accepts, and a reply the matcher calls whole is JSON a strict reader parses. Anything else, a
+// crash or a hang, is a bug.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/grammar_matcher.h"
+#include "engine/json_grammar.h"
+#include "model/tokenizer.h"
+
+using namespace kvserve;
+
+namespace {
+
+const std::vector<std::string> kLonger = {"{\"", "\":", "\",", "\"}", "true",  "null",
+                                          "  ",  "\n",  "12",  "é",   "\\u00", "]}"};
+
+const GrammarTokenTable& table() {
+  static const std::unique_ptr<Tokenizer> tok = [] {
+    Vocab v;
+    v.kind = Vocab::Kind::SPM;
+    v.add_space_prefix = false;
+    v.tokens = {"<unk>", "<s>", "</s>"};
+    v.token_types = {TokenType::Unknown, TokenType::Control, TokenType::Control};
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      v.tokens.emplace_back(name);
+      v.token_types.push_back(TokenType::Byte);
+    }
+    for (const std::string& t : kLonger) {
+      v.tokens.push_back(t);
+      v.token_types.push_back(TokenType::Normal);
+    }
+    v.scores.assign(v.tokens.size(), 0.0f);
+    v.bos_id = 1, v.eos_id = 2, v.unk_id = 0;
+    return Tokenizer::create(v);
+  }();
+  static const GrammarTokenTable t(*tok);
+  return t;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const size_t nul = input.find('\0');
+  if (nul == std::string_view::npos) return 0;
+  const auto schema = nlohmann::ordered_json::parse(input.substr(0, nul), nullptr, /*allow_exceptions=*/false);
+  if (schema.is_discarded()) return 0;
+  std::shared_ptr<const Grammar> grammar;
+  try {
+    grammar = json_schema_grammar(schema);
+  } catch (const Error&) {
+    return 0;
+  }
+  const GrammarTokenTable& t = table();
+  GrammarMatcher m(grammar, t);
+  std::vector<float> logits(static_cast<size_t>(t.size()));
+  std::string text;
+  for (unsigned char c : input.substr(nul + 1)) {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    m.mask(logits.data(), t.size());
+    for (int32_t id = 0; id < t.size(); ++id) {
+      GrammarMatcher copy = m;
+      if (copy.accept(id) == std::isinf(logits[static_cast<size_t>(id)])) __builtin_trap();
+    }
+    const int32_t id = 3 + c;  // the byte's own token
+    if (!m.accept(id)) break;
+    text.push_back(static_cast<char>(c));
+    if (m.done()) break;
+  }
+  if (m.can_end() && !text.empty() && nlohmann::json::parse(text, nullptr, false).is_discarded()) __builtin_trap();
+  return 0;
+}
