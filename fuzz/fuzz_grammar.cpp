@@ -2,7 +2,7 @@
 // rest), through a small vocabulary (every byte a token, plus a few longer ones). The compiler takes the
 // schema or refuses it with kvserve::Error; then at every byte the mask allows exactly the tokens the
 // matcher accepts, and a reply the matcher calls whole is JSON a strict reader parses. Anything else, a
-// crash or a hang, is a bug.
+// crash or a hang, is a bug. Odd-sized inputs put a reasoning block (after_reasoning) before the JSON.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
     return 0;
   }
+  // Half the inputs go through a reasoning block first (opened by the prompt or not).
+  if (size % 2 == 1) grammar = after_reasoning(grammar, size % 4 == 3);
   const GrammarTokenTable& t = table();
   GrammarMatcher m(grammar, t);
   std::vector<float> logits(static_cast<size_t>(t.size()));
@@ -79,6 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     text.push_back(static_cast<char>(c));
     if (m.done()) break;
   }
-  if (m.can_end() && !text.empty() && nlohmann::json::parse(text, nullptr, false).is_discarded()) __builtin_trap();
+  // The JSON after a reasoning block (the text from the last "</think>" on, when there is one).
+  const size_t think = size % 2 == 1 ? text.rfind("</think>") : std::string::npos;
+  const std::string value = think == std::string::npos ? text : text.substr(think + 8);
+  if (m.can_end() && !text.empty() && nlohmann::json::parse(value, nullptr, false).is_discarded()) __builtin_trap();
   return 0;
 }

@@ -241,6 +241,43 @@ TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
   EXPECT_GE(checked_masks, 4);
 }
 
+// A reasoning model's <think> block before the structured reply: free text up to </think> (the prompt may
+// have opened it), blank lines, then the grammar's text; or no block at all. At points inside and around the
+// block the mask allows exactly what a full check of each token allows.
+TEST(JsonGrammar, AfterReasoning) {
+  const auto object = json_object_grammar();
+  const auto model_opens = after_reasoning(object, /*opened=*/false);
+  const auto prompt_opened = after_reasoning(object, /*opened=*/true);
+  EXPECT_TRUE(accepts(model_opens, "<think>\nx < y, \"so\" {</think>\n\n{\"a\": 1}"));
+  EXPECT_TRUE(accepts(model_opens, "{\"a\": 1}"));
+  EXPECT_TRUE(accepts(model_opens, "<think></think>{}"));
+  EXPECT_FALSE(accepts(model_opens, "<think>plan</think>"));
+  EXPECT_FALSE(accepts(model_opens, "<think>plan</think>\n\nAnswer"));
+  EXPECT_FALSE(accepts(model_opens, "Sure: {}"));
+  EXPECT_TRUE(accepts(prompt_opened, "plan </thinking> </think>\n{}"));
+  EXPECT_TRUE(accepts(prompt_opened, "</think>{}"));
+  EXPECT_FALSE(accepts(prompt_opened, "{}"));  // still inside the block
+  // A hermes tool call starts with '<' too: no block can go before it unless the prompt opened one.
+  const auto call = server::forced_tool_call_grammar(
+      server::ToolCallFormat::Hermes, json::parse(R"([{"type": "function", "function": {"name": "f"}}])"), "");
+  EXPECT_EQ(after_reasoning(call, false), call);
+  EXPECT_TRUE(accepts(after_reasoning(call, true),
+                      "ok</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>"));
+
+  const GrammarTokenTable& table = gpt2_table();
+  for (const std::string prefix :
+       {"", "<think>", "<think>a <", "<think>a </thi", "<think>b</think>", "<think>b</think>\n"}) {
+    GrammarMatcher m(model_opens, table);
+    for (unsigned char c : prefix) ASSERT_TRUE(m.accept(byte_tokens()[c])) << prefix;
+    std::vector<float> logits(static_cast<size_t>(table.size()), 0.0f);
+    m.mask(logits.data(), table.size());
+    for (int32_t id = 0; id < table.size(); ++id) {
+      GrammarMatcher copy = m;
+      EXPECT_EQ(copy.accept(id), !std::isinf(logits[static_cast<size_t>(id)])) << prefix << " + " << table.bytes(id);
+    }
+  }
+}
+
 // tool_choice "required" or a named function: the grammar of one call in each format the server parses.
 // Random replies it allows read back, through the format's own parser, as exactly one call of a given tool
 // with arguments valid for that tool's schema (valijson); other texts are refused.

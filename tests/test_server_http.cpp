@@ -214,6 +214,20 @@ TEST(ServerHttp, ChatReasoningContentSplit) {
   EXPECT_EQ(reasoning, "plan");
   EXPECT_EQ(content, "Answer");
 
+  // Structured output with the split on: the grammar lets the model think first (a different grammar from
+  // the one without the split).
+  auto json_mode =
+      cli.Post("/v1/chat/completions", ask + R"(, "response_format": {"type": "json_object"}})", "application/json");
+  ASSERT_TRUE(json_mode);
+  EXPECT_EQ(json_mode->status, 200) << json_mode->body;
+  ASSERT_NE(engine.added().back().grammar, nullptr);
+  EXPECT_NE(engine.added().back().grammar, json_object_grammar());
+  auto json_plain = cli.Post("/v1/chat/completions",
+                             ask + R"(, "reasoning_format": "none", "response_format": {"type": "json_object"}})",
+                             "application/json");
+  ASSERT_TRUE(json_plain);
+  EXPECT_EQ(engine.added().back().grammar, json_object_grammar());
+
   // The request's own choice wins; a bad one is a 400.
   auto none = cli.Post("/v1/chat/completions", ask + R"(, "reasoning_format": "none"})", "application/json");
   ASSERT_TRUE(none);

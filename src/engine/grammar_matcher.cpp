@@ -53,6 +53,8 @@ enum : uint8_t {
   kSeq,
   kSeqRunning,
   kBranch,
+  kUntil,
+  kUntilWs,
 };
 
 enum class Step { Consumed, Done, Retry, Reject };  // Done: consumed and complete; Retry: complete, c is the parent's
@@ -179,6 +181,9 @@ class Walker {
         f.set = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
         break;
       }
+      case Kind::Until:
+        f.state = kUntil;
+        break;
       case Kind::Union:
         return Step::Reject;
     }
@@ -491,6 +496,30 @@ class Walker {
     return Step::Consumed;
   }
 
+  // Free text until the terminator (f.pos: how much of it the text ends with), then whitespace; the first
+  // other byte belongs to what follows.
+  Step until(Frame& f, int c) {
+    const std::string& term = node_of(f).literals[0];
+    if (f.state == kUntilWs) {
+      if (c != kEnd && is_ws(c)) return whitespace(f);
+      return Step::Retry;
+    }
+    if (c == kEnd) return Step::Reject;
+    if (static_cast<unsigned char>(term[f.pos]) == c) {
+      if (++f.pos < term.size()) return Step::Consumed;
+      f.state = kUntilWs;
+      f.ws = 0;
+      return Step::Consumed;
+    }
+    // The longest start of the terminator the text now ends with.
+    std::string tail = term.substr(0, f.pos);
+    tail.push_back(static_cast<char>(c));
+    size_t k = std::min(tail.size(), term.size() - 1);
+    while (k > 0 && tail.compare(tail.size() - k, k, term, 0, k) != 0) --k;
+    f.pos = static_cast<uint16_t>(k);
+    return Step::Consumed;
+  }
+
   Step sequence(Frame& f, int c) {
     const GrammarNode& n = node_of(f);
     if (f.state != kSeq || static_cast<size_t>(f.next) >= n.parts.size()) return Step::Reject;
@@ -524,6 +553,8 @@ class Walker {
         return sequence(f, c);
       case Kind::Branches:
         return branch(f, c);
+      case Kind::Until:
+        return until(f, c);
       case Kind::Union:
         break;
     }
@@ -566,6 +597,7 @@ GrammarTokenTable::GrammarTokenTable(const Tokenizer& tokenizer) {
   plain_.assign(static_cast<size_t>(n), 0);
   eog_.assign(static_cast<size_t>(n), 0);
   first_byte_.assign(static_cast<size_t>(n), 0);
+  text_.assign(static_cast<size_t>(n), 0);
   for (int32_t id = 0; id < n; ++id) {
     std::string b = tokenizer.token_to_piece(id, /*special=*/false);
     // A token may end inside a character (byte-level BPE splits them): the string state carries it on.
@@ -575,6 +607,7 @@ GrammarTokenTable::GrammarTokenTable(const Tokenizer& tokenizer) {
     plain_[static_cast<size_t>(id)] = plain ? 1 : 0;
     if (!plain && !b.empty() && !tokenizer.is_eog(id)) unplain_.push_back(id);
     if (tokenizer.is_eog(id)) eog_ids_.push_back(id);
+    text_[static_cast<size_t>(id)] = !b.empty() && !tokenizer.is_eog(id);
     first_byte_[static_cast<size_t>(id)] = b.empty() ? 0 : static_cast<unsigned char>(b[0]);
     eog_[static_cast<size_t>(id)] = tokenizer.is_eog(id) ? 1 : 0;
     bytes_[static_cast<size_t>(id)] = std::move(b);
@@ -671,6 +704,16 @@ bool GrammarMatcher::accept(int32_t id) {
   return true;
 }
 
+const std::vector<int32_t>& GrammarTokenTable::tokens_containing(uint8_t byte) const {
+  std::call_once(containing_once_[byte], [&] {
+    for (int32_t id = 0; id < size(); ++id)
+      if (text_[static_cast<size_t>(id)] &&
+          bytes_[static_cast<size_t>(id)].find(static_cast<char>(byte)) != std::string::npos)
+        containing_[byte].push_back(id);
+  });
+  return containing_[byte];
+}
+
 namespace {
 
 // Marks every token in the subtree under `node` whose bytes the grammar takes from the state `st`.
@@ -702,7 +745,15 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
     if (top.state == kStrChars && top.sub == 0)
       free_string = top.node == kFreeKey || grammar_->nodes[static_cast<size_t>(top.node)].max_items == UINT32_MAX;
   }
-  if (free_string) {
+  // Inside free text before its terminator: any token with text, except that one holding the terminator's
+  // last byte may complete it, and what follows must then fit: those are checked in full.
+  const bool free_text = !stack_.empty() && stack_.back().state == kUntil;
+  if (free_text) {
+    allowed = table_.text_flags();
+    const std::string& term = grammar_->nodes[static_cast<size_t>(stack_.back().node)].literals[0];
+    for (int32_t id : table_.tokens_containing(static_cast<unsigned char>(term.back())))
+      allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+  } else if (free_string) {
     std::bitset<256> first;
     for (int b = 0; b < 256; ++b) {
       Overlay st(stack_);

@@ -5,8 +5,10 @@
 // the stack that copies only the frames it changes (most tokens fail on their first byte), so a step's mask
 // costs a few hundred trials at a structural point, and inside a string only the tokens holding a quote,
 // a backslash or a control byte need one (the rest are string text as they are).
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +31,10 @@ class GrammarTokenTable {
   // The tokens with text that are not plain (nor end of generation): the ones a string needs to check.
   const std::vector<int32_t>& unplain() const { return unplain_; }
   uint8_t first_byte(int32_t id) const { return first_byte_[static_cast<size_t>(id)]; }
+  // 1 for each token with text that does not end generation.
+  const std::vector<uint8_t>& text_flags() const { return text_; }
+  // The tokens with text whose bytes hold `byte` (built at the first call for that byte; thread-safe).
+  const std::vector<int32_t>& tokens_containing(uint8_t byte) const;
   const std::vector<int32_t>& end_of_generation_ids() const { return eog_ids_; }
   bool end_of_generation(int32_t id) const { return eog_[static_cast<size_t>(id)] != 0; }
 
@@ -45,7 +51,9 @@ class GrammarTokenTable {
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<uint8_t> plain_, eog_, first_byte_;
+  std::vector<uint8_t> plain_, eog_, first_byte_, text_;
+  mutable std::array<std::once_flag, 256> containing_once_;
+  mutable std::array<std::vector<int32_t>, 256> containing_;
   std::vector<int32_t> unplain_, eog_ids_;
   std::vector<TrieNode> trie_;
   std::vector<int32_t> same_bytes_next_;

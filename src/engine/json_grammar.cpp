@@ -35,6 +35,9 @@ class SchemaCompiler {
     refs_.clear();
   }
 
+  // Continues an existing grammar (its nodes keep their ids).
+  void adopt(const Grammar& g) { grammar_ = g; }
+
   Grammar take(int root) {
     grammar_.root = root;
     check_unions();
@@ -263,6 +266,9 @@ class SchemaCompiler {
       case GrammarNode::Kind::Union:
         for (int a : n.alternatives) out |= first_bytes(a, depth + 1);
         break;
+      case GrammarNode::Kind::Until:
+        out.set();  // any byte
+        break;
       case GrammarNode::Kind::Sequence:
         if (!n.parts.empty())
           out = n.parts[0].node < 0 ? std::bitset<256>().set(static_cast<unsigned char>(n.parts[0].text[0]))
@@ -313,6 +319,32 @@ std::shared_ptr<const Grammar> json_schema_grammar(const json& schema) {
   SchemaCompiler c(schema);
   const int root = c.compile(schema);
   return std::make_shared<const Grammar>(c.take(root));
+}
+
+std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Grammar>& grammar, bool opened,
+                                               const std::string& open_tag, const std::string& close_tag) {
+  SchemaCompiler c{json()};
+  c.adopt(*grammar);
+  GrammarNode until;
+  until.kind = GrammarNode::Kind::Until;
+  until.literals = {close_tag};
+  const int until_id = c.add(std::move(until));
+  GrammarNode think;
+  think.kind = GrammarNode::Kind::Sequence;
+  if (!opened) think.parts.push_back({open_tag, -1});
+  think.parts.push_back({"", until_id});
+  think.parts.push_back({"", grammar->root});
+  const int think_id = c.add(std::move(think));
+  if (opened) return std::make_shared<const Grammar>(c.take(think_id));
+  GrammarNode either;
+  either.kind = GrammarNode::Kind::Union;
+  either.alternatives = {think_id, grammar->root};
+  const int root = c.add(std::move(either));
+  try {
+    return std::make_shared<const Grammar>(c.take(root));
+  } catch (const Error&) {
+    return grammar;  // the grammar's text may itself start like the block
+  }
 }
 
 std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,

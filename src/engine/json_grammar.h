@@ -19,7 +19,7 @@
 namespace kvserve {
 
 struct GrammarNode {
-  enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union, Sequence, Branches };
+  enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union, Sequence, Branches, Until };
   Kind kind = Kind::Literals;
 
   // Object with properties: each key (its JSON text without the quotes) and its value's node, in order.
@@ -36,7 +36,8 @@ struct GrammarNode {
   uint32_t min_items = 0, max_items = UINT32_MAX;
 
   // Literals: the exact JSON texts allowed (true, null, "red", 3, ...). Branches: fixed texts none of which
-  // starts another, each followed by its own Sequence (alternatives[k] after literals[k]).
+  // starts another, each followed by its own Sequence (alternatives[k] after literals[k]). Until: any text up
+  // to and with literals[0], then whitespace (a reasoning block and the blank lines after it).
   std::vector<std::string> literals;
   std::vector<int> alternatives;  // Union: branches, told apart by their first byte; Branches: as above
 
@@ -54,6 +55,14 @@ struct Grammar {
   // For each Union node, the branch a value starting with each byte takes (-1: none); empty for the rest.
   std::vector<std::vector<int32_t>> dispatch;
 };
+
+// `grammar` after a reasoning model's <think> block, free text as the model likes: where the prompt already
+// opened the block (`opened`), the text up to </think> and then the grammar's; otherwise either a whole
+// <think>...</think> block first or none. Unchanged where the grammar's own text may start with '<' (a
+// hermes tool call), which would make the two undecidable at the first byte.
+std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Grammar>& grammar, bool opened,
+                                               const std::string& open_tag = "<think>",
+                                               const std::string& close_tag = "</think>");
 
 // Limits that keep a constrained step cheap (GrammarMatcher's masks use 64-bit sets).
 inline constexpr size_t kMaxGrammarProperties = 64;

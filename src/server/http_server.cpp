@@ -228,6 +228,10 @@ struct HttpServer::Impl {
         }
       }
       std::vector<int32_t> prompt = build_prompt(api, backend);
+      // With the reasoning split on, a reasoning model thinks first and the constrained text follows its
+      // </think> (reasoning_content stays free text).
+      if (api.grammar && api.endpoint == Endpoint::ChatCompletions && api.split_reasoning.value_or(false))
+        api.grammar = after_reasoning(api.grammar, api.reasoning_opened_by_prompt);
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
       job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompt), opts.model_name,
                                             std::move(salt), opts.keep_alive);
