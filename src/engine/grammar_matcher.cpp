@@ -63,6 +63,22 @@ bool is_ws(int c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 bool is_digit(int c) { return c >= '0' && c <= '9'; }
 bool is_hex(int c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
+// A UTF-8 lead byte: how many continuation bytes follow (f.sub) and the range of the next one (f.set: low
+// byte, high byte), per Unicode's table 3-7 (no overlongs, no surrogates, nothing past U+10FFFF). False for
+// a byte no character starts with.
+bool utf8_lead(int c, GrammarMatcher::Frame& f) {
+  if (c >= 0xC2 && c <= 0xDF) {
+    f.sub = 1, f.set = 0xBF80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    f.sub = 2, f.set = c == 0xE0 ? 0xBFA0 : c == 0xED ? 0x9F80 : 0xBF80;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    f.sub = 3, f.set = c == 0xF0 ? 0xBF90 : c == 0xF4 ? 0x8F80 : 0xBF80;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // The stack as a trial sees it: the committed frames below `base_n`, untouched, and the frames this trial
 // changed or pushed above them (a token rarely touches more than the top two).
 class Overlay {
@@ -166,21 +182,16 @@ class Walker {
       case Kind::Integer:
         f.state = kNumStart;
         break;
-      case Kind::Literals: {
+      case Kind::Literals:
+      case Kind::Branches: {
         const size_t n = g_.nodes[static_cast<size_t>(node)].literals.size();
-        f.state = kLiteral;
-        f.set = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+        f.state = kind == Kind::Literals ? kLiteral : kBranch;
+        f.set = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;  // every text is still a candidate
         break;
       }
       case Kind::Sequence:
         f.state = kSeq;
         break;
-      case Kind::Branches: {
-        const size_t n = g_.nodes[static_cast<size_t>(node)].literals.size();
-        f.state = kBranch;
-        f.set = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
-        break;
-      }
       case Kind::Until:
         f.state = kUntil;
         break;
@@ -364,16 +375,7 @@ class Walker {
         if (c == '"') return f.count >= min_len ? Step::Done : Step::Reject;
         if (c < 0x20) return Step::Reject;
         if (c >= 0x80) {
-          if (f.count >= max_len) return Step::Reject;
-          if (c >= 0xC2 && c <= 0xDF) {
-            f.sub = 1, f.set = 0xBF80;
-          } else if (c >= 0xE0 && c <= 0xEF) {
-            f.sub = 2, f.set = c == 0xE0 ? 0xBFA0 : c == 0xED ? 0x9F80 : 0xBF80;
-          } else if (c >= 0xF0 && c <= 0xF4) {
-            f.sub = 3, f.set = c == 0xF0 ? 0xBF90 : c == 0xF4 ? 0x8F80 : 0xBF80;
-          } else {
-            return Step::Reject;
-          }
+          if (f.count >= max_len || !utf8_lead(c, f)) return Step::Reject;
           ++f.count;
           return Step::Consumed;
         }
@@ -574,16 +576,8 @@ bool valid_utf8(const std::string& s) {
       if (c < (f.set & 0xFF) || c > (f.set >> 8)) return false;
       --f.sub;
       f.set = 0xBF80;
-    } else if (c >= 0x80) {
-      if (c >= 0xC2 && c <= 0xDF) {
-        f.sub = 1, f.set = 0xBF80;
-      } else if (c >= 0xE0 && c <= 0xEF) {
-        f.sub = 2, f.set = c == 0xE0 ? 0xBFA0 : c == 0xED ? 0x9F80 : 0xBF80;
-      } else if (c >= 0xF0 && c <= 0xF4) {
-        f.sub = 3, f.set = c == 0xF0 ? 0xBF90 : c == 0xF4 ? 0x8F80 : 0xBF80;
-      } else {
-        return false;
-      }
+    } else if (c >= 0x80 && !utf8_lead(c, f)) {
+      return false;
     }
   }
   return true;
