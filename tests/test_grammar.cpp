@@ -103,6 +103,14 @@ TEST(JsonGrammar, HandPickedTextsOfSchemas) {
   EXPECT_FALSE(accepts(object, "{" + std::string(17, ' ') + "}"));  // whitespace is bounded
 }
 
+TEST(JsonGrammar, TextChoices) {
+  const auto g = text_choice_grammar({"yes", "no", "yes!", "maybe \"so\""});
+  for (const std::string t : {"yes", "no", "yes!", "maybe \"so\""}) EXPECT_TRUE(accepts(g, t)) << t;
+  for (const std::string t : {"ye", "yes!!", "No", "", "\"yes\""}) EXPECT_FALSE(accepts(g, t)) << t;
+  EXPECT_THROW(text_choice_grammar({}), Error);
+  EXPECT_THROW(text_choice_grammar({"a", ""}), Error);
+}
+
 TEST(JsonGrammar, RefusesWhatItCannotEnforceByName) {
   const std::vector<std::pair<const char*, const char*>> refused = {
       {R"({"type": "string", "pattern": "^a"})", "pattern"},

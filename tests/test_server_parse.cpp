@@ -272,6 +272,32 @@ TEST(ServerParse, ResponseFormat) {
   }
 }
 
+// vLLM's guided_json / guided_choice, and the same under structured_outputs.
+TEST(ServerParse, GuidedFields) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  for (const std::string extra : {R"("guided_json": {"type": "object"})", R"("guided_json": "{\"type\": \"integer\"}")",
+                                  R"("guided_choice": ["yes", "no"])", R"("structured_outputs": {"choice": ["a"]})",
+                                  R"("structured_outputs": {"json": {"type": "array"}})"})
+    EXPECT_NE(parse_chat("{" + msgs + ", " + extra + "}").grammar, nullptr) << extra;
+  EXPECT_NE(parse_api_request(Endpoint::Completions, R"({"prompt": "x", "guided_choice": ["a", "b"]})").grammar,
+            nullptr);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"("guided_json": "{nope")", "guided_json"},
+      {R"("guided_json": {"type": "string", "pattern": "x"})", "guided_json"},
+      {R"("guided_choice": "yes")", "guided_choice"},
+      {R"("guided_choice": [])", "guided_choice"},
+      {R"("guided_choice": ["a", 1])", "guided_choice"},
+      {R"("guided_choice": ["a"], "guided_json": {})", "guided_choice"},
+      {R"("guided_choice": ["a"], "response_format": {"type": "json_object"})", "guided_choice"},
+      {R"("structured_outputs": [1])", "structured_outputs"},
+      {R"("structured_outputs": {"choice": ["a"]}, "guided_choice": ["b"])", "structured_outputs"},
+  };
+  for (const auto& [extra, param] : refused) {
+    SCOPED_TRACE(extra);
+    EXPECT_EQ(rejection(Endpoint::ChatCompletions, "{" + msgs + ", " + extra + "}"), std::make_pair(400, param));
+  }
+}
+
 // tools, tool_choice and parallel_tool_calls; the tools keep their keys' order (the template prints them).
 TEST(ServerParse, ToolsAndToolChoice) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";

@@ -321,6 +321,15 @@ std::shared_ptr<const Grammar> json_schema_grammar(const json& schema) {
   return std::make_shared<const Grammar>(c.take(root));
 }
 
+std::shared_ptr<const Grammar> text_choice_grammar(const std::vector<std::string>& choices) {
+  if (choices.empty()) fail("no choices to pick from");
+  if (choices.size() > kMaxGrammarLiterals) fail("at most {} choices", kMaxGrammarLiterals);
+  for (const std::string& c : choices)
+    if (c.empty()) fail("a choice is empty");
+  SchemaCompiler c{json()};
+  return std::make_shared<const Grammar>(c.take(c.literals(choices)));
+}
+
 std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Grammar>& grammar, bool opened,
                                                const std::string& open_tag, const std::string& close_tag) {
   SchemaCompiler c{json()};

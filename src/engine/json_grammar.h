@@ -56,6 +56,10 @@ struct Grammar {
   std::vector<std::vector<int32_t>> dispatch;
 };
 
+// Exactly one of `choices`, as plain text (vLLM's guided_choice). Throws Error for none, or more than
+// kMaxGrammarLiterals.
+std::shared_ptr<const Grammar> text_choice_grammar(const std::vector<std::string>& choices);
+
 // `grammar` after a reasoning model's <think> block, free text as the model likes: where the prompt already
 // opened the block (`opened`), the text up to </think> and then the grammar's; otherwise either a whole
 // <think>...</think> block first or none. Unchanged where the grammar's own text may start with '<' (a

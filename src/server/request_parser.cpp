@@ -235,6 +235,46 @@ void parse_tools(const json& body, ApiRequest& req) {
 
 // response_format: "text"; "json_object" (a JSON object); "json_schema" with {"json_schema": {"schema": ...}}
 // (JSON valid for the schema). A schema the grammar cannot enforce is a 400 naming what it cannot.
+// vLLM's own fields for the same: guided_json (a schema, or its text) and guided_choice (strings), or the
+// same under structured_outputs ({"json": ..., "choice": [...]}).
+void parse_guided(const json& body, ApiRequest& req) {
+  const json* json_schema = field(body, "guided_json");
+  const json* choice = field(body, "guided_choice");
+  const char* json_name = "guided_json";
+  const char* choice_name = "guided_choice";
+  if (const json* so = field(body, "structured_outputs")) {
+    if (!so->is_object()) throw bad_request("'structured_outputs' must be an object", "structured_outputs");
+    if (json_schema || choice)
+      throw bad_request("give 'structured_outputs' or guided_json / guided_choice, not both", "structured_outputs");
+    json_schema = field(*so, "json");
+    choice = field(*so, "choice");
+    json_name = choice_name = "structured_outputs";
+  }
+  if (json_schema && choice) throw bad_request("give one kind of structured output, not two", choice_name);
+  if (req.grammar && (json_schema || choice))
+    throw bad_request("give 'response_format' or vLLM's guided fields, not both",
+                      json_schema ? json_name : choice_name);
+  try {
+    if (json_schema) {
+      json schema = *json_schema;
+      if (schema.is_string()) {
+        schema = json::parse(schema.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (schema.is_discarded()) throw bad_request(fmt::format("'{}' is not valid JSON", json_name), json_name);
+      }
+      req.grammar = json_schema_grammar(schema);
+    } else if (choice) {
+      if (!choice->is_array())
+        throw bad_request(fmt::format("'{}' must be an array of strings", choice_name), choice_name);
+      std::vector<std::string> texts;
+      for (const json& c : *choice) texts.push_back(string_field(c, choice_name));
+      req.grammar = text_choice_grammar(texts);
+    }
+  } catch (const Error& e) {
+    throw bad_request(fmt::format("'{}': {}", json_schema ? json_name : choice_name, e.what()),
+                      json_schema ? json_name : choice_name);
+  }
+}
+
 void parse_response_format(const json& body, ApiRequest& req) {
   const json* v = field(body, "response_format");
   if (!v) return;
@@ -381,6 +421,7 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
     parse_tools(body, req);
   }
   parse_response_format(body, req);
+  parse_guided(body, req);
   if (req.grammar && (req.tool_required || !req.forced_tool.empty()))
     throw bad_request("give 'response_format' or a 'tool_choice' that forces a call, not both", "response_format");
   parse_sampling(body, req);

@@ -212,6 +212,15 @@ def test_structured_output(client):
     assert "pattern" in str(e.value)
 
 
+def test_guided_choice_on_completions(client):
+    """vLLM's guided_choice, on the completions endpoint: the text is one of the choices."""
+    for seed in range(3):
+        r = client.completions.create(model=MODEL, prompt="Yes or no?", max_tokens=10, temperature=1.0, seed=seed,
+                                      extra_body={"guided_choice": ["yes", "no", "not sure"]})
+        assert r.choices[0].text in ("yes", "no", "not sure")
+        assert r.choices[0].finish_reason == "stop"
+
+
 def test_forced_tool_call(client):
     """tool_choice naming a function: the reply is that call (hermes format), as the SDK parses tool calls."""
     tools = [{"type": "function", "function": {"name": "get_forecast", "parameters": FORECAST}},
