@@ -64,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   // Half the inputs go through a reasoning block first (opened by the prompt or not).
-  if (size % 2 == 1) grammar = after_reasoning(grammar, size % 4 == 3);
+  const bool reasoning = size % 2 == 1, opened = size % 4 == 3;
+  if (reasoning) grammar = after_reasoning(grammar, opened);
   const GrammarTokenTable& t = table();
   GrammarMatcher m(grammar, t);
   std::vector<float> logits(static_cast<size_t>(t.size()));
@@ -81,8 +82,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     text.push_back(static_cast<char>(c));
     if (m.done()) break;
   }
-  // The JSON after a reasoning block (the text from the last "</think>" on, when there is one).
-  const size_t think = size % 2 == 1 ? text.rfind("</think>") : std::string::npos;
+  // The JSON after the reasoning block, which ends at its first "</think>": one the prompt opened, or one
+  // the reply opens with "<think>".
+  const bool block = reasoning && (opened || text.rfind("<think>", 0) == 0);
+  const size_t think = block ? text.find("</think>") : std::string::npos;
   const std::string value = think == std::string::npos ? text : text.substr(think + 8);
   if (m.can_end() && !text.empty() && nlohmann::json::parse(value, nullptr, false).is_discarded()) __builtin_trap();
   return 0;
