@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -194,9 +195,51 @@ bool valid_by_valijson(const json& schema, const std::string& text) {
   return validator.validate(parsed, doc_adapter, nullptr);
 }
 
-// A reply drawn at random among the tokens each step's mask allows (after a while, ones that close
-// something are preferred, so walks end): its text is valid for the schema, by valijson. At a few points
-// on the way, every token the mask allows is accepted and every one it refuses is refused by a full check.
+// A reply drawn at random through GPT-2's vocabulary among the tokens each step's mask allows (after
+// `patient` steps, ones that close something, so the walk ends); `check` sees the matcher and its mask at
+// each step. whole: the reply may end where the walk stopped.
+struct RandomReply {
+  std::string text;
+  bool whole = false;
+};
+using StepCheck = std::function<void(const GrammarMatcher&, const std::vector<float>& logits, int step)>;
+RandomReply random_reply(const std::shared_ptr<const Grammar>& g, std::mt19937& rng, int max_steps, int patient,
+                         const StepCheck& check = {}) {
+  const GrammarTokenTable& table = gpt2_table();
+  GrammarMatcher m(g, table);
+  RandomReply r;
+  std::vector<float> logits(static_cast<size_t>(table.size()));
+  for (int step = 0; step < max_steps && !m.done(); ++step) {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    const int64_t allowed = m.mask(logits.data(), table.size());
+    std::vector<int32_t> ids, closing;
+    for (int32_t id = 0; id < table.size(); ++id) {
+      if (std::isinf(logits[static_cast<size_t>(id)])) continue;
+      ids.push_back(id);
+      if (table.end_of_generation(id) || table.bytes(id).find_first_of("\"]}>") != std::string::npos)
+        closing.push_back(id);
+    }
+    EXPECT_EQ(static_cast<int64_t>(ids.size()), allowed);
+    if (ids.empty()) {
+      ADD_FAILURE() << "no token may follow " << json(r.text).dump();
+      return r;
+    }
+    if (check) check(m, logits, step);
+    const std::vector<int32_t>& pool = step > patient && !closing.empty() ? closing : ids;
+    const int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+    if (table.end_of_generation(id)) break;
+    if (!m.accept(id)) {
+      ADD_FAILURE() << "the mask allowed a token accept refuses after " << json(r.text).dump();
+      return r;
+    }
+    r.text += table.bytes(id);
+  }
+  r.whole = m.can_end();
+  return r;
+}
+
+// Random replies are valid for their schema, by valijson. At a few points on the way, every token the mask
+// allows is accepted and every one it refuses is refused by a full check.
 TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
   const std::vector<const char*> schemas = {
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}, "ok": {"type": "boolean"}}, "required": ["name", "age", "tags", "ok"]})",
@@ -211,38 +254,19 @@ TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
     const json schema = json::parse(text);
     const auto g = json_schema_grammar(schema);
     for (int walk = 0; walk < 8; ++walk) {
-      GrammarMatcher m(g, table);
-      std::string out;
-      std::vector<float> logits(static_cast<size_t>(table.size()));
-      for (int step = 0; step < 200 && !m.done(); ++step) {
-        std::fill(logits.begin(), logits.end(), 0.0f);
-        const int64_t allowed = m.mask(logits.data(), table.size());
-        ASSERT_GT(allowed, 0) << text << " after " << out;
-        std::vector<int32_t> ids, closing;
+      const StepCheck full_check = [&](const GrammarMatcher& m, const std::vector<float>& logits, int step) {
+        if (walk != 0 || step % 7 != 3) return;
         for (int32_t id = 0; id < table.size(); ++id) {
-          if (std::isinf(logits[static_cast<size_t>(id)])) continue;
-          ids.push_back(id);
-          const std::string& b = table.bytes(id);
-          if (table.end_of_generation(id) || b.find_first_of("\"]}") != std::string::npos) closing.push_back(id);
+          GrammarMatcher copy = m;
+          EXPECT_EQ(copy.accept(id), !std::isinf(logits[static_cast<size_t>(id)]))
+              << text << " token " << table.bytes(id);
         }
-        ASSERT_EQ(static_cast<int64_t>(ids.size()), allowed);
-        if (walk == 0 && step % 7 == 3) {  // the fast paths against a full check of every token
-          for (int32_t id = 0; id < table.size(); ++id) {
-            GrammarMatcher copy = m;
-            EXPECT_EQ(copy.accept(id), !std::isinf(logits[static_cast<size_t>(id)])) << text << " after " << out
-                                                                                   << " token " << table.bytes(id);
-          }
-          ++checked_masks;
-        }
-        const std::vector<int32_t>& pool = step > 30 && !closing.empty() ? closing : ids;
-        const int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
-        if (table.end_of_generation(id)) break;
-        ASSERT_TRUE(m.accept(id));
-        out += table.bytes(id);
-      }
-      if (!m.can_end()) continue;
+        ++checked_masks;
+      };
+      const RandomReply r = random_reply(g, rng, 200, 30, full_check);
+      if (!r.whole) continue;
       ++complete;
-      EXPECT_TRUE(valid_by_valijson(schema, out)) << text << "\n  " << json(out).dump();
+      EXPECT_TRUE(valid_by_valijson(schema, r.text)) << text << "\n  " << json(r.text).dump();
     }
   }
   EXPECT_GE(complete, 24);
@@ -313,7 +337,6 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {}]"},
   };
-  const GrammarTokenTable& table = gpt2_table();
   std::mt19937 rng(9);
   for (const Format& f : formats) {
     const auto g = server::forced_tool_call_grammar(f.format, tools, f.chat_template);
@@ -324,26 +347,10 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
     ASSERT_EQ(good.calls.size(), 1u) << name;
     int complete = 0;
     for (int walk = 0; walk < 6; ++walk) {
-      GrammarMatcher m(g, table);
-      std::string out;
-      std::vector<float> logits(static_cast<size_t>(table.size()));
-      for (int step = 0; step < 300 && !m.done(); ++step) {
-        std::fill(logits.begin(), logits.end(), 0.0f);
-        ASSERT_GT(m.mask(logits.data(), table.size()), 0) << name << " after " << out;
-        std::vector<int32_t> ids, closing;
-        for (int32_t id = 0; id < table.size(); ++id) {
-          if (std::isinf(logits[static_cast<size_t>(id)]) || table.end_of_generation(id)) continue;
-          ids.push_back(id);
-          if (table.bytes(id).find_first_of("\"]}>") != std::string::npos) closing.push_back(id);
-        }
-        ASSERT_FALSE(ids.empty());
-        const std::vector<int32_t>& pool = step > 40 && !closing.empty() ? closing : ids;
-        const int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
-        ASSERT_TRUE(m.accept(id));
-        out += table.bytes(id);
-      }
-      if (!m.done()) continue;
+      const RandomReply r = random_reply(g, rng, 300, 40);
+      if (!r.whole) continue;
       ++complete;
+      const std::string out = r.text;
       const auto parsed = server::parse_tool_calls(f.format, tools, out);
       ASSERT_EQ(parsed.calls.size(), 1u) << name << ": " << json(out).dump();
       EXPECT_TRUE(parsed.content.empty()) << name << ": " << json(out).dump();
