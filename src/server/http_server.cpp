@@ -71,12 +71,13 @@ struct HttpServer::Impl {
   ListeningServer http;
   std::atomic<bool> stop_requested{false};
   int64_t started_at = unix_seconds();
+  const std::string chat_template;  // what the tool-call format is read from
   ToolCallFormat tool_format = ToolCallFormat::None;
   std::vector<int32_t> tool_marker_tokens;  // the format's markers that are single tokens
 
-  Impl(EngineBackend& b, ServerOptions o) : backend(b), opts(std::move(o)) {
+  Impl(EngineBackend& b, ServerOptions o) : backend(b), opts(std::move(o)), chat_template(b.chat_template()) {
     if (opts.tool_call_parser == "auto") {
-      tool_format = detect_tool_call_format(backend.chat_template());
+      tool_format = detect_tool_call_format(chat_template);
     } else if (std::optional<ToolCallFormat> f = tool_call_format_named(opts.tool_call_parser)) {
       tool_format = *f;
     } else {
@@ -221,7 +222,7 @@ struct HttpServer::Impl {
           for (const auto& tool : api.tools)
             if (api.tool_required || tool["function"]["name"] == api.forced_tool) tools.push_back(tool);
           try {
-            api.grammar = forced_tool_call_grammar(tool_format, tools, backend.chat_template());
+            api.grammar = forced_tool_call_grammar(tool_format, tools, chat_template);
           } catch (const Error& e) {
             throw bad_request(e.what(), "tool_choice");
           }
