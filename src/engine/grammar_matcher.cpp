@@ -646,22 +646,11 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, const Gra
                                const std::vector<std::pair<int32_t, std::string>>& shown)
     : grammar_(std::move(grammar)), table_(table), shown_(shown) {
   if (!grammar_ || grammar_->root < 0) fail("an empty grammar");
-  // The root is started by the first byte, through a sequence of one part.
+  // The compilers give every grammar a Sequence root (json_grammar.cpp), whose first part takes the first byte.
   Frame root;
   root.node = grammar_->root;
-  const GrammarNode& n = grammar_->nodes[static_cast<size_t>(root.node)];
-  if (n.kind != GrammarNode::Kind::Sequence) {
-    // Wrap: the matcher starts every value from a parent that has a place for it.
-    auto g = std::make_shared<Grammar>(*grammar_);
-    GrammarNode seq;
-    seq.kind = GrammarNode::Kind::Sequence;
-    seq.parts.push_back({"", g->root});
-    g->nodes.push_back(std::move(seq));
-    g->dispatch.emplace_back();
-    g->root = static_cast<int>(g->nodes.size()) - 1;
-    root.node = g->root;
-    grammar_ = std::move(g);
-  }
+  if (grammar_->nodes[static_cast<size_t>(root.node)].kind != GrammarNode::Kind::Sequence)
+    fail("a grammar's root must be a sequence");
   root.state = kSeq;
   stack_.push_back(root);
 }

@@ -39,6 +39,14 @@ class SchemaCompiler {
   void adopt(const Grammar& g) { grammar_ = g; }
 
   Grammar take(int root) {
+    // The matcher starts a value from a parent that has a place for it: a root that is not a Sequence gets
+    // one here, once, instead of in every matcher.
+    if (grammar_.nodes[static_cast<size_t>(root)].kind != GrammarNode::Kind::Sequence) {
+      GrammarNode seq;
+      seq.kind = GrammarNode::Kind::Sequence;
+      seq.parts.push_back({"", root});
+      root = add(std::move(seq));
+    }
     grammar_.root = root;
     check_unions();
     grammar_.dispatch.assign(grammar_.nodes.size(), {});

@@ -51,7 +51,7 @@ struct GrammarNode {
 
 struct Grammar {
   std::vector<GrammarNode> nodes;
-  int root = -1;
+  int root = -1;  // always a Sequence node
   // For each Union node, the branch a value starting with each byte takes (-1: none); empty for the rest.
   std::vector<std::vector<int32_t>> dispatch;
 };
