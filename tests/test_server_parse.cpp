@@ -254,7 +254,7 @@ TEST(ServerParse, ResponseFormat) {
       {R"("response_format": {"type": "json"})", "response_format"},
       {R"("response_format": "json")", "response_format"},
       {R"("response_format": {"type": "json_schema"})", "response_format"},
-      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}})",
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "multipleOf": 2}}})",
        "response_format"},
       {R"("functions": [{"name": "f"}])", "functions"},
   };
@@ -265,25 +265,31 @@ TEST(ServerParse, ResponseFormat) {
   try {
     parse_chat(
         "{" + msgs +
-        R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 0}}}})");
+        R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "multipleOf": 2}}}})");
     ADD_FAILURE() << "accepted";
   } catch (const ApiError& e) {
-    EXPECT_NE(std::string(e.what()).find("minimum"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("multipleOf"), std::string::npos) << e.what();
   }
 }
 
 // vLLM's guided_json / guided_choice, and the same under structured_outputs.
 TEST(ServerParse, GuidedFields) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
-  for (const std::string extra : {R"("guided_json": {"type": "object"})", R"("guided_json": "{\"type\": \"integer\"}")",
-                                  R"("guided_choice": ["yes", "no"])", R"("structured_outputs": {"choice": ["a"]})",
-                                  R"("structured_outputs": {"json": {"type": "array"}})"})
+  for (const std::string extra :
+       {R"("guided_json": {"type": "object"})", R"("guided_json": "{\"type\": \"integer\"}")",
+        R"("guided_choice": ["yes", "no"])", R"("structured_outputs": {"choice": ["a"]})",
+        R"("structured_outputs": {"json": {"type": "array"}})", R"("guided_regex": "\\d+")",
+        R"("structured_outputs": {"regex": "[ab]c"})", R"("guided_json": {"type": "string", "pattern": "^x+$"})"})
     EXPECT_NE(parse_chat("{" + msgs + ", " + extra + "}").grammar, nullptr) << extra;
   EXPECT_NE(parse_api_request(Endpoint::Completions, R"({"prompt": "x", "guided_choice": ["a", "b"]})").grammar,
             nullptr);
   const std::vector<std::pair<std::string, std::string>> refused = {
       {R"("guided_json": "{nope")", "guided_json"},
-      {R"("guided_json": {"type": "string", "pattern": "x"})", "guided_json"},
+      {R"("guided_json": {"type": "string", "pattern": "\\bx"})", "guided_json"},
+      {R"("guided_regex": "(a")", "guided_regex"},
+      {R"("guided_regex": 3)", "guided_regex"},
+      {R"("guided_regex": "a", "guided_choice": ["a"])", "guided_choice"},
+      {R"("structured_outputs": {"regex": "a\\1"})", "structured_outputs"},
       {R"("guided_choice": "yes")", "guided_choice"},
       {R"("guided_choice": [])", "guided_choice"},
       {R"("guided_choice": ["a", 1])", "guided_choice"},

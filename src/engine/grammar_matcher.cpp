@@ -55,6 +55,7 @@ enum : uint8_t {
   kBranch,
   kUntil,
   kUntilWs,
+  kRegex,
 };
 
 enum class Step { Consumed, Done, Retry, Reject };  // Done: consumed and complete; Retry: complete, c is the parent's
@@ -177,6 +178,12 @@ class Walker {
       case Kind::String:
         if (c != '"') return Step::Reject;
         f.state = kStrChars;
+        if (node >= 0 && g_.nodes[static_cast<size_t>(node)].pattern) {
+          const GrammarNode& n = g_.nodes[static_cast<size_t>(node)];
+          f.next = n.pattern->start();
+          // A pattern's state may be a dead end for the lengths allowed.
+          if (!n.pattern->can_finish(f.next, n.min_items, n.max_items)) return Step::Reject;
+        }
         return st_.push(f) ? Step::Consumed : Step::Reject;
       case Kind::Number:
       case Kind::Integer:
@@ -194,6 +201,10 @@ class Walker {
         break;
       case Kind::Until:
         f.state = kUntil;
+        break;
+      case Kind::Regex:
+        f.state = kRegex;
+        f.next = g_.nodes[static_cast<size_t>(node)].pattern->start();
         break;
       case Kind::Union:
         return Step::Reject;
@@ -358,7 +369,137 @@ class Walker {
     }
   }
 
+  // Lengths still allowed after `count` characters, for a pattern's can_finish.
+  static void remaining(const GrammarNode& n, uint32_t count, uint32_t* at_least, uint32_t* at_most) {
+    *at_least = n.min_items > count ? n.min_items - count : 0;
+    *at_most = n.max_items == UINT32_MAX ? UINT32_MAX : n.max_items - count;
+  }
+
+  // A string's next character (code point) under its pattern: one more character, into a state that can
+  // still finish within the length bounds.
+  static bool pattern_take(Frame& f, const GrammarNode& n, uint32_t cp) {
+    if (f.count >= n.max_items) return false;
+    const int32_t to = n.pattern->next(f.next, cp);
+    if (to < 0) return false;
+    uint32_t least = 0, most = 0;
+    remaining(n, f.count + 1, &least, &most);
+    if (!n.pattern->can_finish(to, least, most)) return false;
+    f.next = to;
+    ++f.count;
+    return true;
+  }
+  // Whether some code point within [lo, hi] can be the next character.
+  static bool pattern_may(const Frame& f, const GrammarNode& n, uint32_t lo, uint32_t hi) {
+    if (f.count >= n.max_items) return false;
+    uint32_t least = 0, most = 0;
+    remaining(n, f.count + 1, &least, &most);
+    return n.pattern->can_take(f.next, lo, hi, least, most);
+  }
+  // The code points a UTF-8 character can still be, after its lead byte and some continuation bytes
+  // (f.value the bits so far, f.sub the continuation bytes still due).
+  static std::pair<uint32_t, uint32_t> utf8_span(const Frame& f, int total) {
+    const auto shift = static_cast<uint32_t>(6 * f.sub);
+    const uint32_t lo = static_cast<uint32_t>(f.value) << shift;
+    const uint32_t hi = lo | ((1u << shift) - 1);
+    const uint32_t floor = total == 2 ? 0x80 : total == 3 ? 0x800 : 0x10000;
+    return {std::max(lo, floor), std::min(hi, 0x10FFFFu)};
+  }
+
+  // A character of raw UTF-8 text for a pattern (a string's unescaped text, or a Regex node's text):
+  // Consumed, or Reject. f.pos: the character's length in bytes.
+  Step pattern_utf8(Frame& f, const GrammarNode& n, int c) {
+    if (f.sub > 0) {
+      if (c < static_cast<int>(f.set & 0xFF) || c > static_cast<int>(f.set >> 8)) return Step::Reject;
+      --f.sub;
+      f.set = 0xBF80;
+      f.value = f.value << 6 | static_cast<uint64_t>(c & 0x3F);
+      if (f.sub == 0) return pattern_take(f, n, static_cast<uint32_t>(f.value)) ? Step::Consumed : Step::Reject;
+      const auto [lo, hi] = utf8_span(f, f.pos);
+      return pattern_may(f, n, lo, hi) ? Step::Consumed : Step::Reject;
+    }
+    if (c < 0x80) return pattern_take(f, n, static_cast<uint32_t>(c)) ? Step::Consumed : Step::Reject;
+    Frame lead = f;
+    if (!utf8_lead(c, lead)) return Step::Reject;
+    lead.value = static_cast<uint64_t>(c & (0x3F >> lead.sub));
+    lead.pos = static_cast<uint16_t>(lead.sub + 1);
+    const auto [lo, hi] = utf8_span(lead, lead.pos);
+    if (!pattern_may(lead, n, lo, hi)) return Step::Reject;
+    f = lead;
+    return Step::Consumed;
+  }
+
+  // A string whose characters must match a pattern: escapes decoded to the character they stand for.
+  Step patterned_string(Frame& f, const GrammarNode& n, int c) {
+    if (c == kEnd) return Step::Reject;
+    switch (f.state) {
+      case kStrChars:
+        if (f.sub > 0) return pattern_utf8(f, n, c);
+        if (c == '"') return f.count >= n.min_items && n.pattern->accepting(f.next) ? Step::Done : Step::Reject;
+        if (c < 0x20) return Step::Reject;
+        if (c == '\\') {
+          // Any character of the Basic Multilingual Plane can be written escaped.
+          if (!pattern_may(f, n, 0, 0xFFFF)) return Step::Reject;
+          f.state = kStrEscape;
+          return Step::Consumed;
+        }
+        return pattern_utf8(f, n, c);
+      case kStrEscape: {
+        if (c == 'u') {
+          if (!pattern_may(f, n, 0, 0xFFFF)) return Step::Reject;
+          f.state = kStrHex;
+          f.sub = 4;
+          f.value = 0;
+          return Step::Consumed;
+        }
+        const int cp = c == '"'    ? '"'
+                       : c == '\\' ? '\\'
+                       : c == '/'  ? '/'
+                       : c == 'b'  ? '\b'
+                       : c == 'f'  ? '\f'
+                       : c == 'n'  ? '\n'
+                       : c == 'r'  ? '\r'
+                       : c == 't'  ? '\t'
+                                   : -1;
+        if (cp < 0 || !pattern_take(f, n, static_cast<uint32_t>(cp))) return Step::Reject;
+        f.state = kStrChars;
+        return Step::Consumed;
+      }
+      case kStrHex: {
+        if (!is_hex(c)) return Step::Reject;
+        const int d = is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
+        f.value = f.value << 4 | static_cast<uint64_t>(d);
+        --f.sub;
+        const auto shift = static_cast<uint32_t>(4 * f.sub);
+        const auto lo = static_cast<uint32_t>(f.value) << shift, hi = lo | ((1u << shift) - 1);
+        if (f.sub > 0) return pattern_may(f, n, lo, hi) ? Step::Consumed : Step::Reject;
+        // A surrogate's pair is not followed: the pattern has no surrogates, so next() refuses it.
+        f.sub = 0;
+        f.state = kStrChars;
+        return pattern_take(f, n, lo) ? Step::Consumed : Step::Reject;
+      }
+      default:
+        return Step::Reject;
+    }
+  }
+
+  // Raw text matching a pattern whole; where the pattern cannot take a byte but has matched, the text ends.
+  Step regex(Frame& f, int c) {
+    const GrammarNode& n = node_of(f);
+    const TextPattern& p = *n.pattern;
+    if (f.sub == 0 && p.accepting(f.next)) {
+      if (c == kEnd) return Step::Retry;
+      Frame trial = f;
+      if (pattern_utf8(trial, n, c) == Step::Reject) return Step::Retry;
+      f = trial;
+    } else {
+      if (c == kEnd || pattern_utf8(f, n, c) == Step::Reject) return Step::Reject;
+    }
+    // Nothing can follow a match with no way on: the text is whole.
+    return f.sub == 0 && p.accepting(f.next) && !p.has_edges(f.next) ? Step::Done : Step::Consumed;
+  }
+
   Step string(Frame& f, int c) {
+    if (f.node != kFreeKey && node_of(f).pattern) return patterned_string(f, node_of(f), c);
     const uint32_t min_len = f.node == kFreeKey ? 0 : node_of(f).min_items;
     const uint32_t max_len = f.node == kFreeKey ? UINT32_MAX : node_of(f).max_items;
     if (c == kEnd) return Step::Reject;
@@ -409,8 +550,47 @@ class Walker {
     }
   }
 
+  // A bounded number's prefix: whether some number it can still become lies within [low, high] (final: the
+  // number as it stands). f.set: the integer part; f.value / f.next: the fraction's digits and how many.
+  static bool within_bounds(const GrammarNode& n, const Frame& f, bool final) {
+    const bool integer = n.kind == Kind::Integer;
+    const int fraction_digits = integer ? 0 : kBoundedFractionDigits;
+    Int128 unit = 1;  // 10^fraction_digits
+    for (int k = 0; k < fraction_digits; ++k) unit *= 10;
+    const auto whole = static_cast<Int128>(f.set);
+    Int128 frac_unit = 1;  // the last fraction digit's worth
+    for (int k = f.next; k < fraction_digits; ++k) frac_unit *= 10;
+    auto overlaps = [&](Int128 lo, Int128 hi) {  // magnitudes [lo, hi]
+      const Int128 a = f.sub ? -hi : lo, b = f.sub ? -lo : hi;
+      return a <= n.high && b >= n.low;
+    };
+    const Int128 exact = whole * unit + static_cast<Int128>(f.value) * frac_unit;
+    if (final) return overlaps(exact, exact);
+    switch (f.state) {
+      case kNumMinus: {
+        Int128 most = unit;
+        for (uint32_t k = 0; k < kMaxIntegerDigits; ++k) most *= 10;
+        return overlaps(0, most - 1);
+      }
+      case kNumZero:
+      case kNumDot:
+        return overlaps(whole * unit, (whole + 1) * unit - 1);
+      case kNumFrac:
+        return overlaps(exact, exact + frac_unit - 1);
+      case kNumInt: {
+        Int128 scale = unit;
+        for (uint32_t k = f.pos; k <= kMaxIntegerDigits; ++k, scale *= 10)
+          if (overlaps(whole * scale, (whole + 1) * scale - 1)) return true;
+        return false;
+      }
+      default:
+        return false;
+    }
+  }
+
   Step number(Frame& f, int c) {
-    const bool integer = node_of(f).kind == Kind::Integer;
+    const GrammarNode& n = node_of(f);
+    const bool integer = n.kind == Kind::Integer;
     const bool accepting = f.state == kNumZero || f.state == kNumInt || f.state == kNumFrac || f.state == kNumExp;
     // f.count: bytes so far; f.pos: digits of the integer part, then of the exponent.
     auto next = [&](uint8_t state) {
@@ -420,8 +600,19 @@ class Walker {
       if (state == kNumExp && ++f.pos > kMaxExponentDigits) return Step::Reject;
       ++f.count;
       f.state = state;
+      if (n.bounded) {
+        if (state == kNumMinus) f.sub = 1;
+        if (state == kNumInt || state == kNumZero) f.set = f.set * 10 + static_cast<uint64_t>(c - '0');
+        if (state == kNumFrac) {
+          if (++f.next > kBoundedFractionDigits) return Step::Reject;
+          f.value = f.value * 10 + static_cast<uint64_t>(c - '0');
+        }
+        if (!within_bounds(n, f, false)) return Step::Reject;
+      }
       return Step::Consumed;
     };
+    // Bounded numbers are written without an exponent.
+    const bool exponent = !integer && !n.bounded;
     switch (f.state) {
       case kNumStart:
         if (c == '-') return next(kNumMinus);
@@ -435,13 +626,13 @@ class Walker {
         [[fallthrough]];
       case kNumZero:
         if (!integer && c == '.') return next(kNumDot);
-        if (!integer && (c == 'e' || c == 'E')) return next(kNumE);
+        if (exponent && (c == 'e' || c == 'E')) return next(kNumE);
         break;
       case kNumDot:
         return is_digit(c) ? next(kNumFrac) : Step::Reject;
       case kNumFrac:
         if (is_digit(c)) return next(kNumFrac);
-        if (c == 'e' || c == 'E') return next(kNumE);
+        if (exponent && (c == 'e' || c == 'E')) return next(kNumE);
         break;
       case kNumE:
         if (c == '+' || c == '-') return next(kNumESign);
@@ -454,7 +645,8 @@ class Walker {
       default:
         return Step::Reject;
     }
-    return accepting ? Step::Retry : Step::Reject;
+    if (!accepting || (n.bounded && !within_bounds(n, f, true))) return Step::Reject;
+    return Step::Retry;
   }
 
   Step literal(Frame& f, int c) {
@@ -557,6 +749,8 @@ class Walker {
         return branch(f, c);
       case Kind::Until:
         return until(f, c);
+      case Kind::Regex:
+        return regex(f, c);
       case Kind::Union:
         break;
     }
@@ -726,7 +920,8 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   if (!stack_.empty()) {
     const Frame& top = stack_.back();
     if (top.state == kStrChars && top.sub == 0)
-      free_string = top.node == kFreeKey || grammar_->nodes[static_cast<size_t>(top.node)].max_items == UINT32_MAX;
+      free_string = top.node == kFreeKey || (grammar_->nodes[static_cast<size_t>(top.node)].max_items == UINT32_MAX &&
+                                             !grammar_->nodes[static_cast<size_t>(top.node)].pattern);
   }
   // Inside free text before its terminator: any token with text, except that one holding the terminator's
   // last byte may complete it, and what follows must then fit: those are checked in full.

@@ -83,8 +83,11 @@ class GrammarMatcher {
     uint16_t pos = 0;    // literal / key / fixed-text position
     uint32_t count = 0;  // array items, string characters, number bytes
     uint64_t set = 0;    // literal or key candidates
-    int32_t next = 0;    // object: the next property that may come; sequence: the current part
-    int32_t sub = 0;     // object: the property being written; string: \u digits left
+    int32_t next = 0;    // object: the next property that may come; sequence: the current part; pattern: its
+                         // state; bounded number: fraction digits
+    int32_t sub = 0;     // object: the property being written; string: \u digits left; bounded number: 1 if
+                         // negative
+    uint64_t value = 0;  // pattern: the code point being read; bounded number: the fraction's digits
   };
 
  private:

@@ -17,14 +17,80 @@ constexpr int kMaxSchemaDepth = 64;
 
 // Keywords that constrain values beyond what the matcher enforces: refused, so a reply never claims to follow
 // a schema it does not.
-constexpr std::array<const char*, 23> kUnsupported = {
-    "pattern",          "minimum",          "maximum",           "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf",       "allOf",            "not",               "if",               "then",
-    "else",             "patternProperties", "propertyNames",    "minProperties",    "maxProperties",
-    "dependentRequired", "dependentSchemas", "dependencies",     "contains",         "prefixItems",
-    "unevaluatedProperties", "unevaluatedItems", "additionalItems"};
+constexpr std::array<const char*, 17> kUnsupported = {"multipleOf",
+                                                      "not",
+                                                      "if",
+                                                      "then",
+                                                      "else",
+                                                      "patternProperties",
+                                                      "propertyNames",
+                                                      "minProperties",
+                                                      "maxProperties",
+                                                      "dependentRequired",
+                                                      "dependentSchemas",
+                                                      "dependencies",
+                                                      "contains",
+                                                      "prefixItems",
+                                                      "unevaluatedProperties",
+                                                      "unevaluatedItems",
+                                                      "additionalItems"};
+
+// Keywords that say nothing about which values are valid: allOf of one schema may sit beside them.
+constexpr std::array<const char*, 8> kAnnotations = {"title",    "description", "default",  "examples",
+                                                     "$comment", "deprecated",  "readOnly", "writeOnly"};
+
+constexpr std::array<const char*, 4> kBounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 std::string json_text(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::strict); }
+
+Int128 pow10(int n) {
+  Int128 v = 1;
+  for (int k = 0; k < n; ++k) v *= 10;
+  return v;
+}
+
+// Far past any number the matcher writes (18 integer digits, kBoundedFractionDigits after the point).
+const Int128 kBeyond = pow10(36);
+
+// `v` times 10^digits, rounded up or down to an integer, exactly: from the number's shortest decimal text,
+// which is what the schema's author wrote and what a validator's comparison of doubles agrees with.
+Int128 scaled_bound(const json& v, int digits, bool up, const char* key) {
+  if (!v.is_number()) fail("'{}' must be a number", key);
+  const std::string t = json_text(v);
+  size_t i = 0;
+  const bool negative = t[0] == '-';
+  if (negative) i = 1;
+  std::string mantissa;
+  long exponent = digits;
+  bool fraction = false;
+  for (; i < t.size() && t[i] != 'e' && t[i] != 'E'; ++i) {
+    if (t[i] == '.') {
+      fraction = true;
+      continue;
+    }
+    mantissa.push_back(t[i]);
+    if (fraction) --exponent;
+  }
+  if (i < t.size()) exponent += std::stol(t.substr(i + 1));
+  const size_t lead = mantissa.find_first_not_of('0');
+  if (lead == std::string::npos) return 0;
+  mantissa.erase(0, lead);
+  // |v|·10^digits = mantissa·10^exponent: its integer part, and whether anything was cut off.
+  std::string whole = mantissa;
+  bool cut = false;
+  if (exponent >= 0) {
+    if (whole.size() + static_cast<size_t>(exponent) > 36) return negative ? -kBeyond : kBeyond;
+    whole.append(static_cast<size_t>(exponent), '0');
+  } else {
+    const size_t drop = std::min(whole.size(), static_cast<size_t>(-exponent));
+    cut = whole.find_first_not_of('0', whole.size() - drop) != std::string::npos;
+    whole.resize(whole.size() - drop);
+  }
+  Int128 q = 0;
+  for (char c : whole) q = q * 10 + (c - '0');
+  if (negative) return cut && !up ? -q - 1 : -q;
+  return cut && up ? q + 1 : q;
+}
 
 class SchemaCompiler {
  public:
@@ -116,6 +182,16 @@ class SchemaCompiler {
       if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
     if (s.contains("uniqueItems") && s["uniqueItems"] == true) fail("the schema keyword 'uniqueItems' is not supported");
     if (auto ref = s.find("$ref"); ref != s.end()) return reference(*ref, depth);
+    if (auto all = s.find("allOf"); all != s.end()) {
+      if (!all->is_array() || all->empty()) fail("'allOf' must be a non-empty array of schemas");
+      bool alone = all->size() == 1;
+      for (const auto& [key, value] : s.items())
+        if (key != "allOf" && std::find_if(kAnnotations.begin(), kAnnotations.end(),
+                                           [&](const char* a) { return key == a; }) == kAnnotations.end())
+          alone = false;
+      if (!alone) fail("the schema keyword 'allOf' is supported only with one schema and nothing beside it");
+      return compile((*all)[0], depth + 1);
+    }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
       const json& branches = s[key];
@@ -138,7 +214,9 @@ class SchemaCompiler {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         return typed(s, "object", depth);
       if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return typed(s, "array", depth);
-      if (s.contains("minLength") || s.contains("maxLength")) return typed(s, "string", depth);
+      if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) return typed(s, "string", depth);
+      for (const char* key : kBounds)
+        if (s.contains(key)) return typed(s, "number", depth);
       return any();
     }
     if (type->is_string()) return typed(s, type->get<std::string>(), depth);
@@ -190,6 +268,29 @@ class SchemaCompiler {
     return static_cast<uint32_t>(v.get<int64_t>());
   }
 
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum as [low, high] in the node's units.
+  static void bounds(const json& s, GrammarNode& n) {
+    const int digits = n.kind == GrammarNode::Kind::Number ? kBoundedFractionDigits : 0;
+    Int128 low = -kBeyond, high = kBeyond;
+    for (const char* key : kBounds) {
+      if (!s.contains(key)) continue;
+      const json& v = s[key];
+      if (v.is_boolean()) fail("'{}' must be a number (a boolean is draft 4's form)", key);
+      const std::string k = key;
+      if (k == "minimum") low = std::max(low, scaled_bound(v, digits, true, key));
+      if (k == "exclusiveMinimum") low = std::max(low, scaled_bound(v, digits, false, key) + 1);
+      if (k == "maximum") high = std::min(high, scaled_bound(v, digits, false, key));
+      if (k == "exclusiveMaximum") high = std::min(high, scaled_bound(v, digits, true, key) - 1);
+      n.bounded = true;
+    }
+    if (!n.bounded) return;
+    const Int128 largest = pow10(18 + digits) - 1;  // what 18 integer digits and the fraction reach
+    if (low > high || low > largest || high < -largest)
+      fail("the schema's minimum / maximum leave no {} to write", digits == 0 ? "integer" : "number");
+    n.low = low;
+    n.high = high;
+  }
+
   int typed(const json& s, const std::string& type, int depth) {
     GrammarNode n;
     if (type == "object") {
@@ -232,10 +333,21 @@ class SchemaCompiler {
       n.min_items = count_field(s, "minLength", 0);
       n.max_items = count_field(s, "maxLength", UINT32_MAX);
       if (n.min_items > n.max_items) fail("'minLength' is above 'maxLength'");
-    } else if (type == "number") {
-      n.kind = GrammarNode::Kind::Number;
-    } else if (type == "integer") {
-      n.kind = GrammarNode::Kind::Integer;
+      if (s.contains("pattern")) {
+        if (!s["pattern"].is_string()) fail("'pattern' must be a string");
+        const bool lengths = n.min_items > 0 || n.max_items != UINT32_MAX;
+        if (lengths) {
+          // The pattern's automaton knows the lengths it can finish in up to a cap: longer strings are
+          // still valid, just not written.
+          if (n.min_items >= TextPattern::kLengthCap)
+            fail("'minLength' above {} together with 'pattern' is not supported", TextPattern::kLengthCap - 1);
+          n.max_items = std::min(n.max_items, TextPattern::kLengthCap - 1);
+        }
+        n.pattern = TextPattern::compile(s["pattern"].get<std::string>(), TextPattern::Mode::Search, lengths);
+      }
+    } else if (type == "number" || type == "integer") {
+      n.kind = type == "number" ? GrammarNode::Kind::Number : GrammarNode::Kind::Integer;
+      bounds(s, n);
     } else if (type == "boolean") {
       return literals({"true", "false"});
     } else if (type == "null") {
@@ -276,6 +388,13 @@ class SchemaCompiler {
         break;
       case GrammarNode::Kind::Until:
         out.set();  // any byte
+        break;
+      case GrammarNode::Kind::Regex:
+        for (const TextPattern::Edge& e : n.pattern->edges(n.pattern->start())) {
+          for (uint32_t c = e.lo; c <= std::min<uint32_t>(e.hi, 0x7F); ++c) out.set(c);
+          if (e.hi >= 0x80)
+            for (size_t b = 0xC2; b <= 0xF4; ++b) out.set(b);  // any lead byte: the union check errs on caution
+        }
         break;
       case GrammarNode::Kind::Sequence:
         if (!n.parts.empty())
@@ -327,6 +446,14 @@ std::shared_ptr<const Grammar> json_schema_grammar(const json& schema) {
   SchemaCompiler c(schema);
   const int root = c.compile(schema);
   return std::make_shared<const Grammar>(c.take(root));
+}
+
+std::shared_ptr<const Grammar> regex_grammar(const std::string& pattern) {
+  SchemaCompiler c{json()};
+  GrammarNode n;
+  n.kind = GrammarNode::Kind::Regex;
+  n.pattern = TextPattern::compile(pattern, TextPattern::Mode::FullMatch);
+  return std::make_shared<const Grammar>(c.take(c.add(std::move(n))));
 }
 
 std::shared_ptr<const Grammar> text_choice_grammar(const std::vector<std::string>& choices) {

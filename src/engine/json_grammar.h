@@ -5,21 +5,39 @@
 //
 // Schemas: type (one, or a list), properties / required (properties are written in the schema's order; ones
 // not required may be left out; none beyond them), additionalProperties (without properties: the values' schema,
-// or false for {}), items, minItems / maxItems, enum / const, anyOf / oneOf whose branches start with
-// different characters (a string or null, a number or an object, ...), $ref into #/$defs or #/definitions
-// (recursion included). Annotations (title, description, default, examples, format, ...) are accepted and not
-// enforced. Keywords that constrain values in ways the matcher does not (pattern, minLength, minimum, allOf,
-// not, ...) are refused with an Error naming them, rather than output that would not validate.
+// or false for {}), items, minItems / maxItems, minLength / maxLength, pattern, minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum, enum / const, anyOf / oneOf whose branches start with different
+// characters (a string or null, a number or an object, ...), allOf of one schema, $ref into #/$defs or
+// #/definitions (recursion included). Annotations (title, description, default, examples, format, ...) are
+// accepted and not enforced. Keywords that constrain values in ways the matcher does not (multipleOf, not,
+// allOf of several, ...) are refused with an Error naming them, rather than output that would not validate.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "engine/text_pattern.h"
+
 namespace kvserve {
 
+__extension__ typedef __int128 Int128;
+inline constexpr int kBoundedFractionDigits = 12;
+
 struct GrammarNode {
-  enum class Kind : uint8_t { Object, Array, String, Number, Integer, Literals, Union, Sequence, Branches, Until };
+  enum class Kind : uint8_t {
+    Object,
+    Array,
+    String,
+    Number,
+    Integer,
+    Literals,
+    Union,
+    Sequence,
+    Branches,
+    Until,
+    Regex
+  };
   Kind kind = Kind::Literals;
 
   // Object with properties: each key (its JSON text without the quotes) and its value's node, in order.
@@ -33,7 +51,15 @@ struct GrammarNode {
   int values = -1;
 
   int items = -1;  // Array
-  uint32_t min_items = 0, max_items = UINT32_MAX;
+  uint32_t min_items = 0, max_items = UINT32_MAX;  // Array: items; String: characters
+
+  // String: its characters (JSON escapes decoded) match this pattern. Regex: raw text matching it whole.
+  std::shared_ptr<const TextPattern> pattern;
+
+  // Number / Integer within bounds: the value times 10^kBoundedFractionDigits (a Number's; an Integer's is
+  // not scaled) lies in [low, high]. Such numbers have no exponent and at most that many fraction digits.
+  bool bounded = false;
+  Int128 low = 0, high = 0;
 
   // Literals: the exact JSON texts allowed (true, null, "red", 3, ...). Branches: fixed texts none of which
   // starts another, each followed by its own Sequence (alternatives[k] after literals[k]). Until: any text up
@@ -55,6 +81,10 @@ struct Grammar {
   // For each Union node, the branch a value starting with each byte takes (-1: none); empty for the rest.
   std::vector<std::vector<int32_t>> dispatch;
 };
+
+// Text matching the regular expression `pattern` whole (vLLM's guided_regex; see text_pattern.h for what
+// is supported). Throws Error naming what it cannot compile.
+std::shared_ptr<const Grammar> regex_grammar(const std::string& pattern);
 
 // Exactly one of `choices`, as plain text (vLLM's guided_choice). Throws Error for none, or more than
 // kMaxGrammarLiterals.

@@ -235,26 +235,32 @@ void parse_tools(const json& body, ApiRequest& req) {
 
 // response_format: "text"; "json_object" (a JSON object); "json_schema" with {"json_schema": {"schema": ...}}
 // (JSON valid for the schema). A schema the grammar cannot enforce is a 400 naming what it cannot.
-// vLLM's own fields for the same: guided_json (a schema, or its text) and guided_choice (strings), or the
-// same under structured_outputs ({"json": ..., "choice": [...]}).
+// vLLM's own fields for the same: guided_json (a schema, or its text), guided_choice (strings) and
+// guided_regex (the whole reply matches it), or the same under structured_outputs ({"json": ...,
+// "choice": [...], "regex": ...}).
 void parse_guided(const json& body, ApiRequest& req) {
   const json* json_schema = field(body, "guided_json");
   const json* choice = field(body, "guided_choice");
+  const json* regex = field(body, "guided_regex");
   const char* json_name = "guided_json";
   const char* choice_name = "guided_choice";
+  const char* regex_name = "guided_regex";
   if (const json* so = field(body, "structured_outputs")) {
     if (!so->is_object()) throw bad_request("'structured_outputs' must be an object", "structured_outputs");
-    if (json_schema || choice)
-      throw bad_request("give 'structured_outputs' or guided_json / guided_choice, not both", "structured_outputs");
+    if (json_schema || choice || regex)
+      throw bad_request("give 'structured_outputs' or guided_json / guided_choice / guided_regex, not both",
+                        "structured_outputs");
     json_schema = field(*so, "json");
     choice = field(*so, "choice");
-    json_name = choice_name = "structured_outputs";
+    regex = field(*so, "regex");
+    json_name = choice_name = regex_name = "structured_outputs";
   }
-  if (json_schema && choice) throw bad_request("give one kind of structured output, not two", choice_name);
-  if (req.grammar && (json_schema || choice))
-    throw bad_request("give 'response_format' or vLLM's guided fields, not both",
-                      json_schema ? json_name : choice_name);
+  const int kinds = (json_schema ? 1 : 0) + (choice ? 1 : 0) + (regex ? 1 : 0);
+  const char* name = choice ? choice_name : json_schema ? json_name : regex_name;
+  if (kinds > 1) throw bad_request("give one kind of structured output, not two", name);
+  if (req.grammar && kinds > 0) throw bad_request("give 'response_format' or vLLM's guided fields, not both", name);
   try {
+    if (regex) req.grammar = regex_grammar(string_field(*regex, regex_name));
     if (json_schema) {
       json schema = *json_schema;
       if (schema.is_string()) {
@@ -270,8 +276,7 @@ void parse_guided(const json& body, ApiRequest& req) {
       req.grammar = text_choice_grammar(texts);
     }
   } catch (const Error& e) {
-    throw bad_request(fmt::format("'{}': {}", json_schema ? json_name : choice_name, e.what()),
-                      json_schema ? json_name : choice_name);
+    throw bad_request(fmt::format("'{}': {}", name, e.what()), name);
   }
 }
 

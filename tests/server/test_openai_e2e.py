@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import random
+import re
 import socket
 import time
 import urllib.parse
@@ -169,7 +170,8 @@ def test_chat_non_streaming_and_streaming(client):
 
 FORECAST = {
     "type": "object",
-    "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}, "metric": {"type": "boolean"}},
+    "properties": {"city": {"type": "string", "maxLength": 8, "pattern": "^[A-Z][a-z]*$"},
+                   "days": {"type": "integer", "minimum": 1, "maximum": 14}, "metric": {"type": "boolean"}},
     "required": ["city", "days"],
 }
 
@@ -178,8 +180,8 @@ def check_forecast(value):
     """`value` is valid for FORECAST (written out: no jsonschema package needed)."""
     assert isinstance(value, dict)
     assert set(value) <= {"city", "days", "metric"} and {"city", "days"} <= set(value)
-    assert isinstance(value["city"], str) and len(value["city"]) <= 8
-    assert isinstance(value["days"], int) and not isinstance(value["days"], bool)
+    assert isinstance(value["city"], str) and len(value["city"]) <= 8 and re.fullmatch("[A-Z][a-z]*", value["city"])
+    assert isinstance(value["days"], int) and not isinstance(value["days"], bool) and 1 <= value["days"] <= 14
     assert isinstance(value.get("metric", True), bool)
 
 
@@ -208,8 +210,8 @@ def test_structured_output(client):
     # A schema the grammar cannot enforce is a 400 naming the keyword.
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=messages, max_tokens=5, response_format={
-            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}})
-    assert "pattern" in str(e.value)
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "multipleOf": 3}}})
+    assert "multipleOf" in str(e.value)
 
 
 def test_guided_choice_on_completions(client):
@@ -219,6 +221,17 @@ def test_guided_choice_on_completions(client):
                                       extra_body={"guided_choice": ["yes", "no", "not sure"]})
         assert r.choices[0].text in ("yes", "no", "not sure")
         assert r.choices[0].finish_reason == "stop"
+
+
+def test_guided_regex(client):
+    """vLLM's guided_regex: the whole text matches; a pattern it cannot compile is a 400 naming the field."""
+    for seed in range(3):
+        r = client.completions.create(model=MODEL, prompt="A code:", max_tokens=20, temperature=1.0, seed=seed,
+                                      extra_body={"guided_regex": "[A-Z]{2}-\\d{3}( ok)?"})
+        assert re.fullmatch("[A-Z]{2}-\\d{3}( ok)?", r.choices[0].text), r.choices[0].text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=5, extra_body={"guided_regex": "(?=a)"})
+    assert "guided_regex" in str(e.value) and "lookaround" in str(e.value)
 
 
 def test_forced_tool_call(client):
