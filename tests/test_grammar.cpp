@@ -228,6 +228,46 @@ TEST(JsonGrammar, NeverAcceptsWhatTheJsonSchemaTestSuiteCallsInvalid) {
   EXPECT_GE(valid_accepted, 63);
 }
 
+// The suite's optional format tests, for the formats written to their definition: no instance it calls
+// invalid is accepted, and the valid ones in the forms the patterns write (upper-case T and Z) are.
+TEST(JsonGrammar, FormatsNeverAcceptWhatTheSuiteCallsInvalid) {
+  int invalid_rejected = 0, valid_accepted = 0;
+  for (const char* format : {"date", "time", "date-time", "email", "ipv4", "hostname"}) {
+    std::ifstream in(std::string(KVSERVE_JSON_SCHEMA_SUITE) + "/optional/format/" + format + ".json");
+    ASSERT_TRUE(in) << format;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    for (const json& group : json::parse(ss.str())) {
+      const auto g = json_schema_grammar(json{{"type", "string"}, {"format", format}});
+      for (const json& test : group.at("tests")) {
+        if (!test.at("data").is_string()) continue;
+        const std::string text = test.at("data").dump();
+        const bool accepted = accepts(g, text);
+        if (!test.at("valid").get<bool>()) {
+          EXPECT_FALSE(accepted) << format << ": " << text;
+          ++invalid_rejected;
+        } else if (text.find_first_of("tz") == std::string::npos || std::string(format) == "email" ||
+                   std::string(format) == "hostname") {
+          EXPECT_TRUE(accepted) << format << ": " << text;
+          valid_accepted += accepted;
+        }
+      }
+    }
+  }
+  EXPECT_GE(invalid_rejected, 15);
+  EXPECT_GE(valid_accepted, 10);
+  const auto uuid = json_schema_grammar(json::parse(R"({"type": "string", "format": "uuid"})"));
+  EXPECT_TRUE(accepts(uuid, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(accepts(uuid, R"("123e4567-e89b-12d3-a456-42661417400")"));
+  const auto date = json_schema_grammar(json::parse(R"({"type": "string", "format": "date"})"));
+  for (const char* bad : {R"("2024-02-30")", R"("2024-04-31")", R"("2024-13-01")", R"("2024-1-01")"})
+    EXPECT_FALSE(accepts(date, bad)) << bad;
+  // A format beside a pattern is an annotation; an unknown one too.
+  EXPECT_TRUE(accepts(json_schema_grammar(json::parse(R"({"type": "string", "format": "date", "pattern": "^x"})")),
+                      R"("xyz")"));
+  EXPECT_TRUE(accepts(json_schema_grammar(json::parse(R"({"type": "string", "format": "color"})")), R"("red")"));
+}
+
 bool valid_by_valijson(const json& schema, const std::string& text) {
   valijson::Schema parsed;
   valijson::SchemaParser parser;
@@ -293,6 +333,7 @@ TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
       R"({"type": "object", "properties": {"answer": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "score": {"type": "number"}}, "required": ["answer"]})",
       R"({"type": "object", "additionalProperties": {"type": "integer"}})",
       R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}$"}, "n": {"type": "integer", "minimum": -20, "exclusiveMaximum": 1000}, "p": {"type": "number", "minimum": 0.5, "maximum": 2.75}, "word": {"type": "string", "pattern": "é|[xyz]{2}", "minLength": 3, "maxLength": 9}}, "required": ["id", "n", "p", "word"]})",
+      R"({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}, "day": {"type": "string", "format": "date", "maxLength": 10}, "host": {"type": "string", "format": "hostname"}}, "required": ["when", "day", "host"]})",
   };
   const GrammarTokenTable& table = gpt2_table();
   std::mt19937 rng(5);

@@ -41,6 +41,29 @@ constexpr std::array<const char*, 8> kAnnotations = {"title",    "description", 
 
 constexpr std::array<const char*, 4> kBounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
+// The string formats written to their definition (RFC 3339 dates and times, RFC 4122 UUIDs, dotted IPv4,
+// RFC 1123 host names, e-mail addresses), as patterns matched whole. Each accepts a subset of what a strict
+// format checker takes (every February has 28 days; host name labels of at most 20 characters, at most four
+// of them), so what the matcher writes passes one.
+constexpr const char* kLabel = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,18}[A-Za-z0-9])?";
+std::string format_pattern(const std::string& format) {
+  const std::string date =
+      "\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|1\\d|2[0-"
+      "8]))";
+  const std::string time = "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,9})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
+  const std::string label = kLabel;
+  const std::string octet = "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+  if (format == "date") return date;
+  if (format == "time") return time;
+  if (format == "date-time") return date + "T" + time;
+  if (format == "uuid") return "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
+  if (format == "ipv4") return octet + "(?:\\." + octet + "){3}";
+  // The last label starts with a letter: checkers refuse an all-numeric top-level domain.
+  if (format == "hostname") return "(?:" + label + "\\.){0,3}[A-Za-z](?:[A-Za-z0-9-]{0,18}[A-Za-z0-9])?";
+  if (format == "email") return "[A-Za-z0-9_%+-]+(?:\\.[A-Za-z0-9_%+-]+)*@(?:" + label + "\\.){1,3}[A-Za-z]{2,10}";
+  return "";
+}
+
 std::string json_text(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::strict); }
 
 Int128 pow10(int n) {
@@ -185,10 +208,11 @@ class SchemaCompiler {
     if (auto all = s.find("allOf"); all != s.end()) {
       if (!all->is_array() || all->empty()) fail("'allOf' must be a non-empty array of schemas");
       bool alone = all->size() == 1;
-      for (const auto& [key, value] : s.items())
-        if (key != "allOf" && std::find_if(kAnnotations.begin(), kAnnotations.end(),
-                                           [&](const char* a) { return key == a; }) == kAnnotations.end())
+      for (auto it = s.begin(); it != s.end(); ++it) {
+        const std::string& key = it.key();
+        if (key != "allOf" && std::find(kAnnotations.begin(), kAnnotations.end(), key) == kAnnotations.end())
           alone = false;
+      }
       if (!alone) fail("the schema keyword 'allOf' is supported only with one schema and nothing beside it");
       return compile((*all)[0], depth + 1);
     }
@@ -268,6 +292,18 @@ class SchemaCompiler {
     return static_cast<uint32_t>(v.get<int64_t>());
   }
 
+  // A string node's pattern. With minLength / maxLength the automaton knows the lengths it can finish in up
+  // to a cap: longer strings are still valid, just not written.
+  static void set_pattern(GrammarNode& n, const std::string& pattern, TextPattern::Mode mode, const char* keyword) {
+    const bool lengths = n.min_items > 0 || n.max_items != UINT32_MAX;
+    if (lengths) {
+      if (n.min_items >= TextPattern::kLengthCap)
+        fail("'minLength' above {} together with '{}' is not supported", TextPattern::kLengthCap - 1, keyword);
+      n.max_items = std::min(n.max_items, TextPattern::kLengthCap - 1);
+    }
+    n.pattern = TextPattern::compile(pattern, mode, lengths);
+  }
+
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum as [low, high] in the node's units.
   static void bounds(const json& s, GrammarNode& n) {
     const int digits = n.kind == GrammarNode::Kind::Number ? kBoundedFractionDigits : 0;
@@ -335,15 +371,11 @@ class SchemaCompiler {
       if (n.min_items > n.max_items) fail("'minLength' is above 'maxLength'");
       if (s.contains("pattern")) {
         if (!s["pattern"].is_string()) fail("'pattern' must be a string");
-        const bool lengths = n.min_items > 0 || n.max_items != UINT32_MAX;
-        if (lengths) {
-          // The pattern's automaton knows the lengths it can finish in up to a cap: longer strings are
-          // still valid, just not written.
-          if (n.min_items >= TextPattern::kLengthCap)
-            fail("'minLength' above {} together with 'pattern' is not supported", TextPattern::kLengthCap - 1);
-          n.max_items = std::min(n.max_items, TextPattern::kLengthCap - 1);
-        }
-        n.pattern = TextPattern::compile(s["pattern"].get<std::string>(), TextPattern::Mode::Search, lengths);
+        set_pattern(n, s["pattern"].get<std::string>(), TextPattern::Mode::Search, "pattern");
+      } else if (s.contains("format") && s["format"].is_string()) {
+        // A format beside a pattern stays an annotation; alone, one known here is written to its definition.
+        const std::string pattern = format_pattern(s["format"].get<std::string>());
+        if (!pattern.empty()) set_pattern(n, pattern, TextPattern::Mode::FullMatch, "format");
       }
     } else if (type == "number" || type == "integer") {
       n.kind = type == "number" ? GrammarNode::Kind::Number : GrammarNode::Kind::Integer;

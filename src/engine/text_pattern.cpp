@@ -17,6 +17,7 @@ constexpr size_t kMaxNfaStates = 50000;
 constexpr size_t kMaxDfaStates = 4000;
 constexpr size_t kMaxDfaEdges = 200000;
 constexpr int kMaxNesting = 64;
+constexpr size_t kMaxWork = 4000000;
 
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
@@ -460,33 +461,46 @@ struct Nfa {
           states[static_cast<size_t>(e)].eps.push_back(loop);
           return loop;
         }
+        // The optional copies nest, x(x(x)?)?, each with a way straight to the end: the closure of any state
+        // stays small, where a chain of optional copies would make it grow with the count.
+        const int32_t end = add();
         for (uint32_t k = r.min; k < r.max; ++k) {
-          const int32_t next = add();
-          states[static_cast<size_t>(cur)].eps.push_back(next);
-          const int32_t e = build(r.kids[0], cur);
-          states[static_cast<size_t>(e)].eps.push_back(next);
-          cur = next;
+          states[static_cast<size_t>(cur)].eps.push_back(end);
+          cur = build(r.kids[0], cur);
         }
-        return cur;
+        states[static_cast<size_t>(cur)].eps.push_back(end);
+        return end;
       }
     }
     return from;
   }
 
-  std::vector<int32_t> closure(std::vector<int32_t> seeds) const {
-    std::vector<uint8_t> seen(states.size(), 0);
+  // The states reachable by epsilon moves. `work` counts the states visited over every call: a request's
+  // pattern may not make the compiler work without end.
+  std::vector<int32_t> closure(std::vector<int32_t> seeds, size_t* work) {
+    if (seen.size() != states.size()) seen.assign(states.size(), 0);
+    if (++stamp == 0) {
+      std::fill(seen.begin(), seen.end(), 0);
+      stamp = 1;
+    }
     std::vector<int32_t> out;
     while (!seeds.empty()) {
       const int32_t s = seeds.back();
       seeds.pop_back();
-      if (seen[static_cast<size_t>(s)]) continue;
-      seen[static_cast<size_t>(s)] = 1;
+      if (seen[static_cast<size_t>(s)] == stamp) continue;
+      seen[static_cast<size_t>(s)] = stamp;
       out.push_back(s);
       for (int32_t t : states[static_cast<size_t>(s)].eps) seeds.push_back(t);
     }
+    *work += out.size();
+    if (*work > kMaxWork) fail("the pattern is too large (its automaton takes too much work to build)");
     std::sort(out.begin(), out.end());
     return out;
   }
+
+ private:
+  std::vector<uint32_t> seen;
+  uint32_t stamp = 0;
 };
 
 }  // namespace
@@ -517,7 +531,8 @@ std::shared_ptr<const TextPattern> TextPattern::compile(const std::string& patte
     }
     return it->second;
   };
-  intern(nfa.closure({nfa_start}));
+  size_t work = 0;
+  intern(nfa.closure({nfa_start}, &work));
   size_t total_edges = 0;
   for (size_t d = 0; d < dfa.size(); ++d) {
     struct Move {
@@ -541,8 +556,9 @@ std::shared_ptr<const TextPattern> TextPattern::compile(const std::string& patte
       std::vector<int32_t> targets;
       for (const Move& m : moves)
         if (m.lo <= lo && hi <= m.hi) targets.push_back(m.to);
+      work += moves.size();
       if (targets.empty()) continue;
-      const int32_t to = intern(nfa.closure(std::move(targets)));
+      const int32_t to = intern(nfa.closure(std::move(targets), &work));
       if (!edges.empty() && edges.back().to == to && edges.back().hi + 1 == lo) {
         edges.back().hi = hi;
       } else {
