@@ -112,6 +112,13 @@ class Overlay {
       --base_n_;
     }
   }
+  const Frame& frame(size_t i) const { return i < base_n_ ? base_[i] : local_[i - base_n_].f; }
+  bool operator==(const Overlay& o) const {
+    if (depth() != o.depth()) return false;
+    for (size_t i = 0; i < depth(); ++i)
+      if (!(frame(i) == o.frame(i))) return false;
+    return true;
+  }
   // The stack after the trial, into `out` (not the base's own vector).
   void commit(std::vector<Frame>& out) const {
     out.assign(base_, base_ + base_n_);
@@ -131,9 +138,19 @@ class Overlay {
   size_t local_n_ = 0;
 };
 
+// Where a union's branches start alike, the walk takes the first and leaves the others here: a copy of the
+// view just before the value starts, the branch, and the byte to start it with.
+struct Fork {
+  Overlay st;
+  int32_t node;
+  int c;
+  int hops;  // unions passed through on the way to this branch (a schema may refer to itself without end)
+};
+constexpr int kMaxUnionHops = 64;
+
 class Walker {
  public:
-  Walker(const Grammar& g, Overlay& st) : g_(g), st_(st) {}
+  Walker(const Grammar& g, Overlay& st, std::vector<Fork>* forks = nullptr) : g_(g), st_(st), forks_(forks) {}
 
   // Feeds one byte (or kEnd); false when the grammar does not allow it here.
   bool feed(int c) {
@@ -158,10 +175,20 @@ class Walker {
   }
 
   // Pushes the frame of a value of `node` starting with c, and feeds c to it.
-  Step start_value(int32_t node, int c) {
+  // A union's other branches for the byte go to forks_ (none kept without one: the first branch only).
+  Step start_value(int32_t node, int c, int hops = 0) {
     if (c == kEnd || c < 0) return Step::Reject;
-    while (node >= 0 && g_.nodes[static_cast<size_t>(node)].kind == Kind::Union)
-      node = g_.dispatch[static_cast<size_t>(node)][static_cast<size_t>(c)];
+    while (node >= 0 && g_.nodes[static_cast<size_t>(node)].kind == Kind::Union) {
+      if (++hops > kMaxUnionHops) return Step::Reject;
+      int32_t next = g_.dispatch[static_cast<size_t>(node)][static_cast<size_t>(c)];
+      if (next <= -2) {
+        const std::vector<int32_t>& branches = g_.ambiguous[static_cast<size_t>(-2 - next)];
+        if (forks_)
+          for (size_t k = 1; k < branches.size(); ++k) forks_->push_back({st_, branches[k], c, hops});
+        next = branches[0];
+      }
+      node = next;
+    }
     if (node < 0 && node != kFreeKey) return Step::Reject;
     Frame f;
     f.node = node;
@@ -759,6 +786,7 @@ class Walker {
 
   const Grammar& g_;
   Overlay& st_;
+  std::vector<Fork>* forks_;
 };
 
 // Strict UTF-8 from a character boundary, as the string state checks it; the last character may be cut.
@@ -846,7 +874,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, const Gra
   if (grammar_->nodes[static_cast<size_t>(root.node)].kind != GrammarNode::Kind::Sequence)
     fail("a grammar's root must be a sequence");
   root.state = kSeq;
-  stack_.push_back(root);
+  stacks_.push_back({root});
 }
 
 const std::string& GrammarMatcher::token_bytes(int32_t id) const {
@@ -855,19 +883,86 @@ const std::string& GrammarMatcher::token_bytes(int32_t id) const {
   return table_.bytes(id);
 }
 
-bool GrammarMatcher::feed_token(const std::string& bytes, std::vector<Frame>* commit) const {
-  Overlay st(stack_);
-  Walker w(*grammar_, st);
-  for (unsigned char c : bytes)
-    if (!w.feed(c)) return false;
-  if (commit) st.commit(*commit);
+namespace {
+
+bool resume(const Grammar& g, Fork& fk, const unsigned char* bytes, size_t n, size_t k, std::vector<Overlay>* out);
+
+// Adds a view unless an equal one is there (readings that met again) or there are enough.
+void add_view(std::vector<Overlay>& views, const Overlay& v) {
+  if (views.size() >= GrammarMatcher::kMaxStacks) return;
+  for (const Overlay& o : views)
+    if (o == v) return;
+  views.push_back(v);
+}
+
+// Feeds bytes[i, n) to the view `st`, and follows every fork made on the way. Each view that takes them all
+// goes to `out`; without `out`, returns at the first. Whether any did.
+bool feed_from(const Grammar& g, Overlay& st, const unsigned char* bytes, size_t n, size_t i,
+               std::vector<Overlay>* out) {
+  bool any = false;
+  for (size_t k = i; k < n; ++k) {
+    std::vector<Fork> forks;
+    Walker w(g, st, &forks);
+    const bool ok = w.feed(bytes[k]);
+    for (Fork& f : forks) {
+      any = resume(g, f, bytes, n, k, out) || any;
+      if (any && !out) return true;
+    }
+    if (!ok) return any;
+  }
+  if (out) add_view(*out, st);
   return true;
 }
 
+// A fork left at byte k: its branch starts with that byte, then the rest follows.
+bool resume(const Grammar& g, Fork& fk, const unsigned char* bytes, size_t n, size_t k, std::vector<Overlay>* out) {
+  std::vector<Fork> forks;
+  Walker w(g, fk.st, &forks);
+  const bool ok = w.start_value(fk.node, fk.c, fk.hops) == Step::Consumed;
+  bool any = false;
+  for (Fork& f : forks) {
+    any = resume(g, f, bytes, n, k, out) || any;
+    if (any && !out) return true;
+  }
+  if (ok) any = feed_from(g, fk.st, bytes, n, k + 1, out) || any;
+  return any;
+}
+
+const unsigned char* as_bytes(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+
+}  // namespace
+
+bool GrammarMatcher::feed_token(const std::string& bytes, std::vector<std::vector<Frame>>* commit) const {
+  if (!commit) {
+    for (const std::vector<Frame>& stack : stacks_) {
+      Overlay st(stack);
+      if (feed_from(*grammar_, st, as_bytes(bytes), bytes.size(), 0, nullptr)) return true;
+    }
+    return false;
+  }
+  std::vector<Overlay> views;
+  for (const std::vector<Frame>& stack : stacks_) {
+    Overlay st(stack);
+    feed_from(*grammar_, st, as_bytes(bytes), bytes.size(), 0, &views);
+  }
+  commit->assign(views.size(), {});
+  for (size_t k = 0; k < views.size(); ++k) views[k].commit((*commit)[k]);
+  return !views.empty();
+}
+
 bool GrammarMatcher::can_end() const {
-  Overlay st(stack_);
-  Walker w(*grammar_, st);
-  return w.feed(kEnd);
+  for (const std::vector<Frame>& stack : stacks_) {
+    Overlay st(stack);
+    Walker w(*grammar_, st);
+    if (w.feed(kEnd)) return true;
+  }
+  return false;
+}
+
+bool GrammarMatcher::done() const {
+  for (const std::vector<Frame>& stack : stacks_)
+    if (!stack.empty()) return false;
+  return true;
 }
 
 bool GrammarMatcher::accept(int32_t id) {
@@ -875,9 +970,9 @@ bool GrammarMatcher::accept(int32_t id) {
   if (table_.end_of_generation(id)) return can_end();
   const std::string& bytes = token_bytes(id);
   if (bytes.empty()) return false;
-  std::vector<Frame> next;
+  std::vector<std::vector<Frame>> next;
   if (!feed_token(bytes, &next)) return false;
-  stack_ = std::move(next);
+  stacks_ = std::move(next);
   return true;
 }
 
@@ -893,16 +988,48 @@ const std::vector<int32_t>& GrammarTokenTable::tokens_containing(uint8_t byte) c
 
 namespace {
 
+void mark_views(const Grammar& g, const GrammarTokenTable& table, uint32_t node, const std::vector<Overlay>& views,
+                std::vector<uint8_t>& allowed);
+
 // Marks every token in the subtree under `node` whose bytes the grammar takes from the state `st`.
 void mark_subtree(const Grammar& g, const GrammarTokenTable& table, uint32_t node, const Overlay& st,
                   std::vector<uint8_t>& allowed) {
   const std::vector<GrammarTokenTable::TrieNode>& trie = table.trie();
   for (uint32_t c = trie[node].first_child; c != 0; c = trie[c].next_sibling) {
     Overlay next(st);
-    Walker w(g, next);
-    if (!w.feed(trie[c].byte)) continue;  // nothing below this prefix can come
+    std::vector<Fork> forks;
+    Walker w(g, next, &forks);
+    const bool ok = w.feed(trie[c].byte);
+    if (!forks.empty()) {
+      // A union's branches start alike here: the subtree is walked with every reading.
+      std::vector<Overlay> views;
+      if (ok) add_view(views, next);
+      for (Fork& f : forks) resume(g, f, &trie[c].byte, 1, 0, &views);
+      if (views.empty()) continue;
+      for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
+      if (trie[c].first_child != 0) mark_views(g, table, c, views, allowed);
+      continue;
+    }
+    if (!ok) continue;  // nothing below this prefix can come
     for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
     if (trie[c].first_child != 0) mark_subtree(g, table, c, next, allowed);
+  }
+}
+
+// The same, for the text read several ways at once.
+void mark_views(const Grammar& g, const GrammarTokenTable& table, uint32_t node, const std::vector<Overlay>& views,
+                std::vector<uint8_t>& allowed) {
+  if (views.size() == 1) return mark_subtree(g, table, node, views[0], allowed);
+  const std::vector<GrammarTokenTable::TrieNode>& trie = table.trie();
+  for (uint32_t c = trie[node].first_child; c != 0; c = trie[c].next_sibling) {
+    std::vector<Overlay> next;
+    for (const Overlay& v : views) {
+      Overlay copy(v);
+      feed_from(g, copy, &trie[c].byte, 1, 0, &next);
+    }
+    if (next.empty()) continue;
+    for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
+    if (trie[c].first_child != 0) mark_views(g, table, c, next, allowed);
   }
 }
 
@@ -916,25 +1043,28 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   allowed.assign(static_cast<size_t>(table_.size()), 0);
   // Inside a string with no length bound, a token of plain text is string text whatever its bytes: only
   // the others need a check. Elsewhere the trie walk visits only prefixes the grammar takes.
+  // Both shortcuts read a single stack; text read several ways takes the trie walk.
+  const std::vector<Frame>& stack = stacks_[0];
+  const bool single = stacks_.size() == 1;
   bool free_string = false;
-  if (!stack_.empty()) {
-    const Frame& top = stack_.back();
+  if (single && !stack.empty()) {
+    const Frame& top = stack.back();
     if (top.state == kStrChars && top.sub == 0)
       free_string = top.node == kFreeKey || (grammar_->nodes[static_cast<size_t>(top.node)].max_items == UINT32_MAX &&
                                              !grammar_->nodes[static_cast<size_t>(top.node)].pattern);
   }
   // Inside free text before its terminator: any token with text, except that one holding the terminator's
   // last byte may complete it, and what follows must then fit: those are checked in full.
-  const bool free_text = !stack_.empty() && stack_.back().state == kUntil;
+  const bool free_text = single && !stack.empty() && stack.back().state == kUntil;
   if (free_text) {
     allowed = table_.text_flags();
-    const std::string& term = grammar_->nodes[static_cast<size_t>(stack_.back().node)].literals[0];
+    const std::string& term = grammar_->nodes[static_cast<size_t>(stack.back().node)].literals[0];
     for (int32_t id : table_.tokens_containing(static_cast<unsigned char>(term.back())))
       allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
   } else if (free_string) {
     std::bitset<256> first;
     for (int b = 0; b < 256; ++b) {
-      Overlay st(stack_);
+      Overlay st(stack);
       Walker w(*grammar_, st);
       first[static_cast<size_t>(b)] = w.feed(b);
     }
@@ -945,8 +1075,9 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
         allowed[static_cast<size_t>(id)] = b.size() == 1 || feed_token(b, nullptr);
       }
   } else {
-    const Overlay root(stack_);
-    mark_subtree(*grammar_, table_, 0, root, allowed);
+    std::vector<Overlay> roots;
+    for (const std::vector<Frame>& s : stacks_) roots.emplace_back(s);
+    mark_views(*grammar_, table_, 0, roots, allowed);
   }
   for (const auto& [id, text] : shown_)
     if (id >= 0 && id < n) allowed[static_cast<size_t>(id)] = !text.empty() && feed_token(text, nullptr);

@@ -61,6 +61,8 @@ class GrammarTokenTable {
 
 class GrammarMatcher {
  public:
+  static constexpr size_t kMaxStacks = 16;
+
   // `shown`: control tokens whose text the reply shows (StreamDecoder::show_tokens), so the grammar sees
   // their text too (a Mistral tool call's [TOOL_CALLS]).
   GrammarMatcher(std::shared_ptr<const Grammar> grammar, const GrammarTokenTable& table,
@@ -74,7 +76,7 @@ class GrammarMatcher {
   // The text so far is a whole value: the reply may end here.
   bool can_end() const;
   // Nothing more can follow: the reply must end here.
-  bool done() const { return stack_.empty(); }
+  bool done() const;
 
   struct Frame {
     int32_t node = 0;  // -2: an object's free key (a plain string)
@@ -88,16 +90,20 @@ class GrammarMatcher {
     int32_t sub = 0;     // object: the property being written; string: \u digits left; bounded number: 1 if
                          // negative
     uint64_t value = 0;  // pattern: the code point being read; bounded number: the fraction's digits
+    bool operator==(const Frame&) const = default;
   };
 
  private:
   const std::string& token_bytes(int32_t id) const;
-  bool feed_token(const std::string& bytes, std::vector<Frame>* commit) const;
+  // Whether some stack takes the bytes; the stacks after them into `commit`.
+  bool feed_token(const std::string& bytes, std::vector<std::vector<Frame>>* commit) const;
 
   std::shared_ptr<const Grammar> grammar_;
   const GrammarTokenTable& table_;
   std::vector<std::pair<int32_t, std::string>> shown_;
-  std::vector<Frame> stack_;
+  // One stack per reading of the text so far: more than one only where a union's branches start alike and
+  // the text has not yet told them apart (at most kMaxStacks; a reading past that is dropped).
+  std::vector<std::vector<Frame>> stacks_;
 };
 
 }  // namespace kvserve

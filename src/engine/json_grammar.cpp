@@ -3,6 +3,7 @@
 #include <array>
 #include <bitset>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 
@@ -137,17 +138,27 @@ class SchemaCompiler {
       root = add(std::move(seq));
     }
     grammar_.root = root;
-    check_unions();
     grammar_.dispatch.assign(grammar_.nodes.size(), {});
+    grammar_.ambiguous.clear();
+    std::map<std::vector<int32_t>, int32_t> lists;
     for (size_t id = 0; id < grammar_.nodes.size(); ++id) {
       const GrammarNode& n = grammar_.nodes[id];
       if (n.kind != GrammarNode::Kind::Union) continue;
-      std::vector<int32_t>& d = grammar_.dispatch[id];
-      d.assign(256, -1);
+      std::array<std::vector<int32_t>, 256> by_byte;
       for (int a : n.alternatives) {
         const std::bitset<256> f = first_bytes(a);
         for (size_t b = 0; b < 256; ++b)
-          if (f.test(b)) d[b] = a;
+          if (f.test(b) && std::find(by_byte[b].begin(), by_byte[b].end(), a) == by_byte[b].end())
+            by_byte[b].push_back(a);
+      }
+      std::vector<int32_t>& d = grammar_.dispatch[id];
+      d.assign(256, -1);
+      for (size_t b = 0; b < 256; ++b) {
+        if (by_byte[b].size() == 1) d[b] = by_byte[b][0];
+        if (by_byte[b].size() < 2) continue;
+        auto [it, added] = lists.emplace(by_byte[b], static_cast<int32_t>(grammar_.ambiguous.size()));
+        if (added) grammar_.ambiguous.push_back(by_byte[b]);
+        d[b] = -2 - it->second;
       }
     }
     return std::move(grammar_);
@@ -223,6 +234,11 @@ class SchemaCompiler {
       GrammarNode u;
       u.kind = GrammarNode::Kind::Union;
       for (const json& b : branches) u.alternatives.push_back(compile(b, depth + 1));
+      // oneOf: a value must match exactly one branch; enforced where no value can match two.
+      if (std::string(key) == "oneOf" && !exclusive(branches, u.alternatives))
+        fail(
+            "'oneOf' whose branches a value could match two of is not supported (they must start with different "
+            "characters, or be objects with a required property whose const / enum values differ)");
       return add(std::move(u));
     }
     if (auto c = s.find("const"); c != s.end()) return literals({json_text(*c)});
@@ -282,6 +298,61 @@ class SchemaCompiler {
     const int body = compile(*target, depth + 1);
     grammar_.nodes[static_cast<size_t>(id)].alternatives = {body};
     return id;
+  }
+
+  // The schema a $ref chain leads to (itself where it is not one); null where it leads nowhere.
+  const json* resolve(const json& s, int depth = 0) const {
+    if (depth > kMaxSchemaDepth || !s.is_object() || !s.contains("$ref")) return &s;
+    const json& ref = s["$ref"];
+    if (!ref.is_string()) return nullptr;
+    const std::string path = ref.get<std::string>();
+    if (path == "#") return resolve(*root_, depth + 1);
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string p(prefix);
+      if (path.compare(0, p.size(), p) != 0) continue;
+      const std::string section = p.substr(2, p.size() - 3), name = path.substr(p.size());
+      if (root_->contains(section) && (*root_)[section].is_object() && (*root_)[section].contains(name))
+        return resolve((*root_)[section][name], depth + 1);
+    }
+    return nullptr;
+  }
+
+  // The const / enum values a required property allows in an object schema (empty: none such).
+  std::set<std::string> fixed_values(const json* schema, const std::string& key) const {
+    std::set<std::string> out;
+    if (!schema || !schema->is_object() || !schema->contains("properties") || !(*schema)["properties"].is_object())
+      return out;
+    const json req = schema->value("required", json::array());
+    if (!req.is_array() || std::find(req.begin(), req.end(), json(key)) == req.end()) return out;
+    const json& props = (*schema)["properties"];
+    const json* prop = props.contains(key) ? resolve(props[key]) : nullptr;
+    if (!prop || !prop->is_object()) return out;
+    if (prop->contains("const")) {
+      out.insert(json_text((*prop)["const"]));
+    } else if (prop->contains("enum") && (*prop)["enum"].is_array()) {
+      for (const json& v : (*prop)["enum"]) out.insert(json_text(v));
+    }
+    return out;
+  }
+
+  // Whether no value can match two of the branches: for each pair, their texts start with different bytes,
+  // or both are objects that require a property whose allowed values (const / enum) they do not share.
+  bool exclusive(const json& branches, const std::vector<int>& nodes) const {
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (size_t j = i + 1; j < nodes.size(); ++j) {
+        if ((first_bytes(nodes[i]) & first_bytes(nodes[j])).none()) continue;
+        const json* a = resolve(branches[i]);
+        const json* b = resolve(branches[j]);
+        bool apart = false;
+        if (a && a->is_object() && a->contains("properties") && a->at("properties").is_object())
+          for (auto it = a->at("properties").begin(); it != a->at("properties").end() && !apart; ++it) {
+            const std::set<std::string> va = fixed_values(a, it.key()), vb = fixed_values(b, it.key());
+            if (va.empty() || vb.empty()) continue;
+            apart = std::none_of(va.begin(), va.end(), [&](const std::string& v) { return vb.count(v) != 0; });
+          }
+        if (!apart) return false;
+      }
+    return true;
   }
 
   static uint32_t count_field(const json& s, const char* key, uint32_t fallback) {
@@ -437,26 +508,6 @@ class SchemaCompiler {
     return out;
   }
 
-  // The matcher picks a union's branch by the first byte of the value: branches must not share one.
-  void check_unions() const {
-    for (size_t id = 0; id < grammar_.nodes.size(); ++id) {
-      const GrammarNode& n = grammar_.nodes[id];
-      if (n.kind != GrammarNode::Kind::Union) continue;
-      std::bitset<256> seen;
-      for (int a : n.alternatives) {
-        const std::bitset<256> f = first_bytes(a);
-        const std::bitset<256> both = seen & f;
-        if (both.any()) {
-          size_t c = 0;
-          while (!both.test(c)) ++c;
-          fail("anyOf / oneOf / type lists whose branches can start with the same character ('{}') are not supported",
-               static_cast<char>(c));
-        }
-        seen |= f;
-      }
-    }
-  }
-
   const json* root_;
   Grammar grammar_;
   std::map<std::string, int> refs_;
@@ -516,11 +567,7 @@ std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Gramm
   either.kind = GrammarNode::Kind::Union;
   either.alternatives = {think_id, grammar->root};
   const int root = c.add(std::move(either));
-  try {
-    return std::make_shared<const Grammar>(c.take(root));
-  } catch (const Error&) {
-    return grammar;  // the grammar's text may itself start like the block
-  }
+  return std::make_shared<const Grammar>(c.take(root));
 }
 
 std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,

@@ -7,7 +7,8 @@
 // not required may be left out; none beyond them), additionalProperties (without properties: the values' schema,
 // or false for {}), items, minItems / maxItems, minLength / maxLength, pattern, minimum / maximum /
 // exclusiveMinimum / exclusiveMaximum, enum / const, anyOf / oneOf whose branches start with different
-// characters (a string or null, a number or an object, ...), allOf of one schema, $ref into #/$defs or
+// characters or not (two objects are followed side by side until their keys differ), allOf of one schema, $ref into
+// #/$defs or
 // #/definitions (recursion included). Annotations (title, description, default, examples, format, ...) are
 // accepted and not enforced. Keywords that constrain values in ways the matcher does not (multipleOf, not,
 // allOf of several, ...) are refused with an Error naming them, rather than output that would not validate.
@@ -78,8 +79,11 @@ struct GrammarNode {
 struct Grammar {
   std::vector<GrammarNode> nodes;
   int root = -1;  // always a Sequence node
-  // For each Union node, the branch a value starting with each byte takes (-1: none); empty for the rest.
+  // For each Union node, the branch a value starting with each byte takes (-1: none; -2 - k: several, the
+  // branches ambiguous[k], which the matcher follows side by side until the text tells them apart); empty
+  // for the rest.
   std::vector<std::vector<int32_t>> dispatch;
+  std::vector<std::vector<int32_t>> ambiguous;
 };
 
 // Text matching the regular expression `pattern` whole (vLLM's guided_regex; see text_pattern.h for what
@@ -92,8 +96,8 @@ std::shared_ptr<const Grammar> text_choice_grammar(const std::vector<std::string
 
 // `grammar` after a reasoning model's <think> block, free text as the model likes: where the prompt already
 // opened the block (`opened`), the text up to </think> and then the grammar's; otherwise either a whole
-// <think>...</think> block first or none. Unchanged where the grammar's own text may start with '<' (a
-// hermes tool call), which would make the two undecidable at the first byte.
+// <think>...</think> block first or none (a grammar whose own text starts with '<', a hermes tool call, is
+// told apart from the block by the bytes after it).
 std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Grammar>& grammar, bool opened,
                                                const std::string& open_tag = "<think>",
                                                const std::string& close_tag = "</think>");
