@@ -885,8 +885,6 @@ const std::string& GrammarMatcher::token_bytes(int32_t id) const {
 
 namespace {
 
-bool resume(const Grammar& g, Fork& fk, const unsigned char* bytes, size_t n, size_t k, std::vector<Overlay>* out);
-
 // Adds a view unless an equal one is there (readings that met again) or there are enough.
 void add_view(std::vector<Overlay>& views, const Overlay& v) {
   if (views.size() >= GrammarMatcher::kMaxStacks) return;
@@ -895,59 +893,58 @@ void add_view(std::vector<Overlay>& views, const Overlay& v) {
   views.push_back(v);
 }
 
-// Feeds bytes[i, n) to the view `st`, and follows every fork made on the way. Each view that takes them all
-// goes to `out`; without `out`, returns at the first. Whether any did.
-bool feed_from(const Grammar& g, Overlay& st, const unsigned char* bytes, size_t n, size_t i,
-               std::vector<Overlay>* out) {
-  bool any = false;
-  for (size_t k = i; k < n; ++k) {
-    std::vector<Fork> forks;
-    Walker w(g, st, &forks);
-    const bool ok = w.feed(bytes[k]);
-    for (Fork& f : forks) {
-      any = resume(g, f, bytes, n, k, out) || any;
-      if (any && !out) return true;
-    }
-    if (!ok) return any;
-  }
-  if (out) add_view(*out, st);
-  return true;
-}
-
-// A fork left at byte k: its branch starts with that byte, then the rest follows.
-bool resume(const Grammar& g, Fork& fk, const unsigned char* bytes, size_t n, size_t k, std::vector<Overlay>* out) {
+// A fork's branch starts with its byte; the view that comes of it, and of the forks it makes, go to `out`.
+void resume(const Grammar& g, Fork& fk, std::vector<Overlay>& out) {
   std::vector<Fork> forks;
   Walker w(g, fk.st, &forks);
-  const bool ok = w.start_value(fk.node, fk.c, fk.hops) == Step::Consumed;
-  bool any = false;
-  for (Fork& f : forks) {
-    any = resume(g, f, bytes, n, k, out) || any;
-    if (any && !out) return true;
-  }
-  if (ok) any = feed_from(g, fk.st, bytes, n, k + 1, out) || any;
-  return any;
+  if (w.start_value(fk.node, fk.c, fk.hops) == Step::Consumed) add_view(out, fk.st);
+  for (Fork& f : forks) resume(g, f, out);
 }
 
-const unsigned char* as_bytes(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+// One byte fed to each view in turn: the views that take it, and the readings their forks make, go to `out`
+// in that order. The mask and accept both read text through this, byte by byte, so they keep the same
+// readings where there are more than kMaxStacks.
+void step_views(const Grammar& g, const std::vector<Overlay>& in, unsigned char byte, std::vector<Overlay>& out) {
+  for (const Overlay& v : in) {
+    Overlay st(v);
+    std::vector<Fork> forks;
+    Walker w(g, st, &forks);
+    if (w.feed(byte)) add_view(out, st);
+    for (Fork& f : forks) resume(g, f, out);
+  }
+}
 
 }  // namespace
 
 bool GrammarMatcher::feed_token(const std::string& bytes, std::vector<std::vector<Frame>>* commit) const {
-  if (!commit) {
-    for (const std::vector<Frame>& stack : stacks_) {
-      Overlay st(stack);
-      if (feed_from(*grammar_, st, as_bytes(bytes), bytes.size(), 0, nullptr)) return true;
+  // One reading that never forks: the common case, without copies of views.
+  if (stacks_.size() == 1) {
+    Overlay st(stacks_[0]);
+    std::vector<Fork> forks;
+    Walker w(*grammar_, st, &forks);
+    bool ok = true;
+    for (size_t k = 0; k < bytes.size() && ok && forks.empty(); ++k) ok = w.feed(static_cast<unsigned char>(bytes[k]));
+    if (forks.empty()) {
+      if (ok && commit) {
+        commit->assign(1, {});
+        st.commit((*commit)[0]);
+      }
+      return ok;
     }
-    return false;
   }
-  std::vector<Overlay> views;
-  for (const std::vector<Frame>& stack : stacks_) {
-    Overlay st(stack);
-    feed_from(*grammar_, st, as_bytes(bytes), bytes.size(), 0, &views);
+  std::vector<Overlay> views, next;
+  for (const std::vector<Frame>& stack : stacks_) views.emplace_back(stack);
+  for (unsigned char c : bytes) {
+    next.clear();
+    step_views(*grammar_, views, c, next);
+    if (next.empty()) return false;
+    views.swap(next);
   }
-  commit->assign(views.size(), {});
-  for (size_t k = 0; k < views.size(); ++k) views[k].commit((*commit)[k]);
-  return !views.empty();
+  if (commit) {
+    commit->assign(views.size(), {});
+    for (size_t k = 0; k < views.size(); ++k) views[k].commit((*commit)[k]);
+  }
+  return true;
 }
 
 bool GrammarMatcher::can_end() const {
@@ -1003,8 +1000,7 @@ void mark_subtree(const Grammar& g, const GrammarTokenTable& table, uint32_t nod
     if (!forks.empty()) {
       // A union's branches start alike here: the subtree is walked with every reading.
       std::vector<Overlay> views;
-      if (ok) add_view(views, next);
-      for (Fork& f : forks) resume(g, f, &trie[c].byte, 1, 0, &views);
+      step_views(g, {st}, trie[c].byte, views);
       if (views.empty()) continue;
       for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
       if (trie[c].first_child != 0) mark_views(g, table, c, views, allowed);
@@ -1023,10 +1019,7 @@ void mark_views(const Grammar& g, const GrammarTokenTable& table, uint32_t node,
   const std::vector<GrammarTokenTable::TrieNode>& trie = table.trie();
   for (uint32_t c = trie[node].first_child; c != 0; c = trie[c].next_sibling) {
     std::vector<Overlay> next;
-    for (const Overlay& v : views) {
-      Overlay copy(v);
-      feed_from(g, copy, &trie[c].byte, 1, 0, &next);
-    }
+    step_views(g, views, trie[c].byte, next);
     if (next.empty()) continue;
     for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
     if (trie[c].first_child != 0) mark_views(g, table, c, next, allowed);

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <bitset>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -15,6 +16,7 @@ namespace {
 
 constexpr size_t kMaxNodes = 20000;
 constexpr int kMaxSchemaDepth = 64;
+constexpr int64_t kMaxReadings = 64;
 
 // Keywords that constrain values beyond what the matcher enforces: refused, so a reply never claims to follow
 // a schema it does not.
@@ -138,15 +140,37 @@ class SchemaCompiler {
       root = add(std::move(seq));
     }
     grammar_.root = root;
-    grammar_.dispatch.assign(grammar_.nodes.size(), {});
+    refuse_left_recursion();
+    const size_t n_nodes = grammar_.nodes.size();
+    // Each node's first bytes, once (no loop goes through first positions now, so one pass is exact).
+    std::vector<std::bitset<256>> firsts(n_nodes);
+    std::vector<uint8_t> known(n_nodes, 0);
+    std::function<const std::bitset<256>&(int)> first = [&](int id) -> const std::bitset<256>& {
+      const auto i = static_cast<size_t>(id);
+      if (known[i]) return firsts[i];
+      const GrammarNode& n = grammar_.nodes[i];
+      if (n.kind == GrammarNode::Kind::Union) {
+        std::bitset<256> out;
+        for (int a : n.alternatives) out |= first(a);
+        firsts[i] = out;
+      } else if (n.kind == GrammarNode::Kind::Sequence && !n.parts.empty() && n.parts[0].node >= 0) {
+        firsts[i] = first(n.parts[0].node);
+      } else {
+        firsts[i] = first_bytes(id);
+      }
+      known[i] = 1;
+      return firsts[i];
+    };
+    grammar_.dispatch.assign(n_nodes, {});
     grammar_.ambiguous.clear();
     std::map<std::vector<int32_t>, int32_t> lists;
-    for (size_t id = 0; id < grammar_.nodes.size(); ++id) {
+    std::bitset<256> ambiguous_bytes;
+    for (size_t id = 0; id < n_nodes; ++id) {
       const GrammarNode& n = grammar_.nodes[id];
       if (n.kind != GrammarNode::Kind::Union) continue;
       std::array<std::vector<int32_t>, 256> by_byte;
       for (int a : n.alternatives) {
-        const std::bitset<256> f = first_bytes(a);
+        const std::bitset<256>& f = first(a);
         for (size_t b = 0; b < 256; ++b)
           if (f.test(b) && std::find(by_byte[b].begin(), by_byte[b].end(), a) == by_byte[b].end())
             by_byte[b].push_back(a);
@@ -156,12 +180,76 @@ class SchemaCompiler {
       for (size_t b = 0; b < 256; ++b) {
         if (by_byte[b].size() == 1) d[b] = by_byte[b][0];
         if (by_byte[b].size() < 2) continue;
+        ambiguous_bytes.set(b);
         auto [it, added] = lists.emplace(by_byte[b], static_cast<int32_t>(grammar_.ambiguous.size()));
         if (added) grammar_.ambiguous.push_back(by_byte[b]);
         d[b] = -2 - it->second;
       }
     }
+    // The readings one byte can start, through unions and the first parts of sequences: the matcher follows
+    // each, so their number is bounded.
+    for (size_t b = 0; b < 256; ++b) {
+      if (!ambiguous_bytes.test(b)) continue;
+      std::vector<int64_t> memo(n_nodes, -1);
+      std::function<int64_t(int)> readings = [&](int id) -> int64_t {
+        const auto i = static_cast<size_t>(id);
+        if (memo[i] >= 0) return memo[i];
+        const GrammarNode& n = grammar_.nodes[i];
+        int64_t total = 1;
+        if (n.kind == GrammarNode::Kind::Union) {
+          total = 0;
+          for (int a : n.alternatives)
+            if (first(a).test(b)) total = std::min<int64_t>(total + readings(a), kMaxReadings + 1);
+        } else if (n.kind == GrammarNode::Kind::Sequence && !n.parts.empty() && n.parts[0].node >= 0) {
+          total = readings(n.parts[0].node);
+        }
+        memo[i] = total;
+        return total;
+      };
+      for (size_t id = 0; id < n_nodes; ++id)
+        if (grammar_.nodes[id].kind == GrammarNode::Kind::Union && readings(static_cast<int>(id)) > kMaxReadings)
+          fail(
+              "anyOf / oneOf / type lists that nest so that a value can start more than {} ways at once are not "
+              "supported",
+              kMaxReadings);
+    }
     return std::move(grammar_);
+  }
+
+  // A value that can begin with itself (a schema whose anyOf refers back to it before any text) has no first
+  // byte to start with: refused, rather than a grammar that accepts nothing.
+  void refuse_left_recursion() const {
+    const size_t n = grammar_.nodes.size();
+    std::vector<uint8_t> color(n, 0);  // 0: unseen, 1: on the path, 2: done
+    std::vector<std::pair<int, size_t>> stack;
+    auto firsts_of = [&](int id, std::vector<int>& out) {
+      const GrammarNode& g = grammar_.nodes[static_cast<size_t>(id)];
+      out.clear();
+      if (g.kind == GrammarNode::Kind::Union) out = g.alternatives;
+      if (g.kind == GrammarNode::Kind::Sequence && !g.parts.empty() && g.parts[0].node >= 0)
+        out.push_back(g.parts[0].node);
+    };
+    std::vector<int> kids;
+    for (size_t start = 0; start < n; ++start) {
+      if (color[start]) continue;
+      stack.emplace_back(static_cast<int>(start), 0);
+      color[start] = 1;
+      while (!stack.empty()) {
+        auto& [id, next] = stack.back();
+        firsts_of(id, kids);
+        if (next >= kids.size()) {
+          color[static_cast<size_t>(id)] = 2;
+          stack.pop_back();
+          continue;
+        }
+        const int kid = kids[next++];
+        if (color[static_cast<size_t>(kid)] == 1) fail("the schema refers to itself before any value starts");
+        if (color[static_cast<size_t>(kid)] == 0) {
+          color[static_cast<size_t>(kid)] = 1;
+          stack.emplace_back(kid, 0);
+        }
+      }
+    }
   }
 
   int add(GrammarNode node) {
