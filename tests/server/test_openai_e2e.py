@@ -214,6 +214,38 @@ def test_structured_output(client):
     assert "multipleOf" in str(e.value)
 
 
+def test_pydantic_models_through_the_sdk(client):
+    """The SDK's own structured output: a pydantic model's strict schema (a discriminated union, bounds, a
+    pattern, date and uuid formats) goes out as response_format, and pydantic validates what comes back."""
+    import datetime
+    import uuid
+    from typing import Literal, Union
+
+    from pydantic import BaseModel, Field
+
+    class Circle(BaseModel):
+        kind: Literal["circle"]
+        radius: int = Field(ge=1, le=9)
+
+    class Square(BaseModel):
+        kind: Literal["square"]
+        side: float = Field(gt=0, le=2.5)
+
+    class Drawing(BaseModel):
+        title: str = Field(pattern=r"^[A-Z][a-z]{1,6}$")
+        when: datetime.date
+        shapes: list[Union[Circle, Square]] = Field(max_length=3)
+        id: uuid.UUID
+
+    messages = [{"role": "user", "content": "Draw something."}]
+    for seed, temperature in ((0, 0.0), (1, 1.0), (2, 1.0)):
+        r = client.chat.completions.parse(model=MODEL, messages=messages, max_tokens=440, temperature=temperature,
+                                          seed=seed, response_format=Drawing)
+        drawing = r.choices[0].message.parsed
+        assert isinstance(drawing, Drawing), r.choices[0].message.content
+        assert all(isinstance(s, (Circle, Square)) for s in drawing.shapes)
+
+
 def test_guided_choice_on_completions(client):
     """vLLM's guided_choice, on the completions endpoint: the text is one of the choices."""
     for seed in range(3):
