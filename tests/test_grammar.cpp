@@ -153,6 +153,23 @@ TEST(JsonGrammar, RegexMatchesTheWholeText) {
   EXPECT_TRUE(accepts(lines, "a\"b\n\\\t"));
   EXPECT_FALSE(accepts(lines, "a\n\n\"\t"));
   EXPECT_THROW(regex_grammar("(a"), Error);
+  // Free text up to "<=": the mask's shortcut for states that stay put on most bytes agrees with a full check.
+  const auto until = regex_grammar("[^<]*<=!");
+  const GrammarTokenTable& table = gpt2_table();
+  for (const std::string prefix : {"", "some text ", "x <"}) {
+    GrammarMatcher m(until, table);
+    for (unsigned char c : prefix) ASSERT_TRUE(m.accept(byte_tokens()[c])) << prefix;
+    std::vector<float> logits(static_cast<size_t>(table.size()), 0.0f);
+    m.mask(logits.data(), table.size());
+    int refused_with_lt = 0;
+    for (int32_t id = 0; id < table.size(); ++id) {
+      GrammarMatcher copy = m;
+      const bool allowed = !std::isinf(logits[static_cast<size_t>(id)]);
+      EXPECT_EQ(copy.accept(id), allowed) << prefix << " + " << table.bytes(id);
+      refused_with_lt += !allowed && table.bytes(id).find('<') != std::string::npos;
+    }
+    EXPECT_GT(refused_with_lt, 10) << prefix;
+  }
 }
 
 TEST(JsonGrammar, TextChoices) {
@@ -312,6 +329,13 @@ RandomReply random_reply(const std::shared_ptr<const Grammar>& g, std::mt19937& 
   GrammarMatcher m(g, table);
   RandomReply r;
   std::vector<float> logits(static_cast<size_t>(table.size()));
+  static const std::vector<uint8_t> closes = [&] {
+    std::vector<uint8_t> out(static_cast<size_t>(table.size()));
+    for (int32_t id = 0; id < table.size(); ++id)
+      out[static_cast<size_t>(id)] =
+          table.end_of_generation(id) || table.bytes(id).find_first_of("\"]}>") != std::string::npos;
+    return out;
+  }();
   for (int step = 0; step < max_steps && !m.done(); ++step) {
     std::fill(logits.begin(), logits.end(), 0.0f);
     const int64_t allowed = m.mask(logits.data(), table.size());
@@ -319,8 +343,7 @@ RandomReply random_reply(const std::shared_ptr<const Grammar>& g, std::mt19937& 
     for (int32_t id = 0; id < table.size(); ++id) {
       if (std::isinf(logits[static_cast<size_t>(id)])) continue;
       ids.push_back(id);
-      if (table.end_of_generation(id) || table.bytes(id).find_first_of("\"]}>") != std::string::npos)
-        closing.push_back(id);
+      if (closes[static_cast<size_t>(id)]) closing.push_back(id);
     }
     EXPECT_EQ(static_cast<int64_t>(ids.size()), allowed);
     if (ids.empty()) {
@@ -488,6 +511,20 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
       {server::ToolCallFormat::Mistral, "[TOOL_CALLS]",
        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {}]"},
+      {server::ToolCallFormat::Qwen3Coder, "",
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
+       "</function>\n</tool_call>",
+       "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>"},
+      {server::ToolCallFormat::Qwen3Coder, "",
+       "<tool_call>\n<function=get_time>\n<parameter=zone>\nCET\n</parameter>\n</function>\n</tool_call>",
+       "<tool_call>\n<function=get_time>\n<parameter=zone>\nPST\n</parameter>\n</function>\n</tool_call>"},
+      {server::ToolCallFormat::Glm45, "",
+       "<tool_call>get_time\n<arg_key>zone</arg_key>\n<arg_value>UTC</arg_value>\n</tool_call>",
+       "<tool_call>get_time\n<arg_key>zone</arg_key>\n<arg_value>PST</arg_value>\n</tool_call>"},
+      {server::ToolCallFormat::Glm45, "",
+       "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n<arg_key>days</arg_key>\n"
+       "<arg_value>3</arg_value>\n</tool_call>",
+       "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome and Milan</arg_value>\n</tool_call>"},
   };
   std::mt19937 rng(9);
   for (const Format& f : formats) {
@@ -513,7 +550,42 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
     }
     EXPECT_GE(complete, 4) << name;
   }
-  EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::Qwen3Coder, tools, ""), Error);
+  // Free text as a string parameter's value, in the XML formats: anything but the tags the parser stops at.
+  const json free = json::parse(R"([{"type": "function", "function": {"name": "note", "parameters": {"type": "object",
+      "properties": {"text": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["text"]}}}])");
+  const auto qwen = server::forced_tool_call_grammar(server::ToolCallFormat::Qwen3Coder, free, "");
+  EXPECT_TRUE(accepts(
+      qwen, "<tool_call>\n<function=note>\n<parameter=text>\na < b\n\"ok\"\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(
+      qwen, "<tool_call>\n<function=note>\n<parameter=text>\na </function>\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(
+      qwen, "<tool_call>\n<function=note>\n<parameter=text>\n<parameter=x>\n</parameter>\n</function>\n</tool_call>"));
+  for (const auto format : {server::ToolCallFormat::Qwen3Coder, server::ToolCallFormat::Glm45}) {
+    const auto g = server::forced_tool_call_grammar(format, free, "");
+    int checked = 0;
+    for (int walk = 0; walk < 6; ++walk) {
+      // At points inside the free text too, the mask allows exactly what a full check allows.
+      const StepCheck full_check = [&](const GrammarMatcher& m, const std::vector<float>& logits, int step) {
+        if (walk > 1 || step % 4 != 2 || step > 40) return;
+        const GrammarTokenTable& table = gpt2_table();
+        for (int32_t id = 0; id < table.size(); ++id) {
+          GrammarMatcher copy = m;
+          EXPECT_EQ(copy.accept(id), !std::isinf(logits[static_cast<size_t>(id)])) << table.bytes(id);
+        }
+        ++checked;
+      };
+      const RandomReply r = random_reply(g, rng, 300, 60, full_check);
+      if (!r.whole) continue;
+      const auto parsed = server::parse_tool_calls(format, free, r.text);
+      ASSERT_EQ(parsed.calls.size(), 1u) << json(r.text).dump();
+      EXPECT_TRUE(valid_by_valijson(free[0]["function"]["parameters"], parsed.calls[0].arguments))
+          << parsed.calls[0].arguments;
+    }
+    EXPECT_GE(checked, 8);
+  }
+  const json patterned = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"code": {"type": "string", "pattern": "^a+$"}}}}}])");
+  EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::Glm45, patterned, ""), Error);
   EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::None, tools, ""), Error);
 }
 

@@ -169,6 +169,36 @@ TEST(TextPattern, LengthsLeftToFinish) {
   EXPECT_FALSE(q->can_take(q->start(), 'b', 'z', 0, 2));
 }
 
+// Text up to a closing tag that holds none of the tags a parser would also stop at, against the definition
+// checked by brute force on random texts.
+TEST(TextPattern, TextUntilAWordAvoidingOthers) {
+  const std::string end = "</p>";
+  const std::vector<std::string> forbidden = {"<p=", "</f>"};
+  const auto p = TextPattern::text_until(end, forbidden);
+  const std::vector<uint32_t> alphabet = {'<', '/', 'p', '>', '=', 'f', 'x', 0xE9};
+  std::mt19937 rng(7);
+  int matched = 0;
+  for (int t = 0; t < 20000; ++t) {
+    std::vector<uint32_t> cps(std::uniform_int_distribution<size_t>(0, 12)(rng));
+    for (uint32_t& cp : cps) cp = alphabet[rng() % alphabet.size()];
+    if (rng() % 2)
+      for (char c : end) cps.push_back(static_cast<unsigned char>(c));
+    const std::string text = utf8(cps);
+    bool expected = text.size() >= end.size() && text.find(end) == text.size() - end.size();
+    for (const std::string& w : forbidden) expected = expected && text.find(w) == std::string::npos;
+    EXPECT_EQ(runs_to_match(*p, cps), expected) << text;
+    matched += expected;
+  }
+  EXPECT_GT(matched, 1000);
+  // Nothing follows the closing word, and every state can still reach it.
+  int32_t s = p->start();
+  for (char c : end) s = p->next(s, static_cast<unsigned char>(c));
+  ASSERT_GE(s, 0);
+  EXPECT_TRUE(p->accepting(s));
+  EXPECT_FALSE(p->has_edges(s));
+  for (size_t k = 0; k < p->states(); ++k) EXPECT_TRUE(p->can_finish(static_cast<int32_t>(k), 0, UINT32_MAX));
+}
+
 TEST(TextPattern, RefusesWhatItCannotCompileByName) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"a(?=b)", "lookaround"},

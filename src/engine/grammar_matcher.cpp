@@ -708,6 +708,8 @@ class Walker {
     ++f.pos;
     for (size_t k = 0; k < n.literals.size() && k < 64; ++k)
       if ((keep >> k & 1) && n.literals[k].size() == f.pos) {
+        // A head with nothing after it ends the node.
+        if (g_.nodes[static_cast<size_t>(n.alternatives[k])].parts.empty()) return Step::Done;
         Frame rest;
         rest.node = n.alternatives[k];
         rest.state = kSeq;
@@ -1049,7 +1051,19 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   // Inside free text before its terminator: any token with text, except that one holding the terminator's
   // last byte may complete it, and what follows must then fit: those are checked in full.
   const bool free_text = single && !stack.empty() && stack.back().state == kUntil;
-  if (free_text) {
+  // Inside raw text whose pattern state stays put on all but a few ASCII bytes (a tool call's free-text
+  // value before any '<'): the plain tokens without those bytes are text as they are; the rest get a full check.
+  const std::bitset<128>* leaving = nullptr;
+  if (single && !stack.empty() && stack.back().state == kRegex && stack.back().sub == 0)
+    leaving = grammar_->nodes[static_cast<size_t>(stack.back().node)].pattern->leaves_on(stack.back().next);
+  if (leaving && !free_text) {
+    allowed = table_.plain_flags();
+    for (int32_t id : table_.unplain()) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+    for (size_t b = 0; b < 128; ++b)
+      if (leaving->test(b))
+        for (int32_t id : table_.tokens_containing(static_cast<uint8_t>(b)))
+          if (table_.plain(id)) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+  } else if (free_text) {
     allowed = table_.text_flags();
     const std::string& term = grammar_->nodes[static_cast<size_t>(stack.back().node)].literals[0];
     for (int32_t id : table_.tokens_containing(static_cast<unsigned char>(term.back())))

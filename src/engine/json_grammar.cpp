@@ -2,6 +2,7 @@
 
 #include <array>
 #include <bitset>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <set>
@@ -286,6 +287,153 @@ class SchemaCompiler {
     return any_;
   }
 
+  // Arguments in an XML style (XmlArgumentStyle), then `tail`: for each property from the first on, a
+  // Branches node whose heads are the keys that may come next (up to and with the first required one) and,
+  // where none is still required, the tail.
+  int xml_arguments(const json& params, const XmlArgumentStyle& st, const std::string& tail) {
+    if (st.value_end.empty() || tail.empty()) fail("an XML argument style needs a closing text and a tail");
+    json props = json::object();
+    std::vector<std::string> required;
+    if (!params.is_null()) {
+      if (!params.is_object()) fail("a tool's parameters must be an object schema");
+      static const std::set<std::string> known = {"type",    "properties",  "required", "additionalProperties",
+                                                  "title",   "description", "$defs",    "definitions",
+                                                  "$schema", "$comment",    "default",  "examples",
+                                                  "strict"};
+      for (auto it = params.begin(); it != params.end(); ++it)
+        if (!known.count(it.key())) fail("the parameters keyword '{}' is not supported in XML tool calls", it.key());
+      if (params.contains("type") && params["type"] != "object") fail("a tool's parameters must be of type object");
+      if (params.contains("properties")) props = params["properties"];
+      if (!props.is_object()) fail("'properties' must be an object");
+      for (const json& r : params.value("required", json::array())) {
+        if (!r.is_string()) fail("'required' must be an array of property names");
+        required.push_back(r.get<std::string>());
+      }
+      for (const std::string& r : required)
+        if (!props.contains(r)) fail("the required property '{}' is not among the schema's properties", r);
+    }
+    if (props.size() + 1 > kMaxGrammarLiterals)
+      fail("an XML tool call may have at most {} parameters", kMaxGrammarLiterals - 1);
+    // Each property's value parts (up to and with `after`).
+    std::vector<std::string> keys;
+    std::vector<std::vector<GrammarNode::Part>> values;
+    std::vector<bool> needed;
+    for (auto it = props.begin(); it != props.end(); ++it) {
+      const std::string& key = it.key();
+      if (key.empty() || key.find_first_of("<>\n") != std::string::npos)
+        fail("the parameter name '{}' cannot be written in an XML tool call", key);
+      keys.push_back(key);
+      needed.push_back(std::find(required.begin(), required.end(), key) != required.end());
+      values.push_back(xml_value(it.value(), st));
+    }
+    std::vector<int> from(keys.size() + 1, -1);  // from[i]: the arguments from property i on, and the tail
+    for (size_t i = keys.size() + 1; i-- > 0;) {
+      GrammarNode b;
+      b.kind = GrammarNode::Kind::Branches;
+      size_t j = i;
+      for (; j < keys.size(); ++j) {
+        GrammarNode seq;
+        seq.kind = GrammarNode::Kind::Sequence;
+        seq.parts = values[j];
+        seq.parts.push_back({"", from[j + 1]});
+        b.literals.push_back(st.key_open + keys[j] + st.key_close);
+        b.alternatives.push_back(add(std::move(seq)));
+        if (needed[j]) break;
+      }
+      if (j >= keys.size()) {
+        GrammarNode end;
+        end.kind = GrammarNode::Kind::Sequence;
+        b.literals.push_back(tail);
+        b.alternatives.push_back(add(std::move(end)));
+      }
+      from[i] = add(std::move(b));
+    }
+    return from[0];
+  }
+
+  // One parameter's value in an XML style, through `after`.
+  std::vector<GrammarNode::Part> xml_value(const json& sub, const XmlArgumentStyle& st) {
+    // The parser's reading: a parameter whose type (its first that is not null) is string, or that has none,
+    // is the raw text; any other is JSON.
+    std::string type;
+    if (sub.is_object() && sub.contains("type")) {
+      const json& t = sub["type"];
+      if (t.is_string()) type = t.get<std::string>();
+      if (t.is_array())
+        for (const json& x : t)
+          if (x.is_string() && x != "null") {
+            type = x.get<std::string>();
+            break;
+          }
+    }
+    std::vector<GrammarNode::Part> parts;
+    if (!type.empty() && type != "string") {
+      parts.push_back({"", compile(sub)});
+      parts.push_back({st.json_gap + st.value_end + st.after, -1});  // value_end is never empty
+      return parts;
+    }
+    auto regex_node = [&](std::shared_ptr<const TextPattern> p) {
+      GrammarNode n;
+      n.kind = GrammarNode::Kind::Regex;
+      n.pattern = std::move(p);
+      return add(std::move(n));
+    };
+    // value_end as a pattern, after the gap a template writes there (the parser trims it).
+    auto escaped = [](const std::string& text) {
+      std::string out;
+      for (char c : text) {
+        if (c == '\n') {
+          out += "\\n";
+          continue;
+        }
+        if (!std::isalnum(static_cast<unsigned char>(c))) out.push_back('\\');
+        out.push_back(c);
+      }
+      return out;
+    };
+    const std::string end_pattern =
+        (st.json_gap.empty() ? "" : "(?:" + escaped(st.json_gap) + ")?") + escaped(st.value_end);
+    if (sub.is_object())
+      for (const char* key : {"pattern", "$ref", "anyOf", "oneOf", "allOf", "not"})
+        if (sub.contains(key)) fail("a string parameter with '{}' is not supported in XML tool calls", key);
+    if (sub.is_object() && (sub.contains("enum") || sub.contains("const"))) {
+      // The raw texts of the strings it allows: those a parser reads back as they are.
+      std::vector<std::string> texts;
+      const json values = sub.contains("const") ? json::array({sub["const"]}) : sub["enum"];
+      if (!values.is_array()) fail("'enum' must be an array");
+      for (const json& v : values)
+        if (v.is_string() && !v.get<std::string>().empty() &&
+            v.get<std::string>().find_first_of("<\n") == std::string::npos)
+          texts.push_back(v.get<std::string>());
+      if (texts.empty()) fail("a string parameter's enum has no value an XML tool call can write");
+      if (!st.json_gap.empty())
+        for (size_t k = 0, n = texts.size(); k < n; ++k) texts.push_back(texts[k] + st.json_gap);
+      if (texts.size() > kMaxGrammarLiterals) fail("'enum' may list at most {} values here", kMaxGrammarLiterals);
+      parts.push_back({"", literals(texts)});
+      parts.push_back({st.value_end + st.after, -1});
+      return parts;
+    }
+    const uint32_t min_len = count_field(sub, "minLength", 0), max_len = count_field(sub, "maxLength", UINT32_MAX);
+    if (min_len > max_len) fail("'minLength' is above 'maxLength'");
+    const std::string format = sub.is_object() ? sub.value("format", std::string()) : std::string();
+    if (!format.empty() && !format_pattern(format).empty()) {
+      if (sub.contains("minLength") || sub.contains("maxLength"))
+        fail("a string parameter with both 'format' and a length is not supported in XML tool calls");
+      parts.push_back({"", regex_node(TextPattern::compile("(?:" + format_pattern(format) + ")" + end_pattern,
+                                                           TextPattern::Mode::FullMatch))});
+    } else if (sub.is_object() && (sub.contains("minLength") || sub.contains("maxLength"))) {
+      // No '<' (no tag inside) and no newline (the parser trims one at each end): the length is the text's.
+      if (min_len > 1000) fail("'minLength' above 1000 is not supported in XML tool calls");
+      const uint32_t top = std::min<uint32_t>(max_len, 1000);
+      parts.push_back({"", regex_node(TextPattern::compile(fmt::format("[^<\\n]{{{},{}}}", min_len, top) + end_pattern,
+                                                           TextPattern::Mode::FullMatch))});
+    } else {
+      parts.push_back({"", regex_node(TextPattern::text_until(st.value_end, st.forbidden))});
+    }
+    if (!st.after.empty()) parts.push_back({st.after, -1});
+    return parts;
+  }
+
   int any_object() {
     GrammarNode object;
     object.kind = GrammarNode::Kind::Object;
@@ -444,7 +592,7 @@ class SchemaCompiler {
   }
 
   static uint32_t count_field(const json& s, const char* key, uint32_t fallback) {
-    if (!s.contains(key)) return fallback;
+    if (!s.is_object() || !s.contains(key)) return fallback;
     const json& v = s[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX)
       fail("'{}' must be a non-negative integer", key);
@@ -673,8 +821,12 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, cons
     c.set_root(call.parameters);
     GrammarNode rest;
     rest.kind = GrammarNode::Kind::Sequence;
-    rest.parts.push_back({"", call.parameters.is_null() ? c.any_object() : c.compile(call.parameters)});
-    if (!call.tail.empty()) rest.parts.push_back({call.tail, -1});
+    if (call.xml) {
+      rest.parts.push_back({"", c.xml_arguments(call.parameters, *call.xml, call.tail)});
+    } else {
+      rest.parts.push_back({"", call.parameters.is_null() ? c.any_object() : c.compile(call.parameters)});
+      if (!call.tail.empty()) rest.parts.push_back({call.tail, -1});
+    }
     branches.literals.push_back(call.head);
     branches.alternatives.push_back(c.add(std::move(rest)));
   }

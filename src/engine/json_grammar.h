@@ -110,14 +110,29 @@ inline constexpr size_t kMaxGrammarLiterals = 64;
 std::shared_ptr<const Grammar> json_object_grammar();
 // JSON valid against `schema`. Throws Error naming the keyword or construct it cannot enforce.
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
+// How the XML tool-call formats write arguments one by one, as their parsers read them back:
+//   qwen3_coder  <parameter=KEY>\nVALUE\n</parameter>\n     glm45
+//   <arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n
+// A string parameter's value is its raw text (with none of `forbidden` in it, where the parser would stop);
+// any other is its JSON, then `json_gap`.
+struct XmlArgumentStyle {
+  std::string key_open, key_close;  // around the key
+  std::string json_gap;             // between a JSON value and value_end
+  std::string value_end;            // closes a value
+  std::string after;                // after value_end
+  std::vector<std::string> forbidden;
+};
+
 // One call of one of several tools as a model writes it: `prefix`, then one tool's `head` (which names it),
 // its arguments as JSON valid for its `parameters` schema (null: any object), its `tail`, then `suffix`.
 // Hermes: "<tool_call>\n" + "{\"name\": \"f\", \"arguments\": " + {...} + "}" + "\n</tool_call>".
-// Throws Error as json_schema_grammar, and when one head starts another.
+// With `xml`, the arguments are written in that style instead: the properties in the schema's order, those
+// not required may be left out. Throws Error as json_schema_grammar, and when one head starts another.
 struct ToolCallShape {
   std::string head;
   nlohmann::ordered_json parameters;
   std::string tail;
+  const XmlArgumentStyle* xml = nullptr;
 };
 std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,
                                                  const std::string& suffix);

@@ -1,6 +1,7 @@
 #include "engine/text_pattern.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <utility>
 
@@ -516,7 +517,7 @@ std::shared_ptr<const TextPattern> TextPattern::compile(const std::string& patte
     std::vector<int32_t> members;
     std::vector<Edge> edges;
     bool accepting = false;
-  };
+  };  // state 0 is the start
   std::vector<DfaState> dfa;
   std::map<std::vector<int32_t>, int32_t> ids;
   auto intern = [&](std::vector<int32_t> members) {
@@ -572,7 +573,17 @@ std::shared_ptr<const TextPattern> TextPattern::compile(const std::string& patte
     dfa[d].members.shrink_to_fit();
   }
 
-  // Keep only the states from which the text can still end in a match.
+  std::vector<RawState> raw(dfa.size());
+  for (size_t d = 0; d < dfa.size(); ++d) {
+    raw[d].edges = std::move(dfa[d].edges);
+    raw[d].accepting = dfa[d].accepting;
+  }
+  return from_states(std::move(raw), pattern, lengths);
+}
+
+std::shared_ptr<const TextPattern> TextPattern::from_states(std::vector<RawState> dfa, const std::string& pattern,
+                                                            bool lengths) {
+  // Keep only the states from which the text can still end in a match (state 0 is the start).
   const size_t n = dfa.size();
   std::vector<std::vector<int32_t>> preds(n);
   for (size_t d = 0; d < n; ++d)
@@ -608,6 +619,26 @@ std::shared_ptr<const TextPattern> TextPattern::compile(const std::string& patte
     for (const Edge& e : dfa[d].edges)
       if (live[static_cast<size_t>(e.to)]) out->edges_.push_back({e.lo, e.hi, renumber[static_cast<size_t>(e.to)]});
     out->first_edge_.push_back(static_cast<uint32_t>(out->edges_.size()));
+  }
+
+  // States that stay put on every code point but some ASCII ones.
+  const size_t kept_states = out->accepting_.size();
+  out->loops_.assign(kept_states, 0);
+  out->leave_.assign(kept_states, {});
+  for (size_t st = 0; st < kept_states; ++st) {
+    std::bitset<128> stay;
+    uint64_t beyond = 0;  // non-ASCII code points that stay
+    for (uint32_t k = out->first_edge_[st]; k < out->first_edge_[st + 1]; ++k) {
+      const Edge& e = out->edges_[k];
+      if (e.to != static_cast<int32_t>(st)) continue;
+      for (uint32_t c = e.lo; c <= std::min<uint32_t>(e.hi, 127); ++c) stay.set(c);
+      if (e.hi >= 0x80) beyond += e.hi - std::max<uint32_t>(e.lo, 0x80) + 1;
+    }
+    // Every code point past ASCII but the surrogates.
+    if (beyond == (kMaxCodePoint - 0x80 + 1) - 0x800) {
+      out->loops_[st] = 1;
+      out->leave_[st] = ~stay;
+    }
   }
 
   if (lengths) {
@@ -653,6 +684,72 @@ std::shared_ptr<const TextPattern> TextPattern::compile(const std::string& patte
     for (size_t s = 0; s < m; ++s) out->longer_[s] = peeled[s] ? 0 : 1;
   }
   return out;
+}
+
+std::shared_ptr<const TextPattern> TextPattern::text_until(const std::string& end,
+                                                           const std::vector<std::string>& forbidden) {
+  // Aho-Corasick over the words: a state is the longest end of the text that starts a word. Reaching the end
+  // of `end` accepts (and nothing follows); reaching the end of a forbidden word is a dead end.
+  std::vector<std::string> words = {end};
+  words.insert(words.end(), forbidden.begin(), forbidden.end());
+  for (const std::string& w : words) {
+    if (w.empty()) fail("an empty word to end or avoid text at");
+    for (char c : w)
+      if (static_cast<unsigned char>(c) >= 0x80) fail("the words to end or avoid text at must be ASCII");
+  }
+  std::vector<std::array<int32_t, 128>> go(1);
+  go[0].fill(-1);
+  std::vector<uint8_t> ends(1, 0);  // 1: completes `end`, 2: completes a forbidden word
+  for (size_t k = 0; k < words.size(); ++k) {
+    int32_t node = 0;
+    for (char c : words[k]) {
+      int32_t& next = go[static_cast<size_t>(node)][static_cast<size_t>(c)];
+      if (next < 0) {
+        next = static_cast<int32_t>(go.size());
+        go.emplace_back();
+        go.back().fill(-1);
+        ends.push_back(0);
+      }
+      node = next;
+    }
+    ends[static_cast<size_t>(node)] = std::max<uint8_t>(ends[static_cast<size_t>(node)], k == 0 ? 1 : 2);
+  }
+  // Breadth first: each node's failure link is set before its children need it.
+  std::vector<int32_t> link(go.size(), 0), order = {0};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int32_t u = order[i];
+    for (size_t c = 0; c < 128; ++c) {
+      int32_t& v = go[static_cast<size_t>(u)][c];
+      if (v < 0) {
+        v = u == 0 ? 0 : go[static_cast<size_t>(link[static_cast<size_t>(u)])][c];
+        continue;
+      }
+      link[static_cast<size_t>(v)] = u == 0 ? 0 : go[static_cast<size_t>(link[static_cast<size_t>(u)])][c];
+      // A node that ends a word somewhere in it (through its link) ends it too; a forbidden word wins.
+      ends[static_cast<size_t>(v)] =
+          std::max(ends[static_cast<size_t>(v)], ends[static_cast<size_t>(link[static_cast<size_t>(v)])]);
+      order.push_back(v);
+    }
+  }
+  std::vector<RawState> states(go.size());
+  for (size_t u = 0; u < go.size(); ++u) {
+    states[u].accepting = ends[u] == 1;
+    if (ends[u] != 0) continue;  // the text ended, or may not go on
+    std::vector<Edge>& edges = states[u].edges;
+    for (uint32_t c = 0; c < 128; ++c) {
+      const int32_t to = go[u][c];
+      if (ends[static_cast<size_t>(to)] == 2) continue;
+      if (!edges.empty() && edges.back().to == to && edges.back().hi + 1 == c) {
+        edges.back().hi = c;
+      } else {
+        edges.push_back({c, c, to});
+      }
+    }
+    // Characters beyond ASCII are in no word: the search starts over.
+    edges.push_back({0x80, 0xD7FF, 0});
+    edges.push_back({0xE000, kMaxCodePoint, 0});
+  }
+  return from_states(std::move(states), end, /*lengths=*/false);
 }
 
 int32_t TextPattern::next(int32_t state, uint32_t cp) const {

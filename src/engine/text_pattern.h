@@ -26,6 +26,11 @@ class TextPattern {
   // can still be completed in (can_finish), for strings with minLength / maxLength.
   static std::shared_ptr<const TextPattern> compile(const std::string& pattern, Mode mode, bool lengths = false);
 
+  // Text up to and with the first `end`, none of `forbidden` in it (ASCII words): a value a tool-call
+  // parser reads up to its closing tag, where it would also stop at the other tags.
+  static std::shared_ptr<const TextPattern> text_until(const std::string& end,
+                                                       const std::vector<std::string>& forbidden);
+
   int32_t start() const { return start_; }
   bool accepting(int32_t state) const { return accepting_[static_cast<size_t>(state)] != 0; }
   // The state after code point `cp`, or -1.
@@ -43,6 +48,11 @@ class TextPattern {
   bool can_finish(int32_t state, uint32_t at_least, uint32_t at_most) const;
   // Whether some code point within [lo, hi] leads to a state that can finish within the bounds after it.
   bool can_take(int32_t state, uint32_t lo, uint32_t hi, uint32_t at_least, uint32_t at_most) const;
+  // Where a state goes back to itself on every code point but a few ASCII ones (free text, until a tag
+  // starts): those bytes; null where it does not.
+  const std::bitset<128>* leaves_on(int32_t state) const {
+    return loops_[static_cast<size_t>(state)] ? &leave_[static_cast<size_t>(state)] : nullptr;
+  }
   // The code point ranges out of a state: for a grammar's first bytes.
   struct Edge {
     uint32_t lo = 0, hi = 0;
@@ -54,11 +64,21 @@ class TextPattern {
   }
 
  private:
+  struct RawState {
+    std::vector<Edge> edges;
+    bool accepting = false;
+  };
+  // The automaton from its states (0 the start): dead ends dropped, and lengths worked out if asked.
+  static std::shared_ptr<const TextPattern> from_states(std::vector<RawState> dfa, const std::string& pattern,
+                                                        bool lengths);
+
   int32_t start_ = 0;
   std::vector<uint8_t> accepting_;
   std::vector<uint32_t> first_edge_;  // per state, into edges_ (sorted by lo, disjoint); one past the last too
   std::vector<Edge> edges_;
   std::vector<std::bitset<kLengthCap>> lengths_;
+  std::vector<uint8_t> loops_;
+  std::vector<std::bitset<128>> leave_;
   std::vector<uint8_t> longer_;
 };
 

@@ -460,6 +460,32 @@ ToolCallPiece ToolCallParser::finish() {
   return out;
 }
 
+namespace {
+
+// The XML formats, as their templates write a call (and parse_qwen3_coder / parse_glm45 read it):
+//   <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
+//   <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>
+std::shared_ptr<const Grammar> forced_xml_tool_call_grammar(ToolCallFormat format, const json& tools) {
+  static const XmlArgumentStyle qwen3_coder = {"<parameter=",  ">\n", "\n",
+                                               "</parameter>", "\n",  {"<parameter=", "</function>"}};
+  static const XmlArgumentStyle glm45 = {"<arg_key>", "</arg_key>\n<arg_value>", "", "</arg_value>", "\n", {}};
+  const bool qwen = format == ToolCallFormat::Qwen3Coder;
+  std::vector<ToolCallShape> shapes;
+  for (const json& tool : tools) {
+    const json& fn = tool.at("function");
+    const std::string name = fn.at("name").get<std::string>();
+    ToolCallShape shape;
+    shape.head = qwen ? "<function=" + name + ">\n" : name + "\n";
+    shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
+    shape.tail = qwen ? "</function>\n</tool_call>" : "</tool_call>";
+    shape.xml = qwen ? &qwen3_coder : &glm45;
+    shapes.push_back(std::move(shape));
+  }
+  return tool_call_grammar(std::string(kBlockOpen) + (qwen ? "\n" : ""), shapes, "");
+}
+
+}  // namespace
+
 std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, const json& tools,
                                                         std::string_view chat_template) {
   std::string prefix, suffix, name_key = "name", args_key, tail = "}";
@@ -480,6 +506,9 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, c
       args_key = "arguments";
       if (mistral_args) tail.clear();
       break;
+    case ToolCallFormat::Qwen3Coder:
+    case ToolCallFormat::Glm45:
+      return forced_xml_tool_call_grammar(format, tools);
     default:
       fail("tool_choice 'required' or a named function is not supported for the {} tool-call format",
            tool_call_format_name(format));
