@@ -2,7 +2,9 @@
 // rest), through a small vocabulary (every byte a token, plus a few longer ones). The compiler takes the
 // schema or refuses it with kvserve::Error; then at every byte the mask allows exactly the tokens the
 // matcher accepts, and a reply the matcher calls whole is JSON a strict reader parses. Anything else, a
-// crash or a hang, is a bug. Odd-sized inputs put a reasoning block (after_reasoning) before the JSON.
+// crash or a hang, is a bug. Odd-sized inputs put a reasoning block (after_reasoning) before the JSON. Some
+// even-sized ones take the schema as a tool's parameters and force a call in an XML tool-call format: a
+// whole reply must then read back as exactly that one call.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "engine/grammar_matcher.h"
 #include "engine/json_grammar.h"
 #include "model/tokenizer.h"
+#include "server/tool_call_parser.h"
 
 using namespace kvserve;
 
@@ -57,9 +60,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (nul == std::string_view::npos) return 0;
   const auto schema = nlohmann::ordered_json::parse(input.substr(0, nul), nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return 0;
+  // A quarter of the inputs, two thirds of those: a forced call in qwen3_coder or glm45 with these parameters.
+  const bool xml = size % 4 == 0 && size % 3 != 2;
+  const auto format =
+      size % 3 == 0 ? kvserve::server::ToolCallFormat::Qwen3Coder : kvserve::server::ToolCallFormat::Glm45;
+  nlohmann::ordered_json tools;
   std::shared_ptr<const Grammar> grammar;
   try {
-    grammar = json_schema_grammar(schema);
+    if (xml) {
+      tools = nlohmann::ordered_json::array(
+          {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", schema}}}}});
+      grammar = kvserve::server::forced_tool_call_grammar(format, tools, "");
+    } else {
+      grammar = json_schema_grammar(schema);
+    }
   } catch (const Error&) {
     return 0;
   }
@@ -87,6 +101,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool block = reasoning && (opened || text.rfind("<think>", 0) == 0);
   const size_t think = block ? text.find("</think>") : std::string::npos;
   const std::string value = think == std::string::npos ? text : text.substr(think + 8);
+  if (xml) {
+    if (m.can_end() && !text.empty()) {
+      const auto parsed = kvserve::server::parse_tool_calls(format, tools, text);
+      if (parsed.calls.size() != 1 || !parsed.content.empty()) __builtin_trap();
+    }
+    return 0;
+  }
   if (m.can_end() && !text.empty() && nlohmann::json::parse(value, nullptr, false).is_discarded()) __builtin_trap();
   return 0;
 }

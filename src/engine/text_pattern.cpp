@@ -703,9 +703,10 @@ std::shared_ptr<const TextPattern> TextPattern::text_until(const std::string& en
   for (size_t k = 0; k < words.size(); ++k) {
     int32_t node = 0;
     for (char c : words[k]) {
-      int32_t& next = go[static_cast<size_t>(node)][static_cast<size_t>(c)];
+      int32_t next = go[static_cast<size_t>(node)][static_cast<size_t>(c)];
       if (next < 0) {
         next = static_cast<int32_t>(go.size());
+        go[static_cast<size_t>(node)][static_cast<size_t>(c)] = next;  // before the table grows
         go.emplace_back();
         go.back().fill(-1);
         ends.push_back(0);
