@@ -4,7 +4,8 @@
 // literal, fixed text), each with its own small state. To test a token, its bytes are fed to a trial view of
 // the stack that copies only the frames it changes (most tokens fail on their first byte), so a step's mask
 // costs a few hundred trials at a structural point, and inside a string only the tokens holding a quote,
-// a backslash or a control byte need one (the rest are string text as they are).
+// a backslash or a control byte need one (the rest are string text as they are). Where a union's branches
+// start alike, the text is read several ways at once (one stack each) until it tells them apart.
 #include <array>
 #include <cstdint>
 #include <memory>
