@@ -259,6 +259,7 @@ class Walker {
           return;
         case kObjValueRunning:
           p.state = kObjAfter;
+          ++p.count;
           return;
         case kArrRunning:
           p.state = kArrAfter;
@@ -284,16 +285,23 @@ class Walker {
     return Step::Consumed;
   }
 
-  // Property keys that may come at index `from`: the next ones up to and including the first required.
-  static uint64_t key_candidates(const GrammarNode& n, int32_t from) {
+  // Property keys that may come at index `from` after `count` properties: the next ones up to and including
+  // the first required, each only where minProperties can still be reached after it and it and the required
+  // ones after it fit under maxProperties (an object's min_items / max_items).
+  static uint64_t key_candidates(const GrammarNode& n, int32_t from, uint32_t count) {
     uint64_t set = 0;
-    for (size_t k = static_cast<size_t>(from); k < n.properties.size(); ++k) {
-      set |= uint64_t{1} << k;
+    const size_t size = n.properties.size();
+    for (size_t k = static_cast<size_t>(from); k < size; ++k) {
+      uint32_t required_after = 0;
+      for (size_t j = k + 1; j < size; ++j) required_after += n.properties[j].required ? 1 : 0;
+      const uint64_t with = uint64_t{count} + 1;
+      if (with + required_after <= n.max_items && with + (size - k - 1) >= n.min_items) set |= uint64_t{1} << k;
       if (n.properties[k].required) break;
     }
     return set;
   }
-  static bool may_close(const GrammarNode& n, int32_t from) {
+  static bool may_close(const GrammarNode& n, int32_t from, uint32_t count) {
+    if (count < n.min_items) return false;
     for (size_t k = static_cast<size_t>(from); k < n.properties.size(); ++k)
       if (n.properties[k].required) return false;
     return true;
@@ -305,7 +313,7 @@ class Walker {
       f.state = kObjFreeKey;
       return start_value(kFreeKey, '"');
     }
-    f.set = key_candidates(n, f.next);
+    f.set = key_candidates(n, f.next, f.count);
     if (f.set == 0) return Step::Reject;
     f.state = kObjKey;
     f.pos = 0;
@@ -320,7 +328,7 @@ class Walker {
         if (is_ws(c)) return whitespace(f);
         f.ws = 0;
         if (c == '"') return start_key(f, n);
-        if (c == '}' && f.state == kObjOpen && (n.properties.empty() || may_close(n, 0))) return Step::Done;
+        if (c == '}' && f.state == kObjOpen && may_close(n, 0, 0)) return Step::Done;
         return Step::Reject;
       case kObjKey: {
         if (c == '"') {
@@ -360,11 +368,11 @@ class Walker {
       case kObjAfter:
         if (is_ws(c)) return whitespace(f);
         f.ws = 0;
-        if (c == ',' && (n.properties.empty() || key_candidates(n, f.next) != 0)) {
+        if (c == ',' && (n.properties.empty() ? f.count < n.max_items : key_candidates(n, f.next, f.count) != 0)) {
           f.state = kObjComma;
           return Step::Consumed;
         }
-        if (c == '}' && (n.properties.empty() || may_close(n, f.next))) return Step::Done;
+        if (c == '}' && may_close(n, f.next, f.count)) return Step::Done;
         return Step::Reject;
       default:
         return Step::Reject;
@@ -381,7 +389,7 @@ class Walker {
         if (c == ']' && f.state == kArrOpen && n.min_items == 0) return Step::Done;
         if (f.count >= n.max_items) return Step::Reject;
         f.state = kArrRunning;
-        return start_value(n.items, c);
+        return start_value(f.count < n.tuple.size() ? n.tuple[f.count] : n.items, c);
       case kArrAfter:
         if (is_ws(c)) return whitespace(f);
         f.ws = 0;

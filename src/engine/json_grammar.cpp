@@ -21,23 +21,19 @@ constexpr int64_t kMaxReadings = 64;
 
 // Keywords that constrain values beyond what the matcher enforces: refused, so a reply never claims to follow
 // a schema it does not.
-constexpr std::array<const char*, 17> kUnsupported = {"multipleOf",
+constexpr std::array<const char*, 13> kUnsupported = {"multipleOf",
                                                       "not",
                                                       "if",
                                                       "then",
                                                       "else",
                                                       "patternProperties",
                                                       "propertyNames",
-                                                      "minProperties",
-                                                      "maxProperties",
                                                       "dependentRequired",
                                                       "dependentSchemas",
                                                       "dependencies",
                                                       "contains",
-                                                      "prefixItems",
                                                       "unevaluatedProperties",
-                                                      "unevaluatedItems",
-                                                      "additionalItems"};
+                                                      "unevaluatedItems"};
 
 // Keywords that say nothing about which values are valid: allOf of one schema may sit beside them.
 constexpr std::array<const char*, 8> kAnnotations = {"title",    "description", "default",  "examples",
@@ -489,7 +485,9 @@ class SchemaCompiler {
     if (type == s.end()) {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         return typed(s, "object", depth);
-      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return typed(s, "array", depth);
+      if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems"))
+        return typed(s, "array", depth);
+      if (s.contains("minProperties") || s.contains("maxProperties")) return typed(s, "object", depth);
       if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) return typed(s, "string", depth);
       for (const char* key : kBounds)
         if (s.contains(key)) return typed(s, "number", depth);
@@ -664,13 +662,45 @@ class SchemaCompiler {
         const json additional = s.value("additionalProperties", json(true));
         n.values = additional == false ? -1 : compile(additional, depth + 1);
       }
+      n.min_items = count_field(s, "minProperties", 0);
+      n.max_items = count_field(s, "maxProperties", UINT32_MAX);
+      // Free keys may repeat, and a reader keeps one of each: the count written proves at most one.
+      if (n.properties.empty() && n.min_items > (n.values < 0 ? 0u : 1u))
+        fail("'minProperties' above 1 without 'properties' is not supported");
+      if (!n.properties.empty() && n.min_items > n.properties.size())
+        fail("'minProperties' is above the number of properties the schema allows");
+      if (n.min_items > n.max_items || required.size() > n.max_items)
+        fail("'maxProperties' leaves no room for the required properties or minProperties");
     } else if (type == "array") {
       n.kind = GrammarNode::Kind::Array;
-      if (s.contains("items") && s["items"].is_array()) fail("tuple 'items' (a list of schemas) is not supported");
-      n.items = s.contains("items") ? compile(s["items"], depth + 1) : any();
       n.min_items = count_field(s, "minItems", 0);
       n.max_items = count_field(s, "maxItems", UINT32_MAX);
-      if (n.min_items > n.max_items) fail("'minItems' is above 'maxItems'");
+      // The first items' own schemas: prefixItems (then items for the rest), or draft 7's items list (then
+      // additionalItems). A rest of false allows no more.
+      const json* tuple = nullptr;
+      const json* rest = nullptr;
+      if (s.contains("prefixItems")) {
+        if (s.contains("items") && s["items"].is_array()) fail("'prefixItems' and a list of 'items' together");
+        tuple = &s["prefixItems"];
+        if (s.contains("items")) rest = &s["items"];
+      } else if (s.contains("items") && s["items"].is_array()) {
+        tuple = &s["items"];
+        if (s.contains("additionalItems")) rest = &s["additionalItems"];
+      } else if (s.contains("items")) {
+        rest = &s["items"];
+      }
+      if (tuple) {
+        if (!tuple->is_array()) fail("'prefixItems' must be an array of schemas");
+        if (tuple->size() > kMaxGrammarLiterals) fail("at most {} prefixItems", kMaxGrammarLiterals);
+        for (const json& t : *tuple) n.tuple.push_back(compile(t, depth + 1));
+      }
+      if (rest && *rest == false) {
+        n.items = -1;
+        n.max_items = std::min<uint32_t>(n.max_items, static_cast<uint32_t>(n.tuple.size()));
+      } else {
+        n.items = rest ? compile(*rest, depth + 1) : any();
+      }
+      if (n.min_items > n.max_items) fail("'minItems' is above 'maxItems' (or the items a tuple allows)");
     } else if (type == "string") {
       n.kind = GrammarNode::Kind::String;
       n.min_items = count_field(s, "minLength", 0);

@@ -5,7 +5,8 @@
 //
 // Schemas: type (one, or a list), properties / required (properties are written in the schema's order; ones
 // not required may be left out; none beyond them), additionalProperties (without properties: the values' schema,
-// or false for {}), items, minItems / maxItems, minLength / maxLength, pattern, minimum / maximum /
+// or false for {}), minProperties / maxProperties, items, prefixItems (or draft 7's items list with
+// additionalItems), minItems / maxItems, minLength / maxLength, pattern, minimum / maximum /
 // exclusiveMinimum / exclusiveMaximum, enum / const, anyOf / oneOf whose branches start with different
 // characters or not (two objects are followed side by side until their keys differ), allOf of one schema, $ref into
 // #/$defs or
@@ -51,8 +52,9 @@ struct GrammarNode {
   // Object without properties: any keys, values of this node (-1: no keys at all).
   int values = -1;
 
-  int items = -1;  // Array
-  uint32_t min_items = 0, max_items = UINT32_MAX;  // Array: items; String: characters
+  int items = -1;                                  // Array: the items' node (after `tuple`; -1: none)
+  std::vector<int> tuple;                          // Array: the first items' own nodes (prefixItems)
+  uint32_t min_items = 0, max_items = UINT32_MAX;  // Array: items; String: characters; Object: properties
 
   // String: its characters (JSON escapes decoded) match this pattern. Regex: raw text matching it whole.
   std::shared_ptr<const TextPattern> pattern;
