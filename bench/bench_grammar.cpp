@@ -16,6 +16,7 @@
 #include "model/loaders.h"
 #include "model/model_cache.h"
 #include "model/tokenizer.h"
+#include "server/tool_call_parser.h"
 
 namespace {
 
@@ -26,7 +27,23 @@ std::string vocab_path(const std::string& which) {
   return kvserve::model_cache_dir() + "/llama.cpp-vocab-0.3.36/ggml-vocab-llama-bpe.gguf";
 }
 
-void mask_step(benchmark::State& state, const char* which, const char* prefix) {
+// The grammar each case masks under: a JSON object; a string with a pattern; a qwen3_coder tool call whose
+// string parameter is free raw text.
+std::shared_ptr<const kvserve::Grammar> grammar_of(const std::string& kind) {
+  if (kind == "pattern")
+    return kvserve::json_schema_grammar(json::parse(
+        R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Za-z ]+-\\d+$"}}, "required": ["code"]})"));
+  if (kind == "xml")
+    return kvserve::server::forced_tool_call_grammar(
+        kvserve::server::ToolCallFormat::Qwen3Coder,
+        json::parse(
+            R"([{"type": "function", "function": {"name": "note", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}])"),
+        "");
+  return kvserve::json_schema_grammar(json::parse(
+      R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "number"}, "bio": {"type": "string"}}, "required": ["name", "age", "bio"]})"));
+}
+
+void mask_step(benchmark::State& state, const char* which, const char* prefix, const char* kind = "json") {
   const std::string path = vocab_path(which);
   if (!std::filesystem::exists(path)) {
     state.SkipWithError(("missing " + path).c_str());
@@ -34,8 +51,7 @@ void mask_step(benchmark::State& state, const char* which, const char* prefix) {
   }
   const auto tok = kvserve::Tokenizer::create(kvserve::load_gguf_vocab(path));
   const kvserve::GrammarTokenTable table(*tok);
-  const auto grammar = kvserve::json_schema_grammar(json::parse(
-      R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "number"}, "bio": {"type": "string"}}, "required": ["name", "age", "bio"]})"));
+  const auto grammar = grammar_of(kind);
   kvserve::GrammarMatcher m(grammar, table);
   // Feed the prefix one byte-token at a time (every byte is a token in byte-level BPE).
   std::vector<int32_t> byte_ids(256, -1);
@@ -86,4 +102,11 @@ BENCHMARK_CAPTURE(mask_step, gpt2_number, "gpt2", R"({"name": "Ann", "age": 4)")
 BENCHMARK_CAPTURE(mask_step, llama3_key, "llama3", R"({"name": "Ann", )")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mask_step, llama3_string, "llama3", R"({"name": "An)")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mask_step, llama3_number, "llama3", R"({"name": "Ann", "age": 4)")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, gpt2_pattern, "gpt2", R"({"code": "Ab c)", "pattern")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, gpt2_xml_text, "gpt2", "<tool_call>\n<function=note>\n<parameter=text>\nDear Ann", "xml")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, llama3_pattern, "llama3", R"({"code": "Ab c)", "pattern")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, llama3_xml_text, "llama3", "<tool_call>\n<function=note>\n<parameter=text>\nDear Ann",
+                  "xml")
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

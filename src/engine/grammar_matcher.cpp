@@ -821,17 +821,21 @@ GrammarTokenTable::GrammarTokenTable(const Tokenizer& tokenizer) {
   const int32_t n = tokenizer.n_vocab();
   bytes_.resize(static_cast<size_t>(n));
   plain_.assign(static_cast<size_t>(n), 0);
+  raw_.assign(static_cast<size_t>(n), 0);
   eog_.assign(static_cast<size_t>(n), 0);
   first_byte_.assign(static_cast<size_t>(n), 0);
   text_.assign(static_cast<size_t>(n), 0);
   for (int32_t id = 0; id < n; ++id) {
     std::string b = tokenizer.token_to_piece(id, /*special=*/false);
     // A token may end inside a character (byte-level BPE splits them): the string state carries it on.
-    bool plain = !b.empty() && valid_utf8(b);
+    const bool raw = !b.empty() && !tokenizer.is_eog(id) && valid_utf8(b);
+    bool plain = raw;
     for (unsigned char c : b)
       if (c == '"' || c == '\\' || c < 0x20) plain = false;
     plain_[static_cast<size_t>(id)] = plain ? 1 : 0;
+    raw_[static_cast<size_t>(id)] = raw ? 1 : 0;
     if (!plain && !b.empty() && !tokenizer.is_eog(id)) unplain_.push_back(id);
+    if (!raw && !b.empty() && !tokenizer.is_eog(id)) unraw_.push_back(id);
     if (tokenizer.is_eog(id)) eog_ids_.push_back(id);
     text_[static_cast<size_t>(id)] = !b.empty() && !tokenizer.is_eog(id);
     first_byte_[static_cast<size_t>(id)] = b.empty() ? 0 : static_cast<unsigned char>(b[0]);
@@ -1065,12 +1069,13 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   if (single && !stack.empty() && stack.back().state == kRegex && stack.back().sub == 0)
     leaving = grammar_->nodes[static_cast<size_t>(stack.back().node)].pattern->leaves_on(stack.back().next);
   if (leaving && !free_text) {
-    allowed = table_.plain_flags();
-    for (int32_t id : table_.unplain()) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+    allowed = table_.raw_flags();
+    for (int32_t id : table_.unraw()) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
     for (size_t b = 0; b < 128; ++b)
       if (leaving->test(b))
         for (int32_t id : table_.tokens_containing(static_cast<uint8_t>(b)))
-          if (table_.plain(id)) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+          if (allowed[static_cast<size_t>(id)])
+            allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
   } else if (free_text) {
     allowed = table_.text_flags();
     const std::string& term = grammar_->nodes[static_cast<size_t>(stack.back().node)].literals[0];

@@ -31,6 +31,11 @@ class GrammarTokenTable {
   const std::vector<uint8_t>& plain_flags() const { return plain_; }
   // The tokens with text that are not plain (nor end of generation): the ones a string needs to check.
   const std::vector<int32_t>& unplain() const { return unplain_; }
+  // Raw text (a Regex node's) as it is: any token with text whose bytes are strict UTF-8 from a character
+  // boundary (its last character may be cut), quotes, backslashes and control bytes included; and the
+  // other tokens with text.
+  const std::vector<uint8_t>& raw_flags() const { return raw_; }
+  const std::vector<int32_t>& unraw() const { return unraw_; }
   uint8_t first_byte(int32_t id) const { return first_byte_[static_cast<size_t>(id)]; }
   // 1 for each token with text that does not end generation.
   const std::vector<uint8_t>& text_flags() const { return text_; }
@@ -52,10 +57,10 @@ class GrammarTokenTable {
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<uint8_t> plain_, eog_, first_byte_, text_;
+  std::vector<uint8_t> plain_, raw_, eog_, first_byte_, text_;
   mutable std::array<std::once_flag, 256> containing_once_;
   mutable std::array<std::vector<int32_t>, 256> containing_;
-  std::vector<int32_t> unplain_, eog_ids_;
+  std::vector<int32_t> unplain_, unraw_, eog_ids_;
   std::vector<TrieNode> trie_;
   std::vector<int32_t> same_bytes_next_;
 };
