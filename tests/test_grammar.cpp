@@ -463,6 +463,25 @@ TEST(GrammarMatcher, MasksFollowEveryReadingOfAmbiguousText) {
   EXPECT_FALSE(accepts(g, R"([{"kind": "square", "r": 3}])"));
 }
 
+// A string with a pattern, masked at each character on one matcher (whose masks keep what they learn per
+// state of the pattern, shared with its copies): each time exactly what a full check allows.
+TEST(GrammarMatcher, PatternMasksKeepWhatTheyLearnPerState) {
+  const GrammarTokenTable& table = gpt2_table();
+  const auto code = json_schema_grammar(json::parse(R"({"type": "string", "pattern": "^[a-z]+-\\d+$"})"));
+  GrammarMatcher walk(code, table);
+  for (const char c : std::string("\"ab-12")) {
+    ASSERT_TRUE(walk.accept(byte_tokens()[static_cast<unsigned char>(c)]));
+    for (int twice = 0; twice < 2; ++twice) {
+      std::vector<float> logits(static_cast<size_t>(table.size()), 0.0f);
+      walk.mask(logits.data(), table.size());
+      for (int32_t id = 0; id < table.size(); ++id) {
+        GrammarMatcher copy = walk;
+        EXPECT_EQ(copy.accept(id), !std::isinf(logits[static_cast<size_t>(id)])) << c << " + " << table.bytes(id);
+      }
+    }
+  }
+}
+
 // A reasoning model's <think> block before the structured reply: free text up to </think> (the prompt may
 // have opened it), blank lines, then the grammar's text; or no block at all. At points inside and around the
 // block the mask allows exactly what a full check of each token allows.

@@ -1004,25 +1004,62 @@ void mark_views(const Grammar& g, const GrammarTokenTable& table, uint32_t node,
 
 // Marks every token in the subtree under `node` whose bytes the grammar takes from the state `st`.
 void mark_subtree(const Grammar& g, const GrammarTokenTable& table, uint32_t node, const Overlay& st,
+                  std::vector<uint8_t>& allowed);
+
+// The trie node `c` (a child of the node `st` stands at) and the tokens below it.
+void mark_child(const Grammar& g, const GrammarTokenTable& table, uint32_t c, const Overlay& st,
+                std::vector<uint8_t>& allowed) {
+  const std::vector<GrammarTokenTable::TrieNode>& trie = table.trie();
+  Overlay next(st);
+  std::vector<Fork> forks;
+  Walker w(g, next, &forks);
+  const bool ok = w.feed(trie[c].byte);
+  if (!forks.empty()) {
+    // A union's branches start alike here: the subtree is walked with every reading.
+    std::vector<Overlay> views;
+    step_views(g, {st}, trie[c].byte, views);
+    if (views.empty()) return;
+    for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
+    if (trie[c].first_child != 0) mark_views(g, table, c, views, allowed);
+    return;
+  }
+  if (!ok) return;  // nothing below this prefix can come
+  for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
+  if (trie[c].first_child != 0) mark_subtree(g, table, c, next, allowed);
+}
+
+// Marks every token in the subtree under `node` whose bytes the grammar takes from the state `st`.
+void mark_subtree(const Grammar& g, const GrammarTokenTable& table, uint32_t node, const Overlay& st,
                   std::vector<uint8_t>& allowed) {
   const std::vector<GrammarTokenTable::TrieNode>& trie = table.trie();
+  for (uint32_t c = trie[node].first_child; c != 0; c = trie[c].next_sibling) mark_child(g, table, c, st, allowed);
+}
+
+// Inside a string with a pattern (`root`'s top frame, at a character boundary): an ASCII string character
+// steps the pattern's automaton alone (its state and the count are all it changes); any other byte is
+// walked in full from a view of the stack with the string at that point.
+void mark_pattern(const Grammar& g, const GrammarTokenTable& table, uint32_t node, const Overlay& root,
+                  const GrammarNode& n, int32_t state, uint32_t count, std::vector<uint8_t>& allowed) {
+  const std::vector<GrammarTokenTable::TrieNode>& trie = table.trie();
   for (uint32_t c = trie[node].first_child; c != 0; c = trie[c].next_sibling) {
-    Overlay next(st);
-    std::vector<Fork> forks;
-    Walker w(g, next, &forks);
-    const bool ok = w.feed(trie[c].byte);
-    if (!forks.empty()) {
-      // A union's branches start alike here: the subtree is walked with every reading.
-      std::vector<Overlay> views;
-      step_views(g, {st}, trie[c].byte, views);
-      if (views.empty()) continue;
-      for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
-      if (trie[c].first_child != 0) mark_views(g, table, c, views, allowed);
+    const uint8_t b = trie[c].byte;
+    if (b >= 0x80 || b < 0x20 || b == '"' || b == '\\') {
+      Overlay at(root);
+      Frame& f = at.top();
+      f.next = state;
+      f.count = count;
+      mark_child(g, table, c, at, allowed);
       continue;
     }
-    if (!ok) continue;  // nothing below this prefix can come
+    // As the string state's pattern_take does it.
+    if (count >= n.max_items) continue;
+    const int32_t to = n.pattern->next(state, b);
+    if (to < 0) continue;
+    const uint32_t least = n.min_items > count + 1 ? n.min_items - count - 1 : 0;
+    const uint32_t most = n.max_items == UINT32_MAX ? UINT32_MAX : n.max_items - count - 1;
+    if (!n.pattern->can_finish(to, least, most)) continue;
     for (int32_t t = trie[c].token; t >= 0; t = table.same_bytes_next(t)) allowed[static_cast<size_t>(t)] = 1;
-    if (trie[c].first_child != 0) mark_subtree(g, table, c, next, allowed);
+    if (trie[c].first_child != 0) mark_pattern(g, table, c, root, n, to, count + 1, allowed);
   }
 }
 
@@ -1094,6 +1131,33 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
         const std::string& b = table_.bytes(id);
         allowed[static_cast<size_t>(id)] = b.size() == 1 || feed_token(b, nullptr);
       }
+  } else if (single && !stack.empty() && stack.back().state == kStrChars && stack.back().sub == 0 &&
+             stack.back().node != kFreeKey && grammar_->nodes[static_cast<size_t>(stack.back().node)].pattern) {
+    const Frame& top = stack.back();
+    const GrammarNode& n = grammar_->nodes[static_cast<size_t>(top.node)];
+    if (n.min_items == 0 && n.max_items == UINT32_MAX) {
+      // Without length bounds, the plain tokens that stay inside the string depend on the pattern's state
+      // alone: worked out once per state, and the others checked in full each time.
+      const std::pair<int32_t, int32_t> key(top.node, top.next);
+      std::shared_ptr<const std::vector<uint8_t>> inside;
+      {
+        const std::lock_guard<std::mutex> lock(pattern_cache_->mu);
+        if (auto it = pattern_cache_->inside.find(key); it != pattern_cache_->inside.end()) inside = it->second;
+      }
+      if (!inside) {
+        std::vector<uint8_t> set(static_cast<size_t>(table_.size()), 0);
+        mark_pattern(*grammar_, table_, 0, Overlay(stack), n, top.next, top.count, set);
+        const std::vector<uint8_t>& plain = table_.plain_flags();
+        for (size_t id = 0; id < set.size(); ++id) set[id] &= plain[id];
+        auto made = std::make_shared<const std::vector<uint8_t>>(std::move(set));
+        const std::lock_guard<std::mutex> lock(pattern_cache_->mu);
+        inside = pattern_cache_->inside.emplace(key, std::move(made)).first->second;
+      }
+      allowed = *inside;
+      for (int32_t id : table_.unplain()) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+    } else {
+      mark_pattern(*grammar_, table_, 0, Overlay(stack), n, top.next, top.count, allowed);
+    }
   } else {
     std::vector<Overlay> roots;
     for (const std::vector<Frame>& s : stacks_) roots.emplace_back(s);

@@ -8,6 +8,7 @@
 // start alike, the text is read several ways at once (one stack each) until it tells them apart.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -110,6 +111,14 @@ class GrammarMatcher {
   // One stack per reading of the text so far: more than one only where a union's branches start alike and
   // the text has not yet told them apart (at most kMaxStacks; a reading past that is dropped).
   std::vector<std::vector<Frame>> stacks_;
+  // For a string with a pattern (its node and the pattern's state): the plain tokens that keep the text
+  // inside the string, which no other part of the stack changes. Shared by a matcher's copies (a request's
+  // choices), whose masks may run on several threads at once.
+  struct PatternCache {
+    std::mutex mu;
+    std::map<std::pair<int32_t, int32_t>, std::shared_ptr<const std::vector<uint8_t>>> inside;
+  };
+  std::shared_ptr<PatternCache> pattern_cache_ = std::make_shared<PatternCache>();
 };
 
 }  // namespace kvserve
