@@ -139,25 +139,9 @@ class SchemaCompiler {
     grammar_.root = root;
     refuse_left_recursion();
     const size_t n_nodes = grammar_.nodes.size();
-    // Each node's first bytes, once (no loop goes through first positions now, so one pass is exact).
-    std::vector<std::bitset<256>> firsts(n_nodes);
-    std::vector<uint8_t> known(n_nodes, 0);
-    std::function<const std::bitset<256>&(int)> first = [&](int id) -> const std::bitset<256>& {
-      const auto i = static_cast<size_t>(id);
-      if (known[i]) return firsts[i];
-      const GrammarNode& n = grammar_.nodes[i];
-      if (n.kind == GrammarNode::Kind::Union) {
-        std::bitset<256> out;
-        for (int a : n.alternatives) out |= first(a);
-        firsts[i] = out;
-      } else if (n.kind == GrammarNode::Kind::Sequence && !n.parts.empty() && n.parts[0].node >= 0) {
-        firsts[i] = first(n.parts[0].node);
-      } else {
-        firsts[i] = first_bytes(id);
-      }
-      known[i] = 1;
-      return firsts[i];
-    };
+    // Each node's first bytes, once (no loop goes through first positions now, so they are exact).
+    std::map<int, std::bitset<256>> firsts;
+    auto first = [&](int id) { return first_bytes(id, 0, &firsts); };
     grammar_.dispatch.assign(n_nodes, {});
     grammar_.ambiguous.clear();
     std::map<std::vector<int32_t>, int32_t> lists;
@@ -167,7 +151,7 @@ class SchemaCompiler {
       if (n.kind != GrammarNode::Kind::Union) continue;
       std::array<std::vector<int32_t>, 256> by_byte;
       for (int a : n.alternatives) {
-        const std::bitset<256>& f = first(a);
+        const std::bitset<256> f = first(a);
         for (size_t b = 0; b < 256; ++b)
           if (f.test(b) && std::find(by_byte[b].begin(), by_byte[b].end(), a) == by_byte[b].end())
             by_byte[b].push_back(a);
@@ -572,9 +556,10 @@ class SchemaCompiler {
   // Whether no value can match two of the branches: for each pair, their texts start with different bytes,
   // or both are objects that require a property whose allowed values (const / enum) they do not share.
   bool exclusive(const json& branches, const std::vector<int>& nodes) const {
+    std::map<int, std::bitset<256>> memo;
     for (size_t i = 0; i < nodes.size(); ++i)
       for (size_t j = i + 1; j < nodes.size(); ++j) {
-        if ((first_bytes(nodes[i]) & first_bytes(nodes[j])).none()) continue;
+        if ((first_bytes(nodes[i], 0, &memo) & first_bytes(nodes[j], 0, &memo)).none()) continue;
         const json* a = resolve(branches[i]);
         const json* b = resolve(branches[j]);
         bool apart = false;
@@ -727,8 +712,11 @@ class SchemaCompiler {
     return add(std::move(n));
   }
 
-  // The bytes a node's text can start with.
-  std::bitset<256> first_bytes(int id, int depth = 0) const {
+  // The bytes a node's text can start with; `memo` keeps the unions' and sequences' for one caller (a schema's
+  // $refs share nodes, which a walk without it would visit once per path).
+  std::bitset<256> first_bytes(int id, int depth = 0, std::map<int, std::bitset<256>>* memo = nullptr) const {
+    if (memo)
+      if (auto it = memo->find(id); it != memo->end()) return it->second;
     std::bitset<256> out;
     if (depth > 256) return out;
     const GrammarNode& n = grammar_.nodes[static_cast<size_t>(id)];
@@ -753,7 +741,7 @@ class SchemaCompiler {
           if (!l.empty()) out.set(static_cast<unsigned char>(l[0]));
         break;
       case GrammarNode::Kind::Union:
-        for (int a : n.alternatives) out |= first_bytes(a, depth + 1);
+        for (int a : n.alternatives) out |= first_bytes(a, depth + 1, memo);
         break;
       case GrammarNode::Kind::Until:
         out.set();  // any byte
@@ -768,9 +756,10 @@ class SchemaCompiler {
       case GrammarNode::Kind::Sequence:
         if (!n.parts.empty())
           out = n.parts[0].node < 0 ? std::bitset<256>().set(static_cast<unsigned char>(n.parts[0].text[0]))
-                                    : first_bytes(n.parts[0].node, depth + 1);
+                                    : first_bytes(n.parts[0].node, depth + 1, memo);
         break;
     }
+    if (memo) (*memo)[id] = out;
     return out;
   }
 

@@ -364,6 +364,17 @@ class RegexParser {
     }
   }
 
+  // One member of a class: a character or an escape, into r. Returns whether it is a class itself (\d, ...).
+  bool class_atom(Ranges* r) {
+    if (p_[i_] == '\\') {
+      ++i_;
+      return escape(/*in_class=*/true, r);
+    }
+    *r = {{p_[i_], p_[i_]}};
+    ++i_;
+    return false;
+  }
+
   Regex klass() {
     bool negate = false;
     if (peek('^')) {
@@ -378,26 +389,11 @@ class RegexParser {
         break;
       }
       Ranges low;
-      bool low_is_class = false;
-      if (p_[i_] == '\\') {
-        ++i_;
-        low_is_class = escape(/*in_class=*/true, &low);
-      } else {
-        low = {{p_[i_], p_[i_]}};
-        ++i_;
-      }
+      const bool low_is_class = class_atom(&low);
       if (!low_is_class && i_ + 1 < p_.size() && p_[i_] == '-' && p_[i_ + 1] != ']') {
         ++i_;
         Ranges high;
-        bool high_is_class = false;
-        if (p_[i_] == '\\') {
-          ++i_;
-          high_is_class = escape(/*in_class=*/true, &high);
-        } else {
-          high = {{p_[i_], p_[i_]}};
-          ++i_;
-        }
-        if (high_is_class) fail("the pattern '{}' has a range ending in a class", src_);
+        if (class_atom(&high)) fail("the pattern '{}' has a range ending in a class", src_);
         if (high[0].first < low[0].first) fail("the pattern '{}' has a range out of order", src_);
         members.emplace_back(low[0].first, high[0].first);
         continue;
