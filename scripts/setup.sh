@@ -91,7 +91,7 @@ else
 fi
 
 # The server's end-to-end tests (OpenAI SDK, pytest, selenium): small pure-python wheels.
-if python3 -c 'import openai, pytest, selenium' 2>/dev/null; then
+if python3 -c 'import openai, pydantic, pytest, selenium' 2>/dev/null; then
   log "python test packages present"
 else
   log "running: python3 -m pip install -r $SCRIPT_DIR/requirements-test.txt"

@@ -396,10 +396,11 @@ class SchemaCompiler {
     const uint32_t min_len = count_field(sub, "minLength", 0), max_len = count_field(sub, "maxLength", UINT32_MAX);
     if (min_len > max_len) fail("'minLength' is above 'maxLength'");
     const std::string format = sub.is_object() ? sub.value("format", std::string()) : std::string();
-    if (!format.empty() && !format_pattern(format).empty()) {
+    const std::string known_format = format.empty() ? std::string() : format_pattern(format);
+    if (!known_format.empty()) {
       if (sub.contains("minLength") || sub.contains("maxLength"))
         fail("a string parameter with both 'format' and a length is not supported in XML tool calls");
-      parts.push_back({"", regex_node(TextPattern::compile("(?:" + format_pattern(format) + ")" + end_pattern,
+      parts.push_back({"", regex_node(TextPattern::compile("(?:" + known_format + ")" + end_pattern,
                                                            TextPattern::Mode::FullMatch))});
     } else if (sub.is_object() && (sub.contains("minLength") || sub.contains("maxLength"))) {
       // No '<' (no tag inside) and no newline (the parser trims one at each end): the length is the text's.
@@ -495,18 +496,7 @@ class SchemaCompiler {
     if (!ref.is_string()) fail("'$ref' must be a string");
     const std::string path = ref.get<std::string>();
     if (auto it = refs_.find(path); it != refs_.end()) return it->second;
-    const json* target = nullptr;
-    if (path == "#") {
-      target = root_;
-    } else {
-      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-        const std::string p(prefix);
-        if (path.compare(0, p.size(), p) != 0) continue;
-        const std::string section = p.substr(2, p.size() - 3), name = path.substr(p.size());
-        if (root_->contains(section) && (*root_)[section].is_object() && (*root_)[section].contains(name))
-          target = &(*root_)[section][name];
-      }
-    }
+    const json* target = lookup(path);
     if (target == nullptr) fail("'$ref' '{}' does not name a schema in #/$defs or #/definitions", path);
     // A placeholder first, so a schema that refers to itself refers to this node.
     GrammarNode u;
@@ -523,14 +513,19 @@ class SchemaCompiler {
     if (depth > kMaxSchemaDepth || !s.is_object() || !s.contains("$ref")) return &s;
     const json& ref = s["$ref"];
     if (!ref.is_string()) return nullptr;
-    const std::string path = ref.get<std::string>();
-    if (path == "#") return resolve(*root_, depth + 1);
+    const json* target = lookup(ref.get<std::string>());
+    return target ? resolve(*target, depth + 1) : nullptr;
+  }
+
+  // The schema a $ref path names: "#", or a name in #/$defs or #/definitions; null otherwise.
+  const json* lookup(const std::string& path) const {
+    if (path == "#") return root_;
     for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
       const std::string p(prefix);
       if (path.compare(0, p.size(), p) != 0) continue;
       const std::string section = p.substr(2, p.size() - 3), name = path.substr(p.size());
       if (root_->contains(section) && (*root_)[section].is_object() && (*root_)[section].contains(name))
-        return resolve((*root_)[section][name], depth + 1);
+        return &(*root_)[section][name];
     }
     return nullptr;
   }
