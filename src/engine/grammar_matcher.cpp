@@ -147,6 +147,7 @@ struct Fork {
   int hops;  // unions passed through on the way to this branch (a schema may refer to itself without end)
 };
 constexpr int kMaxUnionHops = 64;
+constexpr int32_t kFeedByte = -3;  // a Fork's node: feed the byte to the view as it is (a pattern ended before it)
 
 class Walker {
  public:
@@ -518,6 +519,8 @@ class Walker {
   }
 
   // Raw text matching a pattern whole; where the pattern cannot take a byte but has matched, the text ends.
+  // Where it can take it and has matched, the text may also end there, with the byte the start of what
+  // follows: that reading goes to forks_ when what follows can take the byte.
   Step regex(Frame& f, int c) {
     const GrammarNode& n = node_of(f);
     const TextPattern& p = *n.pattern;
@@ -525,6 +528,7 @@ class Walker {
       if (c == kEnd) return Step::Retry;
       Frame trial = f;
       if (pattern_utf8(trial, n, c) == Step::Reject) return Step::Retry;
+      if (forks_ && f.count > 0) fork_after(c);
       f = trial;
     } else {
       if (c == kEnd || pattern_utf8(f, n, c) == Step::Reject) return Step::Reject;
@@ -754,8 +758,37 @@ class Walker {
   Step sequence(Frame& f, int c) {
     const GrammarNode& n = node_of(f);
     if (f.state != kSeq || static_cast<size_t>(f.next) >= n.parts.size()) return Step::Reject;
+    // An optional part the byte cannot start is passed over (and a sequence whose parts are all passed ends:
+    // the byte is the parent's). Where the byte can start one, the reading that passes over it goes to forks_.
+    while (n.parts[static_cast<size_t>(f.next)].optional) {
+      const int32_t node = n.parts[static_cast<size_t>(f.next)].node;
+      if (c != kEnd && g_.firsts[static_cast<size_t>(node)].test(static_cast<size_t>(c))) {
+        if (forks_) {
+          Overlay past(st_);
+          Frame& top = past.top();
+          ++top.next;
+          top.pos = 0;
+          if (static_cast<size_t>(top.next) == n.parts.size()) {
+            past.pop();
+            Walker(g_, past).complete_parents();
+          }
+          fork_feeding(past, c);
+        }
+        break;
+      }
+      ++f.next;
+      f.pos = 0;
+      if (static_cast<size_t>(f.next) == n.parts.size()) return Step::Retry;
+    }
     const GrammarNode::Part& part = n.parts[static_cast<size_t>(f.next)];
     if (part.node >= 0) {
+      if (static_cast<size_t>(f.next) + 1 == n.parts.size()) {
+        // The last part takes the sequence's place, so a grammar's right recursion (x ::= "a" x | "a")
+        // keeps a flat stack.
+        const int32_t last = part.node;
+        st_.pop();
+        return start_value(last, c);
+      }
       f.state = kSeqRunning;
       return start_value(part.node, c);
     }
@@ -792,6 +825,23 @@ class Walker {
         break;
     }
     return Step::Reject;
+  }
+
+  // The reading where the top value ends before `c`: kept as a fork that feeds c to what follows, if that
+  // takes it (most bytes it does not, and then no fork is made).
+  void fork_after(int c) {
+    Overlay after(st_);
+    after.pop();
+    Walker(g_, after).complete_parents();
+    fork_feeding(after, c);
+  }
+
+  // A reading `view` that is to take c next: kept, if it can.
+  void fork_feeding(const Overlay& view, int c) {
+    Overlay probe(view);
+    std::vector<Fork> probe_forks;
+    Walker w(g_, probe, &probe_forks);
+    if (w.feed(c) || !probe_forks.empty()) forks_->push_back({view, kFeedByte, c, 0});
   }
 
   const Grammar& g_;
@@ -889,6 +939,8 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, const Gra
     fail("a grammar's root must be a sequence");
   root.state = kSeq;
   stacks_.push_back({root});
+  // An empty reply is a reading of its own: a stack with nothing left, which takes only the end.
+  if (grammar_->may_be_empty) stacks_.emplace_back();
 }
 
 const std::string& GrammarMatcher::token_bytes(int32_t id) const {
@@ -911,7 +963,8 @@ void add_view(std::vector<Overlay>& views, const Overlay& v) {
 void resume(const Grammar& g, Fork& fk, std::vector<Overlay>& out) {
   std::vector<Fork> forks;
   Walker w(g, fk.st, &forks);
-  if (w.start_value(fk.node, fk.c, fk.hops) == Step::Consumed) add_view(out, fk.st);
+  const bool ok = fk.node == kFeedByte ? w.feed(fk.c) : w.start_value(fk.node, fk.c, fk.hops) == Step::Consumed;
+  if (ok) add_view(out, fk.st);
   for (Fork& f : forks) resume(g, f, out);
 }
 

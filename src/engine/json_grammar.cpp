@@ -126,6 +126,7 @@ class SchemaCompiler {
 
   // Continues an existing grammar (its nodes keep their ids).
   void adopt(const Grammar& g) { grammar_ = g; }
+  void adopt(std::vector<GrammarNode> nodes) { grammar_.nodes = std::move(nodes); }
 
   Grammar take(int root) {
     // The matcher starts a value from a parent that has a place for it: a root that is not a Sequence gets
@@ -167,6 +168,8 @@ class SchemaCompiler {
         d[b] = -2 - it->second;
       }
     }
+    grammar_.firsts.assign(n_nodes, {});
+    for (size_t id = 0; id < n_nodes; ++id) grammar_.firsts[id] = first(static_cast<int>(id));
     // The readings one byte can start, through unions and the first parts of sequences: the matcher follows
     // each, so their number is bounded.
     for (size_t b = 0; b < 256; ++b) {
@@ -181,8 +184,18 @@ class SchemaCompiler {
           total = 0;
           for (int a : n.alternatives)
             if (first(a).test(b)) total = std::min<int64_t>(total + readings(a), kMaxReadings + 1);
-        } else if (n.kind == GrammarNode::Kind::Sequence && !n.parts.empty() && n.parts[0].node >= 0) {
-          total = readings(n.parts[0].node);
+        } else if (n.kind == GrammarNode::Kind::Sequence) {
+          // The parts a value can start in: the optional ones up to the first that is not.
+          total = 0;
+          for (const GrammarNode::Part& part : n.parts) {
+            if (part.node < 0) {
+              total += 1;
+              break;
+            }
+            if (first(part.node).test(b)) total = std::min<int64_t>(total + readings(part.node), kMaxReadings + 1);
+            if (!part.optional) break;
+          }
+          total = std::max<int64_t>(total, 1);
         }
         memo[i] = total;
         return total;
@@ -190,8 +203,8 @@ class SchemaCompiler {
       for (size_t id = 0; id < n_nodes; ++id)
         if (grammar_.nodes[id].kind == GrammarNode::Kind::Union && readings(static_cast<int>(id)) > kMaxReadings)
           fail(
-              "anyOf / oneOf / type lists that nest so that a value can start more than {} ways at once are not "
-              "supported",
+              "alternatives (anyOf / oneOf / type lists, or a grammar's) that nest so that a value can start more "
+              "than {} ways at once are not supported",
               kMaxReadings);
     }
     return std::move(grammar_);
@@ -207,8 +220,12 @@ class SchemaCompiler {
       const GrammarNode& g = grammar_.nodes[static_cast<size_t>(id)];
       out.clear();
       if (g.kind == GrammarNode::Kind::Union) out = g.alternatives;
-      if (g.kind == GrammarNode::Kind::Sequence && !g.parts.empty() && g.parts[0].node >= 0)
-        out.push_back(g.parts[0].node);
+      if (g.kind == GrammarNode::Kind::Sequence)
+        for (const GrammarNode::Part& part : g.parts) {
+          if (part.node < 0) break;
+          out.push_back(part.node);
+          if (!part.optional) break;
+        }
     };
     std::vector<int> kids;
     for (size_t start = 0; start < n; ++start) {
@@ -749,9 +766,14 @@ class SchemaCompiler {
         }
         break;
       case GrammarNode::Kind::Sequence:
-        if (!n.parts.empty())
-          out = n.parts[0].node < 0 ? std::bitset<256>().set(static_cast<unsigned char>(n.parts[0].text[0]))
-                                    : first_bytes(n.parts[0].node, depth + 1, memo);
+        for (const GrammarNode::Part& part : n.parts) {
+          if (part.node < 0) {
+            out.set(static_cast<unsigned char>(part.text[0]));
+            break;
+          }
+          out |= first_bytes(part.node, depth + 1, memo);
+          if (!part.optional) break;
+        }
         break;
     }
     if (memo) (*memo)[id] = out;
@@ -765,6 +787,12 @@ class SchemaCompiler {
 };
 
 }  // namespace
+
+Grammar finish_grammar(std::vector<GrammarNode> nodes, int root) {
+  SchemaCompiler c{json()};
+  c.adopt(std::move(nodes));
+  return c.take(root);
+}
 
 std::shared_ptr<const Grammar> json_object_grammar() {
   static const std::shared_ptr<const Grammar> grammar = [] {
@@ -812,7 +840,12 @@ std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Gramm
   think.parts.push_back({"", until_id});
   think.parts.push_back({"", grammar->root});
   const int think_id = c.add(std::move(think));
-  if (opened) return std::make_shared<const Grammar>(c.take(think_id));
+  if (opened) {
+    // The block is open already: the reply cannot be empty (an empty grammar's reply is the block alone).
+    Grammar g = c.take(think_id);
+    g.may_be_empty = false;
+    return std::make_shared<const Grammar>(std::move(g));
+  }
   GrammarNode either;
   either.kind = GrammarNode::Kind::Union;
   either.alternatives = {think_id, grammar->root};

@@ -13,6 +13,7 @@
 // #/definitions (recursion included). Annotations (title, description, default, examples, format, ...) are
 // accepted and not enforced. Keywords that constrain values in ways the matcher does not (multipleOf, not,
 // allOf of several, ...) are refused with an Error naming them, rather than output that would not validate.
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -70,10 +71,12 @@ struct GrammarNode {
   std::vector<std::string> literals;
   std::vector<int> alternatives;  // Union: branches, told apart by their first byte; Branches: as above
 
-  // Sequence: fixed text (node -1) and values in turn.
+  // Sequence: fixed text (node -1) and values in turn. An optional part's value may be left out (a GBNF
+  // grammar's parts that may be empty); a sequence of only optional parts still takes at least one.
   struct Part {
     std::string text;
     int node = -1;
+    bool optional = false;
   };
   std::vector<Part> parts;
 };
@@ -86,7 +89,16 @@ struct Grammar {
   // for the rest.
   std::vector<std::vector<int32_t>> dispatch;
   std::vector<std::vector<int32_t>> ambiguous;
+  // Each node's first bytes (for optional parts: whether a byte can start one).
+  std::vector<std::bitset<256>> firsts;
+  // The reply may also be empty (a GBNF root that derives empty text; the nodes themselves never do).
+  bool may_be_empty = false;
 };
+
+// A grammar from nodes built elsewhere (gbnf_grammar.cpp): `root` given a Sequence if it is not one, and
+// each union's dispatch worked out. Throws Error where a node can begin with itself or a byte starts too many
+// readings at once.
+Grammar finish_grammar(std::vector<GrammarNode> nodes, int root);
 
 // Text matching the regular expression `pattern` whole (vLLM's guided_regex; see text_pattern.h for what
 // is supported). Throws Error naming what it cannot compile.

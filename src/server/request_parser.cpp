@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "engine/gbnf_grammar.h"
 #include "server/api_error.h"
 #include "server/reasoning_split.h"
 
@@ -238,29 +239,44 @@ void parse_tools(const json& body, ApiRequest& req) {
 // vLLM's own fields for the same: guided_json (a schema, or its text), guided_choice (strings) and
 // guided_regex (the whole reply matches it), or the same under structured_outputs ({"json": ...,
 // "choice": [...], "regex": ...}).
+// A GBNF grammar (llama.cpp's format) comes as llama-server's `grammar`, vLLM's guided_grammar or
+// structured_outputs.grammar.
 void parse_guided(const json& body, ApiRequest& req) {
   const json* json_schema = field(body, "guided_json");
   const json* choice = field(body, "guided_choice");
   const json* regex = field(body, "guided_regex");
+  const json* gbnf = field(body, "guided_grammar");
   const char* json_name = "guided_json";
   const char* choice_name = "guided_choice";
   const char* regex_name = "guided_regex";
+  const char* gbnf_name = "guided_grammar";
   if (const json* so = field(body, "structured_outputs")) {
     if (!so->is_object()) throw bad_request("'structured_outputs' must be an object", "structured_outputs");
-    if (json_schema || choice || regex)
-      throw bad_request("give 'structured_outputs' or guided_json / guided_choice / guided_regex, not both",
-                        "structured_outputs");
+    if (json_schema || choice || regex || gbnf)
+      throw bad_request(
+          "give 'structured_outputs' or guided_json / guided_choice / guided_regex / guided_grammar, not both",
+          "structured_outputs");
     json_schema = field(*so, "json");
     choice = field(*so, "choice");
     regex = field(*so, "regex");
-    json_name = choice_name = regex_name = "structured_outputs";
+    gbnf = field(*so, "grammar");
+    json_name = choice_name = regex_name = gbnf_name = "structured_outputs";
   }
-  const int kinds = (json_schema ? 1 : 0) + (choice ? 1 : 0) + (regex ? 1 : 0);
-  const char* name = choice ? choice_name : json_schema ? json_name : regex_name;
+  // llama.cpp's clients send an empty `grammar` for none.
+  const json* llama_grammar = field(body, "grammar");
+  if (llama_grammar && llama_grammar->is_string() && llama_grammar->get<std::string>().empty()) llama_grammar = nullptr;
+  if (const json* g = llama_grammar) {
+    if (gbnf) throw bad_request(fmt::format("give 'grammar' or '{}', not both", gbnf_name), "grammar");
+    gbnf = g;
+    gbnf_name = "grammar";
+  }
+  const int kinds = (json_schema ? 1 : 0) + (choice ? 1 : 0) + (regex ? 1 : 0) + (gbnf ? 1 : 0);
+  const char* name = choice ? choice_name : json_schema ? json_name : regex ? regex_name : gbnf_name;
   if (kinds > 1) throw bad_request("give one kind of structured output, not two", name);
-  if (req.grammar && kinds > 0) throw bad_request("give 'response_format' or vLLM's guided fields, not both", name);
+  if (req.grammar && kinds > 0) throw bad_request(fmt::format("give 'response_format' or '{}', not both", name), name);
   try {
     if (regex) req.grammar = regex_grammar(string_field(*regex, regex_name));
+    if (gbnf) req.grammar = gbnf_grammar(string_field(*gbnf, gbnf_name));
     if (json_schema) {
       json schema = *json_schema;
       if (schema.is_string()) {
