@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gbnf_grammar.h"
 #include "engine/grammar_matcher.h"
 #include "engine/json_grammar.h"
 #include "engine/sampler.h"
@@ -28,8 +29,20 @@ std::string vocab_path(const std::string& which) {
 }
 
 // The grammar each case masks under: a JSON object; a string with a pattern; a qwen3_coder tool call whose
-// string parameter is free raw text.
+// string parameter is free raw text; any JSON object through llama.cpp's GBNF grammar for it.
+// llama.cpp's grammars/json.gbnf, as llama-server users send it.
+constexpr const char* kLlamaJsonGbnf = R"g(
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+ws ::= | " " | "\n" [ \t]{0,20}
+)g";
+
 std::shared_ptr<const kvserve::Grammar> grammar_of(const std::string& kind) {
+  if (kind == "gbnf") return kvserve::gbnf_grammar(kLlamaJsonGbnf);
   if (kind == "pattern")
     return kvserve::json_schema_grammar(json::parse(
         R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Za-z ]+-\\d+$"}}, "required": ["code"]})"));
@@ -108,5 +121,13 @@ BENCHMARK_CAPTURE(mask_step, gpt2_xml_text, "gpt2", "<tool_call>\n<function=note
 BENCHMARK_CAPTURE(mask_step, llama3_pattern, "llama3", R"({"code": "Ab c)", "pattern")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mask_step, llama3_xml_text, "llama3", "<tool_call>\n<function=note>\n<parameter=text>\nDear Ann",
                   "xml")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, gpt2_gbnf_key, "gpt2", R"({"name": "Ann", )", "gbnf")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, gpt2_gbnf_string, "gpt2", R"({"name": "An)", "gbnf")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, gpt2_gbnf_number, "gpt2", R"({"name": "Ann", "age": 4)", "gbnf")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, llama3_gbnf_key, "llama3", R"({"name": "Ann", )", "gbnf")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, llama3_gbnf_string, "llama3", R"({"name": "An)", "gbnf")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mask_step, llama3_gbnf_number, "llama3", R"({"name": "Ann", "age": 4)", "gbnf")
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

@@ -279,8 +279,14 @@ TEST(ServerParse, GuidedFields) {
        {R"("guided_json": {"type": "object"})", R"("guided_json": "{\"type\": \"integer\"}")",
         R"("guided_choice": ["yes", "no"])", R"("structured_outputs": {"choice": ["a"]})",
         R"("structured_outputs": {"json": {"type": "array"}})", R"("guided_regex": "\\d+")",
-        R"("structured_outputs": {"regex": "[ab]c"})", R"("guided_json": {"type": "string", "pattern": "^x+$"})"})
+        R"("structured_outputs": {"regex": "[ab]c"})", R"("guided_json": {"type": "string", "pattern": "^x+$"})",
+        R"("grammar": "root ::= \"yes\" | \"no\"")", R"("guided_grammar": "root ::= [0-9]+")",
+        R"("structured_outputs": {"grammar": "root ::= x\nx ::= \"a\" x?"})"})
     EXPECT_NE(parse_chat("{" + msgs + ", " + extra + "}").grammar, nullptr) << extra;
+  // llama.cpp's clients send an empty grammar for none.
+  EXPECT_EQ(parse_chat("{" + msgs + R"(, "grammar": ""})").grammar, nullptr);
+  EXPECT_NE(parse_api_request(Endpoint::Completions, R"({"prompt": "x", "grammar": "root ::= \"a\""})").grammar,
+            nullptr);
   EXPECT_NE(parse_api_request(Endpoint::Completions, R"({"prompt": "x", "guided_choice": ["a", "b"]})").grammar,
             nullptr);
   const std::vector<std::pair<std::string, std::string>> refused = {
@@ -297,6 +303,14 @@ TEST(ServerParse, GuidedFields) {
       {R"("guided_choice": ["a"], "response_format": {"type": "json_object"})", "guided_choice"},
       {R"("structured_outputs": [1])", "structured_outputs"},
       {R"("structured_outputs": {"choice": ["a"]}, "guided_choice": ["b"])", "structured_outputs"},
+      {R"("grammar": "root ::= expr\nexpr ::= expr \"+\" | \"1\"")", "grammar"},
+      {R"("grammar": "item ::= \"a\"")", "grammar"},
+      {R"("grammar": 7)", "grammar"},
+      {R"("grammar": "root ::= \"a\"", "guided_grammar": "root ::= \"b\"")", "grammar"},
+      {R"("grammar": "root ::= \"a\"", "guided_regex": "a")", "guided_regex"},
+      {R"("guided_grammar": "root ::= (")", "guided_grammar"},
+      {R"("structured_outputs": {"grammar": "root ::= <tok>"})", "structured_outputs"},
+      {R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})", "grammar"},
   };
   for (const auto& [extra, param] : refused) {
     SCOPED_TRACE(extra);

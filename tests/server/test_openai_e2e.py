@@ -266,6 +266,46 @@ def test_guided_regex(client):
     assert "guided_regex" in str(e.value) and "lookaround" in str(e.value)
 
 
+NESTED_LISTS_GBNF = r"""
+root  ::= list
+list  ::= "[" elem ( "," elem ){1,3} "]"
+elem  ::= inner | num
+inner ::= "[" ( num ( "," num ){0,3} )? "]"
+num   ::= "0" | [1-9] [0-9]{0,2}
+"""
+
+
+def nested_lists(text):
+    """Whether text is what NESTED_LISTS_GBNF describes, read by Python's own JSON parser."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    def ok(v, depth):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return 0 <= v <= 999 and depth > 0
+        return (isinstance(v, list) and depth < 2 and len(v) <= 4 and (depth > 0 or len(v) >= 2)
+                and all(ok(x, depth + 1) for x in v))
+    return ok(value, 0) and json.dumps(value, separators=(",", ":")) == text
+
+
+def test_gbnf_grammar(client):
+    """A GBNF grammar, as llama-server's `grammar` and vLLM's guided_grammar take it: the whole reply is one of
+    its texts (recursion and counted repetitions included); a grammar it refuses is a 400 naming the field."""
+    for seed in range(3):
+        r = client.completions.create(model=MODEL, prompt="Numbers:", max_tokens=200, temperature=1.0, seed=seed,
+                                      extra_body={"grammar": NESTED_LISTS_GBNF})
+        assert r.choices[0].finish_reason == "stop" and nested_lists(r.choices[0].text), r.choices[0].text
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Numbers?"}],
+                                       max_tokens=200, temperature=1.0, seed=7,
+                                       extra_body={"guided_grammar": NESTED_LISTS_GBNF})
+    assert nested_lists(r.choices[0].message.content), r.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=5,
+                                  extra_body={"grammar": "root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\""})
+    assert "grammar" in str(e.value) and "left recursion" in str(e.value)
+
+
 def test_forced_tool_call(client):
     """tool_choice naming a function: the reply is that call (hermes format), as the SDK parses tool calls."""
     tools = [{"type": "function", "function": {"name": "get_forecast", "parameters": FORECAST}},
