@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/grammar_matcher.h"
 #include "engine/json_grammar.h"
+#include "fuzz_vocab.h"
 #include "model/tokenizer.h"
 #include "server/tool_call_parser.h"
 
@@ -28,26 +29,7 @@ const std::vector<std::string> kLonger = {"{\"", "\":", "\",", "\"}", "true",  "
                                           "  ",  "\n",  "12",  "é",   "\\u00", "]}"};
 
 const GrammarTokenTable& table() {
-  static const std::unique_ptr<Tokenizer> tok = [] {
-    Vocab v;
-    v.kind = Vocab::Kind::SPM;
-    v.add_space_prefix = false;
-    v.tokens = {"<unk>", "<s>", "</s>"};
-    v.token_types = {TokenType::Unknown, TokenType::Control, TokenType::Control};
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof name, "<0x%02X>", b);
-      v.tokens.emplace_back(name);
-      v.token_types.push_back(TokenType::Byte);
-    }
-    for (const std::string& t : kLonger) {
-      v.tokens.push_back(t);
-      v.token_types.push_back(TokenType::Normal);
-    }
-    v.scores.assign(v.tokens.size(), 0.0f);
-    v.bos_id = 1, v.eos_id = 2, v.unk_id = 0;
-    return Tokenizer::create(v);
-  }();
+  static const std::unique_ptr<Tokenizer> tok = byte_vocab(kLonger);
   static const GrammarTokenTable t(*tok);
   return t;
 }
