@@ -283,6 +283,7 @@ TEST(ServerParse, GuidedFields) {
         R"("grammar": "root ::= \"yes\" | \"no\"")", R"("guided_grammar": "root ::= [0-9]+")",
         R"("structured_outputs": {"grammar": "root ::= x\nx ::= \"a\" x?"})"})
     EXPECT_NE(parse_chat("{" + msgs + ", " + extra + "}").grammar, nullptr) << extra;
+  EXPECT_NE(parse_chat("{" + msgs + R"(, "json_schema": {"type": "object"}})").grammar, nullptr);
   // llama.cpp's clients send an empty grammar for none.
   EXPECT_EQ(parse_chat("{" + msgs + R"(, "grammar": ""})").grammar, nullptr);
   EXPECT_NE(parse_api_request(Endpoint::Completions, R"({"prompt": "x", "grammar": "root ::= \"a\""})").grammar,
@@ -311,6 +312,9 @@ TEST(ServerParse, GuidedFields) {
       {R"("guided_grammar": "root ::= (")", "guided_grammar"},
       {R"("structured_outputs": {"grammar": "root ::= <tok>"})", "structured_outputs"},
       {R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})", "grammar"},
+      {R"("json_schema": {"type": "object"}, "guided_json": {})", "json_schema"},
+      {R"("json_schema": {"not": {}})", "json_schema"},
+      {R"("json_schema": {"type": "object"}, "grammar": "root ::= \"a\"")", "json_schema"},
   };
   for (const auto& [extra, param] : refused) {
     SCOPED_TRACE(extra);

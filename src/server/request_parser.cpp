@@ -240,7 +240,7 @@ void parse_tools(const json& body, ApiRequest& req) {
 // guided_regex (the whole reply matches it), or the same under structured_outputs ({"json": ...,
 // "choice": [...], "regex": ...}).
 // A GBNF grammar (llama.cpp's format) comes as llama-server's `grammar`, vLLM's guided_grammar or
-// structured_outputs.grammar.
+// structured_outputs.grammar; llama-server's `json_schema` is a schema, as guided_json.
 void parse_guided(const json& body, ApiRequest& req) {
   const json* json_schema = field(body, "guided_json");
   const json* choice = field(body, "guided_choice");
@@ -269,6 +269,12 @@ void parse_guided(const json& body, ApiRequest& req) {
     if (gbnf) throw bad_request(fmt::format("give 'grammar' or '{}', not both", gbnf_name), "grammar");
     gbnf = g;
     gbnf_name = "grammar";
+  }
+  // llama-server's own field for a schema.
+  if (const json* schema = field(body, "json_schema")) {
+    if (json_schema) throw bad_request(fmt::format("give 'json_schema' or '{}', not both", json_name), "json_schema");
+    json_schema = schema;
+    json_name = "json_schema";
   }
   const int kinds = (json_schema ? 1 : 0) + (choice ? 1 : 0) + (regex ? 1 : 0) + (gbnf ? 1 : 0);
   const char* name = choice ? choice_name : json_schema ? json_name : regex ? regex_name : gbnf_name;
