@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -309,6 +310,48 @@ TEST(GeneratorCli, ChatTemplateFromAJinjaFile) {
 
 // `kvserve tokenize` needs only a GGUF's vocabulary: vocab-only files and architectures the engine does
 // not run (BERT) tokenize too; llama2.c checkpoints still go through their tokenizer.bin.
+// --grammar / --grammar-file / --json-schema, as llama-cli takes them: sampled replies of a real model follow the
+// grammar (checked by std::regex) or the schema (checked by a JSON parser); bad ones exit with a message naming
+// the flag.
+TEST(GeneratorCli, GrammarAndJsonSchemaConstrainTheReply) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const std::string gbnf = R"(root ::= " " ("Lily" | "Tom") " " word (" " word){2,5} "."
+word ::= [a-z]+)";
+  const std::string file = ::testing::TempDir() + "/kvserve_generate.gbnf";
+  std::ofstream(file) << gbnf;
+  const std::regex want(R"( (Lily|Tom) [a-z]+( [a-z]+){2,5}\.)");
+  for (int seed = 0; seed < 3; ++seed) {
+    const CommandResult r =
+        generate(fmt::format("-p 'Once upon a time' --json --seed {} -n 60 --grammar-file {}", seed, file));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_TRUE(std::regex_match(j["text"].get<std::string>(), want)) << j["text"];
+    EXPECT_EQ(j["finish_reason"], "stop");
+  }
+  const std::string schema =
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["name", "age"]})";
+  const CommandResult r = generate("-p 'Once upon a time' --json --seed 4 -n 120 -j '" + schema + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json reply = json::parse(json::parse(r.out)["text"].get<std::string>());
+  ASSERT_TRUE(reply.is_object());
+  EXPECT_TRUE(reply["name"].is_string() && reply["name"].get<std::string>().size() <= 12) << reply;
+  EXPECT_TRUE(reply["age"].is_number_integer() && reply["age"] >= 1 && reply["age"] <= 9) << reply;
+  EXPECT_EQ(reply.size(), 2u);
+
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--grammar 'root ::= a'", "--grammar: the grammar uses the rule 'a'"},
+      {"--grammar-file /nonexistent.gbnf", "--grammar-file: cannot read"},
+      {"--json-schema '{\"type\": '", "--json-schema: the schema is not valid JSON"},
+      {"--json-schema '{\"not\": {}}'", "--json-schema:"},
+      {"--grammar 'root ::= \"a\"' -j '{}'", "give one of --grammar"},
+  };
+  for (const auto& [flags, message] : refused) {
+    const CommandResult bad = generate("-p x " + flags);
+    EXPECT_NE(bad.exit_code, 0) << flags;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << flags << ": " << bad.err;
+  }
+}
+
 TEST(TokenizeCli, VocabOnlyGgufAndLlama2c) {
   if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
   const std::string bin = KVSERVE_BINARY;

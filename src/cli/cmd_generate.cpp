@@ -1,18 +1,22 @@
 // kvserve generate: one prompt in, streamed text out, with timings. Runs on the same paged KV cache as
 // `kvserve serve` (one sequence), sized by the same --kv-cache-memory and --block-size.
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
-#include "cli/compute_threads.h"
 #include "cli/commands.h"
-#include "cli/number_checks.h"
+#include "cli/compute_threads.h"
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
+#include "cli/number_checks.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/gbnf_grammar.h"
 #include "engine/generator.h"
+#include "engine/json_grammar.h"
 #include "model/chat_template.h"
 #include "model/model.h"
 
@@ -36,13 +40,46 @@ struct GenerateArgs {
   int ngram_min = 2;
   KVCacheArgs kv_cache;
   SamplingParams sp;
+  // Structured output, as llama-cli takes it: a GBNF grammar or a JSON schema, given or in a file.
+  std::string grammar, grammar_file, json_schema, json_schema_file;
 };
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot read '{}'", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The grammar the flags ask for (null: none); an error names the flag.
+std::shared_ptr<const Grammar> requested_grammar(const GenerateArgs& a) {
+  const int given = !a.grammar.empty() + !a.grammar_file.empty() + !a.json_schema.empty() + !a.json_schema_file.empty();
+  if (given > 1) fail("give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
+  try {
+    if (!a.grammar.empty()) return gbnf_grammar(a.grammar);
+    if (!a.grammar_file.empty()) return gbnf_grammar(read_text_file(a.grammar_file));
+    std::string schema_text = a.json_schema;
+    if (!a.json_schema_file.empty()) schema_text = read_text_file(a.json_schema_file);
+    if (schema_text.empty()) return nullptr;
+    const auto schema = nlohmann::ordered_json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
+    if (schema.is_discarded()) fail("the schema is not valid JSON");
+    return json_schema_grammar(schema);
+  } catch (const Error& e) {
+    const char* flag = !a.grammar.empty()        ? "--grammar"
+                       : !a.grammar_file.empty() ? "--grammar-file"
+                       : !a.json_schema.empty()  ? "--json-schema"
+                                                 : "--json-schema-file";
+    fail("{}: {}", flag, e.what());
+  }
+}
 
 void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   const std::vector<KVLayerDtype> kv_layer_dtypes = a.kv_cache.kv_layer_dtypes_value();
   if (a.ngram_min > a.ngram_max) fail("--ngram-min {} is more than --ngram-max {}", a.ngram_min, a.ngram_max);
+  const std::shared_ptr<const Grammar> grammar = requested_grammar(a);  // before the load, as a bad flag
   set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json, a.chat_template);
   // A draft model alone turns speculation on, 4 tokens a step.
@@ -80,13 +117,16 @@ void run_generate(const GenerateArgs& a) {
   Generator gen(*model, go);
   std::fprintf(stderr, "%s\n", gen.kv_cache().summary().c_str());
   const bool stream = !a.json;
-  GenerationResult r = gen.generate(ids, a.sp, [&](int32_t, const std::string& piece) {
-    if (stream) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    return true;
-  });
+  GenerationResult r = gen.generate(
+      ids, a.sp,
+      [&](int32_t, const std::string& piece) {
+        if (stream) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+        return true;
+      },
+      grammar);
   const double pp = r.prompt_seconds > 0 ? r.prompt_ids.size() / r.prompt_seconds : 0;
   const double tg = r.generate_seconds > 0 ? r.generated_ids.size() / r.generate_seconds : 0;
   if (a.json) {
@@ -171,6 +211,10 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--ngram-min", a->ngram_min, "Shortest suffix the drafts look up")->capture_default_str()->check(CLI::Range(1, 64));
   a->kv_cache.kv_cache_dtype = "f32";  // one sequence: memory is not the limit, keep the reference numerics
   add_kv_cache_options(*c, a->kv_cache);
+  c->add_option("--grammar", a->grammar, "GBNF grammar the reply follows (llama.cpp's format; root rule 'root')");
+  c->add_option("--grammar-file", a->grammar_file, "File holding a GBNF grammar the reply follows");
+  c->add_option("--json-schema,-j", a->json_schema, "JSON schema the reply is valid JSON for");
+  c->add_option("--json-schema-file", a->json_schema_file, "File holding a JSON schema the reply is valid JSON for");
   c->add_flag("--json", a->json, "Print one JSON object with ids, text and timings instead of streaming");
   c->callback([a] { run_generate(*a); });
 }

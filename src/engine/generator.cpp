@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 #include "engine/draft_pacing.h"
@@ -93,7 +94,7 @@ void Generator::check_fits(int64_t n_prompt, int64_t n_tokens, const char* what,
 }
 
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
-                                     const TokenCallback& on_token) {
+                                     const TokenCallback& on_token, std::shared_ptr<const Grammar> grammar) {
   using clock = std::chrono::steady_clock;
   params.validate();
   if (prompt_ids.empty()) fail("prompt is empty: at least one token is needed");
@@ -106,6 +107,11 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
 
   GenerationResult r;
   r.prompt_ids = prompt_ids;
+  std::optional<GrammarMatcher> matcher;
+  if (grammar) {
+    if (!grammar_table_) grammar_table_ = std::make_unique<GrammarTokenTable>(*model_.tokenizer);
+    matcher.emplace(std::move(grammar), *grammar_table_);
+  }
   Sampler sampler(params);
   sampler.set_prompt(prompt_ids);
   StopChecker stops(params.stop);
@@ -191,7 +197,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     std::string piece = stops.push(decoder.feed(id));
     r.text += piece;
     if (on_token && !on_token(id, piece)) return false;
-    if (stops.stopped()) {
+    // A constrained text ends where its grammar does (the mask let through only a token it takes).
+    if (stops.stopped() || (matcher && (!matcher->accept(id) || matcher->done()))) {
       r.finish_reason = "stop";
       return false;
     }
@@ -239,7 +246,16 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     if (opts_.enable_prefix_caching) kv.cache_blocks(seq, tokens, pos);
     return ended ? -1 : next;
   };
-  int32_t id = params.max_tokens > 0 ? sampler.sample(logits.data(), n_vocab) : -1;
+  // The next token from the last logits: with a grammar, among the tokens it allows (where none can come, the
+  // vocabulary cannot spell the grammar's text: the end).
+  const auto draw = [&]() -> int32_t {
+    if (matcher && matcher->mask(logits.data(), n_vocab) == 0) {
+      const int32_t eos = model_.tokenizer->eos();
+      if (eos >= 0 && eos < n_vocab) logits[static_cast<size_t>(eos)] = 0.0f;
+    }
+    return sampler.sample(logits.data(), n_vocab);
+  };
+  int32_t id = params.max_tokens > 0 ? draw() : -1;
   while (id >= 0 && emit(id)) {
     tokens.push_back(id);
     if (long_after >= 0 && !long_rope && static_cast<int64_t>(tokens.size()) > long_after) {
@@ -249,7 +265,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
       ++r.rope_restarts;
       start_sequence();
       catch_up();
-      id = sampler.sample(logits.data(), n_vocab);
+      id = draw();
       continue;
     }
     // Drafts that could still be emitted and fit the context (and, on short LongRoPE factors, stay within
@@ -258,7 +274,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
                                      ctx - static_cast<int64_t>(tokens.size()));
     if (long_after >= 0 && !long_rope) room = std::min<int64_t>(room, long_after - static_cast<int64_t>(tokens.size()));
     std::vector<int32_t> drafts;
-    if (opts_.speculative_tokens > 0 && room > 0 && pacing.may_draft()) {
+    if (opts_.speculative_tokens > 0 && room > 0 && pacing.may_draft() && !matcher) {
       const int k = static_cast<int>(std::min<int64_t>(opts_.speculative_tokens, room));
       if (draft_) {
         draft_->propose(tokens, k, draft_sampler, drafts, draft_q);
@@ -268,7 +284,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     }
     if (drafts.empty()) {
       forward(1, true);
-      id = sampler.sample(logits.data(), n_vocab);
+      id = draw();
       continue;
     }
     id = verify_drafts(drafts, draft_ ? draft_q.data() : nullptr);

@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "engine/draft_model_proposer.h"
+#include "engine/grammar_matcher.h"
 #include "engine/long_rope.h"
 #include "engine/model_runner.h"
 #include "engine/ngram_proposer.h"
 #include "engine/paged_kv_cache.h"
-#include "kv/kv_layer_dtypes.h"
 #include "engine/sampler.h"
+#include "kv/kv_layer_dtypes.h"
 #include "model/model.h"
 
 namespace kvserve {
@@ -72,8 +73,10 @@ class Generator {
   Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool = ThreadPool::global());
   ~Generator();
 
+  // With a grammar, each step's tokens are masked to those it allows next and the text ends where it does
+  // (finish "stop"); no drafts are taken then, as the engine takes none for constrained choices.
   GenerationResult generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
-                            const TokenCallback& on_token = {});
+                            const TokenCallback& on_token = {}, std::shared_ptr<const Grammar> grammar = nullptr);
 
   // Logits of every position of `ids` fed one token at a time (teacher forcing), for tests.
   std::vector<std::vector<float>> teacher_forced_logits(const std::vector<int32_t>& ids, int prompt_len);
@@ -100,6 +103,7 @@ class Generator {
   ModelRunner runner_;
   std::unique_ptr<PagedKVCache> kv_;
   std::unique_ptr<DraftModelProposer> draft_;
+  std::unique_ptr<GrammarTokenTable> grammar_table_;  // built at the first constrained call
   SeqId next_seq_ = 1;
 };
 
