@@ -4,6 +4,7 @@
 // decide balanced brackets and arithmetic. Masks through GPT-2's vocabulary allow exactly the tokens a full
 // check of each token takes, and random replies walked through them are what the references accept.
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <pcre2.h>
 
@@ -103,6 +104,25 @@ x ::= "x"?)",
     for (const char* t : c.good) EXPECT_TRUE(accepts(g, t)) << c.grammar << " should take '" << t << "'";
     for (const char* t : c.bad) EXPECT_FALSE(accepts(g, t)) << c.grammar << " should refuse '" << t << "'";
   }
+  // More regular parts than the compiler makes patterns for: the rest are lowered as rules, just as exact.
+  // Each rule refers to itself, so each is a pattern of its own.
+  std::string many = "root ::=";
+  std::string good;
+  for (int k = 0; k < 300; ++k) {
+    many += " r" + std::to_string(k);
+    good += k % 7 == 3 ? fmt::format("(w{}a1)", k) : fmt::format("w{}{}", k, std::string(1 + k % 3, 'c'));
+  }
+  many += "\n";
+  for (int k = 0; k < 300; ++k)
+    many +=
+        fmt::format("r{} ::= \"w{}\" [a-c]{{1,{}}} x{} | \"(\" r{} \")\"\nx{} ::= [0-9]?\n", k, k, 1 + k % 3, k, k, k);
+  const auto wide = gbnf_grammar(many);
+  EXPECT_TRUE(accepts(wide, good));
+  for (const std::string& bad : {good + "c", good.substr(0, good.size() - 5), "w0d" + good.substr(3)})
+    EXPECT_FALSE(accepts(wide, bad)) << bad;
+  std::string late = good;
+  late[late.rfind('w') + 1] = '7';  // the last rule's own word, changed
+  EXPECT_FALSE(accepts(wide, late));
   // A long counted repetition (above a pattern's bound) is exact too.
   const auto g = gbnf_grammar(R"(root ::= [0-9]{2,3} "-" "a"{1200,1201})");
   EXPECT_TRUE(accepts(g, "12-" + std::string(1200, 'a')));

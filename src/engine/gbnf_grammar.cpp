@@ -509,11 +509,12 @@ class GbnfCompiler {
   }
 
   // The pattern's index, or -1 where it does not compile within its bounds (the part is then lowered as
-  // rules instead).
-  int pattern(const std::string& text) {
+  // rules instead). Past kMaxPatterns only a character class (`one_character`) is compiled: its pattern is
+  // small, and nothing else can stand for it.
+  int pattern(const std::string& text, bool one_character = false) {
     if (auto it = pattern_ids_.find(text); it != pattern_ids_.end()) return it->second;
     int id = -1;
-    if (patterns_.size() < kMaxPatterns) {
+    if (patterns_.size() < kMaxPatterns || one_character) {
       try {
         patterns_.push_back(TextPattern::compile(text, TextPattern::Mode::FullMatch));
         id = static_cast<int>(patterns_.size()) - 1;
@@ -632,7 +633,7 @@ class GbnfCompiler {
       case Expr::Kind::Class: {
         Expr one = e;
         one.min = one.max = 1;
-        const int p = pattern(class_text(one));
+        const int p = pattern(class_text(one), /*one_character=*/true);
         if (p < 0) fail("the grammar has a character class that matches no character");
         out.push_back(pattern_production(p)[0]);
         return;
