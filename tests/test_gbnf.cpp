@@ -360,6 +360,28 @@ factor ::= [0-9]+ | "(" expr ")" | "-" factor)g");
   EXPECT_GT(good_arithmetic, 30);
 }
 
+// Inside a JSON string of the GBNF grammar, the mask takes raw tokens by their first byte the string does not
+// loop on (a newline refuses the token at once): exact all the same, and in a pattern that may end (where a
+// reading forks off at every byte) too.
+TEST(GbnfGrammar, MasksInsideLoopingTextAreExact) {
+  const auto json = gbnf_grammar(kJsonGbnf);
+  // The end is recursive, so the free text before it is a pattern of its own, read on past each '.'.
+  const auto tail = gbnf_grammar(R"g(root ::= [^"]* end
+end ::= ".\"" | "(" end ")")g");
+  for (const auto& [g, prefix] :
+       std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>>{{json, "\""},
+                                                                           {json, "[\"ab"},
+                                                                           {json, "{\"k\": \"x y"},
+                                                                           {json, "\"\\n\u00e9"},
+                                                                           {tail, "ab"},
+                                                                           {tail, "a.b"},
+                                                                           {tail, "x.(("}}) {
+    GrammarMatcher m(g, gpt2_table());
+    for (unsigned char c : prefix) ASSERT_TRUE(m.accept(byte_tokens()[c])) << prefix;
+    checked_mask(m, prefix);
+  }
+}
+
 // Replies written through the masks: every mask is exact at the points checked, and every finished reply is
 // one the reference accepts.
 TEST(GbnfGrammar, RandomRepliesThroughARealVocabularyAreValid) {

@@ -1161,11 +1161,35 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   if (leaving && !free_text) {
     allowed = table_.raw_flags();
     for (int32_t id : table_.unraw()) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
-    for (size_t b = 0; b < 128; ++b)
-      if (leaving->test(b))
-        for (int32_t id : table_.tokens_containing(static_cast<uint8_t>(b)))
-          if (allowed[static_cast<size_t>(id)])
-            allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+    // A raw token stays in the state up to its first leaving byte, and where the state cannot end the text
+    // (no reading forks off before that byte), the token's fate starts there: a leaving byte the state refuses
+    // refuses every token it comes first in, without a walk (a newline inside a JSON string).
+    const Frame& top = stack.back();
+    const bool stays = !grammar_->nodes[static_cast<size_t>(top.node)].pattern->accepting(top.next);
+    std::bitset<128> refused;
+    if (stays)
+      for (size_t b = 0; b < 128; ++b)
+        if (leaving->test(b)) {
+          Overlay st(stack);
+          std::vector<Fork> forks;
+          Walker w(*grammar_, st, &forks);
+          refused[b] = !w.feed(static_cast<int>(b)) && forks.empty();
+        }
+    for (size_t b = 0; b < 128; ++b) {
+      if (!leaving->test(b)) continue;
+      for (int32_t id : table_.tokens_containing(static_cast<uint8_t>(b))) {
+        // The tokens that are not raw text had their full check above.
+        if (!allowed[static_cast<size_t>(id)] || !table_.raw_flags()[static_cast<size_t>(id)]) continue;
+        // Each token is checked once, in the list of its first leaving byte.
+        const std::string& bytes = table_.bytes(id);
+        size_t first = 0;
+        while (first < bytes.size() && !(static_cast<unsigned char>(bytes[first]) < 128 &&
+                                         leaving->test(static_cast<unsigned char>(bytes[first]))))
+          ++first;
+        if (static_cast<unsigned char>(bytes[first]) != b) continue;
+        allowed[static_cast<size_t>(id)] = !(stays && refused[b]) && feed_token(bytes, nullptr);
+      }
+    }
   } else if (free_text) {
     allowed = table_.text_flags();
     const std::string& term = grammar_->nodes[static_cast<size_t>(stack.back().node)].literals[0];
