@@ -755,31 +755,10 @@ class Walker {
     return Step::Consumed;
   }
 
-  Step sequence(Frame& f, int c) {
+  [[gnu::noinline]] Step sequence(Frame& f, int c) {
     const GrammarNode& n = node_of(f);
     if (f.state != kSeq || static_cast<size_t>(f.next) >= n.parts.size()) return Step::Reject;
-    // An optional part the byte cannot start is passed over (and a sequence whose parts are all passed ends:
-    // the byte is the parent's). Where the byte can start one, the reading that passes over it goes to forks_.
-    while (n.parts[static_cast<size_t>(f.next)].optional) {
-      const int32_t node = n.parts[static_cast<size_t>(f.next)].node;
-      if (c != kEnd && g_.firsts[static_cast<size_t>(node)].test(static_cast<size_t>(c))) {
-        if (forks_) {
-          Overlay past(st_);
-          Frame& top = past.top();
-          ++top.next;
-          top.pos = 0;
-          if (static_cast<size_t>(top.next) == n.parts.size()) {
-            past.pop();
-            Walker(g_, past).complete_parents();
-          }
-          fork_feeding(past, c);
-        }
-        break;
-      }
-      ++f.next;
-      f.pos = 0;
-      if (static_cast<size_t>(f.next) == n.parts.size()) return Step::Retry;
-    }
+    if (n.parts[static_cast<size_t>(f.next)].optional && !past_optional_parts(f, n, c)) return Step::Retry;
     const GrammarNode::Part& part = n.parts[static_cast<size_t>(f.next)];
     if (part.node >= 0) {
       if (static_cast<size_t>(f.next) + 1 == n.parts.size()) {
@@ -797,6 +776,33 @@ class Walker {
     ++f.next;
     f.pos = 0;
     return static_cast<size_t>(f.next) < n.parts.size() ? Step::Consumed : Step::Done;
+  }
+
+  // An optional part the byte cannot start is passed over; false where every part left is (the sequence ends:
+  // the byte is the parent's). Where the byte can start one, the reading that passes over it goes to forks_.
+  // Out of line: only GBNF grammars have optional parts, and the JSON ones' steps stay small.
+  [[gnu::noinline]] bool past_optional_parts(Frame& f, const GrammarNode& n, int c) {
+    while (n.parts[static_cast<size_t>(f.next)].optional) {
+      const int32_t node = n.parts[static_cast<size_t>(f.next)].node;
+      if (c != kEnd && g_.firsts[static_cast<size_t>(node)].test(static_cast<size_t>(c))) {
+        if (forks_) {
+          Overlay past(st_);
+          Frame& top = past.top();
+          ++top.next;
+          top.pos = 0;
+          if (static_cast<size_t>(top.next) == n.parts.size()) {
+            past.pop();
+            Walker(g_, past).complete_parents();
+          }
+          fork_feeding(past, c);
+        }
+        return true;
+      }
+      ++f.next;
+      f.pos = 0;
+      if (static_cast<size_t>(f.next) == n.parts.size()) return false;
+    }
+    return true;
   }
 
   Step step(Frame& f, int c) {
@@ -829,7 +835,7 @@ class Walker {
 
   // The reading where the top value ends before `c`: kept as a fork that feeds c to what follows, if that
   // takes it (most bytes it does not, and then no fork is made).
-  void fork_after(int c) {
+  [[gnu::noinline]] void fork_after(int c) {
     Overlay after(st_);
     after.pop();
     Walker(g_, after).complete_parents();
@@ -837,7 +843,7 @@ class Walker {
   }
 
   // A reading `view` that is to take c next: kept, if it can.
-  void fork_feeding(const Overlay& view, int c) {
+  [[gnu::noinline]] void fork_feeding(const Overlay& view, int c) {
     Overlay probe(view);
     std::vector<Fork> probe_forks;
     Walker w(g_, probe, &probe_forks);
@@ -1132,6 +1138,44 @@ void mark_views(const Grammar& g, const GrammarTokenTable& table, uint32_t node,
 
 }  // namespace
 
+// Raw text in a state that loops on all but the `leaving` ASCII bytes (one reading): the raw tokens without
+// them are text as they are; the rest get a full check. Out of line, so the trie walk's code around it stays
+// as compact as before.
+void GrammarMatcher::mask_looping_text(const std::bitset<128>& leaving, std::vector<uint8_t>& allowed) const {
+  allowed = table_.raw_flags();
+  for (int32_t id : table_.unraw()) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
+  // A raw token stays in the state up to its first leaving byte, and where the state cannot end the text
+  // (no reading forks off before that byte), the token's fate starts there: a leaving byte the state refuses
+  // refuses every token it comes first in, without a walk (a newline inside a JSON string).
+  const std::vector<Frame>& stack = stacks_[0];
+  const Frame& top = stack.back();
+  const bool stays = !grammar_->nodes[static_cast<size_t>(top.node)].pattern->accepting(top.next);
+  std::bitset<128> refused;
+  if (stays)
+    for (size_t b = 0; b < 128; ++b)
+      if (leaving.test(b)) {
+        Overlay st(stack);
+        std::vector<Fork> forks;
+        Walker w(*grammar_, st, &forks);
+        refused[b] = !w.feed(static_cast<int>(b)) && forks.empty();
+      }
+  for (size_t b = 0; b < 128; ++b) {
+    if (!leaving.test(b)) continue;
+    for (int32_t id : table_.tokens_containing(static_cast<uint8_t>(b))) {
+      // The tokens that are not raw text had their full check above.
+      if (!allowed[static_cast<size_t>(id)] || !table_.raw_flags()[static_cast<size_t>(id)]) continue;
+      // Each token is checked once, in the list of its first leaving byte.
+      const std::string& bytes = table_.bytes(id);
+      size_t first = 0;
+      while (first < bytes.size() && !(static_cast<unsigned char>(bytes[first]) < 128 &&
+                                       leaving.test(static_cast<unsigned char>(bytes[first]))))
+        ++first;
+      if (static_cast<unsigned char>(bytes[first]) != b) continue;
+      allowed[static_cast<size_t>(id)] = !(stays && refused[b]) && feed_token(bytes, nullptr);
+    }
+  }
+}
+
 int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   constexpr float kNo = -std::numeric_limits<float>::infinity();
   const bool end_ok = can_end();
@@ -1159,37 +1203,7 @@ int64_t GrammarMatcher::mask(float* logits, int32_t n_vocab) const {
   if (single && !stack.empty() && stack.back().state == kRegex && stack.back().sub == 0)
     leaving = grammar_->nodes[static_cast<size_t>(stack.back().node)].pattern->leaves_on(stack.back().next);
   if (leaving && !free_text) {
-    allowed = table_.raw_flags();
-    for (int32_t id : table_.unraw()) allowed[static_cast<size_t>(id)] = feed_token(table_.bytes(id), nullptr);
-    // A raw token stays in the state up to its first leaving byte, and where the state cannot end the text
-    // (no reading forks off before that byte), the token's fate starts there: a leaving byte the state refuses
-    // refuses every token it comes first in, without a walk (a newline inside a JSON string).
-    const Frame& top = stack.back();
-    const bool stays = !grammar_->nodes[static_cast<size_t>(top.node)].pattern->accepting(top.next);
-    std::bitset<128> refused;
-    if (stays)
-      for (size_t b = 0; b < 128; ++b)
-        if (leaving->test(b)) {
-          Overlay st(stack);
-          std::vector<Fork> forks;
-          Walker w(*grammar_, st, &forks);
-          refused[b] = !w.feed(static_cast<int>(b)) && forks.empty();
-        }
-    for (size_t b = 0; b < 128; ++b) {
-      if (!leaving->test(b)) continue;
-      for (int32_t id : table_.tokens_containing(static_cast<uint8_t>(b))) {
-        // The tokens that are not raw text had their full check above.
-        if (!allowed[static_cast<size_t>(id)] || !table_.raw_flags()[static_cast<size_t>(id)]) continue;
-        // Each token is checked once, in the list of its first leaving byte.
-        const std::string& bytes = table_.bytes(id);
-        size_t first = 0;
-        while (first < bytes.size() && !(static_cast<unsigned char>(bytes[first]) < 128 &&
-                                         leaving->test(static_cast<unsigned char>(bytes[first]))))
-          ++first;
-        if (static_cast<unsigned char>(bytes[first]) != b) continue;
-        allowed[static_cast<size_t>(id)] = !(stays && refused[b]) && feed_token(bytes, nullptr);
-      }
-    }
+    mask_looping_text(*leaving, allowed);
   } else if (free_text) {
     allowed = table_.text_flags();
     const std::string& term = grammar_->nodes[static_cast<size_t>(stack.back().node)].literals[0];

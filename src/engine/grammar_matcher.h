@@ -7,6 +7,7 @@
 // a backslash or a control byte need one (the rest are string text as they are). Where a union's branches
 // start alike, the text is read several ways at once (one stack each) until it tells them apart.
 #include <array>
+#include <bitset>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -102,6 +103,7 @@ class GrammarMatcher {
 
  private:
   const std::string& token_bytes(int32_t id) const;
+  [[gnu::noinline]] void mask_looping_text(const std::bitset<128>& leaving, std::vector<uint8_t>& allowed) const;
   // Whether some stack takes the bytes; the stacks after them into `commit`.
   bool feed_token(const std::string& bytes, std::vector<std::vector<Frame>>* commit) const;
 
