@@ -64,20 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (reasoning) grammar = after_reasoning(grammar, opened);
   const GrammarTokenTable& t = table();
   GrammarMatcher m(grammar, t);
-  std::vector<float> logits(static_cast<size_t>(t.size()));
-  std::string text;
-  for (unsigned char c : input.substr(nul + 1)) {
-    std::fill(logits.begin(), logits.end(), 0.0f);
-    m.mask(logits.data(), t.size());
-    for (int32_t id = 0; id < t.size(); ++id) {
-      GrammarMatcher copy = m;
-      if (copy.accept(id) == std::isinf(logits[static_cast<size_t>(id)])) __builtin_trap();
-    }
-    const int32_t id = 3 + c;  // the byte's own token
-    if (!m.accept(id)) break;
-    text.push_back(static_cast<char>(c));
-    if (m.done()) break;
-  }
+  const std::string text = walk_checking_masks(m, t, input.substr(nul + 1));
   // The JSON after the reasoning block, which ends at its first "</think>": one the prompt opened, or one
   // the reply opens with "<think>".
   const bool block = reasoning && (opened || text.rfind("<think>", 0) == 0);

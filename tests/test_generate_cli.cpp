@@ -340,7 +340,7 @@ word ::= [a-z]+)";
 
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"--grammar 'root ::= a'", "--grammar: the grammar uses the rule 'a'"},
-      {"--grammar-file /nonexistent.gbnf", "--grammar-file: cannot read"},
+      {"--grammar-file /nonexistent.gbnf", "--grammar-file: cannot open"},
       {"--json-schema '{\"type\": '", "--json-schema: the schema is not valid JSON"},
       {"--json-schema '{\"not\": {}}'", "--json-schema:"},
       {"--grammar 'root ::= \"a\"' -j '{}'", "give one of --grammar"},

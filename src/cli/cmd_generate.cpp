@@ -1,10 +1,8 @@
 // kvserve generate: one prompt in, streamed text out, with timings. Runs on the same paged KV cache as
 // `kvserve serve` (one sequence), sized by the same --kv-cache-memory and --block-size.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "cli/commands.h"
@@ -13,6 +11,7 @@
 #include "cli/model_path.h"
 #include "cli/number_checks.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "core/thread_pool.h"
 #include "engine/gbnf_grammar.h"
 #include "engine/generator.h"
@@ -43,14 +42,6 @@ struct GenerateArgs {
   // Structured output, as llama-cli takes it: a GBNF grammar or a JSON schema, given or in a file.
   std::string grammar, grammar_file, json_schema, json_schema_file;
 };
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot read '{}'", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // The grammar the flags ask for (null: none); an error names the flag.
 std::shared_ptr<const Grammar> requested_grammar(const GenerateArgs& a) {

@@ -2,10 +2,8 @@
 // (chunks of -c tokens, the second half of each scored), on the paged KV cache with any --kv-cache-dtype:
 // how much a half-precision cache costs in quality, on the text you care about.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "cli/commands.h"
@@ -13,6 +11,7 @@
 #include "cli/kv_cache_options.h"
 #include "cli/model_path.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "engine/generator.h"
 #include "engine/perplexity.h"
 #include "model/model.h"
@@ -32,20 +31,12 @@ struct PerplexityArgs {
   KVCacheArgs kv_cache;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("perplexity: cannot open '{}'", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void run_perplexity(const PerplexityArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
   const std::vector<KVLayerDtype> kv_layer_dtypes = a.kv_cache.kv_layer_dtypes_value();
   if (a.context < 4) fail("perplexity: --context {} is too short (at least 4)", a.context);
-  const std::string text = read_text(a.file);
+  const std::string text = read_text_file(a.file);
   set_compute_threads(a.threads);
   std::unique_ptr<Model> model = load_cli_model(a.model, a.tokenizer, !a.json, "");
   const std::vector<int32_t> tokens = model->tokenizer->encode(text, true, false);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/unicode.h"
 
 namespace kvserve {
 
@@ -42,24 +43,6 @@ struct RuleDef {
   size_t line = 0;  // where defined, or first used
   bool defined = false;
 };
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
@@ -582,7 +565,7 @@ class GbnfCompiler {
       if (end > k && all_text) {
         std::string bytes;
         for (size_t j = k; j < end; ++j)
-          for (uint32_t cp : items[j].text) append_utf8(bytes, cp);
+          for (uint32_t cp : items[j].text) unicode::append_utf8(bytes, cp);
         if (!bytes.empty()) push_text(out, bytes);
         k = end;
         continue;
@@ -626,7 +609,7 @@ class GbnfCompiler {
     switch (e.kind) {
       case Expr::Kind::Text: {
         std::string bytes;
-        for (uint32_t cp : e.text) append_utf8(bytes, cp);
+        for (uint32_t cp : e.text) unicode::append_utf8(bytes, cp);
         if (!bytes.empty()) push_text(out, bytes);
         return;
       }

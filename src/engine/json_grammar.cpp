@@ -1,5 +1,6 @@
 #include "engine/json_grammar.h"
 
+#include <algorithm>
 #include <array>
 #include <bitset>
 #include <cctype>
@@ -168,8 +169,15 @@ class SchemaCompiler {
         d[b] = -2 - it->second;
       }
     }
-    grammar_.firsts.assign(n_nodes, {});
-    for (size_t id = 0; id < n_nodes; ++id) grammar_.firsts[id] = first(static_cast<int>(id));
+    // Kept only where a sequence has optional parts (GBNF grammars), for the matcher to pass over them.
+    grammar_.firsts.clear();
+    const bool optional_parts = std::any_of(grammar_.nodes.begin(), grammar_.nodes.end(), [](const GrammarNode& n) {
+      return std::any_of(n.parts.begin(), n.parts.end(), [](const GrammarNode::Part& p) { return p.optional; });
+    });
+    if (optional_parts) {
+      grammar_.firsts.assign(n_nodes, {});
+      for (size_t id = 0; id < n_nodes; ++id) grammar_.firsts[id] = first(static_cast<int>(id));
+    }
     // The readings one byte can start, through unions and the first parts of sequences: the matcher follows
     // each, so their number is bounded.
     for (size_t b = 0; b < 256; ++b) {

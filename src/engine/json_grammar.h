@@ -89,7 +89,8 @@ struct Grammar {
   // for the rest.
   std::vector<std::vector<int32_t>> dispatch;
   std::vector<std::vector<int32_t>> ambiguous;
-  // Each node's first bytes (for optional parts: whether a byte can start one).
+  // Each node's first bytes, where some sequence has optional parts (whether a byte can start one); else
+  // empty.
   std::vector<std::bitset<256>> firsts;
   // The reply may also be empty (a GBNF root that derives empty text; the nodes themselves never do).
   bool may_be_empty = false;

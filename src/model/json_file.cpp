@@ -1,19 +1,14 @@
 #include "model/json_file.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
+#include "core/text_file.h"
 
 namespace kvserve {
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(path);
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("'{}' is not valid JSON: {}", path, e.what());
   }
