@@ -98,6 +98,8 @@ x ::= "x"?)",
       {R"(root ::= [\x41-\x43\u00e9] . [^\n]+ "\U0001F600")", {"Aé z😀", "éxy😀", "C\nq😀"}, {"D a😀", "A\n\n😀"}},
       {R"(root ::= "é"+ | [α-ω]{2})", {"é", "ééé", "αω"}, {"", "α", "αωα"}},
       {"root ::= [\\[\\]] \"\\[\"", {"[[", "]["}, {"[]"}},
+      // Any ASCII punctuation escaped stands for itself, '-' in a class too.
+      {R"(root ::= [a\-z]+ "\_\.")", {"a_.", "-z-_."}, {"b_.", "a\\_."}},
   };
   for (const Case& c : cases) {
     const auto g = gbnf_grammar(c.grammar);

@@ -164,12 +164,7 @@ struct Engine::Impl {
   std::unique_ptr<GrammarTokenTable> grammar_table;
   // Only the tokens the grammar allows next keep their logits; where none can (a grammar the vocabulary
   // cannot spell), the end of the text.
-  void constrain(const GrammarMatcher& m, float* row) const {
-    if (m.mask(row, n_vocab) == 0) {
-      const int32_t eos = model.tokenizer->eos();
-      if (eos >= 0 && eos < n_vocab) row[eos] = 0.0f;
-    }
-  }
+  void constrain(const GrammarMatcher& m, float* row) const { m.mask_or_end(row, n_vocab, model.tokenizer->eos()); }
   std::vector<DecodeRow> decode_rows;
   std::thread thread;
 };

@@ -1,6 +1,7 @@
 #include "engine/gbnf_grammar.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <utility>
@@ -324,7 +325,7 @@ class GbnfParser {
           cp = '\t';
           break;
         default:
-          if (e > 0x20 && e < 0x7F && !is_name_char(e)) {
+          if (e > 0x20 && e < 0x7F && !std::isalnum(static_cast<unsigned char>(e))) {
             cp = static_cast<unsigned char>(e);
             break;
           }

@@ -249,10 +249,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   // The next token from the last logits: with a grammar, among the tokens it allows (where none can come, the
   // vocabulary cannot spell the grammar's text: the end).
   const auto draw = [&]() -> int32_t {
-    if (matcher && matcher->mask(logits.data(), n_vocab) == 0) {
-      const int32_t eos = model_.tokenizer->eos();
-      if (eos >= 0 && eos < n_vocab) logits[static_cast<size_t>(eos)] = 0.0f;
-    }
+    if (matcher) matcher->mask_or_end(logits.data(), n_vocab, model_.tokenizer->eos());
     return sampler.sample(logits.data(), n_vocab);
   };
   int32_t id = params.max_tokens > 0 ? draw() : -1;

@@ -79,6 +79,10 @@ class GrammarMatcher {
   // Sets the logits of every token that cannot come next to -infinity (ids past the table too). An
   // end-of-generation token may come only where the text may end. Returns how many tokens stay allowed.
   int64_t mask(float* logits, int32_t n_vocab) const;
+  // The mask; where no token can come (a grammar the vocabulary cannot spell), `eos` alone, so the text ends.
+  void mask_or_end(float* logits, int32_t n_vocab, int32_t eos) const {
+    if (mask(logits, n_vocab) == 0 && eos >= 0 && eos < n_vocab) logits[eos] = 0.0f;
+  }
   // Moves past a token the mask allowed; false (and no change) for one it did not.
   bool accept(int32_t id);
   // The text so far is a whole value: the reply may end here.
