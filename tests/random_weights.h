@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "kernels/cpu/iquants.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvserve::testing {
@@ -105,6 +106,40 @@ inline std::vector<uint8_t> random_weights(DType type, int64_t n_rows, int64_t n
     case DType::Q6_K: {
       auto* b = reinterpret_cast<BlockQ6_K*>(data.data());
       for (int64_t i = 0; i < n_elems / kQK_K; ++i) b[i].d = random_half(rng, 0.0001f, 0.002f, true);
+      break;
+    }
+    case DType::IQ2_XXS:
+      blocks(reinterpret_cast<BlockIQ2_XXS*>(data.data()), kQK_K);
+      break;
+    case DType::IQ2_XS:
+      blocks(reinterpret_cast<BlockIQ2_XS*>(data.data()), kQK_K);
+      break;
+    case DType::IQ2_S:
+      blocks(reinterpret_cast<BlockIQ2_S*>(data.data()), kQK_K);
+      break;
+    case DType::IQ3_XXS:
+      blocks(reinterpret_cast<BlockIQ3_XXS*>(data.data()), kQK_K);
+      break;
+    case DType::IQ3_S: {
+      auto* b = reinterpret_cast<BlockIQ3_S*>(data.data());
+      for (int64_t i = 0; i < n_elems / kQK_K; ++i) b[i].d = random_half(rng, 0.0005f, 0.005f, true);
+      break;
+    }
+    case DType::IQ1_S:
+      blocks(reinterpret_cast<BlockIQ1_S*>(data.data()), kQK_K);
+      break;
+    case DType::IQ1_M: {
+      // The block's fp16 scale sits in the top nibbles of its four 16-bit scale words.
+      auto* b = reinterpret_cast<BlockIQ1_M*>(data.data());
+      for (int64_t i = 0; i < n_elems / kQK_K; ++i) {
+        const uint16_t d = random_half(rng, 0.001f, 0.05f, true);
+        for (int k = 0; k < 4; ++k) {
+          uint16_t word;
+          std::memcpy(&word, b[i].scales + 2 * k, 2);
+          word = static_cast<uint16_t>((word & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12));
+          std::memcpy(b[i].scales + 2 * k, &word, 2);
+        }
+      }
       break;
     }
     default: break;

@@ -536,7 +536,7 @@ TEST(GgufCorruption, HandMadeHostileFiles) {
 }
 
 TEST(GgufCorruption, UnsupportedTensorTypeIsNamed) {
-  // Rewrite one tensor of a real model as IQ3_S (type 21): the loader must name type and tensor.
+  // Rewrite one tensor of a real model as TQ1_0 (type 34): the loader must name type and tensor.
   const auto bytes = read_bytes(kGoldenModels + "tiny-gqa-Q4_K_M.gguf");
   GGUFFile f(bytes.data(), bytes.size(), "x");
   const GGUFTensorInfo* t = f.find_tensor("blk.0.attn_q.weight");
@@ -551,14 +551,14 @@ TEST(GgufCorruption, UnsupportedTensorTypeIsNamed) {
   }
   ASSERT_GT(pos, 0u);
   const size_t type_at = pos + needle.size() + 4 + 8 * static_cast<size_t>(t->n_dims);
-  uint32_t type = 21;  // IQ3_S: 256-element blocks, fewer bytes than Q4_K's, so sizes still check out
+  uint32_t type = 34;  // TQ1_0: 256-element blocks, fewer bytes than Q4_K's, so sizes still check out
   std::memcpy(bad.data() + type_at, &type, 4);
-  TempFile tmp("iq3s.gguf", bad);
+  TempFile tmp("tq1_0.gguf", bad);
   try {
     load_gguf_model(tmp.path);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unsupported tensor type IQ3_S (21) for 'blk.0.attn_q.weight'"),
+    EXPECT_NE(std::string(e.what()).find("unsupported tensor type TQ1_0 (34) for 'blk.0.attn_q.weight'"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find(tmp.path), std::string::npos) << e.what();

@@ -241,8 +241,12 @@ TEST_P(MatmulTypes, MatmulAddEqualsMatmulThenAdd) {
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                            DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL,
-                                           DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K),
-                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+                                           DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ2_XXS,
+                                           DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
+                                           DType::IQ1_M),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
 
 TEST(MatmulRef, F32MatchesDoubleLoop) {
   std::mt19937 rng(11);
@@ -296,8 +300,8 @@ TEST(MatmulErrors, RejectsBadShapesAndTypes) {
   // Row length not a multiple of the K-quant block.
   EXPECT_THROW(matmul(make_tensor(DType::Q4_K, 2, 100, data), x.data(), 1, y.data()), Error);
   // A type kvserve cannot compute with.
-  EXPECT_THROW(matmul(make_tensor(DType::IQ2_XXS, 2, 256, data), x.data(), 1, y.data()), Error);
-  EXPECT_THROW(matmul_ref(make_tensor(DType::IQ3_S, 1, 256, data), x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul(make_tensor(DType::TQ1_0, 2, 256, data), x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul_ref(make_tensor(DType::TQ2_0, 1, 256, data), x.data(), 1, y.data()), Error);
   EXPECT_THROW(matmul(make_tensor(DType::Q8_K, 1, 256, data), x.data(), 1, y.data()), Error);  // activations only
   // No data.
   Tensor empty = make_tensor(DType::F32, 2, 8, data);

@@ -21,16 +21,23 @@ std::optional<DTypeInfo> dtype_info(uint32_t id) {
     case DType::Q5_K: return DTypeInfo{"Q5_K", 256, 176, true};
     case DType::Q6_K: return DTypeInfo{"Q6_K", 256, 210, true};
     case DType::Q8_K: return DTypeInfo{"Q8_K", 256, 292, false};
-    // The other IQ types, TQ and MXFP4 are known so that a file using them is named in the error.
-    case DType::IQ2_XXS: return DTypeInfo{"IQ2_XXS", 256, 66, false};
-    case DType::IQ2_XS: return DTypeInfo{"IQ2_XS", 256, 74, false};
-    case DType::IQ3_XXS: return DTypeInfo{"IQ3_XXS", 256, 98, false};
-    case DType::IQ1_S: return DTypeInfo{"IQ1_S", 256, 50, false};
+    case DType::IQ2_XXS:
+      return DTypeInfo{"IQ2_XXS", 256, 66, true};
+    case DType::IQ2_XS:
+      return DTypeInfo{"IQ2_XS", 256, 74, true};
+    case DType::IQ3_XXS:
+      return DTypeInfo{"IQ3_XXS", 256, 98, true};
+    case DType::IQ1_S:
+      return DTypeInfo{"IQ1_S", 256, 50, true};
     case DType::IQ4_NL: return DTypeInfo{"IQ4_NL", 32, 18, true};
-    case DType::IQ3_S: return DTypeInfo{"IQ3_S", 256, 110, false};
-    case DType::IQ2_S: return DTypeInfo{"IQ2_S", 256, 82, false};
+    case DType::IQ3_S:
+      return DTypeInfo{"IQ3_S", 256, 110, true};
+    case DType::IQ2_S:
+      return DTypeInfo{"IQ2_S", 256, 82, true};
     case DType::IQ4_XS: return DTypeInfo{"IQ4_XS", 256, 136, true};
-    case DType::IQ1_M: return DTypeInfo{"IQ1_M", 256, 56, false};
+    case DType::IQ1_M:
+      return DTypeInfo{"IQ1_M", 256, 56, true};
+    // TQ and MXFP4 are known so that a file using them is named in the error.
     case DType::TQ1_0: return DTypeInfo{"TQ1_0", 256, 54, false};
     case DType::TQ2_0: return DTypeInfo{"TQ2_0", 256, 66, false};
     case DType::MXFP4: return DTypeInfo{"MXFP4", 32, 17, false};

@@ -19,6 +19,7 @@
 #include "core/grow_only.h"
 #include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/iquants.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quants.h"
 
@@ -42,9 +43,22 @@ float scalar_dot_erased(int64_t n, const void* w, const void* a) {
   return Dot(n, static_cast<const W*>(w), static_cast<const A*>(a));
 }
 
+template <DType kType>
+float scalar_dot_iq(int64_t n, const void* w, const void* a) {
+  return vec_dot_iq_q8_K(kType, n, w, static_cast<const BlockQ8_K*>(a));
+}
+
 template <typename A, void (*Quantize)(const float*, A*, int64_t)>
 void convert_erased(const float* x, void* dst, int64_t n) {
   Quantize(x, static_cast<A*>(dst), n);
+}
+
+// The i-quants below 4 bits: Q8_K activations, as ggml's.
+template <DType kType>
+DotKind iq_kind(bool simd, TileFn tile) {
+  return {DType::Q8_K,
+          simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
+          scalar_dot_iq<kType>, tile};
 }
 
 DotKind dot_kind(DType weight_type, bool simd) {
@@ -94,6 +108,20 @@ DotKind dot_kind(DType weight_type, bool simd) {
     case DType::Q6_K:
       return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockQ6_K, BlockQ8_K, vec_dot_q6_K_q8_K>, avx2::dot_tile_q6_K};
+    case DType::IQ2_XXS:
+      return iq_kind<DType::IQ2_XXS>(simd, avx2::dot_tile_iq2_xxs);
+    case DType::IQ2_XS:
+      return iq_kind<DType::IQ2_XS>(simd, avx2::dot_tile_iq2_xs);
+    case DType::IQ2_S:
+      return iq_kind<DType::IQ2_S>(simd, avx2::dot_tile_iq2_s);
+    case DType::IQ3_XXS:
+      return iq_kind<DType::IQ3_XXS>(simd, avx2::dot_tile_iq3_xxs);
+    case DType::IQ3_S:
+      return iq_kind<DType::IQ3_S>(simd, avx2::dot_tile_iq3_s);
+    case DType::IQ1_S:
+      return iq_kind<DType::IQ1_S>(simd, avx2::dot_tile_iq1_s);
+    case DType::IQ1_M:
+      return iq_kind<DType::IQ1_M>(simd, avx2::dot_tile_iq1_m);
     default:
       fail("matmul: weight type {} is not supported", dtype_name(weight_type));
   }
@@ -953,6 +981,15 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q4_K: dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n); return;
     case DType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;
     case DType::Q6_K: dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n); return;
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
+      dequantize_row_iq(type, src, dst, n);
+      return;
     default: fail("dequantize_row: type {} is not supported", dtype_name(type));
   }
 }

@@ -1,0 +1,104 @@
+#pragma once
+// The i-quant weight types of GGUF below 4 bits (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): block
+// layouts byte-exact with ggml's block_iq*, exact dequantizers, and their dots with Q8_K activations (ggml's
+// vec_dot_type for all of them).
+//
+// Every one of these blocks of 256 weights is, once its grid indices, signs and scales are unpacked,
+//   w[e] = (d * scale[e / 16] * scale_unit) * (q[e] * q_unit)
+// with int8 quants q, small odd integer scales and two power-of-two units per type. decode_block() gives
+// that form (DecodedIQBlock); the dequantizers and the dots are both written on it, so each type's bits are
+// unpacked in one place. The dequantizers round as ggml's do (one rounding for d times the scale, one for the
+// product), so they give ggml's floats bit for bit; a dot's integer part per block is exact, as ggml's.
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/quants.h"
+
+namespace kvserve {
+
+struct BlockIQ2_XXS {
+  uint16_t d;
+  uint16_t
+      qs[kQK_K / 8];  // per 32 elements: four grid indices (bytes of the first two), then 4 x 7 sign bits + 4-bit scale
+};
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];      // per 8 elements: 9-bit grid index, 7 sign bits
+  uint8_t scales[kQK_K / 32];  // two 4-bit scales per 32 elements
+};
+struct BlockIQ2_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];   // 32 low bytes of the 10-bit grid indices, then 32 bytes of 8 signs
+  uint8_t qh[kQK_K / 32];  // the indices' high 2 bits, four to a byte
+  uint8_t scales[kQK_K / 32];
+};
+struct BlockIQ3_XXS {
+  uint16_t d;
+  uint8_t qs[3 * kQK_K / 8];  // 64 grid indices (4 elements each), then per 32 elements 4 x 7 sign bits + scale
+};
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];   // low bytes of the 9-bit grid indices
+  uint8_t qh[kQK_K / 32];  // their high bits
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];  // two 4-bit scales per 64 elements
+};
+struct BlockIQ1_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 8];    // low bytes of the 11-bit grid indices
+  uint16_t qh[kQK_K / 32];  // per 32: 4 x 3 high index bits, 3-bit scale, delta sign
+};
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];      // per 16: two x (3 high index bits, delta sign)
+  uint8_t scales[kQK_K / 32];  // 3-bit scales per 16, and the block's fp16 d in the top nibbles
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+static_assert(sizeof(BlockIQ3_S) == 110);
+static_assert(sizeof(BlockIQ1_S) == 50);
+static_assert(sizeof(BlockIQ1_M) == 56);
+
+struct DecodedIQBlock {
+  alignas(32) int8_t q[kQK_K];            // |q| <= 62
+  alignas(32) int16_t scale[kQK_K / 16];  // odd, 1..31
+  float d;                                // the block's fp16 scale
+  float scale_unit;                       // 1/8, 1/4 or 1
+  float q_unit;                           // 1 or 1/8 (IQ1: q = 8 * grid value +- 1)
+};
+
+// Whether `type` is one of this file's types.
+bool is_low_bit_iquant(DType type);
+
+// Unpacks one block of the type the function is named for.
+using IQDecodeFn = void (*)(const void* block, DecodedIQBlock& out);
+void decode_iq2_xxs(const void* block, DecodedIQBlock& out);
+void decode_iq2_xs(const void* block, DecodedIQBlock& out);
+void decode_iq2_s(const void* block, DecodedIQBlock& out);
+void decode_iq3_xxs(const void* block, DecodedIQBlock& out);
+void decode_iq3_s(const void* block, DecodedIQBlock& out);
+void decode_iq1_s(const void* block, DecodedIQBlock& out);
+void decode_iq1_m(const void* block, DecodedIQBlock& out);
+// The decoder of `type` (one of this file's types; nullptr otherwise).
+IQDecodeFn iq_decoder(DType type);
+
+// n elements (a multiple of 256) of a row of `type`.
+void dequantize_row_iq(DType type, const void* x, float* y, int64_t n);
+// Scalar reference: n elements of a row of `type` with Q8_K activations.
+float vec_dot_iq_q8_K(DType type, int64_t n, const void* w, const BlockQ8_K* a);
+
+namespace avx2 {
+// One row against up to kMaxTileTokens Q8_K rows (iquants_avx2.cpp): each block decoded once, its integer
+// dot per token exact; call only when cpu_has_avx2().
+void dot_tile_iq2_xxs(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq2_xs(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq2_s(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq3_xxs(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq3_s(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq1_s(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_iq1_m(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+}  // namespace avx2
+
+}  // namespace kvserve
