@@ -89,6 +89,21 @@ std::vector<uint8_t> make_weights(DType type, int64_t rows, int64_t cols) {
     case DType::Q6_K:
       for (int64_t b = 0; b < n_blocks; ++b) set_half(b * block_bytes + offsetof(BlockQ6_K, d));
       break;
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+      for (int64_t b = 0; b < n_blocks; ++b) set_half(b * block_bytes);
+      break;
+    case DType::IQ1_M:  // its fp16 scale is spread over the top nibbles of the last 8 bytes
+      for (int64_t b = 0; b < n_blocks; ++b)
+        for (int k = 0; k < 4; ++k) {
+          uint8_t* hi = data.data() + b * block_bytes + block_bytes - 8 + 2 * k + 1;
+          *hi = static_cast<uint8_t>((*hi & 0x0F) | (((small_half >> (4 * k)) & 0xF) << 4));
+        }
+      break;
     default: break;
   }
   return data;
@@ -219,9 +234,10 @@ int main(int argc, char** argv) {
       ->Arg(2 << 20)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
-  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,   DType::Q4_1,
-                         DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,   DType::IQ4_NL, DType::IQ4_XS,
-                         DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  const DType types[] = {DType::F32,     DType::F16,   DType::BF16,  DType::Q8_0,    DType::Q4_0,   DType::Q4_1,
+                         DType::Q5_0,    DType::Q5_1,  DType::Q2_K,  DType::Q3_K,    DType::IQ4_NL, DType::IQ4_XS,
+                         DType::Q4_K,    DType::Q5_K,  DType::Q6_K,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
+                         DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M};
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};  // rows x cols
   for (DType type : types) {
     for (const auto& shape : shapes) {

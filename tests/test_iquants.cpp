@@ -143,28 +143,42 @@ TEST(IQuants, ScalarDotIsTheDequantizedProduct) {
   }
 }
 
-// The AVX2 tiles: within float rounding of the scalar reference, and each token's result the same bits
-// whatever else shares its tile.
-TEST(IQuants, Avx2TilesMatchTheScalarDotsAndDoNotDependOnTheBatch) {
+// Every kernel takes the same float step per block (iq_accumulate) after an exact integer dot, so the AVX2
+// tiles and the AVX-512 kernel give the scalar reference's bits, for every token whatever shares its call.
+TEST(IQuants, SimdKernelsGiveTheScalarReferencesBitsWhateverTheBatch) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(6);
   const int64_t n = 3 * kQK_K;
+  constexpr int kTok = avx512vnni::kMaxWideTokens;
   for (DType type : kTypes) {
     const auto w = testing::random_weights(type, 1, n, rng);
     std::vector<std::vector<BlockQ8_K>> acts;
-    for (int t = 0; t < avx2::kMaxTileTokens; ++t) acts.push_back(to_q8_K(testing::random_floats(n, rng)));
-    const void* rows[avx2::kMaxTileTokens];
-    for (int t = 0; t < avx2::kMaxTileTokens; ++t) rows[t] = acts[static_cast<size_t>(t)].data();
+    for (int t = 0; t < kTok; ++t) acts.push_back(to_q8_K(testing::random_floats(n, rng)));
+    const void* rows[kTok];
+    const BlockQ8_K* q8[kTok];
+    float want[kTok];
+    for (int t = 0; t < kTok; ++t) {
+      rows[t] = q8[t] = acts[static_cast<size_t>(t)].data();
+      want[t] = vec_dot_iq_q8_K(type, n, w.data(), q8[t]);
+    }
     for (int n_tok = 1; n_tok <= avx2::kMaxTileTokens; ++n_tok) {
       float out[avx2::kMaxTileTokens];
       avx2_tile(type)(n, w.data(), rows, n_tok, out);
-      for (int t = 0; t < n_tok; ++t) {
-        const float want = vec_dot_iq_q8_K(type, n, w.data(), acts[static_cast<size_t>(t)].data());
-        EXPECT_NEAR(out[t], want, 1e-5f * (std::fabs(want) + 1.0f)) << dtype_name(type) << " token " << t;
-        float alone = NAN;
-        avx2_tile(type)(n, w.data(), &rows[t], 1, &alone);
-        EXPECT_EQ(std::memcmp(&alone, &out[t], 4), 0) << dtype_name(type) << " token " << t << " of " << n_tok;
-      }
+      for (int t = 0; t < n_tok; ++t)
+        EXPECT_EQ(std::memcmp(&out[t], &want[t], 4), 0)
+            << dtype_name(type) << " AVX2, token " << t << " of " << n_tok << ": " << out[t] << " vs " << want[t];
+    }
+    if (!cpu_has_avx512_vnni()) continue;
+    std::vector<WideIQBlock> wide(static_cast<size_t>(n / kQK_K));
+    avx512vnni::decode_iq_wide(type, w.data(), n, wide.data());
+    std::vector<int16_t> y16(static_cast<size_t>(kTok * n));
+    for (int t = 0; t < kTok; ++t) avx512vnni::widen_activations(q8[t], n, y16.data() + t * n);
+    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+      float out[kTok];
+      avx512vnni::dot_iq_wide(n, wide.data(), y16.data(), n, q8, n_tok, out);
+      for (int t = 0; t < n_tok; ++t)
+        EXPECT_EQ(std::memcmp(&out[t], &want[t], 4), 0)
+            << dtype_name(type) << " AVX-512, token " << t << " of " << n_tok << ": " << out[t] << " vs " << want[t];
     }
   }
 }

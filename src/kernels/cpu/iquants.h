@@ -69,6 +69,15 @@ struct DecodedIQBlock {
   float q_unit;                           // 1 or 1/8 (IQ1: q = 8 * grid value +- 1)
 };
 
+// A block's float factor: d times the type's units (powers of two, so exact).
+inline float iq_block_factor(const DecodedIQBlock& b) { return b.d * b.scale_unit * b.q_unit; }
+// The one float step per block and token that every kernel of these types takes, in this order, so the
+// scalar reference, the AVX2 tiles and the AVX-512 kernels give the same bits whatever the batch:
+// acc + (factor * activation d) * (exact integer dot of the block), fused.
+inline float iq_accumulate(float acc, float factor_times_d, int32_t block_dot) {
+  return __builtin_fmaf(factor_times_d, static_cast<float>(block_dot), acc);
+}
+
 // Whether `type` is one of this file's types.
 bool is_low_bit_iquant(DType type);
 
@@ -99,6 +108,30 @@ void dot_tile_iq3_xxs(int64_t n, const void* w, const void* const* a, int n_tok,
 void dot_tile_iq3_s(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_iq1_s(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_iq1_m(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+// The same over a row already decoded (n / 256 blocks): what a call of many tokens uses, decoding each
+// weight block once for all of them. The same arithmetic per token, so the same bits.
+void dot_tile_iq_decoded(int64_t n, const DecodedIQBlock* w, const void* const* a, int n_tok, float* out);
 }  // namespace avx2
+
+// A block decoded and widened for vpdpwssd: w[e] = q[e] * scale[e / 16], and d times the type's units.
+struct WideIQBlock {
+  alignas(64) int16_t w[kQK_K];
+  float d;
+};
+
+namespace avx512vnni {
+// Tokens one dot_iq_wide call multiplies with a row.
+inline constexpr int kMaxWideTokens = 8;
+// Row `row` of `type` (n elements) decoded and widened into out[0, n / 256) (iquants_zmm_avx512vnni.cpp);
+// call only when cpu_has_avx512_vnni().
+void decode_iq_wide(DType type, const void* row, int64_t n, WideIQBlock* out);
+// A row of Q8_K activations' quants as int16 (n of them).
+void widen_activations(const BlockQ8_K* a, int64_t n, int16_t* y16);
+// out[t] for t < n_tok (1..kMaxWideTokens): the widened row w against token t, whose widened quants start at
+// y16 + t * y_stride and whose blocks (for their d) are a[t]. Per token the arithmetic does not depend on
+// n_tok.
+void dot_iq_wide(int64_t n, const WideIQBlock* w, const int16_t* y16, int64_t y_stride, const BlockQ8_K* const* a,
+                 int n_tok, float* out);
+}  // namespace avx512vnni
 
 }  // namespace kvserve

@@ -578,6 +578,83 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   }
 }
 
+// The i-quants below 4 bits over more tokens than one tile takes: their grid lookups cost several times a
+// token's dot, so each chunk of rows is decoded once (iquants.h) and every group of tokens then multiplies
+// the decoded rows. The arithmetic per token is the tiles', so results do not depend on the batch.
+void multiply_rows_decoded(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end,
+                           int64_t chunk_rows) {
+  const int64_t n_in = w.cols();
+  const int64_t n_out = w.rows();
+  const int64_t nb = n_in / kQK_K;
+  const IQDecodeFn decode = iq_decoder(w.type);
+  const auto block_bytes = static_cast<size_t>(dtype_info(w.type).block_bytes);
+  thread_local std::vector<DecodedIQBlock> decoded;
+  grow_to(decoded, chunk_rows * nb);
+  for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
+    const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
+    for (int64_t r = chunk; r < chunk_end; ++r) {
+      const auto* row = static_cast<const uint8_t*>(w.row(r));
+      for (int64_t i = 0; i < nb; ++i)
+        decode(row + static_cast<size_t>(i) * block_bytes, decoded[static_cast<size_t>((r - chunk) * nb + i)]);
+    }
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += avx2::kMaxTileTokens) {
+      const int n_tok = static_cast<int>(std::min<int64_t>(avx2::kMaxTileTokens, a.n_tokens - t0));
+      const void* act_rows[avx2::kMaxTileTokens];
+      for (int t = 0; t < n_tok; ++t) act_rows[t] = a.rows + (t0 + t) * a.row_bytes;
+      for (int64_t r = chunk; r < chunk_end; ++r) {
+        float out[avx2::kMaxTileTokens];
+        avx2::dot_tile_iq_decoded(n_in, &decoded[static_cast<size_t>((r - chunk) * nb)], act_rows, n_tok, out);
+        for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r] = out[t];
+      }
+    }
+  }
+}
+
+// The same types on AVX512-VNNI over more tokens than one tile takes: each chunk of rows decoded and widened
+// once (iquants.h's WideIQBlock, 2 bytes a weight, so chunks of up to kWideChunkBytes), the tokens' quants
+// widened once per group of up to kMaxWideTokens (once per call where that is all of them), then vpdpwssd.
+// Its float step per block is the tiles' (iq_accumulate), so a token's result does not depend on its batch.
+constexpr size_t kWideChunkBytes = 512 * 1024;
+
+void multiply_rows_iq_wide(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
+  constexpr int kTok = avx512vnni::kMaxWideTokens;
+  const int64_t n_in = w.cols();
+  const int64_t n_out = w.rows();
+  const int64_t nb = n_in / kQK_K;
+  const int64_t chunk_rows = std::clamp<int64_t>(
+      static_cast<int64_t>(kWideChunkBytes / (static_cast<size_t>(nb) * sizeof(WideIQBlock))), 1, kMaxChunkRows);
+  thread_local std::vector<WideIQBlock> wide;
+  struct alignas(64) Int16x32 {  // one zmm of widened activations, so no load splits a cache line
+    int16_t v[32];
+  };
+  thread_local std::vector<Int16x32> y16_storage;
+  grow_to(wide, chunk_rows * nb);
+  grow_to(y16_storage, std::min<int64_t>(a.n_tokens, kTok) * n_in / 32);
+  auto* y16 = reinterpret_cast<int16_t*>(y16_storage.data());
+  auto act = [&](int64_t t) { return reinterpret_cast<const BlockQ8_K*>(a.rows + t * a.row_bytes); };
+  auto widen = [&](int64_t t0, int n_tok) {
+    for (int t = 0; t < n_tok; ++t) avx512vnni::widen_activations(act(t0 + t), n_in, y16 + t * n_in);
+  };
+  const bool one_group = a.n_tokens <= kTok;
+  if (one_group) widen(0, static_cast<int>(a.n_tokens));
+  for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
+    const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
+    for (int64_t r = chunk; r < chunk_end; ++r)
+      avx512vnni::decode_iq_wide(w.type, w.row(r), n_in, &wide[static_cast<size_t>((r - chunk) * nb)]);
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTok) {
+      const int n_tok = static_cast<int>(std::min<int64_t>(kTok, a.n_tokens - t0));
+      if (!one_group) widen(t0, n_tok);
+      const BlockQ8_K* rows[kTok];
+      for (int t = 0; t < n_tok; ++t) rows[t] = act(t0 + t);
+      for (int64_t r = chunk; r < chunk_end; ++r) {
+        float out[kTok];
+        avx512vnni::dot_iq_wide(n_in, &wide[static_cast<size_t>((r - chunk) * nb)], y16, n_in, rows, n_tok, out);
+        for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r] = out[t];
+      }
+    }
+  }
+}
+
 // y rows [row_begin, row_end) for every token. A chunk of weight rows that fits in L2 is multiplied with
 // every group of tokens before moving on, so each weight byte comes from memory once per call.
 void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
@@ -621,6 +698,14 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
     return;
   }
   const TileFn tile = cpu_has_avx2() ? a.kind.avx2_tile : nullptr;
+  if (tile != nullptr && n_tokens > avx2::kMaxTileTokens && is_low_bit_iquant(w.type) && cpu_has_avx512_vnni()) {
+    multiply_rows_iq_wide(w, a, y, row_begin, row_end);
+    return;
+  }
+  if (tile != nullptr && n_tokens > avx2::kMaxTileTokens && is_low_bit_iquant(w.type)) {
+    multiply_rows_decoded(w, a, y, row_begin, row_end, chunk_rows);
+    return;
+  }
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
     const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += avx2::kMaxTileTokens) {
