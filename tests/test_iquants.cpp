@@ -149,7 +149,7 @@ TEST(IQuants, SimdKernelsGiveTheScalarReferencesBitsWhateverTheBatch) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(6);
   const int64_t n = 3 * kQK_K;
-  constexpr int kTok = avx512vnni::kMaxWideTokens;
+  constexpr int kTok = avx2::kMaxTileTokens;
   for (DType type : kTypes) {
     const auto w = testing::random_weights(type, 1, n, rng);
     std::vector<std::vector<BlockQ8_K>> acts;
@@ -168,17 +168,46 @@ TEST(IQuants, SimdKernelsGiveTheScalarReferencesBitsWhateverTheBatch) {
         EXPECT_EQ(std::memcmp(&out[t], &want[t], 4), 0)
             << dtype_name(type) << " AVX2, token " << t << " of " << n_tok << ": " << out[t] << " vs " << want[t];
     }
-    if (!cpu_has_avx512_vnni()) continue;
-    std::vector<WideIQBlock> wide(static_cast<size_t>(n / kQK_K));
-    avx512vnni::decode_iq_wide(type, w.data(), n, wide.data());
-    std::vector<int16_t> y16(static_cast<size_t>(kTok * n));
-    for (int t = 0; t < kTok; ++t) avx512vnni::widen_activations(q8[t], n, y16.data() + t * n);
-    for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-      float out[kTok];
-      avx512vnni::dot_iq_wide(n, wide.data(), y16.data(), n, q8, n_tok, out);
-      for (int t = 0; t < n_tok; ++t)
-        EXPECT_EQ(std::memcmp(&out[t], &want[t], 4), 0)
-            << dtype_name(type) << " AVX-512, token " << t << " of " << n_tok << ": " << out[t] << " vs " << want[t];
+  }
+}
+
+// The tokens-in-lanes kernel: every row and token the scalar reference's bits, with 1..16 tokens in the lanes
+// (the missing ones zero) and row counts around its 8-row bands.
+TEST(IQuants, TokenLanesKernelGivesTheScalarReferencesBits) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI";
+  std::mt19937 rng(8);
+  const int64_t n = 2 * kQK_K;
+  constexpr int kLanes = 16, kRows = 11;
+  for (DType type : kTypes) {
+    const auto w = testing::random_weights(type, kRows, n, rng);
+    const size_t row_bytes = w.size() / kRows;
+    std::vector<BlockQ8_K> acts(static_cast<size_t>(kLanes * n / kQK_K));
+    const auto x = testing::random_floats(kLanes * n, rng);
+    quantize_row_q8_K(x.data(), acts.data(), kLanes * n);
+    std::vector<avx512vnni::CodedIQBlock> coded(static_cast<size_t>(kRows * n / kQK_K));
+    for (int r = 0; r < kRows; ++r)
+      avx512vnni::decode_iq_coded(type, w.data() + r * row_bytes, n, coded.data() + r * n / kQK_K);
+    std::vector<int8_t> q(static_cast<size_t>(n * kLanes) + 64);
+    std::vector<int32_t> bias(static_cast<size_t>(n) + 16);
+    std::vector<float> d(static_cast<size_t>(n / kQK_K * kLanes) + 16);
+    auto aligned = [](auto* p) {
+      return reinterpret_cast<decltype(p)>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+    };
+    avx512vnni::IQTokenLanes lanes{aligned(q.data()), aligned(bias.data()), aligned(d.data())};
+    for (int n_tok : {1, 5, 16}) {
+      avx512vnni::tokens_to_lanes(reinterpret_cast<const uint8_t*>(acts.data()), sizeof(BlockQ8_K) * n / kQK_K, n_tok,
+                                  n, lanes);
+      for (int n_rows : {1, 7, 8, 11}) {
+        std::vector<float> out(static_cast<size_t>(n_rows * kLanes), NAN);
+        avx512vnni::gemm_iq_coded(n, coded.data(), n_rows, lanes, out.data());
+        for (int r = 0; r < n_rows; ++r)
+          for (int t = 0; t < n_tok; ++t) {
+            const float want = vec_dot_iq_q8_K(type, n, w.data() + r * row_bytes, acts.data() + t * n / kQK_K);
+            const float got = out[static_cast<size_t>(r * kLanes + t)];
+            EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << dtype_name(type) << " row " << r << " token " << t << " of "
+                                                      << n_tok << ": " << got << " vs " << want;
+          }
+      }
     }
   }
 }

@@ -113,25 +113,29 @@ void dot_tile_iq1_m(int64_t n, const void* w, const void* const* a, int n_tok, f
 void dot_tile_iq_decoded(int64_t n, const DecodedIQBlock* w, const void* const* a, int n_tok, float* out);
 }  // namespace avx2
 
-// A block decoded and widened for vpdpwssd: w[e] = q[e] * scale[e / 16], and d times the type's units.
-struct WideIQBlock {
-  alignas(64) int16_t w[kQK_K];
-  float d;
-};
-
 namespace avx512vnni {
-// Tokens one dot_iq_wide call multiplies with a row.
-inline constexpr int kMaxWideTokens = 8;
-// Row `row` of `type` (n elements) decoded and widened into out[0, n / 256) (iquants_zmm_avx512vnni.cpp);
-// call only when cpu_has_avx512_vnni().
-void decode_iq_wide(DType type, const void* row, int64_t n, WideIQBlock* out);
-// A row of Q8_K activations' quants as int16 (n of them).
-void widen_activations(const BlockQ8_K* a, int64_t n, int16_t* y16);
-// out[t] for t < n_tok (1..kMaxWideTokens): the widened row w against token t, whose widened quants start at
-// y16 + t * y_stride and whose blocks (for their d) are a[t]. Per token the arithmetic does not depend on
-// n_tok.
-void dot_iq_wide(int64_t n, const WideIQBlock* w, const int16_t* y16, int64_t y_stride, const BlockQ8_K* const* a,
-                 int n_tok, float* out);
+// The tokens-in-lanes kernel (iquants_gemm_avx512vnni.cpp). A block decoded for it: the quants plus
+// kCodedOffset (unsigned for vpdpbusd), each 16 elements' scale, d times the type's units.
+inline constexpr int kCodedOffset = 64;
+struct CodedIQBlock {
+  alignas(64) uint8_t u[kQK_K];
+  alignas(64) int32_t scale[kQK_K / 16];
+  float f;
+};
+// Up to 16 tokens' Q8_K activations of n elements with the tokens in the lanes: per block, per 4 elements k,
+// 64 bytes (token t's four at 4t); per block and 16-element sub-block, the 16 tokens' kCodedOffset * bsum;
+// per block the 16 tokens' d. Lanes past the tokens are zero.
+struct IQTokenLanes {
+  int8_t* q;      // n * 16 bytes, 64-byte aligned
+  int32_t* bias;  // n / 16 * 16
+  float* d;       // n / 256 * 16
+};
+// Row `row` of `type` (n elements) decoded into out[0, n / 256).
+void decode_iq_coded(DType type, const void* row, int64_t n, CodedIQBlock* out);
+// n_tok (1..16) Q8_K rows of n elements, row_bytes apart from `rows`, into out.
+void tokens_to_lanes(const uint8_t* rows, size_t row_bytes, int n_tok, int64_t n, IQTokenLanes& out);
+// out[r * 16 + t] for r < n_rows (rows of n / 256 blocks each, one after another from w) and the 16 lanes.
+void gemm_iq_coded(int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out);
 }  // namespace avx512vnni
 
 }  // namespace kvserve

@@ -610,47 +610,51 @@ void multiply_rows_decoded(const Tensor& w, const ConvertedActs& a, float* y, in
   }
 }
 
-// The same types on AVX512-VNNI over more tokens than one tile takes: each chunk of rows decoded and widened
-// once (iquants.h's WideIQBlock, 2 bytes a weight, so chunks of up to kWideChunkBytes), the tokens' quants
-// widened once per group of up to kMaxWideTokens (once per call where that is all of them), then vpdpwssd.
-// Its float step per block is the tiles' (iq_accumulate), so a token's result does not depend on its batch.
-constexpr size_t kWideChunkBytes = 512 * 1024;
+// The same types on AVX512-VNNI over more tokens than one tile takes (iquants_gemm_avx512vnni.cpp): each
+// chunk of rows decoded once (up to kCodedChunkBytes of CodedIQBlock), the tokens put in the lanes of 16 once
+// per group (once per call where that is all of them), then 64 products a vpdpbusd. Its float step per block
+// is the tiles' (iq_accumulate), so a token's result does not depend on its batch. Against the AVX2 path over
+// decoded rows, 1B-shaped IQ3_XXS prefill of 512 tokens ran 2x (Xeon, AMX host, 2 threads).
+constexpr size_t kCodedChunkBytes = 512 * 1024;
 
-void multiply_rows_iq_wide(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
-  constexpr int kTok = avx512vnni::kMaxWideTokens;
+void multiply_rows_iq_lanes(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
+  constexpr int kLanes = 16;
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   const int64_t nb = n_in / kQK_K;
   const int64_t chunk_rows = std::clamp<int64_t>(
-      static_cast<int64_t>(kWideChunkBytes / (static_cast<size_t>(nb) * sizeof(WideIQBlock))), 1, kMaxChunkRows);
-  thread_local std::vector<WideIQBlock> wide;
-  struct alignas(64) Int16x32 {  // one zmm of widened activations, so no load splits a cache line
-    int16_t v[32];
+      static_cast<int64_t>(kCodedChunkBytes / (static_cast<size_t>(nb) * sizeof(avx512vnni::CodedIQBlock))), 1,
+      kMaxChunkRows);
+  struct alignas(64) Line {
+    uint8_t bytes[64];
   };
-  thread_local std::vector<Int16x32> y16_storage;
-  grow_to(wide, chunk_rows * nb);
-  grow_to(y16_storage, std::min<int64_t>(a.n_tokens, kTok) * n_in / 32);
-  auto* y16 = reinterpret_cast<int16_t*>(y16_storage.data());
-  auto act = [&](int64_t t) { return reinterpret_cast<const BlockQ8_K*>(a.rows + t * a.row_bytes); };
-  auto widen = [&](int64_t t0, int n_tok) {
-    for (int t = 0; t < n_tok; ++t) avx512vnni::widen_activations(act(t0 + t), n_in, y16 + t * n_in);
+  thread_local std::vector<avx512vnni::CodedIQBlock> coded;
+  thread_local std::vector<Line> lanes_q, lanes_bias, lanes_d;
+  grow_to(coded, chunk_rows * nb);
+  grow_to(lanes_q, n_in * kLanes / 64);
+  grow_to(lanes_bias, n_in / 16);  // 16 int32 a sub-block
+  grow_to(lanes_d, nb);            // 16 floats a block
+  avx512vnni::IQTokenLanes lanes{reinterpret_cast<int8_t*>(lanes_q.data()),
+                                 reinterpret_cast<int32_t*>(lanes_bias.data()),
+                                 reinterpret_cast<float*>(lanes_d.data())};
+  auto to_lanes = [&](int64_t t0) {
+    const int n_tok = static_cast<int>(std::min<int64_t>(kLanes, a.n_tokens - t0));
+    avx512vnni::tokens_to_lanes(a.rows + t0 * a.row_bytes, a.row_bytes, n_tok, n_in, lanes);
   };
-  const bool one_group = a.n_tokens <= kTok;
-  if (one_group) widen(0, static_cast<int>(a.n_tokens));
+  const bool one_group = a.n_tokens <= kLanes;
+  if (one_group) to_lanes(0);
+  float out[kMaxChunkRows * kLanes];
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
     const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
+    const int n_rows = static_cast<int>(chunk_end - chunk);
     for (int64_t r = chunk; r < chunk_end; ++r)
-      avx512vnni::decode_iq_wide(w.type, w.row(r), n_in, &wide[static_cast<size_t>((r - chunk) * nb)]);
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTok) {
-      const int n_tok = static_cast<int>(std::min<int64_t>(kTok, a.n_tokens - t0));
-      if (!one_group) widen(t0, n_tok);
-      const BlockQ8_K* rows[kTok];
-      for (int t = 0; t < n_tok; ++t) rows[t] = act(t0 + t);
-      for (int64_t r = chunk; r < chunk_end; ++r) {
-        float out[kTok];
-        avx512vnni::dot_iq_wide(n_in, &wide[static_cast<size_t>((r - chunk) * nb)], y16, n_in, rows, n_tok, out);
-        for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r] = out[t];
-      }
+      avx512vnni::decode_iq_coded(w.type, w.row(r), n_in, &coded[static_cast<size_t>((r - chunk) * nb)]);
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kLanes) {
+      if (!one_group) to_lanes(t0);
+      avx512vnni::gemm_iq_coded(n_in, coded.data(), n_rows, lanes, out);
+      const int n_tok = static_cast<int>(std::min<int64_t>(kLanes, a.n_tokens - t0));
+      for (int t = 0; t < n_tok; ++t)
+        for (int r = 0; r < n_rows; ++r) y[(t0 + t) * n_out + chunk + r] = out[r * kLanes + t];
     }
   }
 }
@@ -699,7 +703,7 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   }
   const TileFn tile = cpu_has_avx2() ? a.kind.avx2_tile : nullptr;
   if (tile != nullptr && n_tokens > avx2::kMaxTileTokens && is_low_bit_iquant(w.type) && cpu_has_avx512_vnni()) {
-    multiply_rows_iq_wide(w, a, y, row_begin, row_end);
+    multiply_rows_iq_lanes(w, a, y, row_begin, row_end);
     return;
   }
   if (tile != nullptr && n_tokens > avx2::kMaxTileTokens && is_low_bit_iquant(w.type)) {
