@@ -212,6 +212,32 @@ TEST(IQuants, TokenLanesKernelGivesTheScalarReferencesBits) {
   }
 }
 
+// The AVX2 decoders give the scalar ones' blocks byte for byte (quants, scales, d, units), on random bits
+// that reach every grid entry, index bit, sign pattern and scale.
+TEST(IQuants, Avx2DecodersMatchTheScalarOnes) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(9);
+  for (DType type : kTypes) {
+    const IQDecodeFn scalar = iq_decoder(type), simd = avx2::iq_decoder(type);
+    ASSERT_NE(simd, nullptr) << dtype_name(type);
+    const int64_t nb = 2048;
+    const auto w = testing::random_weights(type, 1, nb * kQK_K, rng);
+    const auto block_bytes = static_cast<size_t>(dtype_info(type).block_bytes);
+    int differing = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      DecodedIQBlock want{}, got{};
+      scalar(w.data() + static_cast<size_t>(i) * block_bytes, want);
+      simd(w.data() + static_cast<size_t>(i) * block_bytes, got);
+      const bool same = std::memcmp(want.q, got.q, sizeof(want.q)) == 0 &&
+                        std::memcmp(want.scale, got.scale, sizeof(want.scale)) == 0 && want.d == got.d &&
+                        want.scale_unit == got.scale_unit && want.q_unit == got.q_unit;
+      if (!same && differing++ < 2) ADD_FAILURE() << dtype_name(type) << " block " << i;
+    }
+    EXPECT_EQ(differing, 0) << dtype_name(type);
+  }
+  EXPECT_EQ(avx2::iq_decoder(DType::Q4_K), nullptr);
+}
+
 // What the AVX2 arithmetic relies on: |q| <= 62 (maddubs pair sums below 2^15) and odd scales 1..31, for
 // every block (random bits reach every grid entry, sign pattern and scale).
 TEST(IQuants, DecodedBlocksStayWithinTheKernelsBounds) {

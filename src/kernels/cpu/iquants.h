@@ -108,6 +108,9 @@ void dot_tile_iq3_xxs(int64_t n, const void* w, const void* const* a, int n_tok,
 void dot_tile_iq3_s(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_iq1_s(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_iq1_m(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+// The decoder of `type` with the grid lookups, index bits and signs of 32 elements at a time in a register:
+// the scalar decoder's DecodedIQBlock, byte for byte (nullptr for other types).
+IQDecodeFn iq_decoder(DType type);
 // The same over a row already decoded (n / 256 blocks): what a call of many tokens uses, decoding each
 // weight block once for all of them. The same arithmetic per token, so the same bits.
 void dot_tile_iq_decoded(int64_t n, const DecodedIQBlock* w, const void* const* a, int n_tok, float* out);

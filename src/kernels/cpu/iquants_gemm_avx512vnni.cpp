@@ -19,7 +19,6 @@
 #include <cstring>
 
 #include "kernels/cpu/iquants.h"
-#include "kernels/cpu/iquants_decode.h"
 
 namespace kvserve::avx512vnni {
 
@@ -79,31 +78,8 @@ void rows_by_tokens(int64_t nb, const CodedIQBlock* w, int64_t w_stride, const I
 }  // namespace
 
 void decode_iq_coded(DType type, const void* row, int64_t n, CodedIQBlock* out) {
-  const auto* bytes = static_cast<const uint8_t*>(row);
-  const int64_t nb = n / kQK_K;
-  switch (type) {
-    case DType::IQ2_XXS:
-      return decode_coded([](const void* b, DecodedIQBlock& o) { iq_decode::iq2_xxs(b, o); }, bytes,
-                          sizeof(BlockIQ2_XXS), nb, out);
-    case DType::IQ2_XS:
-      return decode_coded([](const void* b, DecodedIQBlock& o) { iq_decode::iq2_xs(b, o); }, bytes, sizeof(BlockIQ2_XS),
-                          nb, out);
-    case DType::IQ2_S:
-      return decode_coded([](const void* b, DecodedIQBlock& o) { iq_decode::iq2_s(b, o); }, bytes, sizeof(BlockIQ2_S),
-                          nb, out);
-    case DType::IQ3_XXS:
-      return decode_coded([](const void* b, DecodedIQBlock& o) { iq_decode::iq3_xxs(b, o); }, bytes,
-                          sizeof(BlockIQ3_XXS), nb, out);
-    case DType::IQ3_S:
-      return decode_coded([](const void* b, DecodedIQBlock& o) { iq_decode::iq3_s(b, o); }, bytes, sizeof(BlockIQ3_S),
-                          nb, out);
-    case DType::IQ1_S:
-      return decode_coded([](const void* b, DecodedIQBlock& o) { iq_decode::iq1_s(b, o); }, bytes, sizeof(BlockIQ1_S),
-                          nb, out);
-    default:
-      return decode_coded([](const void* b, DecodedIQBlock& o) { iq_decode::iq1_m(b, o); }, bytes, sizeof(BlockIQ1_M),
-                          nb, out);
-  }
+  decode_coded(avx2::iq_decoder(type), static_cast<const uint8_t*>(row),
+               static_cast<size_t>(dtype_info(type).block_bytes), n / kQK_K, out);
 }
 
 void tokens_to_lanes(const uint8_t* rows, size_t row_bytes, int n_tok, int64_t n, IQTokenLanes& out) {

@@ -586,7 +586,7 @@ void multiply_rows_decoded(const Tensor& w, const ConvertedActs& a, float* y, in
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   const int64_t nb = n_in / kQK_K;
-  const IQDecodeFn decode = iq_decoder(w.type);
+  const IQDecodeFn decode = avx2::iq_decoder(w.type);
   const auto block_bytes = static_cast<size_t>(dtype_info(w.type).block_bytes);
   thread_local std::vector<DecodedIQBlock> decoded;
   grow_to(decoded, chunk_rows * nb);
