@@ -199,7 +199,7 @@ TEST(IQuants, TokenLanesKernelGivesTheScalarReferencesBits) {
                                   n, lanes);
       for (int n_rows : {1, 7, 8, 11}) {
         std::vector<float> out(static_cast<size_t>(n_rows * kLanes), NAN);
-        avx512vnni::gemm_iq_coded(n, coded.data(), n_rows, lanes, out.data());
+        avx512vnni::gemm_iq_coded(type, n, coded.data(), n_rows, lanes, out.data());
         for (int r = 0; r < n_rows; ++r)
           for (int t = 0; t < n_tok; ++t) {
             const float want = vec_dot_iq_q8_K(type, n, w.data() + r * row_bytes, acts.data() + t * n / kQK_K);

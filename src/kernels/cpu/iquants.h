@@ -78,6 +78,11 @@ inline float iq_accumulate(float acc, float factor_times_d, int32_t block_dot) {
   return __builtin_fmaf(factor_times_d, static_cast<float>(block_dot), acc);
 }
 
+// Whether each pair of `type`'s 16-element scales is one scale of 32 elements (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S).
+inline bool iq_scale_per_32(DType type) {
+  return type == DType::IQ2_XXS || type == DType::IQ3_XXS || type == DType::IQ3_S || type == DType::IQ1_S;
+}
+
 // Whether `type` is one of this file's types.
 bool is_low_bit_iquant(DType type);
 
@@ -137,8 +142,9 @@ struct IQTokenLanes {
 void decode_iq_coded(DType type, const void* row, int64_t n, CodedIQBlock* out);
 // n_tok (1..16) Q8_K rows of n elements, row_bytes apart from `rows`, into out.
 void tokens_to_lanes(const uint8_t* rows, size_t row_bytes, int n_tok, int64_t n, IQTokenLanes& out);
-// out[r * 16 + t] for r < n_rows (rows of n / 256 blocks each, one after another from w) and the 16 lanes.
-void gemm_iq_coded(int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out);
+// out[r * 16 + t] for r < n_rows (rows of `type`, n / 256 blocks each, one after another from w) and the 16
+// lanes.
+void gemm_iq_coded(DType type, int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out);
 }  // namespace avx512vnni
 
 }  // namespace kvserve

@@ -45,7 +45,9 @@ inline __m512i broadcast_u32(const uint8_t* p) {
 }
 
 // R rows (w, rows of nb blocks each, w_stride blocks apart) x the 16 token lanes of acts; out[r * 16 + t].
-template <int R>
+// kSub: the elements that share a scale (16, or 32 where each pair of 16-element scales is one), so a
+// multiply by the scale is taken once per kSub elements.
+template <int R, int kSub>
 void rows_by_tokens(int64_t nb, const CodedIQBlock* w, int64_t w_stride, const IQTokenLanes& acts, float* out) {
   __m512 accf[R];
   for (int r = 0; r < R; ++r) accf[r] = _mm512_setzero_ps();
@@ -56,23 +58,48 @@ void rows_by_tokens(int64_t nb, const CodedIQBlock* w, int64_t w_stride, const I
     for (int r = 0; r < R; ++r) wi[r] = w + r * w_stride + i;
     __m512i sum[R];
     for (int r = 0; r < R; ++r) sum[r] = _mm512_setzero_si512();
-    for (int s = 0; s < kQK_K / 16; ++s) {
+    for (int s = 0; s < kQK_K / kSub; ++s) {
       __m512i acc[R];
       for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
-      for (int g = 0; g < 4; ++g) {
-        const __m512i y = _mm512_load_si512(yq + (4 * s + g) * 64);
-        for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbusd_epi32(acc[r], broadcast_u32(wi[r]->u + 16 * s + 4 * g), y);
+      for (int g = 0; g < kSub / 4; ++g) {
+        const __m512i y = _mm512_load_si512(yq + (kSub / 4 * s + g) * 64);
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbusd_epi32(acc[r], broadcast_u32(wi[r]->u + kSub * s + 4 * g), y);
       }
-      const __m512i b = _mm512_load_si512(bias + 16 * s);
+      __m512i b = _mm512_load_si512(bias + kSub * s);
+      if constexpr (kSub == 32) b = _mm512_add_epi32(b, _mm512_load_si512(bias + kSub * s + 16));
       for (int r = 0; r < R; ++r)
-        sum[r] = _mm512_add_epi32(sum[r],
-                                  _mm512_mullo_epi32(_mm512_sub_epi32(acc[r], b), _mm512_set1_epi32(wi[r]->scale[s])));
+        sum[r] = _mm512_add_epi32(
+            sum[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc[r], b), _mm512_set1_epi32(wi[r]->scale[kSub / 16 * s])));
     }
     const __m512 yd = _mm512_load_ps(acts.d + i * 16);
     for (int r = 0; r < R; ++r)
       accf[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(wi[r]->f), yd), _mm512_cvtepi32_ps(sum[r]), accf[r]);
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * 16, accf[r]);
+}
+
+template <int kSub>
+void gemm_rows(int64_t nb, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out) {
+  int r = 0;
+  for (; r + 8 <= n_rows; r += 8) rows_by_tokens<8, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+  switch (n_rows - r) {
+    case 1:
+      return rows_by_tokens<1, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+    case 2:
+      return rows_by_tokens<2, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+    case 3:
+      return rows_by_tokens<3, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+    case 4:
+      return rows_by_tokens<4, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+    case 5:
+      return rows_by_tokens<5, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+    case 6:
+      return rows_by_tokens<6, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+    case 7:
+      return rows_by_tokens<7, kSub>(nb, w + r * nb, nb, acts, out + r * 16);
+    default:
+      return;
+  }
 }
 
 }  // namespace
@@ -107,28 +134,11 @@ void tokens_to_lanes(const uint8_t* rows, size_t row_bytes, int n_tok, int64_t n
   }
 }
 
-void gemm_iq_coded(int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out) {
-  const int64_t nb = n / kQK_K;
-  int r = 0;
-  for (; r + 8 <= n_rows; r += 8) rows_by_tokens<8>(nb, w + r * nb, nb, acts, out + r * 16);
-  switch (n_rows - r) {
-    case 1:
-      return rows_by_tokens<1>(nb, w + r * nb, nb, acts, out + r * 16);
-    case 2:
-      return rows_by_tokens<2>(nb, w + r * nb, nb, acts, out + r * 16);
-    case 3:
-      return rows_by_tokens<3>(nb, w + r * nb, nb, acts, out + r * 16);
-    case 4:
-      return rows_by_tokens<4>(nb, w + r * nb, nb, acts, out + r * 16);
-    case 5:
-      return rows_by_tokens<5>(nb, w + r * nb, nb, acts, out + r * 16);
-    case 6:
-      return rows_by_tokens<6>(nb, w + r * nb, nb, acts, out + r * 16);
-    case 7:
-      return rows_by_tokens<7>(nb, w + r * nb, nb, acts, out + r * 16);
-    default:
-      return;
-  }
+void gemm_iq_coded(DType type, int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out) {
+  if (iq_scale_per_32(type))
+    gemm_rows<32>(n / kQK_K, w, n_rows, acts, out);
+  else
+    gemm_rows<16>(n / kQK_K, w, n_rows, acts, out);
 }
 
 }  // namespace kvserve::avx512vnni

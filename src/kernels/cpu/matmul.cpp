@@ -651,7 +651,7 @@ void multiply_rows_iq_lanes(const Tensor& w, const ConvertedActs& a, float* y, i
       avx512vnni::decode_iq_coded(w.type, w.row(r), n_in, &coded[static_cast<size_t>((r - chunk) * nb)]);
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kLanes) {
       if (!one_group) to_lanes(t0);
-      avx512vnni::gemm_iq_coded(n_in, coded.data(), n_rows, lanes, out);
+      avx512vnni::gemm_iq_coded(w.type, n_in, coded.data(), n_rows, lanes, out);
       const int n_tok = static_cast<int>(std::min<int64_t>(kLanes, a.n_tokens - t0));
       for (int t = 0; t < n_tok; ++t)
         for (int r = 0; r < n_rows; ++r) y[(t0 + t) * n_out + chunk + r] = out[r * kLanes + t];
