@@ -70,13 +70,11 @@ inline uint32_t load_u32(const void* p) {
 
 void decode_iq2_xxs_simd(const void* block, DecodedIQBlock& out) {
   const auto& b = *static_cast<const BlockIQ2_XXS*>(block);
-  out.d = half_to_float(b.d);
-  out.scale_unit = 0.125f;
-  out.q_unit = 1.0f;
+  iq_decode::set_block_fields(out, half_to_float(b.d), 0.125f, 1.0f);
   for (int ib = 0; ib < 8; ++ib) {
     const uint32_t idx = load_u32(b.qs + 4 * ib);
     const uint32_t rest = load_u32(b.qs + 4 * ib + 2);
-    out.scale[2 * ib] = out.scale[2 * ib + 1] = static_cast<int16_t>(2 * (rest >> 28) + 1);
+    iq_decode::set_scale32(out, ib, rest >> 28);
     const __m256i g = grid4(kIQ2XXSGrid, idx & 0xFF, (idx >> 8) & 0xFF, (idx >> 16) & 0xFF, idx >> 24);
     store_q(out, ib,
             apply_signs(g, seven_bit_signs(rest & 127, (rest >> 7) & 127, (rest >> 14) & 127, (rest >> 21) & 127)));
@@ -85,12 +83,9 @@ void decode_iq2_xxs_simd(const void* block, DecodedIQBlock& out) {
 
 void decode_iq2_xs_simd(const void* block, DecodedIQBlock& out) {
   const auto& b = *static_cast<const BlockIQ2_XS*>(block);
-  out.d = half_to_float(b.d);
-  out.scale_unit = 0.125f;
-  out.q_unit = 1.0f;
+  iq_decode::set_block_fields(out, half_to_float(b.d), 0.125f, 1.0f);
   for (int ib = 0; ib < 8; ++ib) {
-    out.scale[2 * ib] = static_cast<int16_t>(2 * (b.scales[ib] & 0xF) + 1);
-    out.scale[2 * ib + 1] = static_cast<int16_t>(2 * (b.scales[ib] >> 4) + 1);
+    iq_decode::set_nibble_scales(out, ib, b.scales[ib]);
     const uint16_t* v = b.qs + 4 * ib;
     const __m256i g = grid4(kIQ2XSGrid, v[0] & 511, v[1] & 511, v[2] & 511, v[3] & 511);
     store_q(out, ib, apply_signs(g, seven_bit_signs(v[0] >> 9, v[1] >> 9, v[2] >> 9, v[3] >> 9)));
@@ -99,13 +94,10 @@ void decode_iq2_xs_simd(const void* block, DecodedIQBlock& out) {
 
 void decode_iq2_s_simd(const void* block, DecodedIQBlock& out) {
   const auto& b = *static_cast<const BlockIQ2_S*>(block);
-  out.d = half_to_float(b.d);
-  out.scale_unit = 0.125f;
-  out.q_unit = 1.0f;
+  iq_decode::set_block_fields(out, half_to_float(b.d), 0.125f, 1.0f);
   const uint8_t* signs = b.qs + kQK_K / 8;
   for (int ib = 0; ib < 8; ++ib) {
-    out.scale[2 * ib] = static_cast<int16_t>(2 * (b.scales[ib] & 0xF) + 1);
-    out.scale[2 * ib + 1] = static_cast<int16_t>(2 * (b.scales[ib] >> 4) + 1);
+    iq_decode::set_nibble_scales(out, ib, b.scales[ib]);
     const uint8_t* qs = b.qs + 4 * ib;
     const int qh = b.qh[ib];
     const __m256i g = grid4(kIQ2SGrid, qs[0] | ((qh << 8) & 0x300), qs[1] | ((qh << 6) & 0x300),
@@ -116,13 +108,11 @@ void decode_iq2_s_simd(const void* block, DecodedIQBlock& out) {
 
 void decode_iq3_xxs_simd(const void* block, DecodedIQBlock& out) {
   const auto& b = *static_cast<const BlockIQ3_XXS*>(block);
-  out.d = half_to_float(b.d);
-  out.scale_unit = 0.25f;
-  out.q_unit = 1.0f;
+  iq_decode::set_block_fields(out, half_to_float(b.d), 0.25f, 1.0f);
   const uint8_t* scales_and_signs = b.qs + kQK_K / 4;
   for (int ib = 0; ib < 8; ++ib) {
     const uint32_t aux = load_u32(scales_and_signs + 4 * ib);
-    out.scale[2 * ib] = out.scale[2 * ib + 1] = static_cast<int16_t>(2 * (aux >> 28) + 1);
+    iq_decode::set_scale32(out, ib, aux >> 28);
     const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * ib)));
     const __m256i g = _mm256_i32gather_epi32(reinterpret_cast<const int*>(kIQ3XXSGrid), idx, 4);
     store_q(out, ib,
@@ -132,13 +122,10 @@ void decode_iq3_xxs_simd(const void* block, DecodedIQBlock& out) {
 
 void decode_iq3_s_simd(const void* block, DecodedIQBlock& out) {
   const auto& b = *static_cast<const BlockIQ3_S*>(block);
-  out.d = half_to_float(b.d);
-  out.scale_unit = 1.0f;
-  out.q_unit = 1.0f;
+  iq_decode::set_block_fields(out, half_to_float(b.d), 1.0f, 1.0f);
   const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int ib = 0; ib < 8; ++ib) {
-    out.scale[2 * ib] = out.scale[2 * ib + 1] =
-        static_cast<int16_t>(2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1);
+    iq_decode::set_scale32(out, ib, iq_decode::iq3_s_scale_field(b, ib));
     // Index k (elements 4k..4k+3) is qs[8 ib + k] with bit k of qh[ib] as its ninth bit.
     const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * ib)));
     const __m256i high = _mm256_slli_epi32(
@@ -162,12 +149,10 @@ inline int64_t delta8(uint32_t negative_bit) {
 
 void decode_iq1_s_simd(const void* block, DecodedIQBlock& out) {
   const auto& b = *static_cast<const BlockIQ1_S*>(block);
-  out.d = half_to_float(b.d);
-  out.scale_unit = 1.0f;
-  out.q_unit = 0.125f;
+  iq_decode::set_block_fields(out, half_to_float(b.d), 1.0f, 0.125f);
   for (int ib = 0; ib < 8; ++ib) {
     const uint16_t qh = b.qh[ib];
-    out.scale[2 * ib] = out.scale[2 * ib + 1] = static_cast<int16_t>(2 * ((qh >> 12) & 7) + 1);
+    iq_decode::set_scale32(out, ib, (qh >> 12) & 7u);
     const uint8_t* qs = b.qs + 4 * ib;
     const __m256i g = grid4(kIQ1SGrid, qs[0] | ((qh & 7) << 8), qs[1] | (((qh >> 3) & 7) << 8),
                             qs[2] | (((qh >> 6) & 7) << 8), qs[3] | (((qh >> 9) & 7) << 8));
@@ -178,16 +163,9 @@ void decode_iq1_s_simd(const void* block, DecodedIQBlock& out) {
 void decode_iq1_m_simd(const void* block, DecodedIQBlock& out) {
   const auto& b = *static_cast<const BlockIQ1_M*>(block);
   uint16_t sc[4];
-  std::memcpy(sc, b.scales, 8);
-  const auto d_bits =
-      static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-  out.d = half_to_float(d_bits);
-  out.scale_unit = 1.0f;
-  out.q_unit = 0.125f;
+  iq_decode::set_block_fields(out, half_to_float(iq_decode::iq1_m_scale_words(b, sc)), 1.0f, 0.125f);
   for (int ib = 0; ib < 8; ++ib) {
-    const int shift = 6 * (ib % 2);
-    out.scale[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> shift) & 7) + 1);
-    out.scale[2 * ib + 1] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1);
+    iq_decode::set_iq1_m_scales(out, ib, sc);
     const uint8_t* qs = b.qs + 4 * ib;
     const uint32_t h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
     const __m256i g = grid4(kIQ1SGrid, qs[0] | ((h0 & 7) << 8), qs[1] | (((h0 >> 4) & 7) << 8), qs[2] | ((h1 & 7) << 8),

@@ -1052,6 +1052,7 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
   const int block = dtype_info(type).block_elems;
   if (n < 0 || n % block != 0) fail("dequantize_row: {} elements is not a multiple of the {} block size {}", n,
                                     dtype_name(type), block);
+  if (is_low_bit_iquant(type)) return dequantize_row_iq(type, src, dst, n);
   switch (type) {
     case DType::F32: std::memcpy(dst, src, n * sizeof(float)); return;
     case DType::F16: dequantize_row_f16(static_cast<const uint16_t*>(src), dst, n); return;
