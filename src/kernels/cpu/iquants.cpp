@@ -5,32 +5,24 @@
 
 namespace kvserve {
 
-void decode_iq2_xxs(const void* block, DecodedIQBlock& out) { iq_decode::iq2_xxs(block, out); }
-void decode_iq2_xs(const void* block, DecodedIQBlock& out) { iq_decode::iq2_xs(block, out); }
-void decode_iq2_s(const void* block, DecodedIQBlock& out) { iq_decode::iq2_s(block, out); }
-void decode_iq3_xxs(const void* block, DecodedIQBlock& out) { iq_decode::iq3_xxs(block, out); }
-void decode_iq3_s(const void* block, DecodedIQBlock& out) { iq_decode::iq3_s(block, out); }
-void decode_iq1_s(const void* block, DecodedIQBlock& out) { iq_decode::iq1_s(block, out); }
-void decode_iq1_m(const void* block, DecodedIQBlock& out) { iq_decode::iq1_m(block, out); }
-
 bool is_low_bit_iquant(DType type) { return iq_decoder(type) != nullptr; }
 
 IQDecodeFn iq_decoder(DType type) {
   switch (type) {
     case DType::IQ2_XXS:
-      return decode_iq2_xxs;
+      return iq_decode::iq2_xxs;
     case DType::IQ2_XS:
-      return decode_iq2_xs;
+      return iq_decode::iq2_xs;
     case DType::IQ2_S:
-      return decode_iq2_s;
+      return iq_decode::iq2_s;
     case DType::IQ3_XXS:
-      return decode_iq3_xxs;
+      return iq_decode::iq3_xxs;
     case DType::IQ3_S:
-      return decode_iq3_s;
+      return iq_decode::iq3_s;
     case DType::IQ1_S:
-      return decode_iq1_s;
+      return iq_decode::iq1_s;
     case DType::IQ1_M:
-      return decode_iq1_m;
+      return iq_decode::iq1_m;
     default:
       return nullptr;
   }

@@ -5,10 +5,11 @@
 //
 // Every one of these blocks of 256 weights is, once its grid indices, signs and scales are unpacked,
 //   w[e] = (d * scale[e / 16] * scale_unit) * (q[e] * q_unit)
-// with int8 quants q, small odd integer scales and two power-of-two units per type. decode_block() gives
-// that form (DecodedIQBlock); the dequantizers and the dots are both written on it, so each type's bits are
-// unpacked in one place. The dequantizers round as ggml's do (one rounding for d times the scale, one for the
-// product), so they give ggml's floats bit for bit; a dot's integer part per block is exact, as ggml's.
+// with int8 quants q, small odd integer scales and two power-of-two units per type. The decoders
+// (iq_decoder, and avx2::iq_decoder byte for byte the same) give that form, DecodedIQBlock; the dequantizers
+// and every dot are written on it, so each type's bits are unpacked in one place. The dequantizers round as ggml's do
+// (one rounding for d times the scale, one for the product), so they give ggml's floats bit for bit; a dot's integer
+// part per block is exact, as ggml's.
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -18,8 +19,8 @@ namespace kvserve {
 
 struct BlockIQ2_XXS {
   uint16_t d;
-  uint16_t
-      qs[kQK_K / 8];  // per 32 elements: four grid indices (bytes of the first two), then 4 x 7 sign bits + 4-bit scale
+  // Per 32 elements: four 8-bit grid indices (the first two words), then 4 x 7 sign bits and a 4-bit scale.
+  uint16_t qs[kQK_K / 8];
 };
 struct BlockIQ2_XS {
   uint16_t d;
@@ -86,16 +87,9 @@ inline bool iq_scale_per_32(DType type) {
 // Whether `type` is one of this file's types.
 bool is_low_bit_iquant(DType type);
 
-// Unpacks one block of the type the function is named for.
+// Unpacks one block.
 using IQDecodeFn = void (*)(const void* block, DecodedIQBlock& out);
-void decode_iq2_xxs(const void* block, DecodedIQBlock& out);
-void decode_iq2_xs(const void* block, DecodedIQBlock& out);
-void decode_iq2_s(const void* block, DecodedIQBlock& out);
-void decode_iq3_xxs(const void* block, DecodedIQBlock& out);
-void decode_iq3_s(const void* block, DecodedIQBlock& out);
-void decode_iq1_s(const void* block, DecodedIQBlock& out);
-void decode_iq1_m(const void* block, DecodedIQBlock& out);
-// The decoder of `type` (one of this file's types; nullptr otherwise).
+// The scalar decoder of `type` (one of this file's types; nullptr otherwise).
 IQDecodeFn iq_decoder(DType type);
 
 // n elements (a multiple of 256) of a row of `type`.

@@ -613,8 +613,8 @@ void multiply_rows_decoded(const Tensor& w, const ConvertedActs& a, float* y, in
 // The same types on AVX512-VNNI over more tokens than one tile takes (iquants_gemm_avx512vnni.cpp): each
 // chunk of rows decoded once (up to kCodedChunkBytes of CodedIQBlock), the tokens put in the lanes of 16 once
 // per group (once per call where that is all of them), then 64 products a vpdpbusd. Its float step per block
-// is the tiles' (iq_accumulate), so a token's result does not depend on its batch. Against the AVX2 path over
-// decoded rows, 1B-shaped IQ3_XXS prefill of 512 tokens ran 2x (Xeon, AMX host, 2 threads).
+// is the tiles' (iq_accumulate), so a token's result does not depend on its batch. 1B-shaped IQ3_XXS prefill of
+// 512 tokens ran 2x an int16 vpdpwssd kernel over the same decoded rows (Xeon VM, 2 threads, 2026-12-06).
 constexpr size_t kCodedChunkBytes = 512 * 1024;
 
 void multiply_rows_iq_lanes(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
@@ -702,12 +702,11 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
     return;
   }
   const TileFn tile = cpu_has_avx2() ? a.kind.avx2_tile : nullptr;
-  if (tile != nullptr && n_tokens > avx2::kMaxTileTokens && is_low_bit_iquant(w.type) && cpu_has_avx512_vnni()) {
-    multiply_rows_iq_lanes(w, a, y, row_begin, row_end);
-    return;
-  }
   if (tile != nullptr && n_tokens > avx2::kMaxTileTokens && is_low_bit_iquant(w.type)) {
-    multiply_rows_decoded(w, a, y, row_begin, row_end, chunk_rows);
+    if (cpu_has_avx512_vnni())
+      multiply_rows_iq_lanes(w, a, y, row_begin, row_end);
+    else
+      multiply_rows_decoded(w, a, y, row_begin, row_end, chunk_rows);
     return;
   }
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
