@@ -1,6 +1,7 @@
 // The i-quant types below 4 bits (iquants.h): dequantizers bit for bit as ggml's and dots as ggml's CPU
 // kernels, on random blocks ggml itself read (tests/data/iquants, scripts/make_iq_fixture.cpp); the AVX2
-// tiles against the scalar reference; the decoded form's bounds that the AVX2 integer arithmetic relies on.
+// decoders byte for byte the scalar ones; the AVX2 tiles and the AVX-512 tokens-in-lanes kernel the scalar
+// reference's bits; the decoded form's bounds that the SIMD integer arithmetic relies on.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -107,7 +109,9 @@ Tile avx2_tile(DType type) {
 }
 
 TEST(IQuants, DotsAgreeWithGgmlsCpuKernels) {
-  for (const GgmlCase& c : read_ggml_cases()) {
+  const std::vector<GgmlCase> cases = read_ggml_cases();
+  ASSERT_EQ(cases.size(), std::size(kTypes));
+  for (const GgmlCase& c : cases) {
     const auto q = to_q8_K(c.activations);
     const auto n = static_cast<int64_t>(c.activations.size());
     // Only the float summation order differs: the integer part of each block is exact in both.
