@@ -175,45 +175,70 @@ TEST(IQuants, SimdKernelsGiveTheScalarReferencesBitsWhateverTheBatch) {
   }
 }
 
-// The tokens-in-lanes kernel: every row and token the scalar reference's bits, with 1..16 tokens in the lanes
-// (the missing ones zero) and row counts around its 8-row bands.
-TEST(IQuants, TokenLanesKernelGivesTheScalarReferencesBits) {
-  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI";
+// The tokens-in-lanes kernels (16 lanes on zmm, 8 on ymm with AVX-512 or with AVX-VNNI): every row and token
+// the scalar reference's bits, with 1..lanes tokens (the missing ones zero) and row counts around the bands.
+struct LaneKernel {
+  const char* name;
+  bool available;
+  int lanes;
+  void (*decode)(DType, const void*, int64_t, CodedIQBlock*);
+  void (*to_lanes)(const uint8_t*, size_t, int, int64_t, IQTokenLanes&);
+  void (*gemm)(DType, int64_t, const CodedIQBlock*, int, const IQTokenLanes&, float*);
+};
+
+TEST(IQuants, TokenLanesKernelsGiveTheScalarReferencesBits) {
+  const LaneKernel kernels[] = {
+      {"zmm x16", cpu_has_avx512_vnni(), 16, avx512vnni::decode_iq_coded, avx512vnni::tokens_to_lanes,
+       avx512vnni::gemm_iq_coded},
+      {"ymm x8 (AVX-512)", cpu_has_avx512_vnni(), 8, avx512vnni::decode_iq_coded, avx512vnni::tokens_to_lanes8,
+       avx512vnni::gemm_iq_coded8},
+      {"ymm x8 (AVX-VNNI)", cpu_has_avx_vnni(), 8, avxvnni::decode_iq_coded, avxvnni::tokens_to_lanes8,
+       avxvnni::gemm_iq_coded8},
+  };
+  int ran = 0;
   std::mt19937 rng(8);
   const int64_t n = 2 * kQK_K;
-  constexpr int kLanes = 16, kRows = 11;
-  for (DType type : kTypes) {
-    const auto w = testing::random_weights(type, kRows, n, rng);
-    const size_t row_bytes = w.size() / kRows;
-    std::vector<BlockQ8_K> acts(static_cast<size_t>(kLanes * n / kQK_K));
-    const auto x = testing::random_floats(kLanes * n, rng);
-    quantize_row_q8_K(x.data(), acts.data(), kLanes * n);
-    std::vector<avx512vnni::CodedIQBlock> coded(static_cast<size_t>(kRows * n / kQK_K));
-    for (int r = 0; r < kRows; ++r)
-      avx512vnni::decode_iq_coded(type, w.data() + r * row_bytes, n, coded.data() + r * n / kQK_K);
-    std::vector<int8_t> q(static_cast<size_t>(n * kLanes) + 64);
-    std::vector<int32_t> bias(static_cast<size_t>(n) + 16);
-    std::vector<float> d(static_cast<size_t>(n / kQK_K * kLanes) + 16);
-    auto aligned = [](auto* p) {
-      return reinterpret_cast<decltype(p)>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-    };
-    avx512vnni::IQTokenLanes lanes{aligned(q.data()), aligned(bias.data()), aligned(d.data())};
-    for (int n_tok : {1, 5, 16}) {
-      avx512vnni::tokens_to_lanes(reinterpret_cast<const uint8_t*>(acts.data()), sizeof(BlockQ8_K) * n / kQK_K, n_tok,
-                                  n, lanes);
-      for (int n_rows : {1, 7, 8, 11}) {
-        std::vector<float> out(static_cast<size_t>(n_rows * kLanes), NAN);
-        avx512vnni::gemm_iq_coded(type, n, coded.data(), n_rows, lanes, out.data());
-        for (int r = 0; r < n_rows; ++r)
-          for (int t = 0; t < n_tok; ++t) {
-            const float want = vec_dot_iq_q8_K(type, n, w.data() + r * row_bytes, acts.data() + t * n / kQK_K);
-            const float got = out[static_cast<size_t>(r * kLanes + t)];
-            EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << dtype_name(type) << " row " << r << " token " << t << " of "
-                                                      << n_tok << ": " << got << " vs " << want;
-          }
+  constexpr int kMaxLanes = 16, kRows = 11;
+  for (const LaneKernel& k : kernels) {
+    if (!k.available) continue;
+    ++ran;
+    for (DType type : kTypes) {
+      const auto w = testing::random_weights(type, kRows, n, rng);
+      const size_t row_bytes = w.size() / kRows;
+      std::vector<BlockQ8_K> acts(static_cast<size_t>(kMaxLanes * n / kQK_K));
+      const auto x = testing::random_floats(kMaxLanes * n, rng);
+      quantize_row_q8_K(x.data(), acts.data(), kMaxLanes * n);
+      std::vector<CodedIQBlock> coded(static_cast<size_t>(kRows * n / kQK_K));
+      for (int r = 0; r < kRows; ++r) k.decode(type, w.data() + r * row_bytes, n, coded.data() + r * n / kQK_K);
+      std::vector<int8_t> q(static_cast<size_t>(n * kMaxLanes) + 64);
+      std::vector<int32_t> bias(static_cast<size_t>(n) + 16);
+      std::vector<float> d(static_cast<size_t>(n / kQK_K * kMaxLanes) + 16);
+      auto aligned = [](auto* p) {
+        return reinterpret_cast<decltype(p)>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+      };
+      IQTokenLanes lanes{aligned(q.data()), aligned(bias.data()), aligned(d.data())};
+      for (int n_tok : {1, 5, k.lanes}) {
+        k.to_lanes(reinterpret_cast<const uint8_t*>(acts.data()), sizeof(BlockQ8_K) * n / kQK_K, n_tok, n, lanes);
+        for (int n_rows : {1, 3, 4, 7, 8, 11}) {
+          std::vector<float> out(static_cast<size_t>(n_rows * k.lanes), NAN);
+          k.gemm(type, n, coded.data(), n_rows, lanes, out.data());
+          for (int r = 0; r < n_rows; ++r)
+            for (int t = 0; t < k.lanes; ++t) {
+              const float got = out[static_cast<size_t>(r * k.lanes + t)];
+              if (t >= n_tok) {  // a lane without a token stays zero
+                EXPECT_EQ(got, 0.0f) << k.name << " " << dtype_name(type) << " row " << r << " lane " << t;
+                continue;
+              }
+              const float want = vec_dot_iq_q8_K(type, n, w.data() + r * row_bytes, acts.data() + t * n / kQK_K);
+              EXPECT_EQ(std::memcmp(&got, &want, 4), 0)
+                  << k.name << " " << dtype_name(type) << " row " << r << " token " << t << " of " << n_tok << ": "
+                  << got << " vs " << want;
+            }
+        }
       }
     }
   }
+  if (ran == 0) GTEST_SKIP() << "no vpdpbusd on this CPU";
 }
 
 // The AVX2 decoders give the scalar ones' blocks byte for byte (quants, scales, d, units), on random bits

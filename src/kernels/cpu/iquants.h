@@ -115,30 +115,42 @@ IQDecodeFn iq_decoder(DType type);
 void dot_tile_iq_decoded(int64_t n, const DecodedIQBlock* w, const void* const* a, int n_tok, float* out);
 }  // namespace avx2
 
-namespace avx512vnni {
-// The tokens-in-lanes kernel (iquants_gemm_avx512vnni.cpp). A block decoded for it: the quants plus
-// kCodedOffset (unsigned for vpdpbusd), each 16 elements' scale, d times the type's units.
+// The tokens-in-lanes kernels (iquants_gemm_avx512vnni.cpp: 16 lanes on zmm, and 8 on ymm for batches of 5 to 8
+// tokens; iquants_gemm_avxvnni.cpp: 8 lanes for cores with AVX-VNNI but no AVX-512). A block decoded for them:
+// the quants plus kCodedOffset (unsigned for vpdpbusd), each 16 elements' scale, d times the type's units.
 inline constexpr int kCodedOffset = 64;
 struct CodedIQBlock {
   alignas(64) uint8_t u[kQK_K];
   alignas(64) int32_t scale[kQK_K / 16];
   float f;
 };
-// Up to 16 tokens' Q8_K activations of n elements with the tokens in the lanes: per block, per 4 elements k,
-// 64 bytes (token t's four at 4t); per block and 16-element sub-block, the 16 tokens' kCodedOffset * bsum;
-// per block the 16 tokens' d. Lanes past the tokens are zero.
+// Up to L tokens' (L = 16 or 8 lanes) Q8_K activations of n elements with the tokens in the lanes: per block,
+// per 4 elements k, 4L bytes (token t's four at 4t); per block and 16-element sub-block, the L tokens'
+// kCodedOffset * bsum; per block the L tokens' d. Lanes past the tokens are zero.
 struct IQTokenLanes {
-  int8_t* q;      // n * 16 bytes, 64-byte aligned
-  int32_t* bias;  // n / 16 * 16
-  float* d;       // n / 256 * 16
+  int8_t* q;      // n * L bytes, 64-byte aligned
+  int32_t* bias;  // n / 16 * L
+  float* d;       // n / 256 * L
 };
+
+namespace avx512vnni {
 // Row `row` of `type` (n elements) decoded into out[0, n / 256).
 void decode_iq_coded(DType type, const void* row, int64_t n, CodedIQBlock* out);
-// n_tok (1..16) Q8_K rows of n elements, row_bytes apart from `rows`, into out.
+// n_tok (1..16) Q8_K rows of n elements, row_bytes apart from `rows`, into out's 16 lanes.
 void tokens_to_lanes(const uint8_t* rows, size_t row_bytes, int n_tok, int64_t n, IQTokenLanes& out);
 // out[r * 16 + t] for r < n_rows (rows of `type`, n / 256 blocks each, one after another from w) and the 16
 // lanes.
 void gemm_iq_coded(DType type, int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out);
+// The same with 8 lanes (n_tok 1..8; out[r * 8 + t]).
+void tokens_to_lanes8(const uint8_t* rows, size_t row_bytes, int n_tok, int64_t n, IQTokenLanes& out);
+void gemm_iq_coded8(DType type, int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out);
 }  // namespace avx512vnni
+
+namespace avxvnni {
+// The 8-lane functions with AVX-VNNI (VEX) instead; call only when cpu_has_avx_vnni().
+void decode_iq_coded(DType type, const void* row, int64_t n, CodedIQBlock* out);
+void tokens_to_lanes8(const uint8_t* rows, size_t row_bytes, int n_tok, int64_t n, IQTokenLanes& out);
+void gemm_iq_coded8(DType type, int64_t n, const CodedIQBlock* w, int n_rows, const IQTokenLanes& acts, float* out);
+}  // namespace avxvnni
 
 }  // namespace kvserve

@@ -610,51 +610,69 @@ void multiply_rows_decoded(const Tensor& w, const ConvertedActs& a, float* y, in
   }
 }
 
-// The same types on AVX512-VNNI over more tokens than one tile takes (iquants_gemm_avx512vnni.cpp): each
-// chunk of rows decoded once (up to kCodedChunkBytes of CodedIQBlock), the tokens put in the lanes of 16 once
-// per group (once per call where that is all of them), then 64 products a vpdpbusd. Its float step per block
-// is the tiles' (iq_accumulate), so a token's result does not depend on its batch. 1B-shaped IQ3_XXS prefill of
-// 512 tokens ran 2x an int16 vpdpwssd kernel over the same decoded rows (Xeon VM, 2 threads, 2026-12-06).
+// The same types over more tokens than one tile takes where vpdpbusd is there (iquants_gemm_*.cpp): each chunk
+// of rows decoded once (up to kCodedChunkBytes of CodedIQBlock), the tokens put in the lanes once per group
+// (once per call where that is all of them), then 4 x lanes products a vpdpbusd. AVX512-VNNI puts 16 tokens
+// in the lanes of a zmm, or 8 in a ymm for batches of 5 to 8; AVX-VNNI (no AVX-512) 8. Their float step per
+// block is the tiles' (iq_accumulate), so a token's result does not depend on its batch. 1B-shaped IQ3_XXS
+// prefill of 512 tokens ran 2x an int16 vpdpwssd kernel over the same decoded rows (Xeon VM, 2 threads,
+// 2026-12-06).
 constexpr size_t kCodedChunkBytes = 512 * 1024;
 
-void multiply_rows_iq_lanes(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
-  constexpr int kLanes = 16;
+struct IQLaneKernel {
+  int lanes;
+  void (*decode)(DType, const void*, int64_t, CodedIQBlock*);
+  void (*to_lanes)(const uint8_t*, size_t, int, int64_t, IQTokenLanes&);
+  void (*gemm)(DType, int64_t, const CodedIQBlock*, int, const IQTokenLanes&, float*);
+};
+
+// The lanes kernel for a call of n_tokens (> kMaxTileTokens), or none (lanes 0) without vpdpbusd.
+IQLaneKernel iq_lane_kernel(int64_t n_tokens) {
+  if (cpu_has_avx512_vnni())
+    return n_tokens > 8
+               ? IQLaneKernel{16, avx512vnni::decode_iq_coded, avx512vnni::tokens_to_lanes, avx512vnni::gemm_iq_coded}
+               : IQLaneKernel{8, avx512vnni::decode_iq_coded, avx512vnni::tokens_to_lanes8, avx512vnni::gemm_iq_coded8};
+  if (cpu_has_avx_vnni()) return {8, avxvnni::decode_iq_coded, avxvnni::tokens_to_lanes8, avxvnni::gemm_iq_coded8};
+  return {0, nullptr, nullptr, nullptr};
+}
+
+void multiply_rows_iq_lanes(const IQLaneKernel& k, const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin,
+                            int64_t row_end) {
+  constexpr int kMaxLanes = 16;
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   const int64_t nb = n_in / kQK_K;
   const int64_t chunk_rows = std::clamp<int64_t>(
-      static_cast<int64_t>(kCodedChunkBytes / (static_cast<size_t>(nb) * sizeof(avx512vnni::CodedIQBlock))), 1,
-      kMaxChunkRows);
+      static_cast<int64_t>(kCodedChunkBytes / (static_cast<size_t>(nb) * sizeof(CodedIQBlock))), 1, kMaxChunkRows);
   struct alignas(64) Line {
     uint8_t bytes[64];
   };
-  thread_local std::vector<avx512vnni::CodedIQBlock> coded;
+  thread_local std::vector<CodedIQBlock> coded;
   thread_local std::vector<Line> lanes_q, lanes_bias, lanes_d;
   grow_to(coded, chunk_rows * nb);
-  grow_to(lanes_q, n_in * kLanes / 64);
-  grow_to(lanes_bias, n_in / 16);  // 16 int32 a sub-block
-  grow_to(lanes_d, nb);            // 16 floats a block
-  avx512vnni::IQTokenLanes lanes{reinterpret_cast<int8_t*>(lanes_q.data()),
-                                 reinterpret_cast<int32_t*>(lanes_bias.data()),
-                                 reinterpret_cast<float*>(lanes_d.data())};
+  grow_to(lanes_q, n_in * kMaxLanes / 64);
+  grow_to(lanes_bias, n_in / 16);  // up to 16 int32 a sub-block
+  grow_to(lanes_d, nb);            // up to 16 floats a block
+  IQTokenLanes lanes{reinterpret_cast<int8_t*>(lanes_q.data()), reinterpret_cast<int32_t*>(lanes_bias.data()),
+                     reinterpret_cast<float*>(lanes_d.data())};
   auto to_lanes = [&](int64_t t0) {
-    const int n_tok = static_cast<int>(std::min<int64_t>(kLanes, a.n_tokens - t0));
-    avx512vnni::tokens_to_lanes(a.rows + t0 * a.row_bytes, a.row_bytes, n_tok, n_in, lanes);
+    const int n_tok = static_cast<int>(std::min<int64_t>(k.lanes, a.n_tokens - t0));
+    k.to_lanes(a.rows + t0 * a.row_bytes, a.row_bytes, n_tok, n_in, lanes);
   };
-  const bool one_group = a.n_tokens <= kLanes;
+  const bool one_group = a.n_tokens <= k.lanes;
   if (one_group) to_lanes(0);
-  float out[kMaxChunkRows * kLanes];
+  float out[kMaxChunkRows * kMaxLanes];
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
     const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
     const int n_rows = static_cast<int>(chunk_end - chunk);
     for (int64_t r = chunk; r < chunk_end; ++r)
-      avx512vnni::decode_iq_coded(w.type, w.row(r), n_in, &coded[static_cast<size_t>((r - chunk) * nb)]);
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kLanes) {
+      k.decode(w.type, w.row(r), n_in, &coded[static_cast<size_t>((r - chunk) * nb)]);
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += k.lanes) {
       if (!one_group) to_lanes(t0);
-      avx512vnni::gemm_iq_coded(w.type, n_in, coded.data(), n_rows, lanes, out);
-      const int n_tok = static_cast<int>(std::min<int64_t>(kLanes, a.n_tokens - t0));
+      k.gemm(w.type, n_in, coded.data(), n_rows, lanes, out);
+      const int n_tok = static_cast<int>(std::min<int64_t>(k.lanes, a.n_tokens - t0));
       for (int t = 0; t < n_tok; ++t)
-        for (int r = 0; r < n_rows; ++r) y[(t0 + t) * n_out + chunk + r] = out[r * kLanes + t];
+        for (int r = 0; r < n_rows; ++r) y[(t0 + t) * n_out + chunk + r] = out[r * k.lanes + t];
     }
   }
 }
@@ -703,8 +721,9 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   }
   const TileFn tile = cpu_has_avx2() ? a.kind.avx2_tile : nullptr;
   if (tile != nullptr && n_tokens > avx2::kMaxTileTokens && is_low_bit_iquant(w.type)) {
-    if (cpu_has_avx512_vnni())
-      multiply_rows_iq_lanes(w, a, y, row_begin, row_end);
+    const IQLaneKernel lanes = iq_lane_kernel(n_tokens);
+    if (lanes.lanes > 0)
+      multiply_rows_iq_lanes(lanes, w, a, y, row_begin, row_end);
     else
       multiply_rows_decoded(w, a, y, row_begin, row_end, chunk_rows);
     return;
