@@ -1,5 +1,5 @@
 // Writes the Hugging Face folder of a tiny GGUF golden as the tests do (tests/hf_test_folder.h), for
-// scripts that run transformers on it (scripts/make_deepseek_hf_golden.py). Build from the repo root after
+// scripts that run transformers on it (scripts/make_hf_variant_golden.py). Build from the repo root after
 // `cmake --build --preset release`:
 //
 //   g++ -std=c++20 -Isrc -Itests -DKVSERVE_SHARED_DIR='"../shared"' -DKVSERVE_SOURCE_DIR='"."' \

@@ -265,6 +265,81 @@ TEST(Engine, HybridCacheRunsLongerSequencesInTheSameMemory) {
   EXPECT_GT(engine.stats().preemptions + 0u, 0u);  // 59 one-layer blocks hold one or two of them at a time
 }
 
+// Every layer windowed, as Mistral v0.1's (tiny-gqa given a window of 7 on both layers, as a MistralForCausalLM
+// folder loads): no layer keeps the whole sequence, so the cache's one group is windowed and a sequence of any
+// length runs in a few blocks.
+const Model& tiny_gqa_every_layer_windowed() {
+  static const std::unique_ptr<Model> m = [] {
+    auto gqa = load_model(kShared + "/golden/gguf/models/tiny-gqa.gguf");
+    gqa->config.sliding_window = 7;
+    gqa->config.swa_layers.assign(static_cast<size_t>(gqa->config.n_layers), true);
+    gqa->config.rope_base_swa = gqa->config.rope_base;
+    return gqa;
+  }();
+  return *m;
+}
+
+TEST(Engine, EveryLayerWindowedGivesTheBitsOfAFullCache) {
+  const Model& m = tiny_gqa_every_layer_windowed();
+  std::mt19937 rng(9);
+  const std::vector<int32_t> ids = random_prompt(rng, 120);
+  GeneratorOptions full_opts{.block_size = 4};
+  full_opts.hybrid_kv_cache = false;
+  GeneratorOptions hybrid_opts{.block_size = 4};
+  hybrid_opts.prefill_chunk = 8;  // blocks are released between prompt chunks too
+  Generator full(m, full_opts), hybrid(m, hybrid_opts);
+  ASSERT_TRUE(hybrid.kv_cache().groups.hybrid());
+  EXPECT_EQ(hybrid.kv_cache().groups.windows, (std::vector<int64_t>{7}));
+  EXPECT_NE(hybrid.kv_cache().summary().find("window 7, no limit on a sequence's length"), std::string::npos)
+      << hybrid.kv_cache().summary();
+  const auto want = full.teacher_forced_logits(ids, 6);
+  const auto got = hybrid.teacher_forced_logits(ids, 6);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "position " << i;
+  EXPECT_EQ(hybrid.prefill_logits(ids, 100), full.prefill_logits(ids, 100));
+  // The window binds: the same model with every position attended gives other logits.
+  auto whole = load_model(kShared + "/golden/gguf/models/tiny-gqa.gguf");
+  Generator unwindowed(*whole, full_opts);
+  EXPECT_NE(unwindowed.prefill_logits(ids, 100), full.prefill_logits(ids, 100));
+}
+
+// Requests far longer than a full cache could hold run side by side in the windowed one, token for token as a
+// full cache computes them alone, and leave every block free or cached.
+TEST(Engine, EveryLayerWindowedRunsSequencesLongerThanTheCache) {
+  const Model& m = tiny_gqa_every_layer_windowed();
+  const ModelConfig& c = m.config;
+  std::mt19937 rng(31);
+  const std::vector<int32_t> shared = random_prompt(rng, 100);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> p = shared;
+    for (int j = 0; j <= 5 * i; ++j) p.push_back(static_cast<int32_t>(3 + (17 * i + 5 * j) % 500));
+    prompts.push_back(p);
+  }
+  SamplingParams params;
+  params.max_tokens = 60;
+  params.ignore_eos = true;
+  EngineOptions o = small_options();
+  o.model_id = "tiny-gqa-windowed";
+  // 12 blocks of 16: 192 positions, fewer than one request's 160-190 in a full cache beside another.
+  o.kv_cache_memory = static_cast<double>(
+      KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, KVCacheDType::F32, o.block_size).bytes_per_block() * 12);
+  Engine engine(m, o);
+  Collector col;
+  for (int i = 0; i < 5; ++i) engine.add_request(col.request(fmt::format("r{}", i), prompts[i], params));
+  engine.wait_until_idle();
+  expect_all_blocks_free_or_cached(engine);
+  GeneratorOptions go;
+  go.hybrid_kv_cache = false;
+  Generator reference(m, go);
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = fmt::format("r{}", i);
+    const ChoiceResult got = col.get(id);
+    ASSERT_TRUE(got.finished) << id;
+    EXPECT_EQ(got.ids, reference.generate(prompts[i], params).generated_ids) << id;
+  }
+}
+
 // LongRoPE through the engine: its context (the model's 512, beyond the original 256) picks the long
 // factors, as the Generator's does; batched, chunked and decoded steps all rotate with them.
 TEST(Engine, LongRopeModelInBatchesMatchesGeneratorTokenForToken) {

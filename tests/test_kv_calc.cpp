@@ -357,10 +357,24 @@ TEST(KVCalc, ReadsSlidingWindowsFromHuggingFaceConfigs) {
   EXPECT_EQ(s.n_swa_layers, 13);
   gemma2["sliding_window"] = nullptr;
   EXPECT_EQ(kv_shape_from_hf_config(gemma2).n_swa_layers, 0);
-  // Other models keep every position (llama.cpp and kvserve run Mistral's window as full attention).
-  nlohmann::json mistral = gemma3;
-  mistral["model_type"] = "mistral";
-  EXPECT_EQ(kv_shape_from_hf_config(mistral).sliding_window, 0);
+  // Mistral-7B-v0.1: a window of 4096 on every layer (transformers' default too); v0.2 on: null, none.
+  nlohmann::json mistral = nlohmann::json::parse(R"({"architectures": ["MistralForCausalLM"],
+      "model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "hidden_size": 4096, "max_position_embeddings": 32768, "sliding_window": 4096})");
+  s = kv_shape_from_hf_config(mistral);
+  EXPECT_EQ(s.sliding_window, 4096);
+  EXPECT_EQ(s.n_swa_layers, 32);
+  mistral["sliding_window"] = nullptr;
+  EXPECT_EQ(kv_shape_from_hf_config(mistral).n_swa_layers, 0);
+  // Qwen 2.5 configs name a window but use_sliding_window is false: every position kept.
+  const nlohmann::json qwen2 = nlohmann::json::parse(R"({"model_type": "qwen2", "num_hidden_layers": 24,
+      "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896, "sliding_window": 32768,
+      "max_window_layers": 21, "use_sliding_window": false})");
+  EXPECT_EQ(kv_shape_from_hf_config(qwen2).n_swa_layers, 0);
+  // Other models keep every position.
+  nlohmann::json llama = gemma3;
+  llama["model_type"] = "llama";
+  EXPECT_EQ(kv_shape_from_hf_config(llama).sliding_window, 0);
   // A bad layer type is named.
   text["layer_types"][1] = "global";
   EXPECT_THROW(kv_shape_from_hf_config(nlohmann::json{{"model_type", "gemma3"}, {"text_config", text}}), Error);

@@ -204,10 +204,13 @@ std::string PagedKVCache::summary() const {
     int n_windowed = 0;
     for (int64_t w : groups.windows) n_windowed += w > 0 ? 1 : 0;
     const int n_full = static_cast<int>(groups.windows.size()) - n_windowed;
-    s += fmt::format(" (hybrid: {} full-attention and {} sliding-window group{} of {} layer{}, window {}, {} tokens "
-                     "per sequence)",
-                     n_full, n_windowed, n_windowed == 1 ? "" : "s", groups.slots(), groups.slots() == 1 ? "" : "s",
-                     *std::max_element(groups.windows.begin(), groups.windows.end()), capacity);
+    // With every layer windowed (Mistral v0.1) no group grows with the sequence: no length bound.
+    const std::string reach = capacity >= std::numeric_limits<int64_t>::max() / 2
+                                  ? std::string("no limit on a sequence's length")
+                                  : fmt::format("{} tokens per sequence", capacity);
+    s += fmt::format(" (hybrid: {} full-attention and {} sliding-window group{} of {} layer{}, window {}, {})", n_full,
+                     n_windowed, n_windowed == 1 ? "" : "s", groups.slots(), groups.slots() == 1 ? "" : "s",
+                     *std::max_element(groups.windows.begin(), groups.windows.end()), reach);
   }
   if (num_blocks < affordable_blocks)
     s += fmt::format(" (budget {} allowed {} blocks; capped at what the sequences can reach)",

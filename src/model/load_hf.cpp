@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -38,18 +40,13 @@ struct HfArch {
 };
 
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", "llama", false, false},
-    {"Qwen2ForCausalLM", "qwen2", true, false},
-    {"Qwen3ForCausalLM", "qwen3", false, true},
-    {"Qwen3MoeForCausalLM", "qwen3moe", false, true},
-    {"MixtralForCausalLM", "llama", false, false},
-    {"Phi3ForCausalLM", "phi3", false, false},
-    {"GemmaForCausalLM", "gemma", false, false},
-    {"Gemma2ForCausalLM", "gemma2", false, false},
-    {"Gemma3ForCausalLM", "gemma3", false, true},
-    {"SmolLM3ForCausalLM", "smollm3", false, false},
-    {"GraniteForCausalLM", "granite", false, false},
-    {"DeepseekV2ForCausalLM", "deepseek2", false, false},
+    {"LlamaForCausalLM", "llama", false, false},          {"Qwen2ForCausalLM", "qwen2", true, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true},           {"Qwen3MoeForCausalLM", "qwen3moe", false, true},
+    {"MistralForCausalLM", "llama", false, false},        {"MinistralForCausalLM", "llama", false, false},
+    {"MixtralForCausalLM", "llama", false, false},        {"Phi3ForCausalLM", "phi3", false, false},
+    {"GemmaForCausalLM", "gemma", false, false},          {"Gemma2ForCausalLM", "gemma2", false, false},
+    {"Gemma3ForCausalLM", "gemma3", false, true},         {"SmolLM3ForCausalLM", "smollm3", false, false},
+    {"GraniteForCausalLM", "granite", false, false},      {"DeepseekV2ForCausalLM", "deepseek2", false, false},
     {"DeepseekV3ForCausalLM", "deepseek2", false, false},
 };
 
@@ -179,14 +176,44 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
 // else Gemma 2 every even layer and Gemma 3 all but every sliding_window_pattern-th), the local layers'
 // RoPE base rope_local_base_freq (Gemma 3) or rope_theta (Gemma 2). The output is the embedding (Gemma 3:
 // unless tie_word_embeddings is false, as transformers and llama.cpp allow).
-// Gemma 2 and 3's local layers: `layer_types`, else Gemma 2 every even layer and Gemma 3 all but every
-// sliding_window_pattern-th; window 4096 unless the config says (null: no local layers).
+// The families whose config.json can give layers a sliding window, each read as transformers' config class and
+// modeling code read it.
+enum class SwaFamily { Gemma2, Gemma3, Mistral, Mixtral, Ministral, Qwen2 };
+
+std::optional<SwaFamily> swa_family_of_model_type(std::string_view model_type) {
+  if (model_type == "gemma2") return SwaFamily::Gemma2;
+  if (model_type == "gemma3" || model_type == "gemma3_text") return SwaFamily::Gemma3;
+  if (model_type == "mistral") return SwaFamily::Mistral;
+  if (model_type == "mixtral") return SwaFamily::Mixtral;
+  if (model_type == "ministral") return SwaFamily::Ministral;
+  if (model_type == "qwen2") return SwaFamily::Qwen2;
+  return std::nullopt;
+}
+
+std::optional<SwaFamily> swa_family_of_arch(std::string_view hf_arch) {
+  if (hf_arch == "Gemma2ForCausalLM") return SwaFamily::Gemma2;
+  if (hf_arch == "Gemma3ForCausalLM") return SwaFamily::Gemma3;
+  if (hf_arch == "MistralForCausalLM") return SwaFamily::Mistral;
+  if (hf_arch == "MixtralForCausalLM") return SwaFamily::Mixtral;
+  if (hf_arch == "MinistralForCausalLM") return SwaFamily::Ministral;
+  if (hf_arch == "Qwen2ForCausalLM") return SwaFamily::Qwen2;
+  return std::nullopt;
+}
+
+// The window: `sliding_window` (null: none), by default 4096, except Mixtral's (none). Qwen 2 has one only with
+// use_sliding_window true. Which layers:
+// - Mistral and Mixtral: every layer (their modeling code ignores `layer_types`);
+// - the others: `layer_types` when given, else Gemma 2 every even layer, Gemma 3 all but every
+//   sliding_window_pattern-th, Ministral every layer, Qwen 2 those from max_window_layers (28) on.
 SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader& r, const std::string& path,
-                                               bool gemma2, int n_layers) {
+                                               SwaFamily family, int n_layers) {
   SlidingWindowLayers swa;
+  if (family == SwaFamily::Qwen2 && !r.bool_or("use_sliding_window", false)) return swa;
   if (j.contains("sliding_window") && j["sliding_window"].is_null()) return swa;
-  swa.window = r.positive_int_or("sliding_window", 4096);
-  swa.layers.assign(static_cast<size_t>(n_layers), false);
+  swa.window = r.positive_int_or("sliding_window", family == SwaFamily::Mixtral ? 0 : 4096);
+  if (swa.window == 0) return swa;
+  swa.layers.assign(static_cast<size_t>(n_layers), true);
+  if (family == SwaFamily::Mistral || family == SwaFamily::Mixtral) return swa;
   if (r.has("layer_types")) {
     const json& types = j["layer_types"];
     if (!types.is_array() || types.size() != static_cast<size_t>(n_layers))
@@ -197,8 +224,19 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
         fail("'{}': layer_types[{}] must be \"sliding_attention\" or \"full_attention\"", path, l);
       swa.layers[l] = t == "sliding_attention";
     }
-  } else {
-    const int n = gemma2 ? 2 : r.positive_int_or("sliding_window_pattern", 6);
+    return swa;
+  }
+  if (family == SwaFamily::Qwen2) {
+    int64_t first = 28;
+    if (r.has("max_window_layers")) {
+      const json& v = j["max_window_layers"];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0)
+        fail("'{}': 'max_window_layers' must be a non-negative integer", path);
+      first = v.get<int64_t>();
+    }
+    for (int l = 0; l < n_layers && l < first; ++l) swa.layers[static_cast<size_t>(l)] = false;
+  } else if (family == SwaFamily::Gemma2 || family == SwaFamily::Gemma3) {
+    const int n = family == SwaFamily::Gemma2 ? 2 : r.positive_int_or("sliding_window_pattern", 6);
     for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = (l + 1) % n != 0;
   }
   return swa;
@@ -227,12 +265,10 @@ void read_gemma_config(const json& j, const ConfigReader& r, const std::string& 
   };
   c.final_logit_softcap = cap("final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
   c.attn_softcap = cap("attn_logit_softcapping", gemma2 ? 50.0f : 0.0f);
-  SlidingWindowLayers swa = read_sliding_window_layers(j, r, path, gemma2, c.n_layers);
-  if (swa.window == 0) return;
-  c.sliding_window = swa.window;
-  c.swa_layers = std::move(swa.layers);
-  c.rope_base_swa = gemma3 ? r.positive_float_or("rope_local_base_freq", 10000.0f) : c.rope_base;
-  if (gemma2) c.rope_scaling_swa = c.rope_scaling;
+  if (c.sliding_window > 0 && gemma3) {
+    c.rope_base_swa = r.positive_float_or("rope_local_base_freq", 10000.0f);
+    c.rope_scaling_swa = {};
+  }
 }
 
 ModelConfig read_config(const json& j, const std::string& path);
@@ -402,6 +438,15 @@ ModelConfig read_config(const json& j, const std::string& path) {
            factor, c.n_rot, c.head_dim);
   }
   read_rope_scaling(j, path, c);
+  if (const std::optional<SwaFamily> family = swa_family_of_arch(hf_arch)) {
+    SlidingWindowLayers swa = read_sliding_window_layers(j, r, path, *family, c.n_layers);
+    if (swa.window > 0 && std::find(swa.layers.begin(), swa.layers.end(), true) != swa.layers.end()) {
+      c.sliding_window = swa.window;
+      c.swa_layers = std::move(swa.layers);
+      c.rope_base_swa = c.rope_base;  // the local layers rotate as the global ones (Gemma 3: see below)
+      c.rope_scaling_swa = c.rope_scaling;
+    }
+  }
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
   if (c.arch == "granite") {
     // transformers' GraniteConfig multipliers (its defaults: 1, 1, 1, 1); as the GGUF converter maps them.
@@ -482,9 +527,9 @@ Tensor aligned(const Tensor& t, Model& m) {
 
 SlidingWindowLayers hf_sliding_window_layers(const json& config, const std::string& model_type, int n_layers,
                                              const std::string& path) {
-  const bool gemma2 = model_type == "gemma2";
-  if (!gemma2 && model_type != "gemma3" && model_type != "gemma3_text") return {};
-  return read_sliding_window_layers(config, ConfigReader(config, path), path, gemma2, n_layers);
+  const std::optional<SwaFamily> family = swa_family_of_model_type(model_type);
+  if (!family) return {};
+  return read_sliding_window_layers(config, ConfigReader(config, path), path, *family, n_layers);
 }
 
 std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& opts) {

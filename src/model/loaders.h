@@ -26,9 +26,9 @@ struct SlidingWindowLayers {
   std::vector<bool> layers;
 };
 SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& file, const std::string& arch, int n_layers);
-// The same from a Hugging Face config.json (its text part) of model_type gemma2, gemma3 or gemma3_text, as
-// transformers reads it: `layer_types`, else Gemma 2 every even layer and Gemma 3 all but every
-// sliding_window_pattern-th; window 4096 unless given, none when null. Other model types: none.
+// The same from a Hugging Face config.json (its text part) of model_type gemma2, gemma3, gemma3_text, mistral,
+// mixtral, ministral or qwen2, as transformers reads it (load_hf.cpp, read_sliding_window_layers). Other model
+// types: none.
 SlidingWindowLayers hf_sliding_window_layers(const nlohmann::json& config, const std::string& model_type,
                                              int n_layers, const std::string& path);
 
