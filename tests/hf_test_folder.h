@@ -241,20 +241,25 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
 
   nlohmann::json config = {
       {"architectures",
-       {c.arch == "qwen2"    ? "Qwen2ForCausalLM"
-        : c.arch == "qwen3"  ? "Qwen3ForCausalLM"
-        : c.arch == "qwen3moe" ? "Qwen3MoeForCausalLM"
+       {c.arch == "qwen2"       ? "Qwen2ForCausalLM"
+        : c.arch == "qwen3"     ? "Qwen3ForCausalLM"
+        : c.arch == "qwen3moe"  ? "Qwen3MoeForCausalLM"
         : c.arch == "deepseek2" ? (c.expert_gating == ModelConfig::ExpertGating::Sigmoid ? "DeepseekV3ForCausalLM"
                                                                                          : "DeepseekV2ForCausalLM")
-        : c.moe()            ? "MixtralForCausalLM"
-        : c.arch == "gemma"  ? "GemmaForCausalLM"
-        : c.arch == "gemma2" ? "Gemma2ForCausalLM"
-        : c.arch == "gemma3" ? "Gemma3ForCausalLM"
-        : c.arch == "phi3"   ? "Phi3ForCausalLM"
-        : c.arch == "smollm3" ? "SmolLM3ForCausalLM"
-        : c.arch == "granite" ? "GraniteForCausalLM"
-                             : "LlamaForCausalLM"}},
-      {"model_type", c.arch},
+        : c.moe()               ? "MixtralForCausalLM"
+        : c.arch == "gemma"     ? "GemmaForCausalLM"
+        : c.arch == "gemma2"    ? "Gemma2ForCausalLM"
+        : c.arch == "gemma3"    ? "Gemma3ForCausalLM"
+        : c.arch == "phi3"      ? "Phi3ForCausalLM"
+        : c.arch == "smollm3"   ? "SmolLM3ForCausalLM"
+        : c.arch == "granite"   ? "GraniteForCausalLM"
+                                : "LlamaForCausalLM"}},
+      // transformers' name for the model type (GGUF's qwen3moe is its qwen3_moe, gemma3 its gemma3_text (the text
+      // model); a llama with experts, mixtral).
+      {"model_type", c.arch == "qwen3moe"           ? "qwen3_moe"
+                     : c.arch == "gemma3"           ? "gemma3_text"
+                     : c.arch == "llama" && c.moe() ? "mixtral"
+                                                    : c.arch},
       {"hidden_size", c.n_embd},
       {"num_hidden_layers", c.n_layers},
       {"num_attention_heads", c.n_heads},
@@ -269,7 +274,9 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       {"vocab_size", c.n_vocab},
       {"bos_token_id", 1},
       {"eos_token_id", 2},
-      {"torch_dtype", matrix_type == DType::F32 ? "float32" : matrix_type == DType::F16 ? "float16" : "bfloat16"},
+      {"torch_dtype", matrix_type == DType::F32   ? "float32"
+                      : matrix_type == DType::F16 ? "float16"
+                                                  : "bfloat16"},
   };
   if (c.arch == "granite") {
     config["embedding_multiplier"] = c.embd_scale;

@@ -672,6 +672,88 @@ TEST(HfLoader, SlidingWindowConfigsMatchTransformers) {
   }
 }
 
+void expect_same_rope(const RopeScaling& a, const RopeScaling& b) {
+  EXPECT_EQ(a.type, b.type);
+  EXPECT_FLOAT_EQ(a.factor, b.factor);
+  EXPECT_EQ(a.original_context, b.original_context);
+  EXPECT_FLOAT_EQ(a.attn_factor, b.attn_factor);
+  EXPECT_EQ(a.long_factors, b.long_factors);
+  EXPECT_EQ(a.short_factors, b.short_factors);
+  EXPECT_FLOAT_EQ(a.yarn_beta_fast, b.yarn_beta_fast);
+  EXPECT_FLOAT_EQ(a.yarn_beta_slow, b.yarn_beta_slow);
+}
+
+// transformers 5 saves RoPE as `rope_parameters` (tests/data/hf/transformers5/, what it saved for each tiny
+// golden's folder: scripts/make_transformers5_configs.py): the same configuration as the earlier keys give, and
+// llama.cpp's logits. Without reading them, a folder saved by transformers 5 ran at rope_theta 10000 whatever
+// its base.
+TEST(HfLoader, Transformers5RopeParametersReadAsTheEarlierKeys) {
+  const std::string dir = std::string(KVSERVE_SOURCE_DIR) + "/tests/data/hf/transformers5/";
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string stem = entry.path().stem().string();
+    SCOPED_TRACE(stem);
+    ++n;
+    const bool linear = stem == "tiny-gemma3-linear";
+    const std::string base = linear ? "tiny-gemma3" : stem;
+    TempDir tmp;
+    make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + base + ".gguf", tmp.path(),
+                             DType::F32);
+    if (linear) {
+      json c = read_json(tmp / "config.json");
+      c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+      write_json(tmp / "config.json", c);
+    }
+    const ModelConfig earlier = load_model(tmp.path())->config;
+    const json saved = read_json(entry.path().string());
+    ASSERT_TRUE(saved.contains("rope_parameters"));
+    ASSERT_FALSE(saved.contains("rope_theta"));
+    write_json(tmp / "config.json", saved);
+    auto m = load_model(tmp.path());
+    const ModelConfig& c = m->config;
+    EXPECT_EQ(c.rope_base, earlier.rope_base);
+    EXPECT_EQ(c.n_rot, earlier.n_rot);
+    expect_same_rope(c.rope_scaling, earlier.rope_scaling);
+    EXPECT_EQ(c.rope_base_swa, earlier.rope_base_swa);
+    expect_same_rope(c.rope_scaling_swa, earlier.rope_scaling_swa);
+    EXPECT_EQ(c.sliding_window, earlier.sliding_window);
+    EXPECT_EQ(c.swa_layers, earlier.swa_layers);
+    EXPECT_FLOAT_EQ(c.attn_scale, earlier.attn_scale);
+    if (linear) {
+      EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Linear);
+      EXPECT_EQ(c.rope_scaling_swa.type, RopeScaling::Type::None);  // the local layers are not scaled
+      EXPECT_EQ(c.rope_base_swa, 10000.0f);
+    } else {
+      expect_follows_arch_golden(*m, stem, stem == "tiny-deepseek2-yarn" ? 2e-4f : 1e-3f);
+    }
+  }
+  EXPECT_EQ(n, 17u);
+}
+
+TEST(HfLoader, RopeParametersErrorsAreNamed) {
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3.gguf", tmp.path(),
+                           DType::F32);
+  json good = read_json(tmp / "config.json");
+  good.erase("rope_theta");
+  good.erase("rope_scaling");
+  const auto with = [&](const json& rp, std::initializer_list<std::string> needles) {
+    json c = good;
+    c["rope_parameters"] = rp;
+    write_json(tmp / "config.json", c);
+    expect_error([&] { load_model(tmp.path()); }, needles);
+  };
+  with(json::array({1}), {"rope_parameters", "object"});
+  with({{"rope_theta", 1e6}, {"rope_type", 3}}, {"rope_type", "string"});
+  with({{"rope_theta", 1e6}, {"rope_type", "dynamic"}, {"factor", 2.0}}, {"dynamic"});
+  with({{"rope_theta", -1.0}}, {"rope_theta"});
+  with({{"full_attention", {{"rope_theta", 1e6}}}, {"chunked_attention", {{"rope_theta", 1e4}}}},
+       {"chunked_attention"});
+  with({{"full_attention", {{"rope_theta", 1e6}}},
+        {"sliding_attention", {{"rope_theta", 1e4}, {"rope_type", "linear"}, {"factor", 2.0}}}},
+       {"sliding_attention", "linear"});
+}
+
 // Which layers slide, and over how many positions, as transformers' config classes read config.json.
 TEST(HfLoader, SlidingWindowDefaultsFollowTransformers) {
   TempDir tmp;

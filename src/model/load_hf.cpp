@@ -143,7 +143,7 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
       original = static_cast<double>(j["original_max_position_embeddings"].get<int64_t>());
     }
     s.original_context = static_cast<int>(original);
-    const double factor = c.n_ctx_train / original;
+    const double factor = number("factor", c.n_ctx_train / original);
     const double attention = number("attention_factor", factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(original)));
     if (!(attention > 0)) fail("'{}': rope_scaling.attention_factor must be positive", path);
     s.attn_factor = static_cast<float>(attention);
@@ -162,7 +162,12 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
     if (!(s.yarn_beta_fast > s.yarn_beta_slow) || !(s.yarn_beta_slow > 0))
       fail("'{}': rope_scaling beta_fast {} must exceed beta_slow {} > 0", path, s.yarn_beta_fast, s.yarn_beta_slow);
     const double grow = 1.0 + 0.1 * std::log(static_cast<double>(s.factor));
-    const double magnitude = number("attention_factor", grow);
+    // With both mscale and mscale_all_dim (Ministral 3, DeepSeek), their ratio of yarn_get_mscale.
+    const double mscale = number("mscale", 0.0), mscale_all_dim = number("mscale_all_dim", 0.0);
+    const auto get_mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0; };
+    const double magnitude =
+        number("attention_factor",
+               mscale != 0.0 && mscale_all_dim != 0.0 ? get_mscale(mscale) / get_mscale(mscale_all_dim) : grow);
     if (!(magnitude > 0)) fail("'{}': rope_scaling.attention_factor must be positive", path);
     s.attn_factor = static_cast<float>(magnitude / grow);
   } else {
@@ -379,15 +384,83 @@ ModelConfig read_gemma3_text_config(const json& j, const std::string& path) {
   return read_config(t, path);
 }
 
-ModelConfig read_config(const json& j, const std::string& path) {
-  if (!j.is_object()) fail("'{}': not a JSON object", path);
-  ConfigReader r(j, path);
+// transformers 5 saves RoPE as `rope_parameters` (rope_theta, rope_type and the scaling keys in one object; Gemma 3:
+// one object per layer type) where earlier versions wrote rope_theta, rope_scaling, partial_rotary_factor and
+// rope_local_base_freq beside the other keys. The config in the earlier keys, which the readers below take:
+// rope_parameters wins where both are given, as transformers' standardize_rope_params reads them.
+json with_earlier_rope_keys(const json& j, const std::string& path) {
+  if (!j.is_object() || !j.contains("rope_parameters") || j["rope_parameters"].is_null()) return j;
+  const json& rp = j["rope_parameters"];
+  if (!rp.is_object()) fail("'{}': 'rope_parameters' must be an object", path);
+  json out = j;
+  out.erase("rope_parameters");
+  const auto type_of = [&](const json& p, const char* where) {
+    if (!p.is_object()) fail("'{}': rope_parameters{} must be an object", path, where);
+    const json& t = p.contains("rope_type") ? p["rope_type"] : p.contains("type") ? p["type"] : json("default");
+    if (!t.is_string()) fail("'{}': rope_parameters{}.rope_type must be a string", path, where);
+    return t.get<std::string>();
+  };
+  const auto take = [&](const json& p, const char* where) {
+    if (p.contains("rope_theta")) out["rope_theta"] = p["rope_theta"];
+    if (p.contains("partial_rotary_factor")) out["partial_rotary_factor"] = p["partial_rotary_factor"];
+    const std::string type = type_of(p, where);
+    if (type == "default") {
+      out.erase("rope_scaling");
+      return;
+    }
+    out["rope_scaling"] = p;
+    // LongRoPE's pretraining context: the top-level key first (Phi-3 keeps it there), as transformers.
+    if (type == "longrope" && !out.contains("original_max_position_embeddings") &&
+        p.contains("original_max_position_embeddings"))
+      out["original_max_position_embeddings"] = p["original_max_position_embeddings"];
+  };
+  if (rp.contains("full_attention") || rp.contains("sliding_attention")) {
+    if (rp.contains("full_attention")) take(rp["full_attention"], ".full_attention");
+    if (rp.contains("sliding_attention") && !rp["sliding_attention"].is_null()) {
+      const json& local = rp["sliding_attention"];
+      if (type_of(local, ".sliding_attention") != "default")
+        fail(
+            "'{}': rope_parameters.sliding_attention of type '{}': the sliding-window layers rotate without scaling "
+            "here",
+            path, type_of(local, ".sliding_attention"));
+      if (local.contains("rope_theta")) out["rope_local_base_freq"] = local["rope_theta"];
+    }
+    for (const auto& [key, value] : rp.items())
+      if (key != "full_attention" && key != "sliding_attention")
+        fail("'{}': rope_parameters for layer type '{}' are not supported (full_attention, sliding_attention)", path,
+             key);
+  } else {
+    take(rp, "");
+  }
+  return out;
+}
+
+// The other names transformers' config classes take for a key (their attribute_map): transformers 5 saves
+// Qwen3-MoE's num_experts as num_local_experts, for one. The readers below take the first name.
+struct KeyAlias {
+  const char* hf_arch;
+  const char* key;
+  const char* alias;
+};
+constexpr KeyAlias kKeyAliases[] = {
+    {"Qwen3MoeForCausalLM", "num_experts", "num_local_experts"},
+    {"MixtralForCausalLM", "num_local_experts", "num_experts"},
+    {"DeepseekV2ForCausalLM", "n_routed_experts", "num_experts"},
+    {"DeepseekV3ForCausalLM", "n_routed_experts", "num_local_experts"},
+};
+
+ModelConfig read_config(const json& raw, const std::string& path) {
+  if (!raw.is_object()) fail("'{}': not a JSON object", path);
+  json j = with_earlier_rope_keys(raw, path);
   std::string hf_arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())
     hf_arch = j["architectures"][0].get<std::string>();
   else
     fail("'{}': required key 'architectures' is missing", path);
+  for (const KeyAlias& a : kKeyAliases)
+    if (hf_arch == a.hf_arch && !j.contains(a.key) && j.contains(a.alias)) j[a.key] = j[a.alias];
+  const ConfigReader r(j, path);
   if (hf_arch == "Gemma3ForConditionalGeneration") return read_gemma3_text_config(j, path);
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs)
