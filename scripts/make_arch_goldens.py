@@ -358,6 +358,26 @@ def add_yarn(gguf, w, factor, original_ctx, log_mul=None):
         w.add_rope_scaling_yarn_log_mul(log_mul)
 
 
+def tiny_mistral3(gguf, path, seed):
+    """Ministral 3 (llama.cpp's mistral3): llama's blocks, YaRN with Ministral 3's keys (the log multiplier is its
+    mscale_all_dim, 1; the ramp's betas), and Llama 4's attention temperature: q times 1 + 0.4 ln(1 + floor(pos /
+    16)), 16 being the YaRN original context (Ministral 3: 0.1 over 16384), so the golden's positions take three
+    temperatures."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 16, 128
+    w = begin(gguf, path, "mistral3", shape, 1000000.0)
+    add_yarn(gguf, w, 4.0, 16, log_mul=1.0)
+    w.add_rope_scaling_yarn_beta_fast(32.0)
+    w.add_rope_scaling_yarn_beta_slow(1.0)
+    w.add_attn_temperature_scale(0.4)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    add_llama_blocks(w, r, shape)
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 def tiny_deepseek2(gguf, path, seed, variant):
     """DeepSeek-V2 / V3 (llama.cpp's deepseek2): multi-head latent attention and a mixture of experts with a
     shared expert after one dense layer. Per token, kv_a projects to a latent of kv_lora_rank (RMS-normed
@@ -472,6 +492,7 @@ MODELS = {
     "tiny-deepseek3": (lambda g, p, s: tiny_deepseek2(g, p, s, "v3"), 3015),
     "tiny-deepseek2-yarn": (lambda g, p, s: tiny_deepseek2(g, p, s, "yarn"), 3016),
     "tiny-qwen3-yarn": (lambda g, p, s: tiny_qwen3(g, p, s, (64, 2, 4, 2, 32, 128), 10000.0, (4.0, 64)), 3017),
+    "tiny-mistral3": (tiny_mistral3, 3018),
 }
 
 

@@ -212,6 +212,36 @@ TEST(GoldenSmolLM3, TheNoRopeLayerMatters) {
   EXPECT_GT(worst(), 1e-2f);
 }
 
+// Ministral 3 (mistral3): its attention temperature and its YaRN magnitude (mscale_all_dim, not llama.cpp's
+// default 1 + 0.1 ln factor) each matter: without either, the last step's logits miss llama.cpp's by far.
+TEST(GoldenMistral3, TheTemperatureAndTheYarnMagnitudeMatter) {
+  auto model = load_model(kArchGoldens + "/tiny-mistral3.gguf");
+  ASSERT_EQ(model->config.attn_temp_length, 16);
+  EXPECT_FLOAT_EQ(model->config.attn_temp_scale, 0.4f);
+  EXPECT_FLOAT_EQ(model->config.attn_temperature(15), 1.0f);
+  EXPECT_FLOAT_EQ(model->config.attn_temperature(16), static_cast<float>(1 + 0.4 * std::log(2.0)));
+  const json g = read_jsonl(kArchGoldens + "/tiny-mistral3.jsonl").front();
+  const auto ids = g["prompt_ids"].get<std::vector<int32_t>>();
+  auto forced = ids;
+  const auto gen_ids = g["generated_ids"].get<std::vector<int32_t>>();
+  forced.insert(forced.end(), gen_ids.begin(), gen_ids.end() - 1);
+  const json& last = g["step_logits_top"].back();
+  const auto worst = [&] {
+    Generator gen(*model, {.max_context = 512});
+    const auto logits = gen.teacher_forced_logits(forced, static_cast<int>(ids.size()));
+    float w = 0;
+    for (const json& pair : last) w = std::max(w, std::fabs(logits.back()[pair[0].get<int>()] - pair[1].get<float>()));
+    return w;
+  };
+  EXPECT_LE(worst(), 1e-4f);
+  const ModelConfig c = model->config;
+  model->config.attn_temp_scale = 0.0f;
+  EXPECT_GT(worst(), 1e-2f);
+  model->config = c;
+  model->config.rope_scaling.attn_factor = 1.0f;  // llama.cpp's magnitude for YaRN files without the multiplier
+  EXPECT_GT(worst(), 1e-2f);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllModels, GoldenGguf,
     ::testing::Values(
@@ -234,7 +264,8 @@ INSTANTIATE_TEST_SUITE_P(
         GgufCase{"tiny-deepseek3", 1e-4f, 1.0f, kArchGoldens},
         // mscale^2 (1.59) on the scores: float rounding reaches 1.1e-4 on logits near 9.
         GgufCase{"tiny-deepseek2-yarn", 2e-4f, 1.0f, kArchGoldens},
-        GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
+        GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-mistral3", 1e-4f, 1.0f, kArchGoldens},
+        GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
         // 45 of 192 steps within 1e-3: more of its activations sit near a Q8_1 rounding
         // boundary. Its dot, dequantizer and activation bytes agree with ggml's own kernels.
         GgufCase{"tiny-gqa-Q5_1", 0.2f, 0.2f, kQuantGoldens}, GgufCase{"tiny-gqa-Q2_K", 0.2f, 0.25f, kQuantGoldens},

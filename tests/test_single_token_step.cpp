@@ -254,6 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RegionCase{"tiny-gemma", 2, 16, 140}, RegionCase{"tiny-phi3", 2, 16, 140},
                       RegionCase{"tiny-phi3-longrope", 2, 16, 140}, RegionCase{"tiny-phi4", 2, 16, 140},
                       RegionCase{"tiny-smollm3", 2, 16, 140}, RegionCase{"tiny-granite", 2, 16, 140},
+                      RegionCase{"tiny-mistral3", 2, 16, 140},
                       // Streaming windows with sinks: window starts mid-block and past whole partitions, sinks
                       // over one block and two, Gemma 3's local layers keeping their own window.
                       RegionCase{"tiny-gqa", 2, 16, 300, {.window = 40, .sinks = 4}},

@@ -213,6 +213,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     attn_lse_.resize(static_cast<size_t>(n_tokens * H));
   }
   kv_offset_.resize(static_cast<size_t>(n_groups * n_tokens));
+  const bool temperature = c.has_attn_temperature();
+  if (temperature) q_temperature_.resize(static_cast<size_t>(n_tokens));
   {
     int64_t t = 0;
     for (const auto& s : batch) {
@@ -222,6 +224,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         const int64_t pos = s.pos0 + static_cast<int64_t>(i);
         rope.angles(pos, rope_cos_sin_.data() + t * n_rot);
         if (has_swa) rope_swa.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
+        if (temperature) q_temperature_[t] = c.attn_temperature(pos);
         if (has_sinks)
           rope.angles(sink_query_position(pos, stream.sinks, stream.window), rope_sink_cos_sin_.data() + t * n_rot);
         for (int g = 0; g < n_groups; ++g)
@@ -270,6 +273,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
               rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), static_cast<int>(KVH),
                             static_cast<int>(D), c.rms_eps);
             }
+            if (temperature) scale_inplace(q_.data() + t * QD, QD, q_temperature_[t]);
             float* q_sink = sinks_here ? q_sink_.data() + t * QD : nullptr;
             if (q_sink != nullptr) {
               std::copy(q_.data() + t * QD, q_.data() + (t + 1) * QD, q_sink);

@@ -142,6 +142,7 @@ class ModelRunner {
   // rows rotated with them, and the window's softmax log-sums the sinks are folded into.
   std::vector<float> rope_sink_cos_sin_, q_sink_, attn_lse_;
   std::vector<int64_t> kv_offset_;   // per group and token of the batch: element offset of its K/V slot (head 0)
+  std::vector<float> q_temperature_;  // per token of the batch: its position's attention temperature (Ministral 3)
   // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
   // before Q/K/V and gate/up, SiLU before the down projection).
   MatmulActs step_acts_;

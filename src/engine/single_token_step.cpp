@@ -308,6 +308,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       if (c.qk_norm)
         rmsnorm_heads(ts.q.data(), static_cast<const float*>(L.q_norm.data), static_cast<int>(H), static_cast<int>(D),
                       c.rms_eps);
+      if (c.has_attn_temperature()) scale_inplace(ts.q.data(), QD, c.attn_temperature(pos));
       const bool rotates = c.uses_rope(il);
       const bool sinks_here = has_sinks && !swa;
       if (sinks_here) {

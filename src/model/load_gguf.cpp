@@ -38,6 +38,7 @@ constexpr ArchTraits kArchTable[] = {
     {"smollm3", RopeStyle::Interleaved, false, false},
     {"granite", RopeStyle::Interleaved, false, false},
     {"deepseek2", RopeStyle::Interleaved, false, false},
+    {"mistral3", RopeStyle::Interleaved, false, false},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -89,6 +90,18 @@ void read_yarn(const GGUFFile& f, const std::string& arch, ModelConfig& c) {
   if (s.yarn_log_mul != 0.0f) {
     const float mscale = s.yarn_log_mul != 1.0f ? s.yarn_log_mul : 1.0f;
     attn = get_mscale(factor, mscale) / get_mscale(factor, s.yarn_log_mul);
+  }
+  if (arch == "mistral3") {
+    // Ministral 3: the multiplier is mscale_all_dim itself, mscale 1 (llama_context's general case); the ramp's
+    // betas from the file.
+    const float mscale_all_dim = f.find_f32(p + "yarn_log_multiplier").value_or(0.0f);
+    if (!std::isfinite(mscale_all_dim)) fail("{}: rope.scaling.yarn_log_multiplier is not a number", f.name());
+    if (mscale_all_dim != 0.0f) attn = get_mscale(factor, 1.0f) / get_mscale(factor, mscale_all_dim);
+    s.yarn_beta_fast = f.find_f32(p + "yarn_beta_fast").value_or(s.yarn_beta_fast);
+    s.yarn_beta_slow = f.find_f32(p + "yarn_beta_slow").value_or(s.yarn_beta_slow);
+    if (!(s.yarn_beta_fast > s.yarn_beta_slow) || !(s.yarn_beta_slow > 0))
+      fail("{}: rope.scaling yarn_beta_fast {} must exceed yarn_beta_slow {} > 0", f.name(), s.yarn_beta_fast,
+           s.yarn_beta_slow);
   }
   attn *= 1.0f / (1.0f + 0.1f * std::log(factor));
   attn *= f.find_f32(p + "attn_factor").value_or(1.0f);
@@ -339,6 +352,16 @@ void read_deepseek2(const GGUFFile& f, ModelConfig& c) {
   }
 }
 
+// Ministral 3's attention temperature (llama.cpp's mistral3: attention.temperature_scale, its length the YaRN
+// original context, else the training context).
+void read_attn_temperature(const GGUFFile& f, ModelConfig& c) {
+  const float scale = f.find_f32(c.arch + ".attention.temperature_scale").value_or(0.0f);
+  if (!std::isfinite(scale)) fail("{}: attention.temperature_scale is not a number", f.name());
+  if (scale == 0.0f) return;
+  c.attn_temp_scale = scale;
+  const std::string key = c.arch + ".rope.scaling.original_context_length";
+  c.attn_temp_length = f.find_u32(key) ? positive_int(f, key, *f.find_u32(key)) : c.n_ctx_train;
+}
 
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
@@ -389,6 +412,7 @@ ModelConfig read_config(const GGUFFile& f) {
   // Phi-3's sliding window is in its files but llama.cpp runs every layer in full (its PR 13676); so do we.
   if (c.arch == "phi3") read_longrope(f, c);
   if (c.arch == "granite") read_granite(f, c);
+  if (c.arch == "mistral3") read_attn_temperature(f, c);
   if (c.arch != "deepseek2") read_experts(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")

@@ -1,6 +1,7 @@
 #pragma once
 // Architecture hyper-parameters, filled by every loader (GGUF, llama2.c, Hugging Face). A forward
 // builder reads only this and the weights, so a new model family is data plus one builder.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -109,12 +110,24 @@ struct ModelConfig {
   float residual_scale = 0.0f;
   float logit_scale = 0.0f;
   float attn_softcap = 0.0f;         // > 0: attention scores soft-capped so (Gemma 2)
+  // Llama 4's attention temperature, as Ministral 3 has it (llama_4_scaling_beta; llama.cpp's
+  // attention.temperature_scale over the YaRN original context): q at position p times
+  // 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_length)). 0: none.
+  float attn_temp_scale = 0.0f;
+  int64_t attn_temp_length = 0;
 
   // Layers whose q and k get no RoPE (SmolLM3: every 4th); empty: every layer rotates.
   std::vector<bool> nope_layers;
 
   bool uses_rope(int l) const {
     return static_cast<size_t>(l) >= nope_layers.size() || !nope_layers[static_cast<size_t>(l)];
+  }
+  bool has_attn_temperature() const { return attn_temp_scale != 0.0f && attn_temp_length > 0; }
+  float attn_temperature(int64_t pos) const {
+    if (!has_attn_temperature()) return 1.0f;
+    // The quotient in float, as llama.cpp and transformers take it.
+    const float steps = std::floor(static_cast<float>(pos) / static_cast<float>(attn_temp_length));
+    return static_cast<float>(std::log(static_cast<double>(steps) + 1.0) * attn_temp_scale + 1.0);
   }
   bool is_swa_layer(int l) const {
     return sliding_window > 0 && static_cast<size_t>(l) < swa_layers.size() && swa_layers[static_cast<size_t>(l)];

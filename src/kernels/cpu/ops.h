@@ -65,6 +65,8 @@ float gelu_tanh(float x);
 
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t n);
+// x[i] *= s
+void scale_inplace(float* x, int64_t n, float s);
 
 // The index a scalar `if (x[i] > x[best]) best = i` loop from best = 0 returns (n >= 1): the first
 // maximum, NaNs never chosen (but 0 when x[0] is NaN). Greedy sampling of every sequence's logits.
