@@ -253,11 +253,13 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         : c.arch == "phi3"      ? "Phi3ForCausalLM"
         : c.arch == "smollm3"   ? "SmolLM3ForCausalLM"
         : c.arch == "granite"   ? "GraniteForCausalLM"
+        : c.arch == "mistral3"  ? "Ministral3ForCausalLM"
                                 : "LlamaForCausalLM"}},
       // transformers' name for the model type (GGUF's qwen3moe is its qwen3_moe, gemma3 its gemma3_text (the text
       // model); a llama with experts, mixtral).
       {"model_type", c.arch == "qwen3moe"           ? "qwen3_moe"
                      : c.arch == "gemma3"           ? "gemma3_text"
+                     : c.arch == "mistral3"         ? "ministral3"
                      : c.arch == "llama" && c.moe() ? "mixtral"
                                                     : c.arch},
       {"hidden_size", c.n_embd},
@@ -334,6 +336,16 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     if (c.rope_scaling.yarn_log_mul != 0.0f) {  // DeepSeek's mscale = mscale_all_dim
       config["rope_scaling"]["mscale"] = c.rope_scaling.yarn_log_mul;
       config["rope_scaling"]["mscale_all_dim"] = c.rope_scaling.yarn_log_mul;
+    }
+    if (c.arch == "mistral3") {  // as Ministral 3's configs: mscale and mscale_all_dim 1, the temperature's beta
+      config["rope_scaling"]["mscale"] = 1.0;
+      config["rope_scaling"]["mscale_all_dim"] = 1.0;
+      config["rope_scaling"]["beta_fast"] = c.rope_scaling.yarn_beta_fast;
+      config["rope_scaling"]["beta_slow"] = c.rope_scaling.yarn_beta_slow;
+      if (c.has_attn_temperature()) {
+        config["rope_scaling"]["llama_4_scaling_beta"] = c.attn_temp_scale;
+        config["rope_scaling"]["original_max_position_embeddings"] = c.attn_temp_length;
+      }
     }
   }
   if (gemma) {

@@ -340,6 +340,95 @@ TEST(HfLoader, Gemma3ImageTextCheckpointReadsItsTextModel) {
   }
 }
 
+// Ministral 3 (Ministral3ForCausalLM, and inside a Mistral3ForConditionalGeneration checkpoint beside its vision
+// tower): YaRN with mscale / mscale_all_dim, the ramp's betas and Llama 4's attention temperature
+// (llama_4_scaling_beta over original_max_position_embeddings), read from the folder written from tiny-mistral3:
+// llama.cpp's logits (transformers 5.25 gives them within 3e-5 on this folder too).
+TEST(HfLoader, Ministral3MatchesGgufAndLlamaCpp) {
+  const ArchHfCopy copy("tiny-mistral3");
+  const ModelConfig &a = copy.hf->config, &b = copy.ref->config;
+  EXPECT_EQ(a.arch, "mistral3");
+  EXPECT_EQ(a.attn_temp_scale, b.attn_temp_scale);
+  EXPECT_EQ(a.attn_temp_length, b.attn_temp_length);
+  EXPECT_FLOAT_EQ(a.rope_scaling.attn_factor, b.rope_scaling.attn_factor);
+  EXPECT_EQ(a.rope_base, b.rope_base);
+  expect_follows_arch_golden(*copy.hf, "tiny-mistral3", 1e-4f);
+
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(prefix);
+    TempDir tmp;
+    make_hf_folder_from_gguf(copy.gguf, tmp.path(), DType::F32);
+    json text = read_json(tmp / "config.json");
+    text.erase("architectures");
+    const json config = {{"architectures", {"Mistral3ForConditionalGeneration"}},
+                         {"model_type", "mistral3"},
+                         {"text_config", text},
+                         {"vision_config", {{"model_type", "pixtral"}, {"hidden_size", 1024}}},
+                         {"image_token_index", 10}};
+    write_json(tmp / "config.json", config);
+    rename_safetensors(
+        tmp / "model.safetensors", prefix,
+        prefix == "language_model.model." ? "language_model.lm_head.weight" : "lm_head.weight",
+        {"vision_tower.transformer.layers.0.attention.q_proj.weight", "multi_modal_projector.linear_1.weight"});
+    auto hf = load_model(tmp.path());
+    EXPECT_EQ(hf->config.arch, "mistral3");
+    EXPECT_EQ(hf->config.attn_temp_length, b.attn_temp_length);
+    expect_follows_arch_golden(*hf, "tiny-mistral3", 1e-4f);
+  }
+}
+
+// Ministral3Config's defaults where config.json is silent (RoPE: YaRN factor 16 over 16384 positions, base 1e6,
+// temperature beta 0.1), Mistral 3.1's text model (model_type mistral: no temperature), and errors named.
+TEST(HfLoader, Ministral3DefaultsAndErrors) {
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-mistral3.gguf", tmp.path(),
+                           DType::F32);
+  json good = read_json(tmp / "config.json");
+  good.erase("rope_scaling");
+  good.erase("rope_theta");
+  write_json(tmp / "config.json", good);
+  const ModelConfig c = load_model(tmp.path())->config;
+  EXPECT_EQ(c.rope_base, 1e6f);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Yarn);
+  EXPECT_EQ(c.rope_scaling.factor, 16.0f);
+  EXPECT_EQ(c.rope_scaling.original_context, 16384);
+  EXPECT_FLOAT_EQ(c.rope_scaling.attn_factor * (1.0f + 0.1f * std::log(16.0f)), 1.0f);  // mscale / mscale_all_dim
+  EXPECT_FLOAT_EQ(c.attn_temp_scale, 0.1f);
+  EXPECT_EQ(c.attn_temp_length, 16384);
+  EXPECT_TRUE(c.swa_layers.empty());
+
+  json mistral = good;
+  mistral["architectures"] = {"Mistral3ForConditionalGeneration"};
+  mistral.erase("model_type");
+  json text = good;
+  text["model_type"] = "mistral";
+  text["sliding_window"] = nullptr;
+  text["rope_theta"] = 1e9;
+  mistral["text_config"] = text;
+  write_json(tmp / "config.json", mistral);
+  const ModelConfig m = load_model(tmp.path())->config;
+  EXPECT_EQ(m.arch, "llama");
+  EXPECT_FALSE(m.has_attn_temperature());
+  EXPECT_EQ(m.rope_base, 1e9f);
+
+  const auto error_with = [&](const json& config, std::initializer_list<std::string> needles) {
+    write_json(tmp / "config.json", config);
+    expect_error([&] { load_model(tmp.path()); }, needles);
+  };
+  json bad = good;
+  bad["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}, {"llama_4_scaling_beta", 0.1}};
+  bad["max_position_embeddings"] = nullptr;
+  bad["rope_parameters"]["original_max_position_embeddings"] = nullptr;
+  error_with(bad, {"llama_4_scaling_beta", "original_max_position_embeddings"});
+  bad["rope_parameters"]["original_max_position_embeddings"] = 16;
+  bad["rope_parameters"]["llama_4_scaling_beta"] = "0.1";
+  error_with(bad, {"llama_4_scaling_beta", "number"});
+  mistral["text_config"]["model_type"] = "pixtral";
+  error_with(mistral, {"text_config", "pixtral"});
+  mistral.erase("text_config");
+  error_with(mistral, {"text_config"});
+}
+
 TEST(HfLoaderGemmaErrors, ImageTextConfigErrorsAreNamed) {
   TempDir tmp;
   make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma3.gguf", tmp.path(),

@@ -39,16 +39,26 @@ struct HfArch {
   bool qk_norm;
 };
 
+// clang-format off
 constexpr HfArch kHfArchs[] = {
-    {"LlamaForCausalLM", "llama", false, false},          {"Qwen2ForCausalLM", "qwen2", true, false},
-    {"Qwen3ForCausalLM", "qwen3", false, true},           {"Qwen3MoeForCausalLM", "qwen3moe", false, true},
-    {"MistralForCausalLM", "llama", false, false},        {"MinistralForCausalLM", "llama", false, false},
-    {"MixtralForCausalLM", "llama", false, false},        {"Phi3ForCausalLM", "phi3", false, false},
-    {"GemmaForCausalLM", "gemma", false, false},          {"Gemma2ForCausalLM", "gemma2", false, false},
-    {"Gemma3ForCausalLM", "gemma3", false, true},         {"SmolLM3ForCausalLM", "smollm3", false, false},
-    {"GraniteForCausalLM", "granite", false, false},      {"DeepseekV2ForCausalLM", "deepseek2", false, false},
+    {"LlamaForCausalLM", "llama", false, false},
+    {"Qwen2ForCausalLM", "qwen2", true, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false, true},
+    {"MistralForCausalLM", "llama", false, false},
+    {"MinistralForCausalLM", "llama", false, false},
+    {"Ministral3ForCausalLM", "mistral3", false, false},
+    {"MixtralForCausalLM", "llama", false, false},
+    {"Phi3ForCausalLM", "phi3", false, false},
+    {"GemmaForCausalLM", "gemma", false, false},
+    {"Gemma2ForCausalLM", "gemma2", false, false},
+    {"Gemma3ForCausalLM", "gemma3", false, true},
+    {"SmolLM3ForCausalLM", "smollm3", false, false},
+    {"GraniteForCausalLM", "granite", false, false},
+    {"DeepseekV2ForCausalLM", "deepseek2", false, false},
     {"DeepseekV3ForCausalLM", "deepseek2", false, false},
 };
+// clang-format on
 
 class ConfigReader {
  public:
@@ -183,7 +193,7 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
 // unless tie_word_embeddings is false, as transformers and llama.cpp allow).
 // The families whose config.json can give layers a sliding window, each read as transformers' config class and
 // modeling code read it.
-enum class SwaFamily { Gemma2, Gemma3, Mistral, Mixtral, Ministral, Qwen2 };
+enum class SwaFamily { Gemma2, Gemma3, Mistral, Mixtral, Ministral, Ministral3, Qwen2 };
 
 std::optional<SwaFamily> swa_family_of_model_type(std::string_view model_type) {
   if (model_type == "gemma2") return SwaFamily::Gemma2;
@@ -191,6 +201,7 @@ std::optional<SwaFamily> swa_family_of_model_type(std::string_view model_type) {
   if (model_type == "mistral") return SwaFamily::Mistral;
   if (model_type == "mixtral") return SwaFamily::Mixtral;
   if (model_type == "ministral") return SwaFamily::Ministral;
+  if (model_type == "ministral3") return SwaFamily::Ministral3;
   if (model_type == "qwen2") return SwaFamily::Qwen2;
   return std::nullopt;
 }
@@ -201,13 +212,14 @@ std::optional<SwaFamily> swa_family_of_arch(std::string_view hf_arch) {
   if (hf_arch == "MistralForCausalLM") return SwaFamily::Mistral;
   if (hf_arch == "MixtralForCausalLM") return SwaFamily::Mixtral;
   if (hf_arch == "MinistralForCausalLM") return SwaFamily::Ministral;
+  if (hf_arch == "Ministral3ForCausalLM") return SwaFamily::Ministral3;
   if (hf_arch == "Qwen2ForCausalLM") return SwaFamily::Qwen2;
   return std::nullopt;
 }
 
-// The window: `sliding_window` (null: none), by default 4096, except Mixtral's (none). Qwen 2 has one only with
-// use_sliding_window true. Which layers:
-// - Mistral and Mixtral: every layer (their modeling code ignores `layer_types`);
+// The window: `sliding_window` (null: none), by default 4096, except Mixtral's and Ministral 3's (none). Qwen 2 has
+// one only with use_sliding_window true. Which layers:
+// - Mistral, Mixtral and Ministral 3: every layer (their modeling code ignores `layer_types`);
 // - the others: `layer_types` when given, else Gemma 2 every even layer, Gemma 3 all but every
 //   sliding_window_pattern-th, Ministral every layer, Qwen 2 those from max_window_layers (28) on.
 SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader& r, const std::string& path,
@@ -215,10 +227,11 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
   SlidingWindowLayers swa;
   if (family == SwaFamily::Qwen2 && !r.bool_or("use_sliding_window", false)) return swa;
   if (j.contains("sliding_window") && j["sliding_window"].is_null()) return swa;
-  swa.window = r.positive_int_or("sliding_window", family == SwaFamily::Mixtral ? 0 : 4096);
+  const bool no_default = family == SwaFamily::Mixtral || family == SwaFamily::Ministral3;
+  swa.window = r.positive_int_or("sliding_window", no_default ? 0 : 4096);
   if (swa.window == 0) return swa;
   swa.layers.assign(static_cast<size_t>(n_layers), true);
-  if (family == SwaFamily::Mistral || family == SwaFamily::Mixtral) return swa;
+  if (family == SwaFamily::Mistral || family == SwaFamily::Mixtral || family == SwaFamily::Ministral3) return swa;
   if (r.has("layer_types")) {
     const json& types = j["layer_types"];
     if (!types.is_array() || types.size() != static_cast<size_t>(n_layers))
@@ -355,6 +368,21 @@ void read_deepseek_config(const json& j, const ConfigReader& r, const std::strin
   }
 }
 
+// Mistral 3 image-text checkpoints (Mistral Small 3.1 / 3.2, Ministral 3): the text model from `text_config`, a
+// MistralForCausalLM or (model_type ministral3) a Ministral3ForCausalLM, as Mistral3Config reads it.
+ModelConfig read_mistral3_text_config(const json& j, const std::string& path) {
+  if (!j.contains("text_config") || !j["text_config"].is_object())
+    fail("'{}': a Mistral3ForConditionalGeneration config needs its 'text_config' object", path);
+  json t = j["text_config"];
+  const json type_value = t.contains("model_type") ? t["model_type"] : json("mistral");
+  const std::string type = type_value.is_string() ? type_value.get<std::string>() : "";
+  if (type != "mistral" && type != "ministral3")
+    fail("'{}': text_config model_type {} is not supported (mistral, ministral3)", path, type_value.dump());
+  t["architectures"] = json::array({type == "mistral" ? "MistralForCausalLM" : "Ministral3ForCausalLM"});
+  if (j.contains("_name_or_path")) t["_name_or_path"] = j["_name_or_path"];
+  return read_config(t, path);
+}
+
 // Gemma 3 4B-27B (image-text checkpoints): the text model only, from `text_config` over transformers'
 // Gemma3TextConfig defaults (the published configs give little more than the sizes and the window).
 ModelConfig read_gemma3_text_config(const json& j, const std::string& path) {
@@ -449,9 +477,48 @@ constexpr KeyAlias kKeyAliases[] = {
     {"DeepseekV3ForCausalLM", "n_routed_experts", "num_local_experts"},
 };
 
+// Ministral3Config's RoPE when config.json gives none.
+const json& ministral3_default_rope() {
+  static const json rope = {{"rope_type", "yarn"},
+                            {"rope_theta", 1000000.0},
+                            {"factor", 16.0},
+                            {"original_max_position_embeddings", 16384},
+                            {"beta_fast", 32.0},
+                            {"beta_slow", 1.0},
+                            {"mscale_all_dim", 1.0},
+                            {"mscale", 1.0},
+                            {"llama_4_scaling_beta", 0.1}};
+  return rope;
+}
+
+bool names_arch(const json& j, std::string_view hf_arch) {
+  return j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+         j["architectures"][0] == hf_arch;
+}
+
+// Ministral 3: Llama 4's attention temperature, its length the YaRN original context (transformers'
+// get_llama_4_attn_scale); no llama_4_scaling_beta: none.
+void read_ministral3_temperature(const json& j, const std::string& path, ModelConfig& c) {
+  const json rs = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"] : json::object();
+  if (!rs.contains("llama_4_scaling_beta") || rs["llama_4_scaling_beta"].is_null()) return;
+  const json& beta = rs["llama_4_scaling_beta"];
+  if (!beta.is_number() || !std::isfinite(beta.get<double>()))
+    fail("'{}': rope_parameters.llama_4_scaling_beta must be a number", path);
+  c.attn_temp_scale = beta.get<float>();
+  if (c.attn_temp_scale == 0.0f) return;
+  const json length = rs.value("original_max_position_embeddings", json());
+  if (!length.is_number_integer() || length.get<int64_t>() <= 0 || length.get<int64_t>() > (int64_t{1} << 30))
+    fail("'{}': llama_4_scaling_beta needs rope_parameters.original_max_position_embeddings, a positive integer", path);
+  c.attn_temp_length = length.get<int64_t>();
+}
+
 ModelConfig read_config(const json& raw, const std::string& path) {
   if (!raw.is_object()) fail("'{}': not a JSON object", path);
-  json j = with_earlier_rope_keys(raw, path);
+  json j = raw;
+  if (names_arch(j, "Ministral3ForCausalLM") && !j.contains("rope_parameters") && !j.contains("rope_scaling") &&
+      !j.contains("rope_theta"))
+    j["rope_parameters"] = ministral3_default_rope();
+  j = with_earlier_rope_keys(j, path);
   std::string hf_arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())
@@ -462,13 +529,14 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     if (hf_arch == a.hf_arch && !j.contains(a.key) && j.contains(a.alias)) j[a.key] = j[a.alias];
   const ConfigReader r(j, path);
   if (hf_arch == "Gemma3ForConditionalGeneration") return read_gemma3_text_config(j, path);
+  if (hf_arch == "Mistral3ForConditionalGeneration") return read_mistral3_text_config(j, path);
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs)
     if (hf_arch == a.hf_name) arch = &a;
   if (!arch) {
     std::string known;
     for (const HfArch& a : kHfArchs) known += (known.empty() ? "" : ", ") + std::string(a.hf_name);
-    known += ", Gemma3ForConditionalGeneration (its text model)";
+    known += ", Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their text models)";
     fail("'{}': architecture '{}' is not supported (supported: {})", path, hf_arch, known);
   }
 
@@ -521,6 +589,7 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     }
   }
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
+  if (c.arch == "mistral3") read_ministral3_temperature(j, path, c);
   if (c.arch == "granite") {
     // transformers' GraniteConfig multipliers (its defaults: 1, 1, 1, 1); as the GGUF converter maps them.
     c.embd_scale = r.positive_float_or("embedding_multiplier", 1.0f);
