@@ -1178,6 +1178,74 @@ TEST(HfTokenizer, UnsupportedModelTypeIsNamed) {
   expect_error([&] { vocab_from_tokenizer_json(tmp / "tokenizer.json", ""); }, {"tokenizer.json", "Unigram"});
 }
 
+// Split regexes llama.cpp knows by other names (tekken: Mistral Nemo / Small 3 / Ministral; gpt-4o: o200k, Llama 4,
+// gpt-oss), and a Llama 3 split whose file turns ignore_merges off: the SmolLM2 fixture's vocabulary under each,
+// against the `tokenizers` library's ids (tests/data/hf/splits, scripts/make_hf_split_fixtures.py).
+TEST(HfTokenizer, SplitRegexesMatchTokenizersLibrary) {
+  const std::string base = hf_fixture_dir("smollm2");
+  const std::pair<const char*, const char*> fixtures[] = {
+      {"tekken", "tekken"}, {"gpt-4o", "gpt-4o"}, {"llama3-merges", "llama-bpe"}};
+  for (const auto& [name, pre] : fixtures) {
+    SCOPED_TRACE(name);
+    std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/data/hf/splits/" + name + ".jsonl");
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    const json head = json::parse(line);
+    json t = read_json(base + "/tokenizer.json");
+    t["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", head["regex"]}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+    t["model"]["ignore_merges"] = head["ignore_merges"];
+    TempDir tmp;
+    write_json(tmp / "tokenizer.json", t);
+    const Vocab v = vocab_from_tokenizer_json(tmp / "tokenizer.json", base + "/tokenizer_config.json");
+    EXPECT_EQ(v.pre, pre);
+    EXPECT_EQ(v.ignore_merges, std::optional<bool>(head["ignore_merges"].get<bool>()));
+    const auto tok = Tokenizer::create(v);
+    int n = 0;
+    while (std::getline(in, line)) {
+      const json row = json::parse(line);
+      const std::string text = row["text"];
+      EXPECT_EQ(tok->encode(text, true, true), row["ids_with_special"].get<std::vector<int32_t>>()) << text;
+      EXPECT_EQ(tok->encode(text, false, true), row["ids"].get<std::vector<int32_t>>()) << text;
+      ++n;
+    }
+    EXPECT_EQ(n, 50);
+  }
+}
+
+// ignore_merges as the file says it, whatever the split implies: a word that is a token but that the merges do not
+// reach ("abc": only a+b merges) is that token with it on, and the merges' pieces with it off (the BPE model of
+// the tokenizers library, either way).
+TEST(HfTokenizer, IgnoreMergesFollowsTheFile) {
+  TempDir tmp;
+  for (const bool ignore : {true, false}) {
+    SCOPED_TRACE(ignore);
+    json t = {
+        {"model",
+         {{"type", "BPE"},
+          {"vocab", {{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"abc", 4}}},
+          {"merges", json::array({json::array({"a", "b"})})},
+          {"ignore_merges", ignore}}},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern",
+              {{"Regex",
+                R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"}, {"use_regex", false}}}}}}};
+    write_json(tmp / "tokenizer.json", t);
+    const auto tok = Tokenizer::create(vocab_from_tokenizer_json(tmp / "tokenizer.json", ""));
+    const std::vector<int32_t> want = ignore ? std::vector<int32_t>{4} : std::vector<int32_t>{3, 2};
+    EXPECT_EQ(tok->encode("abc", false, false), want);
+  }
+}
+
 TEST(HfTokenizer, UnknownSplitRegexIsRefused) {
   TempDir tmp;
   json t = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},

@@ -32,6 +32,12 @@ constexpr const char* kQwen2Regex =
 constexpr const char* kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kSingleDigitRegex = R"(\p{N})";
+// Mistral's tekken (Nemo, Small 3, Ministral) and OpenAI's o200k (Llama 4, gpt-oss), as their tokenizer.json files
+// (and transformers' GGUF conversion) write them.
+constexpr const char* kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt4oRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct KnownPreTokenizer {
   std::vector<std::string> regexes;
@@ -45,6 +51,8 @@ const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
       {{kLlama3Regex}, "llama-bpe"},
       {{kQwen2Regex}, "qwen2"},
       {{kQwen35Regex}, "qwen35"},
+      {{kTekkenRegex}, "tekken"},
+      {{kGpt4oRegex}, "gpt-4o"},
   };
   return table;
 }
@@ -102,9 +110,10 @@ std::string byte_level_pre_name(const std::vector<json>& pre_tokenizers, const s
     if (k.regexes == regexes) return k.pre;
   std::string listed;
   for (const std::string& r : regexes) listed += (listed.empty() ? "" : ", ") + ("'" + r + "'");
-  fail("'{}': byte-level pre-tokenizer splits with [{}], which matches no supported pre-tokenizer "
-       "(gpt-2, smollm, llama-bpe, qwen2, qwen35)",
-       path, listed);
+  fail(
+      "'{}': byte-level pre-tokenizer splits with [{}], which matches no supported pre-tokenizer "
+      "(gpt-2, smollm, llama-bpe, qwen2, qwen35, tekken, gpt-4o)",
+      path, listed);
 }
 
 // tokenizer_config.json writes special tokens either as a string or as a serialized AddedToken.
@@ -201,6 +210,8 @@ Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& toke
   if (byte_level && !metaspace && !prepend_normalizer) {
     v.kind = Vocab::Kind::BPE;
     v.pre = byte_level_pre_name(pre_tokenizers, path);
+    // The file says whether a word that is a token skips the merges; llama.cpp ties that to the pre-tokenizer.
+    if (auto it = model.find("ignore_merges"); it != model.end() && it->is_boolean()) v.ignore_merges = it->get<bool>();
     v.add_space_prefix = false;
     v.add_bos = false;
   } else if (!byte_level && (metaspace || (prepend_normalizer && replaces_spaces && pre_tokenizers.empty()))) {

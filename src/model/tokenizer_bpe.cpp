@@ -139,7 +139,7 @@ class BpeTokenizer final : public VocabTokenizer {
         word = raw_word;
       }
 
-      if (style.ignore_merges ||
+      if (vocab_.ignore_merges.value_or(style.ignore_merges) ||
           (style.newline_runs_whole && word.find_first_not_of('\n') == std::string::npos)) {
         const int32_t whole = text_to_token(word);
         if (whole >= 0) {

@@ -2,6 +2,7 @@
 // Everything a tokenizer needs, as the model file states it. Loaders fill this; Tokenizer::create builds
 // the matching algorithm from it.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct Vocab {
   std::vector<float> scores;          // SPM merge priority; may be empty for BPE
   std::vector<TokenType> token_types;  // same length as tokens
   std::vector<std::string> merges;     // BPE "a b" pairs in rank order
+  // A tokenizer.json's BPE ignore_merges, over what the pre-tokenizer's name implies (llama.cpp: Llama 3, tekken).
+  std::optional<bool> ignore_merges;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   int32_t eot_id = -1;  // end-of-turn, e.g. <|im_end|>; -1 when none
