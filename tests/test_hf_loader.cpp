@@ -819,6 +819,18 @@ TEST(HfLoader, Transformers5RopeParametersReadAsTheEarlierKeys) {
   EXPECT_EQ(n, 17u);
 }
 
+// generation_config.json beside the weights: the model's recommended sampling (SamplingDefaults.* has the rules).
+TEST(HfLoader, GenerationConfigGivesSamplingDefaults) {
+  TempDir tmp;
+  make_hf_folder_from_gguf(golden_model("tiny-gqa.gguf"), tmp.path(), DType::F32);
+  EXPECT_TRUE(load_model(tmp.path())->sampling_defaults.empty());
+  write_json(tmp / "generation_config.json", {{"temperature", 0.6}, {"top_p", 0.95}, {"top_k", 20}});
+  const SamplingDefaults d = load_model(tmp.path())->sampling_defaults;
+  EXPECT_EQ(d.describe(), "temperature 0.6, top_p 0.95, top_k 20");
+  write_json(tmp / "generation_config.json", {{"top_p", 2}});
+  expect_error([&] { load_model(tmp.path()); }, {"generation_config.json", "top_p"});
+}
+
 TEST(HfLoader, RopeParametersErrorsAreNamed) {
   TempDir tmp;
   make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3.gguf", tmp.path(),

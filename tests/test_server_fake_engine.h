@@ -126,12 +126,15 @@ class FakeEngine final : public EngineBackend {
   void set_stop_at_script_end(bool stop) { stop_at_script_end_ = stop; }
   void set_chat_template(std::string source) { chat_template_ = std::move(source); }
   std::string chat_template() const override { return chat_template_; }
+  void set_sampling_defaults(SamplingDefaults d) { sampling_defaults_ = std::move(d); }
+  SamplingDefaults sampling_defaults() const override { return sampling_defaults_; }
 
  private:
   bool bos_ = false;
   std::string script_;
   bool stop_at_script_end_ = false;
   std::string chat_template_;
+  SamplingDefaults sampling_defaults_;
   struct Live {
     EngineRequest req;
     std::vector<int> produced;

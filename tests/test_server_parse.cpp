@@ -443,6 +443,45 @@ TEST(ServerParse, TokenizeAndDetokenizeRequests) {
   }
 }
 
+// What a request leaves out takes the model file's recommended sampling (llama.cpp's and vLLM's rule); what it
+// gives stays, and a model without recommendations keeps the API's defaults.
+TEST(ServerParse, ModelSamplingDefaultsFillWhatTheRequestLeavesOut) {
+  FakeEngine engine(std::chrono::milliseconds(1), /*context=*/64);
+  ApiRequest plain = parse_completion(R"({"prompt": "abc"})");
+  build_prompt(plain, engine);
+  EXPECT_EQ(plain.params.temperature, kDefaultTemperature);
+  EXPECT_EQ(plain.params.top_k, 0);
+
+  SamplingDefaults d;
+  d.temperature = 0.6f;
+  d.top_p = 0.95f;
+  d.top_k = 20;
+  d.min_p = 0.05f;
+  d.repetition_penalty = 1.1f;
+  engine.set_sampling_defaults(d);
+  ApiRequest bare = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  build_prompt(bare, engine);
+  EXPECT_EQ(bare.params.temperature, 0.6f);
+  EXPECT_EQ(bare.params.top_p, 0.95f);
+  EXPECT_EQ(bare.params.top_k, 20);
+  EXPECT_EQ(bare.params.min_p, 0.05f);
+  EXPECT_EQ(bare.params.repetition_penalty, 1.1f);
+
+  ApiRequest given = parse_completion(
+      R"({"prompt": "abc", "temperature": 0, "top_p": 1, "top_k": -1, "min_p": 0, "repetition_penalty": 1})");
+  build_prompt(given, engine);
+  EXPECT_EQ(given.params.temperature, 0.0f);
+  EXPECT_EQ(given.params.top_p, 1.0f);
+  EXPECT_EQ(given.params.top_k, 0);
+  EXPECT_EQ(given.params.min_p, 0.0f);
+  EXPECT_EQ(given.params.repetition_penalty, 1.0f);
+
+  ApiRequest some = parse_completion(R"({"prompt": "abc", "temperature": 1.2})");
+  build_prompt(some, engine);
+  EXPECT_EQ(some.params.temperature, 1.2f);
+  EXPECT_EQ(some.params.top_k, 20);
+}
+
 TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {
   FakeEngine engine(std::chrono::milliseconds(1), /*context=*/32);
   ApiRequest completion = parse_completion(R"({"prompt": "abc"})");

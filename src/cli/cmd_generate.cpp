@@ -39,6 +39,8 @@ struct GenerateArgs {
   int ngram_min = 2;
   KVCacheArgs kv_cache;
   SamplingParams sp;
+  SamplingGiven sp_given;  // flags given; the others take the model's defaults unless sampling_defaults is "none"
+  std::string sampling_defaults = "model";
   // Structured output, as llama-cli takes it: a GBNF grammar or a JSON schema, given or in a file.
   std::string grammar, grammar_file, json_schema, json_schema_file;
 };
@@ -108,8 +110,13 @@ void run_generate(const GenerateArgs& a) {
   Generator gen(*model, go);
   std::fprintf(stderr, "%s\n", gen.kv_cache().summary().c_str());
   const bool stream = !a.json;
+  SamplingParams sp = a.sp;
+  if (a.sampling_defaults == "model") apply_sampling_defaults(model->sampling_defaults, a.sp_given, sp);
+  if (!a.json && !model->sampling_defaults.empty() && a.sampling_defaults == "model")
+    std::fprintf(stderr, "sampling: the model's %s where no flag says otherwise (--sampling-defaults none: ours)\n",
+                 model->sampling_defaults.describe().c_str());
   GenerationResult r = gen.generate(
-      ids, a.sp,
+      ids, sp,
       [&](int32_t, const std::string& piece) {
         if (stream) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -174,11 +181,25 @@ void add_generate_command(CLI::App& app) {
                 "Chat template instead of the model's: a Jinja file, or a family's name (chatml, llama3, ...)")
       ->check(cli::chat_template_name_check());
   c->add_option("-n,--max-tokens", a->sp.max_tokens, "Maximum new tokens")->check(cli::kNonNegative);
-  c->add_option("--temperature,--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  c->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->capture_default_str();
-  c->add_option("--top-p", a->sp.top_p, "Top-p (1 = off)")->capture_default_str();
-  c->add_option("--min-p", a->sp.min_p, "Min-p (0 = off)");
-  c->add_option("--repeat-penalty", a->sp.repetition_penalty, "Repetition penalty (1 = off)");
+  // The model file's recommendation (GGUF general.sampling.*, generation_config.json) replaces the defaults below
+  // for each flag not given, as llama-cli does.
+  c->add_option("--temperature,--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->sp_given.temperature = true; });
+  c->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->capture_default_str()->each([a](const std::string&) {
+    a->sp_given.top_k = true;
+  });
+  c->add_option("--top-p", a->sp.top_p, "Top-p (1 = off)")->capture_default_str()->each([a](const std::string&) {
+    a->sp_given.top_p = true;
+  });
+  c->add_option("--min-p", a->sp.min_p, "Min-p (0 = off)")->each([a](const std::string&) { a->sp_given.min_p = true; });
+  c->add_option("--repeat-penalty", a->sp.repetition_penalty, "Repetition penalty (1 = off)")
+      ->each([a](const std::string&) { a->sp_given.repetition_penalty = true; });
+  c->add_option("--sampling-defaults", a->sampling_defaults,
+                "model: flags not given take the model file's recommended sampling (GGUF general.sampling.*, "
+                "generation_config.json); none: the defaults shown here")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"model", "none"}));
   c->add_option("--presence-penalty", a->sp.presence_penalty, "Presence penalty");
   c->add_option("--frequency-penalty", a->sp.frequency_penalty, "Frequency penalty");
   c->add_option("--seed", a->sp.seed, "Random seed (same seed, same output)")->each([a](const std::string&) {

@@ -51,6 +51,7 @@ struct ServeArgs {
   int speculative_max_batch = -1;  // -1: 1 with a draft model, else no limit
   int ngram_max = 3;
   int ngram_min = 2;
+  std::string sampling_defaults = "model";
 };
 
 // What /v1/models reports by default: the model file's name without its extension.
@@ -117,7 +118,7 @@ void run_serve(const ServeArgs& a) {
   eo.model_id = served_name + "@" + model->path;
 
   Engine engine(*model, eo);
-  server::EngineAdapter backend(engine);
+  server::EngineAdapter backend(engine, a.sampling_defaults == "model");
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -132,6 +133,11 @@ void run_serve(const ServeArgs& a) {
   std::fprintf(stderr, "kvserve: serving '%s' on http://%s:%d (KV cache: %lld blocks of %d tokens, %d threads)%s\n",
                served_name.c_str(), a.host.c_str(), port, static_cast<long long>(stats.num_blocks), a.kv_cache.block_size,
                ThreadPool::global().size(), a.api_key.empty() ? "" : ", API key required");
+  if (const SamplingDefaults d = backend.sampling_defaults(); !d.empty())
+    std::fprintf(stderr,
+                 "kvserve: requests that leave them out sample with the model's %s (from %s; "
+                 "--sampling-defaults none: the API's defaults)\n",
+                 d.describe().c_str(), d.source.c_str());
 
   std::atomic<bool> serving_ended{false};
   std::thread signal_thread([&] {
@@ -163,6 +169,12 @@ void add_serve_command(CLI::App& app) {
   c->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   c->add_option("--port", a->port, "Port to listen on (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   c->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  c->add_option("--sampling-defaults", a->sampling_defaults,
+                "model: requests that leave temperature, top_p, top_k, min_p or repetition_penalty out take the model "
+                "file's recommendation (GGUF general.sampling.*, generation_config.json), as llama.cpp and vLLM do; "
+                "none: the API's defaults")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"model", "none"}));
   c->add_flag("--share-prefix-cache", a->share_prefix_cache,
               "Let requests under different API keys reuse each other's cached prefixes");
   c->add_option("--reasoning-format", a->reasoning_format,

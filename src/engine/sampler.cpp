@@ -9,6 +9,14 @@
 
 namespace kvserve {
 
+void apply_sampling_defaults(const SamplingDefaults& d, const SamplingGiven& given, SamplingParams& p) {
+  if (d.temperature && !given.temperature) p.temperature = *d.temperature;
+  if (d.top_p && !given.top_p) p.top_p = *d.top_p;
+  if (d.top_k && !given.top_k) p.top_k = *d.top_k;
+  if (d.min_p && !given.min_p) p.min_p = *d.min_p;
+  if (d.repetition_penalty && !given.repetition_penalty) p.repetition_penalty = *d.repetition_penalty;
+}
+
 void SamplingParams::validate() const {
   if (!(temperature >= 0.0f) || temperature > 100.0f) fail("temperature must be in [0, 100], got {}", temperature);
   if (top_k < 0) fail("top_k must be >= 0, got {}", top_k);

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/sampling_defaults.h"
+
 namespace kvserve {
 
 struct SamplingParams {
@@ -28,5 +30,13 @@ struct SamplingParams {
   // Throws Error naming the first out-of-range field.
   void validate() const;
 };
+
+// Which sampling parameters a request or a command line gave itself; the others take the model's defaults.
+struct SamplingGiven {
+  bool temperature = false, top_p = false, top_k = false, min_p = false, repetition_penalty = false;
+};
+
+// Each parameter not given takes the model's default, where it has one (sampler.cpp).
+void apply_sampling_defaults(const SamplingDefaults& d, const SamplingGiven& given, SamplingParams& p);
 
 }  // namespace kvserve

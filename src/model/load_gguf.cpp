@@ -11,6 +11,7 @@
 #include "model/gguf.h"
 #include "model/loaders.h"
 #include "model/mla_weights.h"
+#include "model/sampling_defaults.h"
 #include "model/tokenizer.h"
 
 namespace kvserve {
@@ -646,6 +647,7 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
   m->format = "gguf";
   m->config = read_config(f);
   m->vocab = vocab_from_gguf(f);
+  m->sampling_defaults = sampling_defaults_from_gguf(f);
   ModelConfig& c = m->config;
   c.n_vocab = static_cast<int>(m->vocab.tokens.size());
 

@@ -22,6 +22,7 @@
 #include "model/loaders.h"
 #include "model/mla_weights.h"
 #include "model/safetensors.h"
+#include "model/sampling_defaults.h"
 
 namespace kvserve {
 
@@ -693,6 +694,7 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
   ModelConfig& c = m->config;
   const bool noaux_tc = c.arch == "deepseek2" && c.moe() && config_json.value("topk_method", "") == "noaux_tc";
   m->vocab = vocab_from_tokenizer_json(tokenizer_path, tokenizer_config_path, config_path);
+  m->sampling_defaults = sampling_defaults_from_generation_config((fs::path(dir) / "generation_config.json").string());
 
   auto weights = std::make_shared<SafetensorsModel>(dir);
   m->storage.push_back(weights);

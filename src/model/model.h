@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "model/model_config.h"
+#include "model/sampling_defaults.h"
 #include "model/tokenizer.h"
 #include "model/vocab.h"
 
@@ -39,6 +40,7 @@ struct Model {
   std::string format;  // "gguf", "llama2c", "hf"
   ModelConfig config;
   Vocab vocab;
+  SamplingDefaults sampling_defaults;  // what the model file recommends for parameters a request leaves out
   Tensor tok_embd;
   Tensor output_norm;
   Tensor output;  // == tok_embd when config.tied_output

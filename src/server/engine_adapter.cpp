@@ -4,8 +4,13 @@
 
 namespace kvserve::server {
 
-EngineAdapter::EngineAdapter(Engine& engine) : engine_(engine), model_(engine.model()) {
+EngineAdapter::EngineAdapter(Engine& engine, bool use_model_sampling_defaults)
+    : engine_(engine), model_(engine.model()), use_model_sampling_defaults_(use_model_sampling_defaults) {
   if (!model_.tokenizer) fail("the model has no tokenizer; the server needs one");
+}
+
+SamplingDefaults EngineAdapter::sampling_defaults() const {
+  return use_model_sampling_defaults_ ? model_.sampling_defaults : SamplingDefaults{};
 }
 
 void EngineAdapter::add_request(EngineRequest req) { engine_.add_request(std::move(req)); }

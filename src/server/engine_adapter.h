@@ -7,8 +7,8 @@ namespace kvserve::server {
 
 class EngineAdapter final : public EngineBackend {
  public:
-  // Both must outlive the adapter.
-  explicit EngineAdapter(Engine& engine);
+  // Both must outlive the adapter. use_model_sampling_defaults false: requests never take the model file's.
+  explicit EngineAdapter(Engine& engine, bool use_model_sampling_defaults = true);
 
   void add_request(EngineRequest req) override;
   void abort_request(const std::string& id) override;
@@ -25,10 +25,12 @@ class EngineAdapter final : public EngineBackend {
   int32_t vocab_size() const override;
   int64_t context_length() const override;
   int64_t default_completion_limit(int64_t n_prompt) const override;
+  SamplingDefaults sampling_defaults() const override;
 
  private:
   Engine& engine_;
   const Model& model_;
+  bool use_model_sampling_defaults_;
 };
 
 }  // namespace kvserve::server

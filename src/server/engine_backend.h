@@ -44,6 +44,8 @@ class EngineBackend {
   // Most tokens a completion without max_tokens may produce after a prompt of n_prompt tokens: the rest of
   // the context, or where the context has no end (a streaming window), the model's training context.
   virtual int64_t default_completion_limit(int64_t n_prompt) const { return context_length() - n_prompt; }
+  // The sampling the model file recommends, for what a request leaves out (none: the API's defaults).
+  virtual SamplingDefaults sampling_defaults() const { return {}; }
 };
 
 }  // namespace kvserve::server

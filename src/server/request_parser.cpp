@@ -358,22 +358,31 @@ void parse_logit_bias(const json& v, SamplingParams& params) {
 void parse_sampling(const json& body, ApiRequest& req) {
   SamplingParams& p = req.params;
   p.temperature = kDefaultTemperature;
-  if (const json* v = field(body, "temperature"))
+  SamplingGiven& given = req.sampling_given;
+  if (const json* v = field(body, "temperature")) {
     p.temperature = static_cast<float>(number_field(*v, "temperature", 0, 2));
+    given.temperature = true;
+  }
   if (const json* v = field(body, "top_p")) {
+    given.top_p = true;
     p.top_p = static_cast<float>(number_field(*v, "top_p", 0, 1));
     if (p.top_p <= 0) throw bad_request("'top_p' must be in (0, 1]", "top_p");
   }
   if (const json* v = field(body, "top_k")) {
+    given.top_k = true;
     const int64_t k = integer_field(*v, "top_k", -1, std::numeric_limits<int32_t>::max());
     p.top_k = k < 0 ? 0 : static_cast<int>(k);  // -1 is vLLM's "off"
   }
-  if (const json* v = field(body, "min_p")) p.min_p = static_cast<float>(number_field(*v, "min_p", 0, 1));
+  if (const json* v = field(body, "min_p")) {
+    p.min_p = static_cast<float>(number_field(*v, "min_p", 0, 1));
+    given.min_p = true;
+  }
   if (const json* v = field(body, "presence_penalty"))
     p.presence_penalty = static_cast<float>(number_field(*v, "presence_penalty", -2, 2));
   if (const json* v = field(body, "frequency_penalty"))
     p.frequency_penalty = static_cast<float>(number_field(*v, "frequency_penalty", -2, 2));
   if (const json* v = field(body, "repetition_penalty")) {
+    given.repetition_penalty = true;
     p.repetition_penalty = static_cast<float>(number_field(*v, "repetition_penalty", 0, 2));
     if (p.repetition_penalty <= 0) throw bad_request("'repetition_penalty' must be in (0, 2]", "repetition_penalty");
   }
@@ -554,6 +563,7 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
                    fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens",
                                context, ids.size()),
                    param, "context_length_exceeded");
+  apply_sampling_defaults(backend.sampling_defaults(), req.sampling_given, req.params);
   if (!req.max_tokens_given) {
     const int64_t limit = backend.default_completion_limit(static_cast<int64_t>(ids.size()));
     if (req.endpoint == Endpoint::Completions) {

@@ -30,6 +30,7 @@ struct ApiRequest {
 
   SamplingParams params;  // params.max_tokens is meaningful only when max_tokens_given
   bool max_tokens_given = false;
+  SamplingGiven sampling_given;  // the others take the model's defaults (build_prompt)
   int n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -88,14 +89,16 @@ struct DetokenizeRequest {
 };
 DetokenizeRequest parse_detokenize_request(std::string_view body, int32_t vocab_size);
 
-// A request without temperature samples at OpenAI's default, 1 (as vLLM and SGLang do); 0 is greedy.
+// A request without temperature samples at the model's default where its file has one (as llama.cpp and vLLM
+// do), else at OpenAI's default, 1 (as vLLM and SGLang do); 0 is greedy.
 constexpr float kDefaultTemperature = 1.0f;
 
 // Completions without max_tokens get OpenAI's 16; chat gets the rest of the context.
 constexpr int kDefaultCompletionMaxTokens = 16;
 
 // Tokenizes the prompt (chat: through the model's template), checks ids against the vocabulary and
-// fills in the default max_tokens. Throws ApiError (400).
+// fills in the default max_tokens and the model's sampling defaults for what the request left out. Throws
+// ApiError (400).
 std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend);
 
 // The prefix-cache salt of a request: tenant part (a hash of the server's API key, unless the operator
