@@ -1,7 +1,10 @@
 #include "model/gguf.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "core/error.h"
@@ -318,6 +321,57 @@ void GGUFFile::parse() {
 const GGUFValue* GGUFFile::find(std::string_view key) const {
   auto it = kv_index_.find(key);
   return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
+}
+
+void GGUFFile::adopt_shard_tensors(std::shared_ptr<const GGUFFile> shard) {
+  for (const GGUFTensorInfo& t : shard->tensors()) {
+    if (!tensor_index_.emplace(t.name, tensors_.size()).second)
+      fail("{}: tensor '{}' is in more than one shard (again in {})", name_, t.name, shard->name());
+    tensors_.push_back(t);
+  }
+  shards_.push_back(std::move(shard));
+}
+
+namespace {
+
+// llama.cpp's llama_split_path: PREFIX-%05d-of-%05d.gguf, shards counted from 1.
+std::string split_path(const std::string& prefix, uint32_t no, uint32_t count) {
+  return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, no + 1, count);
+}
+
+}  // namespace
+
+std::shared_ptr<GGUFFile> open_gguf_with_shards(const std::string& path) {
+  auto first = std::make_shared<GGUFFile>(path);
+  const uint32_t count = first->find_u32("split.count").value_or(0);
+  if (count <= 1) return first;
+  const uint32_t no = first->find_u32("split.no").value_or(0);
+  if (no != 0)
+    fail("{}: this is shard {} of a model split in {}; give its first shard ({})", path, no + 1, count,
+         fmt::format("...-00001-of-{:05d}.gguf", count));
+  const std::string suffix = fmt::format("-{:05d}-of-{:05d}.gguf", 1, count);
+  if (path.size() <= suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)
+    fail(
+        "{}: a model split in {} shards (split.count), but the name does not end in '{}', so the other shards "
+        "cannot be found",
+        path, count, suffix);
+  const std::string prefix = path.substr(0, path.size() - suffix.size());
+  for (uint32_t i = 1; i < count; ++i) {
+    const std::string shard_path = split_path(prefix, i, count);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(shard_path, ec))
+      fail("{}: shard {} of {} is missing: no file '{}'", path, i + 1, count, shard_path);
+    auto shard = std::make_shared<const GGUFFile>(shard_path);
+    if (shard->find_u32("split.no").value_or(UINT32_MAX) != i || shard->find_u32("split.count").value_or(0) != count)
+      fail("{}: its split.no / split.count ({} / {}) do not make it shard {} of {}", shard_path,
+           shard->find_u32("split.no").value_or(0), shard->find_u32("split.count").value_or(0), i + 1, count);
+    first->adopt_shard_tensors(std::move(shard));
+  }
+  if (const auto total = first->find_i32("split.tensors.count");
+      total && *total != static_cast<int64_t>(first->tensors().size()))
+    fail("{}: split.tensors.count says {} tensors, the {} shards hold {}", path, *total, count,
+         first->tensors().size());
+  return first;
 }
 
 const GGUFTensorInfo* GGUFFile::find_tensor(std::string_view name) const {

@@ -118,6 +118,10 @@ class GGUFFile {
   const std::vector<GGUFTensorInfo>& tensors() const { return tensors_; }
   const GGUFTensorInfo* find_tensor(std::string_view name) const;
 
+  // A later shard of a split model (llama.cpp's gguf-split: split.no i of split.count): its tensors join this
+  // file's, read where they lie in the shard, which this file keeps alive. A tensor name already here throws.
+  void adopt_shard_tensors(std::shared_ptr<const GGUFFile> shard);
+
  private:
   void parse();
   const GGUFValue& require(std::string_view key) const;
@@ -133,6 +137,12 @@ class GGUFFile {
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<GGUFTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<std::shared_ptr<const GGUFFile>> shards_;
 };
+
+// A model split by llama.cpp's gguf-split ("NAME-00001-of-00003.gguf" ...), opened from its first shard with the
+// others' tensors adopted (GGUFFile::adopt_shard_tensors); any other file as it is. Errors name a missing or
+// mismatched shard, and a later shard given in place of the first.
+std::shared_ptr<GGUFFile> open_gguf_with_shards(const std::string& path);
 
 }  // namespace kvserve

@@ -58,6 +58,10 @@ void GGUFWriter::add_u8(const std::string& key, uint8_t v) {
   begin_key(key, GGUFType::UINT8);
   put(kv_, v);
 }
+void GGUFWriter::add_u16(const std::string& key, uint16_t v) {
+  begin_key(key, GGUFType::UINT16);
+  put(kv_, v);
+}
 void GGUFWriter::add_u32(const std::string& key, uint32_t v) {
   begin_key(key, GGUFType::UINT32);
   put(kv_, v);

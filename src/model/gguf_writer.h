@@ -23,6 +23,7 @@ class GGUFWriter {
 
   // Metadata, in the order added. Adding a key twice throws Error.
   void add_u8(const std::string& key, uint8_t v);
+  void add_u16(const std::string& key, uint16_t v);
   void add_u32(const std::string& key, uint32_t v);
   void add_i32(const std::string& key, int32_t v);
   void add_u64(const std::string& key, uint64_t v);

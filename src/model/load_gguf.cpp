@@ -749,7 +749,7 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
 }
 
 std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOptions& opts) {
-  auto m = load_gguf_model(std::make_shared<const GGUFFile>(path), opts);
+  auto m = load_gguf_model(std::shared_ptr<const GGUFFile>(open_gguf_with_shards(path)), opts);
   m->path = path;
   return m;
 }
