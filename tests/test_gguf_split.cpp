@@ -1,6 +1,7 @@
 // Models split by llama.cpp's gguf-split: opened from the first shard ("NAME-00001-of-0000N.gguf"), the other
 // shards' tensors joined to it; the same model, bit for bit, as the file they were split from.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -18,7 +19,11 @@ namespace {
 const std::string kTinyGqa = std::string(KVSERVE_SHARED_DIR) + "/golden/gguf/models/tiny-gqa.gguf";
 
 struct SplitDir {
-  SplitDir() : dir(std::filesystem::path(testing::TempDir()) / "kvserve_gguf_split") {
+  // One folder per test process: ctest runs the tests side by side.
+  SplitDir()
+      : dir(std::filesystem::path(testing::TempDir()) /
+            ("kvserve_gguf_split_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+             std::to_string(::getpid()))) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
   }

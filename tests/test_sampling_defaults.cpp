@@ -2,6 +2,7 @@
 // apply them) and a Hugging Face folder's generation_config.json (as vLLM reads it), and `kvserve generate`
 // taking them for the flags it is not given.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -22,7 +23,7 @@ namespace {
 const std::string kTinyGqa = std::string(KVSERVE_SHARED_DIR) + "/golden/gguf/models/tiny-gqa.gguf";
 
 std::filesystem::path temp_path(const std::string& name) {
-  return std::filesystem::path(testing::TempDir()) / ("kvserve_sampling_" + name);
+  return std::filesystem::path(testing::TempDir()) / ("kvserve_sampling_" + std::to_string(::getpid()) + "_" + name);
 }
 
 // tiny-gqa with extra metadata (added by `add`).
