@@ -378,6 +378,36 @@ def tiny_mistral3(gguf, path, seed):
     finish(w)
 
 
+def tiny_olmo2(gguf, path, seed, window=None):
+    """OLMo 2 (llama.cpp's olmo2): no norm before the attention or the FFN, their outputs normed before each
+    residual add (post_attention_norm, post_ffw_norm), q and k RMS-normed over the whole projection (every head at
+    once: attn_q_norm [H*D], attn_k_norm [KVH*D]), NeoX RoPE. With `window`, OLMo 3: all but every 4th layer slide
+    over that many positions."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 4 if window else 2, 4, 2, 16, 128
+    w = begin(gguf, path, "olmo2", shape, 10000.0)
+    if window:
+        w.add_sliding_window(window)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "attn_q_norm.weight", r.norm(H * D, 0.3))
+        w.add_tensor(p + "attn_k_norm.weight", r.norm(KVH * D, 0.3))
+        w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+        w.add_tensor(p + "post_ffw_norm.weight", r.norm(E, 0.3))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 def tiny_deepseek2(gguf, path, seed, variant):
     """DeepSeek-V2 / V3 (llama.cpp's deepseek2): multi-head latent attention and a mixture of experts with a
     shared expert after one dense layer. Per token, kv_a projects to a latent of kv_lora_rank (RMS-normed
@@ -493,6 +523,8 @@ MODELS = {
     "tiny-deepseek2-yarn": (lambda g, p, s: tiny_deepseek2(g, p, s, "yarn"), 3016),
     "tiny-qwen3-yarn": (lambda g, p, s: tiny_qwen3(g, p, s, (64, 2, 4, 2, 32, 128), 10000.0, (4.0, 64)), 3017),
     "tiny-mistral3": (tiny_mistral3, 3018),
+    "tiny-olmo2": (tiny_olmo2, 3019),
+    "tiny-olmo3": (lambda g, p, s: tiny_olmo2(g, p, s, window=8), 3020),
 }
 
 

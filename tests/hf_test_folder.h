@@ -184,7 +184,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = g->layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    add_norm(p + "input_layernorm.weight", L.attn_norm);
+    if (c.pre_norms) add_norm(p + "input_layernorm.weight", L.attn_norm);
     if (c.mla()) {
       add_deepseek_layer(w, c, L, p, l, matrix_type);
       continue;
@@ -208,7 +208,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     }
     if (c.post_norms) {
       add_norm(p + "post_attention_layernorm.weight", L.attn_post_norm);
-      add_norm(p + "pre_feedforward_layernorm.weight", L.ffn_norm);
+      if (c.pre_norms) add_norm(p + "pre_feedforward_layernorm.weight", L.ffn_norm);
       add_norm(p + "post_feedforward_layernorm.weight", L.ffn_post_norm);
     } else {
       add_norm(p + "post_attention_layernorm.weight", L.ffn_norm);
@@ -254,14 +254,16 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         : c.arch == "smollm3"   ? "SmolLM3ForCausalLM"
         : c.arch == "granite"   ? "GraniteForCausalLM"
         : c.arch == "mistral3"  ? "Ministral3ForCausalLM"
+        : c.arch == "olmo2"     ? (c.sliding_window > 0 ? "Olmo3ForCausalLM" : "Olmo2ForCausalLM")
                                 : "LlamaForCausalLM"}},
       // transformers' name for the model type (GGUF's qwen3moe is its qwen3_moe, gemma3 its gemma3_text (the text
       // model); a llama with experts, mixtral).
-      {"model_type", c.arch == "qwen3moe"           ? "qwen3_moe"
-                     : c.arch == "gemma3"           ? "gemma3_text"
-                     : c.arch == "mistral3"         ? "ministral3"
-                     : c.arch == "llama" && c.moe() ? "mixtral"
-                                                    : c.arch},
+      {"model_type", c.arch == "qwen3moe"                        ? "qwen3_moe"
+                     : c.arch == "gemma3"                        ? "gemma3_text"
+                     : c.arch == "mistral3"                      ? "ministral3"
+                     : c.arch == "olmo2" && c.sliding_window > 0 ? "olmo3"
+                     : c.arch == "llama" && c.moe()              ? "mixtral"
+                                                                 : c.arch},
       {"hidden_size", c.n_embd},
       {"num_hidden_layers", c.n_layers},
       {"num_attention_heads", c.n_heads},
@@ -347,6 +349,16 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         config["rope_scaling"]["original_max_position_embeddings"] = c.attn_temp_length;
       }
     }
+  }
+  if (c.arch == "olmo2" && c.sliding_window > 0) {  // OLMo 3: its window, one type per layer, RoPE per type
+    config["sliding_window"] = c.sliding_window;
+    config.erase("rope_theta");
+    config.erase("rope_scaling");
+    config["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_base}}},
+                                 {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_base_swa}}}};
+    nlohmann::json types = nlohmann::json::array();
+    for (int l = 0; l < c.n_layers; ++l) types.push_back(c.is_swa_layer(l) ? "sliding_attention" : "full_attention");
+    config["layer_types"] = types;
   }
   if (gemma) {
     config["hidden_activation"] = "gelu_pytorch_tanh";

@@ -265,6 +265,7 @@ INSTANTIATE_TEST_SUITE_P(
         // mscale^2 (1.59) on the scores: float rounding reaches 1.1e-4 on logits near 9.
         GgufCase{"tiny-deepseek2-yarn", 2e-4f, 1.0f, kArchGoldens},
         GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-mistral3", 1e-4f, 1.0f, kArchGoldens},
+        GgufCase{"tiny-olmo2", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-olmo3", 1e-4f, 1.0f, kArchGoldens},
         GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
         // 45 of 192 steps within 1e-3: more of its activations sit near a Q8_1 rounding
         // boundary. Its dot, dequantizer and activation bytes agree with ggml's own kernels.

@@ -377,6 +377,44 @@ TEST(HfLoader, Ministral3MatchesGgufAndLlamaCpp) {
   }
 }
 
+// OLMo 2 (Olmo2ForCausalLM: no input_layernorm, post_attention_layernorm and post_feedforward_layernorm after each
+// block, q_norm / k_norm over the whole projection) and OLMo 3 (Olmo3ForCausalLM: its layer_types and window, RoPE
+// per layer type): llama.cpp's logits (transformers 5.25 gives them within 2e-5 on these folders too).
+TEST(HfLoader, Olmo2AndOlmo3MatchGgufAndLlamaCpp) {
+  for (const char* stem : {"tiny-olmo2", "tiny-olmo3"}) {
+    SCOPED_TRACE(stem);
+    const ArchHfCopy copy(stem);
+    const ModelConfig &a = copy.hf->config, &b = copy.ref->config;
+    EXPECT_FALSE(a.pre_norms);
+    EXPECT_TRUE(a.qk_norm_full);
+    EXPECT_TRUE(a.post_norms);
+    EXPECT_FALSE(copy.hf->layers[0].attn_norm.valid());
+    EXPECT_EQ(a.sliding_window, b.sliding_window);
+    EXPECT_EQ(a.swa_layers, b.swa_layers);
+    EXPECT_EQ(a.rope_base_swa, b.rope_base_swa);
+    expect_follows_arch_golden(*copy.hf, stem, 1e-4f);
+  }
+  // Olmo3Config's RoPE where config.json is silent: base 500000 for every layer; a bare rope_theta reaches only
+  // the full-attention layers (transformers reads it so), the sliding ones keep 500000.
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-olmo3.gguf", tmp.path(),
+                           DType::F32);
+  json c = read_json(tmp / "config.json");
+  c.erase("rope_parameters");
+  write_json(tmp / "config.json", c);
+  ModelConfig m = load_model(tmp.path())->config;
+  EXPECT_EQ(m.rope_base, 500000.0f);
+  EXPECT_EQ(m.rope_base_swa, 500000.0f);
+  c["rope_theta"] = 20000.0;
+  write_json(tmp / "config.json", c);
+  m = load_model(tmp.path())->config;
+  EXPECT_EQ(m.rope_base, 20000.0f);
+  EXPECT_EQ(m.rope_base_swa, 500000.0f);
+  c.erase("layer_types");
+  write_json(tmp / "config.json", c);
+  EXPECT_EQ(load_model(tmp.path())->config.swa_layers, (std::vector<bool>{true, true, true, false}));
+}
+
 // Ministral3Config's defaults where config.json is silent (RoPE: YaRN factor 16 over 16384 positions, base 1e6,
 // temperature beta 0.1), Mistral 3.1's text model (model_type mistral: no temperature), and errors named.
 TEST(HfLoader, Ministral3DefaultsAndErrors) {

@@ -142,7 +142,11 @@ void ModelRunner::normalize_tokens(const float* weight, int64_t n_tokens, Matmul
       n_tokens,
       [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
-          rmsnorm(x_.data() + t * E, weight, xn_.data() + t * E, static_cast<int>(E), c.rms_eps);
+          if (weight != nullptr) {
+            rmsnorm(x_.data() + t * E, weight, xn_.data() + t * E, static_cast<int>(E), c.rms_eps);
+          } else {  // no pre-norm (OLMo 2): the residual stream itself
+            std::copy_n(x_.data() + t * E, E, xn_.data() + t * E);
+          }
           if (acts != nullptr) acts->convert_token(t);
         }
       },
@@ -268,10 +272,12 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
         [&](int64_t begin, int64_t end) {
           for (int64_t t = begin; t < end; ++t) {
             if (c.qk_norm) {
-              rmsnorm_heads(q_.data() + t * QD, static_cast<const float*>(L.q_norm.data), static_cast<int>(H),
-                            static_cast<int>(D), c.rms_eps);
-              rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), static_cast<int>(KVH),
-                            static_cast<int>(D), c.rms_eps);
+              // Per head (Qwen3), or over the whole projection as one (OLMo 2).
+              const int qh = c.qk_norm_full ? 1 : static_cast<int>(H), kh = c.qk_norm_full ? 1 : static_cast<int>(KVH);
+              rmsnorm_heads(q_.data() + t * QD, static_cast<const float*>(L.q_norm.data), qh, static_cast<int>(QD / qh),
+                            c.rms_eps);
+              rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), kh, static_cast<int>(KD / kh),
+                            c.rms_eps);
             }
             if (temperature) scale_inplace(q_.data() + t * QD, QD, q_temperature_[t]);
             float* q_sink = sinks_here ? q_sink_.data() + t * QD : nullptr;

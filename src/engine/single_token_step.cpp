@@ -60,7 +60,10 @@ bool ModelRunner::single_token_region_applies() const {
 
 bool ModelRunner::region_weights_ok() const {
   // The region has neither expert routing nor latent attention: MoE and MLA steps take the per-op path.
+  // Nor layers without pre-norms, or q / k norms over the whole projection (OLMo 2; each thread norms its own KV
+  // head here).
   if (model_.config.moe() || model_.config.mla()) return false;
+  if (!model_.config.pre_norms || model_.config.qk_norm_full) return false;
   for (const LayerWeights& L : model_.layers) {
     const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
     const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};

@@ -40,6 +40,7 @@ constexpr ArchTraits kArchTable[] = {
     {"granite", RopeStyle::Interleaved, false, false},
     {"deepseek2", RopeStyle::Interleaved, false, false},
     {"mistral3", RopeStyle::Interleaved, false, false},
+    {"olmo2", RopeStyle::NeoX, false, true},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -170,7 +171,7 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
 SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::string& a, int n_layers) {
   SlidingWindowLayers swa;
   const bool gemma2 = a == "gemma2";
-  if (!gemma2 && a != "gemma3") return swa;
+  if (!gemma2 && a != "gemma3" && a != "olmo2") return swa;
   const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(gemma2 ? 4096 : 0);
   if (window == 0) return swa;
   swa.window = positive_int(f, a + ".attention.sliding_window", window);
@@ -183,7 +184,7 @@ SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::str
       fail("{}: '{}' has {} entries for {} layers", f.name(), pattern_key, flags.size(), n_layers);
     for (size_t l = 0; l < flags.size(); ++l) swa.layers[l] = flags[l] != 0;
   } else {
-    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 ? 2 : 6;
+    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 ? 2 : a == "olmo2" ? 4 : 6;
     for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
   }
   return swa;
@@ -364,6 +365,20 @@ void read_attn_temperature(const GGUFFile& f, ModelConfig& c) {
   c.attn_temp_length = f.find_u32(key) ? positive_int(f, key, *f.find_u32(key)) : c.n_ctx_train;
 }
 
+// OLMo 2 and 3 (llama.cpp's olmo2): post-norms only, q / k normed over the whole projection; OLMo 3's sliding
+// window on all but every 4th layer, those layers rotating at rope.freq_base_swa (else the base) unscaled.
+void read_olmo2(const GGUFFile& f, ModelConfig& c) {
+  c.pre_norms = false;
+  c.post_norms = true;
+  c.qk_norm_full = true;
+  SlidingWindowLayers swa = gguf_sliding_window_layers(f, c.arch, c.n_layers);
+  if (swa.window == 0) return;
+  c.sliding_window = swa.window;
+  c.swa_layers = std::move(swa.layers);
+  c.rope_base_swa = f.find_f32(c.arch + ".rope.freq_base_swa").value_or(c.rope_base);
+  c.rope_scaling_swa = {};
+}
+
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
@@ -414,6 +429,7 @@ ModelConfig read_config(const GGUFFile& f) {
   if (c.arch == "phi3") read_longrope(f, c);
   if (c.arch == "granite") read_granite(f, c);
   if (c.arch == "mistral3") read_attn_temperature(f, c);
+  if (c.arch == "olmo2") read_olmo2(f, c);
   if (c.arch != "deepseek2") read_experts(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")
@@ -673,8 +689,8 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
-    L.attn_norm = make_tensor(f, p + "attn_norm.weight");
-    L.ffn_norm = make_tensor(f, p + "ffn_norm.weight");
+    L.attn_norm = make_tensor(f, p + "attn_norm.weight", c.pre_norms);
+    L.ffn_norm = make_tensor(f, p + "ffn_norm.weight", c.pre_norms);
     if (c.mla()) {
       load_mla_attention(f, p, c, L, m->storage);
       if (c.moe_layer(l)) {

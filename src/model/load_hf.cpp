@@ -58,6 +58,8 @@ constexpr HfArch kHfArchs[] = {
     {"GraniteForCausalLM", "granite", false, false},
     {"DeepseekV2ForCausalLM", "deepseek2", false, false},
     {"DeepseekV3ForCausalLM", "deepseek2", false, false},
+    {"Olmo2ForCausalLM", "olmo2", false, true},
+    {"Olmo3ForCausalLM", "olmo2", false, true},
 };
 // clang-format on
 
@@ -194,7 +196,7 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
 // unless tie_word_embeddings is false, as transformers and llama.cpp allow).
 // The families whose config.json can give layers a sliding window, each read as transformers' config class and
 // modeling code read it.
-enum class SwaFamily { Gemma2, Gemma3, Mistral, Mixtral, Ministral, Ministral3, Qwen2 };
+enum class SwaFamily { Gemma2, Gemma3, Mistral, Mixtral, Ministral, Ministral3, Olmo3, Qwen2 };
 
 std::optional<SwaFamily> swa_family_of_model_type(std::string_view model_type) {
   if (model_type == "gemma2") return SwaFamily::Gemma2;
@@ -203,6 +205,7 @@ std::optional<SwaFamily> swa_family_of_model_type(std::string_view model_type) {
   if (model_type == "mixtral") return SwaFamily::Mixtral;
   if (model_type == "ministral") return SwaFamily::Ministral;
   if (model_type == "ministral3") return SwaFamily::Ministral3;
+  if (model_type == "olmo3") return SwaFamily::Olmo3;
   if (model_type == "qwen2") return SwaFamily::Qwen2;
   return std::nullopt;
 }
@@ -214,6 +217,7 @@ std::optional<SwaFamily> swa_family_of_arch(std::string_view hf_arch) {
   if (hf_arch == "MixtralForCausalLM") return SwaFamily::Mixtral;
   if (hf_arch == "MinistralForCausalLM") return SwaFamily::Ministral;
   if (hf_arch == "Ministral3ForCausalLM") return SwaFamily::Ministral3;
+  if (hf_arch == "Olmo3ForCausalLM") return SwaFamily::Olmo3;
   if (hf_arch == "Qwen2ForCausalLM") return SwaFamily::Qwen2;
   return std::nullopt;
 }
@@ -222,7 +226,8 @@ std::optional<SwaFamily> swa_family_of_arch(std::string_view hf_arch) {
 // one only with use_sliding_window true. Which layers:
 // - Mistral, Mixtral and Ministral 3: every layer (their modeling code ignores `layer_types`);
 // - the others: `layer_types` when given, else Gemma 2 every even layer, Gemma 3 all but every
-//   sliding_window_pattern-th, Ministral every layer, Qwen 2 those from max_window_layers (28) on.
+//   sliding_window_pattern-th, OLMo 3 all but every 4th, Ministral every layer, Qwen 2 those from
+//   max_window_layers (28) on.
 SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader& r, const std::string& path,
                                                SwaFamily family, int n_layers) {
   SlidingWindowLayers swa;
@@ -254,8 +259,10 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
       first = v.get<int64_t>();
     }
     for (int l = 0; l < n_layers && l < first; ++l) swa.layers[static_cast<size_t>(l)] = false;
-  } else if (family == SwaFamily::Gemma2 || family == SwaFamily::Gemma3) {
-    const int n = family == SwaFamily::Gemma2 ? 2 : r.positive_int_or("sliding_window_pattern", 6);
+  } else if (family == SwaFamily::Gemma2 || family == SwaFamily::Gemma3 || family == SwaFamily::Olmo3) {
+    const int n = family == SwaFamily::Gemma2  ? 2
+                  : family == SwaFamily::Olmo3 ? 4
+                                               : r.positive_int_or("sliding_window_pattern", 6);
     for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = (l + 1) % n != 0;
   }
   return swa;
@@ -551,7 +558,7 @@ ModelConfig read_config(const json& raw, const std::string& path) {
   c.n_ff = r.positive_int("intermediate_size");
   c.n_ctx_train = r.positive_int_or("max_position_embeddings", 2048);
   c.rms_eps = r.positive_float_or("rms_norm_eps", 1e-6f);
-  c.rope_base = r.positive_float_or("rope_theta", 10000.0f);
+  c.rope_base = r.positive_float_or("rope_theta", hf_arch == "Olmo3ForCausalLM" ? 500000.0f : 10000.0f);
   if (c.n_heads % c.n_kv_heads != 0)
     fail("'{}': num_attention_heads {} is not a multiple of num_key_value_heads {}", path, c.n_heads, c.n_kv_heads);
   if (r.has("head_dim")) {
@@ -587,10 +594,21 @@ ModelConfig read_config(const json& raw, const std::string& path) {
       c.swa_layers = std::move(swa.layers);
       c.rope_base_swa = c.rope_base;  // the local layers rotate as the global ones (Gemma 3: see below)
       c.rope_scaling_swa = c.rope_scaling;
+      if (*family == SwaFamily::Olmo3) {
+        // Their own base (rope_parameters.sliding_attention), unscaled; without one, Olmo3Config's default
+        // 500000 (it takes rope_theta for the full layers only).
+        c.rope_base_swa = r.positive_float_or("rope_local_base_freq", 500000.0f);
+        c.rope_scaling_swa = {};
+      }
     }
   }
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
   if (c.arch == "mistral3") read_ministral3_temperature(j, path, c);
+  if (c.arch == "olmo2") {  // OLMo 2 / 3: post-norms only, q / k normed over the whole projection
+    c.pre_norms = false;
+    c.post_norms = true;
+    c.qk_norm_full = true;
+  }
   if (c.arch == "granite") {
     // transformers' GraniteConfig multipliers (its defaults: 1, 1, 1, 1); as the GGUF converter maps them.
     c.embd_scale = r.positive_float_or("embedding_multiplier", 1.0f);
@@ -774,7 +792,7 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = prefix + "layers." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
-    L.attn_norm = norm(p + "input_layernorm.weight");
+    if (c.pre_norms) L.attn_norm = norm(p + "input_layernorm.weight");
     if (c.mla()) {  // DeepSeek: MLA, then a dense MLP or routed and shared experts
       const std::string a = p + "self_attn.";
       if (c.q_lora_rank > 0) {
@@ -836,9 +854,9 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.q_norm = norm(p + "self_attn.q_norm.weight");
       L.k_norm = norm(p + "self_attn.k_norm.weight");
     }
-    if (c.post_norms) {  // Gemma 2/3: the post-attention norm is the attention's output norm
+    if (c.post_norms) {  // Gemma 2/3, OLMo 2: the post-attention norm is the attention's output norm
       L.attn_post_norm = norm(p + "post_attention_layernorm.weight");
-      L.ffn_norm = norm(p + "pre_feedforward_layernorm.weight");
+      if (c.pre_norms) L.ffn_norm = norm(p + "pre_feedforward_layernorm.weight");
       L.ffn_post_norm = norm(p + "post_feedforward_layernorm.weight");
     } else {
       L.ffn_norm = norm(p + "post_attention_layernorm.weight");

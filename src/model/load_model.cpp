@@ -160,7 +160,7 @@ void validate_model(const Model& m) {
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = m.layers[static_cast<size_t>(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
-    s.check(L.attn_norm, p + "attn_norm.weight", {c.n_embd}, true);
+    if (c.pre_norms) s.check(L.attn_norm, p + "attn_norm.weight", {c.n_embd}, true);
     if (c.mla()) {
       check_mla_layer(s, c, L, p, m.path);
       check_ffn(s, c, L, p, l, m.path);
@@ -176,14 +176,14 @@ void validate_model(const Model& m) {
       s.check(L.bv, p + "attn_v.bias", {kv_dim}, true);
     }
     if (c.qk_norm) {
-      s.check(L.q_norm, p + "attn_q_norm.weight", {c.head_dim}, true);
-      s.check(L.k_norm, p + "attn_k_norm.weight", {c.head_dim}, true);
+      s.check(L.q_norm, p + "attn_q_norm.weight", {c.qk_norm_full ? q_dim : c.head_dim}, true);
+      s.check(L.k_norm, p + "attn_k_norm.weight", {c.qk_norm_full ? kv_dim : c.head_dim}, true);
     }
     if (c.post_norms) {
       s.check(L.attn_post_norm, p + "post_attention_norm.weight", {c.n_embd}, true);
       s.check(L.ffn_post_norm, p + "post_ffw_norm.weight", {c.n_embd}, true);
     }
-    s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
+    if (c.pre_norms) s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
     check_ffn(s, c, L, p, l, m.path);
   }
 }

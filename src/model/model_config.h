@@ -96,6 +96,10 @@ struct ModelConfig {
   // RMS-normalized (attn_post_norm, ffn_post_norm) before its residual add.
   float embd_scale = 1.0f;
   bool post_norms = false;
+  // OLMo 2: no norm before the attention or the FFN (their outputs only, post_norms), and q / k normed over
+  // their whole projections (every head at once, qk_norm_full) instead of per head.
+  bool pre_norms = true;
+  bool qk_norm_full = false;
   FfnActivation ffn_act = FfnActivation::SiLU;
   float attn_scale = 0.0f;  // scale of q.k; 0: 1/sqrt(head_dim)
   // Sliding-window layers (Gemma 2 and 3's local layers): layer l attends to the last `sliding_window`
