@@ -95,10 +95,11 @@ def add_qwen3_attention(w, r, p, shape):
     w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
 
 
-def add_llama_attention(w, r, p, shape):
+def add_llama_attention(w, r, p, shape, pre_norm=True):
     """Llama's attention of one block: separate q/k/v (q and k drawn twice as wide, so positions matter)."""
     E, L, H, KVH, D, F = shape
-    w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+    if pre_norm:
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
     w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
     w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
     w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
@@ -392,10 +393,7 @@ def tiny_olmo2(gguf, path, seed, window=None):
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
-        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
-        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
-        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        add_llama_attention(w, r, p, shape, pre_norm=False)
         w.add_tensor(p + "attn_q_norm.weight", r.norm(H * D, 0.3))
         w.add_tensor(p + "attn_k_norm.weight", r.norm(KVH * D, 0.3))
         w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.3))

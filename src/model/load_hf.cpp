@@ -198,27 +198,33 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
 // modeling code read it.
 enum class SwaFamily { Gemma2, Gemma3, Mistral, Mixtral, Ministral, Ministral3, Olmo3, Qwen2 };
 
+// Each family's architecture and config model_type (Gemma 3's text config also "gemma3_text").
+struct SwaFamilyName {
+  SwaFamily family;
+  const char* hf_arch;
+  const char* model_type;
+};
+constexpr SwaFamilyName kSwaFamilies[] = {
+    {SwaFamily::Gemma2, "Gemma2ForCausalLM", "gemma2"},
+    {SwaFamily::Gemma3, "Gemma3ForCausalLM", "gemma3"},
+    {SwaFamily::Gemma3, "Gemma3ForCausalLM", "gemma3_text"},
+    {SwaFamily::Mistral, "MistralForCausalLM", "mistral"},
+    {SwaFamily::Mixtral, "MixtralForCausalLM", "mixtral"},
+    {SwaFamily::Ministral, "MinistralForCausalLM", "ministral"},
+    {SwaFamily::Ministral3, "Ministral3ForCausalLM", "ministral3"},
+    {SwaFamily::Olmo3, "Olmo3ForCausalLM", "olmo3"},
+    {SwaFamily::Qwen2, "Qwen2ForCausalLM", "qwen2"},
+};
+
 std::optional<SwaFamily> swa_family_of_model_type(std::string_view model_type) {
-  if (model_type == "gemma2") return SwaFamily::Gemma2;
-  if (model_type == "gemma3" || model_type == "gemma3_text") return SwaFamily::Gemma3;
-  if (model_type == "mistral") return SwaFamily::Mistral;
-  if (model_type == "mixtral") return SwaFamily::Mixtral;
-  if (model_type == "ministral") return SwaFamily::Ministral;
-  if (model_type == "ministral3") return SwaFamily::Ministral3;
-  if (model_type == "olmo3") return SwaFamily::Olmo3;
-  if (model_type == "qwen2") return SwaFamily::Qwen2;
+  for (const SwaFamilyName& f : kSwaFamilies)
+    if (model_type == f.model_type) return f.family;
   return std::nullopt;
 }
 
 std::optional<SwaFamily> swa_family_of_arch(std::string_view hf_arch) {
-  if (hf_arch == "Gemma2ForCausalLM") return SwaFamily::Gemma2;
-  if (hf_arch == "Gemma3ForCausalLM") return SwaFamily::Gemma3;
-  if (hf_arch == "MistralForCausalLM") return SwaFamily::Mistral;
-  if (hf_arch == "MixtralForCausalLM") return SwaFamily::Mixtral;
-  if (hf_arch == "MinistralForCausalLM") return SwaFamily::Ministral;
-  if (hf_arch == "Ministral3ForCausalLM") return SwaFamily::Ministral3;
-  if (hf_arch == "Olmo3ForCausalLM") return SwaFamily::Olmo3;
-  if (hf_arch == "Qwen2ForCausalLM") return SwaFamily::Qwen2;
+  for (const SwaFamilyName& f : kSwaFamilies)
+    if (hf_arch == f.hf_arch) return f.family;
   return std::nullopt;
 }
 
@@ -499,11 +505,6 @@ const json& ministral3_default_rope() {
   return rope;
 }
 
-bool names_arch(const json& j, std::string_view hf_arch) {
-  return j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-         j["architectures"][0] == hf_arch;
-}
-
 // Ministral 3: Llama 4's attention temperature, its length the YaRN original context (transformers'
 // get_llama_4_attn_scale); no llama_4_scaling_beta: none.
 void read_ministral3_temperature(const json& j, const std::string& path, ModelConfig& c) {
@@ -522,17 +523,17 @@ void read_ministral3_temperature(const json& j, const std::string& path, ModelCo
 
 ModelConfig read_config(const json& raw, const std::string& path) {
   if (!raw.is_object()) fail("'{}': not a JSON object", path);
+  std::string hf_arch;
+  if (raw.contains("architectures") && raw["architectures"].is_array() && !raw["architectures"].empty() &&
+      raw["architectures"][0].is_string())
+    hf_arch = raw["architectures"][0].get<std::string>();
+  else
+    fail("'{}': required key 'architectures' is missing", path);
   json j = raw;
-  if (names_arch(j, "Ministral3ForCausalLM") && !j.contains("rope_parameters") && !j.contains("rope_scaling") &&
+  if (hf_arch == "Ministral3ForCausalLM" && !j.contains("rope_parameters") && !j.contains("rope_scaling") &&
       !j.contains("rope_theta"))
     j["rope_parameters"] = ministral3_default_rope();
   j = with_earlier_rope_keys(j, path);
-  std::string hf_arch;
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string())
-    hf_arch = j["architectures"][0].get<std::string>();
-  else
-    fail("'{}': required key 'architectures' is missing", path);
   for (const KeyAlias& a : kKeyAliases)
     if (hf_arch == a.hf_arch && !j.contains(a.key) && j.contains(a.alias)) j[a.key] = j[a.alias];
   const ConfigReader r(j, path);

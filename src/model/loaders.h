@@ -27,8 +27,8 @@ struct SlidingWindowLayers {
 };
 SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& file, const std::string& arch, int n_layers);
 // The same from a Hugging Face config.json (its text part) of model_type gemma2, gemma3, gemma3_text, mistral,
-// mixtral, ministral or qwen2, as transformers reads it (load_hf.cpp, read_sliding_window_layers). Other model
-// types: none.
+// mixtral, ministral, ministral3, olmo3 or qwen2, as transformers reads it (load_hf.cpp,
+// read_sliding_window_layers). Other model types: none.
 SlidingWindowLayers hf_sliding_window_layers(const nlohmann::json& config, const std::string& model_type,
                                              int n_layers, const std::string& path);
 
