@@ -406,6 +406,58 @@ def tiny_olmo2(gguf, path, seed, window=None):
     finish(w)
 
 
+def tiny_gptoss(gguf, path, seed):
+    """gpt-oss (llama.cpp's openai_moe): biases on q/k/v/o, a learned sink logit per head (attn_sinks), a sliding
+    window of 8 on the even layers, YaRN on every layer, the FFN's norm named post_attention_norm, a router with a
+    bias whose top-2 logits are softmaxed, experts with biases and the clamped SwiGLU (alpha 1.702, limit 7), their
+    weights MXFP4 as the real files hold them. Sinks, biases and router are drawn wide so each matters."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 4, 4, 2, 16, 64
+    n_expert, n_used, F_exp = 4, 2, 64
+    w = begin(gguf, path, "gpt-oss", shape, 150000.0)
+    add_yarn(gguf, w, 4.0, 64)
+    w.add_sliding_window(8)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(F_exp)
+    n_vocab = copy_vocab(gguf, w)
+
+    def mxfp4(a):
+        return gguf.quants.quantize(a, gguf.GGMLQuantizationType.MXFP4)
+
+    def bias(n, spread):
+        return (spread * r.rng.standard_normal(n)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_q.bias", bias(H * D, 0.5))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_k.bias", bias(KVH * D, 0.5))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_v.bias", bias(KVH * D, 0.5))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "attn_output.bias", bias(E, 0.5))
+        w.add_tensor(p + "attn_sinks.weight", bias(H, 2.0))
+        w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate_inp.weight", r.mat(n_expert, E, 4.0))
+        w.add_tensor(p + "ffn_gate_inp.bias", bias(n_expert, 1.0))
+        w.add_tensor(p + "ffn_gate_exps.weight", mxfp4(np.stack([r.mat(F_exp, E, 4.0) for _ in range(n_expert)])),
+                     raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        w.add_tensor(p + "ffn_gate_exps.bias", np.stack([bias(F_exp, 1.0) for _ in range(n_expert)]))
+        w.add_tensor(p + "ffn_up_exps.weight", mxfp4(np.stack([r.mat(F_exp, E, 4.0) for _ in range(n_expert)])),
+                     raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        w.add_tensor(p + "ffn_up_exps.bias", np.stack([bias(F_exp, 1.0) for _ in range(n_expert)]))
+        w.add_tensor(p + "ffn_down_exps.weight", mxfp4(np.stack([r.mat(E, F_exp) for _ in range(n_expert)])),
+                     raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        w.add_tensor(p + "ffn_down_exps.bias", np.stack([bias(E, 0.5) for _ in range(n_expert)]))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 def tiny_deepseek2(gguf, path, seed, variant):
     """DeepSeek-V2 / V3 (llama.cpp's deepseek2): multi-head latent attention and a mixture of experts with a
     shared expert after one dense layer. Per token, kv_a projects to a latent of kv_lora_rank (RMS-normed
@@ -523,6 +575,7 @@ MODELS = {
     "tiny-mistral3": (tiny_mistral3, 3018),
     "tiny-olmo2": (tiny_olmo2, 3019),
     "tiny-olmo3": (lambda g, p, s: tiny_olmo2(g, p, s, window=8), 3020),
+    "tiny-gptoss": (tiny_gptoss, 3021),
 }
 
 

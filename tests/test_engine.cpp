@@ -360,6 +360,39 @@ TEST(Engine, MoeModelInBatchesMatchesGeneratorTokenForToken) {
   run_batch_against_generator(o, false, *moe);
 }
 
+// gpt-oss in batched, chunked steps and verified drafts: learned sinks over windowed and full layers, biased
+// experts gathered across the batch; every request gets the Generator's tokens. Its hybrid cache gives the very
+// bits of a full one (the sinks join each window's own softmax sum), and H2O, whose kernel keeps no such sums,
+// is refused by name.
+TEST(Engine, GptOssInBatchesMatchesGeneratorTokenForToken) {
+  auto oss = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gptoss.gguf");
+  ASSERT_TRUE(oss->config.learned_sinks);
+  EngineOptions o = small_options();
+  o.model_id = "tiny-gptoss";
+  run_batch_against_generator(o, false, *oss);
+  EngineOptions spec = o;
+  spec.speculative_tokens = 3;
+  spec.ngram = {.max_n = 2, .min_n = 1};
+  run_batch_against_generator(spec, false, *oss);
+
+  std::mt19937 rng(9);
+  const std::vector<int32_t> ids = random_prompt(rng, 70);
+  GeneratorOptions full_opts;
+  full_opts.hybrid_kv_cache = false;
+  GeneratorOptions hybrid_opts;
+  hybrid_opts.prefill_chunk = 20;
+  Generator full(*oss, full_opts), hybrid(*oss, hybrid_opts);
+  ASSERT_TRUE(hybrid.kv_cache().groups.hybrid());
+  const auto want = full.teacher_forced_logits(ids, 30);
+  const auto got = hybrid.teacher_forced_logits(ids, 30);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "position " << i;
+
+  GeneratorOptions h2o;
+  h2o.h2o = {8, 8};
+  EXPECT_ERROR_CONTAINS(Generator(*oss, h2o), "learned attention sinks");
+}
+
 // DeepSeek's latent attention and routing in batched, chunked steps (each sequence's latent rows through its
 // block table, its absorbed queries against them), with and without a prefix cache hit: every request gets
 // the Generator's tokens. tiny-deepseek3 adds the sigmoid, biased, group-limited router.

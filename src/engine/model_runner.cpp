@@ -98,6 +98,15 @@ void add_bias(float* y, const Tensor& b, int64_t n_tokens, int64_t n) {
   for (int64_t t = 0; t < n_tokens; ++t) add_inplace(y + t * n, bias, n);
 }
 
+// Learned attention sinks (gpt-oss): head h's softmax has one more term, exp(sink[h]), with no value, so its
+// output is the plain attention's times sum / (sum + exp(sink)) = 1 / (1 + exp(sink - lse)), lse being the log
+// of the plain softmax's denominator (with its max).
+void join_learned_sinks(float* out, const float* lse, const float* sinks, int64_t n_tokens, int64_t H, int64_t D) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      scale_inplace(out + (t * H + h) * D, D, 1.0f / (1.0f + std::exp(sinks[h] - lse[t * H + h])));
+}
+
 // x += rmsnorm(y, post_norm) row by row (Gemma's post-norms); y is overwritten.
 void add_post_normed(float* x, float* y, const Tensor& post_norm, int64_t n_tokens, int64_t n, float eps) {
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -117,6 +126,8 @@ void ModelRunner::embed(int32_t id, float* out) const {
 void ModelRunner::ffn_activation(const float* gate, const float* up, float* out, int64_t n) const {
   if (model_.config.ffn_act == FfnActivation::GeluTanh) {
     gelu_mul(gate, up, out, n);
+  } else if (model_.config.ffn_act == FfnActivation::SwigluOai) {
+    swiglu_oai_mul(gate, up, out, n, kSwigluOaiAlpha, kSwigluOaiLimit);
   } else {
     silu_mul(gate, up, out, n);
   }
@@ -214,8 +225,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   if (has_sinks) {
     rope_sink_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
     q_sink_.resize(static_cast<size_t>(n_tokens * H * D));
-    attn_lse_.resize(static_cast<size_t>(n_tokens * H));
   }
+  if (has_sinks || c.learned_sinks) attn_lse_.resize(static_cast<size_t>(n_tokens * H));
   kv_offset_.resize(static_cast<size_t>(n_groups * n_tokens));
   const bool temperature = c.has_attn_temperature();
   if (temperature) q_temperature_.resize(static_cast<size_t>(n_tokens));
@@ -344,19 +355,26 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.scale = attn_scale;
       a.window = window;
       a.softcap = c.attn_softcap;
-      if (sinks_here) a.lse = attn_lse_.data() + t * H;
+      if (sinks_here || c.learned_sinks) a.lse = attn_lse_.data() + t * H;
       t += static_cast<int64_t>(s.tokens.size());
     }
     if (h2o_records == nullptr) paged_attention_batch(attn_args_, pool_);
     if (sinks_here)
       for (const PagedAttentionArgs& a : attn_args_)
         merge_attention_sinks(a, q_sink_.data() + (a.q - q_.data()), stream.sinks, pool_);
+    if (c.learned_sinks)
+      join_learned_sinks(attn_.data(), attn_lse_.data(), static_cast<const float*>(L.attn_sinks.data), n_tokens, H, D);
     // The output mixes rotated V rows: rotate it back.
     if (rot.any()) hadamard_rotate(attn_.data(), n_tokens * QD, rot.v_block);
 
     if (c.post_norms) {
       matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
       add_post_normed(x_.data(), tmp_.data(), L.attn_post_norm, n_tokens, E, c.rms_eps);
+    } else if (L.bo.valid()) {
+      // gpt-oss: the bias onto the projection, then the sum onto the residual stream (llama.cpp's order).
+      matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
+      add_bias(tmp_.data(), L.bo, n_tokens, E);
+      add_inplace(x_.data(), tmp_.data(), n_tokens * E);
     } else if (c.residual_scale != 0.0f) {
       matmul(L.wo, attn_.data(), n_tokens, tmp_.data(), pool_);
       add_scaled(x_.data(), tmp_.data(), c.residual_scale, n_tokens * E);

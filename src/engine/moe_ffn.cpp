@@ -1,9 +1,9 @@
 // The mixture-of-experts feed-forward of a forward step (ModelRunner::moe_ffn), as llama.cpp's build_moe_ffn
-// computes it for Qwen3-MoE, Mixtral and DeepSeek: router logits, softmax over every expert (DeepSeek-V3:
-// sigmoid, a selection bias, groups; see ModelConfig), the n_expert_used most
-// probable, their probabilities renormalized to sum 1 (unless the model says not: HF's norm_topk_prob);
-// each chosen expert's SwiGLU on the token; the
-// experts' outputs times their weights, added in rank order; the sum onto the residual stream.
+// computes it for Qwen3-MoE, Mixtral, DeepSeek and gpt-oss: router logits, softmax over every expert (DeepSeek-V3:
+// sigmoid, a selection bias, groups; gpt-oss: a bias, the softmax over the chosen; see ModelConfig), the n_expert_used
+// most probable, their probabilities renormalized to sum 1 (unless the model says not: HF's norm_topk_prob); each
+// chosen expert's SwiGLU on the token; the experts' outputs times their weights, added in rank order; the sum onto the
+// residual stream.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -58,9 +58,14 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
   const bool biased = L.exp_probs_b.valid();
   const auto* bias = static_cast<const float*>(L.exp_probs_b.data);
   const int64_t n_groups = c.n_expert_groups > 1 ? c.n_expert_groups : 0;
+  const bool softmax_chosen = c.expert_gating == ModelConfig::ExpertGating::SoftmaxWeight;
+  const auto* router_bias = static_cast<const float*>(L.ffn_gate_inp_b.data);
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* p = moe_logits_.data() + t * n_exp;
-    if (c.expert_gating == ModelConfig::ExpertGating::Sigmoid) {
+    if (router_bias != nullptr) add_inplace(p, router_bias, n_exp);
+    if (softmax_chosen) {
+      // gpt-oss: the scores are the logits; the chosen ones' weights are softmaxed below.
+    } else if (c.expert_gating == ModelConfig::ExpertGating::Sigmoid) {
       for (int64_t e = 0; e < n_exp; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
     } else {
       // Softmax as ggml_soft_max: exp(x - max) in float, summed in double, times 1 / sum in float.
@@ -78,6 +83,20 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int32_t a, int32_t b) { return sel[a] > sel[b] || (sel[a] == sel[b] && a < b); });
+    if (softmax_chosen) {
+      // As ggml_soft_max over the k chosen logits, in rank order (the max taken first, the sum in double).
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < k; ++j) mx = std::max(mx, p[order[static_cast<size_t>(j)]]);
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = order[static_cast<size_t>(j)];
+        moe_choice_[static_cast<size_t>(t * k + j)] = e;
+        sum += (moe_weight_[static_cast<size_t>(t * k + j)] = std::exp(p[e] - mx));
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j < k; ++j) moe_weight_[static_cast<size_t>(t * k + j)] *= inv;
+      continue;
+    }
     float wsum = 0;
     for (int64_t j = 0; j < k; ++j) wsum += p[order[static_cast<size_t>(j)]];
     // As llama.cpp: the sum clamped to f16's smallest normal, then each weight divided by it (or, without
@@ -143,6 +162,13 @@ void ModelRunner::experts_one_token(const LayerWeights& L) {
     gate_up.push_back({&L.ffn_up_shexp, moe_up_.data() + k * F});
   }
   matmul_shared_input(gate_up, xn_.data(), 1, pool_);
+  const bool biased = !L.gate_exps_b.empty();
+  if (biased)
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t e = static_cast<size_t>(moe_choice_[static_cast<size_t>(j)]);
+      add_inplace(moe_gate_.data() + j * F, static_cast<const float*>(L.gate_exps_b[e].data), F);
+      add_inplace(moe_up_.data() + j * F, static_cast<const float*>(L.up_exps_b[e].data), F);
+    }
   ffn_activation(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), k * F + FS);
   // The down projections, each from its own activations: (projection, part) items over the pool, every
   // projection cut into as many parts as threads at its balancing chunks (the bits of matmul()).
@@ -167,6 +193,11 @@ void ModelRunner::experts_one_token(const LayerWeights& L) {
       matmul_rows(w, acts, p < k ? moe_out_.data() + p * E : moe_shared_.data(), r0, r1);
     }
   }, 1);
+  if (biased)
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t e = static_cast<size_t>(moe_choice_[static_cast<size_t>(j)]);
+      add_inplace(moe_out_.data() + j * E, static_cast<const float*>(L.down_exps_b[e].data), E);
+    }
 }
 
 void ModelRunner::experts_by_expert(const LayerWeights& L, int64_t n_tokens) {
@@ -189,9 +220,18 @@ void ModelRunner::experts_by_expert(const LayerWeights& L, int64_t n_tokens) {
     const size_t ei = static_cast<size_t>(e);
     const MatmulOutput gate_up[] = {{&L.gate_exps[ei], moe_gate_.data()}, {&L.up_exps[ei], moe_up_.data()}};
     matmul_shared_input(gate_up, moe_in_.data(), n, pool_);
-    for (int64_t i = 0; i < n; ++i)
+    const bool biased = !L.gate_exps_b.empty();
+    for (int64_t i = 0; i < n; ++i) {
+      if (biased) {
+        add_inplace(moe_gate_.data() + i * F, static_cast<const float*>(L.gate_exps_b[ei].data), F);
+        add_inplace(moe_up_.data() + i * F, static_cast<const float*>(L.up_exps_b[ei].data), F);
+      }
       ffn_activation(moe_gate_.data() + i * F, moe_up_.data() + i * F, moe_gate_.data() + i * F, F);
+    }
     matmul(L.down_exps[ei], moe_gate_.data(), n, moe_down_.data(), pool_);
+    if (biased)
+      for (int64_t i = 0; i < n; ++i)
+        add_inplace(moe_down_.data() + i * E, static_cast<const float*>(L.down_exps_b[ei].data), E);
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(moe_down_.data() + i * E, E, moe_out_.data() + slots[static_cast<size_t>(i)] * E);
   }

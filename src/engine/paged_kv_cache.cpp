@@ -115,6 +115,9 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
     fail("{}: H2O heavy hitters ({}) need recent tokens too (--h2o-recent >= 1)", who, h2o.heavy);
   if (h2o.on() && opts.streaming.on())
     fail("{}: choose one eviction: a streaming window or H2O, not both", who);
+  // H2O's kernel keeps no softmax denominators, which a learned sink needs to join.
+  if (h2o.on() && c.learned_sinks)
+    fail("{}: H2O eviction does not support {}'s learned attention sinks; use a streaming window instead", who, c.arch);
   layout.eviction_records = h2o.on();
   const bool prefix_caching = opts.enable_prefix_caching && !h2o.on();
   groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid, opts.streaming, h2o);

@@ -64,6 +64,10 @@ bool ModelRunner::region_weights_ok() const {
   // head here).
   if (model_.config.moe() || model_.config.mla()) return false;
   if (!model_.config.pre_norms || model_.config.qk_norm_full) return false;
+  // Nor the output projection's bias and learned sinks (gpt-oss, an MoE model anyway).
+  if (model_.config.learned_sinks) return false;
+  for (const LayerWeights& L : model_.layers)
+    if (L.bo.valid()) return false;
   for (const LayerWeights& L : model_.layers) {
     const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
     const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};

@@ -11,6 +11,7 @@
 #include "model/gguf.h"
 #include "model/loaders.h"
 #include "model/mla_weights.h"
+#include "model/mxfp4_weights.h"
 #include "model/sampling_defaults.h"
 #include "model/tokenizer.h"
 
@@ -41,6 +42,7 @@ constexpr ArchTraits kArchTable[] = {
     {"deepseek2", RopeStyle::Interleaved, false, false},
     {"mistral3", RopeStyle::Interleaved, false, false},
     {"olmo2", RopeStyle::NeoX, false, true},
+    {"gpt-oss", RopeStyle::NeoX, true, false},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -171,7 +173,8 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
 SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::string& a, int n_layers) {
   SlidingWindowLayers swa;
   const bool gemma2 = a == "gemma2";
-  if (!gemma2 && a != "gemma3" && a != "olmo2") return swa;
+  const bool gpt_oss = a == "gpt-oss";
+  if (!gemma2 && a != "gemma3" && a != "olmo2" && !gpt_oss) return swa;
   const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(gemma2 ? 4096 : 0);
   if (window == 0) return swa;
   swa.window = positive_int(f, a + ".attention.sliding_window", window);
@@ -184,7 +187,7 @@ SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::str
       fail("{}: '{}' has {} entries for {} layers", f.name(), pattern_key, flags.size(), n_layers);
     for (size_t l = 0; l < flags.size(); ++l) swa.layers[l] = flags[l] != 0;
   } else {
-    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 ? 2 : a == "olmo2" ? 4 : 6;
+    const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 || gpt_oss ? 2 : a == "olmo2" ? 4 : 6;
     for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
   }
   return swa;
@@ -286,17 +289,19 @@ void read_experts(const GGUFFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   const std::optional<uint32_t> n = f.find_u32(a + ".expert_count");
   if (!n || *n == 0) {
-    if (a == "qwen3moe") fail("{}: a qwen3moe file needs {}.expert_count", f.name(), a);
+    if (a == "qwen3moe" || a == "gpt-oss") fail("{}: a {} file needs {}.expert_count", f.name(), a, a);
     return;
   }
-  if (a != "qwen3moe" && a != "llama" && a != "deepseek2")
-    fail("{}: experts ({}.expert_count = {}) are supported for qwen3moe, deepseek2 and llama (Mixtral) files, not {}",
-         f.name(), a, *n, a);
+  if (a != "qwen3moe" && a != "llama" && a != "deepseek2" && a != "gpt-oss")
+    fail(
+        "{}: experts ({}.expert_count = {}) are supported for qwen3moe, deepseek2, gpt-oss and llama (Mixtral) files, "
+        "not {}",
+        f.name(), a, *n, a);
   c.n_expert = positive_int(f, a + ".expert_count", *n);
   c.n_expert_used = positive_int(f, a + ".expert_used_count", f.find_u32(a + ".expert_used_count").value_or(0));
   if (c.n_expert_used > c.n_expert)
     fail("{}: expert_used_count {} exceeds expert_count {}", f.name(), c.n_expert_used, c.n_expert);
-  if (a == "deepseek2") {
+  if (a == "deepseek2" || a == "gpt-oss") {
     c.n_ff_exp = positive_int(f, a + ".expert_feed_forward_length", f.get_u32(a + ".expert_feed_forward_length"));
     return;
   }
@@ -379,6 +384,23 @@ void read_olmo2(const GGUFFile& f, ModelConfig& c) {
   c.rope_scaling_swa = {};
 }
 
+// gpt-oss (llama.cpp's llama_model_openai_moe): learned attention sinks, biases on every projection, a router
+// with a bias whose top experts' own logits are softmaxed, the clamped SwiGLU, and a sliding window on every
+// other layer (the even ones), which rotate at rope.freq_base_swa (else the base) scaled as the full ones.
+void read_gpt_oss(const GGUFFile& f, ModelConfig& c) {
+  c.learned_sinks = true;
+  c.expert_gating = ModelConfig::ExpertGating::SoftmaxWeight;
+  c.expert_weights_norm = false;
+  c.ffn_act = FfnActivation::SwigluOai;
+  SlidingWindowLayers swa = gguf_sliding_window_layers(f, c.arch, c.n_layers);
+  if (swa.window == 0) return;
+  c.sliding_window = swa.window;
+  c.swa_layers = std::move(swa.layers);
+  c.rope_base_swa = f.find_f32(c.arch + ".rope.freq_base_swa").value_or(c.rope_base);
+  c.rope_scaling_swa = c.rope_scaling;
+  if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
+}
+
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
@@ -431,6 +453,7 @@ ModelConfig read_config(const GGUFFile& f) {
   if (c.arch == "mistral3") read_attn_temperature(f, c);
   if (c.arch == "olmo2") read_olmo2(f, c);
   if (c.arch != "deepseek2") read_experts(f, c);
+  if (c.arch == "gpt-oss") read_gpt_oss(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")
     for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
@@ -444,7 +467,8 @@ Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = t
     return {};
   }
   const DTypeInfo info = dtype_info(t->type);
-  if (!info.supported)
+  // MXFP4 weights are converted once every tensor is read (widen_mxfp4_weights).
+  if (!info.supported && t->type != DType::MXFP4)
     fail("{}: unsupported tensor type {} ({}) for '{}'", f.name(), info.name, t->type_id, name);
   Tensor out;
   out.name = name;
@@ -467,11 +491,27 @@ std::vector<Tensor> expert_views(const GGUFFile& f, const std::string& name, con
   return views;
 }
 
+// A stacked expert bias ([n_expert][n], ggml's ne {n, n_expert}) as one view per expert.
+std::vector<Tensor> expert_bias_views(const GGUFFile& f, const std::string& name, const ModelConfig& c, int64_t n) {
+  const Tensor t = make_tensor(f, name);
+  if (t.n_dims != 2 || t.ne[0] != n || t.ne[1] != c.n_expert)
+    fail("{}: tensor '{}' has shape [{}, {}], expected [{}, {}] (values, experts)", f.name(), name, t.ne[0], t.ne[1], n,
+         c.n_expert);
+  std::vector<Tensor> views;
+  for (int e = 0; e < c.n_expert; ++e) views.push_back(row_range(t, e, 1, name + "[" + std::to_string(e) + "]"));
+  return views;
+}
+
 void load_experts(const GGUFFile& f, const std::string& p, const ModelConfig& c, LayerWeights& L) {
   L.ffn_gate_inp = make_tensor(f, p + "ffn_gate_inp.weight");
   L.gate_exps = expert_views(f, p + "ffn_gate_exps.weight", c, c.n_embd, c.n_ff_exp);
   L.up_exps = expert_views(f, p + "ffn_up_exps.weight", c, c.n_embd, c.n_ff_exp);
   L.down_exps = expert_views(f, p + "ffn_down_exps.weight", c, c.n_ff_exp, c.n_embd);
+  if (c.arch != "gpt-oss") return;
+  L.ffn_gate_inp_b = make_tensor(f, p + "ffn_gate_inp.bias");
+  L.gate_exps_b = expert_bias_views(f, p + "ffn_gate_exps.bias", c, c.n_ff_exp);
+  L.up_exps_b = expert_bias_views(f, p + "ffn_up_exps.bias", c, c.n_ff_exp);
+  L.down_exps_b = expert_bias_views(f, p + "ffn_down_exps.bias", c, c.n_embd);
 }
 
 // A stacked per-head tensor ([n_heads][rows][cols], ggml's ne {cols, rows, n_heads}) as one view per head.
@@ -525,6 +565,17 @@ void mark_end_of_turn_tokens(Vocab& v) {
     if (end_of_turn && v.eot_id < 0) v.eot_id = static_cast<int32_t>(i);
     if (end_of_turn || is_end_of_generation_text(v.tokens[i])) v.token_types[i] = TokenType::Control;
   }
+  // gpt-oss's harmony format (o200k_harmony), as llama.cpp's loader: its channel tokens are printed, and "<|end|>",
+  // which ends a message (the analysis) but not the answer, is printed too and does not end generation
+  // (harmony_end_is_message_end).
+  const bool harmony = harmony_end_is_message_end(v.tokens);
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const std::string& t = v.tokens[i];
+    if (t == "<|channel|>" || t == "<|message|>" || t == "<|start|>" || t == "<|constrain|>" ||
+        (harmony && t == "<|end|>"))
+      v.token_types[i] = TokenType::UserDefined;
+  }
+  if (harmony && v.eot_id >= 0 && v.tokens[static_cast<size_t>(v.eot_id)] == "<|end|>") v.eot_id = -1;
 }
 
 namespace {
@@ -690,7 +741,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(l)];
     L.attn_norm = make_tensor(f, p + "attn_norm.weight", c.pre_norms);
-    L.ffn_norm = make_tensor(f, p + "ffn_norm.weight", c.pre_norms);
+    // gpt-oss's norm before the FFN is named as a post-attention norm.
+    L.ffn_norm =
+        make_tensor(f, p + (c.arch == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.pre_norms);
     if (c.mla()) {
       load_mla_attention(f, p, c, L, m->storage);
       if (c.moe_layer(l)) {
@@ -727,6 +780,8 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     L.bq = make_tensor(f, p + "attn_q.bias", c.qkv_bias);
     L.bk = make_tensor(f, p + "attn_k.bias", c.qkv_bias);
     L.bv = make_tensor(f, p + "attn_v.bias", c.qkv_bias);
+    if (c.arch == "gpt-oss") L.bo = make_tensor(f, p + "attn_output.bias");
+    if (c.learned_sinks) L.attn_sinks = make_tensor(f, p + "attn_sinks.weight");
     if (c.qk_norm) {
       L.q_norm = make_tensor(f, p + "attn_q_norm.weight");
       L.k_norm = make_tensor(f, p + "attn_k_norm.weight");
@@ -758,6 +813,7 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     c.qkv_bias = true;
 
   m->storage.push_back(file);
+  widen_mxfp4_weights(*m);
   validate_model(*m);
   m->tokenizer = Tokenizer::create(m->vocab);
   if (opts.progress) opts.progress(1.0f);

@@ -96,6 +96,16 @@ void check_ffn(const ShapeCheck& s, const ModelConfig& c, const LayerWeights& L,
       s.check(L.down_exps[i], L.down_exps[i].name, {c.n_ff_exp, c.n_embd}, false);
     }
     if (L.exp_probs_b.valid()) s.check(L.exp_probs_b, p + "exp_probs_b.bias", {c.n_expert}, true);
+    if (L.ffn_gate_inp_b.valid()) s.check(L.ffn_gate_inp_b, p + "ffn_gate_inp.bias", {c.n_expert}, true);
+    // Expert biases: all three or none.
+    for (const auto* v : {&L.gate_exps_b, &L.up_exps_b, &L.down_exps_b})
+      if (!v->empty() && static_cast<int>(v->size()) != c.n_expert)
+        fail("{}: layer {} has {} expert biases, the config says {} experts", path, l, v->size(), c.n_expert);
+    for (size_t i = 0; i < L.gate_exps_b.size(); ++i) {
+      s.check(L.gate_exps_b[i], L.gate_exps_b[i].name, {c.n_ff_exp}, true);
+      s.check(L.up_exps_b[i], L.up_exps_b[i].name, {c.n_ff_exp}, true);
+      s.check(L.down_exps_b[i], L.down_exps_b[i].name, {c.n_embd}, true);
+    }
     if (c.n_expert_shared > 0) {
       const int64_t w = int64_t{c.n_ff_exp} * c.n_expert_shared;
       s.check(L.ffn_gate_shexp, p + "ffn_gate_shexp.weight", {c.n_embd, w}, false);
@@ -179,6 +189,8 @@ void validate_model(const Model& m) {
       s.check(L.q_norm, p + "attn_q_norm.weight", {c.qk_norm_full ? q_dim : c.head_dim}, true);
       s.check(L.k_norm, p + "attn_k_norm.weight", {c.qk_norm_full ? kv_dim : c.head_dim}, true);
     }
+    if (L.bo.valid()) s.check(L.bo, p + "attn_output.bias", {c.n_embd}, true);
+    if (c.learned_sinks) s.check(L.attn_sinks, p + "attn_sinks.weight", {c.n_heads}, true);
     if (c.post_norms) {
       s.check(L.attn_post_norm, p + "post_attention_norm.weight", {c.n_embd}, true);
       s.check(L.ffn_post_norm, p + "post_ffw_norm.weight", {c.n_embd}, true);
@@ -194,17 +206,41 @@ size_t Model::weight_bytes() const {
   // one row (also when tied: the output matmul already counts the whole matrix).
   size_t total = bytes(output_norm) + bytes(output) + (tok_embd.valid() ? tok_embd.row_size() : 0);
   for (const LayerWeights& L : layers) {
-    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
-                            &L.attn_post_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_post_norm,
-                            &L.wq_a, &L.q_a_norm, &L.wq_b, &L.wkv_a, &L.kv_a_norm, &L.exp_probs_b,
-                            &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp})
+    for (const Tensor* t : {&L.attn_norm,
+                            &L.wq,
+                            &L.wk,
+                            &L.wv,
+                            &L.wo,
+                            &L.bq,
+                            &L.bk,
+                            &L.bv,
+                            &L.q_norm,
+                            &L.k_norm,
+                            &L.attn_post_norm,
+                            &L.ffn_norm,
+                            &L.w_gate,
+                            &L.w_up,
+                            &L.w_down,
+                            &L.ffn_post_norm,
+                            &L.wq_a,
+                            &L.q_a_norm,
+                            &L.wq_b,
+                            &L.wkv_a,
+                            &L.kv_a_norm,
+                            &L.exp_probs_b,
+                            &L.bo,
+                            &L.attn_sinks,
+                            &L.ffn_gate_inp_b,
+                            &L.ffn_gate_shexp,
+                            &L.ffn_up_shexp,
+                            &L.ffn_down_shexp})
       total += bytes(*t);
     for (const auto* v : {&L.wk_b, &L.wv_b})
       for (const Tensor& t : *v) total += bytes(t);
     // MoE: the router, and the experts a token runs (n_expert_used of n_expert, on average).
     total += bytes(L.ffn_gate_inp);
     size_t experts = 0;
-    for (const auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
+    for (const auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.gate_exps_b, &L.up_exps_b, &L.down_exps_b})
       for (const Tensor& t : *v) experts += bytes(t);
     if (!L.gate_exps.empty())
       total += experts / L.gate_exps.size() * static_cast<size_t>(config.n_expert_used);

@@ -18,6 +18,8 @@ struct LayerWeights {
   Tensor attn_norm;
   Tensor wq, wk, wv, wo;
   Tensor bq, bk, bv;      // optional biases (Qwen2)
+  Tensor bo;              // the output projection's bias (gpt-oss)
+  Tensor attn_sinks;      // [n_heads] F32 sink logits (ModelConfig::learned_sinks)
   Tensor q_norm, k_norm;  // per-head RMSNorm weights, [head_dim] (Qwen3)
   Tensor attn_post_norm, ffn_post_norm;  // Gemma 2/3: norms of the attention and FFN outputs
   Tensor ffn_norm;
@@ -27,6 +29,10 @@ struct LayerWeights {
   Tensor ffn_gate_inp;
   std::vector<Tensor> gate_exps, up_exps, down_exps;
   Tensor exp_probs_b;                                   // DeepSeek-V3: the router's selection bias
+  // gpt-oss: the router's bias [n_expert], added to its logits; each expert's projection biases (views of the
+  // file's [n_expert][rows] tensors).
+  Tensor ffn_gate_inp_b;
+  std::vector<Tensor> gate_exps_b, up_exps_b, down_exps_b;
   Tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // DeepSeek: the shared experts' SwiGLU
   // MLA (ModelConfig::mla()): q directly (wq) or through wq_a, q_a_norm, wq_b; wkv_a to the latent and the
   // rope key, kv_a_norm on the latent; per head, wk_b [kv_lora_rank rows x nope] (the key up-projection,

@@ -37,7 +37,12 @@ struct RopeScaling {
 enum class FfnActivation {
   SiLU,      // SwiGLU: llama, qwen
   GeluTanh,  // GeGLU with the tanh approximation: Gemma (as llama.cpp computes it, see ops.h gelu_mul)
+  // gpt-oss's clamped SwiGLU (ggml_swiglu_oai): g = min(gate, limit), u = clamp(up, -limit, limit),
+  // out = g * sigmoid(alpha * g) * (u + 1), with alpha 1.702 and limit 7.
+  SwigluOai,
 };
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
 
 struct ModelConfig {
   std::string arch = "llama";  // GGUF general.architecture
@@ -61,7 +66,9 @@ struct ModelConfig {
   // n_expert_groups groups (each scored by the sum of its best two), the weights times expert_weights_scale
   // (0: none). The first n_layer_dense_lead layers have a dense FFN of n_ff; every MoE layer adds
   // n_expert_shared always-on experts (one SwiGLU n_expert_shared * n_ff_exp wide).
-  enum class ExpertGating { Softmax, Sigmoid } expert_gating = ExpertGating::Softmax;
+  // gpt-oss (SoftmaxWeight): the top experts by raw logit (plus the router's bias), their weights the softmax
+  // of their own logits only.
+  enum class ExpertGating { Softmax, Sigmoid, SoftmaxWeight } expert_gating = ExpertGating::Softmax;
   float expert_weights_scale = 0.0f;
   int n_expert_groups = 0;
   int n_group_used = 0;
@@ -114,6 +121,9 @@ struct ModelConfig {
   float residual_scale = 0.0f;
   float logit_scale = 0.0f;
   float attn_softcap = 0.0f;         // > 0: attention scores soft-capped so (Gemma 2)
+  // gpt-oss: each query head has a learned sink logit (LayerWeights::attn_sinks) that joins its softmax's
+  // denominator and adds no value, so a head can attend to nothing.
+  bool learned_sinks = false;
   // Llama 4's attention temperature, as Ministral 3 has it (llama_4_scaling_beta; llama.cpp's
   // attention.temperature_scale over the YaRN original context): q at position p times
   // 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_length)). 0: none.

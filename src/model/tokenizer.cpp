@@ -66,6 +66,18 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) con
   return text;
 }
 
+bool harmony_end_is_message_end(const std::vector<std::string>& tokens) {
+  bool end = false, ret = false, call = false, calls = false, flush = false;
+  for (const std::string& t : tokens) {
+    end = end || t == "<|end|>";
+    ret = ret || t == "<|return|>";
+    call = call || t == "<|call|>";
+    calls = calls || t == "<|calls|>";
+    flush = flush || t == "<|flush|>";
+  }
+  return end && ((ret && (call || calls)) || ((call || calls) && flush));
+}
+
 bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && (id == vocab_.eos_id || id == vocab_.eot_id);
 }
@@ -86,6 +98,8 @@ VocabTokenizer::VocabTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
                    [&](int32_t a, int32_t b) { return vocab_.tokens[a].size() > vocab_.tokens[b].size(); });
   if (vocab_.eos_id >= 0) eog_ids_.insert(vocab_.eos_id);
   if (vocab_.eot_id >= 0) eog_ids_.insert(vocab_.eot_id);
+  if (harmony_end_is_message_end(vocab_.tokens))
+    if (const auto it = token_to_id_.find("<|end|>"); it != token_to_id_.end()) eog_ids_.erase(it->second);
 }
 
 bool VocabTokenizer::is_eog(int32_t id) const { return eog_ids_.count(id) > 0; }

@@ -14,6 +14,9 @@ namespace kvserve {
 // Token texts llama.cpp treats as ending generation besides the file's EOS / EOT ids ("<|im_end|>",
 // "<end_of_turn>", ...). Its loader also makes such tokens control tokens.
 bool is_end_of_generation_text(std::string_view text);
+// True when a vocabulary has "<|end|>" with "<|return|>" and "<|call|>" (gpt-oss's harmony) or "<|calls|>" and
+// "<|flush|>": there "<|end|>" closes one message of a turn and is not an end of generation (llama.cpp's rule).
+bool harmony_end_is_message_end(const std::vector<std::string>& tokens);
 
 class Tokenizer {
  public:

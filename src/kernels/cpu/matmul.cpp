@@ -1085,6 +1085,9 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q2_K: dequantize_row_q2_K(static_cast<const BlockQ2_K*>(src), dst, n); return;
     case DType::Q3_K: dequantize_row_q3_K(static_cast<const BlockQ3_K*>(src), dst, n); return;
     case DType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n); return;
+    case DType::MXFP4:
+      dequantize_row_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n);
+      return;
     case DType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n); return;
     case DType::Q4_K: dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n); return;
     case DType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;

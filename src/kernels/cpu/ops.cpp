@@ -1,5 +1,6 @@
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -172,6 +173,14 @@ void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void swiglu_oai_mul(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(alpha * -g)) * (u + 1.0f);
   }
 }
 

@@ -63,6 +63,10 @@ void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
 // 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) in float, ggml_gelu_f32: the table's entries.
 float gelu_tanh(float x);
 
+// out[i] = g * sigmoid(alpha g) * (u + 1), g = min(gate[i], limit), u = clamp(up[i], -limit, limit): gpt-oss's
+// SwiGLU, as ggml_swiglu_oai computes it (expf, in float). out may be gate.
+void swiglu_oai_mul(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
+
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t n);
 // x[i] *= s

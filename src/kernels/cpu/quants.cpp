@@ -167,6 +167,16 @@ void dequantize_row_q5_0(const BlockQ5_0* x, float* y, int64_t n) {
   }
 }
 
+void dequantize_row_mxfp4(const BlockMXFP4* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float d = mxfp4_half_scale(x[i].e);
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      y[i * kQK4_0 + j] = kMXFP4Values[x[i].qs[j] & 0xF] * d;
+      y[i * kQK4_0 + j + kQK4_0 / 2] = kMXFP4Values[x[i].qs[j] >> 4] * d;
+    }
+  }
+}
+
 void dequantize_row_q5_1(const BlockQ5_1* x, float* y, int64_t n) {
   uint8_t q[kQK4_1];
   for (int64_t i = 0; i < n / kQK4_1; ++i) {

@@ -5,6 +5,7 @@
 //
 // The scalar functions here are the reference: quants_avx2.cpp has AVX2 versions that must agree with
 // them to float rounding (the integer parts are exact, only float summation order differs).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -42,6 +43,12 @@ struct BlockQ5_1 {
 struct BlockIQ4_NL {
   uint16_t d;                  // scale
   uint8_t qs[kQK4_0 / 2];      // indices into kIQ4Values, nibbles as Q4_0's
+};
+// OCP microscaling FP4 (gpt-oss's experts): a power-of-two scale 2^(e - 127) (E8M0) and 32 E2M1 values,
+// nibbles as Q4_0's. As ggml, the values are kMXFP4Values (twice E2M1's) times 2^(e - 128).
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK4_0 / 2];
 };
 struct BlockQ8_0 {
   uint16_t d;
@@ -100,6 +107,7 @@ static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ2_K) == 84);
@@ -112,6 +120,10 @@ static_assert(sizeof(BlockQ8_K) == 292);
 
 // The 16 non-uniform levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// E2M1's 16 values times two, so that they are integers (ggml's kvalues_mxfp4).
+inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// An MXFP4 block's scale as its values take it: 2^(e - 128), exactly (subnormal floats below 2^-126).
+inline float mxfp4_half_scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
 // IQ4_XS sub-block ib's (0..7) scale, -32..31.
 inline int iq4_xs_scale(const BlockIQ4_XS& b, int ib) {
   return (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
@@ -153,6 +165,7 @@ void dequantize_row_q5_1(const BlockQ5_1* x, float* y, int64_t n);
 void dequantize_row_q2_K(const BlockQ2_K* x, float* y, int64_t n);
 void dequantize_row_q3_K(const BlockQ3_K* x, float* y, int64_t n);
 void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n);
+void dequantize_row_mxfp4(const BlockMXFP4* x, float* y, int64_t n);
 void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n);
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
