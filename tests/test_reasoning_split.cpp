@@ -66,6 +66,57 @@ TEST(ReasoningSplit, FedInPiecesGivesTheSameParts) {
   }
 }
 
+// gpt-oss's harmony replies: the analysis channel's text is reasoning, final's and commentary's content; headers
+// and the <|end|> / <|start|> between messages appear in neither, however the output is cut into pieces.
+const std::vector<Case> kHarmonyCases = {
+    {"<|channel|>analysis<|message|>User asks 2+2.<|end|><|start|>assistant<|channel|>final<|message|>4.", false,
+     "User asks 2+2.", "4."},
+    {"<|channel|>final<|message|>Just this", false, "", "Just this"},
+    {"<|channel|>analysis<|message|>cut by max_tokens", false, "cut by max_tokens", ""},
+    {"<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>"
+     "<|start|>assistant<|channel|>analysis<|message|>b<|end|><|start|>assistant<|channel|>final<|message|>c",
+     false, "ab", "Checking.c"},
+    {"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}", false, "",
+     "{\"city\":\"Paris\"}"},
+    {"<|channel|>analysis<|message|>x < y and <|en", false, "x < y and <|en", ""},
+    {"<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>fin", false, "a", ""},  // stopped in a header
+    {"Plain answer, no channels", false, "", "Plain answer, no channels"},                       // e.g. under a grammar
+    {"", false, "", ""},
+};
+
+TEST(ReasoningSplit, HarmonyChannels) {
+  for (const Case& c : kHarmonyCases) {
+    const ReasoningSplit whole = split_reasoning(c.output, false, ReasoningFormat::Harmony);
+    EXPECT_EQ(whole.reasoning, c.reasoning) << c.output;
+    EXPECT_EQ(whole.content, c.content) << c.output;
+    for (size_t cut = 0; cut <= c.output.size(); ++cut) {
+      ReasoningSplitter splitter(false, ReasoningFormat::Harmony);
+      std::string reasoning, content;
+      for (const std::string& piece : {c.output.substr(0, cut), c.output.substr(cut)}) {
+        const ReasoningSplit s = splitter.feed(piece);
+        reasoning += s.reasoning;
+        content += s.content;
+      }
+      const ReasoningSplit rest = splitter.finish();
+      EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output << " cut at " << cut;
+      EXPECT_EQ(content + rest.content, c.content) << c.output << " cut at " << cut;
+    }
+    ReasoningSplitter bytewise(false, ReasoningFormat::Harmony);
+    std::string reasoning, content;
+    for (const char ch : c.output) {
+      const ReasoningSplit s = bytewise.feed(std::string(1, ch));
+      EXPECT_EQ(s.content.find("<|end|>"), std::string::npos) << c.output;
+      reasoning += s.reasoning;
+      content += s.content;
+    }
+    const ReasoningSplit rest = bytewise.finish();
+    EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output;
+    EXPECT_EQ(content + rest.content, c.content) << c.output;
+  }
+  EXPECT_TRUE(prompt_is_harmony("<|start|>user<|message|>Hi<|end|><|start|>assistant"));
+  EXPECT_FALSE(prompt_is_harmony("<|im_start|>assistant\n"));
+}
+
 TEST(ReasoningSplit, PromptOpensReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<|Assistant|><think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));  // thinking off

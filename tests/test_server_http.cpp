@@ -252,6 +252,44 @@ TEST(ServerHttp, ChatReasoningContentSplit) {
   EXPECT_EQ(r1_message["content"], "Answer");
 }
 
+// gpt-oss's harmony replies (the prompt ends "<|start|>assistant"): with the split on, the analysis channel is
+// reasoning_content and the final channel content, whole or streamed a token at a time; "none" keeps the raw text.
+TEST(ServerHttp, ChatHarmonyChannelsSplit) {
+  FakeEngine engine;
+  const std::string reply =
+      "<|channel|>analysis<|message|>plan<|end|><|start|>assistant<|channel|>final<|message|>Answer";
+  engine.set_script(reply);
+  engine.set_harmony(true);
+  ServerOptions opts;
+  opts.split_reasoning = true;
+  LiveServer server(engine, opts);
+  auto cli = server.client();
+  const std::string ask =
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": )" + std::to_string(reply.size());
+  auto whole = cli.Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json message = json::parse(whole->body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "plan");
+  EXPECT_EQ(message["content"], "Answer");
+
+  auto stream = cli.Post("/v1/chat/completions", ask + R"(, "stream": true})", "application/json");
+  ASSERT_TRUE(stream);
+  std::string reasoning, content;
+  for (const json& e : sse_events(stream->body)) {
+    if (e == "[DONE]") continue;
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, "plan");
+  EXPECT_EQ(content, "Answer");
+
+  auto none = cli.Post("/v1/chat/completions", ask + R"(, "reasoning_format": "none"})", "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(json::parse(none->body)["choices"][0]["message"]["content"], reply);
+}
+
 // Tool calls: a reply in the model's tool-call format comes back as OpenAI's tool_calls, whole (content null,
 // finish_reason "tool_calls") and streamed (each call whole in one delta, the same call a client joins);
 // tool_choice "none" leaves the reply as text; a model with no format the server reads is a 400.

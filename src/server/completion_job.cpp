@@ -61,7 +61,7 @@ CompletionJob::CompletionJob(EngineBackend& backend, ServerMetrics& metrics, Api
   header_.created = unix_seconds();
   header_.model = std::move(model_name);
   if (splits_reasoning())
-    for (Choice& c : choices_) c.reasoning.emplace(req_.reasoning_opened_by_prompt);
+    for (Choice& c : choices_) c.reasoning.emplace(req_.reasoning_opened_by_prompt, req_.reasoning_format);
   if (parses_tool_calls())
     for (Choice& c : choices_) c.tools.emplace(req_.tool_format, req_.tools);
 }
@@ -274,7 +274,7 @@ std::pair<int, std::string> CompletionJob::result() {
   for (const Choice& c : choices_) {
     results.push_back(c.result);
     if (splits_reasoning()) {
-      ReasoningSplit split = split_reasoning(c.result.text, req_.reasoning_opened_by_prompt);
+      ReasoningSplit split = split_reasoning(c.result.text, req_.reasoning_opened_by_prompt, req_.reasoning_format);
       results.back().text = std::move(split.content);
       results.back().reasoning = std::move(split.reasoning);
     }

@@ -8,6 +8,9 @@ namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
+constexpr std::string_view kHarmonyMessage = "<|message|>";
+constexpr std::string_view kHarmonyChannel = "<|channel|>";
+constexpr std::string_view kHarmonyEnds[] = {"<|end|>", "<|return|>", "<|call|>"};
 
 // The length of the longest end of `text` that is a proper start of `tag`.
 size_t partial_tag_at_end(std::string_view text, std::string_view tag) {
@@ -18,12 +21,62 @@ size_t partial_tag_at_end(std::string_view text, std::string_view tag) {
 
 }  // namespace
 
-ReasoningSplitter::ReasoningSplitter(bool opened_by_prompt)
-    : state_(opened_by_prompt ? State::Reasoning : State::Start) {}
+ReasoningSplitter::ReasoningSplitter(bool opened_by_prompt, ReasoningFormat format)
+    : state_(format == ReasoningFormat::Harmony ? State::HarmonyHeader
+             : opened_by_prompt                 ? State::Reasoning
+                                                : State::Start) {}
+
+ReasoningSplit ReasoningSplitter::feed_harmony() {
+  ReasoningSplit out;
+  for (;;) {
+    if (state_ == State::HarmonyHeader) {
+      if (held_.empty()) return out;
+      // Text that does not open with a tag is no harmony header: the model answered plainly.
+      const bool tag = held_.starts_with("<|") || (held_.size() == 1 && held_[0] == '<');
+      if (!tag) {
+        analysis_ = false;
+        state_ = State::HarmonyBody;
+        continue;
+      }
+      const size_t message = held_.find(kHarmonyMessage);
+      if (message == std::string::npos) return out;
+      const std::string_view header = std::string_view(held_).substr(0, message);
+      const size_t channel = header.find(kHarmonyChannel);
+      std::string_view name;
+      if (channel != std::string_view::npos) {
+        name = header.substr(channel + kHarmonyChannel.size());
+        name = name.substr(0, name.find_first_of(" <"));
+      }
+      analysis_ = name == "analysis";
+      held_.erase(0, message + kHarmonyMessage.size());
+      state_ = State::HarmonyBody;
+      continue;
+    }
+    size_t end = std::string::npos, tag_size = 0, keep = 0;
+    for (std::string_view t : kHarmonyEnds) {
+      const size_t at = held_.find(t);
+      if (at < end) {
+        end = at;
+        tag_size = t.size();
+      }
+      keep = std::max(keep, partial_tag_at_end(held_, t));
+    }
+    std::string& to = analysis_ ? out.reasoning : out.content;
+    if (end == std::string::npos) {
+      to += held_.substr(0, held_.size() - keep);
+      held_.erase(0, held_.size() - keep);
+      return out;
+    }
+    to += held_.substr(0, end);
+    held_.erase(0, end + tag_size);
+    state_ = State::HarmonyHeader;
+  }
+}
 
 ReasoningSplit ReasoningSplitter::feed(std::string_view text) {
   ReasoningSplit out;
   held_ += text;
+  if (state_ == State::HarmonyHeader || state_ == State::HarmonyBody) return feed_harmony();
   if (state_ == State::Start) {
     // The output opens its reasoning only with <think> as its very first text.
     if (held_.size() < kOpen.size() && kOpen.substr(0, held_.size()) == held_) return out;
@@ -53,7 +106,11 @@ ReasoningSplit ReasoningSplitter::feed(std::string_view text) {
 
 ReasoningSplit ReasoningSplitter::finish() {
   ReasoningSplit out;
-  if (state_ == State::Reasoning) {
+  if (state_ == State::HarmonyHeader) {
+    held_.clear();  // a header the output stopped in says nothing
+    return out;
+  }
+  if (state_ == State::Reasoning || (state_ == State::HarmonyBody && analysis_)) {
     out.reasoning = std::move(held_);
   } else {
     out.content = std::move(held_);
@@ -62,14 +119,16 @@ ReasoningSplit ReasoningSplitter::finish() {
   return out;
 }
 
-ReasoningSplit split_reasoning(std::string_view text, bool opened_by_prompt) {
-  ReasoningSplitter splitter(opened_by_prompt);
+ReasoningSplit split_reasoning(std::string_view text, bool opened_by_prompt, ReasoningFormat format) {
+  ReasoningSplitter splitter(opened_by_prompt, format);
   ReasoningSplit out = splitter.feed(text);
   ReasoningSplit rest = splitter.finish();
   out.reasoning += rest.reasoning;
   out.content += rest.content;
   return out;
 }
+
+bool prompt_is_harmony(std::string_view prompt) { return prompt.ends_with("<|start|>assistant"); }
 
 bool prompt_opens_reasoning(std::string_view prompt) {
   const size_t open = prompt.rfind(kOpen);

@@ -5,6 +5,12 @@
 // prompt already did (the DeepSeek-R1 distills' templates end with "<think>\n"); text that never reaches
 // </think> is all reasoning. Fed piece by piece for a stream: a piece that may be the start of a tag is
 // held back until the next piece decides it.
+//
+// gpt-oss writes the harmony format instead (ReasoningFormat::Harmony): messages
+// "<|channel|>NAME ...<|message|>TEXT<|end|>", the later ones opened by "<|start|>assistant", the last one ended
+// by <|return|> or <|call|> (end-of-generation tokens, so not in the text). The analysis channel's text is
+// reasoning_content; final's and commentary's (the preambles, and tool-call arguments, which are not parsed into
+// tool_calls) are content, as vLLM's and llama-server's gpt-oss parsers give them; headers are dropped.
 #include <string>
 #include <string_view>
 
@@ -15,10 +21,12 @@ struct ReasoningSplit {
   std::string content;
 };
 
+enum class ReasoningFormat { ThinkTags, Harmony };
+
 class ReasoningSplitter {
  public:
-  // `opened_by_prompt`: the prompt ends inside a <think> (prompt_opens_reasoning).
-  explicit ReasoningSplitter(bool opened_by_prompt);
+  // `opened_by_prompt`: the prompt ends inside a <think> (prompt_opens_reasoning; ThinkTags only).
+  explicit ReasoningSplitter(bool opened_by_prompt, ReasoningFormat format = ReasoningFormat::ThinkTags);
 
   // The parts of everything fed so far that are now decided.
   ReasoningSplit feed(std::string_view text);
@@ -26,13 +34,20 @@ class ReasoningSplitter {
   ReasoningSplit finish();
 
  private:
-  enum class State { Start, Reasoning, Content };
+  enum class State { Start, Reasoning, Content, HarmonyHeader, HarmonyBody };
+  ReasoningSplit feed_harmony();
+
   State state_;
-  std::string held_;  // text that may still be (the start of) a tag
+  bool analysis_ = false;  // harmony: the message being read is on the analysis channel
+  std::string held_;       // text that may still be (the start of) a tag
 };
 
 // The whole output at once.
-ReasoningSplit split_reasoning(std::string_view text, bool opened_by_prompt);
+ReasoningSplit split_reasoning(std::string_view text, bool opened_by_prompt,
+                               ReasoningFormat format = ReasoningFormat::ThinkTags);
+
+// Whether a rendered chat prompt asks for a harmony reply: it ends with "<|start|>assistant" (gpt-oss's template).
+bool prompt_is_harmony(std::string_view prompt);
 
 // Whether a chat prompt ends inside a <think> block: its last <think> comes after its last </think>.
 bool prompt_opens_reasoning(std::string_view prompt);

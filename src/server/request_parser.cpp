@@ -537,6 +537,7 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
       const std::string prompt =
           backend.render_chat(req.messages, chat_template_variables(req.chat_template_kwargs, req.tools));
       req.reasoning_opened_by_prompt = prompt_opens_reasoning(prompt);
+      if (prompt_is_harmony(prompt)) req.reasoning_format = ReasoningFormat::Harmony;
       ids = backend.tokenize(prompt, /*add_special=*/true);
     } else if (req.prompt_is_ids) {
       ids = req.prompt_ids;

@@ -11,6 +11,7 @@
 #include "engine/sampling_params.h"
 #include "model/chat_template.h"
 #include "server/engine_backend.h"
+#include "server/reasoning_split.h"
 #include "server/tool_call_parser.h"
 
 namespace kvserve::server {
@@ -41,8 +42,10 @@ struct ApiRequest {
   // Chat: "reasoning_format" ("deepseek": <think> text goes to reasoning_content; "none"); unset, the
   // server's --reasoning-format decides. reasoning_opened_by_prompt: the rendered prompt ends inside a
   // <think> (build_prompt sets it).
+  // reasoning_format: Harmony when the prompt asks for a harmony reply (gpt-oss; build_prompt sets it).
   std::optional<bool> split_reasoning;
   bool reasoning_opened_by_prompt = false;
+  ReasoningFormat reasoning_format = ReasoningFormat::ThinkTags;
 
   // Chat: the request's tools (an array, or null; the template sees them), and whether the reply's tool
   // calls are read out of it: tools given and tool_choice not "none". The server sets tool_format (its
