@@ -120,4 +120,18 @@ inline void expect_gguf_load_error(const std::vector<uint8_t>& bytes, const std:
   }
 }
 
+// The line of /proc/self/maps whose range holds `p`, or "" when none does.
+inline std::string mapping_of(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    const size_t dash = line.find('-'), space = line.find(' ');
+    if (dash == std::string::npos || space == std::string::npos) continue;
+    const uintptr_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
+    const uintptr_t hi = std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
+    if (a >= lo && a < hi) return line;
+  }
+  return "";
+}
+
 }  // namespace kvserve::test

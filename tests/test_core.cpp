@@ -1,13 +1,14 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "core/handoff_probe.h"
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
+#include "test_checks.h"
 
 using namespace kvserve;
 
@@ -278,6 +280,32 @@ TEST(LargeBuffer, ZeroFilledAlignedAndWritableOnBothPaths) {
     buf[n - 1] = 2;
     EXPECT_EQ(buf[n - 1], 2) << bytes;
   }
+}
+
+// A file-backed buffer: zeros, writable, in an unlinked file under $KVSERVE_TMPDIR (nothing left in the folder);
+// nullptr, not a crash, where the folder cannot hold it.
+TEST(LargeBuffer, FileBackedBufferLivesInAnUnlinkedFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvserve-file-buffer-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ::setenv("KVSERVE_TMPDIR", dir.c_str(), 1);
+  {
+    const size_t bytes = 3 * kHugePageBytes + 123;
+    std::shared_ptr<uint8_t[]> buf = allocate_file_backed_buffer(bytes);
+    ASSERT_NE(buf, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf.get()) % 64, 0u);
+    EXPECT_EQ(buf[0] + buf[bytes / 2] + buf[bytes - 1], 0);
+    buf[bytes - 1] = 7;
+    EXPECT_EQ(buf[bytes - 1], 7);
+    const std::string line = test::mapping_of(buf.get());
+    EXPECT_NE(line.find("kvserve-weights-"), std::string::npos) << line;
+    EXPECT_NE(line.find("(deleted)"), std::string::npos) << line;
+    EXPECT_TRUE(std::filesystem::is_empty(dir));
+  }
+  ::setenv("KVSERVE_TMPDIR", (dir / "missing").c_str(), 1);
+  EXPECT_EQ(allocate_file_backed_buffer(4096), nullptr);
+  ::unsetenv("KVSERVE_TMPDIR");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Fp16, RoundTripsEveryHalf) {

@@ -7,12 +7,14 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quants.h"
 #include "model/loaders.h"
 #include "model/model.h"
 #include "model/mxfp4_weights.h"
 #include "model/tokenizer.h"
+#include "test_checks.h"
 
 namespace kvserve {
 namespace {
@@ -108,6 +110,34 @@ TEST(Mxfp4, WeightsWidenToQ5_0OrF32) {
   std::memcpy(got.data(), m.layers[0].gate_exps[0].data, 128 * sizeof(float));
   EXPECT_EQ(got, want);
   EXPECT_EQ(widen_mxfp4_weights(m), 0);  // nothing left to convert
+}
+
+// A big weight's Q5_0 copy, which the AVX2 kernels read from its interleaved copy, is kept in a temporary file's
+// pages rather than memory of its own; its values are the same.
+TEST(Mxfp4, LargeWeightsKeepTheirRowMajorCopyInAFile) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no interleaved copy without AVX2";
+  std::mt19937 rng(5);
+  const int64_t cols = 2048, rows = 1536;  // 98304 blocks: 2.1 MB as Q5_0
+  std::vector<BlockMXFP4> blocks;
+  for (int64_t i = 0; i < rows * cols / 32; ++i) blocks.push_back(random_block(rng, static_cast<uint8_t>(118 + i % 9)));
+  Model m;
+  m.layers.resize(1);
+  Tensor& t = m.layers[0].down_exps.emplace_back();
+  t.name = "down_exps[0]";
+  t.type = DType::MXFP4;
+  t.ne = {cols, rows, 1, 1};
+  t.n_dims = 2;
+  t.data = blocks.data();
+  ASSERT_EQ(widen_mxfp4_weights(m), 1);
+  ASSERT_EQ(t.type, DType::Q5_0);
+  const std::string held = test::mapping_of(t.data);
+  EXPECT_NE(held.find("kvserve-weights-"), std::string::npos) << held;
+  std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
+  for (int64_t r : {int64_t{0}, rows / 2, rows - 1}) {
+    dequantize_row_mxfp4(blocks.data() + r * cols / 32, want.data(), cols);
+    dequantize_row_q5_0(static_cast<const BlockQ5_0*>(t.data) + r * cols / 32, got.data(), cols);
+    EXPECT_EQ(got, want) << "row " << r;
+  }
 }
 
 TEST(SwigluOai, ClampsAsGgml) {

@@ -1,12 +1,16 @@
 #include "core/large_buffer.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "core/error.h"
 
@@ -44,6 +48,26 @@ std::shared_ptr<uint8_t[]> allocate_large_buffer(size_t bytes) {
   const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   uint8_t* p = map_huge_aligned(rounded);
   return std::shared_ptr<uint8_t[]>(p, [rounded](uint8_t* q) { ::munmap(q, rounded); });
+}
+
+std::shared_ptr<uint8_t[]> allocate_file_backed_buffer(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  std::string dir = "/var/tmp";
+  for (const char* var : {"KVSERVE_TMPDIR", "TMPDIR"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+      dir = v;
+      break;
+    }
+  std::string path = dir + "/kvserve-weights-XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) return nullptr;
+  ::unlink(path.c_str());  // the mapping keeps the file; nothing is left behind on exit
+  const auto size = static_cast<off_t>(bytes);
+  void* p = MAP_FAILED;
+  if (::posix_fallocate(fd, 0, size) == 0) p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [bytes](uint8_t* q) { ::munmap(q, bytes); });
 }
 
 void prefault_pages(void* p, size_t bytes) {

@@ -20,6 +20,13 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // kHugePageBytes up. Throws Error when the memory cannot be had.
 std::shared_ptr<uint8_t[]> allocate_large_buffer(size_t bytes);
 
+// `bytes` zero bytes in a mapping of an unlinked temporary file (under $KVSERVE_TMPDIR, else $TMPDIR, else
+// /var/tmp), 64-byte aligned: memory the kernel may drop once written back, for data that is written once and
+// then rarely read, such as the row-major copy of a weight that the kernels read from its repacked copy (a
+// weight converted at load has no model file to page back in from). nullptr where no such file can be had
+// (its blocks are reserved up front, so a full disk fails here and not later in a write).
+std::shared_ptr<uint8_t[]> allocate_file_backed_buffer(size_t bytes);
+
 // Makes every page of [p, p + bytes) resident now (written as zeros where the kernel must fault it in),
 // so the first writes of a later hot loop do not each stop in a page fault that clears a page: the KV
 // pool is touched this way when asked (EngineOptions::prefault_kv), as llama.cpp clears its KV buffer

@@ -7,6 +7,8 @@
 #include "core/fp16.h"
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/matmul.h"
 
 namespace kvserve {
 
@@ -30,10 +32,19 @@ bool mxfp4_block_to_q5_0(const BlockMXFP4& in, BlockQ5_0& out) {
 
 namespace {
 
+// The Q5_0 copy of a weight the AVX2 kernels will read from its interleaved copy (repack_weights_for_cpu) is
+// read again only for its last rows (fewer than 8) and by scalar paths: it goes to a temporary file's pages,
+// which the kernel may drop, and not to memory of its own (gpt-oss-20b's experts: 13 GB).
+std::shared_ptr<uint8_t[]> q5_buffer(const Tensor& t, size_t bytes) {
+  if (bytes >= kHugePageBytes && cpu_has_avx2() && t.rows() >= kInterleaveRows)
+    if (std::shared_ptr<uint8_t[]> file = allocate_file_backed_buffer(bytes)) return file;
+  return allocate_large_buffer(bytes);
+}
+
 void widen(Tensor& t, std::vector<std::shared_ptr<const void>>& storage) {
   const int64_t n_blocks = t.elements() / kQK4_0;
   const auto* in = static_cast<const BlockMXFP4*>(t.data);
-  std::shared_ptr<uint8_t[]> q5 = allocate_large_buffer(static_cast<size_t>(n_blocks) * sizeof(BlockQ5_0));
+  std::shared_ptr<uint8_t[]> q5 = q5_buffer(t, static_cast<size_t>(n_blocks) * sizeof(BlockQ5_0));
   auto* out = reinterpret_cast<BlockQ5_0*>(q5.get());
   bool exact = true;
   for (int64_t b = 0; b < n_blocks && exact; ++b) exact = mxfp4_block_to_q5_0(in[b], out[b]);
