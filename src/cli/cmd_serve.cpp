@@ -178,7 +178,8 @@ void add_serve_command(CLI::App& app) {
   c->add_flag("--share-prefix-cache", a->share_prefix_cache,
               "Let requests under different API keys reuse each other's cached prefixes");
   c->add_option("--reasoning-format", a->reasoning_format,
-                "deepseek: a chat reply's <think> text goes to reasoning_content (requests may set reasoning_format)")
+                "deepseek: a chat reply's <think> text, or a harmony reply's analysis channel (gpt-oss), goes to "
+                "reasoning_content (requests may set reasoning_format)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "deepseek"}));
   c->add_option("--tool-call-parser", a->tool_call_parser,
