@@ -14,6 +14,10 @@ once per variant; the output is committed.
 - ministral-layer-types: Ministral's `layer_types` (sliding, then full), window 12, over tiny-gqa's weights.
 - qwen2-sliding-window: Qwen 2's use_sliding_window: layers from max_window_layers (1) on slide over 9
   positions, over tiny-qwen2's weights (QKV biases).
+- gpt-oss-untruncated-yarn: gpt-oss (GptOssForCausalLM: learned sinks, interleaved gate/up, router bias, windows
+  on the even layers) with its published config's YaRN, `truncate` false (llama.cpp rounds the ramp's ends), over
+  tiny-gptoss's weights; the folder holds the experts dequantized (write_hf_folder --dequantized-experts), since
+  transformers' MXFP4 path on a CPU rounds them through bf16.
 
 The model is the base GGUF's weights as a Hugging Face folder (scripts/write_hf_folder.cpp) with the variant's
 config edits. For each golden prompt of the base, the teacher-forced sequence and the top 5 logits of every
@@ -21,7 +25,8 @@ step; the sliding-window variants add each sequence again with its first `long_p
 so that a prefill spans more than the window.
 
     pip install torch transformers safetensors
-    build/write_hf_folder BASE.gguf /tmp/folder     # BASE: the variant's "base" below
+    build/write_hf_folder BASE.gguf /tmp/folder     # BASE: the variant's "base" below (gpt-oss: add
+                                                    # --dequantized-experts)
     python3 scripts/make_hf_variant_golden.py /tmp/folder VARIANT
 """
 import json
@@ -56,6 +61,11 @@ VARIANTS = {
         "base": "../shared/golden/gguf/models/tiny-qwen2.gguf", "golden": SHARED_GOLDEN / "tiny-qwen2.jsonl",
         "edits": {"use_sliding_window": True, "sliding_window": 9, "max_window_layers": 1},
         "long_prompt": 30},
+    "gpt-oss-untruncated-yarn": {
+        "base": "tests/golden/arch/tiny-gptoss.gguf", "golden": ARCH_GOLDEN / "tiny-gptoss.jsonl",
+        "edits": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                   "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}},
+        "dequantized": True, "long_prompt": 30},
 }
 
 
@@ -84,7 +94,7 @@ def main():
         prompts = [len(g["prompt_ids"])] + ([spec["long_prompt"]] if "long_prompt" in spec else [])
         for n_prompt in prompts:
             cases.append({"ids": ids, "n_prompt": n_prompt, "step_logits_top": top5_steps(model, ids, n_prompt)})
-    out = {"base": spec["base"], "config_edits": spec["edits"], "transformers": __import__("transformers").__version__,
+    out = {"base": spec["base"], "config_edits": spec["edits"], "dequantized_experts": spec.get("dequantized", False), "transformers": __import__("transformers").__version__,
            "cases": cases}
     (REPO / "tests" / "golden" / "hf" / f"{variant}.json").write_text(json.dumps(out))
 

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/cpu/matmul.h"
+#include "model/gguf.h"
 #include "model/loaders.h"
 #include "model/model.h"
 
@@ -50,6 +52,7 @@ struct SafetensorsWriter {
     DType type;
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
+    std::string dtype = {};  // the header's dtype where it is none of DType's (gpt-oss's U8 MXFP4 blocks)
   };
   std::vector<Entry> entries;
 
@@ -96,7 +99,7 @@ struct SafetensorsWriter {
     header["__metadata__"] = {{"format", "pt"}};
     uint64_t offset = 0;
     for (const Entry& e : entries) {
-      header[e.name] = {{"dtype", std::string(dtype_name(e.type))},
+      header[e.name] = {{"dtype", e.dtype.empty() ? std::string(dtype_name(e.type)) : e.dtype},
                         {"shape", e.shape},
                         {"data_offsets", {offset, offset + e.bytes.size()}}};
       offset += e.bytes.size();
@@ -110,6 +113,93 @@ struct SafetensorsWriter {
     for (const Entry& e : entries) out.write(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size());
   }
 };
+
+// A float tensor [dims...] (safetensors order) filled by f(i) for each flat index i.
+template <typename F>
+void add_values(SafetensorsWriter& w, const std::string& name, std::vector<int64_t> shape, F f) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = f(i);
+  Tensor t;
+  t.type = DType::F32;
+  t.ne = {n, 1, 1, 1};
+  t.n_dims = 1;
+  t.data = v.data();
+  w.add(name, t, DType::F32);
+  w.entries.back().shape = std::move(shape);
+}
+
+// gpt-oss's HF names for one layer's attention extras and experts (transformers' GptOssForCausalLM): the output
+// bias, the sinks, the router, and gate / up fused with interleaved columns. `mxfp4`: the experts' MXFP4 blocks as
+// the published checkpoints hold them (taken from the GGUF file's own blocks, nibbles reordered); else the
+// dequantized [experts][in][out] matrices a folder saved by transformers holds.
+inline void add_gpt_oss_layer(SafetensorsWriter& w, const ModelConfig& c, const LayerWeights& L, const std::string& p,
+                              const GGUFFile& file, int l, bool mxfp4) {
+  w.add(p + "self_attn.o_proj.bias", L.bo, DType::F32);
+  w.add(p + "self_attn.sinks", L.attn_sinks, DType::F32);
+  w.add(p + "mlp.router.weight", L.ffn_gate_inp, DType::F32);
+  w.add(p + "mlp.router.bias", L.ffn_gate_inp_b, DType::F32);
+  const int64_t n = c.n_expert, E = c.n_embd, F = c.n_ff_exp;
+  const std::string x = p + "mlp.experts.";
+  const auto bias = [](const std::vector<Tensor>& b, int64_t e, int64_t i) {
+    return tensor_value(b[static_cast<size_t>(e)], i);
+  };
+  add_values(w, x + "gate_up_proj_bias", {n, 2 * F}, [&](int64_t i) {
+    const int64_t e = i / (2 * F), j = i % (2 * F);
+    return bias(j % 2 == 0 ? L.gate_exps_b : L.up_exps_b, e, j / 2);
+  });
+  add_values(w, x + "down_proj_bias", {n, E}, [&](int64_t i) { return bias(L.down_exps_b, i / E, i % E); });
+  if (mxfp4) {
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    // HF rows of one projection: gate_up's row 2i is gate's row i, 2i + 1 up's; down's rows are its own.
+    const auto write = [&](const std::string& stem, std::vector<const GGUFTensorInfo*> parts, int64_t rows,
+                           int64_t cols) {
+      const int64_t g = cols / 32, per = static_cast<int64_t>(parts.size());
+      std::vector<uint8_t> blocks(static_cast<size_t>(n * rows * g * 16)), scales(static_cast<size_t>(n * rows * g));
+      for (int64_t e = 0; e < n; ++e)
+        for (int64_t r = 0; r < rows; ++r) {
+          const GGUFTensorInfo& src = *parts[static_cast<size_t>(r % per)];
+          const int64_t src_row = e * (rows / per) + r / per;
+          for (int64_t b = 0; b < g; ++b) {
+            const uint8_t* blk17 = src.data + (src_row * g + b) * 17;
+            const auto code = [&](int k) { return k < 16 ? blk17[1 + k] & 0xF : blk17[1 + k - 16] >> 4; };
+            const size_t at = static_cast<size_t>((e * rows + r) * g + b);
+            scales[at] = blk17[0];
+            for (int j = 0; j < 16; ++j)
+              blocks[at * 16 + static_cast<size_t>(j)] = static_cast<uint8_t>(code(2 * j) | (code(2 * j + 1) << 4));
+          }
+        }
+      w.entries.push_back({stem + "_blocks", DType::F32, {n, rows, g, 16}, std::move(blocks), "U8"});
+      w.entries.push_back({stem + "_scales", DType::F32, {n, rows, g}, std::move(scales), "U8"});
+    };
+    write(x + "gate_up_proj",
+          {file.find_tensor(blk + "ffn_gate_exps.weight"), file.find_tensor(blk + "ffn_up_exps.weight")}, 2 * F, E);
+    write(x + "down_proj", {file.find_tensor(blk + "ffn_down_exps.weight")}, E, F);
+    return;
+  }
+  // Dequantized: gate_up_proj[e][k][2i (+1)] = gate (up) row i's value k; down_proj[e][f][o] = down row o's value f.
+  const auto rows_of = [&](const std::vector<Tensor>& ts) {
+    std::vector<float> v;
+    for (const Tensor& t : ts) {
+      std::vector<float> row(static_cast<size_t>(t.cols()));
+      for (int64_t r = 0; r < t.rows(); ++r) {
+        dequantize_row(t.type, t.row(r), row.data(), t.cols());
+        v.insert(v.end(), row.begin(), row.end());
+      }
+    }
+    return v;
+  };
+  const std::vector<float> gate = rows_of(L.gate_exps), up = rows_of(L.up_exps), down = rows_of(L.down_exps);
+  add_values(w, x + "gate_up_proj", {n, E, 2 * F}, [&](int64_t i) {
+    const int64_t e = i / (E * 2 * F), k = i / (2 * F) % E, j = i % (2 * F);
+    return (j % 2 == 0 ? gate : up)[static_cast<size_t>((e * F + j / 2) * E + k)];
+  });
+  add_values(w, x + "down_proj", {n, F, E}, [&](int64_t i) {
+    const int64_t e = i / (F * E), f = i / E % F, o = i % E;
+    return down[static_cast<size_t>((e * E + o) * F + f)];
+  });
+}
 
 // DeepSeek's HF names for one layer: MLA with kv_b_proj rebuilt from the file's per-head attn_k_b (transposed
 // back) and attn_v_b, q_pe/k_pe rows as they are (its rope pairs are GGUF's), then a dense MLP or the routed
@@ -167,10 +257,12 @@ inline void add_deepseek_layer(SafetensorsWriter& w, const ModelConfig& c, const
 // type or F16→F32 for exactness). llama q/k rows are permuted back to HF's rotate-half order; qwen2 and
 // qwen3 GGUF rows are already in that order. The tokenizer is the stories512 fixture (the vocabulary of
 // every tiny-* golden file).
-inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const std::string& dir, DType matrix_type) {
+inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const std::string& dir, DType matrix_type,
+                                            bool mxfp4_experts = true) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   auto g = load_gguf_model(gguf_path);
+  const GGUFFile file(gguf_path);
   const ModelConfig& c = g->config;
   const bool permute_qk = c.rope_style == RopeStyle::Interleaved;
 
@@ -213,6 +305,10 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     } else {
       add_norm(p + "post_attention_layernorm.weight", L.ffn_norm);
     }
+    if (c.arch == "gpt-oss") {
+      add_gpt_oss_layer(w, c, L, p, file, l, mxfp4_experts);
+      continue;
+    }
     if (c.moe()) {
       // Qwen3-MoE's names, or Mixtral's (a llama file with experts).
       const bool mixtral = c.arch == "llama";
@@ -246,6 +342,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         : c.arch == "qwen3moe"  ? "Qwen3MoeForCausalLM"
         : c.arch == "deepseek2" ? (c.expert_gating == ModelConfig::ExpertGating::Sigmoid ? "DeepseekV3ForCausalLM"
                                                                                          : "DeepseekV2ForCausalLM")
+        : c.arch == "gpt-oss"   ? "GptOssForCausalLM"
         : c.moe()               ? "MixtralForCausalLM"
         : c.arch == "gemma"     ? "GemmaForCausalLM"
         : c.arch == "gemma2"    ? "Gemma2ForCausalLM"
@@ -263,6 +360,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
                      : c.arch == "mistral3"                      ? "ministral3"
                      : c.arch == "olmo2" && c.sliding_window > 0 ? "olmo3"
                      : c.arch == "llama" && c.moe()              ? "mixtral"
+                     : c.arch == "gpt-oss"                       ? "gpt_oss"
                                                                  : c.arch},
       {"hidden_size", c.n_embd},
       {"num_hidden_layers", c.n_layers},
@@ -297,6 +395,18 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     config["num_local_experts"] = c.n_expert;
     config["num_experts_per_tok"] = c.n_expert_used;
     config["intermediate_size"] = c.n_ff_exp;
+  }
+  if (c.arch == "gpt-oss") {  // as gpt-oss's published config
+    config["num_local_experts"] = c.n_expert;
+    config["num_experts_per_tok"] = c.n_expert_used;
+    config["intermediate_size"] = c.n_ff_exp;
+    config["attention_bias"] = true;
+    config["swiglu_limit"] = c.swiglu_limit;
+    config["sliding_window"] = c.sliding_window;
+    nlohmann::json types = nlohmann::json::array();
+    for (int l = 0; l < c.n_layers; ++l) types.push_back(c.is_swa_layer(l) ? "sliding_attention" : "full_attention");
+    config["layer_types"] = types;
+    if (mxfp4_experts) config["quantization_config"] = {{"quant_method", "mxfp4"}};
   }
   if (c.mla()) {  // as DeepSeek's published configs
     const bool v3 = c.expert_gating == ModelConfig::ExpertGating::Sigmoid;
@@ -338,6 +448,11 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     if (c.rope_scaling.yarn_log_mul != 0.0f) {  // DeepSeek's mscale = mscale_all_dim
       config["rope_scaling"]["mscale"] = c.rope_scaling.yarn_log_mul;
       config["rope_scaling"]["mscale_all_dim"] = c.rope_scaling.yarn_log_mul;
+    }
+    if (c.arch == "gpt-oss") {
+      config["rope_scaling"]["beta_fast"] = c.rope_scaling.yarn_beta_fast;
+      config["rope_scaling"]["beta_slow"] = c.rope_scaling.yarn_beta_slow;
+      config["rope_scaling"]["truncate"] = c.rope_scaling.yarn_truncate;
     }
     if (c.arch == "mistral3") {  // as Ministral 3's configs: mscale and mscale_all_dim 1, the temperature's beta
       config["rope_scaling"]["mscale"] = 1.0;

@@ -717,7 +717,7 @@ void write_hf_variant_folder(const json& ref, const std::string& dir) {
   const std::string base = ref["base"].get<std::string>(), shared_prefix = "../shared/golden/gguf/models/";
   make_hf_folder_from_gguf(base.starts_with(shared_prefix) ? golden_model(base.substr(shared_prefix.size()))
                                                            : std::string(KVSERVE_SOURCE_DIR) + "/" + base,
-                           dir, DType::F32);
+                           dir, DType::F32, !ref.value("dequantized_experts", false));
   json c = read_json(dir + "/config.json");
   for (const auto& [key, value] : ref["config_edits"].items()) c[key] = value;
   write_json(dir + "/config.json", c);
@@ -797,6 +797,58 @@ TEST(HfLoader, SlidingWindowConfigsMatchTransformers) {
       EXPECT_EQ(expect_follows_hf_variant_golden(gen, ref, 1e-4f), want_steps);
     }
   }
+}
+
+// gpt-oss as its Hugging Face checkpoints hold it (GptOssForCausalLM): with MXFP4 expert blocks (published
+// checkpoints) it gives llama.cpp's logits for the same blocks; with the experts dequantized and the published
+// config's untruncated YaRN, transformers' (tests/golden/hf/gpt-oss-untruncated-yarn.json), on a hybrid cache and a
+// full one, within 3e-4 (its logits reach 13: float rounding of the two sums' orders). Untruncated YaRN matters:
+// the ramp's ends rounded as llama.cpp rounds them miss transformers by more than 0.1.
+TEST(HfLoader, GptOssMatchesLlamaCppAndTransformers) {
+  {
+    const ArchHfCopy copy("tiny-gptoss");
+    const ModelConfig &a = copy.hf->config, &b = copy.ref->config;
+    EXPECT_TRUE(a.learned_sinks);
+    EXPECT_EQ(a.expert_gating, ModelConfig::ExpertGating::SoftmaxWeight);
+    EXPECT_EQ(a.ffn_act, FfnActivation::SwigluOai);
+    EXPECT_EQ(a.swa_layers, b.swa_layers);
+    EXPECT_EQ(a.sliding_window, b.sliding_window);
+    EXPECT_EQ(a.rope_scaling_swa.type, RopeScaling::Type::Yarn);
+    EXPECT_TRUE(a.rope_scaling.yarn_truncate);
+    EXPECT_EQ(copy.hf->layers[0].down_exps[3].type, DType::Q5_0);
+    expect_follows_arch_golden(*copy.hf, "tiny-gptoss", 1e-4f);
+    // Blocks that do not fit the config are named.
+    json c = read_json(copy.tmp / "config.json");
+    c["intermediate_size"] = 32;
+    write_json(copy.tmp / "config.json", c);
+    expect_error([&] { load_model(copy.tmp.path()); }, {"gate_up_proj_blocks", "expected U8 [4, 64, 2, 16]"});
+  }
+  const json ref = hf_variant_golden("gpt-oss-untruncated-yarn");
+  ASSERT_TRUE(ref["dequantized_experts"].get<bool>());
+  TempDir tmp;
+  write_hf_variant_folder(ref, tmp.path());
+  auto m = load_model(tmp.path());
+  EXPECT_FALSE(m->config.rope_scaling.yarn_truncate);
+  EXPECT_FALSE(m->config.rope_scaling_swa.yarn_truncate);
+  EXPECT_EQ(m->layers[0].gate_exps[0].type, DType::F32);
+  size_t want_steps = 0;
+  for (const json& k : ref["cases"]) want_steps += k["step_logits_top"].size();
+  for (const bool hybrid : {true, false}) {
+    SCOPED_TRACE(hybrid ? "hybrid cache" : "full cache");
+    GeneratorOptions o{.block_size = 4, .max_context = 512};
+    o.hybrid_kv_cache = hybrid;
+    Generator gen(*m, o);
+    EXPECT_EQ(expect_follows_hf_variant_golden(gen, ref, 3e-4f), want_steps);
+  }
+  m->config.rope_scaling.yarn_truncate = m->config.rope_scaling_swa.yarn_truncate = true;
+  Generator truncated(*m, {.max_context = 512});
+  const json& k = ref["cases"][0];
+  const auto logits = truncated.teacher_forced_logits(k["ids"].get<std::vector<int32_t>>(), k["n_prompt"].get<int>());
+  float worst = 0;
+  for (size_t s = 0; s < logits.size(); ++s)
+    for (const json& pair : k["step_logits_top"][s])
+      worst = std::max(worst, std::fabs(logits[s][pair[0].get<int>()] - pair[1].get<float>()));
+  EXPECT_GT(worst, 0.1f);
 }
 
 void expect_same_rope(const RopeScaling& a, const RopeScaling& b) {

@@ -127,7 +127,7 @@ void ModelRunner::ffn_activation(const float* gate, const float* up, float* out,
   if (model_.config.ffn_act == FfnActivation::GeluTanh) {
     gelu_mul(gate, up, out, n);
   } else if (model_.config.ffn_act == FfnActivation::SwigluOai) {
-    swiglu_oai_mul(gate, up, out, n, kSwigluOaiAlpha, kSwigluOaiLimit);
+    swiglu_oai_mul(gate, up, out, n, kSwigluOaiAlpha, model_.config.swiglu_limit);
   } else {
     silu_mul(gate, up, out, n);
   }

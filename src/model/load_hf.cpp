@@ -17,10 +17,12 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "model/gpt_oss_experts.h"
 #include "model/hf_tokenizer.h"
 #include "model/json_file.h"
 #include "model/loaders.h"
 #include "model/mla_weights.h"
+#include "model/mxfp4_weights.h"
 #include "model/safetensors.h"
 #include "model/sampling_defaults.h"
 
@@ -60,6 +62,7 @@ constexpr HfArch kHfArchs[] = {
     {"DeepseekV3ForCausalLM", "deepseek2", false, false},
     {"Olmo2ForCausalLM", "olmo2", false, true},
     {"Olmo3ForCausalLM", "olmo2", false, true},
+    {"GptOssForCausalLM", "gpt-oss", true, false},
 };
 // clang-format on
 
@@ -183,6 +186,10 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
                mscale != 0.0 && mscale_all_dim != 0.0 ? get_mscale(mscale) / get_mscale(mscale_all_dim) : grow);
     if (!(magnitude > 0)) fail("'{}': rope_scaling.attention_factor must be positive", path);
     s.attn_factor = static_cast<float>(magnitude / grow);
+    if (rs.contains("truncate") && !rs["truncate"].is_null()) {
+      if (!rs["truncate"].is_boolean()) fail("'{}': rope_scaling.truncate must be true or false", path);
+      s.yarn_truncate = rs["truncate"].get<bool>();
+    }
   } else {
     fail("'{}': rope_scaling type '{}' is not supported (supported: linear, llama3, longrope, yarn)", path, type);
   }
@@ -196,7 +203,7 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
 // unless tie_word_embeddings is false, as transformers and llama.cpp allow).
 // The families whose config.json can give layers a sliding window, each read as transformers' config class and
 // modeling code read it.
-enum class SwaFamily { Gemma2, Gemma3, Mistral, Mixtral, Ministral, Ministral3, Olmo3, Qwen2 };
+enum class SwaFamily { Gemma2, Gemma3, GptOss, Mistral, Mixtral, Ministral, Ministral3, Olmo3, Qwen2 };
 
 // Each family's architecture and config model_type (Gemma 3's text config also "gemma3_text").
 struct SwaFamilyName {
@@ -208,6 +215,7 @@ constexpr SwaFamilyName kSwaFamilies[] = {
     {SwaFamily::Gemma2, "Gemma2ForCausalLM", "gemma2"},
     {SwaFamily::Gemma3, "Gemma3ForCausalLM", "gemma3"},
     {SwaFamily::Gemma3, "Gemma3ForCausalLM", "gemma3_text"},
+    {SwaFamily::GptOss, "GptOssForCausalLM", "gpt_oss"},
     {SwaFamily::Mistral, "MistralForCausalLM", "mistral"},
     {SwaFamily::Mixtral, "MixtralForCausalLM", "mixtral"},
     {SwaFamily::Ministral, "MinistralForCausalLM", "ministral"},
@@ -240,7 +248,7 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
   if (family == SwaFamily::Qwen2 && !r.bool_or("use_sliding_window", false)) return swa;
   if (j.contains("sliding_window") && j["sliding_window"].is_null()) return swa;
   const bool no_default = family == SwaFamily::Mixtral || family == SwaFamily::Ministral3;
-  swa.window = r.positive_int_or("sliding_window", no_default ? 0 : 4096);
+  swa.window = r.positive_int_or("sliding_window", no_default ? 0 : family == SwaFamily::GptOss ? 128 : 4096);
   if (swa.window == 0) return swa;
   swa.layers.assign(static_cast<size_t>(n_layers), true);
   if (family == SwaFamily::Mistral || family == SwaFamily::Mixtral || family == SwaFamily::Ministral3) return swa;
@@ -265,9 +273,10 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
       first = v.get<int64_t>();
     }
     for (int l = 0; l < n_layers && l < first; ++l) swa.layers[static_cast<size_t>(l)] = false;
-  } else if (family == SwaFamily::Gemma2 || family == SwaFamily::Gemma3 || family == SwaFamily::Olmo3) {
-    const int n = family == SwaFamily::Gemma2  ? 2
-                  : family == SwaFamily::Olmo3 ? 4
+  } else if (family == SwaFamily::Gemma2 || family == SwaFamily::Gemma3 || family == SwaFamily::Olmo3 ||
+             family == SwaFamily::GptOss) {
+    const int n = family == SwaFamily::Gemma2 || family == SwaFamily::GptOss ? 2
+                  : family == SwaFamily::Olmo3                               ? 4
                                                : r.positive_int_or("sliding_window_pattern", 6);
     for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = (l + 1) % n != 0;
   }
@@ -533,6 +542,9 @@ ModelConfig read_config(const json& raw, const std::string& path) {
   if (hf_arch == "Ministral3ForCausalLM" && !j.contains("rope_parameters") && !j.contains("rope_scaling") &&
       !j.contains("rope_theta"))
     j["rope_parameters"] = ministral3_default_rope();
+  if (hf_arch == "GptOssForCausalLM" && !j.contains("rope_parameters") && !j.contains("rope_scaling"))
+    j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
+                            {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
   j = with_earlier_rope_keys(j, path);
   for (const KeyAlias& a : kKeyAliases)
     if (hf_arch == a.hf_arch && !j.contains(a.key) && j.contains(a.alias)) j[a.key] = j[a.alias];
@@ -559,7 +571,9 @@ ModelConfig read_config(const json& raw, const std::string& path) {
   c.n_ff = r.positive_int("intermediate_size");
   c.n_ctx_train = r.positive_int_or("max_position_embeddings", 2048);
   c.rms_eps = r.positive_float_or("rms_norm_eps", 1e-6f);
-  c.rope_base = r.positive_float_or("rope_theta", hf_arch == "Olmo3ForCausalLM" ? 500000.0f : 10000.0f);
+  c.rope_base = r.positive_float_or("rope_theta", hf_arch == "Olmo3ForCausalLM"    ? 500000.0f
+                                                  : hf_arch == "GptOssForCausalLM" ? 150000.0f
+                                                                                   : 10000.0f);
   if (c.n_heads % c.n_kv_heads != 0)
     fail("'{}': num_attention_heads {} is not a multiple of num_key_value_heads {}", path, c.n_heads, c.n_kv_heads);
   if (r.has("head_dim")) {
@@ -631,6 +645,19 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     c.n_expert = r.positive_int("num_local_experts");
     c.n_expert_used = r.positive_int("num_experts_per_tok");
     c.n_ff_exp = c.n_ff;
+  }
+  if (hf_arch == "GptOssForCausalLM") {
+    // transformers' GptOssConfig and modeling: every layer's experts intermediate_size wide, the router's top
+    // logits softmaxed, learned sinks, biases on the attention's projections, the clamped SwiGLU.
+    c.n_expert = r.positive_int("num_local_experts");
+    c.n_expert_used = r.positive_int_or("num_experts_per_tok", 4);
+    c.n_ff_exp = c.n_ff;
+    c.expert_gating = ModelConfig::ExpertGating::SoftmaxWeight;
+    c.expert_weights_norm = false;
+    c.learned_sinks = true;
+    c.ffn_act = FfnActivation::SwigluOai;
+    c.swiglu_limit = r.positive_float_or("swiglu_limit", 7.0f);
+    if (!r.bool_or("attention_bias", true)) fail("'{}': gpt-oss without attention biases is not supported", path);
   }
   if (c.arch == "deepseek2") read_deepseek_config(j, r, path, c);
   if (c.n_expert_used > c.n_expert)
@@ -851,6 +878,10 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.bk = vector_f32(p + "self_attn.k_proj.bias");
       L.bv = vector_f32(p + "self_attn.v_proj.bias");
     }
+    if (c.arch == "gpt-oss") {
+      L.bo = vector_f32(p + "self_attn.o_proj.bias");
+      L.attn_sinks = vector_f32(p + "self_attn.sinks");
+    }
     if (c.qk_norm) {
       L.q_norm = norm(p + "self_attn.q_norm.weight");
       L.k_norm = norm(p + "self_attn.k_norm.weight");
@@ -862,7 +893,9 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     } else {
       L.ffn_norm = norm(p + "post_attention_layernorm.weight");
     }
-    if (c.moe()) {
+    if (c.arch == "gpt-oss") {
+      load_gpt_oss_experts(*weights, p + "mlp.", c, L, *m);
+    } else if (c.moe()) {
       // Qwen3-MoE: mlp.gate and mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate and its
       // experts' w1 (gate), w3 (up), w2 (down).
       const bool mixtral = c.arch == "llama";
@@ -900,6 +933,7 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     }
   }
 
+  widen_mxfp4_weights(*m);
   validate_model(*m);
   m->tokenizer = make_tokenizer(m->vocab);
   if (opts.progress) opts.progress(1.0f);

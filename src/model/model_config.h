@@ -31,6 +31,9 @@ struct RopeScaling {
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
   float yarn_log_mul = 0.0f;
+  // The ramp's ends rounded out to whole dimensions (floor / ceil), as ggml and transformers by default do;
+  // gpt-oss's HF config turns it off (rope_scaling.truncate false).
+  bool yarn_truncate = true;
 };
 
 // The feed-forward's gate activation: out = act(gate) * up.
@@ -38,11 +41,10 @@ enum class FfnActivation {
   SiLU,      // SwiGLU: llama, qwen
   GeluTanh,  // GeGLU with the tanh approximation: Gemma (as llama.cpp computes it, see ops.h gelu_mul)
   // gpt-oss's clamped SwiGLU (ggml_swiglu_oai): g = min(gate, limit), u = clamp(up, -limit, limit),
-  // out = g * sigmoid(alpha * g) * (u + 1), with alpha 1.702 and limit 7.
+  // out = g * sigmoid(alpha * g) * (u + 1), with alpha 1.702 and limit ModelConfig::swiglu_limit.
   SwigluOai,
 };
 inline constexpr float kSwigluOaiAlpha = 1.702f;
-inline constexpr float kSwigluOaiLimit = 7.0f;
 
 struct ModelConfig {
   std::string arch = "llama";  // GGUF general.architecture
@@ -108,6 +110,7 @@ struct ModelConfig {
   bool pre_norms = true;
   bool qk_norm_full = false;
   FfnActivation ffn_act = FfnActivation::SiLU;
+  float swiglu_limit = 7.0f;  // SwigluOai's clamp (llama.cpp fixes it at 7; HF gpt-oss's swiglu_limit)
   float attn_scale = 0.0f;  // scale of q.k; 0: 1/sqrt(head_dim)
   // Sliding-window layers (Gemma 2 and 3's local layers): layer l attends to the last `sliding_window`
   // positions where swa_layers[l], with RoPE base rope_base_swa and no context scaling.

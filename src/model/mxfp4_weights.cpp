@@ -41,7 +41,9 @@ std::shared_ptr<uint8_t[]> q5_buffer(const Tensor& t, size_t bytes) {
   return allocate_large_buffer(bytes);
 }
 
-void widen(Tensor& t, std::vector<std::shared_ptr<const void>>& storage) {
+}  // namespace
+
+void widen_mxfp4_tensor(Tensor& t, std::vector<std::shared_ptr<const void>>& storage) {
   const int64_t n_blocks = t.elements() / kQK4_0;
   const auto* in = static_cast<const BlockMXFP4*>(t.data);
   std::shared_ptr<uint8_t[]> q5 = q5_buffer(t, static_cast<size_t>(n_blocks) * sizeof(BlockQ5_0));
@@ -60,8 +62,6 @@ void widen(Tensor& t, std::vector<std::shared_ptr<const void>>& storage) {
   t.type = DType::F32;
   storage.push_back(std::move(f32));
 }
-
-}  // namespace
 
 int widen_mxfp4_weights(Model& model) {
   std::vector<Tensor*> targets;
@@ -83,7 +83,7 @@ int widen_mxfp4_weights(Model& model) {
   if (tied_copy) targets.erase(targets.begin() + 1);
   std::vector<std::vector<std::shared_ptr<const void>>> owned(targets.size());
   ThreadPool::global().parallel_for(static_cast<int64_t>(targets.size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) widen(*targets[static_cast<size_t>(i)], owned[static_cast<size_t>(i)]);
+    for (int64_t i = b; i < e; ++i) widen_mxfp4_tensor(*targets[static_cast<size_t>(i)], owned[static_cast<size_t>(i)]);
   });
   for (auto& o : owned)
     for (auto& p : o) model.storage.push_back(std::move(p));

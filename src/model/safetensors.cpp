@@ -224,4 +224,10 @@ Tensor SafetensorsModel::tensor(const std::string& name) const {
   return it->second->tensor(name);
 }
 
+const SafetensorsTensor& SafetensorsModel::raw(const std::string& name) const {
+  auto it = owner_.find(name);
+  if (it == owner_.end()) fail("'{}': tensor '{}' not found in the safetensors weights", dir_, name);
+  return *it->second->find(name);
+}
+
 }  // namespace kvserve

@@ -60,6 +60,9 @@ class SafetensorsModel {
   bool has(const std::string& name) const;
   // Throws Error naming the tensor (and, for sharded models, the shard) when absent or unusable.
   Tensor tensor(const std::string& name) const;
+  // The tensor's header entry and bytes whatever its dtype (gpt-oss's U8 MXFP4 blocks and scales); throws Error
+  // naming it when absent.
+  const SafetensorsTensor& raw(const std::string& name) const;
   // Every file opened, to keep the mappings alive as long as the tensors they back.
   const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
   const std::string& dir() const { return dir_; }

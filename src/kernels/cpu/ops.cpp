@@ -88,8 +88,9 @@ Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScali
       return static_cast<float>(n_rot_) * std::log(orig / (n_rotations * 2.0f * static_cast<float>(M_PI))) /
              (2.0f * std::log(base));
     };
-    yarn_low_ = std::max(0.0f, std::floor(corr_dim(scaling.yarn_beta_fast)));
-    yarn_high_ = std::min(static_cast<float>(n_rot_ - 1), std::ceil(corr_dim(scaling.yarn_beta_slow)));
+    const float low = corr_dim(scaling.yarn_beta_fast), high = corr_dim(scaling.yarn_beta_slow);
+    yarn_low_ = std::max(0.0f, scaling.yarn_truncate ? std::floor(low) : low);
+    yarn_high_ = std::min(static_cast<float>(n_rot_ - 1), scaling.yarn_truncate ? std::ceil(high) : high);
     mscale_ = scaling.attn_factor * (1.0f + 0.1f * std::log(1.0f / yarn_freq_scale_));
   }
   // llama.cpp forms theta_i = pos * theta_scale^i by repeated float multiplication; doing the same keeps

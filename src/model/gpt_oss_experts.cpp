@@ -1,0 +1,151 @@
+#include "model/gpt_oss_experts.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/cpu/quants.h"
+#include "model/mxfp4_weights.h"
+
+namespace kvserve {
+
+namespace {
+
+const SafetensorsTensor& shaped(const SafetensorsModel& w, const std::string& name, const char* dtype,
+                                const std::vector<int64_t>& shape) {
+  const SafetensorsTensor& t = w.raw(name);
+  if ((dtype != nullptr && t.dtype != dtype) || t.shape != shape) {
+    std::string want;
+    for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    std::string got;
+    for (int64_t d : t.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    fail("'{}': tensor '{}' is {} [{}], expected {} [{}]", w.dir(), name, t.dtype, got, dtype ? dtype : "a float",
+         want);
+  }
+  return t;
+}
+
+// Element i of an F32 / F16 / BF16 safetensors tensor.
+float value(const SafetensorsTensor& t, int64_t i) {
+  if (t.dtype == "F32") {
+    float f;
+    std::memcpy(&f, t.data + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, t.data + 2 * i, 2);
+  if (t.dtype == "F16") return fp16_to_fp32(h);
+  if (t.dtype == "BF16") return bf16_to_fp32(h);
+  fail("tensor '{}' has dtype {}; expected F32, F16 or BF16", t.name, t.dtype);
+}
+
+// An owned F32 matrix [rows][cols] filled by f(row, col), as a Tensor named `name`.
+template <typename F>
+Tensor f32_matrix(const std::string& name, int64_t rows, int64_t cols, F f, Model& m) {
+  auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) (*buf)[static_cast<size_t>(r * cols + c)] = f(r, c);
+  Tensor t;
+  t.name = name;
+  t.type = DType::F32;
+  t.ne = {cols, rows, 1, 1};
+  t.n_dims = 2;
+  t.data = buf->data();
+  m.storage.push_back(buf);
+  return t;
+}
+
+// Rows [first, first + n) of `t` as one view per expert of `rows` rows each (expert e's rows e * rows ...).
+std::vector<Tensor> per_expert(const Tensor& t, int n_expert, int64_t rows, const std::string& name) {
+  std::vector<Tensor> out;
+  for (int e = 0; e < n_expert; ++e) out.push_back(row_range(t, e * rows, rows, name + "[" + std::to_string(e) + "]"));
+  return out;
+}
+
+// One projection of every expert from MXFP4 blocks and scales: expert e's weight is rows `row0 + step * i` of
+// its checkpoint rows (gate: 0, 2, 4, ...; up: 1, 3, ...), each `cols` wide, repacked into ggml's block order
+// and converted (widen_mxfp4_tensor).
+std::vector<Tensor> mxfp4_experts(const SafetensorsModel& w, const std::string& stem, int n_expert, int64_t ckpt_rows,
+                                  int64_t rows, int64_t cols, int64_t row0, int64_t step, Model& m) {
+  const int64_t g = cols / kQK4_0;
+  if (cols % kQK4_0 != 0) fail("'{}': '{}' rows of {} values are not whole MXFP4 blocks", w.dir(), stem, cols);
+  const SafetensorsTensor& blocks = shaped(w, stem + "_blocks", "U8", {n_expert, ckpt_rows, g, 16});
+  const SafetensorsTensor& scales = shaped(w, stem + "_scales", "U8", {n_expert, ckpt_rows, g});
+  std::vector<Tensor> out;
+  for (int e = 0; e < n_expert; ++e) {
+    std::vector<BlockMXFP4> packed(static_cast<size_t>(rows * g));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = int64_t{e} * ckpt_rows + row0 + step * r;
+      for (int64_t b = 0; b < g; ++b) {
+        BlockMXFP4& dst = packed[static_cast<size_t>(r * g + b)];
+        dst.e = scales.data[src * g + b];
+        const uint8_t* q = blocks.data + (src * g + b) * 16;
+        const auto code = [&](int k) { return k % 2 == 0 ? q[k / 2] & 0xF : q[k / 2] >> 4; };
+        for (int j = 0; j < 16; ++j) dst.qs[j] = static_cast<uint8_t>(code(j) | (code(j + 16) << 4));
+      }
+    }
+    Tensor t;
+    t.name = stem + "[" + std::to_string(e) + "]";
+    t.type = DType::MXFP4;
+    t.ne = {cols, rows, 1, 1};
+    t.n_dims = 2;
+    t.data = packed.data();
+    widen_mxfp4_tensor(t, m.storage);  // `packed` is dropped once converted
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+void load_gpt_oss_experts(const SafetensorsModel& w, const std::string& mlp, const ModelConfig& c, LayerWeights& L,
+                          Model& m) {
+  const int n = c.n_expert;
+  const int64_t E = c.n_embd, F = c.n_ff_exp;
+  const SafetensorsTensor& router = shaped(w, mlp + "router.weight", nullptr, {n, E});
+  L.ffn_gate_inp = f32_matrix(
+      mlp + "router.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
+  const SafetensorsTensor& router_b = shaped(w, mlp + "router.bias", nullptr, {n});
+  L.ffn_gate_inp_b = f32_matrix(
+      mlp + "router.bias", 1, n, [&](int64_t, int64_t k) { return value(router_b, k); }, m);
+  L.ffn_gate_inp_b.ne = {n, 1, 1, 1};
+  L.ffn_gate_inp_b.n_dims = 1;
+
+  const std::string x = mlp + "experts.";
+  if (w.has(x + "gate_up_proj_blocks")) {
+    L.gate_exps = mxfp4_experts(w, x + "gate_up_proj", n, 2 * F, F, E, 0, 2, m);
+    L.up_exps = mxfp4_experts(w, x + "gate_up_proj", n, 2 * F, F, E, 1, 2, m);
+    L.down_exps = mxfp4_experts(w, x + "down_proj", n, E, E, F, 0, 1, m);
+  } else {
+    // Dequantized: gate_up_proj [experts][E][2F] and down_proj [experts][F][E], as x @ W.
+    const SafetensorsTensor& gu = shaped(w, x + "gate_up_proj", nullptr, {n, E, 2 * F});
+    const SafetensorsTensor& dn = shaped(w, x + "down_proj", nullptr, {n, F, E});
+    const Tensor gate = f32_matrix(
+        x + "gate_proj", int64_t{n} * F, E,
+        [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + 2 * (r % F)); }, m);
+    const Tensor up = f32_matrix(
+        x + "up_proj", int64_t{n} * F, E,
+        [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + 2 * (r % F) + 1); }, m);
+    const Tensor down = f32_matrix(
+        x + "down_proj", int64_t{n} * E, F,
+        [&](int64_t r, int64_t k) { return value(dn, ((r / E) * F + k) * E + r % E); }, m);
+    L.gate_exps = per_expert(gate, n, F, x + "gate_proj");
+    L.up_exps = per_expert(up, n, F, x + "up_proj");
+    L.down_exps = per_expert(down, n, E, x + "down_proj");
+  }
+  const SafetensorsTensor& gu_b = shaped(w, x + "gate_up_proj_bias", nullptr, {n, 2 * F});
+  const SafetensorsTensor& dn_b = shaped(w, x + "down_proj_bias", nullptr, {n, E});
+  const Tensor gate_b = f32_matrix(
+      x + "gate_proj_bias", n, F, [&](int64_t e, int64_t i) { return value(gu_b, e * 2 * F + 2 * i); }, m);
+  const Tensor up_b = f32_matrix(
+      x + "up_proj_bias", n, F, [&](int64_t e, int64_t i) { return value(gu_b, e * 2 * F + 2 * i + 1); }, m);
+  const Tensor down_b = f32_matrix(
+      x + "down_proj_bias", n, E, [&](int64_t e, int64_t i) { return value(dn_b, e * E + i); }, m);
+  L.gate_exps_b = per_expert(gate_b, n, 1, x + "gate_proj_bias");
+  L.up_exps_b = per_expert(up_b, n, 1, x + "up_proj_bias");
+  L.down_exps_b = per_expert(down_b, n, 1, x + "down_proj_bias");
+}
+
+}  // namespace kvserve

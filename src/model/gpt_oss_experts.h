@@ -1,0 +1,21 @@
+#pragma once
+// gpt-oss's mixture of experts as its Hugging Face checkpoints hold it (transformers' GptOssExperts): the router
+// (mlp.router.weight / .bias); every expert's gate and up fused in mlp.experts.gate_up_proj, their output columns
+// interleaved (gate 2i, up 2i + 1), and down_proj, with biases. The published checkpoints keep the two
+// projections as MXFP4 (gate_up_proj_blocks / _scales [experts][rows][blocks][16 bytes | 1 byte]: a block's byte
+// j holds elements 2j (low nibble) and 2j + 1); a folder saved dequantized keeps them as [experts][in][out]
+// matrices. Both become one weight per expert in llama.cpp's layout, MXFP4 ones converted as the GGUF loader
+// converts them (widen_mxfp4_tensor).
+#include <string>
+
+#include "model/model.h"
+#include "model/safetensors.h"
+
+namespace kvserve {
+
+// Fills L's router, experts and expert biases from the tensors under `mlp` ("model.layers.N.mlp."); their
+// buffers go to m.storage. Throws Error naming a tensor that is missing or misshapen.
+void load_gpt_oss_experts(const SafetensorsModel& weights, const std::string& mlp, const ModelConfig& c,
+                          LayerWeights& L, Model& m);
+
+}  // namespace kvserve
