@@ -288,6 +288,50 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
   auto none = cli.Post("/v1/chat/completions", ask + R"(, "reasoning_format": "none"})", "application/json");
   ASSERT_TRUE(none);
   EXPECT_EQ(json::parse(none->body)["choices"][0]["message"]["content"], reply);
+
+  // A harmony tool call (--tool-call-parser openai): the analysis is reasoning, the message to functions.NAME a
+  // call, whole and streamed.
+  FakeEngine calling(std::chrono::milliseconds(1), 4096);
+  const std::string call_reply =
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}";
+  calling.set_script(call_reply);
+  calling.set_stop_at_script_end(true);
+  calling.set_harmony(true);
+  opts.tool_call_parser = "openai";
+  LiveServer tool_server(calling, opts);
+  const std::string tool_ask =
+      R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 500, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  auto called = tool_server.client().Post("/v1/chat/completions", tool_ask + "}", "application/json");
+  ASSERT_TRUE(called);
+  ASSERT_EQ(called->status, 200) << called->body;
+  const json choice = json::parse(called->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["reasoning_content"], "Need weather.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}));
+  auto streamed =
+      tool_server.client().Post("/v1/chat/completions", tool_ask + R"(, "stream": true})", "application/json");
+  ASSERT_TRUE(streamed);
+  std::string args, streamed_reasoning;
+  for (const json& e : sse_events(streamed->body)) {
+    if (e == "[DONE]") continue;
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) streamed_reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("tool_calls")) args += delta["tool_calls"][0]["function"]["arguments"].get<std::string>();
+    if (delta.contains("content") && delta["content"].is_string()) {
+      EXPECT_EQ(delta["content"].get<std::string>().find("<|"), std::string::npos) << delta.dump();
+    }
+  }
+  EXPECT_EQ(streamed_reasoning, "Need weather.");
+  EXPECT_EQ(json::parse(args), json({{"city", "Paris"}}));
+  // No grammar forces a harmony call: refused by name.
+  auto forced = tool_server.client().Post("/v1/chat/completions", tool_ask + R"(, "tool_choice": "required"})",
+                                          "application/json");
+  expect_error(forced, 400, "tool_choice");
+  EXPECT_NE(forced->body.find("openai"), std::string::npos) << forced->body;
 }
 
 // Tool calls: a reply in the model's tool-call format comes back as OpenAI's tool_calls, whole (content null,

@@ -33,22 +33,34 @@ struct Case {
 
 const std::vector<Case> kCases = {
     // hermes: Qwen2.5 / Qwen3 / Hermes; text before a call is content, the newlines between calls are not.
-    {ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-     "", {{"get_weather", R"({"city":"Paris"})"}}},
+    {ToolCallFormat::Hermes,
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+     "",
+     {{"get_weather", R"({"city":"Paris"})"}}},
     {ToolCallFormat::Hermes,
      "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1, \"b\": [2]}}\n</tool_call>\n"
      "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
-     "Let me check.\n", {{"a", R"({"x":1,"b":[2]})"}, {"b", "{}"}}},
+     "Let me check.\n",
+     {{"a", R"({"x":1,"b":[2]})"}, {"b", "{}"}}},
     // Unclosed at the end of the reply (the model stopped there): still a call when it parses.
-    {ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"q\": \"</tool\"}}", "",
+    {ToolCallFormat::Hermes,
+     "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"q\": \"</tool\"}}",
+     "",
      {{"a", R"({"q":"</tool"})"}}},
     // Arguments written as JSON text, and "parameters" for "arguments".
-    {ToolCallFormat::Hermes, "<tool_call>{\"name\": \"a\", \"arguments\": \"{\\\"k\\\": 2}\"}</tool_call>", "",
+    {ToolCallFormat::Hermes,
+     "<tool_call>{\"name\": \"a\", \"arguments\": \"{\\\"k\\\": 2}\"}</tool_call>",
+     "",
      {{"a", R"({"k":2})"}}},
-    {ToolCallFormat::Hermes, "<tool_call>{\"name\": \"a\", \"parameters\": {\"k\": null}}</tool_call> done", " done",
+    {ToolCallFormat::Hermes,
+     "<tool_call>{\"name\": \"a\", \"parameters\": {\"k\": null}}</tool_call> done",
+     " done",
      {{"a", R"({"k":null})"}}},
     // A block that does not parse stays as the model wrote it.
-    {ToolCallFormat::Hermes, "x <tool_call>{\"name\": 3}</tool_call> y", "x <tool_call>{\"name\": 3}</tool_call> y", {}},
+    {ToolCallFormat::Hermes,
+     "x <tool_call>{\"name\": 3}</tool_call> y",
+     "x <tool_call>{\"name\": 3}</tool_call> y",
+     {}},
     {ToolCallFormat::Hermes, "\n<tool_call>not json</tool_call>\n", "\n<tool_call>not json</tool_call>\n", {}},
     {ToolCallFormat::Hermes, "\n\n", "\n\n", {}},
     {ToolCallFormat::Hermes, "a <tool_cal", "a <tool_cal", {}},
@@ -58,40 +70,93 @@ const std::vector<Case> kCases = {
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
      "<parameter=metric>\ntrue\n</parameter>\n<parameter=hours>\n[1, 2]\n</parameter>\n<parameter=note>\n42\n"
      "</parameter>\n</function>\n</tool_call>",
-     "", {{"get_weather", R"({"city":"Paris","days":3,"metric":true,"hours":[1,2],"note":"42"})"}}},
-    {ToolCallFormat::Qwen3Coder, "<think>\n\n</think>\n\n<tool_call>\n<function=f>\n</function>\n</tool_call>",
-     "<think>\n\n</think>\n\n", {{"f", "{}"}}},
+     "",
+     {{"get_weather", R"({"city":"Paris","days":3,"metric":true,"hours":[1,2],"note":"42"})"}}},
+    {ToolCallFormat::Qwen3Coder,
+     "<think>\n\n</think>\n\n<tool_call>\n<function=f>\n</function>\n</tool_call>",
+     "<think>\n\n</think>\n\n",
+     {{"f", "{}"}}},
     // A value without its </parameter> ends at the next parameter (vLLM reads it so too).
-    {ToolCallFormat::Qwen3Coder, "<tool_call><function=f><parameter=a>x<parameter=b>y</function></tool_call>", "",
+    {ToolCallFormat::Qwen3Coder,
+     "<tool_call><function=f><parameter=a>x<parameter=b>y</function></tool_call>",
+     "",
      {{"f", R"({"a":"x","b":"y"})"}}},
-    {ToolCallFormat::Qwen3Coder, "<tool_call><function=f><junk></function></tool_call>",
-     "<tool_call><function=f><junk></function></tool_call>", {}},
+    {ToolCallFormat::Qwen3Coder,
+     "<tool_call><function=f><junk></function></tool_call>",
+     "<tool_call><function=f><junk></function></tool_call>",
+     {}},
     // glm45
     {ToolCallFormat::Glm45,
      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
      "<arg_value>2</arg_value>\n</tool_call>",
-     "", {{"get_weather", R"({"city":"Paris","days":2})"}}},
+     "",
+     {{"get_weather", R"({"city":"Paris","days":2})"}}},
     {ToolCallFormat::Glm45, "<tool_call>f</tool_call>", "", {{"f", "{}"}}},
-    {ToolCallFormat::Glm45, "<tool_call>f<arg_key>a</arg_key></tool_call>", "<tool_call>f<arg_key>a</arg_key></tool_call>",
+    {ToolCallFormat::Glm45,
+     "<tool_call>f<arg_key>a</arg_key></tool_call>",
+     "<tool_call>f<arg_key>a</arg_key></tool_call>",
      {}},
     // llama3_json: only a reply that is calls; several separated by ';'.
-    {ToolCallFormat::Llama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
+    {ToolCallFormat::Llama3Json,
+     "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+     "",
      {{"get_weather", R"({"city":"Paris"})"}}},
-    {ToolCallFormat::Llama3Json, "\n<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"s\": \"}{;\"}}",
-     "", {{"a", "{}"}, {"b", R"({"s":"}{;"})"}}},
+    {ToolCallFormat::Llama3Json,
+     "\n<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"s\": \"}{;\"}}",
+     "",
+     {{"a", "{}"}, {"b", R"({"s":"}{;"})"}}},
     {ToolCallFormat::Llama3Json, "{\"answer\": 42}", "{\"answer\": 42}", {}},
-    {ToolCallFormat::Llama3Json, "The JSON is {\"name\": \"a\", \"parameters\": {}}",
-     "The JSON is {\"name\": \"a\", \"parameters\": {}}", {}},
-    {ToolCallFormat::Llama3Json, "<|python_tag|>brave_search.call(query=\"x\")", "<|python_tag|>brave_search.call(query=\"x\")", {}},
+    {ToolCallFormat::Llama3Json,
+     "The JSON is {\"name\": \"a\", \"parameters\": {}}",
+     "The JSON is {\"name\": \"a\", \"parameters\": {}}",
+     {}},
+    {ToolCallFormat::Llama3Json,
+     "<|python_tag|>brave_search.call(query=\"x\")",
+     "<|python_tag|>brave_search.call(query=\"x\")",
+     {}},
     {ToolCallFormat::Llama3Json, "<|pyth", "<|pyth", {}},
-    {ToolCallFormat::Llama3Json, "{\"name\": \"a\", \"parameters\": {}} trailing", "{\"name\": \"a\", \"parameters\": {}} trailing", {}},
+    {ToolCallFormat::Llama3Json,
+     "{\"name\": \"a\", \"parameters\": {}} trailing",
+     "{\"name\": \"a\", \"parameters\": {}} trailing",
+     {}},
     // mistral: Nemo's JSON list, and v11's NAME[ARGS]{...} (with [CALL_ID] in v13).
-    {ToolCallFormat::Mistral, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
-     "", {{"a", R"({"x":1})"}, {"b", "{}"}}},
-    {ToolCallFormat::Mistral, "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]b[CALL_ID]abc123XYZ[ARGS]{}",
-     "Sure.", {{"get_weather", R"({"city":"Paris"})"}, {"b", "{}"}}},
+    {ToolCallFormat::Mistral,
+     "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
+     "",
+     {{"a", R"({"x":1})"}, {"b", "{}"}}},
+    {ToolCallFormat::Mistral,
+     "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]b[CALL_ID]abc123XYZ[ARGS]{}",
+     "Sure.",
+     {{"get_weather", R"({"city":"Paris"})"}, {"b", "{}"}}},
     {ToolCallFormat::Mistral, "[TOOL_CALLS]a b[ARGS]{}", "[TOOL_CALLS]a b[ARGS]{}", {}},
     {ToolCallFormat::Mistral, "no calls [TOOL", "no calls [TOOL", {}},
+    // openai (gpt-oss's harmony): a message to functions.NAME is a call, its body the arguments; other messages,
+    // and calls to its built-in tools, are text as written (the reasoning split, when on, has already taken the
+    // analysis out and left only such messages whole).
+    {ToolCallFormat::Harmony,
+     "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+     "<|constrain|>json<|message|>{\"city\": \"Paris\"}",
+     "<|channel|>analysis<|message|>think<|end|>",
+     {{"get_weather", R"({"city":"Paris"})"}}},
+    {ToolCallFormat::Harmony,
+     "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"days\": 2}",
+     "",
+     {{"get_weather", R"({"days":2})"}}},
+    {ToolCallFormat::Harmony,
+     "Checking.<|start|>assistant to=functions.a<|channel|>commentary json<|message|>{}<|call|>"
+     "<|start|>assistant to=functions.b<|channel|>commentary json<|message|>{\"x\": [1]}<|end|>",
+     "Checking.",
+     {{"a", "{}"}, {"b", R"({"x":[1]})"}}},
+    {ToolCallFormat::Harmony,
+     "<|channel|>analysis to=browser.search<|message|>{\"q\": 1}",
+     "<|channel|>analysis to=browser.search<|message|>{\"q\": 1}",
+     {}},
+    {ToolCallFormat::Harmony,
+     "<|channel|>commentary to=functions.a<|message|>not json<|end|>after",
+     "<|channel|>commentary to=functions.a<|message|>not json<|end|>after",
+     {}},
+    {ToolCallFormat::Harmony, "Hello <|chan", "Hello <|chan", {}},
+    {ToolCallFormat::Harmony, "<|channel|>commentary to=functions.a", "<|channel|>commentary to=functions.a", {}},
     // none: the reply as it is.
     {ToolCallFormat::None, "<tool_call>{\"name\": \"a\"}</tool_call>", "<tool_call>{\"name\": \"a\"}</tool_call>", {}},
 };
@@ -235,6 +300,9 @@ TEST(ToolCallParser, EveryRealTemplatesOwnCallReadsBack) {
     } else if (format == ToolCallFormat::Mistral) {
       const size_t start = text.find("[TOOL_CALLS]", user), end = text.find("</s>", start);
       turn = text.substr(start, end - start);
+    } else if (format == ToolCallFormat::Harmony) {
+      const size_t start = text.find("<|start|>assistant to=", user), end = text.find("<|call|>", start);
+      turn = text.substr(start, end + std::string("<|call|>").size() - start);
     } else {
       const size_t start = text.find("<tool_call>", user), end = text.find("</tool_call>", start);
       turn = text.substr(start, end + std::string("</tool_call>").size() - start);
@@ -250,6 +318,7 @@ TEST(ToolCallParser, EveryRealTemplatesOwnCallReadsBack) {
   for (ToolCallFormat f : {ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder, ToolCallFormat::Glm45,
                            ToolCallFormat::Llama3Json, ToolCallFormat::Mistral})
     EXPECT_GE(read_back[f], 2) << tool_call_format_name(f);
+  EXPECT_EQ(read_back[ToolCallFormat::Harmony], 1);  // gpt-oss
 }
 
 TEST(ToolCallParser, DetectsTheFormatOfKnownTemplates) {
@@ -267,11 +336,11 @@ TEST(ToolCallParser, DetectsTheFormatOfKnownTemplates) {
       {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolCallFormat::Llama3Json},
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolCallFormat::Mistral},
       {"unsloth-mistral-Devstral-Small-2507.jinja", ToolCallFormat::Mistral},
+      {"openai-gpt-oss-120b.jinja", ToolCallFormat::Harmony},
       // Formats kvserve does not read: no parser, rather than a wrong one.
       {"meetkai-functionary-medium-v3.1.jinja", ToolCallFormat::None},
       {"MiniMax-M3.jinja", ToolCallFormat::None},
       {"unsloth-Apriel-1.5.jinja", ToolCallFormat::None},
-      {"openai-gpt-oss-120b.jinja", ToolCallFormat::None},
       {"deepseek-ai-DeepSeek-V3.1.jinja", ToolCallFormat::None},
       {"HuggingFaceTB-SmolLM3-3B.jinja", ToolCallFormat::None},
   };

@@ -81,7 +81,7 @@ struct HttpServer::Impl {
     } else if (std::optional<ToolCallFormat> f = tool_call_format_named(opts.tool_call_parser)) {
       tool_format = *f;
     } else {
-      fail("unknown tool-call parser '{}' (auto, hermes, qwen3_coder, glm45, llama3_json, mistral, none)",
+      fail("unknown tool-call parser '{}' (auto, hermes, qwen3_coder, glm45, llama3_json, mistral, openai, none)",
            opts.tool_call_parser);
     }
     for (const std::string& marker : tool_call_markers(tool_format)) {
@@ -213,7 +213,8 @@ struct HttpServer::Impl {
         if (tool_format == ToolCallFormat::None)
           throw bad_request(
               "this model's chat template writes tool calls in no format kvserve reads; start the server with "
-              "--tool-call-parser (hermes, qwen3_coder, glm45, llama3_json, mistral), or send tool_choice 'none'",
+              "--tool-call-parser (hermes, qwen3_coder, glm45, llama3_json, mistral, openai), or send tool_choice "
+              "'none'",
               "tools");
         api.tool_format = tool_format;
         api.shown_special_tokens = tool_marker_tokens;

@@ -34,7 +34,7 @@ ReasoningSplit ReasoningSplitter::feed_harmony() {
       // Text that does not open with a tag is no harmony header: the model answered plainly.
       const bool tag = held_.starts_with("<|") || (held_.size() == 1 && held_[0] == '<');
       if (!tag) {
-        analysis_ = false;
+        analysis_ = passing_ = false;
         state_ = State::HarmonyBody;
         continue;
       }
@@ -47,7 +47,10 @@ ReasoningSplit ReasoningSplitter::feed_harmony() {
         name = header.substr(channel + kHarmonyChannel.size());
         name = name.substr(0, name.find_first_of(" <"));
       }
-      analysis_ = name == "analysis";
+      // A message to a recipient (a tool call) passes whole into the content, for the tool-call parser.
+      passing_ = header.find(" to=") != std::string_view::npos || header.find(">to=") != std::string_view::npos;
+      analysis_ = !passing_ && name == "analysis";
+      if (passing_) out.content += held_.substr(0, message + kHarmonyMessage.size());
       held_.erase(0, message + kHarmonyMessage.size());
       state_ = State::HarmonyBody;
       continue;
@@ -67,8 +70,9 @@ ReasoningSplit ReasoningSplitter::feed_harmony() {
       held_.erase(0, held_.size() - keep);
       return out;
     }
-    to += held_.substr(0, end);
+    to += held_.substr(0, passing_ ? end + tag_size : end);
     held_.erase(0, end + tag_size);
+    passing_ = false;
     state_ = State::HarmonyHeader;
   }
 }

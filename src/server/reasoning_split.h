@@ -9,8 +9,9 @@
 // gpt-oss writes the harmony format instead (ReasoningFormat::Harmony): messages
 // "<|channel|>NAME ...<|message|>TEXT<|end|>", the later ones opened by "<|start|>assistant", the last one ended
 // by <|return|> or <|call|> (end-of-generation tokens, so not in the text). The analysis channel's text is
-// reasoning_content; final's and commentary's (the preambles, and tool-call arguments, which are not parsed into
-// tool_calls) are content, as vLLM's and llama-server's gpt-oss parsers give them; headers are dropped.
+// reasoning_content; final's and commentary's (the preambles) are content, as vLLM's and llama-server's gpt-oss
+// parsers give them; headers are dropped, but a message to a recipient (a tool call) goes to the content whole,
+// header and end tag included, for the tool-call parser (ToolCallFormat::Harmony) to read.
 #include <string>
 #include <string_view>
 
@@ -39,6 +40,7 @@ class ReasoningSplitter {
 
   State state_;
   bool analysis_ = false;  // harmony: the message being read is on the analysis channel
+  bool passing_ = false;   // harmony: the message being read names a recipient (a tool call): kept whole
   std::string held_;       // text that may still be (the start of) a tag
 };
 

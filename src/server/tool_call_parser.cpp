@@ -18,13 +18,20 @@ constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kMistralCallId = "[CALL_ID]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 6> kNames = {{
+constexpr std::string_view kHarmonyStart = "<|start|>";
+constexpr std::string_view kHarmonyChannel = "<|channel|>";
+constexpr std::string_view kHarmonyMessage = "<|message|>";
+constexpr std::string_view kHarmonyRecipient = "to=functions.";
+constexpr std::string_view kHarmonyEnds[] = {"<|end|>", "<|call|>", "<|return|>"};
+
+constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 7> kNames = {{
     {"none", ToolCallFormat::None},
     {"hermes", ToolCallFormat::Hermes},
     {"qwen3_coder", ToolCallFormat::Qwen3Coder},
     {"glm45", ToolCallFormat::Glm45},
     {"llama3_json", ToolCallFormat::Llama3Json},
     {"mistral", ToolCallFormat::Mistral},
+    {"openai", ToolCallFormat::Harmony},
 }};
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -250,6 +257,8 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
   if (has(kMistralOpen)) return ToolCallFormat::Mistral;
+  // gpt-oss writes "<|start|>assistant to=" + "functions." + name.
+  if (has(kHarmonyChannel) && has(" to=") && has("functions.")) return ToolCallFormat::Harmony;
   if (has(kBlockOpen)) {
     // MiniMax's <invoke> and Apriel's <tool_calls>[...] mention <tool_call> but write other formats.
     if (has("<invoke") || has("<tool_calls>")) return ToolCallFormat::None;
@@ -274,6 +283,7 @@ std::vector<std::string> tool_call_markers(ToolCallFormat format) {
       return {std::string(kPythonTag)};
     case ToolCallFormat::Mistral:
       return {std::string(kMistralOpen), std::string(kMistralArgs), std::string(kMistralCallId)};
+    case ToolCallFormat::Harmony:  // its tokens are printed (mark_end_of_turn_tokens); <|call|> ends the reply
     case ToolCallFormat::None:
       break;
   }
@@ -365,11 +375,102 @@ std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_section(std::st
   }
 }
 
+// Harmony: text until a message header ("<|start|>" or "<|channel|>"), then the header up to "<|message|>". A
+// header naming a function (to=functions.NAME) makes its message a call whose body, up to the message's end (or
+// the reply's), is the arguments; any other message is text, header and all.
+void ToolCallParser::feed_harmony(std::string_view rest, ToolCallPiece& out) {
+  std::string carry;  // text after a header or a call, read on in the next round (a loop, not recursion: a reply
+                      // may hold thousands of messages)
+  while (!rest.empty()) {
+    if (state_ == State::Text) {
+      size_t at = std::string_view::npos, keep = 0;
+      for (std::string_view opener : {kHarmonyStart, kHarmonyChannel}) {
+        at = std::min(at, rest.find(opener));
+        keep = std::max(keep, partial_tag_at_end(rest, opener));
+      }
+      if (at == std::string_view::npos) {
+        emit_text(rest.substr(0, rest.size() - keep), out);
+        held_ = rest.substr(rest.size() - keep);
+        return;
+      }
+      emit_text(rest.substr(0, at), out);
+      rest.remove_prefix(at);
+      block_.clear();
+      opener_.clear();  // the call's name once its header is read
+      state_ = State::Block;
+      continue;
+    }
+    if (opener_.empty()) {  // reading the header
+      const size_t from = block_.size() >= kHarmonyMessage.size() ? block_.size() - (kHarmonyMessage.size() - 1) : 0;
+      block_ += rest;
+      rest = {};
+      const size_t msg = block_.find(kHarmonyMessage, from);
+      if (msg == std::string::npos) return;
+      const std::string header = block_.substr(0, msg + kHarmonyMessage.size());
+      std::string body = block_.substr(msg + kHarmonyMessage.size());
+      const size_t to = header.find(kHarmonyRecipient);
+      std::string name;
+      if (to != std::string::npos) {
+        const size_t start = to + kHarmonyRecipient.size();
+        name = header.substr(start, header.find_first_of(" <", start) - start);
+      }
+      if (is_function_name(name)) {
+        opener_ = std::move(name);
+        block_ = header;
+        body_at_ = block_.size();
+      } else {
+        // Not a call: the header is text, and so is what follows it.
+        emit_text(header, out);
+        block_.clear();
+        state_ = State::Text;
+      }
+      carry = std::move(body);
+      rest = carry;
+      continue;
+    }
+    // In a call's body: up to the message's first end.
+    block_ += rest;
+    rest = {};
+    size_t at = std::string::npos;
+    std::string_view end_tag;
+    for (std::string_view end : kHarmonyEnds)
+      if (const size_t e = block_.find(end, body_at_); e < at) {
+        at = e;
+        end_tag = end;
+      }
+    if (at == std::string::npos) return;
+    carry = block_.substr(at + end_tag.size());
+    block_.resize(at);
+    finish_harmony_message(end_tag, out);
+    rest = carry;
+  }
+}
+
+// The call whose header (block_'s first body_at_ bytes) and body block_ holds: a call when the body is a JSON
+// object, else the message as the model wrote it, as text.
+void ToolCallParser::finish_harmony_message(std::string_view end_tag, ToolCallPiece& out) {
+  const std::string header = block_.substr(0, body_at_), body = block_.substr(body_at_);
+  const std::string_view args = trim(body);
+  std::optional<json> value = parse_json(args);
+  if (value && value->is_object()) {
+    emit_calls({ParsedToolCall{opener_, dump_arguments(*value)}}, out);
+  } else {
+    emit_text(header + body + std::string(end_tag), out);
+  }
+  block_.clear();
+  opener_.clear();
+  state_ = State::Text;
+}
+
 ToolCallPiece ToolCallParser::feed(std::string_view text) {
   ToolCallPiece out;
   std::string buf = std::move(held_);
   held_.clear();
   buf += text;
+  if (format_ == ToolCallFormat::Harmony) {
+    feed_harmony(buf, out);
+    return out;
+  }
   std::string_view rest(buf);
   while (!rest.empty()) {
     if (state_ == State::Text) {
@@ -439,6 +540,15 @@ ToolCallPiece ToolCallParser::feed(std::string_view text) {
 
 ToolCallPiece ToolCallParser::finish() {
   ToolCallPiece out;
+  if (format_ == ToolCallFormat::Harmony && state_ == State::Block) {
+    if (opener_.empty()) {
+      emit_text(block_, out);  // a header the reply stopped in
+    } else {
+      finish_harmony_message("", out);  // <|call|> ends generation: the body runs to the end
+    }
+    block_.clear();
+    state_ = State::Text;
+  }
   if (state_ == State::Text) {
     const std::string held = std::move(held_);
     emit_text(held, out);

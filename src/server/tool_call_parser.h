@@ -11,6 +11,9 @@
 //                separated by ';'   (Llama 3.1-3.3)
 //   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]NAME[ARGS]{...}, repeated
 //                (Mistral Nemo, Small 3.x, Devstral, Ministral 3)
+//   openai       harmony messages: a header naming a recipient, <|channel|>commentary to=functions.NAME
+//                <|constrain|>json<|message|>{...} (or "to=functions.NAME" before <|channel|>), ended by <|call|>
+//                (gpt-oss; other recipients, its built-in tools, and other messages stay text)
 // Text outside the calls is the reply's content. A call that does not parse stays in the content as the
 // model wrote it, so nothing the model said is lost; a reply without calls is its content unchanged. Where
 // the reply has calls, stretches of outside text that are only whitespace (the newlines between calls) are
@@ -27,9 +30,10 @@
 
 namespace kvserve::server {
 
-enum class ToolCallFormat { None, Hermes, Qwen3Coder, Glm45, Llama3Json, Mistral };
+enum class ToolCallFormat { None, Hermes, Qwen3Coder, Glm45, Llama3Json, Mistral, Harmony };
 
-// vLLM's parser names ("hermes", "qwen3_coder", "glm45", "llama3_json", "mistral", "none"); nullopt otherwise.
+// vLLM's parser names ("hermes", "qwen3_coder", "glm45", "llama3_json", "mistral", "openai", "none"); nullopt
+// otherwise.
 std::optional<ToolCallFormat> tool_call_format_named(std::string_view name);
 std::string_view tool_call_format_name(ToolCallFormat format);
 // The format a chat template writes its assistant's tool calls in (None when it writes none of these).
@@ -68,6 +72,8 @@ class ToolCallParser {
   void emit_calls(std::vector<ParsedToolCall> calls, ToolCallPiece& out);
   std::optional<std::vector<ParsedToolCall>> parse_block(std::string_view body) const;
   std::optional<std::vector<ParsedToolCall>> parse_section(std::string_view section) const;
+  void feed_harmony(std::string_view rest, ToolCallPiece& out);
+  void finish_harmony_message(std::string_view end_tag, ToolCallPiece& out);
 
   ToolCallFormat format_;
   nlohmann::ordered_json tools_;
@@ -78,6 +84,7 @@ class ToolCallParser {
   std::string blank_;            // the current segment's text while it is only whitespace
   std::string opener_;           // the marker that opened the current block or section
   std::string block_;            // the current block's or section's text
+  size_t body_at_ = 0;           // harmony: where the call's body starts in block_
   int calls_ = 0;
 };
 
