@@ -129,6 +129,17 @@ TEST(ServerParse, ChatMessagesAndLogprobs) {
   EXPECT_EQ(rejection(Endpoint::ChatCompletions,
                       R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})"),
             std::make_pair(400, std::string("chat_template_kwargs")));
+  // reasoning_effort (OpenAI's; gpt-oss's template reads it): a template variable; the kwargs' own value wins.
+  EXPECT_EQ(parse_chat(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high"})")
+                .chat_template_kwargs,
+            nlohmann::ordered_json({{"reasoning_effort", "high"}}));
+  EXPECT_EQ(parse_chat(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low",
+                           "chat_template_kwargs": {"reasoning_effort": "medium", "x": 1}})")
+                .chat_template_kwargs,
+            nlohmann::ordered_json({{"reasoning_effort", "medium"}, {"x", 1}}));
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions,
+                      R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"})"),
+            std::make_pair(400, std::string("reasoning_effort")));
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"role": "wizard", "content": "x"}]})").first, 400);
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": [{"content": "x"}]})").first, 400);
   EXPECT_EQ(rejection(Endpoint::ChatCompletions, R"({"messages": "hello"})").first, 400);

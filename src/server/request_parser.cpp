@@ -111,12 +111,24 @@ std::string message_content(const json& content) {
   return text;
 }
 
-// vLLM's and llama-server's extra variables for the chat template ({"enable_thinking": false}, ...).
+// vLLM's and llama-server's extra variables for the chat template ({"enable_thinking": false}, ...), and
+// OpenAI's `reasoning_effort` ("low", "medium", "high"), which vLLM hands gpt-oss's template as that variable
+// (chat_template_kwargs' own value wins).
 json parse_chat_template_kwargs(const json& body) {
   const json* v = field(body, "chat_template_kwargs");
-  if (!v || v->is_null()) return json();
-  if (!v->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-  return *v;
+  json kwargs;
+  if (v && !v->is_null()) {
+    if (!v->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    kwargs = *v;
+  }
+  if (const json* effort = field(body, "reasoning_effort"); effort && !effort->is_null()) {
+    const std::string e = effort->is_string() ? effort->get<std::string>() : "";
+    if (e != "low" && e != "medium" && e != "high")
+      throw bad_request("'reasoning_effort' must be \"low\", \"medium\" or \"high\"", "reasoning_effort");
+    if (!kwargs.is_object()) kwargs = json::object();
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = e;
+  }
+  return kwargs;
 }
 
 // An assistant's tool_calls as the templates read them: each call's arguments an object (OpenAI sends
