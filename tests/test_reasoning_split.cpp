@@ -38,10 +38,17 @@ TEST(ReasoningSplit, WholeOutput) {
   }
 }
 
-TEST(ReasoningSplit, FedInPiecesGivesTheSameParts) {
-  for (const Case& c : kCases) {
+// Every case fed in every split into two pieces, and one byte at a time: the same parts as whole; `tag` (the one
+// that closes the reasoning) never shows in a reasoning piece; `end` never in a content piece unless the case's
+// content holds it.
+void expect_pieces_give_the_same_parts(const std::vector<Case>& cases, ReasoningFormat format, const std::string& tag,
+                                       const std::string& end) {
+  for (const Case& c : cases) {
+    const ReasoningSplit whole = split_reasoning(c.output, c.opened_by_prompt, format);
+    EXPECT_EQ(whole.reasoning, c.reasoning) << c.output;
+    EXPECT_EQ(whole.content, c.content) << c.output;
     for (size_t cut = 0; cut <= c.output.size(); ++cut) {
-      ReasoningSplitter splitter(c.opened_by_prompt);
+      ReasoningSplitter splitter(c.opened_by_prompt, format);
       std::string reasoning, content;
       for (const std::string& piece : {c.output.substr(0, cut), c.output.substr(cut)}) {
         const ReasoningSplit s = splitter.feed(piece);
@@ -52,11 +59,14 @@ TEST(ReasoningSplit, FedInPiecesGivesTheSameParts) {
       EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output << " cut at " << cut;
       EXPECT_EQ(content + rest.content, c.content) << c.output << " cut at " << cut;
     }
-    ReasoningSplitter bytewise(c.opened_by_prompt);
+    ReasoningSplitter bytewise(c.opened_by_prompt, format);
     std::string reasoning, content;
     for (const char ch : c.output) {
       const ReasoningSplit s = bytewise.feed(std::string(1, ch));
-      EXPECT_EQ(s.reasoning.find("</think>"), std::string::npos) << c.output;
+      EXPECT_EQ(s.reasoning.find(tag), std::string::npos) << c.output;
+      if (c.content.find(end) == std::string::npos) {
+        EXPECT_EQ(s.content.find(end), std::string::npos) << c.output;
+      }
       reasoning += s.reasoning;
       content += s.content;
     }
@@ -64,6 +74,10 @@ TEST(ReasoningSplit, FedInPiecesGivesTheSameParts) {
     EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output;
     EXPECT_EQ(content + rest.content, c.content) << c.output;
   }
+}
+
+TEST(ReasoningSplit, FedInPiecesGivesTheSameParts) {
+  expect_pieces_give_the_same_parts(kCases, ReasoningFormat::ThinkTags, "</think>", "</think>");
 }
 
 // gpt-oss's harmony replies: the analysis channel's text is reasoning, final's and commentary's content; headers
@@ -92,36 +106,7 @@ const std::vector<Case> kHarmonyCases = {
 };
 
 TEST(ReasoningSplit, HarmonyChannels) {
-  for (const Case& c : kHarmonyCases) {
-    const ReasoningSplit whole = split_reasoning(c.output, false, ReasoningFormat::Harmony);
-    EXPECT_EQ(whole.reasoning, c.reasoning) << c.output;
-    EXPECT_EQ(whole.content, c.content) << c.output;
-    for (size_t cut = 0; cut <= c.output.size(); ++cut) {
-      ReasoningSplitter splitter(false, ReasoningFormat::Harmony);
-      std::string reasoning, content;
-      for (const std::string& piece : {c.output.substr(0, cut), c.output.substr(cut)}) {
-        const ReasoningSplit s = splitter.feed(piece);
-        reasoning += s.reasoning;
-        content += s.content;
-      }
-      const ReasoningSplit rest = splitter.finish();
-      EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output << " cut at " << cut;
-      EXPECT_EQ(content + rest.content, c.content) << c.output << " cut at " << cut;
-    }
-    ReasoningSplitter bytewise(false, ReasoningFormat::Harmony);
-    std::string reasoning, content;
-    for (const char ch : c.output) {
-      const ReasoningSplit s = bytewise.feed(std::string(1, ch));
-      if (c.content.find("<|end|>") == std::string::npos) {
-        EXPECT_EQ(s.content.find("<|end|>"), std::string::npos) << c.output;
-      }
-      reasoning += s.reasoning;
-      content += s.content;
-    }
-    const ReasoningSplit rest = bytewise.finish();
-    EXPECT_EQ(reasoning + rest.reasoning, c.reasoning) << c.output;
-    EXPECT_EQ(content + rest.content, c.content) << c.output;
-  }
+  expect_pieces_give_the_same_parts(kHarmonyCases, ReasoningFormat::Harmony, "<|end|>", "<|end|>");
   EXPECT_TRUE(prompt_is_harmony("<|start|>user<|message|>Hi<|end|><|start|>assistant"));
   EXPECT_FALSE(prompt_is_harmony("<|im_start|>assistant\n"));
 }

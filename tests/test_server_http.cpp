@@ -181,6 +181,45 @@ TEST(ServerHttp, ChatStreamingWithUsage) {
   EXPECT_EQ(finishes, 2);
 }
 
+// A streamed chat reply's deltas joined: its reasoning, its content (every piece checked for `no_tag`, a tag that
+// must not leak into it) and its first tool call's arguments.
+struct StreamedChat {
+  std::string reasoning, content, arguments;
+};
+StreamedChat join_chat_stream(const std::string& body, const std::string& no_tag) {
+  StreamedChat out;
+  for (const json& e : sse_events(body)) {
+    if (e == "[DONE]") continue;
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) out.reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("tool_calls"))
+      out.arguments += delta["tool_calls"][0]["function"]["arguments"].get<std::string>();
+    if (delta.contains("content") && delta["content"].is_string()) {
+      const std::string piece = delta["content"];
+      EXPECT_EQ(piece.find(no_tag), std::string::npos) << "a tag leaked into content: " << piece;
+      out.content += piece;
+    }
+  }
+  return out;
+}
+
+// The chat request `ask` (a JSON object missing its closing brace) whole and streamed: the reply's reasoning and
+// content both times.
+void expect_chat_split(httplib::Client& cli, const std::string& ask, const std::string& no_tag,
+                       const std::string& reasoning, const std::string& content) {
+  auto whole = cli.Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json message = json::parse(whole->body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], reasoning);
+  EXPECT_EQ(message["content"], content);
+  auto stream = cli.Post("/v1/chat/completions", ask + R"(, "stream": true})", "application/json");
+  ASSERT_TRUE(stream);
+  const StreamedChat streamed = join_chat_stream(stream->body, no_tag);
+  EXPECT_EQ(streamed.reasoning, reasoning);
+  EXPECT_EQ(streamed.content, content);
+}
+
 // --reasoning-format deepseek (or a request's reasoning_format): a chat reply's <think> text comes as
 // reasoning_content, the rest as content, whole or streamed one token at a time; "none" leaves it in content.
 TEST(ServerHttp, ChatReasoningContentSplit) {
@@ -191,28 +230,7 @@ TEST(ServerHttp, ChatReasoningContentSplit) {
   LiveServer server(engine, opts);
   auto cli = server.client();
   const std::string ask = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 25)";
-  auto plain = cli.Post("/v1/chat/completions", ask + "}", "application/json");
-  ASSERT_TRUE(plain);
-  ASSERT_EQ(plain->status, 200) << plain->body;
-  const json message = json::parse(plain->body)["choices"][0]["message"];
-  EXPECT_EQ(message["reasoning_content"], "plan");
-  EXPECT_EQ(message["content"], "Answer");
-
-  auto stream = cli.Post("/v1/chat/completions", ask + R"(, "stream": true})", "application/json");
-  ASSERT_TRUE(stream);
-  std::string reasoning, content;
-  for (const json& e : sse_events(stream->body)) {
-    if (e == "[DONE]") continue;
-    const json& delta = e["choices"][0]["delta"];
-    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
-    if (delta.contains("content")) {
-      const std::string piece = delta["content"];
-      EXPECT_EQ(piece.find('<'), std::string::npos) << "a tag leaked into content: " << piece;
-      content += piece;
-    }
-  }
-  EXPECT_EQ(reasoning, "plan");
-  EXPECT_EQ(content, "Answer");
+  expect_chat_split(cli, ask, "<", "plan", "Answer");
 
   // Structured output with the split on: the grammar lets the model think first (a different grammar from
   // the one without the split).
@@ -266,24 +284,7 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
   auto cli = server.client();
   const std::string ask =
       R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": )" + std::to_string(reply.size());
-  auto whole = cli.Post("/v1/chat/completions", ask + "}", "application/json");
-  ASSERT_TRUE(whole);
-  ASSERT_EQ(whole->status, 200) << whole->body;
-  const json message = json::parse(whole->body)["choices"][0]["message"];
-  EXPECT_EQ(message["reasoning_content"], "plan");
-  EXPECT_EQ(message["content"], "Answer");
-
-  auto stream = cli.Post("/v1/chat/completions", ask + R"(, "stream": true})", "application/json");
-  ASSERT_TRUE(stream);
-  std::string reasoning, content;
-  for (const json& e : sse_events(stream->body)) {
-    if (e == "[DONE]") continue;
-    const json& delta = e["choices"][0]["delta"];
-    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
-    if (delta.contains("content")) content += delta["content"].get<std::string>();
-  }
-  EXPECT_EQ(reasoning, "plan");
-  EXPECT_EQ(content, "Answer");
+  expect_chat_split(cli, ask, "<|", "plan", "Answer");
 
   auto none = cli.Post("/v1/chat/completions", ask + R"(, "reasoning_format": "none"})", "application/json");
   ASSERT_TRUE(none);
@@ -312,21 +313,12 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
   EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
   EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
             json({{"city", "Paris"}}));
-  auto streamed =
+  auto call_response =
       tool_server.client().Post("/v1/chat/completions", tool_ask + R"(, "stream": true})", "application/json");
-  ASSERT_TRUE(streamed);
-  std::string args, streamed_reasoning;
-  for (const json& e : sse_events(streamed->body)) {
-    if (e == "[DONE]") continue;
-    const json& delta = e["choices"][0]["delta"];
-    if (delta.contains("reasoning_content")) streamed_reasoning += delta["reasoning_content"].get<std::string>();
-    if (delta.contains("tool_calls")) args += delta["tool_calls"][0]["function"]["arguments"].get<std::string>();
-    if (delta.contains("content") && delta["content"].is_string()) {
-      EXPECT_EQ(delta["content"].get<std::string>().find("<|"), std::string::npos) << delta.dump();
-    }
-  }
-  EXPECT_EQ(streamed_reasoning, "Need weather.");
-  EXPECT_EQ(json::parse(args), json({{"city", "Paris"}}));
+  ASSERT_TRUE(call_response);
+  const StreamedChat call_stream = join_chat_stream(call_response->body, "<|");
+  EXPECT_EQ(call_stream.reasoning, "Need weather.");
+  EXPECT_EQ(json::parse(call_stream.arguments), json({{"city", "Paris"}}));
   // No grammar forces a harmony call: refused by name.
   auto forced = tool_server.client().Post("/v1/chat/completions", tool_ask + R"(, "tool_choice": "required"})",
                                           "application/json");
