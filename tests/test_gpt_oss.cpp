@@ -1,9 +1,11 @@
 // gpt-oss's pieces: MXFP4 weights as exact Q5_0 (or F32), the clamped SwiGLU, and the harmony vocabulary's
 // end-of-generation rule. The forward pass itself is checked against llama.cpp in test_golden.cpp.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -128,7 +130,11 @@ TEST(Mxfp4, LargeWeightsKeepTheirRowMajorCopyInAFile) {
   t.ne = {cols, rows, 1, 1};
   t.n_dims = 2;
   t.data = blocks.data();
-  ASSERT_EQ(widen_mxfp4_weights(m), 1);
+  // A folder this test knows exists (the default, /var/tmp, may not on every machine).
+  ::setenv("KVSERVE_TMPDIR", std::filesystem::temp_directory_path().c_str(), 1);
+  const int widened = widen_mxfp4_weights(m);
+  ::unsetenv("KVSERVE_TMPDIR");
+  ASSERT_EQ(widened, 1);
   ASSERT_EQ(t.type, DType::Q5_0);
   const std::string held = test::mapping_of(t.data);
   EXPECT_NE(held.find("kvserve-weights-"), std::string::npos) << held;
