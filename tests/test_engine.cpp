@@ -1046,6 +1046,69 @@ TEST(Engine, StopStringEndsChoiceWithStopAndHidesIt) {
   EXPECT_EQ(col.get("s").ids, want.generated_ids);
 }
 
+// vLLM's stop_token_ids end a choice at the first such token (its text left out); min_tokens holds every end
+// back until that many tokens are out: the token is never drawn before, and a stop string that appears
+// before is passed over. The engine, plain and speculative, gives the Generator's tokens and text; the
+// free run's tokens say where each must end.
+TEST(Engine, StopTokenIdsAndMinTokensEndWhereTheyShould) {
+  std::mt19937 rng(21);
+  const std::vector<int32_t> prompt = random_prompt(rng, 10);
+  SamplingParams params;
+  params.max_tokens = 48;
+  params.ignore_eos = true;
+  const GenerationResult free_run = alone(prompt, params);
+  ASSERT_EQ(free_run.generated_ids.size(), 48u);
+  const int32_t stop_id = free_run.generated_ids[6];
+  const auto first_stop =
+      static_cast<size_t>(std::find(free_run.generated_ids.begin(), free_run.generated_ids.end(), stop_id) -
+                          free_run.generated_ids.begin());
+
+  SamplingParams stop_at = params;
+  stop_at.stop_token_ids = {stop_id};
+  SamplingParams held = stop_at;
+  held.min_tokens = static_cast<int>(first_stop) + 4;
+  SamplingParams held_string = params;  // a stop string of the free run's early text, passed over
+  held_string.stop = {free_run.text.substr(2, 4)};
+  held_string.min_tokens = 30;
+  const std::vector<std::pair<std::string, SamplingParams>> cases = {
+      {"stop_at", stop_at}, {"held", held}, {"held_string", held_string}};
+
+  std::map<std::string, GenerationResult> want;
+  for (const auto& [name, p] : cases) want[name] = alone(prompt, p);
+  const std::vector<int32_t>& a = want["stop_at"].generated_ids;
+  EXPECT_EQ(want["stop_at"].finish_reason, "stop");
+  EXPECT_EQ(a, std::vector<int32_t>(free_run.generated_ids.begin(), free_run.generated_ids.begin() + first_stop + 1));
+  SamplingParams before_stop = params;  // the stop token's text is left out
+  before_stop.max_tokens = static_cast<int>(first_stop);
+  EXPECT_EQ(want["stop_at"].text, alone(prompt, before_stop).text);
+  const std::vector<int32_t>& b = want["held"].generated_ids;
+  ASSERT_GT(b.size(), static_cast<size_t>(held.min_tokens));
+  EXPECT_EQ(std::find(b.begin(), b.begin() + held.min_tokens, stop_id), b.begin() + held.min_tokens);
+  EXPECT_EQ(std::vector<int32_t>(b.begin(), b.begin() + first_stop),
+            std::vector<int32_t>(a.begin(), a.begin() + first_stop));
+  if (want["held"].finish_reason == "stop") {
+    EXPECT_EQ(b.back(), stop_id);
+  }
+  ASSERT_NE(free_run.text.find(held_string.stop[0]), std::string::npos);
+  EXPECT_GT(want["held_string"].generated_ids.size(), 30u);
+  EXPECT_EQ(want["held_string"].text.substr(0, 8), free_run.text.substr(0, 8));  // past the early stop string
+
+  for (const int speculative : {0, 3}) {
+    EngineOptions o = small_options();
+    o.speculative_tokens = speculative;
+    Engine engine(stories(), o);
+    Collector col;
+    for (const auto& [name, p] : cases) engine.add_request(col.request(name, prompt, p));
+    expect_all_blocks_free_or_cached(engine);
+    for (const auto& [name, p] : cases) {
+      SCOPED_TRACE(name + " speculative " + std::to_string(speculative));
+      EXPECT_EQ(col.get(name).ids, want[name].generated_ids);
+      EXPECT_EQ(col.get(name).text, want[name].text);
+      EXPECT_EQ(col.get(name).finish_reason, want[name].finish_reason);
+    }
+  }
+}
+
 // A control token's text is left out of the output unless the request asks to see it (a tool-call marker
 // the server's parser reads): forced by logit_bias, BOS comes out as "" or as its text.
 TEST(Engine, ShownControlTokensAppearInTheText) {

@@ -2,6 +2,7 @@
 // llama2.c's greedy ids, logs its block count, and fails cleanly when the budget is too small.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "core/available_cpus.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
 #include "run_command.h"
 
 using nlohmann::json;
@@ -207,6 +210,38 @@ TEST(GeneratorCli, BadFlagsAndContextOverflowExitWithAMessage) {
   const CommandResult unknown = generate("-p hi --kv-cache-dtype fp6");
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_NE(unknown.err.find("unknown KV cache dtype 'fp6'"), std::string::npos) << unknown.err;
+  const CommandResult min_tokens = generate("-p hi -n 4 --min-tokens 5");
+  EXPECT_NE(min_tokens.exit_code, 0);
+  EXPECT_NE(min_tokens.err.find("min_tokens must be in [0, max_tokens = 4]"), std::string::npos) << min_tokens.err;
+  const CommandResult stop_id = generate("-p hi --stop-token-id 512");
+  EXPECT_NE(stop_id.exit_code, 0);
+  EXPECT_NE(stop_id.err.find("stop token id 512 is outside the vocabulary"), std::string::npos) << stop_id.err;
+}
+
+// A GGUF tensor the loader does not read is named in a warning, and generation goes on.
+TEST(GeneratorCli, UnreadTensorsAreNamedInAWarning) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const kvserve::GGUFFile src(kShared + "/golden/gguf/models/tiny-gqa.gguf");
+  kvserve::GGUFWriter w;
+  for (const auto& [key, value] : src.metadata())
+    if (key != "general.alignment") w.add_value(key, value);
+  for (const kvserve::GGUFTensorInfo& t : src.tensors())
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
+                 std::vector<uint8_t>(t.data, t.data + t.bytes));
+  for (const char* name : {"blk.0.attn_rot_embd", "blk.1.attn_rot_embd", "blk.2.attn_rot_embd", "blk.3.attn_rot_embd",
+                           "blk.4.attn_rot_embd"})
+    w.add_tensor(name, kvserve::DType::F32, {32}, std::vector<uint8_t>(128));
+  const std::string path =
+      (std::filesystem::path(testing::TempDir()) / ("kvserve_unread_" + std::to_string(::getpid()) + ".gguf")).string();
+  w.write(path);
+  const CommandResult r = kvserve::test::run_command(
+      std::string(KVSERVE_BINARY) + " generate -m " + path + " -t 1 -p hi -n 2 --json", /*capture_stderr=*/true);
+  std::filesystem::remove(path);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(": 5 tensors the llama model does not read (blk.0.attn_rot_embd, blk.1.attn_rot_embd, "
+                       "blk.2.attn_rot_embd, blk.3.attn_rot_embd and 1 more)"),
+            std::string::npos)
+      << r.err;
 }
 
 // --kv-cache-dtype int8 on a model with 64-wide heads, its last layer at f16: the greedy tokens of llama.cpp's

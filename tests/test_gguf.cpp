@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/gguf.h"
+#include "model/gguf_writer.h"
 #include "model/loaders.h"
 #include "model/model.h"
 
@@ -83,32 +84,33 @@ struct TempFile {
 };
 
 // Minimal GGUF writer for hand-made (and deliberately broken) files.
-struct GGUFWriter {
+// Hand-made GGUF bytes, for files the real writer would refuse to make.
+struct GgufBytes {
   std::vector<uint8_t> b;
   template <typename T>
-  GGUFWriter& put(T v) {
+  GgufBytes& put(T v) {
     const auto* p = reinterpret_cast<const uint8_t*>(&v);
     b.insert(b.end(), p, p + sizeof(T));
     return *this;
   }
-  GGUFWriter& str(const std::string& s) {
+  GgufBytes& str(const std::string& s) {
     put<uint64_t>(s.size());
     b.insert(b.end(), s.begin(), s.end());
     return *this;
   }
-  GGUFWriter& header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {
+  GgufBytes& header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {
     b.insert(b.end(), {'G', 'G', 'U', 'F'});
     return put(version).put(n_tensors).put(n_kv);
   }
-  GGUFWriter& kv_str(const std::string& k, const std::string& v) { return str(k).put<uint32_t>(8).str(v); }
-  GGUFWriter& kv_u32(const std::string& k, uint32_t v) { return str(k).put<uint32_t>(4).put(v); }
-  GGUFWriter& kv_f32(const std::string& k, float v) { return str(k).put<uint32_t>(6).put(v); }
-  GGUFWriter& tensor(const std::string& name, std::vector<int64_t> dims, uint32_t type, uint64_t offset) {
+  GgufBytes& kv_str(const std::string& k, const std::string& v) { return str(k).put<uint32_t>(8).str(v); }
+  GgufBytes& kv_u32(const std::string& k, uint32_t v) { return str(k).put<uint32_t>(4).put(v); }
+  GgufBytes& kv_f32(const std::string& k, float v) { return str(k).put<uint32_t>(6).put(v); }
+  GgufBytes& tensor(const std::string& name, std::vector<int64_t> dims, uint32_t type, uint64_t offset) {
     str(name).put<uint32_t>(static_cast<uint32_t>(dims.size()));
     for (int64_t d : dims) put(d);
     return put(type).put(offset);
   }
-  GGUFWriter& pad(size_t align = 32) {
+  GgufBytes& pad(size_t align = 32) {
     while (b.size() % align) b.push_back(0);
     return *this;
   }
@@ -167,6 +169,7 @@ TEST(GgufModels, ConfigMatchesReadmeTable) {
     EXPECT_FALSE(m->vocab.add_eos);
     EXPECT_TRUE(m->vocab.add_space_prefix);
     EXPECT_GT(m->weight_bytes(), 0u);
+    EXPECT_EQ(m->unread_tensors, std::vector<std::string>{});
     ASSERT_NE(m->tokenizer, nullptr);
     EXPECT_EQ(m->tokenizer->n_vocab(), e.vocab);
 
@@ -177,6 +180,36 @@ TEST(GgufModels, ConfigMatchesReadmeTable) {
     EXPECT_EQ(counts, e.type_counts);
     EXPECT_EQ(f.size(), std::filesystem::file_size(kGoldenModels + e.file));
   }
+}
+
+// Every tensor of every architecture's golden file is read (llama.cpp refuses a file with tensors it does not
+// read); a tensor the loader has no use for, added to a copy, is named, and only it.
+TEST(GgufModels, EveryTensorIsReadAndAnUnknownOneIsNamed) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch")) {
+    if (e.path().extension() != ".gguf") continue;
+    SCOPED_TRACE(e.path().string());
+    EXPECT_EQ(load_gguf_model(e.path().string())->unread_tensors, std::vector<std::string>{});
+    ++n;
+  }
+  EXPECT_GE(n, 20);
+  EXPECT_EQ(load_gguf_model(kShared + "/models/llama-2-tiny-random/llama-2-tiny-random.gguf")->unread_tensors,
+            std::vector<std::string>{});
+
+  const GGUFFile src(kGoldenModels + "tiny-gqa.gguf");
+  kvserve::GGUFWriter w;
+  for (const auto& [key, value] : src.metadata())
+    if (key != "general.alignment") w.add_value(key, value);
+  for (const GGUFTensorInfo& t : src.tensors()) {
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
+                 std::vector<uint8_t>(t.data, t.data + t.bytes));
+    if (t.name == "blk.1.ffn_down.weight")
+      w.add_tensor("blk.1.ffn_gate_inp_shexp.weight", DType::F32, {t.ne[1]},
+                   std::vector<uint8_t>(static_cast<size_t>(t.ne[1]) * 4));
+  }
+  TempFile tmp("unread.gguf", w.to_bytes());
+  const auto m = load_gguf_model(tmp.path);
+  EXPECT_EQ(m->unread_tensors, std::vector<std::string>{"blk.1.ffn_gate_inp_shexp.weight"});
 }
 
 TEST(GgufModels, TensorViewsPointIntoTheFileWithTheRightSizes) {
@@ -394,7 +427,7 @@ TEST(GgufCorruption, FlippedBytesInHeaderAndTensorInfos) {
 }
 
 TEST(GgufCorruption, HandMadeHostileFiles) {
-  auto expect_error = [](const GGUFWriter& w, const std::string& needle) {
+  auto expect_error = [](const GgufBytes& w, const std::string& needle) {
     TempFile tmp("hostile.gguf", w.b);
     try {
       GGUFFile f(tmp.path);
@@ -407,129 +440,129 @@ TEST(GgufCorruption, HandMadeHostileFiles) {
     }
   };
   {
-    GGUFWriter w;
+    GgufBytes w;
     w.b = {'G', 'G', 'U'};
     expect_error(w, "not a GGUF file");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 0, 1);
     expect_error(w, "version 1");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 0, 7);
     expect_error(w, "unsupported GGUF version 7");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     w.header(uint64_t{1} << 62, 0);
     expect_error(w, "tensor count");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, uint64_t{1} << 60);
     expect_error(w, "key/value count");
   }
   {  // absurd string length
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 1).put<uint64_t>(uint64_t{1} << 60);
     w.b.resize(w.b.size() + 64, 'a');
     expect_error(w, "has length");
   }
   {  // absurd string value length
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 1).str("general.architecture").put<uint32_t>(8).put<uint64_t>(~uint64_t{0});
     expect_error(w, "has length");
   }
   {  // absurd array count
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 1).str("arr").put<uint32_t>(9).put<uint32_t>(6).put<uint64_t>(uint64_t{1} << 61);
     expect_error(w, "array of");
   }
   {  // unknown value type
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 1).str("k").put<uint32_t>(77);
     expect_error(w, "unknown value type 77");
   }
   {  // arrays nested without end
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 1).str("nest").put<uint32_t>(9);
     for (int i = 0; i < 100; ++i) w.put<uint32_t>(9).put<uint64_t>(1);
     expect_error(w, "nested deeper");
   }
   {  // duplicate key
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 2).kv_u32("a", 1).kv_u32("a", 2);
     expect_error(w, "duplicate metadata key 'a'");
   }
   {  // bad alignment
-    GGUFWriter w;
+    GgufBytes w;
     w.header(0, 1).kv_u32("general.alignment", 3);
     expect_error(w, "power of two");
   }
   // Tensor-info problems.
-  auto model_header = [](GGUFWriter& w, uint64_t n_tensors, const std::string& arch = "llama") {
+  auto model_header = [](GgufBytes& w, uint64_t n_tensors, const std::string& arch = "llama") {
     w.header(n_tensors, 1).kv_str("general.architecture", arch);
   };
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("x", {4, 4, 4, 4, 4}, 0, 0);
     expect_error(w, "5 dimensions");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("x", {-4}, 0, 0);
     expect_error(w, "negative dimension");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("x", {4}, 99, 0);
     expect_error(w, "unknown type id 99");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("x", {int64_t{1} << 40, int64_t{1} << 40}, 0, 0);
     expect_error(w, "'x'");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("x", {33}, 8, 0);  // Q8_0 rows must be multiples of 32
     expect_error(w, "block size 32");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("x", {8}, 0, 3);
     expect_error(w, "not a multiple of the alignment");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("blk.0.attn_q.weight", {1024}, 0, 0).pad();
     w.b.resize(w.b.size() + 100);
     expect_error(w, "tensor 'blk.0.attn_q.weight' data [offset");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 1);
     w.tensor("x", {8}, 0, ~uint64_t{0} - 31);
     expect_error(w, "runs past end of file");
   }
   {
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 2);
     w.tensor("x", {8}, 0, 0).tensor("x", {8}, 0, 32).pad();
     w.b.resize(w.b.size() + 64);
     expect_error(w, "duplicate tensor name 'x'");
   }
   {  // unsupported architecture
-    GGUFWriter w;
+    GgufBytes w;
     model_header(w, 0, "mamba");
     expect_error(w, "unsupported architecture 'mamba'");
   }

@@ -1274,6 +1274,36 @@ TEST(HfTokenizer, AddedTokensStripTheirWhitespace) {
   EXPECT_EQ(std::count(xy.begin(), xy.end(), static_cast<int32_t>(id)), 1);
 }
 
+// A folder's eos_token_id lists end generation, each id (Llama 3.1 names three), from config.json and from
+// generation_config.json (a number or a list), as transformers' generate() and vLLM stop; ids past the
+// vocabulary are passed over, a value that is not an id is named.
+TEST(HfTokenizer, EosTokenIdListsEndGeneration) {
+  TempDir tmp;
+  const std::string src = hf_fixture_dir("stories512");
+  fs::copy_file(src + "/tokenizer.json", tmp / "tokenizer.json");
+  const auto load = [&] {
+    return Tokenizer::create(vocab_from_tokenizer_json(tmp / "tokenizer.json", "", tmp / "config.json"));
+  };
+  write_json(tmp / "config.json", {{"eos_token_id", 2}});
+  const std::vector<int32_t> plain = load()->eog_ids();
+  EXPECT_EQ(plain, std::vector<int32_t>{2});
+  write_json(tmp / "config.json", {{"eos_token_id", {2, 100, 100000}}});
+  write_json(tmp / "generation_config.json", {{"eos_token_id", 7}});
+  auto tok = load();
+  EXPECT_EQ(tok->eos(), 2);
+  EXPECT_EQ(tok->eog_ids(), (std::vector<int32_t>{2, 7, 100}));
+  EXPECT_TRUE(tok->is_eog(100));
+  EXPECT_TRUE(tok->is_eog(7));
+  EXPECT_FALSE(tok->is_eog(8));
+  write_json(tmp / "generation_config.json", {{"eos_token_id", {9, 11}}});
+  EXPECT_EQ(load()->eog_ids(), (std::vector<int32_t>{2, 9, 11, 100}));
+  write_json(tmp / "generation_config.json", {{"eos_token_id", {9, "x"}}});
+  expect_error(load, {"generation_config.json", "eos_token_id"});
+  write_json(tmp / "generation_config.json", {{"eos_token_id", nullptr}});
+  write_json(tmp / "config.json", {{"eos_token_id", -3}});
+  expect_error(load, {"config.json", "eos_token_id"});
+}
+
 TEST(HfTokenizer, UnsupportedModelTypeIsNamed) {
   TempDir tmp;
   write_json(tmp / "tokenizer.json", {{"model", {{"type", "Unigram"}, {"vocab", json::array()}}}});

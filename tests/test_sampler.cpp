@@ -409,3 +409,92 @@ TEST(Sampler, TopKTiesAtTheCutKeepTheLowestIds) {
     }
   }
 }
+
+// vLLM's min_tokens: the vocabulary's ends and the stop token ids are -inf until min_tokens tokens were
+// accepted, then drawn as before; ignore_eos leaves the vocabulary's ends alone (only stop ids are held).
+TEST(Sampler, MinTokensHoldsBackEveryEndUntilReached) {
+  const std::vector<float> row = {0.0f, 5.0f, 4.0f, 1.0f, 3.0f};  // 1 and 4 end, 2 is a stop token id
+  for (const bool ignore_eos : {false, true}) {
+    SamplingParams p;
+    p.min_tokens = 2;
+    p.stop_token_ids = {2};
+    p.ignore_eos = ignore_eos;
+    Sampler s(p);
+    s.set_prompt({3});
+    s.set_eog_tokens({4, 1});
+    std::vector<float> l = row;
+    const int32_t first = s.sample(l.data(), 5);
+    EXPECT_EQ(first, ignore_eos ? 1 : 3);
+    EXPECT_EQ(l[2], -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(std::isinf(l[4]), !ignore_eos);
+    s.accept(first);
+    l = row;
+    EXPECT_EQ(s.sample(l.data(), 5), ignore_eos ? 1 : 3);
+    s.accept(3);
+    l = row;
+    EXPECT_EQ(s.sample(l.data(), 5), 1);  // two accepted: the ends are back
+    EXPECT_EQ(l[2], 4.0f);
+  }
+  // A sampled distribution never gives an end before min_tokens either, over many draws.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.has_seed = true;
+  p.max_tokens = 1000;
+  p.min_tokens = 1000;
+  Sampler s(p);
+  s.set_eog_tokens({1});
+  for (int i = 0; i < 300; ++i) {
+    std::vector<float> l = {0.0f, 3.0f, 0.5f};
+    EXPECT_NE(s.sample(l.data(), 3), 1);
+    s.accept(0);
+  }
+}
+
+// A row where only ends are left (a grammar whose text is complete) keeps them: min_tokens yields.
+TEST(Sampler, MinTokensYieldsWhenOnlyEndsRemain) {
+  SamplingParams p;
+  p.min_tokens = 5;
+  Sampler s(p);
+  s.set_eog_tokens({2});
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> l = {-inf, -inf, 1.0f, -inf};
+  EXPECT_EQ(s.sample(l.data(), 4), 2);
+  EXPECT_EQ(l[2], 1.0f);
+  // With a draft, the target distribution holds the end back: an end proposed early is not taken.
+  std::vector<float> m = {0.5f, 0.0f, 9.0f, 0.0f};
+  bool accepted = true;
+  EXPECT_EQ(s.sample_with_draft(m.data(), 4, 2, &accepted), 0);
+  EXPECT_FALSE(accepted);
+}
+
+TEST(Sampler, MinTokensAndStopTokenIdsAreChecked) {
+  SamplingParams p;
+  p.max_tokens = 4;
+  p.min_tokens = 5;
+  EXPECT_THROW(p.validate(), Error);
+  p.min_tokens = -1;
+  EXPECT_THROW(p.validate(), Error);
+  p.min_tokens = 4;
+  p.validate();
+  p.stop_token_ids = {3, -2};
+  EXPECT_THROW(p.validate(), Error);
+}
+
+// Only a stop string that ends in the newly pushed text counts, so one that was passed over while
+// look was false (before min_tokens) does not stop later text; one straddling into a looked-at piece does.
+TEST(StopChecker, LookFalseFindsNoStopButTheNextPieceDoes) {
+  StopChecker s({"\n", "END"});
+  EXPECT_EQ(s.push("a\nb", false), "a\nb");
+  EXPECT_FALSE(s.stopped());
+  EXPECT_EQ(s.push("c", true), "c");    // the earlier "\n" no longer counts
+  EXPECT_EQ(s.push("xE", false), "x");  // held back all the same
+  EXPECT_EQ(s.push("ND tail", true), "");
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.text(), "a\nbcx");
+  StopChecker t({"ab"});
+  EXPECT_EQ(t.push("ab", false), "ab");
+  EXPECT_EQ(t.push("", true), "");
+  EXPECT_FALSE(t.stopped());
+  EXPECT_EQ(t.push("zab", true), "z");
+  EXPECT_TRUE(t.stopped());
+}

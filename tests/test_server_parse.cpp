@@ -245,6 +245,41 @@ TEST(ServerParse, LogitBiasMapsTokenIdsToBiases) {
   EXPECT_EQ(api_rejection([&] { build_prompt(outside, engine); }), std::make_pair(400, std::string("logit_bias")));
 }
 
+// vLLM's stop_token_ids (a list of ids, checked against the vocabulary where the prompt is built) and
+// min_tokens (at most max_tokens, the default one included).
+TEST(ServerParse, StopTokenIdsAndMinTokens) {
+  const ApiRequest r = parse_completion(R"({"prompt": "x", "stop_token_ids": [7, 2], "min_tokens": 3})");
+  EXPECT_EQ(r.params.stop_token_ids, (std::vector<int32_t>{7, 2}));
+  EXPECT_EQ(r.params.min_tokens, 3);
+  const ApiRequest c = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}], "stop_token_ids": null})");
+  EXPECT_TRUE(c.params.stop_token_ids.empty());
+  EXPECT_EQ(c.params.min_tokens, 0);
+  for (const char* body :
+       {R"({"prompt": "x", "stop_token_ids": 7})", R"({"prompt": "x", "stop_token_ids": [-1]})",
+        R"({"prompt": "x", "stop_token_ids": ["7"]})", R"({"prompt": "x", "stop_token_ids": [1.5]})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(rejection(Endpoint::Completions, body), std::make_pair(400, std::string("stop_token_ids")));
+  }
+  for (const char* body : {R"({"prompt": "x", "min_tokens": -1})", R"({"prompt": "x", "min_tokens": "3"})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(rejection(Endpoint::Completions, body), std::make_pair(400, std::string("min_tokens")));
+  }
+  FakeEngine engine(std::chrono::milliseconds(1), /*context=*/32);
+  ApiRequest inside = parse_completion(R"({"prompt": "abc", "stop_token_ids": [255], "min_tokens": 5})");
+  EXPECT_NO_THROW(build_prompt(inside, engine));
+  ApiRequest outside = parse_completion(R"({"prompt": "abc", "stop_token_ids": [256]})");
+  EXPECT_EQ(api_rejection([&] { build_prompt(outside, engine); }), std::make_pair(400, std::string("stop_token_ids")));
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": "abc", "max_tokens": 4, "min_tokens": 5})"),
+            std::make_pair(400, std::string("min_tokens")));
+  // Chat's default max_tokens is what the context leaves: a large min_tokens passes the parser.
+  ApiRequest chat = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}], "min_tokens": 300})");
+  EXPECT_EQ(chat.params.min_tokens, 300);
+  EXPECT_EQ(api_rejection([&] { build_prompt(chat, engine); }), std::make_pair(400, std::string("min_tokens")));
+  // Completions' default max_tokens (16) bounds min_tokens as well.
+  ApiRequest over_default = parse_completion(R"({"prompt": "abc", "min_tokens": 17})");
+  EXPECT_EQ(api_rejection([&] { build_prompt(over_default, engine); }), std::make_pair(400, std::string("min_tokens")));
+}
+
 // response_format: text, json_object and json_schema become the request's grammar (chat and completions);
 // what the grammar cannot enforce, or a shape that is not OpenAI's, is a 400 naming response_format.
 TEST(ServerParse, ResponseFormat) {

@@ -207,6 +207,10 @@ void add_generate_command(CLI::App& app) {
   });
   c->add_option("--stop", a->sp.stop, "Stop string (repeatable)");
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence tokens");
+  c->add_option("--stop-token-id", a->sp.stop_token_ids, "A token id that ends generation (repeatable)");
+  c->add_option("--min-tokens", a->sp.min_tokens,
+                "Tokens generated before an end of generation or a stop string may end it")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("-t,--threads", a->threads, "Threads (default: the physical cores this process may use, counting its affinity and cgroup CPU quota)");
   c->add_option("-c,--context", a->context, "Context length (default: the model's)");
   c->add_option("--speculative-tokens", a->speculative_tokens,

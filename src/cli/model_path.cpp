@@ -1,5 +1,9 @@
 #include "cli/model_path.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +31,18 @@ std::string default_model_path() {
   return path.string();
 }
 
+void warn_unread_tensors(const std::string& path, const Model& model) {
+  constexpr size_t kNamed = 4;
+  const std::vector<std::string>& unread = model.unread_tensors;
+  std::string names;
+  for (size_t i = 0; i < std::min(unread.size(), kNamed); ++i) names += (i > 0 ? ", " : "") + unread[i];
+  if (unread.size() > kNamed) names += fmt::format(" and {} more", unread.size() - kNamed);
+  fmt::print(stderr,
+             "kvserve: warning: {}: {} tensor{} the {} model does not read ({}); its output may differ from the "
+             "model's\n",
+             path, unread.size(), unread.size() == 1 ? "" : "s", model.config.arch, names);
+}
+
 std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress,
                                       const std::string& chat_template) {
   const std::string path = model_arg.empty() ? default_model_path() : model_arg;
@@ -36,6 +52,7 @@ std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::s
   lo.progress = [&](float f) { bar.update(f); };
   std::unique_ptr<Model> model = load_model(path, lo);
   bar.done();
+  if (!model->unread_tensors.empty()) warn_unread_tensors(path, *model);
   if (!chat_template.empty()) model->vocab.chat_template = chat_template_from_arg(chat_template);
   return model;
 }

@@ -20,6 +20,9 @@ std::string default_model_path();
 std::unique_ptr<Model> load_cli_model(const std::string& model_arg, const std::string& tokenizer, bool progress,
                                       const std::string& chat_template = {});
 
+// One line on stderr naming the GGUF tensors `model`'s loader left unread (the first few), as a warning.
+void warn_unread_tensors(const std::string& path, const Model& model);
+
 // --chat-template's check: one of the families' names (chat_template_names()) or an existing file.
 CLI::Validator chat_template_name_check();
 // What --chat-template gives the vocabulary: a family's name as it is, or a file's Jinja source, which must

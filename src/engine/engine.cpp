@@ -79,6 +79,8 @@ void validate_request(const EngineRequest& req, int32_t n_vocab, int64_t max_mod
     if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
   for (const auto& [id, bias] : req.params.logit_bias)
     if (id >= n_vocab) fail("logit_bias token id {} is outside the vocabulary of {}", id, n_vocab);
+  for (int32_t id : req.params.stop_token_ids)
+    if (id >= n_vocab) fail("stop token id {} is outside the vocabulary of {}", id, n_vocab);
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
   const int64_t total = n_prompt + req.params.max_tokens;
   if (n_prompt >= max_model_len) fail("prompt has {} tokens, the context holds {}", n_prompt, max_model_len);
@@ -162,6 +164,7 @@ struct Engine::Impl {
   };
   // Every vocabulary token's text, for grammar masks: built at the first constrained request.
   std::unique_ptr<GrammarTokenTable> grammar_table;
+  std::vector<int32_t> eog_ids;  // the vocabulary's ends of generation (held back before min_tokens)
   // Only the tokens the grammar allows next keep their logits; where none can (a grammar the vocabulary
   // cannot spell), the end of the text.
   void constrain(const GrammarMatcher& m, float* row) const { m.mask_or_end(row, n_vocab, model.tokenizer->eos()); }
@@ -176,6 +179,7 @@ Engine::Impl::Impl(const Model& m, EngineOptions o) : model(m), opts(std::move(o
   if (opts.speculative_max_batch < 0)
     fail("engine: speculative max batch must be >= 0, got {}", opts.speculative_max_batch);
   n_vocab = c.n_vocab;
+  eog_ids = model.tokenizer->eog_ids();
   max_model_len = opts.max_model_len > 0   ? opts.max_model_len
                   : opts.streaming.on() ? kStreamingContextLimit
                   : c.n_ctx_train > 0   ? c.n_ctx_train
@@ -309,12 +313,14 @@ void Engine::Impl::admit(EngineRequest r) {
       c->matcher.emplace(r.grammar, *grammar_table, shown);
     }
     c->sampler.set_prompt(r.prompt_ids);
+    c->sampler.set_eog_tokens(eog_ids);
     if (draft) {
       SamplingParams dp = p;
       dp.seed = p.seed ^ 0x9E3779B97F4A7C15ull;
       dp.logprobs = 0;
       c->draft_sampler = std::make_unique<Sampler>(dp);
       c->draft_sampler->set_prompt(r.prompt_ids);
+      c->draft_sampler->set_eog_tokens(eog_ids);
     }
     a->choices.push_back(std::move(c));
   }
@@ -603,10 +609,10 @@ void Engine::Impl::emit_token(ActiveRequest& a, int index, int32_t id) {
   ev.tokens.push_back(std::move(info));
 
   std::string reason;
-  if (!params.ignore_eos && model.tokenizer->is_eog(id)) {
+  if (ends_generation(params, *model.tokenizer, id)) {
     reason = "stop";
   } else {
-    ev.text = c.stops.push(c.decoder.feed(id));
+    ev.text = c.stops.push(c.decoder.feed(id), c.completion_tokens > params.min_tokens);
     if (c.stops.stopped()) reason = "stop";
     // A constrained text ends where its grammar does (the mask let through only a token it takes).
     if (c.matcher && (!c.matcher->accept(id) || c.matcher->done())) reason = "stop";

@@ -101,6 +101,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   const int32_t n_vocab = model_.config.n_vocab;
   for (int32_t id : prompt_ids)
     if (id < 0 || id >= n_vocab) fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
+  for (int32_t id : params.stop_token_ids)
+    if (id >= n_vocab) fail("stop token id {} is outside the vocabulary of {}", id, n_vocab);
   const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
   check_fits(n_prompt, n_prompt + params.max_tokens, "max_tokens", opts_.prefill_chunk);
   const int64_t ctx = opts_.max_context;
@@ -112,8 +114,10 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     if (!grammar_table_) grammar_table_ = std::make_unique<GrammarTokenTable>(*model_.tokenizer);
     matcher.emplace(std::move(grammar), *grammar_table_);
   }
+  const std::vector<int32_t> eog_ids = model_.tokenizer->eog_ids();
   Sampler sampler(params);
   sampler.set_prompt(prompt_ids);
+  sampler.set_eog_tokens(eog_ids);
   StopChecker stops(params.stop);
   StreamDecoder decoder(*model_.tokenizer);
   decoder.start_after(prompt_ids);
@@ -136,6 +140,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   draft_params.logprobs = 0;
   Sampler draft_sampler(draft_params);
   draft_sampler.set_prompt(prompt_ids);
+  draft_sampler.set_eog_tokens(eog_ids);
   std::vector<float> draft_q;
   const int64_t long_after = long_rope_after(model_.config, opts_.rope_factors, opts_.streaming);
   bool long_rope = long_after >= 0 && n_prompt > long_after;
@@ -190,11 +195,11 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     sampler.accept(id);
     draft_sampler.accept(id);
     r.generated_ids.push_back(id);
-    if (!params.ignore_eos && model_.tokenizer->is_eog(id)) {
+    if (ends_generation(params, *model_.tokenizer, id)) {
       r.finish_reason = "stop";
       return false;
     }
-    std::string piece = stops.push(decoder.feed(id));
+    std::string piece = stops.push(decoder.feed(id), static_cast<int>(r.generated_ids.size()) > params.min_tokens);
     r.text += piece;
     if (on_token && !on_token(id, piece)) return false;
     // A constrained text ends where its grammar does (the mask let through only a token it takes).

@@ -29,6 +29,10 @@ void SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
     fail("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   if (max_tokens < 0) fail("max_tokens must be >= 0, got {}", max_tokens);
+  if (min_tokens < 0 || min_tokens > max_tokens)
+    fail("min_tokens must be in [0, max_tokens = {}], got {}", max_tokens, min_tokens);
+  for (int32_t id : stop_token_ids)
+    if (id < 0) fail("stop_token_ids must be >= 0, got {}", id);
   if (logprobs < 0 || logprobs > 20) fail("logprobs must be in [0, 20], got {}", logprobs);
   for (const auto& s : stop)
     if (s.empty()) fail("stop strings must not be empty");
@@ -41,15 +45,27 @@ void SamplingParams::validate() const {
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   params_.validate();
   rng_.seed(params_.has_seed ? params_.seed : std::random_device{}());
+  set_eog_tokens({});
+}
+
+void Sampler::set_eog_tokens(const std::vector<int32_t>& eog_ids) {
+  held_ids_ = params_.stop_token_ids;
+  if (!params_.ignore_eos) held_ids_.insert(held_ids_.end(), eog_ids.begin(), eog_ids.end());
+  std::sort(held_ids_.begin(), held_ids_.end());
+  held_ids_.erase(std::unique(held_ids_.begin(), held_ids_.end()), held_ids_.end());
 }
 
 void Sampler::set_prompt(const std::vector<int32_t>& prompt_ids) {
   prompt_counts_.clear();
   generated_counts_.clear();
+  num_generated_ = 0;
   for (int32_t id : prompt_ids) prompt_counts_[id]++;
 }
 
-void Sampler::accept(int32_t id) { generated_counts_[id]++; }
+void Sampler::accept(int32_t id) {
+  generated_counts_[id]++;
+  ++num_generated_;
+}
 
 int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
   return static_cast<int32_t>(kvserve::argmax(logits, n_vocab));
@@ -226,6 +242,19 @@ void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chos
   for (int i = 0; i < k; ++i) last_top_.push_back({candidates[i].second, candidates[i].first - log_z});
 }
 
+void Sampler::hold_back_ends(float* logits, int32_t n_vocab) {
+  if (num_generated_ >= params_.min_tokens || held_ids_.empty()) return;
+  held_logits_.clear();
+  for (int32_t id : held_ids_) {
+    if (id >= n_vocab) break;
+    held_logits_.emplace_back(id, logits[id]);
+    logits[id] = -std::numeric_limits<float>::infinity();
+  }
+  // A grammar whose text is complete lets through only the ends: it decides, min_tokens yields.
+  if (!(max_logit(logits, n_vocab) > -std::numeric_limits<float>::infinity()))
+    for (const auto& [id, l] : held_logits_) logits[id] = l;
+}
+
 // What is kept, then one draw from it: top-k (the k first in by_logit order), min-p (at least min_p
 // times the top token's probability), top-p (the shortest run from the top, in by_logit order, whose
 // share of the top-k tokens' probability reaches top_p). The kept tokens are drawn from in id order,
@@ -247,6 +276,7 @@ int32_t Sampler::draw(float* logits, int32_t n_vocab, int32_t draft, const float
   if (n_vocab <= 0) fail("sampler: empty vocabulary");
   if (accepted != nullptr) *accepted = false;
   apply_bias_and_penalties(logits, n_vocab);
+  hold_back_ends(logits, n_vocab);
   const float mx = params_.temperature == 0.0f ? 0.0f : max_logit(logits, n_vocab);
   // A row with no finite maximum (all NaN, all -inf, or a +inf) has no distribution to draw from: the
   // greedy choice, which is a +inf token when there is one.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/sampling_params.h"
@@ -22,6 +23,10 @@ class Sampler {
   // Tokens already in the sequence: the prompt first, then each sampled token via accept().
   void set_prompt(const std::vector<int32_t>& prompt_ids);
   void accept(int32_t id);
+  // The vocabulary's ends of generation: with params.stop_token_ids (unless params.ignore_eos), the tokens
+  // whose logits are -inf while fewer than params.min_tokens tokens were accepted (only the stop_token_ids
+  // until this is called).
+  void set_eog_tokens(const std::vector<int32_t>& eog_ids);
 
   // Modifies logits in place (logit bias, penalties, temperature) and returns the chosen id.
   int32_t sample(float* logits, int32_t n_vocab);
@@ -46,12 +51,16 @@ class Sampler {
   // sample(), sample_with_draft() (draft >= 0) and propose() (q_out) in one walk over the weights.
   int32_t draw(float* logits, int32_t n_vocab, int32_t draft, const float* q, bool* accepted, float* q_out);
   void apply_bias_and_penalties(float* logits, int32_t n_vocab) const;
+  void hold_back_ends(float* logits, int32_t n_vocab);
   void record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> prompt_counts_;
   std::unordered_map<int32_t, int> generated_counts_;
+  int num_generated_ = 0;
+  std::vector<int32_t> held_ids_;  // sorted, distinct
+  std::vector<std::pair<int32_t, float>> held_logits_;
   float last_logprob_ = 0.0f;
   std::vector<TokenLogprob> last_top_;
 };

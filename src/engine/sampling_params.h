@@ -22,6 +22,10 @@ struct SamplingParams {
   int max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;
+  // vLLM's: tokens that end generation besides the vocabulary's ends (not in the output text, as those), and
+  // how many tokens come before any end may (ends held back in the sampler, stop strings not looked for).
+  std::vector<int32_t> stop_token_ids;
+  int min_tokens = 0;
   int logprobs = 0;  // top log-probabilities to report per token (0 = none)
   // OpenAI's logit_bias: added to a token's logit before the penalties and any sampling, greedy included.
   // Ids are checked against the vocabulary where the request is admitted.

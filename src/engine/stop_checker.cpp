@@ -4,16 +4,20 @@
 
 namespace kvserve {
 
-std::string StopChecker::push(const std::string& piece) {
+bool ends_generation(const SamplingParams& params, const Tokenizer& tokenizer, int32_t id) {
+  if (!params.ignore_eos && tokenizer.is_eog(id)) return true;
+  return std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), id) != params.stop_token_ids.end();
+}
+
+std::string StopChecker::push(const std::string& piece, bool look) {
   if (stopped_) return {};
-  // A stop string can only start within the last (max stop length - 1) bytes before the new text.
-  size_t max_len = 0;
-  for (const auto& s : stops_) max_len = std::max(max_len, s.size());
-  const size_t search_from = text_.size() > max_len ? text_.size() - max_len : 0;
+  const size_t old_size = text_.size();
   text_ += piece;
   size_t cut = std::string::npos;
+  // A stop string that ends in the new text starts at most (its length - 1) bytes before it.
   for (const auto& s : stops_) {
-    const size_t at = text_.find(s, search_from);
+    if (!look || piece.empty()) break;
+    const size_t at = text_.find(s, old_size >= s.size() ? old_size - (s.size() - 1) : 0);
     if (at != std::string::npos) cut = std::min(cut, at);
   }
   if (cut != std::string::npos) {

@@ -376,7 +376,17 @@ std::shared_ptr<GGUFFile> open_gguf_with_shards(const std::string& path) {
 
 const GGUFTensorInfo* GGUFFile::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
-  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+  if (it == tensor_index_.end()) return nullptr;
+  if (found_.size() < tensors_.size()) found_.resize(tensors_.size(), 0);
+  found_[it->second] = 1;
+  return &tensors_[it->second];
+}
+
+std::vector<std::string> GGUFFile::tensors_not_found() const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (i >= found_.size() || found_[i] == 0) names.push_back(tensors_[i].name);
+  return names;
 }
 
 const GGUFValue& GGUFFile::require(std::string_view key) const {

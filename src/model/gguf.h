@@ -116,7 +116,10 @@ class GGUFFile {
   std::optional<std::vector<int32_t>> find_i32_array(std::string_view key) const;
 
   const std::vector<GGUFTensorInfo>& tensors() const { return tensors_; }
+  // Also notes the tensor as found: a model loader asks for every tensor it reads (loading is one thread).
   const GGUFTensorInfo* find_tensor(std::string_view name) const;
+  // The tensors find_tensor() was never asked for, in file order: those a loader left unread.
+  std::vector<std::string> tensors_not_found() const;
 
   // A later shard of a split model (llama.cpp's gguf-split: split.no i of split.count): its tensors join this
   // file's, read where they lie in the shard, which this file keeps alive. A tensor name already here throws.
@@ -137,6 +140,7 @@ class GGUFFile {
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<GGUFTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  mutable std::vector<uint8_t> found_;  // per tensor
   std::vector<std::shared_ptr<const GGUFFile>> shards_;
 };
 

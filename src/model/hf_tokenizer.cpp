@@ -333,6 +333,27 @@ Vocab vocab_from_tokenizer_json(const std::string& path, const std::string& toke
   v.bos_id = resolve("bos_token", "bos_token_id");
   v.eos_id = resolve("eos_token", "eos_token_id");
   v.pad_id = resolve("pad_token", "pad_token_id");
+  // Every id of config.json's and generation_config.json's eos_token_id (a number or a list) ends generation.
+  const auto add_eos_ids = [&](const json& j, const std::string& file) {
+    const auto it = j.find("eos_token_id");
+    if (it == j.end() || it->is_null()) return;
+    for (const json& e : it->is_array() ? *it : json::array({*it})) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX)
+        fail("'{}': eos_token_id must be a token id or a list of token ids, got {}", file, it->dump());
+      const auto id = static_cast<int32_t>(e.get<int64_t>());
+      if (static_cast<size_t>(id) < n && id != v.eos_id) v.extra_eog_ids.push_back(id);
+    }
+  };
+  add_eos_ids(cfg, config_path);
+  if (!config_path.empty()) {
+    const std::string generation_config =
+        (std::filesystem::path(config_path).parent_path() / "generation_config.json").string();
+    if (file_exists(generation_config)) {
+      const json g = read_json_file(generation_config);
+      if (!g.is_object()) fail("'{}': not a JSON object", generation_config);
+      add_eos_ids(g, generation_config);
+    }
+  }
   if (v.unk_id < 0) {
     const int32_t unk = resolve("unk_token", "unk_token_id");
     if (unk >= 0) v.unk_id = unk;

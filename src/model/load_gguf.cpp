@@ -812,6 +812,7 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       m->layers[0].bv.valid())
     c.qkv_bias = true;
 
+  m->unread_tensors = f.tensors_not_found();
   m->storage.push_back(file);
   widen_mxfp4_weights(*m);
   validate_model(*m);

@@ -47,6 +47,9 @@ struct Model {
   ModelConfig config;
   Vocab vocab;
   SamplingDefaults sampling_defaults;  // what the model file recommends for parameters a request leaves out
+  // A GGUF file's tensors the loader did not read (llama.cpp refuses such a file; the CLI warns): weights of
+  // a variant this engine does not compute, whose output would then differ from the model's.
+  std::vector<std::string> unread_tensors;
   Tensor tok_embd;
   Tensor output_norm;
   Tensor output;  // == tok_embd when config.tied_output

@@ -82,6 +82,14 @@ bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && (id == vocab_.eos_id || id == vocab_.eot_id);
 }
 
+std::vector<int32_t> Tokenizer::eog_ids() const {
+  std::vector<int32_t> ids;
+  for (int32_t id : {vocab_.eos_id, vocab_.eot_id})
+    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 VocabTokenizer::VocabTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
   const auto n = static_cast<int32_t>(vocab_.tokens.size());
   token_to_id_.reserve(vocab_.tokens.size());
@@ -100,9 +108,16 @@ VocabTokenizer::VocabTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
   if (vocab_.eot_id >= 0) eog_ids_.insert(vocab_.eot_id);
   if (harmony_end_is_message_end(vocab_.tokens))
     if (const auto it = token_to_id_.find("<|end|>"); it != token_to_id_.end()) eog_ids_.erase(it->second);
+  for (int32_t id : vocab_.extra_eog_ids) eog_ids_.insert(id);
 }
 
 bool VocabTokenizer::is_eog(int32_t id) const { return eog_ids_.count(id) > 0; }
+
+std::vector<int32_t> VocabTokenizer::eog_ids() const {
+  std::vector<int32_t> ids(eog_ids_.begin(), eog_ids_.end());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
 
 std::vector<TextFragment> VocabTokenizer::partition_special(std::string_view text, bool parse_special) const {
   std::vector<TextFragment> fragments;

@@ -40,6 +40,8 @@ class Tokenizer {
   int32_t eos() const { return vocab_.eos_id; }
   // End of generation: EOS, EOT, or any other token the vocabulary marks as ending a turn.
   virtual bool is_eog(int32_t id) const;
+  // Every id is_eog() holds for, in increasing order.
+  virtual std::vector<int32_t> eog_ids() const;
 
   // Builds the tokenizer the vocabulary describes; throws Error for an unsupported kind or pre-tokenizer.
   static std::unique_ptr<Tokenizer> create(Vocab vocab);

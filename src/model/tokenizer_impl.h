@@ -31,6 +31,7 @@ class VocabTokenizer : public Tokenizer {
  public:
   std::string token_to_piece(int32_t id, bool special = false) const override;
   bool is_eog(int32_t id) const override;
+  std::vector<int32_t> eog_ids() const override;
 
  protected:
   explicit VocabTokenizer(Vocab vocab);

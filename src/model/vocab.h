@@ -31,6 +31,9 @@ struct Vocab {
   int32_t eos_id = -1;
   int32_t eot_id = -1;  // end-of-turn, e.g. <|im_end|>; -1 when none
   int32_t unk_id = -1;
+  // More ends of generation: a Hugging Face folder's eos_token_id lists (generation_config.json, config.json),
+  // as transformers' generate() and vLLM stop at each (Llama 3.1: <|end_of_text|>, <|eom_id|>, <|eot_id|>).
+  std::vector<int32_t> extra_eog_ids;
   int32_t pad_id = -1;
   int32_t sep_id = -1;  // BERT's [SEP], appended after the text with add_special when add_sep
   bool add_bos = true;

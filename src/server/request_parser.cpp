@@ -24,6 +24,7 @@ constexpr size_t kMaxStopStrings = 16;
 // More than any real use (OpenAI documents no limit; vLLM none either), few enough that applying them is
 // nothing next to a step.
 constexpr size_t kMaxLogitBias = 1024;
+constexpr size_t kMaxStopTokenIds = 1024;
 
 // A known field, or nullptr when absent or JSON null (OpenAI treats null as "not given").
 const json* field(const json& body, const char* name) {
@@ -352,6 +353,22 @@ void parse_stop(const json& v, SamplingParams& params) {
   }
 }
 
+void check_min_tokens(const SamplingParams& p) {
+  if (p.min_tokens > p.max_tokens)
+    throw bad_request(fmt::format("'min_tokens' ({}) must be at most max_tokens ({})", p.min_tokens, p.max_tokens),
+                      "min_tokens");
+}
+
+// vLLM's list of token ids that end generation; checked against the vocabulary in build_prompt.
+void parse_stop_token_ids(const json& v, SamplingParams& params) {
+  if (!v.is_array()) throw bad_request("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+  if (v.size() > kMaxStopTokenIds)
+    throw bad_request(fmt::format("'stop_token_ids' takes at most {} tokens", kMaxStopTokenIds), "stop_token_ids");
+  for (const json& id : v)
+    params.stop_token_ids.push_back(
+        static_cast<int32_t>(integer_field(id, "stop_token_ids", 0, std::numeric_limits<int32_t>::max())));
+}
+
 // {"<token id>": bias in [-100, 100], ...}, as OpenAI's API takes it; ids are checked against the
 // vocabulary in build_prompt.
 void parse_logit_bias(const json& v, SamplingParams& params) {
@@ -411,6 +428,9 @@ void parse_sampling(const json& body, ApiRequest& req) {
   if (const json* v = field(body, "stop")) parse_stop(*v, p);
   if (const json* v = field(body, "logit_bias")) parse_logit_bias(*v, p);
   if (const json* v = field(body, "ignore_eos")) p.ignore_eos = bool_field(*v, "ignore_eos");
+  if (const json* v = field(body, "stop_token_ids")) parse_stop_token_ids(*v, p);
+  if (const json* v = field(body, "min_tokens"))
+    p.min_tokens = static_cast<int>(integer_field(*v, "min_tokens", 0, std::numeric_limits<int32_t>::max()));
 
   // Chat's max_completion_tokens supersedes max_tokens.
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {
@@ -491,8 +511,11 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
 
   // The engine reports logprobs only when asked for at least one alternative; we drop the extras.
   req.params.logprobs = req.logprobs ? std::max(1, req.top_logprobs) : 0;
+  if (req.max_tokens_given) check_min_tokens(req.params);
   try {
-    req.params.validate();
+    SamplingParams given = req.params;  // a default max_tokens is set where the prompt is built
+    if (!req.max_tokens_given) given.max_tokens = std::numeric_limits<int32_t>::max();
+    given.validate();
   } catch (const Error& e) {
     throw bad_request(e.what());
   }
@@ -569,6 +592,10 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
     if (id >= n_vocab)
       throw bad_request(fmt::format("'logit_bias' token id {} is outside the vocabulary [0, {})", id, n_vocab),
                         "logit_bias");
+  for (int32_t id : req.params.stop_token_ids)
+    if (id >= n_vocab)
+      throw bad_request(fmt::format("'stop_token_ids' token id {} is outside the vocabulary [0, {})", id, n_vocab),
+                        "stop_token_ids");
 
   const int64_t context = backend.context_length();
   if (context > 0 && static_cast<int64_t>(ids.size()) >= context)
@@ -586,6 +613,7 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
       req.params.max_tokens = context > 0 ? static_cast<int>(std::min<int64_t>(limit, 1 << 30)) : 256;
     }
   }
+  check_min_tokens(req.params);
   return ids;
 }
 
