@@ -329,6 +329,42 @@ def tiny_qwen3moe(gguf, path, seed):
     finish(w)
 
 
+def tiny_qwen2moe(gguf, path, seed):
+    """Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention (q/k/v biases, NeoX RoPE), 4 experts of 32,
+    2 per token, their softmax weights not renormalized, and a shared expert of 80
+    (expert_shared_feed_forward_length) scaled by the sigmoid of its own gate (ffn_gate_inp_shexp, drawn wide
+    so that the gate moves between tokens)."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 16, 96
+    n_expert, n_used, F_exp, F_sh = 4, 2, 32, 80
+    w = begin(gguf, path, "qwen2moe", shape, 1e6)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(F_exp)
+    w.add_expert_shared_feed_forward_length(F_sh)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E, 2.0))
+        w.add_tensor(p + "attn_q.bias", (0.5 * r.rng.standard_normal(H * D)).astype(np.float32))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E, 2.0))
+        w.add_tensor(p + "attn_k.bias", (0.5 * r.rng.standard_normal(KVH * D)).astype(np.float32))
+        w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_v.bias", (0.5 * r.rng.standard_normal(KVH * D)).astype(np.float32))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        add_moe_ffn(w, r, p, E, n_expert, F_exp)
+        w.add_tensor(p + "ffn_gate_inp_shexp.weight", r.mat(1, E, 4.0).reshape(E))
+        w.add_tensor(p + "ffn_gate_shexp.weight", r.mat(F_sh, E))
+        w.add_tensor(p + "ffn_up_shexp.weight", r.mat(F_sh, E))
+        w.add_tensor(p + "ffn_down_shexp.weight", r.mat(E, F_sh))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 def tiny_mixtral(gguf, path, seed):
     """Mixtral: a llama file with expert_count: llama's attention, 4 experts of feed_forward_length (48), 2 per
     token."""
@@ -576,6 +612,7 @@ MODELS = {
     "tiny-olmo2": (tiny_olmo2, 3019),
     "tiny-olmo3": (lambda g, p, s: tiny_olmo2(g, p, s, window=8), 3020),
     "tiny-gptoss": (tiny_gptoss, 3021),
+    "tiny-qwen2moe": (tiny_qwen2moe, 3022),
 }
 
 

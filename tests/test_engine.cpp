@@ -367,12 +367,16 @@ TEST(Engine, LongRopeModelInBatchesMatchesGeneratorTokenForToken) {
 
 // Mixture of experts in batched, chunked steps: each token's experts run on the rows routed to them, gathered
 // across the batch; every request gets the Generator's tokens.
+// Qwen2-MoE adds the gated shared expert, on every token of a batch.
 TEST(Engine, MoeModelInBatchesMatchesGeneratorTokenForToken) {
-  auto moe = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen3moe.gguf");
-  ASSERT_TRUE(moe->config.moe());
-  EngineOptions o = small_options();
-  o.model_id = "tiny-qwen3moe";
-  run_batch_against_generator(o, false, *moe);
+  for (const char* stem : {"tiny-qwen3moe", "tiny-qwen2moe"}) {
+    SCOPED_TRACE(stem);
+    auto moe = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf");
+    ASSERT_TRUE(moe->config.moe());
+    EngineOptions o = small_options();
+    o.model_id = stem;
+    run_batch_against_generator(o, false, *moe);
+  }
 }
 
 // gpt-oss in batched, chunked steps and verified drafts: learned sinks over windowed and full layers, biased

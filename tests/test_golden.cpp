@@ -287,6 +287,33 @@ TEST(GoldenGptOss, SinksBiasesAndTheClampedSwigluMatter) {
   EXPECT_LE(worst(), 1e-4f);
 }
 
+// Qwen2-MoE: its shared expert, the sigmoid gate on it, and the chosen experts' weights left as the softmax
+// gives them each matter: without any one, the last step's logits miss llama.cpp's by far.
+TEST(GoldenQwen2Moe, SharedExpertItsGateAndUnnormalizedWeightsMatter) {
+  auto model = load_model(kArchGoldens + "/tiny-qwen2moe.gguf");
+  const ModelConfig& c = model->config;
+  EXPECT_EQ(c.n_expert_shared, 1);
+  EXPECT_EQ(c.shared_ffn_width(), 80);
+  EXPECT_EQ(c.n_ff_exp, 32);
+  EXPECT_FALSE(c.expert_weights_norm);
+  EXPECT_TRUE(c.qkv_bias);
+  const json g = read_jsonl(kArchGoldens + "/tiny-qwen2moe.jsonl").back();
+  const auto worst = [&] { return last_step_miss(*model, g); };
+  EXPECT_LE(worst(), 1e-4f);
+  model->config.expert_weights_norm = true;
+  EXPECT_GT(worst(), 1e-2f);
+  model->config.expert_weights_norm = false;
+  LayerWeights& L1 = model->layers[1];
+  const Tensor gate = L1.ffn_gate_inp_shexp;
+  L1.ffn_gate_inp_shexp = {};
+  EXPECT_GT(worst(), 1e-2f);
+  L1.ffn_gate_inp_shexp = gate;
+  model->config.n_expert_shared = 0;
+  EXPECT_GT(worst(), 1e-2f);
+  model->config.n_expert_shared = 1;
+  EXPECT_LE(worst(), 1e-4f);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllModels, GoldenGguf,
     ::testing::Values(
@@ -311,7 +338,8 @@ INSTANTIATE_TEST_SUITE_P(
         GgufCase{"tiny-deepseek2-yarn", 2e-4f, 1.0f, kArchGoldens},
         GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-mistral3", 1e-4f, 1.0f, kArchGoldens},
         GgufCase{"tiny-olmo2", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-olmo3", 1e-4f, 1.0f, kArchGoldens},
-        GgufCase{"tiny-gptoss", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
+        GgufCase{"tiny-gptoss", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-qwen2moe", 1e-4f, 1.0f, kArchGoldens},
+        GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
         // 45 of 192 steps within 1e-3: more of its activations sit near a Q8_1 rounding
         // boundary. Its dot, dequantizer and activation bytes agree with ggml's own kernels.
         GgufCase{"tiny-gqa-Q5_1", 0.2f, 0.2f, kQuantGoldens}, GgufCase{"tiny-gqa-Q2_K", 0.2f, 0.25f, kQuantGoldens},

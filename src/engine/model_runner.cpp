@@ -79,8 +79,8 @@ void ModelRunner::ensure_scratch(int64_t n) {
     grow_to(tmp_, n * std::max<int64_t>(c.n_embd, c.n_heads * c.head_dim_v));
   }
   if (c.n_expert_shared > 0) {
-    grow_to(gate_, n * c.n_ff_exp * c.n_expert_shared);
-    grow_to(up_, n * c.n_ff_exp * c.n_expert_shared);
+    grow_to(gate_, n * c.shared_ffn_width());
+    grow_to(up_, n * c.shared_ffn_width());
   }
 }
 

@@ -11,6 +11,7 @@
 #include "core/grow_only.h"
 #include "engine/model_runner.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quants.h"
 
 namespace kvserve {
 
@@ -119,6 +120,8 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
   normalize_tokens(static_cast<const float*>(L.ffn_norm.data), n_tokens);
   route_tokens(L, n_tokens);
   const bool shared = c.n_expert_shared > 0;
+  const bool gated = L.ffn_gate_inp_shexp.valid();
+  const auto* gate_row = static_cast<const float*>(L.ffn_gate_inp_shexp.data);
   moe_out_.resize(static_cast<size_t>(n_tokens * k * E));
   grow_to(moe_shared_, n_tokens * E);
   if (n_tokens == 1) {
@@ -136,8 +139,14 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
       const float* o = moe_out_.data() + (t * k + j) * E;
       for (int64_t d = 0; d < E; ++d) acc[d] = j == 0 ? o[d] * w : acc[d] + o[d] * w;
     }
-    if (shared)
-      for (int64_t d = 0; d < E; ++d) acc[d] += moe_shared_[static_cast<size_t>(t * E + d)];
+    const float* s = moe_shared_.data() + t * E;
+    if (shared && gated) {
+      // Qwen2-MoE: the shared expert's output times the sigmoid of its gate's logit, rounded, then added.
+      const float g = 1.0f / (1.0f + std::exp(-vec_dot_f32_f32(E, gate_row, xn_.data() + t * E)));
+      for (int64_t d = 0; d < E; ++d) acc[d] += s[d] * g;
+    } else if (shared) {
+      for (int64_t d = 0; d < E; ++d) acc[d] += s[d];
+    }
     for (int64_t d = 0; d < E; ++d) x[d] = acc[d] + x[d];
   }
 }
@@ -145,7 +154,7 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
 void ModelRunner::experts_one_token(const LayerWeights& L) {
   const ModelConfig& c = model_.config;
   const int64_t E = c.n_embd, F = c.n_ff_exp, k = c.n_expert_used;
-  const int64_t FS = int64_t{c.n_ff_exp} * c.n_expert_shared;
+  const int64_t FS = c.shared_ffn_width();
   const int64_t n_proj = k + (FS > 0 ? 1 : 0);
   grow_to(moe_gate_, k * F + FS);
   grow_to(moe_up_, k * F + FS);
@@ -235,9 +244,9 @@ void ModelRunner::experts_by_expert(const LayerWeights& L, int64_t n_tokens) {
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(moe_down_.data() + i * E, E, moe_out_.data() + slots[static_cast<size_t>(i)] * E);
   }
-  // DeepSeek's shared experts: one SwiGLU on every token, its output added to the routed ones' sum.
+  // DeepSeek's and Qwen2-MoE's shared experts: one SwiGLU on every token, its output added to the routed ones' sum.
   if (c.n_expert_shared > 0) {
-    const int64_t FS = int64_t{c.n_ff_exp} * c.n_expert_shared;
+    const int64_t FS = c.shared_ffn_width();
     const MatmulOutput gate_up[] = {{&L.ffn_gate_shexp, gate_.data()}, {&L.ffn_up_shexp, up_.data()}};
     matmul_shared_input(gate_up, xn_.data(), n_tokens, pool_);
     for (int64_t t = 0; t < n_tokens; ++t)

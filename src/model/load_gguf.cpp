@@ -33,6 +33,7 @@ constexpr ArchTraits kArchTable[] = {
     {"qwen2", RopeStyle::NeoX, true, false},
     {"qwen3", RopeStyle::NeoX, false, true},
     {"qwen3moe", RopeStyle::NeoX, false, true},
+    {"qwen2moe", RopeStyle::NeoX, false, false},  // q/k/v biases where the file has them, as llama.cpp
     {"phi3", RopeStyle::NeoX, false, false},
     {"gemma", RopeStyle::NeoX, false, false},
     {"gemma2", RopeStyle::NeoX, false, false},
@@ -289,13 +290,14 @@ void read_experts(const GGUFFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   const std::optional<uint32_t> n = f.find_u32(a + ".expert_count");
   if (!n || *n == 0) {
-    if (a == "qwen3moe" || a == "gpt-oss") fail("{}: a {} file needs {}.expert_count", f.name(), a, a);
+    if (a == "qwen3moe" || a == "qwen2moe" || a == "gpt-oss")
+      fail("{}: a {} file needs {}.expert_count", f.name(), a, a);
     return;
   }
-  if (a != "qwen3moe" && a != "llama" && a != "deepseek2" && a != "gpt-oss")
+  if (a != "qwen3moe" && a != "qwen2moe" && a != "llama" && a != "deepseek2" && a != "gpt-oss")
     fail(
-        "{}: experts ({}.expert_count = {}) are supported for qwen3moe, deepseek2, gpt-oss and llama (Mixtral) files, "
-        "not {}",
+        "{}: experts ({}.expert_count = {}) are supported for qwen3moe, qwen2moe, deepseek2, gpt-oss and llama "
+        "(Mixtral) files, not {}",
         f.name(), a, *n, a);
   c.n_expert = positive_int(f, a + ".expert_count", *n);
   c.n_expert_used = positive_int(f, a + ".expert_used_count", f.find_u32(a + ".expert_used_count").value_or(0));
@@ -305,10 +307,22 @@ void read_experts(const GGUFFile& f, ModelConfig& c) {
     c.n_ff_exp = positive_int(f, a + ".expert_feed_forward_length", f.get_u32(a + ".expert_feed_forward_length"));
     return;
   }
-  c.n_ff_exp = a == "qwen3moe" ? positive_int(f, a + ".expert_feed_forward_length",
-                                              f.find_u32(a + ".expert_feed_forward_length")
-                                                  .value_or(static_cast<uint32_t>(c.n_ff / c.n_expert_used)))
-                               : c.n_ff;
+  const bool qwen = a == "qwen3moe" || a == "qwen2moe";
+  c.n_ff_exp =
+      qwen
+          ? positive_int(
+                f, a + ".expert_feed_forward_length",
+                f.find_u32(a + ".expert_feed_forward_length").value_or(static_cast<uint32_t>(c.n_ff / c.n_expert_used)))
+          : c.n_ff;
+  if (a == "qwen2moe") {
+    // As llama.cpp's llama_model_qwen2moe: the chosen experts' softmax weights as they are, and one shared
+    // expert (expert_shared_feed_forward_length wide, else feed_forward_length) behind a sigmoid gate.
+    c.expert_weights_norm = false;
+    c.n_expert_shared = 1;
+    c.n_ff_shexp =
+        positive_int(f, a + ".expert_shared_feed_forward_length",
+                     f.find_u32(a + ".expert_shared_feed_forward_length").value_or(static_cast<uint32_t>(c.n_ff)));
+  }
 }
 
 // DeepSeek-V2 / V3 (llama.cpp's llama_model_deepseek2). Attention is MLA: the latent's rank, q's optional
@@ -792,6 +806,12 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     }
     if (c.moe()) {
       load_experts(f, p, c, L);
+      if (c.arch == "qwen2moe") {
+        L.ffn_gate_inp_shexp = make_tensor(f, p + "ffn_gate_inp_shexp.weight");
+        L.ffn_gate_shexp = make_tensor(f, p + "ffn_gate_shexp.weight");
+        L.ffn_up_shexp = make_tensor(f, p + "ffn_up_shexp.weight");
+        L.ffn_down_shexp = make_tensor(f, p + "ffn_down_shexp.weight");
+      }
     } else if (c.arch == "phi3") {
       // Phi-3's ffn_up holds the gate's rows, then the up projection's (llama.cpp's fused SwiGLU).
       const Tensor up = make_tensor(f, p + "ffn_up.weight");

@@ -107,10 +107,14 @@ void check_ffn(const ShapeCheck& s, const ModelConfig& c, const LayerWeights& L,
       s.check(L.down_exps_b[i], L.down_exps_b[i].name, {c.n_embd}, true);
     }
     if (c.n_expert_shared > 0) {
-      const int64_t w = int64_t{c.n_ff_exp} * c.n_expert_shared;
+      const int64_t w = c.shared_ffn_width();
       s.check(L.ffn_gate_shexp, p + "ffn_gate_shexp.weight", {c.n_embd, w}, false);
       s.check(L.ffn_up_shexp, p + "ffn_up_shexp.weight", {c.n_embd, w}, false);
       s.check(L.ffn_down_shexp, p + "ffn_down_shexp.weight", {w, c.n_embd}, false);
+    }
+    if (L.ffn_gate_inp_shexp.valid()) {
+      if (c.n_expert_shared == 0) fail("{}: layer {} has a shared expert's gate but no shared expert", path, l);
+      s.check(L.ffn_gate_inp_shexp, p + "ffn_gate_inp_shexp.weight", {c.n_embd}, true);
     }
     return;
   }

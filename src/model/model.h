@@ -33,7 +33,8 @@ struct LayerWeights {
   // file's [n_expert][rows] tensors).
   Tensor ffn_gate_inp_b;
   std::vector<Tensor> gate_exps_b, up_exps_b, down_exps_b;
-  Tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // DeepSeek: the shared experts' SwiGLU
+  Tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;  // DeepSeek, Qwen2-MoE: the shared experts' SwiGLU
+  Tensor ffn_gate_inp_shexp;  // Qwen2-MoE: F32 [n_embd]; the shared expert's output times sigmoid(row . token)
   // MLA (ModelConfig::mla()): q directly (wq) or through wq_a, q_a_norm, wq_b; wkv_a to the latent and the
   // rope key, kv_a_norm on the latent; per head, wk_b [kv_lora_rank rows x nope] (the key up-projection,
   // transposed: it absorbs q's nope part into the latent space) and wv_b [head_dim_v rows x kv_lora_rank].

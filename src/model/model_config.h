@@ -77,6 +77,11 @@ struct ModelConfig {
   bool expert_group_score_max = false;  // groups scored by their best expert (DeepSeek-V2's HF code)
   int n_layer_dense_lead = 0;
   int n_expert_shared = 0;
+  // The shared experts' SwiGLU width where it is not n_expert_shared * n_ff_exp (Qwen2-MoE's one shared expert,
+  // expert_shared_feed_forward_length wide, its output scaled by the sigmoid of the layer's ffn_gate_inp_shexp
+  // row times the token).
+  int n_ff_shexp = 0;
+  int64_t shared_ffn_width() const { return n_ff_shexp > 0 ? n_ff_shexp : int64_t{n_ff_exp} * n_expert_shared; }
   bool moe() const { return n_expert > 0; }
   bool moe_layer(int l) const { return n_expert > 0 && l >= n_layer_dense_lead; }
   // DeepSeek-V2 multi-head latent attention (kv_lora_rank > 0). Each head's key is head_dim = nope + n_rot
