@@ -321,6 +321,13 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         w.add(x + (mixtral ? "w3.weight" : "up_proj.weight"), L.up_exps[i], matrix_type);
         w.add(x + (mixtral ? "w2.weight" : "down_proj.weight"), L.down_exps[i], matrix_type);
       }
+      if (c.arch == "qwen2moe") {  // Qwen2-MoE's shared expert, and its gate as the [1, hidden] linear it is
+        w.add(moe + "shared_expert.gate_proj.weight", L.ffn_gate_shexp, matrix_type);
+        w.add(moe + "shared_expert.up_proj.weight", L.ffn_up_shexp, matrix_type);
+        w.add(moe + "shared_expert.down_proj.weight", L.ffn_down_shexp, matrix_type);
+        const auto* gate = static_cast<const float*>(L.ffn_gate_inp_shexp.data);
+        add_values(w, moe + "shared_expert_gate.weight", {1, c.n_embd}, [&](int64_t i) { return gate[i]; });
+      }
       continue;
     }
     if (c.arch == "phi3") {
@@ -340,6 +347,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
        {c.arch == "qwen2"       ? "Qwen2ForCausalLM"
         : c.arch == "qwen3"     ? "Qwen3ForCausalLM"
         : c.arch == "qwen3moe"  ? "Qwen3MoeForCausalLM"
+        : c.arch == "qwen2moe"  ? "Qwen2MoeForCausalLM"
         : c.arch == "deepseek2" ? (c.expert_gating == ModelConfig::ExpertGating::Sigmoid ? "DeepseekV3ForCausalLM"
                                                                                          : "DeepseekV2ForCausalLM")
         : c.arch == "gpt-oss"   ? "GptOssForCausalLM"
@@ -356,6 +364,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       // transformers' name for the model type (GGUF's qwen3moe is its qwen3_moe, gemma3 its gemma3_text (the text
       // model); a llama with experts, mixtral).
       {"model_type", c.arch == "qwen3moe"                        ? "qwen3_moe"
+                     : c.arch == "qwen2moe"                      ? "qwen2_moe"
                      : c.arch == "gemma3"                        ? "gemma3_text"
                      : c.arch == "mistral3"                      ? "ministral3"
                      : c.arch == "olmo2" && c.sliding_window > 0 ? "olmo3"
@@ -386,11 +395,16 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     config["attention_multiplier"] = c.attn_scale;
     config["logits_scaling"] = c.logit_scale;
   }
-  if (c.arch == "qwen3moe") {
+  if (c.arch == "qwen3moe" || c.arch == "qwen2moe") {
     config["num_experts"] = c.n_expert;
     config["num_experts_per_tok"] = c.n_expert_used;
     config["moe_intermediate_size"] = c.n_ff_exp;
     config["norm_topk_prob"] = c.expert_weights_norm;
+    if (c.arch == "qwen2moe") {
+      config["shared_expert_intermediate_size"] = c.shared_ffn_width();
+      config["qkv_bias"] = c.qkv_bias;
+      config["use_sliding_window"] = false;
+    }
   } else if (c.moe() && !c.mla()) {
     config["num_local_experts"] = c.n_expert;
     config["num_experts_per_tok"] = c.n_expert_used;

@@ -608,6 +608,28 @@ TEST(HfLoader, MoeFoldersMatchGgufAndLlamaCpp) {
   expect_error([&] { load_model(tmp.path()); }, {"mlp_only_layers"});
 }
 
+// Qwen2-MoE (mlp.shared_expert and its [1, hidden] mlp.shared_expert_gate beside Qwen3-MoE's experts;
+// shared_expert_intermediate_size, qkv_bias, norm_topk_prob false) written from the tiny GGUF: llama.cpp's logits.
+// A window (use_sliding_window) is named.
+TEST(HfLoader, Qwen2MoeFolderMatchesLlamaCpp) {
+  const ArchHfCopy copy("tiny-qwen2moe");
+  const ModelConfig& c = copy.hf->config;
+  EXPECT_EQ(c.arch, "qwen2moe");
+  EXPECT_EQ(c.n_expert_shared, 1);
+  EXPECT_EQ(c.shared_ffn_width(), copy.ref->config.shared_ffn_width());
+  EXPECT_FALSE(c.expert_weights_norm);
+  EXPECT_TRUE(c.qkv_bias);
+  expect_follows_arch_golden(*copy.hf, "tiny-qwen2moe", 1e-4f);
+
+  TempDir tmp;
+  make_hf_folder_from_gguf(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-qwen2moe.gguf", tmp.path(),
+                           DType::F32);
+  json cfg = read_json(tmp / "config.json");
+  cfg["use_sliding_window"] = true;
+  write_json(tmp / "config.json", cfg);
+  expect_error([&] { load_model(tmp.path()); }, {"use_sliding_window"});
+}
+
 TEST(HfLoader, VocabMatchesGgufVocab) {
   TempDir tmp;
   const std::string gguf = golden_model("tiny-gqa.gguf");

@@ -48,6 +48,7 @@ constexpr HfArch kHfArchs[] = {
     {"Qwen2ForCausalLM", "qwen2", true, false},
     {"Qwen3ForCausalLM", "qwen3", false, true},
     {"Qwen3MoeForCausalLM", "qwen3moe", false, true},
+    {"Qwen2MoeForCausalLM", "qwen2moe", true, false},
     {"MistralForCausalLM", "llama", false, false},
     {"MinistralForCausalLM", "llama", false, false},
     {"Ministral3ForCausalLM", "mistral3", false, false},
@@ -495,6 +496,7 @@ struct KeyAlias {
 };
 constexpr KeyAlias kKeyAliases[] = {
     {"Qwen3MoeForCausalLM", "num_experts", "num_local_experts"},
+    {"Qwen2MoeForCausalLM", "num_experts", "num_local_experts"},
     {"MixtralForCausalLM", "num_local_experts", "num_experts"},
     {"DeepseekV2ForCausalLM", "n_routed_experts", "num_experts"},
     {"DeepseekV3ForCausalLM", "n_routed_experts", "num_local_experts"},
@@ -631,8 +633,16 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     c.attn_scale = r.positive_float_or("attention_multiplier", 1.0f);
     c.logit_scale = r.positive_float_or("logits_scaling", 1.0f);
   }
-  if (hf_arch == "Qwen3MoeForCausalLM") {
+  if (hf_arch == "Qwen3MoeForCausalLM" || hf_arch == "Qwen2MoeForCausalLM") {
     // transformers' Qwen3MoeConfig: norm_topk_prob defaults to false (Qwen3-30B-A3B's config sets true).
+    // Qwen2MoeConfig adds one shared expert behind a sigmoid gate, and q/k/v biases (qkv_bias, default true).
+    if (hf_arch == "Qwen2MoeForCausalLM") {
+      c.n_expert_shared = 1;
+      c.n_ff_shexp = r.positive_int("shared_expert_intermediate_size");
+      c.qkv_bias = r.bool_or("qkv_bias", true);
+      if (r.bool_or("use_sliding_window", false))
+        fail("'{}': Qwen2-MoE with use_sliding_window is not supported (llama.cpp ignores it too)", path);
+    }
     c.n_expert = r.positive_int("num_experts");
     c.n_expert_used = r.positive_int("num_experts_per_tok");
     c.n_ff_exp = r.positive_int("moe_intermediate_size");
@@ -906,6 +916,17 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
         L.gate_exps.push_back(matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight")));
         L.up_exps.push_back(matrix(x + (mixtral ? "w3.weight" : "up_proj.weight")));
         L.down_exps.push_back(matrix(x + (mixtral ? "w2.weight" : "down_proj.weight")));
+      }
+      if (c.arch == "qwen2moe") {  // mlp.shared_expert and its gate, a [1, hidden] linear
+        L.ffn_gate_shexp = matrix(moe + "shared_expert.gate_proj.weight");
+        L.ffn_up_shexp = matrix(moe + "shared_expert.up_proj.weight");
+        L.ffn_down_shexp = matrix(moe + "shared_expert.down_proj.weight");
+        L.ffn_gate_inp_shexp = vector_f32(moe + "shared_expert_gate.weight");
+        if (L.ffn_gate_inp_shexp.elements() != c.n_embd)
+          fail("'{}': tensor '{}shared_expert_gate.weight' has {} values, expected hidden_size = {}", dir, moe,
+               L.ffn_gate_inp_shexp.elements(), c.n_embd);
+        L.ffn_gate_inp_shexp.n_dims = 1;
+        L.ffn_gate_inp_shexp.ne = {c.n_embd, 1, 1, 1};
       }
     } else if (c.arch == "phi3") {  // the gate's rows, then up's
       const Tensor gate_up = matrix(p + "mlp.gate_up_proj.weight");
