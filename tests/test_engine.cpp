@@ -37,6 +37,8 @@ struct ChoiceResult {
   std::vector<int32_t> ids;
   std::string text;
   std::string finish_reason;
+  std::string stop_string;
+  int32_t stop_token_id = -1;
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   bool finished = false;
 };
@@ -60,6 +62,8 @@ class Collector {
       if (ev.finished) {
         c.finished = true;
         c.finish_reason = ev.finish_reason;
+        c.stop_string = ev.stop_string;
+        c.stop_token_id = ev.stop_token_id;
         c.prompt_tokens = ev.prompt_tokens;
         c.completion_tokens = ev.completion_tokens;
         c.cached_tokens = ev.cached_tokens;
@@ -1046,6 +1050,8 @@ TEST(Engine, StopStringEndsChoiceWithStopAndHidesIt) {
   engine.add_request(col.request("s", prompt, params));
   expect_all_blocks_free_or_cached(engine);
   EXPECT_EQ(col.get("s").finish_reason, "stop");
+  EXPECT_EQ(col.get("s").stop_string, params.stop[0]);
+  EXPECT_EQ(col.get("s").stop_token_id, -1);
   EXPECT_EQ(col.get("s").text, want.text);
   EXPECT_EQ(col.get("s").ids, want.generated_ids);
 }
@@ -1109,6 +1115,12 @@ TEST(Engine, StopTokenIdsAndMinTokensEndWhereTheyShould) {
       EXPECT_EQ(col.get(name).ids, want[name].generated_ids);
       EXPECT_EQ(col.get(name).text, want[name].text);
       EXPECT_EQ(col.get(name).finish_reason, want[name].finish_reason);
+    }
+    // vLLM's stop_reason: the stop token id drawn, or the stop string matched.
+    EXPECT_EQ(col.get("stop_at").stop_token_id, stop_id);
+    EXPECT_EQ(col.get("stop_at").stop_string, "");
+    if (col.get("held_string").finish_reason == "stop") {
+      EXPECT_EQ(col.get("held_string").stop_string, held_string.stop[0]);
     }
   }
 }

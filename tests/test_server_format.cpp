@@ -46,6 +46,11 @@ TEST(ServerFormat, ChatResponseShape) {
   EXPECT_EQ(r["choices"][0]["message"], json::parse(R"({"role": "assistant", "content": "yes"})"));
   EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(r["choices"][1]["finish_reason"], "length");
+  EXPECT_TRUE(r["choices"][1]["stop_reason"].is_null());
+  a.stop_reason = 7;
+  EXPECT_EQ(full_response(Endpoint::ChatCompletions, header("chatcmpl-1"), {a}, {4, 2, 0}, false, 0,
+                          piece_of)["choices"][0]["stop_reason"],
+            7);
 }
 
 TEST(ServerFormat, ChatLogprobsShape) {
@@ -76,6 +81,10 @@ TEST(ServerFormat, StreamChunks) {
   EXPECT_EQ(end["choices"][0]["index"], 1);
   EXPECT_EQ(end["choices"][0]["delta"], json::object());
   EXPECT_EQ(end["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(end["choices"][0]["stop_reason"].is_null());
+  last.stop_reason = "END";
+  EXPECT_EQ(stream_chunk(Endpoint::ChatCompletions, header("c"), last, false, piece_of)["choices"][0]["stop_reason"],
+            "END");
   EXPECT_FALSE(end.contains("usage"));
 
   std::vector<TokenInfo> toks = {{'o', -1.0f, {}}, {'k', -1.0f, {}}};

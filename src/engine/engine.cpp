@@ -611,9 +611,13 @@ void Engine::Impl::emit_token(ActiveRequest& a, int index, int32_t id) {
   std::string reason;
   if (ends_generation(params, *model.tokenizer, id)) {
     reason = "stop";
+    if (params.ignore_eos || !model.tokenizer->is_eog(id)) ev.stop_token_id = id;
   } else {
     ev.text = c.stops.push(c.decoder.feed(id), c.completion_tokens > params.min_tokens);
-    if (c.stops.stopped()) reason = "stop";
+    if (c.stops.stopped()) {
+      reason = "stop";
+      ev.stop_string = c.stops.matched();
+    }
     // A constrained text ends where its grammar does (the mask let through only a token it takes).
     if (c.matcher && (!c.matcher->accept(id) || c.matcher->done())) reason = "stop";
   }

@@ -86,6 +86,10 @@ struct RequestEvent {
   bool finished = false;
   std::string finish_reason;  // "stop", "length", "abort", or "error"
   std::string error;          // set when finish_reason == "error"
+  // What ended a "stop" choice, as vLLM's stop_reason: the stop string it matched, or the stop_token_ids token
+  // it drew; neither (empty, -1) for the vocabulary's end of generation or a grammar's end.
+  std::string stop_string;
+  int32_t stop_token_id = -1;
   // Usage, filled on the event that finishes a choice:
   int prompt_tokens = 0;
   int completion_tokens = 0;

@@ -18,7 +18,10 @@ std::string StopChecker::push(const std::string& piece, bool look) {
   for (const auto& s : stops_) {
     if (!look || piece.empty()) break;
     const size_t at = text_.find(s, old_size >= s.size() ? old_size - (s.size() - 1) : 0);
-    if (at != std::string::npos) cut = std::min(cut, at);
+    if (at != std::string::npos && (cut == std::string::npos || at < cut)) {
+      cut = at;
+      matched_ = s;
+    }
   }
   if (cut != std::string::npos) {
     stopped_ = true;

@@ -26,6 +26,7 @@ class StopChecker {
   std::string flush();
 
   bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop string found (the first in text order)
   const std::string& text() const { return text_; }  // everything emitted so far plus held-back text
 
  private:
@@ -33,6 +34,7 @@ class StopChecker {
   std::string text_;     // all text accepted (cut at the stop string once stopped)
   size_t emitted_ = 0;   // bytes of text_ already returned
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace kvserve

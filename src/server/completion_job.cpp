@@ -18,6 +18,12 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+json stop_reason_json(const RequestEvent& ev) {
+  if (!ev.stop_string.empty()) return ev.stop_string;
+  if (ev.stop_token_id >= 0) return ev.stop_token_id;
+  return nullptr;
+}
+
 // Unique per process and unpredictable across restarts: a random prefix plus a counter.
 std::string new_response_id(Endpoint endpoint) {
   static const uint64_t process_nonce = [] {
@@ -124,6 +130,7 @@ void CompletionJob::apply(const RequestEvent& ev) {
   if (ev.finished) {
     c.finished = true;
     c.result.finish_reason = ev.finish_reason;
+    c.result.stop_reason = stop_reason_json(ev);
     finished_choices_++;
     if (ev.finish_reason == "error" && engine_error_.empty())
       engine_error_ = ev.error.empty() ? "the engine failed while running this request" : ev.error;
@@ -225,7 +232,10 @@ bool CompletionJob::stream(const Writer& write) {
           piece.tokens = req_.logprobs ? &ev.tokens : nullptr;
           piece.top_n = req_.top_logprobs;
           piece.text_offset = c.text_offset;
-          if (ev.finished) piece.finish_reason = finish_with_calls(ev.finish_reason, c.tool_calls_sent);
+          if (ev.finished) {
+            piece.finish_reason = finish_with_calls(ev.finish_reason, c.tool_calls_sent);
+            piece.stop_reason = stop_reason_json(ev);
+          }
           out += sse_data(stream_chunk(req_.endpoint, header_, piece, req_.include_usage, text));
         }
       }

@@ -102,6 +102,7 @@ json full_response(Endpoint endpoint, const ResponseHeader& header, const std::v
     }
     choice["logprobs"] = lp;
     choice["finish_reason"] = finish_json(c.finish_reason);
+    choice["stop_reason"] = c.stop_reason;
     arr.push_back(std::move(choice));
   }
   out["choices"] = std::move(arr);
@@ -138,6 +139,7 @@ json stream_chunk(Endpoint endpoint, const ResponseHeader& header, const ChunkPi
   }
   choice["logprobs"] = lp;
   choice["finish_reason"] = finish_json(piece.finish_reason);
+  choice["stop_reason"] = piece.stop_reason;
   out["choices"] = json::array({std::move(choice)});
   if (usage_null) out["usage"] = nullptr;
   return out;

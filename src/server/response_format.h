@@ -60,6 +60,7 @@ struct ChoiceResult {
   std::string text;
   std::vector<TokenInfo> tokens;
   std::string finish_reason;
+  json stop_reason;                      // vLLM's: the stop string or stop token id that ended it, else null
   std::optional<std::string> reasoning;  // chat with the reasoning split on: its reasoning_content
   std::vector<ToolCall> tool_calls;      // chat with tools: the calls read out of the reply (text is the rest)
 };
@@ -82,6 +83,7 @@ struct ChunkPiece {
   int top_n = 0;
   size_t text_offset = 0;
   std::string finish_reason;  // empty while the choice runs
+  json stop_reason;           // with finish_reason: vLLM's stop_reason (null but for a stop string or token id)
 };
 json stream_chunk(Endpoint endpoint, const ResponseHeader& header, const ChunkPiece& piece, bool usage_null,
                   const TokenText& text);

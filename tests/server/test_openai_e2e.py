@@ -366,9 +366,28 @@ def test_stop_strings(client):
     r = client.completions.create(stop=[stop, "\u2603never\u2603"], **base)
     assert r.choices[0].text == expected
     assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].stop_reason == stop  # vLLM's field: the stop string that matched
     # Streaming holds back text that may start a stop string, and never shows the stop string.
     streamed = "".join(c.choices[0].text for c in client.completions.create(stop=stop, stream=True, **base) if c.choices)
     assert streamed == expected
+
+
+def test_stop_token_ids_and_min_tokens(client):
+    # Token 300 forced by logit_bias: stop_token_ids ends the reply on it at once (its text left out, vLLM's
+    # stop_reason the id); min_tokens holds it back for that many tokens; the end of generation is null.
+    base = dict(model=MODEL, prompt="The cat", max_tokens=12, temperature=0, logit_bias={"300": 100})
+    r = client.completions.create(extra_body={"stop_token_ids": [300]}, **base)
+    assert (r.choices[0].finish_reason, r.choices[0].stop_reason, r.usage.completion_tokens) == ("stop", 300, 1)
+    assert r.choices[0].text == ""
+    r = client.completions.create(extra_body={"stop_token_ids": [300], "min_tokens": 3}, **base)
+    assert (r.choices[0].finish_reason, r.choices[0].stop_reason, r.usage.completion_tokens) == ("stop", 300, 4)
+    chunks = list(client.completions.create(extra_body={"stop_token_ids": [300], "min_tokens": 3}, stream=True, **base))
+    ends = [(c.choices[0].finish_reason, c.choices[0].stop_reason) for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert ends == [("stop", 300)]
+    r = client.completions.create(model=MODEL, prompt="The cat", max_tokens=3, temperature=0)
+    assert r.choices[0].stop_reason is None
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(extra_body={"min_tokens": 13}, **base)
 
 
 def test_logprobs(client):
