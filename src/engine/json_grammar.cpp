@@ -40,6 +40,8 @@ constexpr std::array<const char*, 13> kUnsupported = {"multipleOf",
 constexpr std::array<const char*, 8> kAnnotations = {"title",    "description", "default",  "examples",
                                                      "$comment", "deprecated",  "readOnly", "writeOnly"};
 
+constexpr int kMaxAllOfParts = 256;
+
 constexpr std::array<const char*, 4> kBounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 // The string formats written to their definition (RFC 3339 dates and times, RFC 4122 UUIDs, dotted IPv4,
@@ -457,18 +459,17 @@ class SchemaCompiler {
     for (const char* keyword : kUnsupported)
       if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
     if (s.contains("uniqueItems") && s["uniqueItems"] == true) fail("the schema keyword 'uniqueItems' is not supported");
-    if (auto ref = s.find("$ref"); ref != s.end()) return reference(*ref, depth);
-    if (auto all = s.find("allOf"); all != s.end()) {
-      if (!all->is_array() || all->empty()) fail("'allOf' must be a non-empty array of schemas");
-      bool alone = all->size() == 1;
+    if (auto ref = s.find("$ref"); ref != s.end()) {
+      // Keywords beside a $ref apply too (JSON Schema 2019-09 on): the two merged as an allOf.
       for (auto it = s.begin(); it != s.end(); ++it) {
         const std::string& key = it.key();
-        if (key != "allOf" && std::find(kAnnotations.begin(), kAnnotations.end(), key) == kAnnotations.end())
-          alone = false;
+        if (key != "$ref" && key != "$defs" && key != "definitions" &&
+            std::find(kAnnotations.begin(), kAnnotations.end(), key) == kAnnotations.end())
+          return compile(merge_all_of(s, depth), depth + 1);
       }
-      if (!alone) fail("the schema keyword 'allOf' is supported only with one schema and nothing beside it");
-      return compile((*all)[0], depth + 1);
+      return reference(*ref, depth);
     }
+    if (s.contains("allOf")) return compile(merge_all_of(s, depth), depth + 1);
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
       const json& branches = s[key];
@@ -531,6 +532,142 @@ class SchemaCompiler {
     const int body = compile(*target, depth + 1);
     grammar_.nodes[static_cast<size_t>(id)].alternatives = {body};
     return id;
+  }
+
+  // allOf as one schema: its parts (each $ref followed, the keywords beside a $ref or an allOf kept as a part
+  // of their own) merged keyword by keyword where the result allows exactly the values every part allows:
+  // properties joined (a property in several parts: the allOf of its schemas), required joined, types
+  // intersected, the tighter of each bound, enums intersected, items and additionalProperties schemas as
+  // allOfs. What cannot be merged so is refused by name.
+  json merge_all_of(const json& s, int depth) const {
+    std::vector<json> parts;
+    int visits = 0;  // $refs met twice are read twice: a cap keeps a doubling chain from exploding
+    const std::function<void(const json&, int)> collect = [&](const json& p, int d) {
+      if (d > kMaxSchemaDepth) fail("the schema nests deeper than {}", kMaxSchemaDepth);
+      if (++visits > kMaxAllOfParts)
+        fail("an 'allOf' that expands to more than {} schemas is not supported", kMaxAllOfParts);
+      if (p.is_boolean()) {
+        if (!p.get<bool>()) fail("an 'allOf' part of false allows no value");
+        return;
+      }
+      if (!p.is_object()) fail("a schema must be an object, got {}", json_text(p));
+      json rest = p;
+      if (auto ref = p.find("$ref"); ref != p.end()) {
+        if (!ref->is_string()) fail("'$ref' must be a string");
+        const json* target = lookup(ref->get<std::string>());
+        if (target == nullptr)
+          fail("'$ref' '{}' does not name a schema in #/$defs or #/definitions", ref->get<std::string>());
+        collect(*target, d + 1);
+        rest.erase("$ref");
+      }
+      if (auto all = p.find("allOf"); all != p.end()) {
+        if (!all->is_array() || all->empty()) fail("'allOf' must be a non-empty array of schemas");
+        for (const json& q : *all) collect(q, d + 1);
+        rest.erase("allOf");
+      }
+      rest.erase("$defs");
+      rest.erase("definitions");
+      if (!rest.empty()) parts.push_back(std::move(rest));
+    };
+    collect(s, depth);
+    json out = json::object();
+    for (const json& part : parts) {
+      for (auto it = part.begin(); it != part.end(); ++it) {
+        const std::string& key = it.key();
+        const json& value = it.value();
+        if (!out.contains(key)) {
+          out[key] = value;
+          continue;
+        }
+        json& have = out[key];
+        if (have == value || std::find(kAnnotations.begin(), kAnnotations.end(), key) != kAnnotations.end()) continue;
+        merge_keyword(key, have, value);
+      }
+    }
+    if (out.contains("properties") && !out["properties"].is_object()) fail("'properties' must be an object");
+    // A part that forbids other properties must list every property another part names.
+    for (const json& part : parts) {
+      if (part.value("additionalProperties", json(true)) != json(false) || !out.contains("properties")) continue;
+      const json props = part.value("properties", json::object());
+      for (auto it = out["properties"].begin(); it != out["properties"].end(); ++it)
+        if (!props.is_object() || !props.contains(it.key()))
+          fail("an 'allOf' part with additionalProperties false does not list '{}', which another part names",
+               it.key());
+    }
+    if (out.contains("const") && out.contains("enum") &&
+        (!out["enum"].is_array() ||
+         std::find(out["enum"].begin(), out["enum"].end(), out["const"]) == out["enum"].end()))
+      fail("'allOf' whose parts' const and enum have no value in common");
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!out.contains(key)) continue;
+      for (auto it = out.begin(); it != out.end(); ++it)
+        if (it.key() != key && std::find(kAnnotations.begin(), kAnnotations.end(), it.key()) == kAnnotations.end())
+          fail("'allOf' with '{}' in one part and '{}' in another is not supported", key, it.key());
+    }
+    return out;
+  }
+
+  static void merge_keyword(const std::string& key, json& have, const json& value) {
+    const auto number = [&](const json& v) {
+      if (!v.is_number()) fail("'{}' must be a number", key);
+      return v.get<double>();
+    };
+    if (key == "properties" && have.is_object() && value.is_object()) {
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        if (!have.contains(it.key())) {
+          have[it.key()] = it.value();
+        } else if (have[it.key()] != it.value()) {
+          have[it.key()] = json{{"allOf", json::array({have[it.key()], it.value()})}};
+        }
+      }
+    } else if (key == "required" && have.is_array() && value.is_array()) {
+      for (const json& name : value)
+        if (std::find(have.begin(), have.end(), name) == have.end()) have.push_back(name);
+    } else if (key == "type") {
+      const auto names = [](const json& t) {
+        std::set<std::string> out;
+        for (const json& n : t.is_array() ? t : json::array({t}))
+          if (n.is_string()) out.insert(n.get<std::string>());
+        return out;
+      };
+      const std::set<std::string> a = names(have), b = names(value);
+      std::set<std::string> common;
+      for (const std::string& t : a) {
+        if (b.count(t)) {
+          common.insert(t);
+        } else if ((t == "integer" && b.count("number")) || (t == "number" && b.count("integer"))) {
+          common.insert("integer");  // every integer is a number
+        }
+      }
+      const json both(common);
+      if (both.empty())
+        fail("'allOf' whose parts' types ({} and {}) have no value in common", json_text(have), json_text(value));
+      have = both.size() == 1 ? both[0] : both;
+    } else if (key == "minimum" || key == "exclusiveMinimum" || key == "minLength" || key == "minItems" ||
+               key == "minProperties") {
+      have = number(value) > number(have) ? value : have;
+    } else if (key == "maximum" || key == "exclusiveMaximum" || key == "maxLength" || key == "maxItems" ||
+               key == "maxProperties") {
+      have = number(value) < number(have) ? value : have;
+    } else if (key == "enum" && have.is_array() && value.is_array()) {
+      json both = json::array();
+      for (const json& v : have)
+        if (std::find(value.begin(), value.end(), v) != value.end()) both.push_back(v);
+      if (both.empty()) fail("'allOf' whose parts' enums have no value in common");
+      have = std::move(both);
+    } else if ((key == "items" || key == "additionalProperties" || key == "additionalItems") && !have.is_array() &&
+               !value.is_array()) {
+      if (have == json(false) || value == json(false)) {
+        have = false;
+      } else if (have == json(true)) {
+        have = value;
+      } else if (value != json(true)) {
+        have = json{{"allOf", json::array({have, value})}};
+      }
+    } else {
+      fail("'allOf' whose parts give '{}' different values ({} and {}) is not supported", key, json_text(have),
+           json_text(value));
+    }
   }
 
   // The schema a $ref chain leads to (itself where it is not one); null where it leads nowhere.
