@@ -298,6 +298,15 @@ def tiny_smollm3(gguf, path, seed):
     finish(w)
 
 
+def begin_moe(gguf, path, arch, shape, rope_base, n_expert, n_used, F_exp):
+    """begin(), then the mixture's keys: n_expert experts of F_exp, n_used per token."""
+    w = begin(gguf, path, arch, shape, rope_base)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(F_exp)
+    return w
+
+
 def add_moe_ffn(w, r, p, E, n_expert, F_exp):
     """A mixture-of-experts FFN: the router (drawn wide, so tokens pick different experts) and the experts'
     stacked gate / up / down, numpy [expert][rows][cols] (ggml's ne {cols, rows, expert})."""
@@ -313,10 +322,7 @@ def tiny_qwen3moe(gguf, path, seed):
     r = Draws(seed)
     E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 32, 192
     n_expert, n_used, F_exp = 4, 2, 48
-    w = begin(gguf, path, "qwen3moe", shape, 1e6)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(F_exp)
+    w = begin_moe(gguf, path, "qwen3moe", shape, 1e6, n_expert, n_used, F_exp)
     n_vocab = copy_vocab(gguf, w)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
     for i in range(L):
@@ -337,10 +343,7 @@ def tiny_qwen2moe(gguf, path, seed):
     r = Draws(seed)
     E, L, H, KVH, D, F = shape = 64, 2, 4, 2, 16, 96
     n_expert, n_used, F_exp, F_sh = 4, 2, 32, 80
-    w = begin(gguf, path, "qwen2moe", shape, 1e6)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(F_exp)
+    w = begin_moe(gguf, path, "qwen2moe", shape, 1e6, n_expert, n_used, F_exp)
     w.add_expert_shared_feed_forward_length(F_sh)
     n_vocab = copy_vocab(gguf, w)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))

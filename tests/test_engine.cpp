@@ -1035,32 +1035,11 @@ TEST(Engine, AddRequestsQueuesTheWholeBatchForOneStepOrNone) {
   for (size_t k = 0; k < 6; ++k) EXPECT_EQ(order[k].second, 1u) << "event " << k;
 }
 
-TEST(Engine, StopStringEndsChoiceWithStopAndHidesIt) {
-  std::mt19937 rng(11);
-  const std::vector<int32_t> prompt = random_prompt(rng, 10);
-  SamplingParams params;
-  params.max_tokens = 40;
-  params.ignore_eos = true;
-  const GenerationResult free_run = alone(prompt, params);
-  ASSERT_GE(free_run.text.size(), 12u);
-  params.stop = {free_run.text.substr(8, 3)};
-  const GenerationResult want = alone(prompt, params);
-  Engine engine(stories(), small_options());
-  Collector col;
-  engine.add_request(col.request("s", prompt, params));
-  expect_all_blocks_free_or_cached(engine);
-  EXPECT_EQ(col.get("s").finish_reason, "stop");
-  EXPECT_EQ(col.get("s").stop_string, params.stop[0]);
-  EXPECT_EQ(col.get("s").stop_token_id, -1);
-  EXPECT_EQ(col.get("s").text, want.text);
-  EXPECT_EQ(col.get("s").ids, want.generated_ids);
-}
-
-// vLLM's stop_token_ids end a choice at the first such token (its text left out); min_tokens holds every end
-// back until that many tokens are out: the token is never drawn before, and a stop string that appears
-// before is passed over. The engine, plain and speculative, gives the Generator's tokens and text; the
-// free run's tokens say where each must end.
-TEST(Engine, StopTokenIdsAndMinTokensEndWhereTheyShould) {
+// A stop string ends a choice before it (the string hidden); vLLM's stop_token_ids end one at the first such
+// token (its text left out); min_tokens holds every end back until that many tokens are out: the token is
+// never drawn before, and a stop string that appears before is passed over. The engine, plain and
+// speculative, gives the Generator's tokens and text; the free run's tokens say where each must end.
+TEST(Engine, StopStringsStopTokenIdsAndMinTokensEndWhereTheyShould) {
   std::mt19937 rng(21);
   const std::vector<int32_t> prompt = random_prompt(rng, 10);
   SamplingParams params;
@@ -1077,11 +1056,13 @@ TEST(Engine, StopTokenIdsAndMinTokensEndWhereTheyShould) {
   stop_at.stop_token_ids = {stop_id};
   SamplingParams held = stop_at;
   held.min_tokens = static_cast<int>(first_stop) + 4;
+  SamplingParams stop_string = params;
+  stop_string.stop = {free_run.text.substr(8, 3)};
   SamplingParams held_string = params;  // a stop string of the free run's early text, passed over
   held_string.stop = {free_run.text.substr(2, 4)};
   held_string.min_tokens = 30;
   const std::vector<std::pair<std::string, SamplingParams>> cases = {
-      {"stop_at", stop_at}, {"held", held}, {"held_string", held_string}};
+      {"stop_at", stop_at}, {"held", held}, {"stop_string", stop_string}, {"held_string", held_string}};
 
   std::map<std::string, GenerationResult> want;
   for (const auto& [name, p] : cases) want[name] = alone(prompt, p);
@@ -1102,6 +1083,8 @@ TEST(Engine, StopTokenIdsAndMinTokensEndWhereTheyShould) {
   ASSERT_NE(free_run.text.find(held_string.stop[0]), std::string::npos);
   EXPECT_GT(want["held_string"].generated_ids.size(), 30u);
   EXPECT_EQ(want["held_string"].text.substr(0, 8), free_run.text.substr(0, 8));  // past the early stop string
+  EXPECT_EQ(want["stop_string"].finish_reason, "stop");
+  EXPECT_EQ(want["stop_string"].text, free_run.text.substr(0, free_run.text.find(stop_string.stop[0])));
 
   for (const int speculative : {0, 3}) {
     EngineOptions o = small_options();
@@ -1119,6 +1102,8 @@ TEST(Engine, StopTokenIdsAndMinTokensEndWhereTheyShould) {
     // vLLM's stop_reason: the stop token id drawn, or the stop string matched.
     EXPECT_EQ(col.get("stop_at").stop_token_id, stop_id);
     EXPECT_EQ(col.get("stop_at").stop_string, "");
+    EXPECT_EQ(col.get("stop_string").stop_string, stop_string.stop[0]);
+    EXPECT_EQ(col.get("stop_string").stop_token_id, -1);
     if (col.get("held_string").finish_reason == "stop") {
       EXPECT_EQ(col.get("held_string").stop_string, held_string.stop[0]);
     }

@@ -103,7 +103,10 @@ TEST(JsonGrammar, HandPickedTextsOfSchemas) {
       {R"({"allOf": [{"type": "array", "items": {"type": "integer"}}, {"items": {"maximum": 2}, "maxItems": 2}]})",
        {"[1,2]", "[]"},
        {"[3]", "[1,2,1]", "[1.5]"}},
-      // Keywords beside a $ref apply as well.
+      // Keywords beside a $ref apply as well; one the target repeats keeps a recursive schema a reference.
+      {R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node", "type": "object"}}, "required": ["v"]}}, "$ref": "#/$defs/node"})",
+       {R"({"v":1})", R"({"v":1,"next":{"v":2,"next":{"v":3}}})"},
+       {R"({"v":1,"next":{}})", R"({"next":{"v":2}})"}},
       {R"({"$defs": {"S": {"type": "string"}}, "type": "object", "properties": {"x": {"$ref": "#/$defs/S", "maxLength": 2, "description": "short"}}, "required": ["x"]})",
        {R"({"x":"ab"})"},
        {R"({"x":"abc"})", R"({"x":1})"}},

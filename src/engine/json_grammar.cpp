@@ -460,11 +460,15 @@ class SchemaCompiler {
       if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
     if (s.contains("uniqueItems") && s["uniqueItems"] == true) fail("the schema keyword 'uniqueItems' is not supported");
     if (auto ref = s.find("$ref"); ref != s.end()) {
-      // Keywords beside a $ref apply too (JSON Schema 2019-09 on): the two merged as an allOf.
+      // Keywords beside a $ref apply too (JSON Schema 2019-09 on): the two merged as an allOf, unless the target
+      // says the same already (a recursive schema's "type" repeated beside its $ref stays a reference).
+      const json* target = ref->is_string() ? lookup(ref->get<std::string>()) : nullptr;
       for (auto it = s.begin(); it != s.end(); ++it) {
         const std::string& key = it.key();
-        if (key != "$ref" && key != "$defs" && key != "definitions" &&
-            std::find(kAnnotations.begin(), kAnnotations.end(), key) == kAnnotations.end())
+        if (key == "$ref" || key == "$defs" || key == "definitions" ||
+            std::find(kAnnotations.begin(), kAnnotations.end(), key) != kAnnotations.end())
+          continue;
+        if (target == nullptr || !target->is_object() || !target->contains(key) || (*target)[key] != it.value())
           return compile(merge_all_of(s, depth), depth + 1);
       }
       return reference(*ref, depth);
