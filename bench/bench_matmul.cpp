@@ -89,6 +89,9 @@ std::vector<uint8_t> make_weights(DType type, int64_t rows, int64_t cols) {
     case DType::Q6_K:
       for (int64_t b = 0; b < n_blocks; ++b) set_half(b * block_bytes + offsetof(BlockQ6_K, d));
       break;
+    case DType::MXFP4:  // 2^-7, as 0.01 is near
+      for (int64_t b = 0; b < n_blocks; ++b) data[static_cast<size_t>(b) * block_bytes] = 121;
+      break;
     case DType::IQ2_XXS:
     case DType::IQ2_XS:
     case DType::IQ2_S:
@@ -234,10 +237,10 @@ int main(int argc, char** argv) {
       ->Arg(2 << 20)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
-  const DType types[] = {DType::F32,     DType::F16,   DType::BF16,  DType::Q8_0,    DType::Q4_0,   DType::Q4_1,
-                         DType::Q5_0,    DType::Q5_1,  DType::Q2_K,  DType::Q3_K,    DType::IQ4_NL, DType::IQ4_XS,
-                         DType::Q4_K,    DType::Q5_K,  DType::Q6_K,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
-                         DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M};
+  const DType types[] = {DType::F32,    DType::F16,     DType::BF16,  DType::Q8_0,  DType::Q4_0,    DType::Q4_1,
+                         DType::Q5_0,   DType::Q5_1,    DType::Q2_K,  DType::Q3_K,  DType::IQ4_NL,  DType::MXFP4,
+                         DType::IQ4_XS, DType::Q4_K,    DType::Q5_K,  DType::Q6_K,  DType::IQ2_XXS, DType::IQ2_XS,
+                         DType::IQ2_S,  DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M};
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};  // rows x cols
   for (DType type : types) {
     for (const auto& shape : shapes) {

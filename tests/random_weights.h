@@ -82,6 +82,11 @@ inline std::vector<uint8_t> random_weights(DType type, int64_t n_rows, int64_t n
       break;
     }
     case DType::IQ4_NL: blocks(reinterpret_cast<BlockIQ4_NL*>(data.data()), kQK4_0); break;
+    case DType::MXFP4: {
+      auto* b = reinterpret_cast<BlockMXFP4*>(data.data());
+      for (int64_t i = 0; i < n_elems / kQK4_0; ++i) b[i].e = static_cast<uint8_t>(116 + rng() % 8);  // 2^-12..2^-5
+      break;
+    }
     case DType::IQ4_XS: {
       auto* b = reinterpret_cast<BlockIQ4_XS*>(data.data());
       for (int64_t i = 0; i < n_elems / kQK_K; ++i) b[i].d = random_half(rng, 0.00002f, 0.0003f, true);

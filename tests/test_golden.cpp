@@ -246,7 +246,7 @@ TEST(GoldenMistral3, TheTemperatureAndTheYarnMagnitudeMatter) {
 }
 
 // gpt-oss: its learned sinks, its biases (attention output, router, experts) and its clamped SwiGLU each matter:
-// without any one, the last step's logits miss llama.cpp's by far. Its MXFP4 experts run as exact Q5_0.
+// without any one, the last step's logits miss llama.cpp's by far. Its experts stay MXFP4 and run on the MXFP4 kernels.
 TEST(GoldenGptOss, SinksBiasesAndTheClampedSwigluMatter) {
   auto model = load_model(kArchGoldens + "/tiny-gptoss.gguf");
   const ModelConfig& c = model->config;
@@ -254,7 +254,7 @@ TEST(GoldenGptOss, SinksBiasesAndTheClampedSwigluMatter) {
   EXPECT_EQ(c.sliding_window, 8);
   EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, false, true, false}));
   EXPECT_EQ(c.rope_scaling_swa.type, RopeScaling::Type::Yarn);
-  EXPECT_EQ(model->layers[0].gate_exps[0].type, DType::Q5_0);
+  EXPECT_EQ(model->layers[0].gate_exps[0].type, DType::MXFP4);
   const json g = read_jsonl(kArchGoldens + "/tiny-gptoss.jsonl").back();
   ASSERT_GT(g["prompt_ids"].size() + g["generated_ids"].size(), 16u);  // past the window
   const auto worst = [&] { return last_step_miss(*model, g); };

@@ -1,5 +1,5 @@
-// gpt-oss's pieces: MXFP4 weights as exact Q5_0 (or F32), the clamped SwiGLU, and the harmony vocabulary's
-// end-of-generation rule. The forward pass itself is checked against llama.cpp in test_golden.cpp.
+// gpt-oss's pieces: MXFP4 weights (scales, quantizer, dots and kernels), the clamped SwiGLU, and the harmony
+// vocabulary's end-of-generation rule. The forward pass itself is checked against llama.cpp in test_golden.cpp.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -9,12 +9,14 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu/quants.h"
+#include "model/gpt_oss_experts.h"
 #include "model/loaders.h"
 #include "model/model.h"
-#include "model/mxfp4_weights.h"
 #include "model/tokenizer.h"
 #include "test_checks.h"
 
@@ -50,100 +52,137 @@ TEST(Mxfp4, DequantizesAsTheSpecSays) {
   }
 }
 
-TEST(Mxfp4, BlocksWithFp16ScalesAreExactlyQ5_0) {
-  std::mt19937 rng(11);
-  for (int e = 104; e <= 143; ++e)
-    for (int rep = 0; rep < 20; ++rep) {
-      const BlockMXFP4 b = random_block(rng, static_cast<uint8_t>(e));
-      BlockQ5_0 q{};
-      ASSERT_TRUE(mxfp4_block_to_q5_0(b, q)) << e;
-      float want[32], got[32];
-      dequantize_row_mxfp4(&b, want, 32);
-      dequantize_row_q5_0(&q, got, 32);
-      for (int j = 0; j < 32; ++j) ASSERT_EQ(got[j], want[j]) << "e " << e << " element " << j;
+// 2^(e - 128) from its bits for every exponent, subnormal ones (e < 2) included.
+TEST(Mxfp4, HalfScaleIsTwoToTheEMinus128ForEveryExponent) {
+  for (int e = 0; e < 256; ++e) EXPECT_EQ(mxfp4_half_scale(static_cast<uint8_t>(e)), std::ldexp(1.0f, e - 128)) << e;
+}
+
+// ggml's quantize_row_mxfp4_ref: e = floor(log2(max |x|)) - 2 + 127, each value the nearest level (the first of
+// two equally near), so values on the grid come back exactly; a block of zeros has e = 0.
+TEST(Mxfp4, QuantizesAsGgml) {
+  std::mt19937 rng(13);
+  std::vector<float> x(32 * 24);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float mag = std::ldexp(1.0f, static_cast<int>(i / 32) - 12);  // a different magnitude per block
+    x[i] = std::uniform_real_distribution<float>(-mag, mag)(rng);
+  }
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // block 1: zeros
+  // Block 2: values on the grid of its scale (max 6 * 2^-3: e = floor(log2 0.75) + 125 = 124).
+  for (int j = 0; j < 32; ++j) x[64 + j] = static_cast<float>(kMXFP4Values[j % 16]) * std::ldexp(1.0f, -4);
+  x[64] = 0.5f * (kMXFP4Values[5] + kMXFP4Values[6]) * std::ldexp(1.0f, -4);  // halfway between 6 and 8: 6 wins
+  std::vector<BlockMXFP4> q(x.size() / 32);
+  quantize_row_mxfp4(x.data(), q.data(), static_cast<int64_t>(x.size()));
+  std::vector<float> back(x.size());
+  dequantize_row_mxfp4(q.data(), back.data(), static_cast<int64_t>(x.size()));
+  for (size_t b = 0; b < q.size(); ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    const int want_e = amax > 0.0f ? static_cast<int>(std::floor(std::log2(amax))) + 125 : 0;
+    ASSERT_EQ(q[b].e, want_e) << "block " << b;
+    const float d = std::ldexp(1.0f, want_e - 128);
+    for (int j = 0; j < 32; ++j) {
+      const float v = x[b * 32 + j];
+      const int code = j < 16 ? q[b].qs[j] & 0xF : q[b].qs[j - 16] >> 4;
+      for (int k = 0; k < 16; ++k) {
+        const float err = std::fabs(kMXFP4Values[k] * d - v), chosen = std::fabs(kMXFP4Values[code] * d - v);
+        ASSERT_TRUE(chosen < err || (chosen == err && code <= k))
+            << "block " << b << " element " << j << " level " << k;
+      }
     }
-  // Outside fp16's range a block with a value does not fit; one of zeros (codes 0 and 8) does.
-  BlockMXFP4 b = random_block(rng, 103);
-  b.qs[0] = 0x21;
-  BlockQ5_0 q{};
-  EXPECT_FALSE(mxfp4_block_to_q5_0(b, q));
-  b.e = 144;
-  EXPECT_FALSE(mxfp4_block_to_q5_0(b, q));
-  std::memset(b.qs, 0x80, sizeof b.qs);
-  b.e = 3;
-  ASSERT_TRUE(mxfp4_block_to_q5_0(b, q));
-  float got[32];
-  dequantize_row_q5_0(&q, got, 32);
-  for (float v : got) EXPECT_EQ(v, 0.0f);
+  }
+  for (int j = 1; j < 32; ++j) EXPECT_EQ(back[64 + j], x[64 + j]) << j;
+  EXPECT_EQ(back[64], 6.0f * std::ldexp(1.0f, -4));
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(back[32 + j], 0.0f);
 }
 
-TEST(Mxfp4, WeightsWidenToQ5_0OrF32) {
-  std::mt19937 rng(3);
-  // Two 64-wide rows: in range; the same with one block's scale far below fp16's.
-  std::vector<BlockMXFP4> fits, tiny;
-  for (int i = 0; i < 4; ++i) fits.push_back(random_block(rng, static_cast<uint8_t>(120 + i)));
-  tiny = fits;
-  tiny[2].e = 60;
-  tiny[2].qs[5] = 0x17;
-  Model m;
-  m.layers.resize(1);
-  const auto view = [](const std::vector<BlockMXFP4>& blocks, const char* name) {
-    Tensor t;
-    t.name = name;
-    t.type = DType::MXFP4;
-    t.ne = {64, 2, 1, 1};
-    t.n_dims = 2;
-    t.data = blocks.data();
-    return t;
-  };
-  m.layers[0].wq = view(fits, "wq");
-  m.layers[0].gate_exps.push_back(view(tiny, "gate_exps[0]"));
-  const size_t stored = m.storage.size();
-  EXPECT_EQ(widen_mxfp4_weights(m), 2);
-  EXPECT_EQ(m.storage.size(), stored + 2);
-  ASSERT_EQ(m.layers[0].wq.type, DType::Q5_0);
-  ASSERT_EQ(m.layers[0].gate_exps[0].type, DType::F32);
-  std::vector<float> want(128), got(128);
-  dequantize_row_mxfp4(fits.data(), want.data(), 128);
-  dequantize_row_q5_0(static_cast<const BlockQ5_0*>(m.layers[0].wq.data), got.data(), 128);
-  EXPECT_EQ(got, want);
-  dequantize_row_mxfp4(tiny.data(), want.data(), 128);
-  EXPECT_NE(want[64 + 5], 0.0f);  // the tiny block's value survives
-  std::memcpy(got.data(), m.layers[0].gate_exps[0].data, 128 * sizeof(float));
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(widen_mxfp4_weights(m), 0);  // nothing left to convert
+// The scalar MXFP4 x Q8_0 dot is the double sum of the dequantized products (within float rounding), and the
+// AVX2 tile's is the scalar one's.
+TEST(Mxfp4, DotMatchesTheDequantizedSum) {
+  std::mt19937 rng(17);
+  const int64_t n = 32 * 9;
+  std::vector<BlockMXFP4> w;
+  for (int64_t i = 0; i < n / 32; ++i) w.push_back(random_block(rng, static_cast<uint8_t>(118 + i)));
+  std::vector<float> x(n);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  std::vector<BlockQ8_0> a(n / 32);
+  quantize_row_q8_0(x.data(), a.data(), n);
+  std::vector<float> wf(n), af(n);
+  dequantize_row_mxfp4(w.data(), wf.data(), n);
+  dequantize_row(DType::Q8_0, a.data(), af.data(), n);
+  double want = 0, mag = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    want += static_cast<double>(wf[k]) * af[k];
+    mag += std::fabs(static_cast<double>(wf[k]) * af[k]);
+  }
+  const float got = vec_dot_mxfp4_q8_0(n, w.data(), a.data());
+  EXPECT_NEAR(got, want, 1e-6 * mag);
+  if (cpu_has_avx2()) {
+    EXPECT_NEAR(avx2::vec_dot_mxfp4_q8_0(n, w.data(), a.data()), got, 1e-6 * mag);
+  }
 }
 
-// A big weight's Q5_0 copy, which the AVX2 kernels read from its interleaved copy, is kept in a temporary file's
-// pages rather than memory of its own; its values are the same.
-TEST(Mxfp4, LargeWeightsKeepTheirRowMajorCopyInAFile) {
-  if (!cpu_has_avx2()) GTEST_SKIP() << "no interleaved copy without AVX2";
-  std::mt19937 rng(5);
-  const int64_t cols = 2048, rows = 1536;  // 98304 blocks: 2.1 MB as Q5_0
+// MXFP4 weights multiply with their own kernels (the interleaved rows and the tiles past the last 8) for every
+// scale exponent, the subnormal scales (e < 2) included: each row's products match the scalar dots', and the
+// weight keeps MXFP4's bytes in its interleaved copy.
+TEST(Mxfp4, KernelsTakeEveryScaleExponent) {
+  std::mt19937 rng(19);
+  const std::vector<int> exponents = {0, 1, 2, 3, 60, 100, 118, 127, 128, 140, 180, 200, 230};
+  const int64_t n_in = 96, n_out = static_cast<int64_t>(exponents.size()) + 8;  // 2 groups of 8 and 5 more rows
   std::vector<BlockMXFP4> blocks;
-  for (int64_t i = 0; i < rows * cols / 32; ++i) blocks.push_back(random_block(rng, static_cast<uint8_t>(118 + i % 9)));
-  Model m;
-  m.layers.resize(1);
-  Tensor& t = m.layers[0].down_exps.emplace_back();
-  t.name = "down_exps[0]";
-  t.type = DType::MXFP4;
-  t.ne = {cols, rows, 1, 1};
-  t.n_dims = 2;
-  t.data = blocks.data();
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t i = 0; i < n_in / 32; ++i)
+      blocks.push_back(random_block(rng, static_cast<uint8_t>(exponents[static_cast<size_t>(r) % exponents.size()])));
+  Tensor w;
+  w.type = DType::MXFP4;
+  w.ne = {n_in, n_out, 1, 1};
+  w.n_dims = 2;
+  w.data = blocks.data();
+  std::shared_ptr<uint8_t[]> interleaved;
+  if (cpu_has_avx2()) {
+    EXPECT_FALSE(interleaved_pairs_preferred(DType::MXFP4));
+    EXPECT_EQ(interleaved_bytes(w), static_cast<size_t>(n_out / 8 * 8 * n_in / 32) * sizeof(BlockMXFP4));
+    interleaved = interleave_rows(w);
+    w.interleaved = interleaved.get();
+  }
+  for (int64_t n_tokens : {1, 3, 8}) {
+    std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+    for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    std::vector<float> got(static_cast<size_t>(n_tokens * n_out), NAN), want(got.size(), NAN);
+    set_simd_enabled(false);
+    matmul(w, x.data(), n_tokens, want.data());
+    set_simd_enabled(true);
+    matmul(w, x.data(), n_tokens, got.data());
+    std::vector<BlockQ8_0> a(static_cast<size_t>(n_in / 32));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      quantize_row_q8_0(x.data() + t * n_in, a.data(), n_in);
+      for (int64_t r = 0; r < n_out; ++r) {
+        const float dot = vec_dot_mxfp4_q8_0(n_in, blocks.data() + r * n_in / 32, a.data());
+        const size_t at = static_cast<size_t>(t * n_out + r);
+        EXPECT_EQ(want[at], dot) << "row " << r;
+        ASSERT_NE(dot, 0.0f) << "row " << r;  // the subnormal scales still give a nonzero product
+        EXPECT_NEAR(got[at], dot, 1e-6 * std::fabs(dot))
+            << "row " << r << " e " << exponents[r % exponents.size()] << " tokens " << n_tokens;
+      }
+    }
+  }
+}
+
+// A big expert's blocks repacked from a checkpoint, which the AVX2 kernels read from its interleaved copy, are
+// kept in a temporary file's pages rather than memory of their own; a small one, or one of fewer than 8 rows,
+// in memory.
+TEST(Mxfp4, LargeCheckpointExpertsKeepTheirRowMajorBlocksInAFile) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no interleaved copy without AVX2";
   // A folder this test knows exists (the default, /var/tmp, may not on every machine).
   ::setenv("KVSERVE_TMPDIR", std::filesystem::temp_directory_path().c_str(), 1);
-  const int widened = widen_mxfp4_weights(m);
+  const std::shared_ptr<uint8_t[]> big = mxfp4_weight_buffer(3 * (size_t{1} << 20), 1536);
+  const std::shared_ptr<uint8_t[]> small = mxfp4_weight_buffer(size_t{1} << 16, 1536);
+  const std::shared_ptr<uint8_t[]> few_rows = mxfp4_weight_buffer(3 * (size_t{1} << 20), 4);
   ::unsetenv("KVSERVE_TMPDIR");
-  ASSERT_EQ(widened, 1);
-  ASSERT_EQ(t.type, DType::Q5_0);
-  const std::string held = test::mapping_of(t.data);
-  EXPECT_NE(held.find("kvserve-weights-"), std::string::npos) << held;
-  std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
-  for (int64_t r : {int64_t{0}, rows / 2, rows - 1}) {
-    dequantize_row_mxfp4(blocks.data() + r * cols / 32, want.data(), cols);
-    dequantize_row_q5_0(static_cast<const BlockQ5_0*>(t.data) + r * cols / 32, got.data(), cols);
-    EXPECT_EQ(got, want) << "row " << r;
-  }
+  EXPECT_NE(test::mapping_of(big.get()).find("kvserve-weights-"), std::string::npos) << test::mapping_of(big.get());
+  EXPECT_EQ(test::mapping_of(small.get()).find("kvserve-weights-"), std::string::npos);
+  EXPECT_EQ(test::mapping_of(few_rows.get()).find("kvserve-weights-"), std::string::npos);
+  big[3 * (size_t{1} << 20) - 1] = 9;
+  EXPECT_EQ(big[3 * (size_t{1} << 20) - 1], 9);
 }
 
 TEST(SwigluOai, ClampsAsGgml) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -837,7 +838,16 @@ TEST(HfLoader, GptOssMatchesLlamaCppAndTransformers) {
     EXPECT_EQ(a.sliding_window, b.sliding_window);
     EXPECT_EQ(a.rope_scaling_swa.type, RopeScaling::Type::Yarn);
     EXPECT_TRUE(a.rope_scaling.yarn_truncate);
-    EXPECT_EQ(copy.hf->layers[0].down_exps[3].type, DType::Q5_0);
+    // The checkpoint's blocks and scales become the GGUF's MXFP4 blocks byte for byte.
+    using Experts = std::vector<Tensor> LayerWeights::*;
+    for (const Experts exps : {&LayerWeights::gate_exps, &LayerWeights::up_exps, &LayerWeights::down_exps}) {
+      const Tensor& h = (copy.hf->layers[1].*exps)[3];
+      const Tensor& r = (copy.ref->layers[1].*exps)[3];
+      ASSERT_EQ(h.type, DType::MXFP4);
+      ASSERT_EQ(r.type, DType::MXFP4);
+      ASSERT_EQ(h.ne, r.ne);
+      EXPECT_EQ(std::memcmp(h.data, r.data, row_bytes(DType::MXFP4, h.cols()) * static_cast<size_t>(h.rows())), 0);
+    }
     expect_follows_arch_golden(*copy.hf, "tiny-gptoss", 1e-4f);
     // Blocks that do not fit the config are named.
     json c = read_json(copy.tmp / "config.json");

@@ -241,9 +241,9 @@ TEST_P(MatmulTypes, MatmulAddEqualsMatmulThenAdd) {
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                            DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL,
-                                           DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ2_XXS,
-                                           DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
-                                           DType::IQ1_M),
+                                           DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                                           DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,
+                                           DType::IQ1_S, DType::IQ1_M),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(dtype_name(info.param));
                          });
@@ -481,7 +481,7 @@ struct Q32KernelCase {
     data = random_weights(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, rng);
     if (edit_weights) edit_weights(data);
     w = make_tensor(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
-    paired = interleave_rows(w, /*pairs=*/true);
+    if (type != DType::MXFP4) paired = interleave_rows(w, /*pairs=*/true);  // MXFP4 has no pair layout
     const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
     pack.reset(act_type, n_in, kTok);
     for (int t = 0; t < kTok; ++t) {
@@ -556,16 +556,17 @@ TEST(InterleavedKernels, EveryGroupAndTokenCountStoresEachTokensRowsAtItsStride)
   constexpr int kGroups = avx2::kMaxInterleavedGroups;
   constexpr int64_t kStride = 8 * kGroups + 3;  // not a multiple of 8: stores must not assume alignment
   const int64_t n_in = 160;
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::MXFP4, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 5);
     Q32KernelCase c(type, n_in, rng);
     const Tensor& w = c.w;
     const PackedActs32* acts = c.acts;
-    const auto gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
-                      : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
-                      : type == DType::Q5_0 ? avx2::gemm_interleaved_q5_0
+    const auto gemm = type == DType::Q4_0     ? avx2::gemm_interleaved_q4_0
+                      : type == DType::Q4_1   ? avx2::gemm_interleaved_q4_1
+                      : type == DType::Q5_0   ? avx2::gemm_interleaved_q5_0
                       : type == DType::IQ4_NL ? avx2::gemm_interleaved_iq4_nl
-                                            : avx2::gemm_interleaved_q8_0;
+                      : type == DType::MXFP4  ? avx2::gemm_interleaved_mxfp4
+                                              : avx2::gemm_interleaved_q8_0;
     const auto* first_group = static_cast<const uint8_t*>(w.interleaved);
     const size_t group_bytes = interleaved_group_bytes(type, n_in);
     float alone[kGroups][kTok][kInterleaveRows];
@@ -619,12 +620,15 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
   if (!cpu_has_avx2() || !(cpu_has_avx512_vnni() || cpu_has_avx_vnni()))
     GTEST_SKIP() << "neither AVX512-VNNI nor AVX-VNNI on this CPU (or turned off)";
   const int64_t n_in = 256;
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::MXFP4, DType::Q8_0}) {
     std::mt19937 rng(static_cast<uint32_t>(type) + 31);
     // Row 0: the extreme quant bytes (every nibble 0xF, or bytes -128 and 127 alternating).
     const auto extreme_row0 = [&](std::vector<uint8_t>& data) {
-      // Q5_0's from its qh on: every quant 31; IQ4_NL's every index 15 (level 113).
-      const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1 ? 4 : 2;
+      // Q5_0's from its qh on: every quant 31; IQ4_NL's every index 15 (level 113); MXFP4's (after its
+      // 1-byte scale) level -12.
+      const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1    ? 4
+                                                                     : type == DType::MXFP4 ? 1
+                                                                                            : 2;
       for (int64_t b = 0; b < n_in / 32; ++b)
         for (size_t k = quant_off; k < block; ++k)
           data[b * block + k] = type == DType::Q8_0 ? static_cast<uint8_t>(k % 2 ? 0x80 : 0x7F) : 0xFF;
@@ -632,26 +636,30 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
     Q32KernelCase c(type, n_in, rng, extreme_row0, true);
     const Tensor& w = c.w;
     const PackedActs32* acts = c.acts;
-    const auto avx2_gemm = type == DType::Q4_0   ? avx2::gemm_interleaved_q4_0
-                           : type == DType::Q4_1 ? avx2::gemm_interleaved_q4_1
-                           : type == DType::Q5_0 ? avx2::gemm_interleaved_q5_0
+    const auto avx2_gemm = type == DType::Q4_0     ? avx2::gemm_interleaved_q4_0
+                           : type == DType::Q4_1   ? avx2::gemm_interleaved_q4_1
+                           : type == DType::Q5_0   ? avx2::gemm_interleaved_q5_0
                            : type == DType::IQ4_NL ? avx2::gemm_interleaved_iq4_nl
-                                                 : avx2::gemm_interleaved_q8_0;
+                           : type == DType::MXFP4  ? avx2::gemm_interleaved_mxfp4
+                                                   : avx2::gemm_interleaved_q8_0;
     if (cpu_has_avx_vnni()) {
       const auto avx_vnni_gemm = type == DType::Q4_0     ? avxvnni::gemm_interleaved_q4_0
                                  : type == DType::Q4_1   ? avxvnni::gemm_interleaved_q4_1
                                  : type == DType::Q5_0   ? avxvnni::gemm_interleaved_q5_0
                                  : type == DType::IQ4_NL ? avxvnni::gemm_interleaved_iq4_nl
+                                 : type == DType::MXFP4  ? avxvnni::gemm_interleaved_mxfp4
                                                          : avxvnni::gemm_interleaved_q8_0;
       expect_vnni_bit_identical(avx2_gemm, avx_vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
     }
     if (!cpu_has_avx512_vnni()) continue;
-    const auto vnni_gemm = type == DType::Q4_0   ? avx512vnni::gemm_interleaved_q4_0
-                           : type == DType::Q4_1 ? avx512vnni::gemm_interleaved_q4_1
-                           : type == DType::Q5_0 ? avx512vnni::gemm_interleaved_q5_0
+    const auto vnni_gemm = type == DType::Q4_0     ? avx512vnni::gemm_interleaved_q4_0
+                           : type == DType::Q4_1   ? avx512vnni::gemm_interleaved_q4_1
+                           : type == DType::Q5_0   ? avx512vnni::gemm_interleaved_q5_0
                            : type == DType::IQ4_NL ? avx512vnni::gemm_interleaved_iq4_nl
-                                                 : avx512vnni::gemm_interleaved_q8_0;
+                           : type == DType::MXFP4  ? avx512vnni::gemm_interleaved_mxfp4
+                                                   : avx512vnni::gemm_interleaved_q8_0;
     expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
+    if (type == DType::MXFP4) continue;  // no pair layout
     // The 512-bit pair kernels on the pair layout (both groups of a pair in one register, up to
     // kMaxZmmTokens tokens), whichever kernel matmul would pick on this CPU: every pair and token count,
     // with a far stream, against the AVX2 kernel on the group layout in the passes it takes.
@@ -784,16 +792,16 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
 
 // matmul over the pair layout gives the group layout's bits for every row, token count and thread split:
 // whole pairs, a last odd group, ranges and stacked matrices (matmul_shared_input) that cut a pair.
-// The pair layout needs the 512-bit kernels, so never without AVX512-VNNI nor for a type without an
-// interleaved layout; with VNNI, Q4_0 and Q8_0 are always paired (on a Zen 4 too), every interleaved type
-// where the core runs zmm at full width.
+// The pair layout needs the 512-bit kernels, so never without AVX512-VNNI, nor for MXFP4 (which has none) or a
+// type without an interleaved layout; with VNNI, Q4_0 and Q8_0 are always paired (on a Zen 4 too), every interleaved
+// type where the core runs zmm at full width.
 TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
   if (env_switch("KVSERVE_PAIRS") >= 0 || cpu_zmm_forced() >= 0) GTEST_SKIP() << "the environment overrides the choice";
-  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL,
-                     DType::Q8_0, DType::Q2_K,
-                     DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+  for (DType type :
+       {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::MXFP4,
+        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     const bool paired = interleaved_pairs_preferred(type);
-    if (!has_interleaved_layout(type) || !cpu_has_avx512_vnni()) {
+    if (!has_interleaved_layout(type) || !cpu_has_avx512_vnni() || type == DType::MXFP4) {
       EXPECT_FALSE(paired) << dtype_name(type);
     } else if (cpu_prefers_zmm() || type == DType::Q4_0 || type == DType::Q8_0) {
       EXPECT_TRUE(paired) << dtype_name(type);

@@ -37,10 +37,12 @@ std::optional<DTypeInfo> dtype_info(uint32_t id) {
     case DType::IQ4_XS: return DTypeInfo{"IQ4_XS", 256, 136, true};
     case DType::IQ1_M:
       return DTypeInfo{"IQ1_M", 256, 56, true};
-    // TQ and MXFP4 are known so that a file using them is named in the error.
+    case DType::MXFP4:
+      return DTypeInfo{"MXFP4", 32, 17, true};
+    // TQ is known so that a file using it is named in the error.
     case DType::TQ1_0: return DTypeInfo{"TQ1_0", 256, 54, false};
-    case DType::TQ2_0: return DTypeInfo{"TQ2_0", 256, 66, false};
-    case DType::MXFP4: return DTypeInfo{"MXFP4", 32, 17, false};
+    case DType::TQ2_0:
+      return DTypeInfo{"TQ2_0", 256, 66, false};
     case DType::I8: return DTypeInfo{"I8", 1, 1, false};
     case DType::I16: return DTypeInfo{"I16", 1, 2, false};
     case DType::I32: return DTypeInfo{"I32", 1, 4, false};

@@ -6,8 +6,10 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/large_buffer.h"
+#include "kernels/cpu/interleaved_rows.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
-#include "model/mxfp4_weights.h"
 
 namespace kvserve {
 
@@ -64,9 +66,18 @@ std::vector<Tensor> per_expert(const Tensor& t, int n_expert, int64_t rows, cons
   return out;
 }
 
+}  // namespace
+
+std::shared_ptr<uint8_t[]> mxfp4_weight_buffer(size_t bytes, int64_t rows) {
+  if (bytes >= kHugePageBytes && cpu_has_avx2() && rows >= kInterleaveRows)
+    if (std::shared_ptr<uint8_t[]> file = allocate_file_backed_buffer(bytes)) return file;
+  return allocate_large_buffer(bytes);
+}
+
+namespace {
+
 // One projection of every expert from MXFP4 blocks and scales: expert e's weight is rows `row0 + step * i` of
-// its checkpoint rows (gate: 0, 2, 4, ...; up: 1, 3, ...), each `cols` wide, repacked into ggml's block order
-// and converted (widen_mxfp4_tensor).
+// its checkpoint rows (gate: 0, 2, 4, ...; up: 1, 3, ...), each `cols` wide, repacked into ggml's block order.
 std::vector<Tensor> mxfp4_experts(const SafetensorsModel& w, const std::string& stem, int n_expert, int64_t ckpt_rows,
                                   int64_t rows, int64_t cols, int64_t row0, int64_t step, Model& m) {
   const int64_t g = cols / kQK4_0;
@@ -75,7 +86,8 @@ std::vector<Tensor> mxfp4_experts(const SafetensorsModel& w, const std::string& 
   const SafetensorsTensor& scales = shaped(w, stem + "_scales", "U8", {n_expert, ckpt_rows, g});
   std::vector<Tensor> out;
   for (int e = 0; e < n_expert; ++e) {
-    std::vector<BlockMXFP4> packed(static_cast<size_t>(rows * g));
+    std::shared_ptr<uint8_t[]> buffer = mxfp4_weight_buffer(static_cast<size_t>(rows * g) * sizeof(BlockMXFP4), rows);
+    auto* packed = reinterpret_cast<BlockMXFP4*>(buffer.get());
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t src = int64_t{e} * ckpt_rows + row0 + step * r;
       for (int64_t b = 0; b < g; ++b) {
@@ -91,8 +103,8 @@ std::vector<Tensor> mxfp4_experts(const SafetensorsModel& w, const std::string& 
     t.type = DType::MXFP4;
     t.ne = {cols, rows, 1, 1};
     t.n_dims = 2;
-    t.data = packed.data();
-    widen_mxfp4_tensor(t, m.storage);  // `packed` is dropped once converted
+    t.data = packed;
+    m.storage.push_back(std::move(buffer));
     out.push_back(t);
   }
   return out;

@@ -4,14 +4,22 @@
 // interleaved (gate 2i, up 2i + 1), and down_proj, with biases. The published checkpoints keep the two
 // projections as MXFP4 (gate_up_proj_blocks / _scales [experts][rows][blocks][16 bytes | 1 byte]: a block's byte
 // j holds elements 2j (low nibble) and 2j + 1); a folder saved dequantized keeps them as [experts][in][out]
-// matrices. Both become one weight per expert in llama.cpp's layout, MXFP4 ones converted as the GGUF loader
-// converts them (widen_mxfp4_tensor).
+// matrices. Both become one weight per expert in llama.cpp's layout (MXFP4 blocks as GGUF holds them).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "model/model.h"
 #include "model/safetensors.h"
 
 namespace kvserve {
+
+// The buffer for an expert's MXFP4 blocks repacked from the checkpoint (`bytes` bytes of `rows` rows). Where the
+// AVX2 kernels will read the weight from its interleaved copy (repack_weights_for_cpu), this row-major copy is
+// read again only for its last rows (fewer than 8) and by scalar paths: a big one goes to a temporary file's
+// pages, which the kernel may drop, rather than memory of its own (gpt-oss-20b's experts: 12 GB).
+std::shared_ptr<uint8_t[]> mxfp4_weight_buffer(size_t bytes, int64_t rows);
 
 // Fills L's router, experts and expert biases from the tensors under `mlp` ("model.layers.N.mlp."); their
 // buffers go to m.storage. Throws Error naming a tensor that is missing or misshapen.

@@ -11,7 +11,6 @@
 #include "model/gguf.h"
 #include "model/loaders.h"
 #include "model/mla_weights.h"
-#include "model/mxfp4_weights.h"
 #include "model/sampling_defaults.h"
 #include "model/tokenizer.h"
 
@@ -481,9 +480,7 @@ Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = t
     return {};
   }
   const DTypeInfo info = dtype_info(t->type);
-  // MXFP4 weights are converted once every tensor is read (widen_mxfp4_weights).
-  if (!info.supported && t->type != DType::MXFP4)
-    fail("{}: unsupported tensor type {} ({}) for '{}'", f.name(), info.name, t->type_id, name);
+  if (!info.supported) fail("{}: unsupported tensor type {} ({}) for '{}'", f.name(), info.name, t->type_id, name);
   Tensor out;
   out.name = name;
   out.type = t->type;
@@ -834,7 +831,6 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
 
   m->unread_tensors = f.tensors_not_found();
   m->storage.push_back(file);
-  widen_mxfp4_weights(*m);
   validate_model(*m);
   m->tokenizer = Tokenizer::create(m->vocab);
   if (opts.progress) opts.progress(1.0f);

@@ -22,7 +22,6 @@
 #include "model/json_file.h"
 #include "model/loaders.h"
 #include "model/mla_weights.h"
-#include "model/mxfp4_weights.h"
 #include "model/safetensors.h"
 #include "model/sampling_defaults.h"
 
@@ -954,7 +953,6 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     }
   }
 
-  widen_mxfp4_weights(*m);
   validate_model(*m);
   m->tokenizer = make_tokenizer(m->vocab);
   if (opts.progress) opts.progress(1.0f);

@@ -69,7 +69,9 @@ bool has_block32_tile(DType weight_type) {
     case DType::Q4_1:
     case DType::Q5_0:
     case DType::Q5_1:
-    case DType::IQ4_NL: return true;
+    case DType::IQ4_NL:
+    case DType::MXFP4:
+      return true;
     default: return false;
   }
 }
@@ -107,6 +109,9 @@ float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a) {
 float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
   return single_dot(DType::IQ4_NL, DType::Q8_0, n, w, a);
 }
+float vec_dot_mxfp4_q8_0(int64_t n, const BlockMXFP4* w, const BlockQ8_0* a) {
+  return single_dot(DType::MXFP4, DType::Q8_0, n, w, a);
+}
 
 Block32TileFn block32_tile(DType weight_type) {
   switch (weight_type) {
@@ -116,6 +121,8 @@ Block32TileFn block32_tile(DType weight_type) {
     case DType::Q5_0: return tile_q5_0;
     case DType::Q5_1: return tile_q5_1;
     case DType::IQ4_NL: return tile_iq4_nl;
+    case DType::MXFP4:
+      return tile_mxfp4;
     default: fail("block32_tile: weight type {} has no 32-block tile", dtype_name(weight_type));
   }
 }

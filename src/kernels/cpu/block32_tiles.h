@@ -1,7 +1,8 @@
 #pragma once
 // Multi-row x multi-token AVX2 tiles for the weight types with 32-element blocks whose activations are
 // Q8_0 / Q8_1 (Q8_0, Q4_0, Q4_1 weights: the types of most GGUF files people serve on CPUs; and Q5_0, Q5_1
-// and IQ4_NL, which Q4_K_M / IQ4_XS files hold where a row's length is not a multiple of 256).
+// and IQ4_NL, which Q4_K_M / IQ4_XS files hold where a row's length is not a multiple of 256; MXFP4,
+// gpt-oss's experts).
 //
 // A tile multiplies R consecutive weight rows with T tokens' activations. Each weight block is unpacked
 // once for the T tokens and each activation block is loaded once for the R rows, so a batch of 16
@@ -83,6 +84,8 @@ void tile_q5_1(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const
                float* out);
 void tile_iq4_nl(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
                  float* out);
+void tile_mxfp4(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+                float* out);
 
 Block32TileFn block32_tile(DType weight_type);
 

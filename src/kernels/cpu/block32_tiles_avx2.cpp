@@ -22,6 +22,7 @@ using avx2_inline::unpack_nibbles_32;
 // directly; its min term m * s needs no per-element work.
 struct Q8_0Weights {
   using Block = BlockQ8_0;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static constexpr bool kSigned = true;
   static constexpr bool kHasMin = false;
   static __m256i quants(const Block& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
@@ -30,6 +31,7 @@ struct Q8_0Weights {
 
 struct Q4_0Weights {
   using Block = BlockQ4_0;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static constexpr bool kSigned = true;
   static constexpr bool kHasMin = false;
   static __m256i quants(const Block& b) { return _mm256_sub_epi8(unpack_nibbles_32(b.qs), _mm256_set1_epi8(8)); }
@@ -38,6 +40,7 @@ struct Q4_0Weights {
 
 struct Q4_1Weights {
   using Block = BlockQ4_1;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static constexpr bool kSigned = false;
   static constexpr bool kHasMin = true;
   static __m256i quants(const Block& b) { return unpack_nibbles_32(b.qs); }
@@ -47,6 +50,7 @@ struct Q4_1Weights {
 // Q5_0: 0..31 less 16; IQ4_NL: its signed levels (-127..113); Q5_1: 0..31 unsigned, with Q4_1's min term.
 struct Q5_0Weights {
   using Block = BlockQ5_0;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static constexpr bool kSigned = true;
   static constexpr bool kHasMin = false;
   static __m256i quants(const Block& b) { return _mm256_sub_epi8(unpack_5bit_32(b.qs, b.qh), _mm256_set1_epi8(16)); }
@@ -55,14 +59,26 @@ struct Q5_0Weights {
 
 struct IQ4_NLWeights {
   using Block = BlockIQ4_NL;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static constexpr bool kSigned = true;
   static constexpr bool kHasMin = false;
   static __m256i quants(const Block& b) { return iq4_levels_32(b.qs, kIQ4Values); }
   static float min(const Block&) { return 0.0f; }
 };
 
+// MXFP4: the levels twice E2M1's (-12..12), the scale 2^(e - 128).
+struct MXFP4Weights {
+  using Block = BlockMXFP4;
+  static float scale(const Block& b) { return mxfp4_half_scale(b.e); }
+  static constexpr bool kSigned = true;
+  static constexpr bool kHasMin = false;
+  static __m256i quants(const Block& b) { return iq4_levels_32(b.qs, kMXFP4Values); }
+  static float min(const Block&) { return 0.0f; }
+};
+
 struct Q5_1Weights {
   using Block = BlockQ5_1;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static constexpr bool kSigned = false;
   static constexpr bool kHasMin = true;
   static __m256i quants(const Block& b) { return unpack_5bit_32(b.qs, b.qh); }
@@ -89,7 +105,7 @@ void tile_fixed(int64_t nb, const uint8_t* w, size_t row_stride, const PackedAct
     for (int r = 0; r < R; ++r) {
       x[r] = W::quants(rows[r][i]);
       if constexpr (W::kSigned) abs_x[r] = _mm256_sign_epi8(x[r], x[r]);
-      dw[r] = _mm256_set1_ps(half_to_float(rows[r][i].d));
+      dw[r] = _mm256_set1_ps(W::scale(rows[r][i]));
       if constexpr (W::kHasMin) mw[r] = W::min(rows[r][i]);
     }
     for (int t = 0; t < T; ++t) {
@@ -156,6 +172,11 @@ void tile_q5_1(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const
 void tile_iq4_nl(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
                  float* out) {
   tile_any<IQ4_NLWeights>(n, w, row_stride, n_rows, acts, n_tok, out);
+}
+
+void tile_mxfp4(int64_t n, const uint8_t* w, size_t row_stride, int n_rows, const PackedActs32* acts, int n_tok,
+                float* out) {
+  tile_any<MXFP4Weights>(n, w, row_stride, n_rows, acts, n_tok, out);
 }
 
 }  // namespace kvserve::avx2

@@ -124,6 +124,7 @@ template <bool kQ4_1>
 constexpr size_t kQ4RecordBytes = (kQ4_1 ? 32 : 16) + 128;
 constexpr size_t kQ8_0RecordBytes = 16 + 256;
 constexpr size_t kQ5_0RecordBytes = 16 + 128 + 32;
+constexpr size_t kMXFP4RecordBytes = 8 + 128;
 
 // The far stream's bytes per block of kBlockCols columns, for records of kRecordBytes per 8-row group.
 template <size_t kRecordBytes, int kBlockCols = 32>
@@ -281,12 +282,17 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
 // The signed 8-bit quant vectors of the two record kinds the kernel below takes: vector g of a block (4 bytes
 // of each row) and the activation elements it multiplies.
 // Q8_0: the record's 8 quant vectors as stored.
+// Each kind also gives the 8 rows' block scales as floats (`scales`) and the level table it is made with.
 struct Q8_0Vectors {
   static constexpr size_t kRecordBytes = kQ8_0RecordBytes;
+  static constexpr const int8_t* kLevels = nullptr;
   explicit Q8_0Vectors(const int8_t*) {}
   static int elem(int g) { return 4 * g; }
   __m256i vector(const uint8_t* rec, int g) const {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16) + g);
+  }
+  static __m256 scales(const uint8_t* rec) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
   }
 };
 
@@ -294,6 +300,7 @@ struct Q8_0Vectors {
 // 16 signed levels (-127..113).
 struct IQ4_NLVectors {
   static constexpr size_t kRecordBytes = 16 + 128;
+  static constexpr const int8_t* kLevels = kIQ4Values;
   __m256i table;
   explicit IQ4_NLVectors(const int8_t* levels) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
@@ -307,16 +314,34 @@ struct IQ4_NLVectors {
     return _mm256_shuffle_epi8(table, _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4),
                                                        _mm256_set1_epi8(0x0F)));
   }
+  static __m256 scales(const uint8_t* rec) { return Q8_0Vectors::scales(rec); }
 };
 
-// Q8_0 and IQ4_NL: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127,
+// MXFP4: the 8 rows' scale exponents e (8 bytes), then IQ4_NL's quants, each nibble an index into
+// kMXFP4Values (-12..12). A row's scale 2^(e - 128) is made from its bits as mxfp4_half_scale does
+// (subnormal for e < 2), so the record keeps MXFP4's own 17 bytes per row and block.
+struct MXFP4Vectors : IQ4_NLVectors {
+  static constexpr size_t kRecordBytes = kMXFP4RecordBytes;
+  static constexpr const int8_t* kLevels = kMXFP4Values;
+  explicit MXFP4Vectors(const int8_t* levels) : IQ4_NLVectors(levels) {}
+  __m256i vector(const uint8_t* rec, int g) const { return levels(rec + 8, g); }
+  static __m256 scales(const uint8_t* rec) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i is_normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, is_normal));
+  }
+};
+
+// Q8_0, IQ4_NL and MXFP4: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127,
 // too large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
 // R groups as in the Q4 kernels above.
 template <bool kVnni, typename Vectors, int R, int T>
 void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                         int64_t stride, const uint8_t* far) {
   constexpr size_t kRecordBytes = Vectors::kRecordBytes;
-  const Vectors vectors(kIQ4Values);
+  const Vectors vectors(Vectors::kLevels);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
 #pragma GCC unroll 2
@@ -365,7 +390,7 @@ void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, co
       const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+        const __m256 dw = Vectors::scales(rec[r]);
         const __m256i sum = kTwoChains ? _mm256_add_epi32(isum[r][t], isum_odd[r][t]) : isum[r][t];
         acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(sum), acc[r][t]);
       }
@@ -504,7 +529,7 @@ void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32*
   }
 }
 
-// Q8_0 (Vectors = Q8_0Vectors) or IQ4_NL (IQ4_NLVectors) groups.
+// Q8_0 (Vectors = Q8_0Vectors), IQ4_NL (IQ4_NLVectors) or MXFP4 (MXFP4Vectors) groups.
 template <bool kVnni, typename Vectors>
 void gemm_signed8_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
                       int64_t out_stride, const uint8_t* far) {

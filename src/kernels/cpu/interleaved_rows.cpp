@@ -13,8 +13,8 @@ namespace kvserve {
 
 bool has_interleaved_layout(DType type) {
   return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::IQ4_NL ||
-         type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ||
-         type == DType::IQ4_XS || type == DType::Q2_K || type == DType::Q3_K;
+         type == DType::MXFP4 || type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q5_K ||
+         type == DType::Q6_K || type == DType::IQ4_XS || type == DType::Q2_K || type == DType::Q3_K;
 }
 
 size_t interleaved_block_bytes(DType type) {
@@ -23,6 +23,8 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q4_1: return kInterleaveRows * sizeof(BlockQ4_1);
     case DType::Q5_0: return kInterleaveRows * sizeof(BlockQ5_0);
     case DType::IQ4_NL: return kInterleaveRows * sizeof(BlockIQ4_NL);
+    case DType::MXFP4:
+      return kInterleaveRows * sizeof(BlockMXFP4);
     case DType::Q8_0: return kInterleaveRows * sizeof(BlockQ8_0);
     case DType::Q4_K: return kQ4KRecordBytes;
     case DType::Q5_K: return kQ5KRecordBytes;
@@ -51,7 +53,7 @@ size_t far_prefetch_bytes(DType type) {
 // 0.45-0.7x there (nor Q5_0 and IQ4_NL, whose pair kernels came later and were not measured there). KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  if (!has_interleaved_layout(type)) return false;
+  if (!has_interleaved_layout(type) || type == DType::MXFP4) return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
@@ -104,6 +106,20 @@ void interleave_q5_0(const Tensor& w, uint8_t* dst) {
       dst += kInterleaveRows * sizeof(BlockQ5_0);
     }
   }
+}
+// MXFP4: the rows' scale bytes, then their quants as IQ4_NL's.
+void interleave_mxfp4(const Tensor& w, uint8_t* dst) {
+  const int64_t nb = w.cols() / 32;
+  const int64_t groups = w.rows() / kInterleaveRows;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        const BlockMXFP4& b = reinterpret_cast<const BlockMXFP4*>(w.row(g * kInterleaveRows + r))[i];
+        dst[r] = b.e;
+        for (int h = 0; h < 4; ++h) std::memcpy(dst + kInterleaveRows + 32 * h + 4 * r, b.qs + 4 * h, 4);
+      }
+      dst += kInterleaveRows * sizeof(BlockMXFP4);
+    }
 }
 // Q4_K and Q5_K: the 6-bit scales and mins unpacked to one byte each (scales[s * 8 + r], mins[s * 8 +
 // r]), so the kernel gets a sub-block's 8 row scales with one shuffle instead of per-row bit surgery.
@@ -338,6 +354,9 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
     case DType::Q4_1: interleave<BlockQ4_1>(w, dst); break;
     case DType::Q5_0: interleave_q5_0(w, dst); break;
     case DType::IQ4_NL: interleave<BlockIQ4_NL>(w, dst); break;
+    case DType::MXFP4:
+      interleave_mxfp4(w, dst);
+      break;
     case DType::Q4_K: interleave_k_scale_min<BlockQ4_K>(w, dst); break;
     case DType::Q5_K: interleave_k_scale_min<BlockQ5_K>(w, dst); break;
     case DType::Q6_K: interleave_q6_K(w, dst); break;
@@ -346,7 +365,7 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
     case DType::Q2_K: interleave_k16<BlockQ2_K>(w, dst); break;
     default: interleave<BlockQ8_0>(w, dst); break;
   }
-  if (pairs) pair_groups(w, dst);
+  if (pairs) pair_groups(w, dst);  // MXFP4 has none: pair_groups_with names it
 }
 
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w, bool pairs) {

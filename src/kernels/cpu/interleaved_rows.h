@@ -1,5 +1,6 @@
 #pragma once
-// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights repacked 8 rows at a time for the AVX2 "x8" kernels.
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / MXFP4 / Q8_0 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights repacked 8 rows at a
+// time for the AVX2 "x8" kernels.
 //
 // Why: on the CPUs we run on, a one-row dot spends most of its instructions per 32-element block on
 // work that is not multiplying (sign fix-ups, madd, int->float, scale, FMA, and a horizontal sum at the
@@ -21,6 +22,9 @@
 //   (the 4 nibble vectors and the bit vector).
 // IQ4_NL, per group and block, 144 bytes: Q4_0's record, its nibbles indices into kIQ4Values. Pair layout
 //   pieces: Q4_0's.
+// MXFP4, per group and block, 136 bytes (the rows' own 8 x 17): 8 scale exponents e (row order), then
+//   Q4_0's quant vectors, their nibbles indices into kMXFP4Values. No pair layout: the 512-bit and AMX
+//   kernels do not take it, so MXFP4 weights stay in the group layout on every core.
 // Q4_K (256-element blocks), per group and block, 1184 bytes (the rows' own 8 x 144 plus 32):
 //   8 x fp16 d, 8 x fp16 dmin (row order), 64 bytes of sub-block scales (byte 8s + r: row r's scale of
 //   sub-block s, 6 bits unpacked), 64 bytes of sub-block mins (same order), then 32 x 32 bytes of
@@ -159,6 +163,8 @@ void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const 
                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                              float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_interleaved_mxfp4(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                            float* out, int64_t out_stride, const uint8_t* prefetch = nullptr);
 // Q4_K, Q5_K and Q6_K against Q8_K activation rows (acts[t], n / 256 blocks each), same contract (the far
 // stream is n / 32 * far_prefetch_bytes(type) bytes).
 void gemm_interleaved_q4_K(int64_t n, const uint8_t* group, int n_groups, const BlockQ8_K* const* acts, int n_tok,

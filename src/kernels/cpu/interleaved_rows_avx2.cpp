@@ -21,6 +21,11 @@ void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, cons
   gemm_signed8_any<false, IQ4_NLVectors>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
+void gemm_interleaved_mxfp4(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
+                            float* out, int64_t out_stride, const uint8_t* prefetch) {
+  gemm_signed8_any<false, MXFP4Vectors>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+}
+
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
   gemm_any<false, false>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);

@@ -1,9 +1,9 @@
 // Weight x activation products. Activations are converted once per call to the weight type's dot type
 // (llama.cpp CPU numerics), then output rows are split across the pool; inside a thread's range a chunk
 // of weight rows is multiplied with every group of up to 4 tokens while it is still in cache. Kernels, by
-// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q5_0/IQ4_NL/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS, interleaved_rows.h), multi-row tiles over
-// packed activations (same types, rows past the last 8; block32_tiles.h), one-row tiles (other types,
-// quants.h), scalar dots (no AVX2).
+// preference: the 8-row interleaved copy (Q4_0/Q4_1/Q5_0/IQ4_NL/MXFP4/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS,
+// interleaved_rows.h), multi-row tiles over packed activations (same types, rows past the last 8; block32_tiles.h),
+// one-row tiles (other types, quants.h), scalar dots (no AVX2).
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
@@ -96,6 +96,10 @@ DotKind dot_kind(DType weight_type, bool simd) {
     case DType::IQ4_NL:
       return {DType::Q8_0, simd ? convert_erased<BlockQ8_0, avx2::quantize_row_q8_0> : convert_erased<BlockQ8_0, quantize_row_q8_0>,
               scalar_dot_erased<BlockIQ4_NL, BlockQ8_0, vec_dot_iq4_nl_q8_0>, nullptr};
+    case DType::MXFP4:
+      return {DType::Q8_0,
+              simd ? convert_erased<BlockQ8_0, avx2::quantize_row_q8_0> : convert_erased<BlockQ8_0, quantize_row_q8_0>,
+              scalar_dot_erased<BlockMXFP4, BlockQ8_0, vec_dot_mxfp4_q8_0>, nullptr};
     case DType::IQ4_XS:
       return {DType::Q8_K, simd ? convert_erased<BlockQ8_K, avx2::quantize_row_q8_K> : convert_erased<BlockQ8_K, quantize_row_q8_K>,
               scalar_dot_erased<BlockIQ4_XS, BlockQ8_K, vec_dot_iq4_xs_q8_K>, avx2::dot_tile_iq4_xs};
@@ -435,9 +439,11 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
                 ? pick(avx512vnni::gemm_interleaved_q4_1, avxvnni::gemm_interleaved_q4_1, avx2::gemm_interleaved_q4_1)
             : w.type == DType::Q5_0
                 ? pick(avx512vnni::gemm_interleaved_q5_0, avxvnni::gemm_interleaved_q5_0, avx2::gemm_interleaved_q5_0)
-            : w.type == DType::IQ4_NL
-                ? pick(avx512vnni::gemm_interleaved_iq4_nl, avxvnni::gemm_interleaved_iq4_nl,
-                       avx2::gemm_interleaved_iq4_nl)
+            : w.type == DType::IQ4_NL ? pick(avx512vnni::gemm_interleaved_iq4_nl, avxvnni::gemm_interleaved_iq4_nl,
+                                             avx2::gemm_interleaved_iq4_nl)
+            : w.type == DType::MXFP4
+                ? pick(avx512vnni::gemm_interleaved_mxfp4, avxvnni::gemm_interleaved_mxfp4,
+                       avx2::gemm_interleaved_mxfp4)
                 : pick(avx512vnni::gemm_interleaved_q8_0, avxvnni::gemm_interleaved_q8_0, avx2::gemm_interleaved_q8_0);
         fn(n_in, group, n_groups, p.packed + t0, n, out + t0 * stride, stride, f);
       }

@@ -488,6 +488,34 @@ void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n) {
     quantize_iq4_super_block(x + kQK_K * i, kQK_K / 32, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l);
 }
 
+void quantize_row_mxfp4(const float* x, BlockMXFP4* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float* b = x + kQK4_0 * i;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK4_0; ++j) amax = std::max(amax, std::fabs(b[j]));
+    // ggml: e = floor(log2(amax)) - 2 + 127, so that amax lands between levels 8 and 12 (times 2^(e - 128));
+    // kept within E8M0's finite range here (ggml's cast is undefined outside it).
+    const float e = amax > 0.0f ? std::floor(std::log2(amax)) - 2.0f + 127.0f : 0.0f;
+    y[i].e = static_cast<uint8_t>(std::clamp(e, 0.0f, 254.0f));
+    const float d = mxfp4_half_scale(y[i].e);
+    // The nearest level, the first of equally near ones (ggml's best_index_mxfp4).
+    const auto nearest = [d](float v) {
+      int best = 0;
+      float best_err = std::fabs(kMXFP4Values[0] * d - v);
+      for (int k = 1; k < 16; ++k) {
+        const float err = std::fabs(kMXFP4Values[k] * d - v);
+        if (err < best_err) {
+          best = k;
+          best_err = err;
+        }
+      }
+      return best;
+    };
+    for (int j = 0; j < kQK4_0 / 2; ++j)
+      y[i].qs[j] = static_cast<uint8_t>(nearest(b[j]) | nearest(b[j + kQK4_0 / 2]) << 4);
+  }
+}
+
 bool can_quantize(DType type) {
   switch (type) {
     case DType::F32:
@@ -503,6 +531,7 @@ bool can_quantize(DType type) {
     case DType::Q6_K:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
+    case DType::MXFP4:
       return true;
     default: return false;
   }
@@ -526,6 +555,9 @@ void quantize_row(DType type, const float* x, void* dst, int64_t n) {
       return;
     case DType::IQ4_XS:
       quantize_row_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n);
+      return;
+    case DType::MXFP4:
+      quantize_row_mxfp4(x, static_cast<BlockMXFP4*>(dst), n);
       return;
     default: fail("quantizing to {} is not supported", dtype_name(type));
   }

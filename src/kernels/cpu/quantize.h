@@ -32,10 +32,13 @@ void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
 // levels kIQ4Values; IQ4_XS stores the 8 sub-block scales as 6-bit integers against an fp16 super-block scale.
 void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n);
 void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n);
+// ggml's quantize_row_mxfp4_ref: per block of 32, e = floor(log2(max |x|)) - 2 + 127 and each value the
+// nearest of kMXFP4Values * 2^(e - 128).
+void quantize_row_mxfp4(const float* x, BlockMXFP4* y, int64_t n);
 
 // Quantizes one row of n elements (a multiple of the type's block size) of `type` into dst
 // (row_bytes(type, n) bytes). Supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
-// IQ4_NL and IQ4_XS; throws Error otherwise.
+// IQ4_NL, IQ4_XS and MXFP4; throws Error otherwise.
 void quantize_row(DType type, const float* x, void* dst, int64_t n);
 // True when quantize_row supports `type`.
 bool can_quantize(DType type);

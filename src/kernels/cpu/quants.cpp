@@ -485,6 +485,17 @@ float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
   return sum;
 }
 
+float vec_dot_mxfp4_q8_0(int64_t n, const BlockMXFP4* w, const BlockQ8_0* a) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    int isum = 0;
+    for (int j = 0; j < kQK4_0 / 2; ++j)
+      isum += a[i].qs[j] * kMXFP4Values[w[i].qs[j] & 0xF] + a[i].qs[j + 16] * kMXFP4Values[w[i].qs[j] >> 4];
+    sum += (mxfp4_half_scale(w[i].e) * fp16_to_fp32(a[i].d)) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
 float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {

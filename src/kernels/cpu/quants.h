@@ -5,6 +5,7 @@
 //
 // The scalar functions here are the reference: quants_avx2.cpp has AVX2 versions that must agree with
 // them to float rounding (the integer parts are exact, only float summation order differs).
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -122,8 +123,12 @@ static_assert(sizeof(BlockQ8_K) == 292);
 inline constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // E2M1's 16 values times two, so that they are integers (ggml's kvalues_mxfp4).
 inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-// An MXFP4 block's scale as its values take it: 2^(e - 128), exactly (subnormal floats below 2^-126).
-inline float mxfp4_half_scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+// An MXFP4 block's scale as its values take it: 2^(e - 128), exactly (subnormal floats below 2^-126), built
+// from its bits as ggml's e8m0_to_fp32_half (the kernels' vector form is the same).
+inline float mxfp4_half_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : static_cast<uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
 // IQ4_XS sub-block ib's (0..7) scale, -32..31.
 inline int iq4_xs_scale(const BlockIQ4_XS& b, int ib) {
   return (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
@@ -201,12 +206,14 @@ float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
 float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
 float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
 float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
+// ggml's MXFP4 x Q8_0: per block 2^(e - 128) * d_a * sum(kMXFP4Values[q] * a).
+float vec_dot_mxfp4_q8_0(int64_t n, const BlockMXFP4* w, const BlockQ8_0* a);
 float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float vec_dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 
-// ---- AVX2 versions (quants_avx2.cpp; the Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL ones in block32_tiles.cpp run
+// ---- AVX2 versions (quants_avx2.cpp; the Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4 ones in block32_tiles.cpp run
 // the block32 tiles); call only when cpu_has_avx2() ----
 namespace avx2 {
 float vec_dot_f32_f32(int64_t n, const float* w, const float* a);
@@ -220,6 +227,7 @@ float vec_dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
 float vec_dot_q2_K_q8_K(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
 float vec_dot_q3_K_q8_K(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
 float vec_dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
+float vec_dot_mxfp4_q8_0(int64_t n, const BlockMXFP4* w, const BlockQ8_0* a);
 float vec_dot_iq4_xs_q8_K(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
 float vec_dot_q4_K_q8_K(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float vec_dot_q5_K_q8_K(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
