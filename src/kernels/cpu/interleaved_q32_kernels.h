@@ -282,17 +282,12 @@ void gemm_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const Pack
 // The signed 8-bit quant vectors of the two record kinds the kernel below takes: vector g of a block (4 bytes
 // of each row) and the activation elements it multiplies.
 // Q8_0: the record's 8 quant vectors as stored.
-// Each kind also gives the 8 rows' block scales as floats (`scales`) and the level table it is made with.
 struct Q8_0Vectors {
   static constexpr size_t kRecordBytes = kQ8_0RecordBytes;
-  static constexpr const int8_t* kLevels = nullptr;
   explicit Q8_0Vectors(const int8_t*) {}
   static int elem(int g) { return 4 * g; }
   __m256i vector(const uint8_t* rec, int g) const {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16) + g);
-  }
-  static __m256 scales(const uint8_t* rec) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
   }
 };
 
@@ -300,7 +295,6 @@ struct Q8_0Vectors {
 // 16 signed levels (-127..113).
 struct IQ4_NLVectors {
   static constexpr size_t kRecordBytes = 16 + 128;
-  static constexpr const int8_t* kLevels = kIQ4Values;
   __m256i table;
   explicit IQ4_NLVectors(const int8_t* levels) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
@@ -314,34 +308,16 @@ struct IQ4_NLVectors {
     return _mm256_shuffle_epi8(table, _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4),
                                                        _mm256_set1_epi8(0x0F)));
   }
-  static __m256 scales(const uint8_t* rec) { return Q8_0Vectors::scales(rec); }
 };
 
-// MXFP4: the 8 rows' scale exponents e (8 bytes), then IQ4_NL's quants, each nibble an index into
-// kMXFP4Values (-12..12). A row's scale 2^(e - 128) is made from its bits as mxfp4_half_scale does
-// (subnormal for e < 2), so the record keeps MXFP4's own 17 bytes per row and block.
-struct MXFP4Vectors : IQ4_NLVectors {
-  static constexpr size_t kRecordBytes = kMXFP4RecordBytes;
-  static constexpr const int8_t* kLevels = kMXFP4Values;
-  explicit MXFP4Vectors(const int8_t* levels) : IQ4_NLVectors(levels) {}
-  __m256i vector(const uint8_t* rec, int g) const { return levels(rec + 8, g); }
-  static __m256 scales(const uint8_t* rec) {
-    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec)));
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    const __m256i is_normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, is_normal));
-  }
-};
-
-// Q8_0, IQ4_NL and MXFP4: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127,
+// Q8_0 and IQ4_NL: quants are signed, so each product is |w| * (y * sign(w)) (pair sums up to 2 * 128 * 127,
 // too large to add two in int16: one madd per vector). |w| is taken once per quant vector for all tokens.
 // R groups as in the Q4 kernels above.
 template <bool kVnni, typename Vectors, int R, int T>
 void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                         int64_t stride, const uint8_t* far) {
   constexpr size_t kRecordBytes = Vectors::kRecordBytes;
-  const Vectors vectors(Vectors::kLevels);
+  const Vectors vectors(kIQ4Values);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
 #pragma GCC unroll 2
@@ -390,7 +366,7 @@ void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, co
       const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
-        const __m256 dw = Vectors::scales(rec[r]);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
         const __m256i sum = kTwoChains ? _mm256_add_epi32(isum[r][t], isum_odd[r][t]) : isum[r][t];
         acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(sum), acc[r][t]);
       }
@@ -399,20 +375,69 @@ void gemm_signed8_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, co
   store_groups<R, T>(acc, out, stride);
 }
 
-// Q5_0: Q4_0's nibble steps with each quant's 5th bit added from the record's bit vector (bit g of a byte
-// for step g). The quants are used unsigned (0..31) and -16 * sum(y) (twice Q4_0's offset) is taken off:
+// The unsigned quant steps of the two record kinds the kernel below takes: step g (0..7: the low nibbles of the
+// 4 packed vectors, then the high ones) of a record as unsigned bytes, the offset they carry (offset(q4_offset)
+// = that offset times sum(y), taken off per block; Q8_0's q4_offset is 8 * sum(y)), and the rows' block scales.
+// Q5_0: each nibble with its 5th bit added from the record's bit vector (bit g of a byte for step g); 0..31,
+// offset 16.
+struct Q5_0Steps {
+  static constexpr size_t kRecordBytes = kQ5_0RecordBytes;
+  static int32_t offset(int32_t q4_offset) { return 2 * q4_offset; }
+  __m256i step(const uint8_t* rec, int g) const {
+    const __m256i low_mask = _mm256_set1_epi8(0x0F);
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16) + g % 4);
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 + 128));
+    // Bit g of each byte to bit 4 (16-bit shifts: the mask drops what crossed from the other byte).
+    const __m256i fifth =
+        g < 4 ? _mm256_sll_epi16(bits, _mm_cvtsi32_si128(4 - g)) : _mm256_srl_epi16(bits, _mm_cvtsi32_si128(g - 4));
+    return _mm256_or_si256(_mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask),
+                           _mm256_and_si256(fifth, _mm256_set1_epi8(0x10)));
+  }
+  static __m256 scales(const uint8_t* rec) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+  }
+};
+
+// MXFP4 (its record: the 8 rows' scale exponents e, then Q4_0's quant vectors, interleaved_rows.h): each
+// nibble's level plus 12 (0..24, looked up), offset 12 (1.5 times Q4_0's 8: q4_offset is even).
+struct MXFP4Steps {
+  static constexpr size_t kRecordBytes = kMXFP4RecordBytes;
+  static constexpr int kBias = 12;
+  static int32_t offset(int32_t q4_offset) { return q4_offset + q4_offset / 2; }
+  __m256i table;
+  MXFP4Steps() {
+    const __m128i t =
+        _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMXFP4Values)), _mm_set1_epi8(kBias));
+    table = _mm256_set_m128i(t, t);
+  }
+  __m256i step(const uint8_t* rec, int g) const {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 8) + g % 4);
+    return _mm256_shuffle_epi8(table,
+                               _mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), _mm256_set1_epi8(0x0F)));
+  }
+  // The rows' 2^(e - 128) from their bits, as mxfp4_half_scale (subnormal for e < 2).
+  static __m256 scales(const uint8_t* rec) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i is_normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, is_normal));
+  }
+};
+
+// Q5_0 and MXFP4 (Steps above): Q4_0's nibble steps over unsigned quants, with offset * sum(y) taken off:
 // vpdpbusd starts the int32 sum from it. AVX2's vpmaddubsw pairs stay within 2 * 31 * 127 = 7874 (Q8_0
 // activations are -127..127), so 4 steps add up in int16 (31496). The int32 sum of steps 0-3 waits in
 // memory past 4 (row group, token) pairs while steps 4-7 add up (as the K-quants' block sums on AVX-VNNI:
 // the 12 running int16 sums of 2 groups x 6 tokens fill the registers). A step is vpmaddubsw + vpaddw,
 // against the sign trick's vpsignb + vpmaddubsw + vpaddw over quants made signed. The integer sums are the
-// same, so the two kernels' results are bit-identical.
-template <bool kVnni, int R, int T>
-void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
-                     int64_t stride, const uint8_t* far) {
-  constexpr size_t kRecordBytes = kQ5_0RecordBytes;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
+// same, so the two kernels' results are bit-identical (MXFP4 on the sign trick's kernel, gemm_signed8_fixed,
+// took 1.1-1.3x the time in bench_matmul 16-token calls on Zen 3).
+template <bool kVnni, typename Steps, int R, int T>
+void gemm_unsigned_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
+                         int64_t stride, const uint8_t* far) {
+  constexpr size_t kRecordBytes = Steps::kRecordBytes;
+  const Steps steps;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][T];
 #pragma GCC unroll 2
@@ -430,15 +455,7 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
     for (int g = 0; g < 8; ++g) {
       __m256i q[R];
 #pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16) + g % 4);
-        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 16 + 128));
-        // Bit g of each byte to bit 4 (16-bit shifts: the mask drops what crossed from the other byte).
-        const __m256i fifth = g < 4 ? _mm256_sll_epi16(bits, _mm_cvtsi32_si128(4 - g))
-                                    : _mm256_srl_epi16(bits, _mm_cvtsi32_si128(g - 4));
-        q[r] = _mm256_or_si256(_mm256_and_si256(g < 4 ? packed : _mm256_srli_epi16(packed, 4), low_mask),
-                               _mm256_and_si256(fifth, bit4));
-      }
+      for (int r = 0; r < R; ++r) q[r] = steps.step(rec[r], g);
       const int elem = g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 6
       for (int t = 0; t < T; ++t) {
@@ -446,7 +463,7 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
 #pragma GCC unroll 2
         for (int r = 0; r < R; ++r) {
           if constexpr (kVnni) {
-            const __m256i start = _mm256_set1_epi32(-2 * acts[t].q4_offset[i]);
+            const __m256i start = _mm256_set1_epi32(-Steps::offset(acts[t].q4_offset[i]));
             if (!kTwoChains || g % 2 == 0) {
               sum[r][t] = dpbusd(g == 0 ? start : sum[r][t], q[r], y);
             } else {
@@ -474,10 +491,10 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
       const __m256 dy = _mm256_broadcast_ss(acts[t].d + i);
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r])));
+        const __m256 dw = Steps::scales(rec[r]);
         const __m256i isum = !kVnni
                                  ? _mm256_sub_epi32(_mm256_add_epi32(sum_low[r][t], _mm256_madd_epi16(sum[r][t], ones)),
-                                                    _mm256_set1_epi32(2 * acts[t].q4_offset[i]))
+                                                    _mm256_set1_epi32(Steps::offset(acts[t].q4_offset[i])))
                              : kTwoChains ? _mm256_add_epi32(sum[r][t], sum_odd[r][t])
                                           : sum[r][t];
         acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
@@ -487,16 +504,16 @@ void gemm_q5_0_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const
   store_groups<R, T>(acc, out, stride);
 }
 
-template <bool kVnni>
-void gemm_q5_0_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
-                   int64_t out_stride, const uint8_t* far) {
+template <bool kVnni, typename Steps>
+void gemm_unsigned_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
+                       int64_t out_stride, const uint8_t* far) {
   const int64_t nb = n / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * kQ5_0RecordBytes;
+  const size_t group_bytes = static_cast<size_t>(nb) * Steps::kRecordBytes;
   with_token_count<6>(n_tok, [&]<int T>() {
     if (n_groups == 2) {
-      gemm_q5_0_fixed<kVnni, 2, T>(nb, group, group_bytes, acts, out, out_stride, far);
+      gemm_unsigned_fixed<kVnni, Steps, 2, T>(nb, group, group_bytes, acts, out, out_stride, far);
     } else {
-      gemm_q5_0_fixed<kVnni, 1, T>(nb, group, group_bytes, acts, out, out_stride, far);
+      gemm_unsigned_fixed<kVnni, Steps, 1, T>(nb, group, group_bytes, acts, out, out_stride, far);
     }
   });
 }
@@ -529,7 +546,7 @@ void gemm_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32*
   }
 }
 
-// Q8_0 (Vectors = Q8_0Vectors), IQ4_NL (IQ4_NLVectors) or MXFP4 (MXFP4Vectors) groups.
+// Q8_0 (Vectors = Q8_0Vectors) or IQ4_NL (IQ4_NLVectors) groups.
 template <bool kVnni, typename Vectors>
 void gemm_signed8_any(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok, float* out,
                       int64_t out_stride, const uint8_t* far) {

@@ -13,7 +13,7 @@ void gemm_interleaved_q8_0(int64_t n, const uint8_t* group, int n_groups, const 
 
 void gemm_interleaved_q5_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                            float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_q5_0_any<false>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+  gemm_unsigned_any<false, Q5_0Steps>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
 void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
@@ -23,7 +23,7 @@ void gemm_interleaved_iq4_nl(int64_t n, const uint8_t* group, int n_groups, cons
 
 void gemm_interleaved_mxfp4(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,
                             float* out, int64_t out_stride, const uint8_t* prefetch) {
-  gemm_signed8_any<false, MXFP4Vectors>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
+  gemm_unsigned_any<false, MXFP4Steps>(n, group, n_groups, acts, n_tok, out, out_stride, prefetch);
 }
 
 void gemm_interleaved_q4_0(int64_t n, const uint8_t* group, int n_groups, const PackedActs32* acts, int n_tok,

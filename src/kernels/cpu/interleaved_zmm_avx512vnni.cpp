@@ -75,7 +75,7 @@ template <size_t kBytes>
 }
 
 // Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed,
-// gemm_q5_0_fixed and gemm_signed8_fixed (kVnni = true) of interleaved_q32_kernels.h with both groups of a
+// gemm_unsigned_fixed and gemm_signed8_fixed (kVnni = true) of interleaved_q32_kernels.h with both groups of a
 // pair in one register. A block is 8 quant vectors g: Q4's 4 packed vectors as their low nibbles (elements
 // 4g) then their high ones (16 + 4(g - 4)), Q5_0's with bit g of its bit vector's bytes as their bit 4
 // (0..31, -16 * sum(y) at the start of the block's sum); Q8_0's 8 vectors as w + 128 unsigned, the 128 *
