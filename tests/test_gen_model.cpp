@@ -194,6 +194,46 @@ TEST(GenModel, Qwen3MoeFilesLoadAndGenerate) {
   EXPECT_NEAR(static_cast<double>(plan_random_model(*p).n_params) / 1e9, 30.5, 0.1);
 }
 
+// gpt-oss: sinks, biases, YaRN, the sliding window on the even layers and MXFP4 experts whatever the weight type,
+// as llama.cpp's converter writes them; the file generates. The gpt-oss-20b preset has the real model's 20.9B
+// parameters (its model card: 21B, 3.6B active).
+TEST(GenModel, GptOssFilesLoadAndGenerate) {
+  TempDir dir;
+  RandomModelSpec s = tiny_spec(DType::Q8_0);
+  s.arch = "gpt-oss";
+  s.n_layers = 4, s.head_dim = 32, s.sliding_window = 8;
+  s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 64;
+  auto m = load_model(write_tiny(dir, s, "gpt-oss.gguf"));
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, "gpt-oss");
+  EXPECT_TRUE(c.learned_sinks);
+  EXPECT_EQ(c.ffn_act, FfnActivation::SwigluOai);
+  EXPECT_EQ(c.sliding_window, 8);
+  EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Yarn);
+  EXPECT_EQ(c.n_expert, 4);
+  EXPECT_EQ(c.n_expert_used, 2);
+  EXPECT_TRUE(m->unread_tensors.empty());
+  const LayerWeights& L = m->layers[3];
+  EXPECT_EQ(L.wq.type, DType::Q8_0);
+  EXPECT_TRUE(L.bq.valid() && L.bo.valid() && L.attn_sinks.valid() && L.ffn_gate_inp_b.valid());
+  ASSERT_EQ(L.down_exps.size(), 4u);
+  EXPECT_EQ(L.gate_exps[1].type, DType::MXFP4);
+  EXPECT_EQ(L.down_exps[3].type, DType::MXFP4);
+  Generator gen(*m, {.max_context = 64});
+  SamplingParams sp;
+  sp.max_tokens = 30;
+  sp.ignore_eos = true;
+  EXPECT_EQ(gen.generate(m->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 30u);
+  s.n_ff_exp = 48;  // not whole MXFP4 blocks
+  EXPECT_THROW(plan_random_model(s), Error);
+
+  auto p = random_model_preset("gpt-oss-20b");
+  ASSERT_TRUE(p);
+  p->vocab_from = kVocab;
+  EXPECT_NEAR(static_cast<double>(plan_random_model(*p).n_params) / 1e9, 20.9, 0.05);
+}
+
 TEST(GenModel, MetadataRoundTrips) {
   TempDir dir;
   RandomModelSpec s = tiny_spec(DType::F16);

@@ -1,6 +1,7 @@
-// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe, gemma3 or deepseek2 architecture) with the shapes of a real model (or
-// any shapes), for benchmarks: weights N(0, stddev) with a seed, quantized to F32/F16/BF16/Q8_0/Q4_0/
-// Q4_1/Q4_K, norms 1, and the tokenizer metadata of a real GGUF (so prompts tokenize as they would).
+// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2 or gpt-oss architecture)
+// with the shapes of a real model (or any shapes), for benchmarks: weights N(0, stddev) with a seed, quantized to
+// F32/F16/BF16/Q8_0/Q4_0/ Q4_1/Q4_K, norms 1, and the tokenizer metadata of a real GGUF (so prompts tokenize as they
+// would).
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -44,15 +45,15 @@ std::string default_vocab() {
 DType parse_type(std::string t) {
   for (char& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   const std::pair<const char*, DType> types[] = {
-      {"F32", DType::F32},      {"F16", DType::F16},   {"BF16", DType::BF16}, {"Q8_0", DType::Q8_0},
-      {"Q4_0", DType::Q4_0},    {"Q4_1", DType::Q4_1}, {"Q5_0", DType::Q5_0}, {"Q5_1", DType::Q5_1},
-      {"Q4_K", DType::Q4_K},    {"Q5_K", DType::Q5_K}, {"Q6_K", DType::Q6_K}, {"IQ4_NL", DType::IQ4_NL},
-      {"IQ4_XS", DType::IQ4_XS}};
+      {"F32", DType::F32},       {"F16", DType::F16},    {"BF16", DType::BF16}, {"Q8_0", DType::Q8_0},
+      {"Q4_0", DType::Q4_0},     {"Q4_1", DType::Q4_1},  {"Q5_0", DType::Q5_0}, {"Q5_1", DType::Q5_1},
+      {"Q4_K", DType::Q4_K},     {"Q5_K", DType::Q5_K},  {"Q6_K", DType::Q6_K}, {"IQ4_NL", DType::IQ4_NL},
+      {"IQ4_XS", DType::IQ4_XS}, {"MXFP4", DType::MXFP4}};
   for (const auto& [name, type] : types)
     if (t == name) return type;
   fail(
       "gen-model: unknown weight type '{}' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, "
-      "IQ4_XS)",
+      "IQ4_XS, MXFP4)",
       t);
 }
 
@@ -115,17 +116,19 @@ void run_gen_model(const GenModelArgs& a) {
 
 void add_gen_model_command(CLI::App& app) {
   auto a = std::make_shared<GenModelArgs>();
-  CLI::App* c = app.add_subcommand(
-      "gen-model", "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2) with given shapes (for benchmarks)");
+  CLI::App* c = app.add_subcommand("gen-model",
+                                   "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss) "
+                                   "with given shapes (for benchmarks)");
   c->add_option("-o,--output", a->out, "Output .gguf file")->required();
   c->add_option("--preset", a->preset,
-                "Shapes of a real model: llama-3.2-1b, smollm2-135m, qwen3-0.6b, gemma-3-1b, qwen3-30b-a3b (flags below "
-                "override)");
+                "Shapes of a real model: llama-3.2-1b, smollm2-135m, qwen3-0.6b, gemma-3-1b, qwen3-30b-a3b, "
+                "deepseek-v2-lite, gpt-oss-20b (flags below override)");
   c->add_option("--arch", a->arch,
-                "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3, deepseek2 (MLA, shared experts) (default: the preset's, or llama)");
-  c->add_option("--experts", a->experts, "qwen3moe, deepseek2: experts per layer");
-  c->add_option("--experts-used", a->experts_used, "qwen3moe, deepseek2: experts a token runs");
-  c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe, deepseek2: each expert's feed-forward size");
+                "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3, deepseek2 (MLA, shared experts), "
+                "gpt-oss (sinks, biases, MXFP4 experts) (default: the preset's, or llama)");
+  c->add_option("--experts", a->experts, "qwen3moe, deepseek2, gpt-oss: experts per layer");
+  c->add_option("--experts-used", a->experts_used, "qwen3moe, deepseek2, gpt-oss: experts a token runs");
+  c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe, deepseek2, gpt-oss: each expert's feed-forward size");
   c->add_option("--shared-experts", a->shared_experts, "deepseek2: always-on experts per MoE layer");
   c->add_option("--dense-lead", a->dense_lead, "deepseek2: leading layers with a dense FFN (--ffn wide)");
   c->add_option("--kv-lora-rank", a->kv_lora_rank, "deepseek2: MLA latent size (cached per token and layer)");
@@ -134,7 +137,8 @@ void add_gen_model_command(CLI::App& app) {
   c->add_option("--rope-dim", a->rope_dim, "deepseek2: the shared rope key's dims (also each head's)");
   c->add_option("--v-head-dim", a->v_head_dim, "deepseek2: each head's value size");
   c->add_option("--sliding-window", a->sliding_window,
-                "gemma3: local layers attend to this many positions (every 6th layer global; 0 = none)");
+                "gemma3, gpt-oss: local layers attend to this many positions (gemma3: every 6th layer global; "
+                "gpt-oss: the odd layers; 0 = none)");
   c->add_option("--hidden", a->hidden, "Hidden size (embedding length)");
   c->add_option("--layers", a->layers, "Number of layers");
   c->add_option("--heads", a->heads, "Attention heads");
@@ -149,7 +153,8 @@ void add_gen_model_command(CLI::App& app) {
                 "Pad the vocabulary to this many tokens with unused [PAD] tokens (presets set the real size)");
   c->add_option(
        "--type", a->type,
-       "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (norms are F32)")
+       "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4 (norms "
+       "are F32; gpt-oss's experts MXFP4 whatever this)")
       ->capture_default_str();
   c->add_option("--rope-base", a->rope_base, "RoPE frequency base");
   c->add_option("--rms-eps", a->rms_eps, "RMS norm epsilon");

@@ -53,6 +53,8 @@ uint32_t file_type_of(DType t) {
     case DType::IQ4_NL: return 25;  // LLAMA_FTYPE_MOSTLY_IQ4_NL
     case DType::IQ4_XS: return 30;  // LLAMA_FTYPE_MOSTLY_IQ4_XS
     case DType::BF16: return 32;
+    case DType::MXFP4:
+      return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
     default: return 0;
   }
 }
@@ -80,8 +82,9 @@ void RandomModelSpec::validate() const {
   if (vocab_from.empty()) fail("random model: no vocabulary file given");
   if (vocab_size < 0) fail("random model: vocab size {} is negative", vocab_size);
   if (!(stddev > 0) || !(rms_eps > 0) || !(rope_base > 0)) fail("random model: stddev, rms eps and rope base must be positive");
-  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3" && arch != "deepseek2")
-    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3, deepseek2", arch);
+  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3" && arch != "deepseek2" &&
+      arch != "gpt-oss")
+    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss", arch);
   if (arch == "deepseek2") {
     if (kv_lora_rank <= 0 || qk_nope_dim <= 0 || qk_rope_dim <= 0 || qk_rope_dim % 2 != 0 || v_head_dim <= 0 ||
         q_lora_rank < 0)
@@ -94,11 +97,14 @@ void RandomModelSpec::validate() const {
       fail("random model: deepseek2's expert layers need experts (got {} of {} used, width {})", n_expert_used,
            n_expert, n_ff_exp);
   }
-  if (arch == "qwen3moe" &&
+  if ((arch == "qwen3moe" || arch == "gpt-oss") &&
       (n_expert <= 0 || n_expert_used <= 0 || n_expert_used > n_expert || n_ff_exp <= 0))
-    fail("random model: qwen3moe needs experts (got {} of {} used, width {})", n_expert_used, n_expert, n_ff_exp);
-  if (sliding_window < 0 || (sliding_window > 0 && arch != "gemma3"))
-    fail("random model: a sliding window ({}) is for gemma3 only and must not be negative", sliding_window);
+    fail("random model: {} needs experts (got {} of {} used, width {})", arch, n_expert_used, n_expert, n_ff_exp);
+  if (arch == "gpt-oss" && (n_embd % 32 != 0 || n_ff_exp % 32 != 0))
+    fail("random model: gpt-oss's MXFP4 experts need a hidden size ({}) and expert width ({}) of whole 32-blocks",
+         n_embd, n_ff_exp);
+  if (sliding_window < 0 || (sliding_window > 0 && arch != "gemma3" && arch != "gpt-oss"))
+    fail("random model: a sliding window ({}) is for gemma3 and gpt-oss only and must not be negative", sliding_window);
 }
 
 std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
@@ -145,6 +151,15 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
     s.vocab_size = 102400;
     return s;
   }
+  if (name == "gpt-oss-20b") {  // its config.json: 20.9B parameters, 3.6B active
+    s.name = "gpt-oss-20b (random weights)";
+    s.arch = "gpt-oss";
+    s.n_embd = 2880, s.n_layers = 24, s.n_heads = 64, s.n_kv_heads = 8, s.head_dim = 64, s.n_ff = 2880;
+    s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.sliding_window = 128;
+    s.n_ctx = 131072, s.rms_eps = 1e-5f, s.rope_base = 150000.0f, s.tied_output = false;
+    s.vocab_size = 201088;
+    return s;
+  }
   if (name == "smollm2-135m") {
     s.name = "SmolLM2-135M (random weights)";
     s.n_embd = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.n_ff = 1536;
@@ -156,7 +171,8 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
 }
 
 std::vector<std::string> random_model_preset_names() {
-  return {"llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b", "deepseek-v2-lite"};
+  return {"llama-3.2-1b",  "smollm2-135m",     "qwen3-0.6b", "gemma-3-1b",
+          "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"};
 }
 
 DType fallback_weight_type(DType wanted, int64_t cols) {
@@ -222,7 +238,12 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   w.add_f32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps);
   w.add_f32(a + "rope.freq_base", spec.rope_base);
   if (spec.sliding_window > 0) w.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
-  if (spec.arch == "qwen3moe") {
+  if (spec.arch == "gpt-oss") {  // YaRN as OpenAI's config.json sets it, on every layer
+    w.add_str(a + "rope.scaling.type", "yarn");
+    w.add_f32(a + "rope.scaling.factor", 32.0f);
+    w.add_u32(a + "rope.scaling.original_context_length", 4096);
+  }
+  if (spec.arch == "qwen3moe" || spec.arch == "gpt-oss") {
     w.add_u32(a + "expert_count", static_cast<uint32_t>(spec.n_expert));
     w.add_u32(a + "expert_used_count", static_cast<uint32_t>(spec.n_expert_used));
     w.add_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(spec.n_ff_exp));
@@ -252,13 +273,15 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   std::map<std::string, std::string> fallbacks;  // tensor kind -> note
   uint64_t tensor_index = 0;
   // A weight of `rows` rows of `cols` (times `stack` for an expert tensor: [stack][rows][cols] in the file).
-  auto weight = [&](const std::string& name, int64_t cols, int64_t rows, int64_t stack = 1) {
-    const DType type = fallback_weight_type(spec.weight_type, cols);
-    if (type != spec.weight_type) {
+  auto weight = [&](const std::string& name, int64_t cols, int64_t rows, int64_t stack = 1,
+                    std::optional<DType> wanted = std::nullopt) {
+    const DType want = wanted.value_or(spec.weight_type);
+    const DType type = fallback_weight_type(want, cols);
+    if (type != want) {
       const size_t dot = name.find('.', name.find('.') + 1);
       const std::string kind = name.starts_with("blk.") ? "blk.*" + name.substr(dot) : name;
       fallbacks[kind] = fmt::format("{}: rows of {} are not a multiple of {}'s block size, written as {}", kind, cols,
-                                    dtype_name(spec.weight_type), dtype_name(type));
+                                    dtype_name(want), dtype_name(type));
     }
     const uint64_t index = tensor_index++;
     const uint64_t seed = spec.seed;
@@ -285,7 +308,19 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     for (size_t i = 0; i < ones.size(); i += sizeof(float)) std::memcpy(ones.data() + i, &one, sizeof(float));
     w.add_tensor(name, DType::F32, {n}, std::move(ones));
   };
-  const bool qk_norm = spec.arch != "llama" && !mla, post_norms = spec.arch == "gemma3", moe = spec.arch == "qwen3moe";
+  // A bias (F32, N(0, stddev)): `cols` values, times `rows` for an expert tensor's [expert][cols].
+  auto bias = [&](const std::string& name, int64_t cols, int64_t rows = 1) {
+    const uint64_t index = tensor_index++;
+    plan.n_params += static_cast<uint64_t>(cols * rows);
+    std::vector<uint8_t> data(static_cast<size_t>(cols * rows) * sizeof(float));
+    for (int64_t r = 0; r < rows; ++r)
+      normal_row(spec.seed, index, r, spec.stddev, reinterpret_cast<float*>(data.data()) + r * cols, cols);
+    w.add_tensor(name, DType::F32, rows > 1 ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{cols},
+                 std::move(data));
+  };
+  const bool gpt_oss = spec.arch == "gpt-oss";
+  const bool qk_norm = spec.arch != "llama" && !mla && !gpt_oss, post_norms = spec.arch == "gemma3";
+  const bool moe = spec.arch == "qwen3moe";
 
   const int64_t q_dim = static_cast<int64_t>(spec.n_heads) * head_dim;
   const int64_t kv_dim = static_cast<int64_t>(spec.n_kv_heads) * head_dim;
@@ -332,6 +367,23 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     weight(p + "attn_k.weight", spec.n_embd, kv_dim);
     weight(p + "attn_v.weight", spec.n_embd, kv_dim);
     weight(p + "attn_output.weight", q_dim, spec.n_embd);
+    if (gpt_oss) {  // llama.cpp's openai_moe: biases everywhere, sinks, experts in MXFP4 as the real files
+      bias(p + "attn_q.bias", q_dim);
+      bias(p + "attn_k.bias", kv_dim);
+      bias(p + "attn_v.bias", kv_dim);
+      bias(p + "attn_output.bias", spec.n_embd);
+      bias(p + "attn_sinks.weight", spec.n_heads);
+      norm(p + "post_attention_norm.weight");
+      weight(p + "ffn_gate_inp.weight", spec.n_embd, spec.n_expert);
+      bias(p + "ffn_gate_inp.bias", spec.n_expert);
+      for (const char* proj : {"gate", "up"}) {
+        weight(p + "ffn_" + proj + "_exps.weight", spec.n_embd, spec.n_ff_exp, spec.n_expert, DType::MXFP4);
+        bias(p + "ffn_" + proj + "_exps.bias", spec.n_ff_exp, spec.n_expert);
+      }
+      weight(p + "ffn_down_exps.weight", spec.n_ff_exp, spec.n_embd, spec.n_expert, DType::MXFP4);
+      bias(p + "ffn_down_exps.bias", spec.n_embd, spec.n_expert);
+      continue;
+    }
     if (qk_norm) {
       norm(p + "attn_q_norm.weight", head_dim);
       norm(p + "attn_k_norm.weight", head_dim);

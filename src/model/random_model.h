@@ -1,6 +1,6 @@
 #pragma once
-// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe, gemma3 and deepseek2): the shapes of a real
-// model (or any others), weights drawn from N(0, stddev) with a seed and quantized to the chosen type,
+// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss): the
+// shapes of a real model (or any others), weights drawn from N(0, stddev) with a seed and quantized to the chosen type,
 // RMS-norm weights 1, and the tokenizer metadata (and so the vocabulary size) copied from a real GGUF file.
 #include <cstdint>
 #include <functional>
@@ -18,9 +18,11 @@ struct RandomModelSpec {
   // "llama"; "qwen3" (adds per-head q/k norms); "gemma3" (q/k norms, post-norms, GeGLU, and local layers of
   // `sliding_window` positions, every 6th layer global, as llama.cpp reads a file without a pattern).
   // "qwen3moe": qwen3's attention and a mixture of n_expert experts (n_expert_used a token) of n_ff_exp.
+  // "gpt-oss": biases on every projection, learned sinks, YaRN (factor 32 over 4096 positions), the sliding
+  // window on the even layers, and experts as qwen3moe's with biases, their weights MXFP4 whatever weight_type.
   std::string arch = "llama";
-  int sliding_window = 0;  // gemma3 only; 0 = every layer global
-  int n_expert = 0;        // qwen3moe and deepseek2
+  int sliding_window = 0;  // gemma3 and gpt-oss only; 0 = every layer global
+  int n_expert = 0;        // qwen3moe, deepseek2 and gpt-oss
   int n_expert_used = 0;
   int n_ff_exp = 0;
   // "deepseek2": MLA (a latent of kv_lora_rank, q through q_lora_rank when > 0, heads of qk_nope_dim +
@@ -54,7 +56,7 @@ struct RandomModelSpec {
 };
 
 // Named shapes of real models: "llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b",
-// "deepseek-v2-lite".
+// "deepseek-v2-lite", "gpt-oss-20b".
 // nullopt for an unknown name.
 std::optional<RandomModelSpec> random_model_preset(const std::string& name);
 std::vector<std::string> random_model_preset_names();
