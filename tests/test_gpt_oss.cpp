@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -93,6 +95,25 @@ TEST(Mxfp4, QuantizesAsGgml) {
   for (int j = 1; j < 32; ++j) EXPECT_EQ(back[64 + j], x[64 + j]) << j;
   EXPECT_EQ(back[64], 6.0f * std::ldexp(1.0f, -4));
   for (int j = 0; j < 32; ++j) EXPECT_EQ(back[32 + j], 0.0f);
+}
+
+// The same blocks as llama.cpp's gguf-py quantizer writes for values at several magnitudes (1e-30 to 1e20), zeros,
+// values on a block's grid and halfway between two levels (tests/data/mxfp4, scripts/make_mxfp4_fixture.py).
+TEST(Mxfp4, QuantizerWritesLlamaCppsBytes) {
+  const auto read = [](const std::string& name) {
+    std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/data/mxfp4/" + name, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::vector<char> input = read("input.f32"), want = read("gguf.bin");
+  const size_t n = input.size() / sizeof(float);
+  ASSERT_EQ(n % 32, 0u);
+  ASSERT_EQ(want.size(), n / 32 * sizeof(BlockMXFP4));
+  std::vector<float> x(n);
+  std::memcpy(x.data(), input.data(), input.size());
+  std::vector<BlockMXFP4> got(n / 32);
+  quantize_row_mxfp4(x.data(), got.data(), static_cast<int64_t>(n));
+  for (size_t b = 0; b < got.size(); ++b)
+    ASSERT_EQ(std::memcmp(&got[b], want.data() + b * sizeof(BlockMXFP4), sizeof(BlockMXFP4)), 0) << "block " << b;
 }
 
 // The scalar MXFP4 x Q8_0 dot is the double sum of the dequantized products (within float rounding), and the
