@@ -128,19 +128,24 @@ TEST(Ops, GeluMulFollowsLlamaCppsF16Table) {
   EXPECT_EQ(in_place, out);
 }
 
-TEST(Ops, SiluMulAvx2MatchesScalarReference) {
-  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+// An AVX2 gated activation (out = f(gate) * g(up), ref its scalar formula) against its reference: within 4 ulp
+// over gates from -120 to 120, the exp range's edges and huge values, and infinities and NaN where the reference
+// gives them;
+// each element's value depends on that element only (the same bits at every offset and row length: a batch's
+// tokens sit at arbitrary offsets of one flattened array), next to out-of-range neighbours too; in place.
+template <typename Ref, typename Simd>
+void expect_gated_avx2_matches(const Ref& ref, const Simd& simd, float (*up_of)(size_t)) {
   std::vector<float> g, u;
   for (float x = -120.0f; x <= 120.0f; x += 0.01953125f) g.push_back(x);
   for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, -86.99f, -87.0f, -87.01f, 87.99f, 88.0f, 88.01f, 3.4e38f, -3.4e38f})
     g.push_back(x);
   for (float x : {INFINITY, -INFINITY, NAN}) g.push_back(x);
-  for (size_t i = 0; i < g.size(); ++i) u.push_back(0.5f + 0.25f * static_cast<float>(i % 7));
+  for (size_t i = 0; i < g.size(); ++i) u.push_back(up_of(i));
   for (int64_t len :
        {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{17}, static_cast<int64_t>(g.size())}) {
     std::vector<float> want(len), got(len);
-    silu_mul_ref(g.data(), u.data(), want.data(), len);
-    avx2::silu_mul(g.data(), u.data(), got.data(), len);
+    ref(g.data(), u.data(), want.data(), len);
+    simd(g.data(), u.data(), got.data(), len);
     for (int64_t i = 0; i < len; ++i) {
       if (std::isnan(want[i]) || std::isinf(want[i])) {
         EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "gate " << g[i];
@@ -153,8 +158,6 @@ TEST(Ops, SiluMulAvx2MatchesScalarReference) {
           << "gate " << g[i] << " up " << u[i];
     }
   }
-  // Each element's value depends on that element only: the same bits at every offset and row length
-  // (a batch's tokens sit at arbitrary offsets of one flattened array), next to out-of-range neighbours too.
   {
     std::vector<float> gm;
     for (int k = 0; k < 64; ++k) gm.push_back(20.0f * std::sin(1.7f * static_cast<float>(k) + 0.3f));
@@ -164,10 +167,10 @@ TEST(Ops, SiluMulAvx2MatchesScalarReference) {
     std::vector<float> um(gm.size(), 1.5f);
     for (size_t i = 0; i < gm.size(); ++i) {
       float alone;
-      avx2::silu_mul(gm.data() + i, um.data() + i, &alone, 1);
+      simd(gm.data() + i, um.data() + i, &alone, 1);
       for (size_t off = 0; off <= i; ++off) {
         std::vector<float> o(gm.size() - off);
-        avx2::silu_mul(gm.data() + off, um.data() + off, o.data(), static_cast<int64_t>(o.size()));
+        simd(gm.data() + off, um.data() + off, o.data(), static_cast<int64_t>(o.size()));
         if (std::isnan(alone)) {
           EXPECT_TRUE(std::isnan(o[i - off]));
         } else {
@@ -176,12 +179,27 @@ TEST(Ops, SiluMulAvx2MatchesScalarReference) {
       }
     }
   }
-  // In place (out == gate), as the forward pass calls it.
   std::vector<float> inplace(g.begin(), g.begin() + 1000), want(1000);
-  silu_mul_ref(g.data(), u.data(), want.data(), 1000);
-  avx2::silu_mul(inplace.data(), u.data(), inplace.data(), 1000);
+  ref(g.data(), u.data(), want.data(), 1000);
+  simd(inplace.data(), u.data(), inplace.data(), 1000);
   for (int i = 0; i < 1000; ++i)
     EXPECT_LE(std::fabs(inplace[i] - want[i]), 4 * std::numeric_limits<float>::epsilon() * std::fabs(want[i]) + 1e-37f);
+}
+
+TEST(Ops, SiluMulAvx2MatchesScalarReference) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  expect_gated_avx2_matches([](const float* g, const float* u, float* o, int64_t n) { silu_mul_ref(g, u, o, n); },
+                            [](const float* g, const float* u, float* o, int64_t n) { avx2::silu_mul(g, u, o, n); },
+                            [](size_t i) { return 0.5f + 0.25f * static_cast<float>(i % 7); });
+}
+
+// gpt-oss's clamped SwiGLU (alpha 1.702, limit 7): gates past the limit, ups past +-limit and NaN included.
+TEST(Ops, SwigluOaiAvx2MatchesScalarReference) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  expect_gated_avx2_matches(
+      [](const float* g, const float* u, float* o, int64_t n) { swiglu_oai_mul_ref(g, u, o, n, 1.702f, 7.0f); },
+      [](const float* g, const float* u, float* o, int64_t n) { avx2::swiglu_oai_mul(g, u, o, n, 1.702f, 7.0f); },
+      [](size_t i) { return 4.0f * (static_cast<float>(i % 7) - 3.0f) + 0.5f; });  // -11.5..12.5
 }
 
 // The vectorized argmax against the scalar loop it replaces: ties (first wins), NaNs anywhere (never

@@ -15,12 +15,13 @@ std::string StopChecker::push(const std::string& piece, bool look) {
   text_ += piece;
   size_t cut = std::string::npos;
   // A stop string that ends in the new text starts at most (its length - 1) bytes before it.
-  for (const auto& s : stops_) {
-    if (!look || piece.empty()) break;
-    const size_t at = text_.find(s, old_size >= s.size() ? old_size - (s.size() - 1) : 0);
-    if (at != std::string::npos && (cut == std::string::npos || at < cut)) {
-      cut = at;
-      matched_ = s;
+  if (look && !piece.empty()) {
+    for (const auto& s : stops_) {
+      const size_t at = text_.find(s, old_size >= s.size() ? old_size - (s.size() - 1) : 0);
+      if (at != std::string::npos && (cut == std::string::npos || at < cut)) {
+        cut = at;
+        matched_ = s;
+      }
     }
   }
   if (cut != std::string::npos) {

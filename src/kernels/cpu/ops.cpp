@@ -178,6 +178,14 @@ void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void swiglu_oai_mul(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  if (cpu_has_avx2()) {
+    avx2::swiglu_oai_mul(gate, up, out, n, alpha, limit);
+  } else {
+    swiglu_oai_mul_ref(gate, up, out, n, alpha, limit);
+  }
+}
+
+void swiglu_oai_mul_ref(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = std::min(gate[i], limit);
     const float u = std::clamp(up[i], -limit, limit);

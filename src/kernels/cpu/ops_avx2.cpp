@@ -39,39 +39,71 @@ inline __m256 exp_in_range(__m256 x) {
 // output is the same bits alone or at any offset in a batch, whatever the row length.
 namespace {
 
-inline void silu_mul_8(const float* gate, const float* up, float* out) {
-  const __m256 g = _mm256_loadu_ps(gate);
-  const __m256 neg = _mm256_sub_ps(_mm256_setzero_ps(), g);
+// g / (1 + exp(x)) * m for 8 lanes, x in exp_in_range's range; `mask` gets a 1 bit for each such lane, the
+// others (out of range, or NaN) left to the caller's scalar formula.
+inline __m256 sigmoid_gated(__m256 g, __m256 x, __m256 m, int& mask) {
   // Ordered compares are false for NaN, so a NaN lane also takes the scalar formula.
-  const __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(neg, _mm256_set1_ps(kExpLow), _CMP_GE_OQ),
-                                        _mm256_cmp_ps(neg, _mm256_set1_ps(kExpHigh), _CMP_LE_OQ));
-  const __m256 e = exp_in_range(_mm256_and_ps(neg, in_range));  // out-of-range lanes: e^0, replaced below
-  const __m256 r = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), _mm256_loadu_ps(up));
-  const int mask = _mm256_movemask_ps(in_range);
+  const __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(kExpLow), _CMP_GE_OQ),
+                                        _mm256_cmp_ps(x, _mm256_set1_ps(kExpHigh), _CMP_LE_OQ));
+  const __m256 e = exp_in_range(_mm256_and_ps(x, in_range));  // out-of-range lanes: e^0, replaced by the caller
+  mask = _mm256_movemask_ps(in_range);
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), m);
+}
+
+// Stores r, with the lanes `mask` leaves out computed by `scalar` (element j alone) instead. Patched in a copy:
+// out may be an input, whose lanes the scalar formula still reads.
+template <typename Scalar>
+inline void store_patched(__m256 r, int mask, float* out, const Scalar& scalar) {
   if (mask == 0xFF) {
     _mm256_storeu_ps(out, r);
     return;
   }
-  // Patched in a copy: out may be gate, whose lanes the scalar formula still reads.
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, r);
   for (int j = 0; j < 8; ++j)
-    if ((mask >> j & 1) == 0) silu_mul_ref(gate + j, up + j, lanes + j, 1);
+    if ((mask >> j & 1) == 0) scalar(j, lanes + j);
   std::copy(lanes, lanes + 8, out);
 }
 
-}  // namespace
+inline void silu_mul_8(const float* gate, const float* up, float* out) {
+  const __m256 g = _mm256_loadu_ps(gate);
+  int mask = 0;
+  const __m256 r = sigmoid_gated(g, _mm256_sub_ps(_mm256_setzero_ps(), g), _mm256_loadu_ps(up), mask);
+  store_patched(r, mask, out, [&](int j, float* o) { silu_mul_ref(gate + j, up + j, o, 1); });
+}
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+// As swiglu_oai_mul_ref, lane by lane: min / max with the limit second so a NaN input stays NaN, as
+// std::min / std::clamp keep it; alpha * -g as the scalar formula rounds it.
+inline void swiglu_oai_8(const float* gate, const float* up, float* out, float alpha, float limit) {
+  const __m256 lim = _mm256_set1_ps(limit);
+  const __m256 g = _mm256_min_ps(lim, _mm256_loadu_ps(gate));
+  const __m256 u = _mm256_min_ps(lim, _mm256_max_ps(_mm256_set1_ps(-limit), _mm256_loadu_ps(up)));
+  const __m256 x = _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+  int mask = 0;
+  const __m256 r = sigmoid_gated(g, x, _mm256_add_ps(u, _mm256_set1_ps(1.0f)), mask);
+  store_patched(r, mask, out, [&](int j, float* o) { swiglu_oai_mul_ref(gate + j, up + j, o, 1, alpha, limit); });
+}
+
+// Rows of n through an 8-lane step: the last partial 8 padded with zeros in a copy.
+template <typename Step>
+inline void by_8(const float* gate, const float* up, float* out, int64_t n, const Step& step) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) silu_mul_8(gate + i, up + i, out + i);
+  for (; i + 8 <= n; i += 8) step(gate + i, up + i, out + i);
   if (i < n) {
     float g[8] = {}, u[8] = {}, o[8];
     std::copy(gate + i, gate + n, g);
     std::copy(up + i, up + n, u);
-    silu_mul_8(g, u, o);
+    step(g, u, o);
     std::copy(o, o + (n - i), out + i);
   }
+}
+
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) { by_8(gate, up, out, n, silu_mul_8); }
+
+void swiglu_oai_mul(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  by_8(gate, up, out, n, [&](const float* g, const float* u, float* o) { swiglu_oai_8(g, u, o, alpha, limit); });
 }
 
 // Two passes instead of the scalar loop's compare chain through x[best] (a 128k vocabulary, one row per
