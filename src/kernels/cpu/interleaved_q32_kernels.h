@@ -432,7 +432,7 @@ struct MXFP4Steps {
 // the 12 running int16 sums of 2 groups x 6 tokens fill the registers). A step is vpmaddubsw + vpaddw,
 // against the sign trick's vpsignb + vpmaddubsw + vpaddw over quants made signed. The integer sums are the
 // same, so the two kernels' results are bit-identical (MXFP4 on the sign trick's kernel, gemm_signed8_fixed,
-// took 1.1-1.3x the time in bench_matmul 16-token calls on Zen 3).
+// took 1.15-1.35x the time in bench_matmul 16-token calls on Zen 3).
 template <bool kVnni, typename Steps, int R, int T>
 void gemm_unsigned_fixed(int64_t nb, const uint8_t* group, size_t group_bytes, const PackedActs32* acts, float* out,
                          int64_t stride, const uint8_t* far) {
