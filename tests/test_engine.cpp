@@ -1085,6 +1085,13 @@ TEST(Engine, StopStringsStopTokenIdsAndMinTokensEndWhereTheyShould) {
   EXPECT_EQ(want["held_string"].text.substr(0, 8), free_run.text.substr(0, 8));  // past the early stop string
   EXPECT_EQ(want["stop_string"].finish_reason, "stop");
   EXPECT_EQ(want["stop_string"].text, free_run.text.substr(0, free_run.text.find(stop_string.stop[0])));
+  // The Generator says what ended each, as the engine does below.
+  EXPECT_EQ(want["stop_at"].stop_token_id, stop_id);
+  EXPECT_EQ(want["stop_at"].stop_string, "");
+  EXPECT_EQ(want["stop_string"].stop_string, stop_string.stop[0]);
+  EXPECT_EQ(want["stop_string"].stop_token_id, -1);
+  EXPECT_EQ(free_run.stop_token_id, -1);
+  EXPECT_EQ(free_run.stop_string, "");
 
   for (const int speculative : {0, 3}) {
     EngineOptions o = small_options();
@@ -1104,6 +1111,10 @@ TEST(Engine, StopStringsStopTokenIdsAndMinTokensEndWhereTheyShould) {
     EXPECT_EQ(col.get("stop_at").stop_string, "");
     EXPECT_EQ(col.get("stop_string").stop_string, stop_string.stop[0]);
     EXPECT_EQ(col.get("stop_string").stop_token_id, -1);
+    for (const auto& [name, p] : cases) {
+      EXPECT_EQ(col.get(name).stop_string, want[name].stop_string) << name;
+      EXPECT_EQ(col.get(name).stop_token_id, want[name].stop_token_id) << name;
+    }
     if (col.get("held_string").finish_reason == "stop") {
       EXPECT_EQ(col.get("held_string").stop_string, held_string.stop[0]);
     }

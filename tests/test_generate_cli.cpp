@@ -362,6 +362,7 @@ word ::= [a-z]+)";
     const json j = json::parse(r.out);
     EXPECT_TRUE(std::regex_match(j["text"].get<std::string>(), want)) << j["text"];
     EXPECT_EQ(j["finish_reason"], "stop");
+    EXPECT_TRUE(j["stop_reason"].is_null()) << j["stop_reason"];  // the grammar's end
   }
   const std::string schema =
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["name", "age"]})";
@@ -385,6 +386,46 @@ word ::= [a-z]+)";
     EXPECT_NE(bad.exit_code, 0) << flags;
     EXPECT_NE(bad.err.find(message), std::string::npos) << flags << ": " << bad.err;
   }
+}
+
+// What ended the text, as vLLM's stop_reason in --json (the stop string, the stop token id, or null) and as a
+// line on stderr otherwise.
+TEST(GeneratorCli, StopReasonNamesTheStopStringOrToken) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const std::string flags = "-p 'Once upon a time' --temp 0 -n 40 --ignore-eos ";
+  const CommandResult free_run = generate(flags + "--json");
+  ASSERT_EQ(free_run.exit_code, 0) << free_run.err;
+  const json f = json::parse(free_run.out);
+  EXPECT_EQ(f["finish_reason"], "length");
+  EXPECT_TRUE(f["stop_reason"].is_null());
+  const std::string text = f["text"];
+  const std::vector<int32_t> ids = f["generated_ids"];
+  ASSERT_GT(text.size(), 20u);
+  ASSERT_EQ(ids.size(), 40u);
+
+  const std::string stop = text.substr(12, 4);
+  ASSERT_EQ(stop.find('\''), std::string::npos);
+  const CommandResult by_string = generate(flags + "--json --stop '" + stop + "'");
+  ASSERT_EQ(by_string.exit_code, 0) << by_string.err;
+  const json s = json::parse(by_string.out);
+  EXPECT_EQ(s["finish_reason"], "stop");
+  EXPECT_EQ(s["stop_reason"], stop);
+  EXPECT_EQ(s["text"], text.substr(0, text.find(stop)));
+
+  const int32_t stop_id = ids[10];
+  const CommandResult by_token = generate(flags + "--json --stop-token-id " + std::to_string(stop_id));
+  ASSERT_EQ(by_token.exit_code, 0) << by_token.err;
+  const json t = json::parse(by_token.out);
+  EXPECT_EQ(t["finish_reason"], "stop");
+  EXPECT_EQ(t["stop_reason"], stop_id);
+  EXPECT_EQ(t["generated_ids"].back(), stop_id);
+
+  const CommandResult shown = generate(flags + "--stop '" + stop + "'");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.err.find("finished: stop (stop string " + json(stop).dump() + ")"), std::string::npos) << shown.err;
+  const CommandResult at_length = generate(flags);
+  ASSERT_EQ(at_length.exit_code, 0) << at_length.err;
+  EXPECT_NE(at_length.err.find("finished: length"), std::string::npos) << at_length.err;
 }
 
 TEST(TokenizeCli, VocabOnlyGgufAndLlama2c) {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/sampling_params.h"
+#include "hf_test_folder.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/loaders.h"
@@ -95,14 +96,21 @@ TEST(SamplingDefaults, GenerationConfigAsVllmReadsIt) {
   EXPECT_EQ(d.top_k, 20);
   EXPECT_EQ(d.repetition_penalty, 1.05f);
   EXPECT_FALSE(d.min_p);
+  EXPECT_FALSE(d.max_tokens);
+  d = with({{"max_new_tokens", 2048}, {"max_length", 4096}});  // vLLM reads max_new_tokens alone
+  EXPECT_EQ(d.max_tokens, 2048);
+  EXPECT_FALSE(d.empty());
+  EXPECT_EQ(d.describe(), "max_tokens 2048");
   d = with({{"do_sample", false}, {"temperature", 1.0}, {"top_k", 50}, {"top_p", 1.0}, {"repetition_penalty", 1.0}});
   EXPECT_TRUE(d.empty()) << d.describe();
   d = with({{"temperature", 0.0}, {"min_p", 0.1}, {"top_k", 0}});
   EXPECT_EQ(d.temperature, 0.0f);
   EXPECT_EQ(d.min_p, 0.1f);
   EXPECT_EQ(d.top_k, 0);
-  for (const nlohmann::json& bad : {nlohmann::json{{"temperature", "hot"}}, nlohmann::json{{"top_p", 0}},
-                                    nlohmann::json{{"top_k", 2.5}}, nlohmann::json::array()}) {
+  for (const nlohmann::json& bad :
+       {nlohmann::json{{"temperature", "hot"}}, nlohmann::json{{"top_p", 0}}, nlohmann::json{{"top_k", 2.5}},
+        nlohmann::json{{"max_new_tokens", 0}}, nlohmann::json{{"max_new_tokens", 1.5}},
+        nlohmann::json{{"max_new_tokens", 3000000000}}, nlohmann::json::array()}) {
     SCOPED_TRACE(bad.dump());
     EXPECT_THROW(with(bad), Error);
   }
@@ -149,6 +157,31 @@ TEST(SamplingDefaults, GenerateTakesTheModelsRecommendation) {
   EXPECT_NE(ids("--sampling-defaults none"), greedy);
   EXPECT_NE(ids("--temperature 0.8"), greedy);
   std::filesystem::remove(path);
+}
+
+// generation_config.json's max_new_tokens is how many tokens `kvserve generate` makes without -n (as far as the
+// context reaches); -n still wins, and --sampling-defaults none keeps 128.
+TEST(SamplingDefaults, GenerateTakesTheModelsMaxNewTokens) {
+  if (!std::filesystem::exists(KVSERVE_BINARY)) GTEST_SKIP() << "no kvserve binary at " KVSERVE_BINARY;
+  const auto dir = temp_path("hf_max_new_tokens");
+  std::filesystem::create_directories(dir);
+  test::make_hf_folder_from_gguf(kTinyGqa, dir.string(), DType::F32);
+  const auto run = [&](const std::string& flags) {
+    const test::CommandResult r = test::run_command(std::string(KVSERVE_BINARY) + " generate -m " + dir.string() +
+                                                        " -t 1 -p 'Once upon a time' --ignore-eos --json " + flags,
+                                                    true);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  const auto generated = [&](const std::string& flags) { return run(flags)["generated_ids"].size(); };
+  std::ofstream(dir / "generation_config.json") << R"({"max_new_tokens": 5})";
+  EXPECT_EQ(generated(""), 5u);
+  EXPECT_EQ(generated("-n 7"), 7u);
+  EXPECT_EQ(generated("--sampling-defaults none"), 128u);
+  std::ofstream(dir / "generation_config.json") << R"({"max_new_tokens": 100000})";
+  const nlohmann::json to_the_end = run("-c 40");
+  EXPECT_EQ(to_the_end["prompt_ids"].size() + to_the_end["generated_ids"].size(), 40u);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -568,6 +568,37 @@ TEST(ServerParse, DefaultMaxTokensFollowTheBackendsLimit) {
   EXPECT_EQ(given.params.max_tokens, 5000);
 }
 
+// generation_config.json's max_new_tokens: the new tokens of a request that names none, where the context
+// leaves room; the completions API's default 16 stays the lesser, and a request's own max_tokens stands.
+TEST(ServerParse, ModelMaxNewTokensBoundTheDefault) {
+  FakeEngine engine(std::chrono::milliseconds(1), /*context=*/64);
+  SamplingDefaults d;
+  d.max_tokens = 20;
+  engine.set_sampling_defaults(d);
+  ApiRequest chat = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  const auto chat_ids = build_prompt(chat, engine);
+  ASSERT_LT(chat_ids.size() + 20, 64u);
+  EXPECT_EQ(chat.params.max_tokens, 20);
+  ApiRequest completion = parse_completion(R"({"prompt": "abc"})");
+  build_prompt(completion, engine);
+  EXPECT_EQ(completion.params.max_tokens, kDefaultCompletionMaxTokens);
+  ApiRequest given = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30})");
+  build_prompt(given, engine);
+  EXPECT_EQ(given.params.max_tokens, 30);
+
+  d.max_tokens = 8;  // below the completions default
+  engine.set_sampling_defaults(d);
+  ApiRequest short_completion = parse_completion(R"({"prompt": "abc"})");
+  build_prompt(short_completion, engine);
+  EXPECT_EQ(short_completion.params.max_tokens, 8);
+
+  d.max_tokens = 1000;  // beyond the context: the context's rest
+  engine.set_sampling_defaults(d);
+  ApiRequest long_chat = parse_chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  build_prompt(long_chat, engine);
+  EXPECT_EQ(long_chat.params.max_tokens, 64 - static_cast<int>(chat_ids.size()));
+}
+
 TEST(ServerParse, CacheSaltSeparatesKeysUnlessShared) {
   EXPECT_EQ(derive_cache_salt("", false, ""), "");
   EXPECT_EQ(derive_cache_salt("", false, "s"), "|salt:s");

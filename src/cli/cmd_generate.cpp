@@ -1,8 +1,12 @@
 // kvserve generate: one prompt in, streamed text out, with timings. Runs on the same paged KV cache as
 // `kvserve serve` (one sequence), sized by the same --kv-cache-memory and --block-size.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -39,6 +43,7 @@ struct GenerateArgs {
   int ngram_min = 2;
   KVCacheArgs kv_cache;
   SamplingParams sp;
+  bool max_tokens_given = false;
   SamplingGiven sp_given;  // flags given; the others take the model's defaults unless sampling_defaults is "none"
   std::string sampling_defaults = "model";
   // Structured output, as llama-cli takes it: a GBNF grammar or a JSON schema, given or in a file.
@@ -67,6 +72,16 @@ std::shared_ptr<const Grammar> requested_grammar(const GenerateArgs& a) {
   }
 }
 
+// Why the text ended, for a person: "length (max tokens)", "stop (stop string "\n\n")", ...
+std::string finish_description(const GenerationResult& r) {
+  if (r.finish_reason == "length") return "length (the token limit or the context)";
+  if (!r.stop_string.empty())
+    return fmt::format("stop (stop string {})",
+                       nlohmann::json(r.stop_string).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (r.stop_token_id >= 0) return fmt::format("stop (stop token id {})", r.stop_token_id);
+  return "stop (an end-of-generation token, or the grammar's end)";
+}
+
 void run_generate(const GenerateArgs& a) {
   const double kv_cache_memory = a.kv_cache.kv_cache_memory_value();  // a bad flag fails before the load
   const KVCacheDType kv_cache_dtype = a.kv_cache.kv_cache_dtype_value();
@@ -93,12 +108,22 @@ void run_generate(const GenerateArgs& a) {
 
   GeneratorOptions go;
   if (a.context > 0) go.max_context = a.context;
+  go.streaming = a.kv_cache.streaming();
+  const bool model_sampling = a.sampling_defaults == "model";
+  SamplingParams sp = a.sp;
+  if (model_sampling) {
+    apply_sampling_defaults(model->sampling_defaults, a.sp_given, sp);
+    // Without -n, the model's max_new_tokens, as far as the context reaches.
+    const std::optional<int> model_max = model->sampling_defaults.max_tokens;
+    if (model_max && !a.max_tokens_given)
+      sp.max_tokens = static_cast<int>(std::max<int64_t>(
+          0, std::min<int64_t>(*model_max, generator_context(model->config, go) - static_cast<int64_t>(ids.size()))));
+  }
   // One request: the cache need not hold more than it can reach.
-  go.max_request_tokens = static_cast<int64_t>(ids.size()) + a.sp.max_tokens;
+  go.max_request_tokens = static_cast<int64_t>(ids.size()) + sp.max_tokens;
   go.kv_cache_memory = kv_cache_memory;
   go.block_size = a.kv_cache.block_size;
   go.hybrid_kv_cache = !a.kv_cache.no_hybrid;
-  go.streaming = a.kv_cache.streaming();
   go.h2o = a.kv_cache.h2o();
   go.rope_factors = a.kv_cache.rope_factors_value();
   go.kv_layer_dtypes = kv_layer_dtypes;
@@ -110,9 +135,7 @@ void run_generate(const GenerateArgs& a) {
   Generator gen(*model, go);
   std::fprintf(stderr, "%s\n", gen.kv_cache().summary().c_str());
   const bool stream = !a.json;
-  SamplingParams sp = a.sp;
-  if (a.sampling_defaults == "model") apply_sampling_defaults(model->sampling_defaults, a.sp_given, sp);
-  if (!a.json && !model->sampling_defaults.empty() && a.sampling_defaults == "model")
+  if (!a.json && !model->sampling_defaults.empty() && model_sampling)
     std::fprintf(stderr, "sampling: the model's %s where no flag says otherwise (--sampling-defaults none: ours)\n",
                  model->sampling_defaults.describe().c_str());
   GenerationResult r = gen.generate(
@@ -127,6 +150,10 @@ void run_generate(const GenerateArgs& a) {
       grammar);
   const double pp = r.prompt_seconds > 0 ? r.prompt_ids.size() / r.prompt_seconds : 0;
   const double tg = r.generate_seconds > 0 ? r.generated_ids.size() / r.generate_seconds : 0;
+  // vLLM's stop_reason: the stop string or stop token id that ended the text, else null.
+  const nlohmann::json stop_reason = !r.stop_string.empty() ? nlohmann::json(r.stop_string)
+                                     : r.stop_token_id >= 0 ? nlohmann::json(r.stop_token_id)
+                                                            : nlohmann::json(nullptr);
   if (a.json) {
     nlohmann::json j;
     j["model"] = model->path;
@@ -135,6 +162,7 @@ void run_generate(const GenerateArgs& a) {
     j["generated_ids"] = r.generated_ids;
     j["text"] = r.text;
     j["finish_reason"] = r.finish_reason;
+    j["stop_reason"] = stop_reason;
     j["cached_tokens"] = r.cached_tokens;
     j["rope_restarts"] = r.rope_restarts;
     if (speculative_tokens > 0)
@@ -156,6 +184,7 @@ void run_generate(const GenerateArgs& a) {
     std::printf("\n");
     std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s | %d threads\n",
                  r.prompt_ids.size(), pp, r.generated_ids.size(), tg, ThreadPool::global().size());
+    std::fprintf(stderr, "finished: %s\n", finish_description(r).c_str());
     if (speculative_tokens > 0)
       std::fprintf(stderr, "%s drafts: %d proposed, %d accepted (%.0f%%)\n", draft ? "draft-model" : "n-gram",
                    r.draft_tokens, r.accepted_draft_tokens,
@@ -180,7 +209,11 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--chat-template", a->chat_template,
                 "Chat template instead of the model's: a Jinja file, or a family's name (chatml, llama3, ...)")
       ->check(cli::chat_template_name_check());
-  c->add_option("-n,--max-tokens", a->sp.max_tokens, "Maximum new tokens")->check(cli::kNonNegative);
+  c->add_option("-n,--max-tokens", a->sp.max_tokens,
+                "Maximum new tokens (default: the model's max_new_tokens where its generation_config.json has one, "
+                "else 128)")
+      ->check(cli::kNonNegative)
+      ->each([a](const std::string&) { a->max_tokens_given = true; });
   // The model file's recommendation (GGUF general.sampling.*, generation_config.json) replaces the defaults below
   // for each flag not given, as llama-cli does.
   c->add_option("--temperature,--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")

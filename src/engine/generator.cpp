@@ -29,11 +29,15 @@ struct SequenceGuard {
 
 }  // namespace
 
+int64_t generator_context(const ModelConfig& c, const GeneratorOptions& o) {
+  if (o.max_context > 0) return o.max_context;
+  return o.streaming.on() ? kStreamingContextLimit : c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
+}
+
 Generator::Generator(const Model& model, GeneratorOptions opts, ThreadPool& pool)
     : model_(model), opts_(opts), runner_(model, pool) {
   const ModelConfig& c = model.config;
-  if (opts_.max_context <= 0)
-    opts_.max_context = opts_.streaming.on() ? kStreamingContextLimit : c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
+  opts_.max_context = generator_context(c, opts_);
   if (opts_.streaming.on() && opts_.draft_model != nullptr)
     fail("generate: a draft model keeps every position in its own cache; it does not run with a streaming window");
   if (opts_.prefill_chunk <= 0) fail("generate: prefill chunk must be positive, got {}", opts_.prefill_chunk);
@@ -197,6 +201,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     r.generated_ids.push_back(id);
     if (ends_generation(params, *model_.tokenizer, id)) {
       r.finish_reason = "stop";
+      if (params.ignore_eos || !model_.tokenizer->is_eog(id)) r.stop_token_id = id;
       return false;
     }
     std::string piece = stops.push(decoder.feed(id), static_cast<int>(r.generated_ids.size()) > params.min_tokens);
@@ -205,6 +210,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
     // A constrained text ends where its grammar does (the mask let through only a token it takes).
     if (stops.stopped() || (matcher && (!matcher->accept(id) || matcher->done()))) {
       r.finish_reason = "stop";
+      r.stop_string = stops.matched();
       return false;
     }
     return static_cast<int>(r.generated_ids.size()) < params.max_tokens &&

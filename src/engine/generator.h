@@ -27,6 +27,10 @@ struct GenerationResult {
   std::vector<int32_t> generated_ids;
   std::string text;
   std::string finish_reason;  // "stop" (EOS or stop string) or "length"
+  // What ended a "stop" result, as vLLM's stop_reason (and RequestEvent's): the stop string matched, or the
+  // stop_token_ids token drawn; neither (empty, -1) for the vocabulary's end of generation or a grammar's end.
+  std::string stop_string;
+  int32_t stop_token_id = -1;
   int cached_tokens = 0;      // prompt tokens served from the prefix cache
   int rope_restarts = 0;      // LongRoPE: the sequence was recomputed with the long factors (0 or 1)
   int draft_tokens = 0;       // speculative decoding: tokens proposed
@@ -67,6 +71,10 @@ struct GeneratorOptions {
   // and verified against it. Not owned: it must outlive the Generator.
   const Model* draft_model = nullptr;
 };
+
+// The context a Generator with these options holds: max_context, else unbounded under a streaming window, else
+// the model's training context (2048 where the file names none).
+int64_t generator_context(const ModelConfig& c, const GeneratorOptions& o);
 
 class Generator {
  public:

@@ -37,6 +37,7 @@ std::string SamplingDefaults::describe() const {
   if (top_k) add(fmt::format("top_k {}", *top_k));
   if (min_p) add(fmt::format("min_p {}", *min_p));
   if (repetition_penalty) add(fmt::format("repetition_penalty {}", *repetition_penalty));
+  if (max_tokens) add(fmt::format("max_tokens {}", *max_tokens));
   return s;
 }
 
@@ -74,6 +75,11 @@ SamplingDefaults sampling_defaults_from_generation_config(const std::string& pat
   if (auto v = number("top_k", 50.0)) {
     if (!j["top_k"].is_number_integer() || *v > 1e9) fail("'{}': 'top_k' must be an integer", path);
     d.top_k = static_cast<int>(*v);
+  }
+  if (auto v = number("max_new_tokens", NAN)) {
+    if (!j["max_new_tokens"].is_number_integer() || !(*v >= 1 && *v <= 2147483647.0))
+      fail("'{}': 'max_new_tokens' must be a positive integer, got {}", path, j["max_new_tokens"].dump());
+    d.max_tokens = static_cast<int>(*v);
   }
   check(d);
   return d;

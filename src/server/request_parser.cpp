@@ -603,7 +603,8 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
                    fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens",
                                context, ids.size()),
                    param, "context_length_exceeded");
-  apply_sampling_defaults(backend.sampling_defaults(), req.sampling_given, req.params);
+  const SamplingDefaults defaults = backend.sampling_defaults();
+  apply_sampling_defaults(defaults, req.sampling_given, req.params);
   if (!req.max_tokens_given) {
     const int64_t limit = backend.default_completion_limit(static_cast<int64_t>(ids.size()));
     if (req.endpoint == Endpoint::Completions) {
@@ -612,6 +613,12 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
     } else {
       req.params.max_tokens = context > 0 ? static_cast<int>(std::min<int64_t>(limit, 1 << 30)) : 256;
     }
+    // The model's max_new_tokens bounds the default as vLLM's does (the completions API's 16 stays the lesser);
+    // without a context length it replaces chat's 256.
+    if (defaults.max_tokens)
+      req.params.max_tokens = context > 0 || req.endpoint == Endpoint::Completions
+                                  ? std::min(req.params.max_tokens, *defaults.max_tokens)
+                                  : *defaults.max_tokens;
   }
   check_min_tokens(req.params);
   return ids;
