@@ -228,6 +228,23 @@ TEST(GenModel, GptOssFilesLoadAndGenerate) {
   s.n_ff_exp = 48;  // not whole MXFP4 blocks
   EXPECT_THROW(plan_random_model(s), Error);
 
+  // One expert: its biases still {width, 1} matrices, as llama.cpp reads them.
+  s.n_ff_exp = 64, s.n_expert = 1, s.n_expert_used = 1;
+  const std::string one = write_tiny(dir, s, "gpt-oss-1.gguf");
+  {
+    const GGUFFile f(one);
+    for (const char* name : {"blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias", "blk.0.ffn_down_exps.bias"}) {
+      const GGUFTensorInfo* t = f.find_tensor(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(t->n_dims, 2) << name;
+      EXPECT_EQ(t->ne[1], 1) << name;
+    }
+  }
+  auto single = load_model(one);
+  EXPECT_TRUE(single->unread_tensors.empty());
+  Generator one_gen(*single, {.max_context = 64});
+  EXPECT_EQ(one_gen.generate(single->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 30u);
+
   auto p = random_model_preset("gpt-oss-20b");
   ASSERT_TRUE(p);
   p->vocab_from = kVocab;

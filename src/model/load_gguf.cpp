@@ -1,6 +1,7 @@
 // GGUF → Model: hyper-parameters from "<arch>.*" keys, weights as views into the mapped file, and the
 // vocabulary from "tokenizer.ggml.*" with llama.cpp's defaults (llama-vocab.cpp) for absent keys.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -490,11 +491,15 @@ Tensor make_tensor(const GGUFFile& f, const std::string& name, bool required = t
   return out;
 }
 
+// ggml's shape equality: the dimensions past a tensor's last are 1, so {n, 1} matches a file's [n] or [n, 1]
+// (gguf-py keeps a single expert's trailing 1; a writer may drop it).
+bool shape_is(const Tensor& t, const std::array<int64_t, 4>& ne) { return t.ne == ne; }
+
 // A stacked expert tensor ([n_expert][rows][cols], ggml's ne {cols, rows, n_expert}) as one view per expert.
 std::vector<Tensor> expert_views(const GGUFFile& f, const std::string& name, const ModelConfig& c, int64_t cols,
                                  int64_t rows) {
   const Tensor t = make_tensor(f, name);
-  if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != c.n_expert)
+  if (!shape_is(t, {cols, rows, c.n_expert, 1}))
     fail("{}: tensor '{}' has shape [{}, {}, {}], expected [{}, {}, {}] (cols, rows, experts)", f.name(), name, t.ne[0],
          t.ne[1], t.ne[2], cols, rows, c.n_expert);
   std::vector<Tensor> views;
@@ -505,7 +510,7 @@ std::vector<Tensor> expert_views(const GGUFFile& f, const std::string& name, con
 // A stacked expert bias ([n_expert][n], ggml's ne {n, n_expert}) as one view per expert.
 std::vector<Tensor> expert_bias_views(const GGUFFile& f, const std::string& name, const ModelConfig& c, int64_t n) {
   const Tensor t = make_tensor(f, name);
-  if (t.n_dims != 2 || t.ne[0] != n || t.ne[1] != c.n_expert)
+  if (!shape_is(t, {n, c.n_expert, 1, 1}))
     fail("{}: tensor '{}' has shape [{}, {}], expected [{}, {}] (values, experts)", f.name(), name, t.ne[0], t.ne[1], n,
          c.n_expert);
   std::vector<Tensor> views;
@@ -528,7 +533,7 @@ void load_experts(const GGUFFile& f, const std::string& p, const ModelConfig& c,
 // A stacked per-head tensor ([n_heads][rows][cols], ggml's ne {cols, rows, n_heads}) as one view per head.
 std::vector<Tensor> head_views(const GGUFFile& f, const std::string& name, int n_heads, int64_t cols, int64_t rows) {
   const Tensor t = make_tensor(f, name);
-  if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != n_heads)
+  if (!shape_is(t, {cols, rows, n_heads, 1}))
     fail("{}: tensor '{}' has shape [{}, {}, {}], expected [{}, {}, {}] (cols, rows, heads)", f.name(), name, t.ne[0],
          t.ne[1], t.ne[2], cols, rows, n_heads);
   std::vector<Tensor> views;

@@ -309,13 +309,15 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     w.add_tensor(name, DType::F32, {n}, std::move(ones));
   };
   // A bias (F32, N(0, stddev)): `cols` values, times `rows` for an expert tensor's [expert][cols].
-  auto bias = [&](const std::string& name, int64_t cols, int64_t rows = 1) {
+  // rows 0: a vector; else a {cols, rows} matrix, one bias per expert (also with a single expert).
+  auto bias = [&](const std::string& name, int64_t cols, int64_t rows = 0) {
     const uint64_t index = tensor_index++;
-    plan.n_params += static_cast<uint64_t>(cols * rows);
-    std::vector<uint8_t> data(static_cast<size_t>(cols * rows) * sizeof(float));
-    for (int64_t r = 0; r < rows; ++r)
+    const int64_t n_rows = std::max<int64_t>(rows, 1);
+    plan.n_params += static_cast<uint64_t>(cols * n_rows);
+    std::vector<uint8_t> data(static_cast<size_t>(cols * n_rows) * sizeof(float));
+    for (int64_t r = 0; r < n_rows; ++r)
       normal_row(spec.seed, index, r, spec.stddev, reinterpret_cast<float*>(data.data()) + r * cols, cols);
-    w.add_tensor(name, DType::F32, rows > 1 ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{cols},
+    w.add_tensor(name, DType::F32, rows > 0 ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{cols},
                  std::move(data));
   };
   const bool gpt_oss = spec.arch == "gpt-oss";
