@@ -243,12 +243,16 @@ void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n) {
   }
 }
 
-void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n) {
+namespace {
+
+// Q4_K and Q5_K: 8 sub-blocks of 32, each d * scale * q - dmin * min with 6-bit scales and mins.
+template <typename Block, typename Unpack>
+void dequantize_scale_min_blocks(const Block* x, float* y, int64_t n, Unpack unpack) {
   uint8_t q[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = fp16_to_fp32(x[i].d);
     const float dmin = fp16_to_fp32(x[i].dmin);
-    unpack_q4_K(x[i], q);
+    unpack(x[i], q);
     for (int sub = 0; sub < 8; ++sub) {
       uint8_t sc, m;
       k_scale_min(sub, x[i].scales, &sc, &m);
@@ -259,20 +263,14 @@ void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n) {
   }
 }
 
+}  // namespace
+
+void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n) {
+  dequantize_scale_min_blocks(x, y, n, [](const BlockQ4_K& b, uint8_t* q) { unpack_q4_K(b, q); });
+}
+
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n) {
-  uint8_t q[kQK_K];
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = fp16_to_fp32(x[i].d);
-    const float dmin = fp16_to_fp32(x[i].dmin);
-    unpack_q5_K(x[i], q);
-    for (int sub = 0; sub < 8; ++sub) {
-      uint8_t sc, m;
-      k_scale_min(sub, x[i].scales, &sc, &m);
-      const float scale = d * sc;
-      const float offset = dmin * m;
-      for (int l = 0; l < 32; ++l) y[i * kQK_K + 32 * sub + l] = scale * q[32 * sub + l] - offset;
-    }
-  }
+  dequantize_scale_min_blocks(x, y, n, [](const BlockQ5_K& b, uint8_t* q) { unpack_q5_K(b, q); });
 }
 
 void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n) {
