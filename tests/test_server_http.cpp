@@ -473,6 +473,67 @@ TEST(ServerHttp, CompletionStreamingLogprobs) {
   EXPECT_EQ(offsets, (std::vector<int>{0, 1, 2}));
 }
 
+// A list of prompts: one engine request each, n choices apiece numbered prompt * n + j, usage summed over the
+// prompts; streamed the same. A prompt the engine refuses fails the request and withdraws those queued before.
+TEST(ServerHttp, CompletionWithAListOfPrompts) {
+  FakeEngine engine;
+  engine.set_cached_tokens(1);
+  LiveServer server(engine);
+  auto cli = server.client();
+  const std::string body = R"({"prompt": ["ab", [7, 8, 9]], "n": 2, "max_tokens": 3)";
+  auto res = cli.Post("/v1/completions", body + "}", "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json plain = json::parse(res->body);
+  ASSERT_EQ(plain["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(plain["choices"][i]["index"], i);
+    EXPECT_EQ(plain["choices"][i]["text"], "abc");
+  }
+  EXPECT_EQ(plain["usage"], json::parse(R"({"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17,
+                                            "prompt_tokens_details": {"cached_tokens": 2}})"));
+  const auto added = engine.added();
+  ASSERT_EQ(added.size(), 2u);
+  EXPECT_EQ(added[0].prompt_ids, (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(added[1].prompt_ids, (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(added[0].n, 2);
+  EXPECT_NE(added[0].id, added[1].id);
+
+  auto streamed = cli.Post("/v1/completions", body + R"(, "stream": true, "stream_options": {"include_usage": true}})",
+                           "application/json");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  std::map<int, std::string> texts;
+  std::map<int, std::string> finish;
+  json usage;
+  for (const json& e : sse_events(streamed->body)) {
+    if (!e.is_object()) continue;
+    if (!e["usage"].is_null()) usage = e["usage"];
+    for (const json& c : e["choices"]) {
+      texts[c["index"].get<int>()] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish[c["index"].get<int>()] = c["finish_reason"];
+    }
+  }
+  EXPECT_EQ(texts, (std::map<int, std::string>{{0, "abc"}, {1, "abc"}, {2, "abc"}, {3, "abc"}}));
+  EXPECT_EQ(finish.size(), 4u);
+  EXPECT_EQ(usage["prompt_tokens"], 5);
+  EXPECT_EQ(usage["completion_tokens"], 12);
+
+  // The second prompt and its max_tokens overflow the engine's context of 256.
+  const size_t before = engine.added().size();
+  auto refused =
+      cli.Post("/v1/completions", R"({"prompt": ["ab", ")" + std::string(252, 'x') + R"("], "max_tokens": 5})",
+               "application/json");
+  expect_error(refused, 400, "prompt");
+  ASSERT_TRUE(refused);
+  EXPECT_NE(refused->body.find("prompt 1: "), std::string::npos) << refused->body;
+  const auto after = engine.added();
+  ASSERT_EQ(after.size(), before + 1);
+  EXPECT_TRUE(engine.was_aborted(after.back().id));
+  expect_error(cli.Post("/v1/completions", R"({"prompt": ["ab", [1, 999]]})", "application/json"), 400, "prompt");
+  EXPECT_EQ(engine.added().size(), before + 1);  // refused before any was queued
+}
+
 TEST(ServerHttp, BadRequestsGet4xxAndServingContinues) {
   FakeEngine engine(1ms, /*context=*/64);
   ServerOptions opts;

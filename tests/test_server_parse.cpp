@@ -13,6 +13,7 @@
 namespace kvserve::server {
 namespace {
 
+using nlohmann::json;
 using testing::FakeEngine;
 
 ApiRequest parse_completion(const std::string& body) { return parse_api_request(Endpoint::Completions, body); }
@@ -79,17 +80,41 @@ TEST(ServerParse, DefaultsAndNullsMeanNotGiven) {
   EXPECT_FALSE(r.stream);
 }
 
-TEST(ServerParse, PromptAsTokenIdsAndSingleStringBatch) {
+TEST(ServerParse, PromptAsTokenIdsStringsAndLists) {
   const ApiRequest ids = parse_completion(R"({"prompt": [1, 2, 3]})");
   EXPECT_TRUE(ids.prompt_is_ids);
   EXPECT_EQ(ids.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(ids.prompt_batch.empty());
   const ApiRequest batch = parse_completion(R"({"prompt": ["only one"]})");
   EXPECT_EQ(batch.prompt_text, "only one");
+  EXPECT_TRUE(batch.prompt_batch.empty());
   const ApiRequest nested = parse_completion(R"({"prompt": [[5, 6]]})");
   EXPECT_EQ(nested.prompt_ids, (std::vector<int32_t>{5, 6}));
-  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": ["a", "b"]})").first, 400);
-  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": [1, "b"]})").first, 400);
-  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": []})").first, 400);
+  // A list of prompts, as OpenAI's and vLLM's completions take it: strings, or lists of ids, in order.
+  const ApiRequest two = parse_completion(R"({"prompt": ["a", "bc"], "n": 2})");
+  ASSERT_EQ(two.prompt_batch.size(), 2u);
+  EXPECT_EQ(two.prompt_batch[0].text, "a");
+  EXPECT_EQ(two.prompt_batch[1].text, "bc");
+  EXPECT_FALSE(two.prompt_batch[1].is_ids);
+  EXPECT_EQ(two.n, 2);
+  const ApiRequest two_ids = parse_completion(R"({"prompt": [[5, 6], [7]]})");
+  ASSERT_EQ(two_ids.prompt_batch.size(), 2u);
+  EXPECT_TRUE(two_ids.prompt_batch[0].is_ids);
+  EXPECT_EQ(two_ids.prompt_batch[0].ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(two_ids.prompt_batch[1].ids, (std::vector<int32_t>{7}));
+  for (const std::string body : {R"({"prompt": [1, "b"]})", R"({"prompt": []})", R"({"prompt": ["a", 1]})",
+                                 R"({"prompt": ["a", []]})", R"({"prompt": [["a"]]})", R"({"prompt": [[1], [1.5]]})",
+                                 R"({"prompt": ["a", ["b"]]})", R"({"prompt": [{"text": "a"}]})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(rejection(Endpoint::Completions, body), std::make_pair(400, std::string("prompt")));
+  }
+  json many = {{"prompt", json::array()}};
+  for (int i = 0; i <= kMaxBatchChoices; ++i) many["prompt"].push_back("x");
+  EXPECT_EQ(rejection(Endpoint::Completions, many.dump()), std::make_pair(400, std::string("prompt")));
+  many["prompt"].erase(many["prompt"].begin());
+  EXPECT_EQ(parse_completion(many.dump()).prompt_batch.size(), static_cast<size_t>(kMaxBatchChoices));
+  many["n"] = 2;  // 64 prompts x 2 choices
+  EXPECT_EQ(rejection(Endpoint::Completions, many.dump()), std::make_pair(400, std::string("n")));
   EXPECT_EQ(rejection(Endpoint::Completions, R"({"max_tokens": 3})"), std::make_pair(400, std::string("prompt")));
 }
 
@@ -526,6 +551,34 @@ TEST(ServerParse, ModelSamplingDefaultsFillWhatTheRequestLeavesOut) {
   build_prompt(some, engine);
   EXPECT_EQ(some.params.temperature, 1.2f);
   EXPECT_EQ(some.params.top_k, 20);
+}
+
+// Each prompt of a list is built as one alone would be (its own default max_tokens); an error names the prompt.
+TEST(ServerParse, BuildPromptsBuildsEachPromptOfAList) {
+  FakeEngine engine(std::chrono::milliseconds(1), /*context=*/20);
+  ApiRequest one = parse_completion(R"({"prompt": "abc"})");
+  const std::vector<BuiltPrompt> single = build_prompts(one, engine);
+  ASSERT_EQ(single.size(), 1u);
+  EXPECT_EQ(single[0].ids, (std::vector<int32_t>{'a', 'b', 'c'}));
+  EXPECT_EQ(single[0].max_tokens, kDefaultCompletionMaxTokens);
+
+  ApiRequest list = parse_completion(R"({"prompt": ["ab", [1, 2, 3], ")" + std::string(10, 'x') + R"("]})");
+  const std::vector<BuiltPrompt> built = build_prompts(list, engine);
+  ASSERT_EQ(built.size(), 3u);
+  EXPECT_EQ(built[0].ids, (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(built[1].ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(built[0].max_tokens, kDefaultCompletionMaxTokens);
+  EXPECT_EQ(built[2].max_tokens, 20 - 10);  // the rest of the context, below 16
+
+  ApiRequest bad = parse_completion(R"({"prompt": ["ab", [1, 300]]})");
+  try {
+    build_prompts(bad, engine);
+    FAIL() << "expected an error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param(), "prompt");
+    EXPECT_EQ(std::string(e.what()).rfind("prompt 1: ", 0), 0u) << e.what();
+  }
 }
 
 TEST(ServerParse, BuildPromptTokenizesAndChecksTheContext) {

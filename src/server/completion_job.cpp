@@ -53,17 +53,21 @@ int64_t unix_seconds() {
 }  // namespace
 
 CompletionJob::CompletionJob(EngineBackend& backend, ServerMetrics& metrics, ApiRequest req,
-                             std::vector<int32_t> prompt_ids, std::string model_name, std::string cache_salt,
+                             std::vector<BuiltPrompt> prompts, std::string model_name, std::string cache_salt,
                              std::chrono::milliseconds keep_alive)
     : backend_(backend),
       metrics_(metrics),
       req_(std::move(req)),
-      prompt_ids_(std::move(prompt_ids)),
+      prompts_(std::move(prompts)),
       cache_salt_(std::move(cache_salt)),
       keep_alive_(keep_alive),
-      choices_(static_cast<size_t>(req_.n)),
+      choices_(prompts_.size() * static_cast<size_t>(req_.n)),
+      prompt_tokens_(prompts_.size(), 0),
+      cached_tokens_(prompts_.size(), 0),
       arrival_(Clock::now()) {
   header_.id = new_response_id(req_.endpoint);
+  for (size_t k = 0; k < prompts_.size(); ++k)
+    engine_ids_.push_back(prompts_.size() == 1 ? header_.id : fmt::format("{}-{}", header_.id, k));
   header_.created = unix_seconds();
   header_.model = std::move(model_name);
   if (splits_reasoning())
@@ -86,28 +90,37 @@ CompletionJob::~CompletionJob() {
 }
 
 void CompletionJob::start() {
-  EngineRequest er;
-  er.id = header_.id;
-  er.prompt_ids = prompt_ids_;
-  er.params = req_.params;
-  er.n = req_.n;
-  er.cache_salt = cache_salt_;
-  er.shown_special_tokens = req_.shown_special_tokens;
-  er.grammar = req_.grammar;
-  // The engine thread only queues the event; all formatting happens on the HTTP worker.
-  er.on_event = [inbox = inbox_](const RequestEvent& ev) {
-    {
-      std::lock_guard lock(inbox->mu);
-      inbox->events.push_back(ev);
+  for (size_t k = 0; k < prompts_.size(); ++k) {
+    EngineRequest er;
+    er.id = engine_ids_[k];
+    er.prompt_ids = prompts_[k].ids;
+    er.params = req_.params;
+    er.params.max_tokens = prompts_[k].max_tokens;
+    er.n = req_.n;
+    er.cache_salt = cache_salt_;
+    er.shown_special_tokens = req_.shown_special_tokens;
+    er.grammar = req_.grammar;
+    // The engine thread only queues the event, its choice renumbered among all prompts' choices; all
+    // formatting happens on the HTTP worker.
+    er.on_event = [inbox = inbox_, first = static_cast<int>(k) * req_.n](const RequestEvent& ev) {
+      {
+        std::lock_guard lock(inbox->mu);
+        inbox->events.push_back(ev);
+        inbox->events.back().index += first;
+      }
+      inbox->cv.notify_one();
+    };
+    try {
+      backend_.add_request(std::move(er));
+    } catch (const Error& e) {
+      // The prompts queued before this one must not run on.
+      for (size_t j = 0; j < k; ++j) backend_.abort_request(engine_ids_[j]);
+      started_ = false;
+      const std::string which = prompts_.size() > 1 ? fmt::format("prompt {}: ", k) : "";
+      throw ApiError(400, which + e.what(), req_.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
     }
-    inbox->cv.notify_one();
-  };
-  try {
-    backend_.add_request(std::move(er));
-  } catch (const Error& e) {
-    throw ApiError(400, e.what(), req_.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
+    started_ = true;
   }
-  started_ = true;
 }
 
 std::vector<RequestEvent> CompletionJob::take_events(std::chrono::milliseconds timeout) {
@@ -134,24 +147,27 @@ void CompletionJob::apply(const RequestEvent& ev) {
     finished_choices_++;
     if (ev.finish_reason == "error" && engine_error_.empty())
       engine_error_ = ev.error.empty() ? "the engine failed while running this request" : ev.error;
-    prompt_tokens_ = std::max(prompt_tokens_, ev.prompt_tokens);
-    cached_tokens_ = std::max(cached_tokens_, ev.cached_tokens);
+    const size_t k = static_cast<size_t>(ev.index / req_.n);  // the prompt: its n choices share it
+    prompt_tokens_[k] = std::max(prompt_tokens_[k], ev.prompt_tokens);
+    cached_tokens_[k] = std::max(cached_tokens_[k], ev.cached_tokens);
     completion_tokens_ += ev.completion_tokens;
   }
 }
 
 Usage CompletionJob::usage() const {
   Usage u;
-  u.prompt_tokens = prompt_tokens_ > 0 ? prompt_tokens_ : static_cast<int>(prompt_ids_.size());
+  for (size_t k = 0; k < prompts_.size(); ++k) {
+    u.prompt_tokens += prompt_tokens_[k] > 0 ? prompt_tokens_[k] : static_cast<int>(prompts_[k].ids.size());
+    u.cached_tokens += cached_tokens_[k];
+  }
   u.completion_tokens = completion_tokens_;
-  u.cached_tokens = cached_tokens_;
   return u;
 }
 
 void CompletionJob::abort() {
   if (aborted_) return;
   aborted_ = true;
-  backend_.abort_request(header_.id);
+  for (const std::string& id : engine_ids_) backend_.abort_request(id);
 }
 
 void CompletionJob::record_metrics() {
@@ -160,7 +176,7 @@ void CompletionJob::record_metrics() {
   const auto now = Clock::now();
   const double e2e = seconds_between(arrival_, now);
   const double ttft = first_token_ ? seconds_between(arrival_, *first_token_) : e2e;
-  const int per_choice = completion_tokens_ / std::max(1, req_.n);
+  const int per_choice = completion_tokens_ / std::max<int>(1, static_cast<int>(choices_.size()));
   const double tpot = per_choice > 1 ? (e2e - ttft) / (per_choice - 1) : 0.0;
   metrics_.observe_request(ttft, tpot, per_choice, e2e);
 }
@@ -178,7 +194,7 @@ bool CompletionJob::stream(const Writer& write) {
   // Chat streams open with the assistant role for every choice, before the first token.
   if (req_.endpoint == Endpoint::ChatCompletions) {
     std::string opening;
-    for (int i = 0; i < req_.n; ++i) {
+    for (int i = 0; i < static_cast<int>(choices_.size()); ++i) {
       ChunkPiece piece;
       piece.index = i;
       piece.first = true;
@@ -191,7 +207,9 @@ bool CompletionJob::stream(const Writer& write) {
     std::vector<RequestEvent> events = take_events(keep_alive_);
     std::string out;
     for (const RequestEvent& ev : events) {
-      if (ev.index < 0 || ev.index >= req_.n || choices_[static_cast<size_t>(ev.index)].finished) continue;
+      if (ev.index < 0 || ev.index >= static_cast<int>(choices_.size()) ||
+          choices_[static_cast<size_t>(ev.index)].finished)
+        continue;
       Choice& c = choices_[static_cast<size_t>(ev.index)];
       ReasoningSplit split{{}, ev.text};
       if (c.reasoning) {

@@ -29,7 +29,8 @@ class CompletionJob {
   // Writes bytes to the client; false when the connection is gone.
   using Writer = std::function<bool(std::string_view)>;
 
-  CompletionJob(EngineBackend& backend, ServerMetrics& metrics, ApiRequest req, std::vector<int32_t> prompt_ids,
+  // One engine request per prompt (a completions request may list several), each with req.n choices.
+  CompletionJob(EngineBackend& backend, ServerMetrics& metrics, ApiRequest req, std::vector<BuiltPrompt> prompts,
                 std::string model_name, std::string cache_salt,
                 std::chrono::milliseconds keep_alive = std::chrono::milliseconds(250));
   // Aborts the engine request if it has not finished (the response was abandoned).
@@ -97,7 +98,8 @@ class CompletionJob {
   EngineBackend& backend_;
   ServerMetrics& metrics_;
   ApiRequest req_;
-  std::vector<int32_t> prompt_ids_;
+  std::vector<BuiltPrompt> prompts_;
+  std::vector<std::string> engine_ids_;  // the engine request of each prompt
   std::string cache_salt_;
   std::chrono::milliseconds keep_alive_;
   ResponseHeader header_;
@@ -108,7 +110,8 @@ class CompletionJob {
   bool started_ = false;
   bool aborted_ = false;
   std::string engine_error_;
-  int prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
+  std::vector<int> prompt_tokens_, cached_tokens_;  // each prompt's, as its engine request reports them
+  int completion_tokens_ = 0;
   bool metrics_recorded_ = false;
 
   std::chrono::steady_clock::time_point arrival_;

@@ -229,7 +229,7 @@ struct HttpServer::Impl {
           }
         }
       }
-      std::vector<int32_t> prompt = build_prompt(api, backend);
+      std::vector<BuiltPrompt> prompts = build_prompts(api, backend);
       // With the reasoning split on, a reasoning model thinks first and the constrained text follows its
       // </think> (reasoning_content stays free text). A harmony reply under a grammar is the constrained text
       // alone, which the split reads as content.
@@ -237,7 +237,7 @@ struct HttpServer::Impl {
           api.reasoning_format == ReasoningFormat::ThinkTags)
         api.grammar = after_reasoning(api.grammar, api.reasoning_opened_by_prompt);
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
-      job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompt), opts.model_name,
+      job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompts), opts.model_name,
                                             std::move(salt), opts.keep_alive);
       job->start();
     } catch (const ApiError& e) {

@@ -77,18 +77,31 @@ void parse_prompt(const json& body, ApiRequest& req) {
     return;
   }
   if (!p->is_array() || p->empty())
-    throw bad_request("'prompt' must be a string or a non-empty array of token ids", "prompt");
-  // A batch of one prompt is accepted; larger batches are not (use n, or several requests).
-  if (p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
-    json single = body;
-    single["prompt"] = (*p)[0];
-    parse_prompt(single, req);
+    throw bad_request("'prompt' must be a string, an array of token ids, or a non-empty array of those", "prompt");
+  // A list of prompts: strings, or arrays of token ids. A list of one is that prompt.
+  if ((*p)[0].is_string() || (*p)[0].is_array()) {
+    if (p->size() > static_cast<size_t>(kMaxBatchChoices))
+      throw bad_request(
+          fmt::format("'prompt' lists {} prompts; at most {} are taken in one request", p->size(), kMaxBatchChoices),
+          "prompt");
+    for (const json& item : *p) {
+      if (!item.is_string() && !(item.is_array() && !item.empty() && item[0].is_number_integer()))
+        throw bad_request("each prompt of a list must be a string or a non-empty array of token ids", "prompt");
+      ApiRequest one;
+      parse_prompt(json{{"prompt", item}}, one);
+      req.prompt_batch.push_back({std::move(one.prompt_text), std::move(one.prompt_ids), one.prompt_is_ids});
+    }
+    if (req.prompt_batch.size() == 1) {
+      req.prompt_text = std::move(req.prompt_batch[0].text);
+      req.prompt_ids = std::move(req.prompt_batch[0].ids);
+      req.prompt_is_ids = req.prompt_batch[0].is_ids;
+      req.prompt_batch.clear();
+    }
     return;
   }
   for (const json& id : *p) {
     if (!id.is_number_integer())
-      throw bad_request("'prompt' must be a string or an array of token ids (batched prompts are not supported)",
-                        "prompt");
+      throw bad_request("'prompt' must be a string, an array of token ids, or an array of those", "prompt");
     req.prompt_ids.push_back(static_cast<int32_t>(
         integer_field(id, "prompt", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max())));
   }
@@ -495,6 +508,10 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
   parse_sampling(body, req);
   parse_logprobs(body, req);
   if (const json* v = field(body, "n")) req.n = static_cast<int>(integer_field(*v, "n", 1, kMaxChoices));
+  if (!req.prompt_batch.empty() && req.prompt_batch.size() * static_cast<size_t>(req.n) > kMaxBatchChoices)
+    throw bad_request(fmt::format("{} prompts with n = {} make {} choices; at most {} are taken in one request",
+                                  req.prompt_batch.size(), req.n, req.prompt_batch.size() * req.n, kMaxBatchChoices),
+                      "n");
   if (const json* v = field(body, "stream")) req.stream = bool_field(*v, "stream");
   if (const json* v = field(body, "stream_options")) {
     if (!v->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
@@ -622,6 +639,29 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
   }
   check_min_tokens(req.params);
   return ids;
+}
+
+std::vector<BuiltPrompt> build_prompts(ApiRequest& req, const EngineBackend& backend) {
+  std::vector<BuiltPrompt> out;
+  if (req.prompt_batch.empty()) {
+    std::vector<int32_t> ids = build_prompt(req, backend);
+    out.push_back({std::move(ids), req.params.max_tokens});
+    return out;
+  }
+  for (size_t i = 0; i < req.prompt_batch.size(); ++i) {
+    req.prompt_text = req.prompt_batch[i].text;
+    req.prompt_ids = req.prompt_batch[i].ids;
+    req.prompt_is_ids = req.prompt_batch[i].is_ids;
+    try {
+      std::vector<int32_t> ids = build_prompt(req, backend);
+      out.push_back({std::move(ids), req.params.max_tokens});
+    } catch (const ApiError& e) {
+      throw ApiError(e.status(), fmt::format("prompt {}: {}", i, e.what()), e.param(), e.code(), e.type());
+    }
+  }
+  req.prompt_text.clear();
+  req.prompt_ids.clear();
+  return out;
 }
 
 std::string derive_cache_salt(const std::string& api_key, bool share_prefix_cache, const std::string& request_salt) {

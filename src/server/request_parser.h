@@ -18,6 +18,13 @@ namespace kvserve::server {
 
 enum class Endpoint { Completions, ChatCompletions };
 
+// One prompt of a completions request's list of prompts.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::Completions;
   std::string model;  // empty: the served model
@@ -26,6 +33,9 @@ struct ApiRequest {
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
+  // Completions with a list of two or more prompts ("prompt": ["a", "b"], or lists of ids): each in order, n
+  // choices apiece, choice prompt * n + j as OpenAI and vLLM number them. prompt_text / prompt_ids hold none.
+  std::vector<PromptInput> prompt_batch;
   std::vector<ChatMessage> messages;
   nlohmann::ordered_json chat_template_kwargs;  // null, or the object of extra chat template variables
 
@@ -98,6 +108,17 @@ constexpr float kDefaultTemperature = 1.0f;
 
 // Completions without max_tokens get OpenAI's 16; chat gets the rest of the context.
 constexpr int kDefaultCompletionMaxTokens = 16;
+
+// A completions request's prompts times its n: at most this many choices in one request.
+constexpr int kMaxBatchChoices = 64;
+
+// One prompt ready for the engine: its tokens and the new tokens it may take (max_tokens, or its default).
+struct BuiltPrompt {
+  std::vector<int32_t> ids;
+  int max_tokens = 0;
+};
+// build_prompt for the request's prompt, or for each of its prompt_batch (an error then names the prompt).
+std::vector<BuiltPrompt> build_prompts(ApiRequest& req, const EngineBackend& backend);
 
 // Tokenizes the prompt (chat: through the model's template), checks ids against the vocabulary and
 // fills in the default max_tokens and the model's sampling defaults for what the request left out. Throws

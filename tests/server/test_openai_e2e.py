@@ -337,6 +337,23 @@ def test_forced_tool_call(client):
     assert r.choices[0].message.tool_calls[0].function.name in ("get_forecast", "get_time")
 
 
+def test_list_of_prompts(client):
+    # As LangChain's OpenAI LLM sends them: each prompt's greedy text is what it gets alone, choice i * n + j.
+    prompts = ["Once upon a time", "The cat", "Lily and Ben"]
+    kwargs = dict(model=MODEL, max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
+    alone = [client.completions.create(prompt=p, **kwargs) for p in prompts]
+    r = client.completions.create(prompt=prompts, n=2, **kwargs)
+    assert [c.index for c in r.choices] == list(range(6))
+    assert [c.text for c in r.choices] == [a.choices[0].text for a in alone for _ in range(2)]
+    assert r.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert r.usage.completion_tokens == 60
+    texts = {}
+    for chunk in client.completions.create(prompt=prompts, stream=True, **kwargs):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+    assert texts == {i: a.choices[0].text for i, a in enumerate(alone)}
+
+
 def test_n_two(client):
     r = client.completions.create(model=MODEL, prompt="Lily and Ben", max_tokens=8, temperature=0.9, seed=3, n=2,
                                   extra_body={"ignore_eos": True})
