@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <random>
@@ -19,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/grammar_matcher.h"
+#include "engine/perplexity.h"
 #include "engine/sampler.h"
 #include "kv/kv_layout.h"
 #include "model/loaders.h"
@@ -39,6 +41,8 @@ struct ChoiceResult {
   std::string finish_reason;
   std::string stop_string;
   int32_t stop_token_id = -1;
+  std::vector<TokenInfo> prompt_info;
+  int prompt_info_events = 0;  // events that carried it
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   bool finished = false;
 };
@@ -58,6 +62,10 @@ class Collector {
       std::lock_guard lk(mu_);
       ChoiceResult& c = results_[id][ev.index];
       for (const TokenInfo& t : ev.tokens) c.ids.push_back(t.id);
+      if (!ev.prompt_tokens_info.empty()) {
+        c.prompt_info = ev.prompt_tokens_info;
+        ++c.prompt_info_events;
+      }
       c.text += ev.text;
       if (ev.finished) {
         c.finished = true;
@@ -1119,6 +1127,59 @@ TEST(Engine, StopStringsStopTokenIdsAndMinTokensEndWhereTheyShould) {
       EXPECT_EQ(col.get("held_string").stop_string, held_string.stop[0]);
     }
   }
+}
+
+// vLLM's prompt_logprobs: each prompt token's log-probability given the ones before it (and the top k), as a
+// teacher-forced pass over the prompt gives them, on each choice's first event; computed whole although the
+// prompt is in the prefix cache and runs in chunks, and the choices' tokens are those without it.
+TEST(Engine, PromptLogprobsAreTheTeacherForcedOnes) {
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = random_prompt(rng, 70);  // two 48-token chunks
+  SamplingParams params;
+  params.max_tokens = 6;
+  params.temperature = 0.0f;
+  params.ignore_eos = true;
+  SamplingParams with = params;
+  with.prompt_logprobs = 3;
+
+  Generator g(stories(), {});
+  const std::vector<float> logits = g.prefill_logits(prompt, 0);
+  const int32_t n_vocab = stories().config.n_vocab;
+  ASSERT_EQ(logits.size(), prompt.size() * static_cast<size_t>(n_vocab));
+
+  Engine engine(stories(), small_options());
+  Collector col;
+  engine.add_request(col.request("plain", prompt, params));  // puts the prompt in the prefix cache
+  engine.wait_until_idle();
+  engine.add_request(col.request("scored", prompt, with, /*n=*/2));
+  expect_all_blocks_free_or_cached(engine);
+  const ChoiceResult plain = col.get("plain");
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    const ChoiceResult c = col.get("scored", i);
+    EXPECT_EQ(c.ids, plain.ids);
+    EXPECT_EQ(c.prompt_info_events, 1);
+    EXPECT_EQ(c.cached_tokens, 0);
+    ASSERT_EQ(c.prompt_info.size(), prompt.size());
+    EXPECT_EQ(c.prompt_info[0].id, prompt[0]);
+    EXPECT_TRUE(std::isnan(c.prompt_info[0].logprob));
+    EXPECT_TRUE(c.prompt_info[0].top.empty());
+    for (size_t p = 1; p < prompt.size(); ++p) {
+      const TokenInfo& t = c.prompt_info[p];
+      EXPECT_EQ(t.id, prompt[p]);
+      const float* row = logits.data() + (p - 1) * static_cast<size_t>(n_vocab);
+      EXPECT_NEAR(t.logprob, -negative_log_likelihood(row, n_vocab, prompt[p]), 1e-4) << p;
+      ASSERT_EQ(t.top.size(), 3u);
+      EXPECT_EQ(t.top[0].first, Sampler::argmax(row, n_vocab)) << p;
+      EXPECT_GE(t.top[0].second, t.top[1].second);
+      EXPECT_GE(t.top[1].second, t.top[2].second);
+      EXPECT_GE(t.top[0].second, t.logprob);
+    }
+  }
+  EXPECT_TRUE(col.get("plain").prompt_info.empty());
+  SamplingParams bad = with;
+  bad.prompt_logprobs = 21;
+  EXPECT_THROW(engine.add_request(col.request("bad", prompt, bad)), Error);
 }
 
 // A control token's text is left out of the output unless the request asks to see it (a tool-call marker

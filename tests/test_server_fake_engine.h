@@ -4,6 +4,7 @@
 // from a fixed alphabet until max_tokens (or abort). It records what the server asked of it.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -169,6 +170,15 @@ class FakeEngine final : public EngineBackend {
             if (l.req.params.logprobs > 0) t.top = {{c, -0.5f}, {'Z', -1.5f}, {'Y', -2.5f}};
             ev.tokens.push_back(t);
             ev.text = std::string(1, c);
+            // Prompt logprobs on the first event: token p at -(p / 10), nothing before the first.
+            if (k == 0 && l.req.params.prompt_logprobs >= 0)
+              for (size_t p = 0; p < l.req.prompt_ids.size(); ++p) {
+                TokenInfo pt;
+                pt.id = l.req.prompt_ids[p];
+                pt.logprob = p == 0 ? std::nanf("") : -0.1f * static_cast<float>(p);
+                if (p > 0 && l.req.params.prompt_logprobs > 0) pt.top = {{'Q', -0.05f}};
+                ev.prompt_tokens_info.push_back(pt);
+              }
             if (stop_at_script_end_ && static_cast<size_t>(k + 1) == letters.size()) {
               ev.finished = true;
               ev.finish_reason = "stop";

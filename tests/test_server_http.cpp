@@ -534,6 +534,58 @@ TEST(ServerHttp, CompletionWithAListOfPrompts) {
   EXPECT_EQ(engine.added().size(), before + 1);  // refused before any was queued
 }
 
+// echo: each choice's text starts with its prompt; with logprobs its tokens lead the logprobs, the first
+// with a null logprob and null top_logprobs; streamed, the choice's first chunk carries them.
+TEST(ServerHttp, CompletionEcho) {
+  FakeEngine engine;
+  LiveServer server(engine);
+  auto cli = server.client();
+  auto plain = cli.Post("/v1/completions", R"({"prompt": "hey", "max_tokens": 2, "echo": true})", "application/json");
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  EXPECT_EQ(json::parse(plain->body)["choices"][0]["text"], "heyab");
+  EXPECT_EQ(engine.added().back().params.prompt_logprobs, -1);
+
+  const std::string scored = R"({"prompt": ["hey", "yo"], "max_tokens": 1, "echo": true, "logprobs": 1)";
+  auto res = cli.Post("/v1/completions", scored + "}", "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json body = json::parse(res->body);
+  EXPECT_EQ(engine.added().back().params.prompt_logprobs, 1);
+  ASSERT_EQ(body["choices"].size(), 2u);
+  const json& c = body["choices"][0];
+  EXPECT_EQ(c["text"], "heya");
+  const json& lp = c["logprobs"];
+  EXPECT_EQ(lp["tokens"], json::parse(R"(["h", "e", "y", "a"])"));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_NEAR(lp["token_logprobs"][1].get<double>(), -0.1, 1e-6);
+  EXPECT_NEAR(lp["token_logprobs"][2].get<double>(), -0.2, 1e-6);
+  EXPECT_NEAR(lp["token_logprobs"][3].get<double>(), -0.5, 1e-6);
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1].size(), 1u);
+  EXPECT_EQ(lp["text_offset"], json::parse("[0, 1, 2, 3]"));
+  EXPECT_EQ(body["choices"][1]["text"], "yoa");
+  EXPECT_EQ(body["choices"][1]["logprobs"]["tokens"].size(), 3u);
+
+  auto streamed = cli.Post("/v1/completions", scored + R"(, "stream": true})", "application/json");
+  ASSERT_TRUE(streamed);
+  std::map<int, std::string> texts;
+  std::map<int, json> token_lps;
+  for (const json& e : sse_events(streamed->body)) {
+    if (!e.is_object()) continue;
+    for (const json& ch : e["choices"]) {
+      const int i = ch["index"];
+      texts[i] += ch["text"].get<std::string>();
+      if (!ch["logprobs"].is_null())
+        for (const json& v : ch["logprobs"]["token_logprobs"]) token_lps[i].push_back(v);
+    }
+  }
+  EXPECT_EQ(texts, (std::map<int, std::string>{{0, "heya"}, {1, "yoa"}}));
+  ASSERT_EQ(token_lps[0].size(), 4u);
+  EXPECT_TRUE(token_lps[0][0].is_null());
+  EXPECT_EQ(token_lps[1].size(), 3u);
+}
+
 TEST(ServerHttp, BadRequestsGet4xxAndServingContinues) {
   FakeEngine engine(1ms, /*context=*/64);
   ServerOptions opts;

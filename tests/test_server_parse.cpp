@@ -553,6 +553,34 @@ TEST(ServerParse, ModelSamplingDefaultsFillWhatTheRequestLeavesOut) {
   EXPECT_EQ(some.params.top_k, 20);
 }
 
+// echo (completions): the prompt leads each choice; with logprobs the engine is asked for the prompt's too
+// (the same number of alternatives as the generated tokens get).
+TEST(ServerParse, EchoAsksForPromptLogprobsWithLogprobs) {
+  EXPECT_FALSE(parse_completion(R"({"prompt": "x"})").echo);
+  EXPECT_EQ(parse_completion(R"({"prompt": "x"})").params.prompt_logprobs, -1);
+  const ApiRequest plain = parse_completion(R"({"prompt": "x", "echo": true})");
+  EXPECT_TRUE(plain.echo);
+  EXPECT_EQ(plain.params.prompt_logprobs, -1);
+  const ApiRequest scored = parse_completion(R"({"prompt": "x", "echo": true, "logprobs": 0, "max_tokens": 1})");
+  EXPECT_EQ(scored.params.prompt_logprobs, 0);
+  EXPECT_EQ(parse_completion(R"({"prompt": "x", "echo": true, "logprobs": 3})").params.prompt_logprobs, 3);
+  EXPECT_EQ(parse_completion(R"({"prompt": "x", "logprobs": 3})").params.prompt_logprobs, -1);
+  EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": "x", "echo": "yes"})"),
+            std::make_pair(400, std::string("echo")));
+  EXPECT_TRUE(parse_completion(R"({"prompt": "x", "return_tokens_as_token_ids": true})").tokens_as_ids);
+  EXPECT_FALSE(parse_chat(R"({"messages": [{"role": "user", "content": "x"}]})").tokens_as_ids);
+  EXPECT_EQ(rejection(Endpoint::ChatCompletions,
+                      R"({"messages": [{"role": "user", "content": "x"}], "return_tokens_as_token_ids": 1})"),
+            std::make_pair(400, std::string("return_tokens_as_token_ids")));
+
+  FakeEngine engine;
+  ApiRequest ids = parse_completion(R"({"prompt": [[104, 105], "yo"], "echo": true})");
+  const std::vector<BuiltPrompt> built = build_prompts(ids, engine);
+  ASSERT_EQ(built.size(), 2u);
+  EXPECT_EQ(built[0].echo_text, engine.detokenize({104, 105}));
+  EXPECT_EQ(built[1].echo_text, "yo");
+}
+
 // Each prompt of a list is built as one alone would be (its own default max_tokens); an error names the prompt.
 TEST(ServerParse, BuildPromptsBuildsEachPromptOfAList) {
   FakeEngine engine(std::chrono::milliseconds(1), /*context=*/20);

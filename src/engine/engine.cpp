@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -65,6 +66,8 @@ struct ActiveRequest {
   int32_t owner = 0;  // block-map colour
   std::vector<std::unique_ptr<Choice>> choices;
   bool prompt_done = false;  // the prompt's logits have been seen (and n > 1 forked)
+  // params.prompt_logprobs >= 0: each prompt token's log-probability, filled as the prompt's chunks run.
+  std::vector<TokenInfo> prompt_info;
   int cached_tokens = 0;
   int num_unfinished = 0;
 };
@@ -102,6 +105,11 @@ struct Engine::Impl {
   void abort(const std::string& id, const std::string& reason, const std::string& error = {});
   void step();
   void on_prompt_or_decode_done(SeqId seq, float* logits);
+  // The logit rows a scheduled chunk yields: each position's where it verifies drafts or runs a prompt whose
+  // log-probabilities were asked for, else the last position's where it completes the sequence.
+  bool yields_prompt_rows(const ScheduledChunk& c) const;
+  int64_t rows_of(const ScheduledChunk& c) const;
+  void record_prompt_logprobs(const ScheduledChunk& c, const float* rows);
   void fork_children(ActiveRequest& a);
   void sample_choice(ActiveRequest& a, int index, float* logits);
   void emit_token(ActiveRequest& a, int index, int32_t id);
@@ -330,6 +338,12 @@ void Engine::Impl::admit(EngineRequest r) {
   s.num_prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
   s.cache_salt = r.cache_salt;
   s.long_rope_after = long_rope_after(model.config, opts.rope_factors, opts.streaming);
+  if (r.params.prompt_logprobs >= 0) {
+    s.computes_whole_prompt = true;
+    a->prompt_info.resize(r.prompt_ids.size());
+    for (size_t i = 0; i < r.prompt_ids.size(); ++i) a->prompt_info[i].id = r.prompt_ids[i];
+    a->prompt_info[0].logprob = std::numeric_limits<float>::quiet_NaN();
+  }
   a->choices[0]->seq = s.id;
   by_seq[s.id] = {a.get(), 0};
   scheduler->add_waiting(std::move(s));
@@ -368,7 +382,8 @@ void Engine::Impl::step() {
     b.pos0 = c.start;
     set_block_tables(*kv, c.seq, b);
     b.want_logits = c.completes_sequence && c.num_draft_tokens == 0;
-    b.all_logits = c.num_draft_tokens > 0;  // a row per position: each verifies the draft after it
+    // A row per position: each verifies the draft after it, or gives the next prompt token's log-probability.
+    b.all_logits = c.num_draft_tokens > 0 || yields_prompt_rows(c);
     b.long_rope = s.long_rope;
     batch.push_back(b);
   }
@@ -381,6 +396,12 @@ void Engine::Impl::step() {
     if (c.num_draft_tokens > 0) {
       verify_drafts(c, logits.data() + row * n_vocab);
       row += c.num_tokens;
+      continue;
+    }
+    if (yields_prompt_rows(c)) {
+      record_prompt_logprobs(c, logits.data() + row * n_vocab);
+      row += c.num_tokens;
+      if (c.completes_sequence) on_prompt_or_decode_done(c.seq, logits.data() + (row - 1) * n_vocab);
       continue;
     }
     if (!c.completes_sequence) continue;
@@ -496,8 +517,8 @@ void Engine::Impl::sample_decode_rows(const SchedulerOutput& out) {
   decode_rows.clear();
   int64_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
-    if (c.num_draft_tokens > 0) {  // verified on their own (verify_drafts)
-      row += c.num_tokens;
+    if (c.num_draft_tokens > 0 || yields_prompt_rows(c)) {  // read on their own (verify_drafts, prompts)
+      row += rows_of(c);
       continue;
     }
     if (!c.completes_sequence) continue;
@@ -529,6 +550,32 @@ void Engine::Impl::sample_decode_rows(const SchedulerOutput& out) {
     draw(0, n);
   }
   if (error) std::rethrow_exception(error);
+}
+
+bool Engine::Impl::yields_prompt_rows(const ScheduledChunk& c) const {
+  if (c.num_draft_tokens > 0) return false;
+  const auto it = by_seq.find(c.seq);
+  return it != by_seq.end() && !it->second.first->prompt_done && !it->second.first->prompt_info.empty();
+}
+
+int64_t Engine::Impl::rows_of(const ScheduledChunk& c) const {
+  if (c.num_draft_tokens > 0 || yields_prompt_rows(c)) return c.num_tokens;
+  return c.completes_sequence ? 1 : 0;
+}
+
+// Row i gives the distribution of the token at position start + i + 1. A prompt computed again (preempted
+// before its end) writes the same values again.
+void Engine::Impl::record_prompt_logprobs(const ScheduledChunk& c, const float* rows) {
+  ActiveRequest& a = *by_seq.at(c.seq).first;
+  const int k = a.req.params.prompt_logprobs;
+  const auto n_prompt = static_cast<int64_t>(a.prompt_info.size());
+  std::vector<TokenLogprob> top;
+  for (int64_t i = 0; i < c.num_tokens && c.start + i + 1 < n_prompt; ++i) {
+    TokenInfo& t = a.prompt_info[static_cast<size_t>(c.start + i + 1)];
+    t.logprob = token_logprobs(rows + i * n_vocab, n_vocab, t.id, k, top);
+    t.top.clear();
+    for (const TokenLogprob& alt : top) t.top.emplace_back(alt.id, alt.logprob);
+  }
 }
 
 void Engine::Impl::on_prompt_or_decode_done(SeqId seq, float* row) {
@@ -564,6 +611,7 @@ void Engine::Impl::fork_children(ActiveRequest& a) {
     if (c.finished) continue;
     SequenceState child = parent_state;
     child.id = next_seq++;
+    child.computes_whole_prompt = false;  // the parent gave the prompt's log-probabilities
     c.seq = child.id;
     by_seq[child.id] = {&a, i};
     const ForkResult f = kv->fork(parent, child.id);
@@ -600,6 +648,7 @@ void Engine::Impl::emit_token(ActiveRequest& a, int index, int32_t id) {
 
   RequestEvent ev;
   ev.index = index;
+  if (c.completion_tokens == 1) ev.prompt_tokens_info = a.prompt_info;
   TokenInfo info;
   info.id = id;
   if (params.logprobs > 0) {

@@ -90,6 +90,9 @@ struct RequestEvent {
   // it drew; neither (empty, -1) for the vocabulary's end of generation or a grammar's end.
   std::string stop_string;
   int32_t stop_token_id = -1;
+  // With params.prompt_logprobs >= 0, on each choice's first event: the prompt's tokens, the first with a NaN
+  // logprob (nothing before it), each other with its log-probability given those before it.
+  std::vector<TokenInfo> prompt_tokens_info;
   // Usage, filled on the event that finishes a choice:
   int prompt_tokens = 0;
   int completion_tokens = 0;

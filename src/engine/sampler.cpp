@@ -34,6 +34,7 @@ void SamplingParams::validate() const {
   for (int32_t id : stop_token_ids)
     if (id < 0) fail("stop_token_ids must be >= 0, got {}", id);
   if (logprobs < 0 || logprobs > 20) fail("logprobs must be in [0, 20], got {}", logprobs);
+  if (prompt_logprobs < -1 || prompt_logprobs > 20) fail("prompt_logprobs must be in [0, 20], got {}", prompt_logprobs);
   for (const auto& s : stop)
     if (s.empty()) fail("stop strings must not be empty");
   for (const auto& [id, bias] : logit_bias) {
@@ -219,27 +220,31 @@ void cut_top_p(const float* logits, int32_t n_vocab, double target, Scratch& sc)
 }
 }  // namespace
 
-// A full-vocabulary softmax per token when asked for: the weights at temperature 1 in one vectorized
-// pass (the weights are free again once the draw is made), the top ones by selection rather than a sort.
-void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen) {
-  last_top_.clear();
-  if (params_.logprobs <= 0) return;
+// A full-vocabulary softmax at temperature 1 in one vectorized pass (the weights are free again once the
+// draw is made), the top ones by selection rather than a sort.
+float token_logprobs(const float* logits, int32_t n_vocab, int32_t chosen, int k, std::vector<TokenLogprob>& top) {
+  top.clear();
   const float mx = max_logit(logits, n_vocab);
-  if (std::isnan(mx)) {  // a row of NaNs has no distribution
-    last_logprob_ = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
+  if (std::isnan(mx)) return std::numeric_limits<float>::quiet_NaN();  // a row of NaNs has no distribution
   Scratch& sc = scratch(n_vocab);
   const double sum = exp_weights(logits, n_vocab, mx, 1.0f, sc.weights.data());
   const float log_z = mx + static_cast<float>(std::log(sum));
-  last_logprob_ = logits[chosen] - log_z;
-  const int k = std::min(params_.logprobs, n_vocab);
-  auto& candidates = sc.candidates;
-  candidates.clear();
-  for (int32_t i = 0; i < n_vocab; ++i) candidates.emplace_back(order_key(logits[i]), i);
-  std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), by_logit);
-  std::sort(candidates.begin(), candidates.begin() + k, by_logit);
-  for (int i = 0; i < k; ++i) last_top_.push_back({candidates[i].second, candidates[i].first - log_z});
+  k = std::min(k, n_vocab);
+  if (k > 0) {
+    auto& candidates = sc.candidates;
+    candidates.clear();
+    for (int32_t i = 0; i < n_vocab; ++i) candidates.emplace_back(order_key(logits[i]), i);
+    std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), by_logit);
+    std::sort(candidates.begin(), candidates.begin() + k, by_logit);
+    for (int i = 0; i < k; ++i) top.push_back({candidates[i].second, candidates[i].first - log_z});
+  }
+  return logits[chosen] - log_z;
+}
+
+void Sampler::record_logprobs(const float* logits, int32_t n_vocab, int32_t chosen) {
+  last_top_.clear();
+  if (params_.logprobs <= 0) return;
+  last_logprob_ = token_logprobs(logits, n_vocab, chosen, params_.logprobs, last_top_);
 }
 
 void Sampler::hold_back_ends(float* logits, int32_t n_vocab) {

@@ -16,6 +16,10 @@ struct TokenLogprob {
   float logprob;
 };
 
+// log softmax(logits)[chosen] at temperature 1, and the k most likely tokens' (id, log-probability), most
+// likely first, into `top`. NaN for a row of NaNs (then no top).
+float token_logprobs(const float* logits, int32_t n_vocab, int32_t chosen, int k, std::vector<TokenLogprob>& top);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);

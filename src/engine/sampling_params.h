@@ -27,6 +27,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   int min_tokens = 0;
   int logprobs = 0;  // top log-probabilities to report per token (0 = none)
+  // vLLM's prompt_logprobs: each prompt token's log-probability given the ones before it, with this many top
+  // alternatives (-1 = none). The prompt is then computed whole, not read from the prefix cache.
+  int prompt_logprobs = -1;
   // OpenAI's logit_bias: added to a token's logit before the penalties and any sampling, greedy included.
   // Ids are checked against the vocabulary where the request is admitted.
   std::vector<std::pair<int32_t, float>> logit_bias;

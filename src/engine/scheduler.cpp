@@ -120,7 +120,7 @@ SchedulerOutput Scheduler::schedule() {
     if (s.outgrew_short_rope()) s.long_rope = true;  // a prompt past the original context starts long
     const std::string key = s.prefix_cache_key();
     CachedPrefix prefix;
-    if (config_.enable_prefix_caching) prefix = kv_.get_computed_blocks(s.tokens, key);
+    if (config_.enable_prefix_caching && !s.computes_whole_prompt) prefix = kv_.get_computed_blocks(s.tokens, key);
     const int64_t start = prefix.num_tokens;
     const int64_t n = std::min(s.num_tokens() - start, budget);
     if (!kv_.allocate_slots(s.id, n, prefix, key)) break;

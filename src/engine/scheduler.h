@@ -31,6 +31,7 @@ struct SequenceState {
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int64_t num_cached_tokens = -1;   // prefix-cache hit at first admission; -1 until admitted
   std::string cache_salt;
+  bool computes_whole_prompt = false;  // no prefix-cache hit: every prompt position's logits are wanted
   // LongRoPE (engine/long_rope.h): the sequence rotates with the long factors; it switches to them, its K/V
   // recomputed, once it has more than long_rope_after tokens (-1: never).
   bool long_rope = false;

@@ -137,6 +137,12 @@ void CompletionJob::apply(const RequestEvent& ev) {
   Choice& c = choices_[static_cast<size_t>(ev.index)];
   if (c.finished) return;
   if (!ev.tokens.empty() && !first_token_) first_token_ = Clock::now();
+  if (req_.echo && !c.echoed) {
+    c.echoed = true;
+    c.result.text = prompts_[static_cast<size_t>(ev.index / req_.n)].echo_text;
+    c.text_offset = c.result.text.size();
+    if (req_.logprobs) c.result.tokens = ev.prompt_tokens_info;
+  }
   c.result.text += ev.text;
   c.text_offset += ev.text.size();
   if (req_.logprobs) c.result.tokens.insert(c.result.tokens.end(), ev.tokens.begin(), ev.tokens.end());
@@ -233,8 +239,18 @@ bool CompletionJob::stream(const Writer& write) {
         calls = number_tool_calls(std::move(tp.calls), c.tool_calls_sent);
         c.tool_calls_sent += static_cast<int>(calls.size());
       }
+      // Echo: the choice's first piece leads with its prompt (and the prompt's logprobs).
+      std::vector<TokenInfo> echoed_tokens;
+      const bool echoes = req_.echo && !c.echoed;
+      if (echoes) {
+        split.content = prompts_[static_cast<size_t>(ev.index / req_.n)].echo_text + split.content;
+        if (req_.logprobs) {
+          echoed_tokens = ev.prompt_tokens_info;
+          echoed_tokens.insert(echoed_tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        }
+      }
       const bool has_content = !split.content.empty() || !split.reasoning.empty() || !calls.empty() ||
-                               (req_.logprobs && !ev.tokens.empty());
+                               (req_.logprobs && !ev.tokens.empty()) || echoes;
       if (has_content || ev.finished) {
         if (ev.finished && ev.finish_reason == "error") {
           out += sse_data(ApiError(500, ev.error.empty() ? "the engine failed while running this request" : ev.error,
@@ -247,7 +263,7 @@ bool CompletionJob::stream(const Writer& write) {
           piece.reasoning = std::move(split.reasoning);
           piece.tool_calls = std::move(calls);
           piece.first_tool_call_index = first_call;
-          piece.tokens = req_.logprobs ? &ev.tokens : nullptr;
+          piece.tokens = !req_.logprobs ? nullptr : echoes ? &echoed_tokens : &ev.tokens;
           piece.top_n = req_.top_logprobs;
           piece.text_offset = c.text_offset;
           if (ev.finished) {

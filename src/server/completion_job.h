@@ -70,6 +70,7 @@ class CompletionJob {
     std::optional<ReasoningSplitter> reasoning;  // chat with the reasoning split on (streams)
     std::optional<ToolCallParser> tools;         // chat with tools (streams)
     int tool_calls_sent = 0;
+    bool echoed = false;  // echo: the prompt leads the text
   };
 
   // Moves pending events into the choices; returns the ones taken (for streaming) in order.
@@ -93,7 +94,10 @@ class CompletionJob {
   void record_metrics();
   void abort();
   Usage usage() const;
-  std::string token_text(int32_t id) const { return backend_.token_piece(id); }
+  // A token as logprobs show it: its text, or vLLM's "token_id:ID" with return_tokens_as_token_ids.
+  std::string token_text(int32_t id) const {
+    return req_.tokens_as_ids ? "token_id:" + std::to_string(id) : backend_.token_piece(id);
+  }
 
   EngineBackend& backend_;
   ServerMetrics& metrics_;

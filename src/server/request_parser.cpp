@@ -456,6 +456,8 @@ void parse_sampling(const json& body, ApiRequest& req) {
 }
 
 void parse_logprobs(const json& body, ApiRequest& req) {
+  if (const json* v = field(body, "return_tokens_as_token_ids"))
+    req.tokens_as_ids = bool_field(*v, "return_tokens_as_token_ids");
   if (req.endpoint == Endpoint::Completions) {
     if (const json* v = field(body, "logprobs")) {
       req.logprobs = true;
@@ -491,8 +493,7 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
   if (const json* v = field(body, "model")) req.model = string_field(*v, "model");
   if (endpoint == Endpoint::Completions) {
     parse_prompt(body, req);
-    if (const json* v = field(body, "echo"); v && bool_field(*v, "echo"))
-      throw bad_request("'echo' is not supported", "echo");
+    if (const json* v = field(body, "echo")) req.echo = bool_field(*v, "echo");
     if (const json* v = field(body, "best_of"); v && integer_field(*v, "best_of", 1, kMaxChoices) > 1)
       throw bad_request("'best_of' > 1 is not supported; use n", "best_of");
     if (const json* v = field(body, "suffix"); v && !string_field(*v, "suffix").empty())
@@ -528,6 +529,9 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
 
   // The engine reports logprobs only when asked for at least one alternative; we drop the extras.
   req.params.logprobs = req.logprobs ? std::max(1, req.top_logprobs) : 0;
+  // Echo with logprobs reports the prompt's tokens too (the first has none), as OpenAI's legacy API and vLLM
+  // do: how lm-evaluation-harness scores a continuation.
+  if (req.echo && req.logprobs) req.params.prompt_logprobs = req.top_logprobs;
   if (req.max_tokens_given) check_min_tokens(req.params);
   try {
     SamplingParams given = req.params;  // a default max_tokens is set where the prompt is built
@@ -643,9 +647,13 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
 
 std::vector<BuiltPrompt> build_prompts(ApiRequest& req, const EngineBackend& backend) {
   std::vector<BuiltPrompt> out;
+  const auto built = [&](std::vector<int32_t> ids) {
+    std::string echo_text;
+    if (req.echo) echo_text = req.prompt_is_ids ? backend.detokenize(ids) : req.prompt_text;
+    return BuiltPrompt{std::move(ids), req.params.max_tokens, std::move(echo_text)};
+  };
   if (req.prompt_batch.empty()) {
-    std::vector<int32_t> ids = build_prompt(req, backend);
-    out.push_back({std::move(ids), req.params.max_tokens});
+    out.push_back(built(build_prompt(req, backend)));
     return out;
   }
   for (size_t i = 0; i < req.prompt_batch.size(); ++i) {
@@ -653,8 +661,7 @@ std::vector<BuiltPrompt> build_prompts(ApiRequest& req, const EngineBackend& bac
     req.prompt_ids = req.prompt_batch[i].ids;
     req.prompt_is_ids = req.prompt_batch[i].is_ids;
     try {
-      std::vector<int32_t> ids = build_prompt(req, backend);
-      out.push_back({std::move(ids), req.params.max_tokens});
+      out.push_back(built(build_prompt(req, backend)));
     } catch (const ApiError& e) {
       throw ApiError(e.status(), fmt::format("prompt {}: {}", i, e.what()), e.param(), e.code(), e.type());
     }

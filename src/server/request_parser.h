@@ -45,8 +45,10 @@ struct ApiRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: each choice's text (and logprobs) starts with its prompt
   bool logprobs = false;       // report logprobs at all
   int top_logprobs = 0;        // alternatives per token
+  bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:ID"
   std::string user;
   std::string cache_salt;
   // Chat: "reasoning_format" ("deepseek": <think> text goes to reasoning_content; "none"); unset, the
@@ -116,6 +118,7 @@ constexpr int kMaxBatchChoices = 64;
 struct BuiltPrompt {
   std::vector<int32_t> ids;
   int max_tokens = 0;
+  std::string echo_text;  // with echo: the prompt as sent, or its token ids' text
 };
 // build_prompt for the request's prompt, or for each of its prompt_batch (an error then names the prompt).
 std::vector<BuiltPrompt> build_prompts(ApiRequest& req, const EngineBackend& backend);

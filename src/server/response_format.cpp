@@ -49,9 +49,14 @@ json completion_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, c
   for (const TokenInfo& t : tokens) {
     const std::string piece = text(t.id);
     toks.push_back(piece);
-    lps.push_back(finite_logprob(t.logprob));
     offsets.push_back(text_offset);
     text_offset += piece.size();
+    if (std::isnan(t.logprob)) {  // an echoed prompt's first token: nothing came before it
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    lps.push_back(finite_logprob(t.logprob));
     json top = json::object();
     for (int i = 0; i < top_n && i < static_cast<int>(t.top.size()); ++i)
       top[text(t.top[i].first)] = finite_logprob(t.top[i].second);

@@ -354,6 +354,46 @@ def test_list_of_prompts(client):
     assert texts == {i: a.choices[0].text for i, a in enumerate(alone)}
 
 
+def test_echo_scores_a_continuation_as_generation_did(client):
+    # lm-evaluation-harness's loglikelihood: the prompt and continuation echoed with logprobs, max_tokens 1.
+    # The continuation's logprobs, teacher-forced in the prompt, are the ones its greedy generation reported.
+    # Tokens travel as ids (vLLM's return_tokens_as_token_ids), so the continuation is the tokens generated.
+    prompt = [1] + [FIRST_PLAIN_ID + (37 * i) % (VOCAB - FIRST_PLAIN_ID) for i in range(1, 12)]
+    ids = {"return_tokens_as_token_ids": True}
+    gen = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0, logprobs=2,
+                                    extra_body={"ignore_eos": True, **ids})
+    cont = [int(t.removeprefix("token_id:")) for t in gen.choices[0].logprobs.tokens]
+    assert len(cont) == 8
+    scored = client.completions.create(model=MODEL, prompt=prompt + cont, max_tokens=1, temperature=0, logprobs=2,
+                                       echo=True, extra_body=ids)
+    c = scored.choices[0]
+    lp = c.logprobs
+    n = len(prompt)
+    assert scored.usage.prompt_tokens == n + 8
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == n + 9
+    assert lp.tokens[:n + 8] == ["token_id:%d" % t for t in prompt + cont]
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    for got, want in zip(lp.token_logprobs[n:n + 8], gen.choices[0].logprobs.token_logprobs):
+        assert abs(got - want) < 1e-3, (got, want)
+    assert all(x is not None and x <= 0 for x in lp.token_logprobs[1:])
+    assert all(len(top) == 2 for top in lp.top_logprobs[1:])
+    # The streamed form: the first chunk leads with the prompt and its logprobs.
+    text, lps = "", []
+    for chunk in client.completions.create(model=MODEL, prompt=prompt + cont, max_tokens=1, temperature=0,
+                                           logprobs=2, echo=True, stream=True):
+        for ch in chunk.choices:
+            text += ch.text
+            if ch.logprobs is not None:
+                lps += ch.logprobs.token_logprobs
+    assert text == c.text
+    assert lps[0] is None and lps[1:] == pytest.approx(lp.token_logprobs[1:], abs=1e-5)
+    # Without logprobs: the prompt's text, then the reply.
+    words = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0)
+    echoed = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0,
+                                       echo=True)
+    assert echoed.choices[0].text == "Once upon a time" + words.choices[0].text
+
+
 def test_n_two(client):
     r = client.completions.create(model=MODEL, prompt="Lily and Ben", max_tokens=8, temperature=0.9, seed=3, n=2,
                                   extra_body={"ignore_eos": True})
