@@ -1177,6 +1177,22 @@ TEST(Engine, PromptLogprobsAreTheTeacherForcedOnes) {
     }
   }
   EXPECT_TRUE(col.get("plain").prompt_info.empty());
+
+  // max_tokens 0: the prompt scored, nothing drawn.
+  SamplingParams only = with;
+  only.max_tokens = 0;
+  engine.add_request(col.request("only", prompt, only, /*n=*/2));
+  expect_all_blocks_free_or_cached(engine);
+  for (int i = 0; i < 2; ++i) {
+    const ChoiceResult c = col.get("only", i);
+    EXPECT_TRUE(c.finished);
+    EXPECT_EQ(c.finish_reason, "length");
+    EXPECT_TRUE(c.ids.empty());
+    EXPECT_EQ(c.completion_tokens, 0);
+    ASSERT_EQ(c.prompt_info.size(), prompt.size());
+    for (size_t p = 1; p < prompt.size(); ++p)
+      EXPECT_FLOAT_EQ(c.prompt_info[p].logprob, col.get("scored").prompt_info[p].logprob) << p;
+  }
   SamplingParams bad = with;
   bad.prompt_logprobs = 21;
   EXPECT_THROW(engine.add_request(col.request("bad", prompt, bad)), Error);

@@ -144,6 +144,20 @@ class FakeEngine final : public EngineBackend {
     std::vector<bool> done;
   };
 
+  // Prompt logprobs (when asked for), on a choice's first event: token p at -(p / 10), none before the first.
+  static std::vector<TokenInfo> prompt_info(const EngineRequest& req) {
+    std::vector<TokenInfo> out;
+    if (req.params.prompt_logprobs < 0) return out;
+    for (size_t p = 0; p < req.prompt_ids.size(); ++p) {
+      TokenInfo pt;
+      pt.id = req.prompt_ids[p];
+      pt.logprob = p == 0 ? std::nanf("") : -0.1f * static_cast<float>(p);
+      if (p > 0 && req.params.prompt_logprobs > 0) pt.top = {{'Q', -0.05f}};
+      out.push_back(pt);
+    }
+    return out;
+  }
+
   void loop() {
     std::unique_lock lock(mu_);
     while (!stopping_) {
@@ -160,6 +174,10 @@ class FakeEngine final : public EngineBackend {
           if (aborted) {
             ev.finished = true;
             ev.finish_reason = "abort";
+          } else if (l.req.params.max_tokens == 0) {  // the prompt alone
+            ev.finished = true;
+            ev.finish_reason = "length";
+            ev.prompt_tokens_info = prompt_info(l.req);
           } else {
             const int k = l.produced[static_cast<size_t>(i)]++;
             const std::string_view letters = script_.empty() ? kAlphabet : std::string_view(script_);
@@ -170,15 +188,7 @@ class FakeEngine final : public EngineBackend {
             if (l.req.params.logprobs > 0) t.top = {{c, -0.5f}, {'Z', -1.5f}, {'Y', -2.5f}};
             ev.tokens.push_back(t);
             ev.text = std::string(1, c);
-            // Prompt logprobs on the first event: token p at -(p / 10), nothing before the first.
-            if (k == 0 && l.req.params.prompt_logprobs >= 0)
-              for (size_t p = 0; p < l.req.prompt_ids.size(); ++p) {
-                TokenInfo pt;
-                pt.id = l.req.prompt_ids[p];
-                pt.logprob = p == 0 ? std::nanf("") : -0.1f * static_cast<float>(p);
-                if (p > 0 && l.req.params.prompt_logprobs > 0) pt.top = {{'Q', -0.05f}};
-                ev.prompt_tokens_info.push_back(pt);
-              }
+            if (k == 0) ev.prompt_tokens_info = prompt_info(l.req);
             if (stop_at_script_end_ && static_cast<size_t>(k + 1) == letters.size()) {
               ev.finished = true;
               ev.finish_reason = "stop";

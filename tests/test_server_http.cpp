@@ -584,6 +584,18 @@ TEST(ServerHttp, CompletionEcho) {
   ASSERT_EQ(token_lps[0].size(), 4u);
   EXPECT_TRUE(token_lps[0][0].is_null());
   EXPECT_EQ(token_lps[1].size(), 3u);
+
+  // max_tokens 0: the prompt alone (OpenAI's legacy scoring request); without echo a 400.
+  auto only = cli.Post("/v1/completions", R"({"prompt": "hey", "max_tokens": 0, "echo": true, "logprobs": 0})",
+                       "application/json");
+  ASSERT_TRUE(only);
+  ASSERT_EQ(only->status, 200) << only->body;
+  const json o = json::parse(only->body);
+  EXPECT_EQ(o["choices"][0]["text"], "hey");
+  EXPECT_EQ(o["choices"][0]["logprobs"]["token_logprobs"].size(), 3u);
+  EXPECT_EQ(o["usage"]["completion_tokens"], 0);
+  expect_error(cli.Post("/v1/completions", R"({"prompt": "hey", "max_tokens": 0})", "application/json"), 400,
+               "max_tokens");
 }
 
 TEST(ServerHttp, BadRequestsGet4xxAndServingContinues) {

@@ -586,6 +586,15 @@ void Engine::Impl::on_prompt_or_decode_done(SeqId seq, float* row) {
   if (!a.prompt_done) {
     a.prompt_done = true;
     a.cached_tokens = static_cast<int>(std::max<int64_t>(0, scheduler->find(seq)->num_cached_tokens));
+    if (a.req.params.max_tokens == 0) {  // a prompt scored (prompt_logprobs) and nothing drawn, as vLLM allows
+      for (int i = 0; i < static_cast<int>(a.choices.size()); ++i) {
+        if (a.choices[i]->finished) continue;
+        RequestEvent ev;
+        ev.prompt_tokens_info = a.prompt_info;
+        finish_choice(a, i, "length", std::move(ev));
+      }
+      return;
+    }
     fork_children(a);
     // Every choice forked now samples its first token from the prompt's logits, each on its own copy
     // (sampling edits logits in place).

@@ -449,7 +449,7 @@ void parse_sampling(const json& body, ApiRequest& req) {
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {
     if (std::string_view(name) == "max_completion_tokens" && req.endpoint != Endpoint::ChatCompletions) continue;
     if (const json* v = field(body, name)) {
-      p.max_tokens = static_cast<int>(integer_field(*v, name, 1, std::numeric_limits<int32_t>::max()));
+      p.max_tokens = static_cast<int>(integer_field(*v, name, 0, std::numeric_limits<int32_t>::max()));
       req.max_tokens_given = true;
     }
   }
@@ -527,6 +527,9 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
     req.split_reasoning = format == "deepseek";
   }
 
+  // 0 new tokens: only the echoed prompt (with logprobs, its scores), as OpenAI's legacy API and vLLM take it.
+  if (req.max_tokens_given && req.params.max_tokens == 0 && !req.echo)
+    throw bad_request("'max_tokens' must be at least 1 (0 only with echo: the prompt alone)", "max_tokens");
   // The engine reports logprobs only when asked for at least one alternative; we drop the extras.
   req.params.logprobs = req.logprobs ? std::max(1, req.top_logprobs) : 0;
   // Echo with logprobs reports the prompt's tokens too (the first has none), as OpenAI's legacy API and vLLM

@@ -387,6 +387,12 @@ def test_echo_scores_a_continuation_as_generation_did(client):
                 lps += ch.logprobs.token_logprobs
     assert text == c.text
     assert lps[0] is None and lps[1:] == pytest.approx(lp.token_logprobs[1:], abs=1e-5)
+    # max_tokens 0: the prompt alone, scored the same.
+    only = client.completions.create(model=MODEL, prompt=prompt + cont, max_tokens=0, logprobs=2, echo=True,
+                                     extra_body=ids)
+    assert only.usage.completion_tokens == 0
+    assert only.choices[0].logprobs.tokens == lp.tokens[:n + 8]
+    assert only.choices[0].logprobs.token_logprobs[1:] == pytest.approx(lp.token_logprobs[1:n + 8], abs=1e-5)
     # Without logprobs: the prompt's text, then the reply.
     words = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0)
     echoed = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0,
