@@ -1196,6 +1196,18 @@ TEST(Engine, PromptLogprobsAreTheTeacherForcedOnes) {
   SamplingParams bad = with;
   bad.prompt_logprobs = 21;
   EXPECT_THROW(engine.add_request(col.request("bad", prompt, bad)), Error);
+
+  // With prompt-lookup drafts the prompt's rows are the same, and so are the tokens.
+  EngineOptions o = small_options();
+  o.speculative_tokens = 3;
+  Engine speculative(stories(), o);
+  speculative.add_request(col.request("speculative", prompt, with));
+  expect_all_blocks_free_or_cached(speculative);
+  const ChoiceResult sp = col.get("speculative");
+  EXPECT_EQ(sp.ids, plain.ids);
+  ASSERT_EQ(sp.prompt_info.size(), prompt.size());
+  for (size_t p = 1; p < prompt.size(); ++p)
+    EXPECT_FLOAT_EQ(sp.prompt_info[p].logprob, col.get("scored").prompt_info[p].logprob) << p;
 }
 
 // A control token's text is left out of the output unless the request asks to see it (a tool-call marker
