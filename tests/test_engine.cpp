@@ -1169,6 +1169,7 @@ TEST(Engine, PromptLogprobsAreTheTeacherForcedOnes) {
       EXPECT_EQ(t.id, prompt[p]);
       const float* row = logits.data() + (p - 1) * static_cast<size_t>(n_vocab);
       EXPECT_NEAR(t.logprob, -negative_log_likelihood(row, n_vocab, prompt[p]), 1e-4) << p;
+      EXPECT_EQ(t.rank, 1 + std::count_if(row, row + n_vocab, [&](float v) { return v > row[prompt[p]]; })) << p;
       ASSERT_EQ(t.top.size(), 3u);
       EXPECT_EQ(t.top[0].first, Sampler::argmax(row, n_vocab)) << p;
       EXPECT_GE(t.top[0].second, t.top[1].second);

@@ -153,6 +153,7 @@ class FakeEngine final : public EngineBackend {
       pt.id = req.prompt_ids[p];
       pt.logprob = p == 0 ? std::nanf("") : -0.1f * static_cast<float>(p);
       if (p > 0 && req.params.prompt_logprobs > 0) pt.top = {{'Q', -0.05f}};
+      pt.rank = p == 0 ? 0 : 2;
       out.push_back(pt);
     }
     return out;

@@ -2,6 +2,9 @@
 // framing; Prometheus text for /metrics.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <vector>
+
 #include "server/api_error.h"
 #include "server/metrics.h"
 #include "server/response_format.h"
@@ -63,6 +66,37 @@ TEST(ServerFormat, ChatLogprobsShape) {
   ASSERT_EQ(t["top_logprobs"].size(), 2u);  // capped at top_n
   EXPECT_EQ(t["top_logprobs"][1]["token"], "B");
   EXPECT_TRUE(lp["refusal"].is_null());
+}
+
+// vLLM's prompt_logprobs: null first, then {"ID": {logprob, rank, decoded_token}} for the token and its top_n
+// alternatives; on each completions choice, at the top level of a chat reply (the first choice's).
+TEST(ServerFormat, PromptLogprobsShape) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<TokenInfo> prompt = {{'a', nan, {}, 0}, {'b', -1.25f, {{'x', -0.5f}, {'b', -1.25f}, {'y', -3.0f}}, 2}};
+  const json p = prompt_logprobs_json(prompt, 1, piece_of);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_TRUE(p[0].is_null());
+  EXPECT_EQ(p[1], json::parse(R"({"98": {"logprob": -1.25, "rank": 2, "decoded_token": "b"},
+                                  "120": {"logprob": -0.5, "rank": 1, "decoded_token": "x"}})"));
+  ChoiceResult c{"hi", {}, "length"};
+  c.prompt_logprobs = prompt;
+  const json completion =
+      full_response(Endpoint::Completions, header("cmpl-1"), {c, c}, {3, 2, 0}, false, 0, piece_of, 1);
+  EXPECT_EQ(completion["choices"][1]["prompt_logprobs"], p);
+  const json chat =
+      full_response(Endpoint::ChatCompletions, header("chatcmpl-1"), {c}, {3, 2, 0}, false, 0, piece_of, 1);
+  EXPECT_EQ(chat["prompt_logprobs"], p);
+  EXPECT_FALSE(chat["choices"][0].contains("prompt_logprobs"));
+  ChoiceResult plain{"hi", {}, "length"};
+  EXPECT_FALSE(
+      full_response(Endpoint::Completions, header("cmpl-1"), {plain}, {3, 2, 0}, false, 0, piece_of)["choices"][0]
+          .contains("prompt_logprobs"));
+  ChunkPiece first;
+  first.prompt_tokens = &prompt;
+  first.prompt_top_n = 1;
+  EXPECT_EQ(
+      stream_chunk(Endpoint::Completions, header("cmpl-1"), first, false, piece_of)["choices"][0]["prompt_logprobs"],
+      p);
 }
 
 TEST(ServerFormat, StreamChunks) {

@@ -585,6 +585,25 @@ TEST(ServerHttp, CompletionEcho) {
   EXPECT_TRUE(token_lps[0][0].is_null());
   EXPECT_EQ(token_lps[1].size(), 3u);
 
+  // vLLM's prompt_logprobs: on each completions choice, and at the top of a chat reply.
+  auto with_prompt =
+      cli.Post("/v1/completions", R"({"prompt": "hey", "max_tokens": 1, "prompt_logprobs": 1})", "application/json");
+  ASSERT_TRUE(with_prompt);
+  ASSERT_EQ(with_prompt->status, 200) << with_prompt->body;
+  const json pl = json::parse(with_prompt->body)["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 3u);
+  EXPECT_TRUE(pl[0].is_null());
+  EXPECT_NEAR(pl[2]["121"]["logprob"].get<double>(), -0.2, 1e-6);  // 'y'
+  EXPECT_EQ(pl[2]["121"]["decoded_token"], "y");
+  EXPECT_EQ(pl[2]["81"]["rank"], 1);                                     // the alternative 'Q'
+  EXPECT_EQ(json::parse(with_prompt->body)["choices"][0]["text"], "a");  // no echo
+  auto chat = cli.Post("/v1/chat/completions",
+                       R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "prompt_logprobs": 0})",
+                       "application/json");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_TRUE(json::parse(chat->body)["prompt_logprobs"].is_array());
+
   // max_tokens 0: the prompt alone (OpenAI's legacy scoring request); without echo a 400.
   auto only = cli.Post("/v1/completions", R"({"prompt": "hey", "max_tokens": 0, "echo": true, "logprobs": 0})",
                        "application/json");

@@ -567,6 +567,17 @@ TEST(ServerParse, EchoAsksForPromptLogprobsWithLogprobs) {
   EXPECT_EQ(parse_completion(R"({"prompt": "x", "logprobs": 3})").params.prompt_logprobs, -1);
   EXPECT_EQ(rejection(Endpoint::Completions, R"({"prompt": "x", "echo": "yes"})"),
             std::make_pair(400, std::string("echo")));
+  // vLLM's prompt_logprobs, on either endpoint; the engine computes the larger of it and echo's count.
+  const ApiRequest asked = parse_chat(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 2})");
+  EXPECT_EQ(asked.prompt_logprobs, 2);
+  EXPECT_EQ(asked.params.prompt_logprobs, 2);
+  EXPECT_EQ(
+      parse_completion(R"({"prompt": "x", "echo": true, "logprobs": 4, "prompt_logprobs": 1})").params.prompt_logprobs,
+      4);
+  EXPECT_EQ(parse_completion(R"({"prompt": "x", "prompt_logprobs": null})").prompt_logprobs, -1);
+  for (const char* bad : {R"({"prompt": "x", "prompt_logprobs": 21})", R"({"prompt": "x", "prompt_logprobs": -1})",
+                          R"({"prompt": "x", "prompt_logprobs": true})"})
+    EXPECT_EQ(rejection(Endpoint::Completions, bad), std::make_pair(400, std::string("prompt_logprobs"))) << bad;
   EXPECT_TRUE(parse_completion(R"({"prompt": "x", "return_tokens_as_token_ids": true})").tokens_as_ids);
   EXPECT_FALSE(parse_chat(R"({"messages": [{"role": "user", "content": "x"}]})").tokens_as_ids);
   EXPECT_EQ(rejection(Endpoint::ChatCompletions,

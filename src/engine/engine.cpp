@@ -572,7 +572,7 @@ void Engine::Impl::record_prompt_logprobs(const ScheduledChunk& c, const float* 
   std::vector<TokenLogprob> top;
   for (int64_t i = 0; i < c.num_tokens && c.start + i + 1 < n_prompt; ++i) {
     TokenInfo& t = a.prompt_info[static_cast<size_t>(c.start + i + 1)];
-    t.logprob = token_logprobs(rows + i * n_vocab, n_vocab, t.id, k, top);
+    t.logprob = token_logprobs(rows + i * n_vocab, n_vocab, t.id, k, top, &t.rank);
     t.top.clear();
     for (const TokenLogprob& alt : top) t.top.emplace_back(alt.id, alt.logprob);
   }

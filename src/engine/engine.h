@@ -76,6 +76,7 @@ struct TokenInfo {
   int32_t id = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // (id, logprob), when logprobs were asked for
+  int rank = 0;                                // a prompt token's: 1 + the tokens more likely (0: not computed)
 };
 
 // One delivery to a request's callback. `index` is the choice (0..n-1).

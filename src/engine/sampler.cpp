@@ -222,8 +222,13 @@ void cut_top_p(const float* logits, int32_t n_vocab, double target, Scratch& sc)
 
 // A full-vocabulary softmax at temperature 1 in one vectorized pass (the weights are free again once the
 // draw is made), the top ones by selection rather than a sort.
-float token_logprobs(const float* logits, int32_t n_vocab, int32_t chosen, int k, std::vector<TokenLogprob>& top) {
+float token_logprobs(const float* logits, int32_t n_vocab, int32_t chosen, int k, std::vector<TokenLogprob>& top,
+                     int* rank) {
   top.clear();
+  if (rank != nullptr) {
+    *rank = 1;
+    for (int32_t i = 0; i < n_vocab; ++i) *rank += logits[i] > logits[chosen] ? 1 : 0;
+  }
   const float mx = max_logit(logits, n_vocab);
   if (std::isnan(mx)) return std::numeric_limits<float>::quiet_NaN();  // a row of NaNs has no distribution
   Scratch& sc = scratch(n_vocab);

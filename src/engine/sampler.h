@@ -17,8 +17,10 @@ struct TokenLogprob {
 };
 
 // log softmax(logits)[chosen] at temperature 1, and the k most likely tokens' (id, log-probability), most
-// likely first, into `top`. NaN for a row of NaNs (then no top).
-float token_logprobs(const float* logits, int32_t n_vocab, int32_t chosen, int k, std::vector<TokenLogprob>& top);
+// likely first, into `top`. NaN for a row of NaNs (then no top). `rank` (may be null): 1 + the tokens more
+// likely than `chosen`, as vLLM ranks a prompt token.
+float token_logprobs(const float* logits, int32_t n_vocab, int32_t chosen, int k, std::vector<TokenLogprob>& top,
+                     int* rank = nullptr);
 
 class Sampler {
  public:

@@ -137,6 +137,7 @@ void CompletionJob::apply(const RequestEvent& ev) {
   Choice& c = choices_[static_cast<size_t>(ev.index)];
   if (c.finished) return;
   if (!ev.tokens.empty() && !first_token_) first_token_ = Clock::now();
+  if (req_.prompt_logprobs >= 0 && !ev.prompt_tokens_info.empty()) c.result.prompt_logprobs = ev.prompt_tokens_info;
   if (req_.echo && !c.echoed) {
     c.echoed = true;
     c.result.text = prompts_[static_cast<size_t>(ev.index / req_.n)].echo_text;
@@ -264,6 +265,10 @@ bool CompletionJob::stream(const Writer& write) {
           piece.tool_calls = std::move(calls);
           piece.first_tool_call_index = first_call;
           piece.tokens = !req_.logprobs ? nullptr : echoes ? &echoed_tokens : &ev.tokens;
+          if (req_.prompt_logprobs >= 0 && !ev.prompt_tokens_info.empty()) {
+            piece.prompt_tokens = &ev.prompt_tokens_info;
+            piece.prompt_top_n = req_.prompt_logprobs;
+          }
           piece.top_n = req_.top_logprobs;
           piece.text_offset = c.text_offset;
           if (ev.finished) {
@@ -332,7 +337,8 @@ std::pair<int, std::string> CompletionJob::result() {
   }
   const TokenText text = [this](int32_t id) { return token_text(id); };
   record_metrics();
-  return {200, dump_json(full_response(req_.endpoint, header_, results, usage(), req_.logprobs, req_.top_logprobs, text))};
+  return {200, dump_json(full_response(req_.endpoint, header_, results, usage(), req_.logprobs, req_.top_logprobs, text,
+                                       req_.prompt_logprobs))};
 }
 
 }  // namespace kvserve::server

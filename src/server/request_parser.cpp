@@ -458,6 +458,8 @@ void parse_sampling(const json& body, ApiRequest& req) {
 void parse_logprobs(const json& body, ApiRequest& req) {
   if (const json* v = field(body, "return_tokens_as_token_ids"))
     req.tokens_as_ids = bool_field(*v, "return_tokens_as_token_ids");
+  if (const json* v = field(body, "prompt_logprobs"))
+    req.prompt_logprobs = static_cast<int>(integer_field(*v, "prompt_logprobs", 0, kMaxTopLogprobs));
   if (req.endpoint == Endpoint::Completions) {
     if (const json* v = field(body, "logprobs")) {
       req.logprobs = true;
@@ -535,6 +537,7 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body_text) {
   // Echo with logprobs reports the prompt's tokens too (the first has none), as OpenAI's legacy API and vLLM
   // do: how lm-evaluation-harness scores a continuation.
   if (req.echo && req.logprobs) req.params.prompt_logprobs = req.top_logprobs;
+  req.params.prompt_logprobs = std::max(req.params.prompt_logprobs, req.prompt_logprobs);
   if (req.max_tokens_given) check_min_tokens(req.params);
   try {
     SamplingParams given = req.params;  // a default max_tokens is set where the prompt is built

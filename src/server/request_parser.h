@@ -49,6 +49,9 @@ struct ApiRequest {
   bool logprobs = false;       // report logprobs at all
   int top_logprobs = 0;        // alternatives per token
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:ID"
+  // vLLM's prompt_logprobs: each prompt token's log-probability and rank, with this many alternatives, in the
+  // reply's prompt_logprobs (-1: not asked for).
+  int prompt_logprobs = -1;
   std::string user;
   std::string cache_salt;
   // Chat: "reasoning_format" ("deepseek": <think> text goes to reasoning_content; "none"); unset, the

@@ -65,6 +65,24 @@ json completion_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, c
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+json prompt_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, const TokenText& text) {
+  json out = json::array();
+  for (const TokenInfo& t : tokens) {
+    if (std::isnan(t.logprob)) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    entry[std::to_string(t.id)] = {
+        {"logprob", finite_logprob(t.logprob)}, {"rank", t.rank}, {"decoded_token", text(t.id)}};
+    for (int i = 0; i < top_n && i < static_cast<int>(t.top.size()); ++i)
+      entry[std::to_string(t.top[i].first)] = {
+          {"logprob", finite_logprob(t.top[i].second)}, {"rank", i + 1}, {"decoded_token", text(t.top[i].first)}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json chat_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, const TokenText& text) {
   json content = json::array();
   for (const TokenInfo& t : tokens) {
@@ -83,7 +101,7 @@ json chat_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, const T
 }
 
 json full_response(Endpoint endpoint, const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
-                   const Usage& usage, bool logprobs, int top_n, const TokenText& text) {
+                   const Usage& usage, bool logprobs, int top_n, const TokenText& text, int prompt_top_n) {
   json out = header_json(endpoint, header, false);
   json arr = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -108,6 +126,14 @@ json full_response(Endpoint endpoint, const ResponseHeader& header, const std::v
     choice["logprobs"] = lp;
     choice["finish_reason"] = finish_json(c.finish_reason);
     choice["stop_reason"] = c.stop_reason;
+    if (c.prompt_logprobs) {
+      json p = prompt_logprobs_json(*c.prompt_logprobs, prompt_top_n, text);
+      if (endpoint == Endpoint::Completions) {
+        choice["prompt_logprobs"] = std::move(p);
+      } else if (i == 0) {
+        out["prompt_logprobs"] = std::move(p);
+      }
+    }
     arr.push_back(std::move(choice));
   }
   out["choices"] = std::move(arr);
@@ -145,6 +171,8 @@ json stream_chunk(Endpoint endpoint, const ResponseHeader& header, const ChunkPi
   choice["logprobs"] = lp;
   choice["finish_reason"] = finish_json(piece.finish_reason);
   choice["stop_reason"] = piece.stop_reason;
+  if (piece.prompt_tokens)
+    choice["prompt_logprobs"] = prompt_logprobs_json(*piece.prompt_tokens, piece.prompt_top_n, text);
   out["choices"] = json::array({std::move(choice)});
   if (usage_null) out["usage"] = nullptr;
   return out;

@@ -63,11 +63,17 @@ struct ChoiceResult {
   json stop_reason;                      // vLLM's: the stop string or stop token id that ended it, else null
   std::optional<std::string> reasoning;  // chat with the reasoning split on: its reasoning_content
   std::vector<ToolCall> tool_calls;      // chat with tools: the calls read out of the reply (text is the rest)
+  std::optional<std::vector<TokenInfo>> prompt_logprobs;  // vLLM's prompt_logprobs, when asked for
 };
 
-// The non-streaming body of either endpoint.
+// vLLM's prompt_logprobs: null for the first token, then per token {"ID": {"logprob", "rank", "decoded_token"}}
+// for it and its top_n alternatives.
+json prompt_logprobs_json(const std::vector<TokenInfo>& tokens, int top_n, const TokenText& text);
+
+// The non-streaming body of either endpoint; prompt_top_n: the alternatives prompt_logprobs shows. Completions
+// carry each choice's prompt_logprobs, chat the first choice's at the top level, as vLLM answers.
 json full_response(Endpoint endpoint, const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
-                   const Usage& usage, bool logprobs, int top_n, const TokenText& text);
+                   const Usage& usage, bool logprobs, int top_n, const TokenText& text, int prompt_top_n = 0);
 
 // One choice's piece of a stream. `first` (chat): the delta carries the assistant role. `text_offset`:
 // completions logprobs offset of this piece. `usage_null`: include_usage was asked, so every chunk but
@@ -81,6 +87,8 @@ struct ChunkPiece {
   int first_tool_call_index = 0;                   // the choice's number for the first of them
   const std::vector<TokenInfo>* tokens = nullptr;  // non-null when logprobs were asked for
   int top_n = 0;
+  const std::vector<TokenInfo>* prompt_tokens = nullptr;  // the choice's first piece, with prompt_logprobs
+  int prompt_top_n = 0;
   size_t text_offset = 0;
   std::string finish_reason;  // empty while the choice runs
   json stop_reason;           // with finish_reason: vLLM's stop_reason (null but for a stop string or token id)

@@ -393,6 +393,17 @@ def test_echo_scores_a_continuation_as_generation_did(client):
     assert only.usage.completion_tokens == 0
     assert only.choices[0].logprobs.tokens == lp.tokens[:n + 8]
     assert only.choices[0].logprobs.token_logprobs[1:] == pytest.approx(lp.token_logprobs[1:n + 8], abs=1e-5)
+    # vLLM's prompt_logprobs: the same figures, each prompt token keyed by its id, with its rank.
+    full = prompt + cont
+    pl = client.completions.create(model=MODEL, prompt=full, max_tokens=1, temperature=0,
+                                   extra_body={"prompt_logprobs": 2}).model_dump()["choices"][0]["prompt_logprobs"]
+    assert len(pl) == n + 8 and pl[0] is None
+    for p in range(1, n + 8):
+        entry = pl[p][str(full[p])]
+        assert entry["logprob"] == pytest.approx(lp.token_logprobs[p], abs=1e-5)
+        assert entry["rank"] >= 1 and (entry["rank"] == 1) == (entry["logprob"] >= max(
+            e["logprob"] for e in pl[p].values()))
+        assert 1 <= len(pl[p]) <= 3
     # Without logprobs: the prompt's text, then the reply.
     words = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0)
     echoed = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0,
