@@ -585,7 +585,9 @@ void Engine::Impl::on_prompt_or_decode_done(SeqId seq, float* row) {
   const int index = it->second.second;
   if (!a.prompt_done) {
     a.prompt_done = true;
-    a.cached_tokens = static_cast<int>(std::max<int64_t>(0, scheduler->find(seq)->num_cached_tokens));
+    SequenceState& s = *scheduler->find(seq);
+    a.cached_tokens = static_cast<int>(std::max<int64_t>(0, s.num_cached_tokens));
+    s.computes_whole_prompt = false;     // its rows are recorded: recomputed after a preemption, it may hit the cache
     if (a.req.params.max_tokens == 0) {  // a prompt scored (prompt_logprobs) and nothing drawn, as vLLM allows
       for (int i = 0; i < static_cast<int>(a.choices.size()); ++i) {
         if (a.choices[i]->finished) continue;
@@ -620,7 +622,6 @@ void Engine::Impl::fork_children(ActiveRequest& a) {
     if (c.finished) continue;
     SequenceState child = parent_state;
     child.id = next_seq++;
-    child.computes_whole_prompt = false;  // the parent gave the prompt's log-probabilities
     c.seq = child.id;
     by_seq[child.id] = {&a, i};
     const ForkResult f = kv->fork(parent, child.id);
