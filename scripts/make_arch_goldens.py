@@ -593,6 +593,43 @@ def tiny_deepseek2(gguf, path, seed, variant):
     finish(w)
 
 
+def tiny_llama4(gguf, path, seed):
+    """Llama 4 (llama.cpp's llama4; Scout's layout at 4 layers): interleaved RoPE without the q/k permutation, every
+    2nd layer (interleave_moe_layer_step) a mixture of 4 experts of 48, 2 per token, their weights the sigmoids of
+    the chosen logits applied to the token before each expert, plus one shared expert of 48; the others a dense
+    SwiGLU of 96. Layers 0-2 rotate and L2-norm q and k after RoPE (chunked attention, 8192 in llama.cpp); layer 3
+    is a NoPE layer (the attention temperature's floor scale is 8192 too, so neither shows in 58 positions: the
+    variant golden llama4-chunked-temperature does). Llama 3 rope scaling as Scout's (low_freq_factor =
+    high_freq_factor, written only as rope_freqs), over an original context of 32 here."""
+    r = Draws(seed)
+    E, L, H, KVH, D, F = shape = 64, 4, 4, 2, 16, 96
+    n_expert, n_used, F_exp = 4, 2, 48
+    rope_base = 500000.0
+    w = begin_moe(gguf, path, "llama4", shape, rope_base, n_expert, n_used, F_exp)
+    w.add_interleave_moe_layer_step(2)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 1.0))
+    freqs = rope_base ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    wavelen = 2 * np.pi / freqs
+    w.add_tensor("rope_freqs.weight", np.where(wavelen > 32.0, 16.0, 1.0).astype(np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        add_llama_attention(w, r, p, shape)
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        if (i + 1) % 2 == 0:
+            add_moe_ffn(w, r, p, E, n_expert, F_exp)
+            w.add_tensor(p + "ffn_gate_shexp.weight", r.mat(F_exp, E))
+            w.add_tensor(p + "ffn_up_shexp.weight", r.mat(F_exp, E))
+            w.add_tensor(p + "ffn_down_shexp.weight", r.mat(E, F_exp))
+        else:
+            w.add_tensor(p + "ffn_gate.weight", r.mat(F, E))
+            w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+            w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 MODELS = {
     "tiny-qwen3": (tiny_qwen3, 3001),
     "tiny-gemma3": (tiny_gemma3, 3002),
@@ -616,6 +653,7 @@ MODELS = {
     "tiny-olmo3": (lambda g, p, s: tiny_olmo2(g, p, s, window=8), 3020),
     "tiny-gptoss": (tiny_gptoss, 3021),
     "tiny-qwen2moe": (tiny_qwen2moe, 3022),
+    "tiny-llama4": (tiny_llama4, 3023),
 }
 
 

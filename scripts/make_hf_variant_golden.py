@@ -18,6 +18,9 @@ once per variant; the output is committed.
   on the even layers) with its published config's YaRN, `truncate` false (llama.cpp rounds the ramp's ends), over
   tiny-gptoss's weights; the folder holds the experts dequantized (write_hf_folder --dequantized-experts), since
   transformers' MXFP4 path on a CPU rounds them through bf16.
+- llama4-chunked-temperature: Llama 4 (Llama4ForCausalLM) with its chunked attention and attention temperature
+  where a short sequence shows them (llama.cpp fixes both at 8192 positions): attention_chunk_size 8 on the
+  rotating layers, floor_scale 4 and attn_scale 0.5 on the NoPE one, over tiny-llama4's weights.
 
 The model is the base GGUF's weights as a Hugging Face folder (scripts/write_hf_folder.cpp) with the variant's
 config edits. For each golden prompt of the base, the teacher-forced sequence and the top 5 logits of every
@@ -66,6 +69,10 @@ VARIANTS = {
         "edits": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                                    "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}},
         "dequantized": True, "long_prompt": 30},
+    "llama4-chunked-temperature": {
+        "base": "tests/golden/arch/tiny-llama4.gguf", "golden": ARCH_GOLDEN / "tiny-llama4.jsonl",
+        "edits": {"attention_chunk_size": 8, "floor_scale": 4, "attn_scale": 0.5},
+        "long_prompt": 30},
 }
 
 

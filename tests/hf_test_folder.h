@@ -5,10 +5,12 @@
 //
 //   auto dir = kvserve::test::make_hf_folder_from_gguf(gguf_path, tmp_dir, kvserve::DType::F16);
 //   auto model = kvserve::load_model(dir);
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -252,6 +254,33 @@ inline void add_deepseek_layer(SafetensorsWriter& w, const ModelConfig& c, const
   w.add(p + "mlp.shared_experts.down_proj.weight", L.ffn_down_shexp, matrix_type);
 }
 
+// Llama 4's HF names for one layer's feed-forward (transformers' Llama4TextMoe / Llama4TextMLP): on an expert
+// layer the router, the experts' gate and up fused as [experts][hidden][2 * width] (gate's columns first) and
+// down as [experts][width][hidden] (both x @ W), and the shared expert; else a dense SwiGLU.
+inline void add_llama4_feed_forward(SafetensorsWriter& w, const ModelConfig& c, const LayerWeights& L,
+                                    const std::string& ff, int l, DType matrix_type) {
+  if (!c.moe_layer(l)) {
+    w.add(ff + "gate_proj.weight", L.w_gate, matrix_type);
+    w.add(ff + "up_proj.weight", L.w_up, matrix_type);
+    w.add(ff + "down_proj.weight", L.w_down, matrix_type);
+    return;
+  }
+  const int64_t n = c.n_expert, E = c.n_embd, F = c.n_ff_exp;
+  w.add(ff + "router.weight", L.ffn_gate_inp, matrix_type);
+  add_values(w, ff + "experts.gate_up_proj", {n, E, 2 * F}, [&](int64_t i) {
+    const int64_t e = i / (E * 2 * F), k = i / (2 * F) % E, j = i % (2 * F);
+    const Tensor& t = (j < F ? L.gate_exps : L.up_exps)[static_cast<size_t>(e)];
+    return tensor_value(t, (j % F) * E + k);
+  });
+  add_values(w, ff + "experts.down_proj", {n, F, E}, [&](int64_t i) {
+    const int64_t e = i / (F * E), f = i / E % F, d = i % E;
+    return tensor_value(L.down_exps[static_cast<size_t>(e)], d * F + f);
+  });
+  w.add(ff + "shared_expert.gate_proj.weight", L.ffn_gate_shexp, matrix_type);
+  w.add(ff + "shared_expert.up_proj.weight", L.ffn_up_shexp, matrix_type);
+  w.add(ff + "shared_expert.down_proj.weight", L.ffn_down_shexp, matrix_type);
+}
+
 // Writes an HF folder for `gguf_path` into `dir` with 2-D weights stored as `matrix_type` (norms and
 // biases F32, as HF F32 checkpoints have them; pass F16/BF16 only where the GGUF holds exactly that
 // type or F16→F32 for exactness). llama q/k rows are permuted back to HF's rotate-half order; qwen2 and
@@ -264,7 +293,8 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
   auto g = load_gguf_model(gguf_path);
   const GGUFFile file(gguf_path);
   const ModelConfig& c = g->config;
-  const bool permute_qk = c.rope_style == RopeStyle::Interleaved;
+  // Llama 4's checkpoints keep GGUF's interleaved q / k rows (its RoPE rotates pairs (2i, 2i + 1)).
+  const bool permute_qk = c.rope_style == RopeStyle::Interleaved && c.arch != "llama4";
 
   SafetensorsWriter w;
   // Gemma's HF norms hold w where its GGUF holds 1 + w.
@@ -309,6 +339,10 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       add_gpt_oss_layer(w, c, L, p, file, l, mxfp4_experts);
       continue;
     }
+    if (c.arch == "llama4") {
+      add_llama4_feed_forward(w, c, L, p + "feed_forward.", l, matrix_type);
+      continue;
+    }
     if (c.moe()) {
       // Qwen3-MoE's names, or Mixtral's (a llama file with experts).
       const bool mixtral = c.arch == "llama";
@@ -351,6 +385,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
         : c.arch == "deepseek2" ? (c.expert_gating == ModelConfig::ExpertGating::Sigmoid ? "DeepseekV3ForCausalLM"
                                                                                          : "DeepseekV2ForCausalLM")
         : c.arch == "gpt-oss"   ? "GptOssForCausalLM"
+        : c.arch == "llama4"    ? "Llama4ForCausalLM"
         : c.moe()               ? "MixtralForCausalLM"
         : c.arch == "gemma"     ? "GemmaForCausalLM"
         : c.arch == "gemma2"    ? "Gemma2ForCausalLM"
@@ -370,6 +405,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
                      : c.arch == "olmo2" && c.sliding_window > 0 ? "olmo3"
                      : c.arch == "llama" && c.moe()              ? "mixtral"
                      : c.arch == "gpt-oss"                       ? "gpt_oss"
+                     : c.arch == "llama4"                        ? "llama4_text"
                                                                  : c.arch},
       {"hidden_size", c.n_embd},
       {"num_hidden_layers", c.n_layers},
@@ -421,6 +457,39 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     for (int l = 0; l < c.n_layers; ++l) types.push_back(c.is_swa_layer(l) ? "sliding_attention" : "full_attention");
     config["layer_types"] = types;
     if (mxfp4_experts) config["quantization_config"] = {{"quant_method", "mxfp4"}};
+  }
+  if (c.arch == "llama4") {  // as Llama4TextConfig names it
+    config["intermediate_size"] = c.n_ff_exp;
+    config["intermediate_size_mlp"] = c.n_ff;
+    config["interleave_moe_layer_step"] = c.moe_layer_step;
+    config["use_qk_norm"] = c.qk_l2_norm;
+    nlohmann::json rotates = nlohmann::json::array();
+    for (int l = 0; l < c.n_layers; ++l) rotates.push_back(c.uses_rope(l) ? 1 : 0);
+    config["no_rope_layers"] = rotates;
+    config["attention_chunk_size"] = c.swa_chunked ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+    config["attn_temperature_tuning"] = c.has_attn_temperature();
+    if (c.has_attn_temperature()) {
+      config["floor_scale"] = c.attn_temp_length;
+      config["attn_scale"] = c.attn_temp_scale;
+    }
+    // Scout's Llama 3 scaling (low_freq_factor = high_freq_factor: a pair is scaled by the factor where its
+    // wavelength exceeds the original context), recovered from the file's per-pair factors.
+    const std::vector<float>& f = c.rope_scaling.freq_factors;
+    if (!f.empty()) {
+      size_t first = 0;
+      while (first < f.size() && f[first] == 1.0f) ++first;
+      if (first == 0 || first == f.size()) throw std::runtime_error("llama4 test folder: unexpected rope_freqs");
+      const auto wavelen = [&](size_t i) {
+        return 2 * M_PI / std::pow(static_cast<double>(c.rope_base), -2.0 * static_cast<double>(i) / c.n_rot);
+      };
+      config["rope_scaling"] = {{"rope_type", "llama3"},
+                                {"factor", f[first]},
+                                {"low_freq_factor", 1.0},
+                                {"high_freq_factor", 1.0},
+                                {"original_max_position_embeddings", static_cast<int64_t>(wavelen(first))}};
+      if (std::floor(wavelen(first)) <= wavelen(first - 1) || std::floor(wavelen(first)) == wavelen(first))
+        throw std::runtime_error("llama4 test folder: rope_freqs give no whole original context");
+    }
   }
   if (c.mla()) {  // as DeepSeek's published configs
     const bool v3 = c.expert_gating == ModelConfig::ExpertGating::Sigmoid;

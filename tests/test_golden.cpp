@@ -314,6 +314,61 @@ TEST(GoldenQwen2Moe, SharedExpertItsGateAndUnnormalizedWeightsMatter) {
   EXPECT_LE(worst(), 1e-4f);
 }
 
+// Llama 4: the interleaved dense and MoE layers, the sigmoid weights applied to the experts' inputs, the shared
+// expert, the L2 norm of q and k on the rotating layers, the NoPE layer and Scout-style rope_freqs (low = high
+// frequency factor) each matter: without any one, the last step's logits miss llama.cpp's by far.
+TEST(GoldenLlama4, ItsRoutingNormsNopeLayerAndRopeFactorsMatter) {
+  auto model = load_model(kArchGoldens + "/tiny-llama4.gguf");
+  const ModelConfig& c = model->config;
+  EXPECT_EQ(c.moe_layer_step, 2);
+  EXPECT_FALSE(c.moe_layer(0));
+  EXPECT_TRUE(c.moe_layer(1));
+  EXPECT_FALSE(c.moe_layer(2));
+  EXPECT_TRUE(c.moe_layer(3));
+  EXPECT_EQ(c.n_ff, 96);
+  EXPECT_EQ(c.n_ff_exp, 48);
+  EXPECT_EQ(c.shared_ffn_width(), 48);
+  EXPECT_TRUE(c.qk_l2_norm);
+  EXPECT_TRUE(c.swa_chunked);
+  EXPECT_EQ(c.sliding_window, 8192);  // llama.cpp's fixed chunk
+  EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, true, true, false}));
+  EXPECT_EQ(c.nope_layers, (std::vector<bool>{false, false, false, true}));
+  EXPECT_TRUE(c.attn_temperature_on(3));
+  EXPECT_FALSE(c.attn_temperature_on(2));
+  EXPECT_FLOAT_EQ(c.attn_temperature(8190), 1.0f);
+  EXPECT_FLOAT_EQ(c.attn_temperature(8191), static_cast<float>(1 + 0.1 * std::log(2.0)));  // (p + 1) / 8192
+  ASSERT_EQ(c.rope_scaling.freq_factors.size(), 8u);
+  EXPECT_EQ(c.rope_scaling.freq_factors[0], 1.0f);
+  EXPECT_EQ(c.rope_scaling.freq_factors[1], 16.0f);
+  EXPECT_TRUE(model->layers[0].w_gate.valid());
+  EXPECT_TRUE(model->layers[1].gate_exps.size() == 4 && model->layers[1].ffn_gate_shexp.valid());
+  const json g = read_jsonl(kArchGoldens + "/tiny-llama4.jsonl").back();
+  const auto worst = [&] { return last_step_miss(*model, g); };
+  EXPECT_LE(worst(), 1e-4f);
+  const ModelConfig saved = model->config;
+  model->config.expert_weight_before_ffn = false;
+  EXPECT_GT(worst(), 1e-2f);
+  model->config = saved;
+  model->config.expert_gating = ModelConfig::ExpertGating::Softmax;
+  EXPECT_GT(worst(), 1e-2f);
+  model->config = saved;
+  model->config.qk_l2_norm = false;
+  EXPECT_GT(worst(), 1e-2f);
+  model->config = saved;
+  model->config.nope_layers.clear();
+  EXPECT_GT(worst(), 1e-2f);
+  model->config = saved;
+  // The keys' formula instead (Meta's defaults: low 1, high 4); the chunked layers rotate as the others.
+  model->config.rope_scaling.freq_factors.clear();
+  model->config.rope_scaling_swa.freq_factors.clear();
+  EXPECT_GT(worst(), 1e-2f);
+  model->config = saved;
+  model->config.n_expert_shared = 0;
+  EXPECT_GT(worst(), 1e-2f);
+  model->config = saved;
+  EXPECT_LE(worst(), 1e-4f);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllModels, GoldenGguf,
     ::testing::Values(
@@ -339,7 +394,7 @@ INSTANTIATE_TEST_SUITE_P(
         GgufCase{"tiny-qwen3-yarn", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-mistral3", 1e-4f, 1.0f, kArchGoldens},
         GgufCase{"tiny-olmo2", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-olmo3", 1e-4f, 1.0f, kArchGoldens},
         GgufCase{"tiny-gptoss", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-qwen2moe", 1e-4f, 1.0f, kArchGoldens},
-        GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
+        GgufCase{"tiny-llama4", 1e-4f, 1.0f, kArchGoldens}, GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
         // 45 of 192 steps within 1e-3: more of its activations sit near a Q8_1 rounding
         // boundary. Its dot, dequantizer and activation bytes agree with ggml's own kernels.
         GgufCase{"tiny-gqa-Q5_1", 0.2f, 0.2f, kQuantGoldens}, GgufCase{"tiny-gqa-Q2_K", 0.2f, 0.25f, kQuantGoldens},

@@ -822,6 +822,89 @@ TEST(HfLoader, SlidingWindowConfigsMatchTransformers) {
   }
 }
 
+// Llama 4 as its Hugging Face checkpoints hold it (Llama4ForCausalLM; Llama4ForConditionalGeneration's text_config
+// and language_model. prefix): the experts' fused gate_up_proj / down_proj, feed_forward names, interleaved
+// q / k rows, no_rope_layers, Scout's Llama 3 scaling (low = high frequency factor). With llama.cpp's chunk and
+// floor scale (8192) it gives llama.cpp's logits; with a chunk of 8 and a floor scale of 4, transformers'
+// (tests/golden/hf/llama4-chunked-temperature.json), prompts of 5-6 and of 30 tokens, on a hybrid cache (the
+// chunked layers' blocks released behind their window) and a full one. Chunking and the temperature each matter.
+TEST(HfLoader, Llama4MatchesLlamaCppAndTransformers) {
+  {
+    const ArchHfCopy copy("tiny-llama4");
+    const ModelConfig &a = copy.hf->config, &b = copy.ref->config;
+    EXPECT_EQ(a.arch, "llama4");
+    EXPECT_EQ(a.rope_style, RopeStyle::Interleaved);
+    EXPECT_EQ(a.expert_gating, ModelConfig::ExpertGating::SigmoidChosen);
+    EXPECT_TRUE(a.expert_weight_before_ffn);
+    EXPECT_EQ(a.moe_layer_step, b.moe_layer_step);
+    EXPECT_EQ(a.n_ff, b.n_ff);
+    EXPECT_EQ(a.n_ff_exp, b.n_ff_exp);
+    EXPECT_EQ(a.swa_layers, b.swa_layers);
+    EXPECT_EQ(a.nope_layers, b.nope_layers);
+    EXPECT_EQ(a.sliding_window, 8192);
+    EXPECT_TRUE(a.swa_chunked && a.qk_l2_norm && a.attn_temp_nope_only);
+    EXPECT_EQ(a.attn_temp_length, b.attn_temp_length);
+    EXPECT_FLOAT_EQ(a.attn_temp_offset, 1.0f);
+    EXPECT_EQ(a.rope_scaling.type, RopeScaling::Type::Llama3);
+    EXPECT_FLOAT_EQ(a.rope_scaling.low_freq_factor, a.rope_scaling.high_freq_factor);
+    expect_follows_arch_golden(*copy.hf, "tiny-llama4", 1e-4f);
+    // The image-text checkpoint's layout: text_config, weights under language_model.
+    const json c = read_json(copy.tmp / "config.json");
+    write_json(copy.tmp / "config.json",
+               {{"architectures", {"Llama4ForConditionalGeneration"}}, {"model_type", "llama4"}, {"text_config", c}});
+    expect_follows_arch_golden(*load_model(copy.tmp.path()), "tiny-llama4", 1e-4f);
+    json bad = c;
+    bad["moe_layers"] = json::array({0, 1});
+    write_json(copy.tmp / "config.json", bad);
+    expect_error([&] { load_model(copy.tmp.path()); }, {"moe_layers", "interleave_moe_layer_step"});
+    bad = c;
+    bad["layer_types"] = json::array({"sliding_attention", "full_attention", "full_attention", "full_attention"});
+    write_json(copy.tmp / "config.json", bad);
+    expect_error([&] { load_model(copy.tmp.path()); }, {"layer_types", "sliding_attention"});
+  }
+  const json ref = hf_variant_golden("llama4-chunked-temperature");
+  TempDir tmp;
+  write_hf_variant_folder(ref, tmp.path());
+  auto m = load_model(tmp.path());
+  EXPECT_EQ(m->config.sliding_window, 8);
+  EXPECT_EQ(m->config.attn_temp_length, 4);
+  EXPECT_FLOAT_EQ(m->config.attn_temp_scale, 0.5f);
+  size_t want_steps = 0;
+  for (const json& k : ref["cases"]) want_steps += k["step_logits_top"].size();
+  EXPECT_GT(want_steps, 4u * 48u);  // and the 30-token prompts' steps
+  for (const bool hybrid : {true, false}) {
+    SCOPED_TRACE(hybrid ? "hybrid cache" : "full cache");
+    GeneratorOptions o{.block_size = 4, .max_context = 512};
+    o.hybrid_kv_cache = hybrid;
+    Generator gen(*m, o);
+    EXPECT_EQ(gen.kv_cache().groups.hybrid(), hybrid);
+    EXPECT_EQ(expect_follows_hf_variant_golden(gen, ref, 1e-4f), want_steps);
+  }
+  // The worst miss over the steps after the first golden's 30-token prompt.
+  const auto miss_after_long_prompt = [&] {
+    Generator gen(*m, {.max_context = 512});
+    const json& k = ref["cases"][1];
+    const auto logits = gen.teacher_forced_logits(k["ids"].get<std::vector<int32_t>>(), k["n_prompt"].get<int>());
+    float worst = 0;
+    for (size_t st = 0; st < logits.size(); ++st)
+      for (const json& pair : k["step_logits_top"][st])
+        worst = std::max(worst, std::fabs(logits[st][pair[0].get<int>()] - pair[1].get<float>()));
+    return worst;
+  };
+  EXPECT_LE(miss_after_long_prompt(), 1e-4f);
+  const ModelConfig saved = m->config;
+  m->config.swa_chunked = false;  // a sliding window of 8 instead
+  EXPECT_GT(miss_after_long_prompt(), 1e-2f);
+  m->config = saved;
+  m->config.attn_temp_offset = 0.0f;  // Ministral 3's floor(p / length)
+  EXPECT_GT(miss_after_long_prompt(), 1e-2f);
+  m->config = saved;
+  m->config.attn_temp_scale = 0.0f;
+  EXPECT_GT(miss_after_long_prompt(), 1e-2f);
+  m->config = saved;
+  EXPECT_LE(miss_after_long_prompt(), 1e-4f);
+}
+
 // gpt-oss as its Hugging Face checkpoints hold it (GptOssForCausalLM): with MXFP4 expert blocks (published
 // checkpoints) it gives llama.cpp's logits for the same blocks; with the experts dequantized and the published
 // config's untruncated YaRN, transformers' (tests/golden/hf/gpt-oss-untruncated-yarn.json), on a hybrid cache and a

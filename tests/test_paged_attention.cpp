@@ -37,6 +37,7 @@ struct Case {
   int n_tokens;
   int64_t window = 0;  // sliding window (0: none)
   float softcap = 0;   // attention logit soft-cap (0: none)
+  int64_t chunk = 0;   // chunked attention (0: none)
 };
 
 struct Fixture {
@@ -90,7 +91,9 @@ std::vector<double> dense_attention(const Case& c, const Fixture& f, double scal
   for (int t = 0; t < c.n_tokens; ++t) {
     const int64_t n_ctx = c.pos0 + t + 1;
     // Positions before a sliding window weigh nothing.
-    const int64_t j0 = c.window > 0 ? std::max<int64_t>(0, n_ctx - c.window) : 0;
+    int64_t j0 = c.window > 0 ? std::max<int64_t>(0, n_ctx - c.window) : 0;
+    // Nor those before the token's chunk (Llama 4): its position p = n_ctx - 1 sees [p - p % chunk, p].
+    if (c.chunk > 0) j0 = std::max(j0, (n_ctx - 1) / c.chunk * c.chunk);
     for (int h = 0; h < nh; ++h) {
       const int g = h / group;
       std::vector<double> s(n_ctx, -std::numeric_limits<double>::infinity());
@@ -129,6 +132,7 @@ PagedAttentionArgs make_args(const Case& c, const Fixture& f, std::vector<float>
   a.scale = 1.0f / std::sqrt(float(c.shape.head_dim));
   a.window = c.window;
   a.softcap = c.softcap;
+  a.chunk = c.chunk;
   return a;
 }
 
@@ -138,8 +142,8 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   for (size_t i = 0; i < got.size(); ++i) {
     const double tol = 1e-5 * std::max(1.0, std::abs(want[i]));
     ASSERT_NEAR(got[i], want[i], tol) << what << " heads=" << c.shape.n_heads << "/" << c.shape.n_kv_heads
-                                      << " hd=" << c.shape.head_dim << " bs=" << c.block_size
-                                      << " pos0=" << c.pos0 << " n_tokens=" << c.n_tokens << " window=" << c.window
+                                      << " hd=" << c.shape.head_dim << " bs=" << c.block_size << " pos0=" << c.pos0
+                                      << " n_tokens=" << c.n_tokens << " window=" << c.window << " chunk=" << c.chunk
                                       << " i=" << i;
   }
 }
@@ -227,6 +231,42 @@ TEST(PagedAttention, SlidingWindowMatchesDense) {
         ASSERT_EQ(split, one) << "window " << window << " threads " << threads;
       }
     }
+  }
+}
+
+// Chunked attention (Llama 4's rotating layers): each token attends from the start of its chunk, so a chunk of
+// prefill holds tokens whose attention restarts mid-chunk, at a block's start or inside it, and a partition
+// before the chunk reads nothing. SIMD worker and reference against dense attention; split over threads gives
+// the one thread's bits.
+TEST(PagedAttention, ChunkedAttentionMatchesDense) {
+  std::mt19937 rng(2468);
+  ThreadPool pool(2);
+  for (const Shape& shape : {kShapes[0], kShapes[1], kShapes[3], kShapes[5], kShapes[8]}) {
+    for (int bs : {1, 16, 32}) {
+      const std::pair<int64_t, int> chunks[] = {{0, 7}, {5, 11}, {31, 1}, {99, 1}, {130, 6}, {270, 30}};
+      for (auto [pos0, n] : chunks) {
+        for (int64_t chunk : {1, 3, 8, 16, 128, 200}) {
+          if (shape.n_heads * shape.head_dim >= 256 && pos0 + n > 64 && bs != 16) continue;
+          // One case with a sliding window as well: the later start wins.
+          Case c{shape, bs, pos0, n, chunk == 200 ? 150 : 0, 0.0f, chunk};
+          check_case(c, rng, pool);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+  for (int64_t chunk : {5, 128, 300}) {
+    const Case c{Shape{4, 1, 64}, 16, 700, 1, 0, 0.0f, chunk};
+    const Fixture f = make_fixture(c, rng);
+    std::vector<float> one(f.q.size(), -7.0f);
+    {
+      ThreadPool one_thread(1);
+      paged_attention(make_args(c, f, one), one_thread);
+    }
+    ThreadPool split_pool(3);
+    std::vector<float> split(f.q.size(), -9.0f);
+    paged_attention(make_args(c, f, split), split_pool);
+    ASSERT_EQ(split, one) << "chunk " << chunk;
   }
 }
 

@@ -257,6 +257,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     const Rope& rope = swa ? rope_swa_ : rope_;
     const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
     const bool rotates = c.uses_rope(il);
+    const bool temperature_here = temperature && c.attn_temperature_on(il);
+    const bool l2_norm_here = c.qk_l2_norm && rotates;
     // A streaming cache windows the full-attention layers; those also attend to the sinks.
     const int64_t window = swa ? c.sliding_window : stream.window;
     const bool sinks_here = has_sinks && !swa;
@@ -290,7 +292,13 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
               rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), kh, static_cast<int>(KD / kh),
                             c.rms_eps);
             }
-            if (temperature) scale_inplace(q_.data() + t * QD, QD, q_temperature_[t]);
+            if (l2_norm_here) {
+              // Llama 4 norms after RoPE; a rotation keeps each head's length, so before it is the same (and the
+              // sinks' copy of q below gets it too).
+              rmsnorm_heads(q_.data() + t * QD, nullptr, static_cast<int>(H), static_cast<int>(D), c.rms_eps);
+              rmsnorm_heads(k_.data() + t * KD, nullptr, static_cast<int>(KVH), static_cast<int>(D), c.rms_eps);
+            }
+            if (temperature_here) scale_inplace(q_.data() + t * QD, QD, q_temperature_[t]);
             float* q_sink = sinks_here ? q_sink_.data() + t * QD : nullptr;
             if (q_sink != nullptr) {
               std::copy(q_.data() + t * QD, q_.data() + (t + 1) * QD, q_sink);
@@ -354,6 +362,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.block_stride = kv.block_stride;
       a.scale = attn_scale;
       a.window = window;
+      a.chunk = swa && c.swa_chunked ? c.sliding_window : 0;
       a.softcap = c.attn_softcap;
       if (sinks_here || c.learned_sinks) a.lse = attn_lse_.data() + t * H;
       t += static_cast<int64_t>(s.tokens.size());

@@ -1,9 +1,10 @@
 // The mixture-of-experts feed-forward of a forward step (ModelRunner::moe_ffn), as llama.cpp's build_moe_ffn
-// computes it for Qwen3-MoE, Mixtral, DeepSeek and gpt-oss: router logits, softmax over every expert (DeepSeek-V3:
-// sigmoid, a selection bias, groups; gpt-oss: a bias, the softmax over the chosen; see ModelConfig), the n_expert_used
-// most probable, their probabilities renormalized to sum 1 (unless the model says not: HF's norm_topk_prob); each
-// chosen expert's SwiGLU on the token; the experts' outputs times their weights, added in rank order; the sum onto the
-// residual stream.
+// computes it for Qwen3-MoE, Mixtral, DeepSeek, gpt-oss and Llama 4: router logits, softmax over every expert
+// (DeepSeek-V3: sigmoid, a selection bias, groups; gpt-oss: a bias, the softmax over the chosen; see ModelConfig), the
+// n_expert_used most probable, their probabilities renormalized to sum 1 (unless the model says not: HF's
+// norm_topk_prob); each chosen expert's SwiGLU on the token; the experts' outputs times their weights, added in rank
+// order; the sum onto the residual stream. Llama 4: the top logits' sigmoids, each applied to the token before its
+// expert.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -60,12 +61,14 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
   const auto* bias = static_cast<const float*>(L.exp_probs_b.data);
   const int64_t n_groups = c.n_expert_groups > 1 ? c.n_expert_groups : 0;
   const bool softmax_chosen = c.expert_gating == ModelConfig::ExpertGating::SoftmaxWeight;
+  const bool sigmoid_chosen = c.expert_gating == ModelConfig::ExpertGating::SigmoidChosen;
   const auto* router_bias = static_cast<const float*>(L.ffn_gate_inp_b.data);
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* p = moe_logits_.data() + t * n_exp;
     if (router_bias != nullptr) add_inplace(p, router_bias, n_exp);
-    if (softmax_chosen) {
-      // gpt-oss: the scores are the logits; the chosen ones' weights are softmaxed below.
+    if (softmax_chosen || sigmoid_chosen) {
+      // gpt-oss: the scores are the logits; the chosen ones' weights are softmaxed below. Llama 4: the chosen
+      // ones' weights are their logits' sigmoids (a sigmoid of saturated logits would tie them).
     } else if (c.expert_gating == ModelConfig::ExpertGating::Sigmoid) {
       for (int64_t e = 0; e < n_exp; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
     } else {
@@ -107,7 +110,8 @@ void ModelRunner::route_tokens(const LayerWeights& L, int64_t n_tokens) {
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = order[static_cast<size_t>(j)];
       moe_choice_[static_cast<size_t>(t * k + j)] = e;
-      float w = c.expert_weights_norm ? p[e] / wsum : p[e];
+      const float pe = sigmoid_chosen ? 1.0f / (1.0f + std::exp(-p[e])) : p[e];
+      float w = c.expert_weights_norm ? pe / wsum : pe;
       if (scale != 0.0f && scale != 1.0f) w *= scale;
       moe_weight_[static_cast<size_t>(t * k + j)] = w;
     }
@@ -135,7 +139,8 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
     float* x = x_.data() + t * E;
     float* acc = tmp_.data();
     for (int64_t j = 0; j < k; ++j) {
-      const float w = moe_weight_[static_cast<size_t>(t * k + j)];
+      // Llama 4's weights went into the experts' projections (experts_one_token, experts_by_expert).
+      const float w = c.expert_weight_before_ffn ? 1.0f : moe_weight_[static_cast<size_t>(t * k + j)];
       const float* o = moe_out_.data() + (t * k + j) * E;
       for (int64_t d = 0; d < E; ++d) acc[d] = j == 0 ? o[d] * w : acc[d] + o[d] * w;
     }
@@ -177,6 +182,12 @@ void ModelRunner::experts_one_token(const LayerWeights& L) {
       const size_t e = static_cast<size_t>(moe_choice_[static_cast<size_t>(j)]);
       add_inplace(moe_gate_.data() + j * F, static_cast<const float*>(L.gate_exps_b[e].data), F);
       add_inplace(moe_up_.data() + j * F, static_cast<const float*>(L.up_exps_b[e].data), F);
+    }
+  if (c.expert_weight_before_ffn)
+    for (int64_t j = 0; j < k; ++j) {
+      const float w = moe_weight_[static_cast<size_t>(j)];
+      scale_inplace(moe_gate_.data() + j * F, F, w);
+      scale_inplace(moe_up_.data() + j * F, F, w);
     }
   ffn_activation(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), k * F + FS);
   // The down projections, each from its own activations: (projection, part) items over the pool, every
@@ -231,6 +242,13 @@ void ModelRunner::experts_by_expert(const LayerWeights& L, int64_t n_tokens) {
     matmul_shared_input(gate_up, moe_in_.data(), n, pool_);
     const bool biased = !L.gate_exps_b.empty();
     for (int64_t i = 0; i < n; ++i) {
+      if (c.expert_weight_before_ffn) {
+        // Llama 4: the expert sees the token times its weight; its projections are linear (no bias), so the
+        // weight scales their outputs instead (one product, as the single-token path takes it).
+        const float w = moe_weight_[static_cast<size_t>(slots[static_cast<size_t>(i)])];
+        scale_inplace(moe_gate_.data() + i * F, F, w);
+        scale_inplace(moe_up_.data() + i * F, F, w);
+      }
       if (biased) {
         add_inplace(moe_gate_.data() + i * F, static_cast<const float*>(L.gate_exps_b[ei].data), F);
         add_inplace(moe_up_.data() + i * F, static_cast<const float*>(L.up_exps_b[ei].data), F);

@@ -66,6 +66,8 @@ bool ModelRunner::region_weights_ok() const {
   if (!model_.config.pre_norms || model_.config.qk_norm_full) return false;
   // Nor the output projection's bias and learned sinks (gpt-oss, an MoE model anyway).
   if (model_.config.learned_sinks) return false;
+  // Nor Llama 4's L2-normed q / k and chunked layers (an MoE model anyway).
+  if (model_.config.qk_l2_norm || model_.config.swa_chunked) return false;
   for (const LayerWeights& L : model_.layers)
     if (L.bo.valid()) return false;
   for (const LayerWeights& L : model_.layers) {
@@ -315,7 +317,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       if (c.qk_norm)
         rmsnorm_heads(ts.q.data(), static_cast<const float*>(L.q_norm.data), static_cast<int>(H), static_cast<int>(D),
                       c.rms_eps);
-      if (c.has_attn_temperature()) scale_inplace(ts.q.data(), QD, c.attn_temperature(pos));
+      if (c.attn_temperature_on(il)) scale_inplace(ts.q.data(), QD, c.attn_temperature(pos));
       const bool rotates = c.uses_rope(il);
       const bool sinks_here = has_sinks && !swa;
       if (sinks_here) {

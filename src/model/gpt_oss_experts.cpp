@@ -160,4 +160,28 @@ void load_gpt_oss_experts(const SafetensorsModel& w, const std::string& mlp, con
   L.down_exps_b = per_expert(down_b, n, 1, x + "down_proj_bias");
 }
 
+void load_llama4_experts(const SafetensorsModel& w, const std::string& ff, const ModelConfig& c, LayerWeights& L,
+                         Model& m) {
+  const int n = c.n_expert;
+  const int64_t E = c.n_embd, F = c.n_ff_exp;
+  const SafetensorsTensor& router = shaped(w, ff + "router.weight", nullptr, {n, E});
+  L.ffn_gate_inp = f32_matrix(
+      ff + "router.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
+  const std::string x = ff + "experts.";
+  const SafetensorsTensor& gu = shaped(w, x + "gate_up_proj", nullptr, {n, E, 2 * F});
+  const SafetensorsTensor& dn = shaped(w, x + "down_proj", nullptr, {n, F, E});
+  const Tensor gate = f32_matrix(
+      x + "gate_proj", int64_t{n} * F, E,
+      [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + r % F); }, m);
+  const Tensor up = f32_matrix(
+      x + "up_proj", int64_t{n} * F, E,
+      [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + F + r % F); }, m);
+  const Tensor down = f32_matrix(
+      x + "down_proj", int64_t{n} * E, F,
+      [&](int64_t r, int64_t k) { return value(dn, ((r / E) * F + k) * E + r % E); }, m);
+  L.gate_exps = per_expert(gate, n, F, x + "gate_proj");
+  L.up_exps = per_expert(up, n, F, x + "up_proj");
+  L.down_exps = per_expert(down, n, E, x + "down_proj");
+}
+
 }  // namespace kvserve

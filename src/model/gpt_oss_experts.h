@@ -1,4 +1,6 @@
 #pragma once
+// The fused expert tensors of Hugging Face checkpoints: gpt-oss's and Llama 4's.
+//
 // gpt-oss's mixture of experts as its Hugging Face checkpoints hold it (transformers' GptOssExperts): the router
 // (mlp.router.weight / .bias); every expert's gate and up fused in mlp.experts.gate_up_proj, their output columns
 // interleaved (gate 2i, up 2i + 1), and down_proj, with biases. The published checkpoints keep the two
@@ -25,5 +27,11 @@ std::shared_ptr<uint8_t[]> mxfp4_weight_buffer(size_t bytes, int64_t rows);
 // buffers go to m.storage. Throws Error naming a tensor that is missing or misshapen.
 void load_gpt_oss_experts(const SafetensorsModel& weights, const std::string& mlp, const ModelConfig& c,
                           LayerWeights& L, Model& m);
+
+// Llama 4's (transformers' Llama4TextExperts), under `ff` ("model.layers.N.feed_forward."): router.weight, and
+// experts.gate_up_proj [experts][hidden][2 * width] (gate's columns, then up's) and experts.down_proj
+// [experts][width][hidden], both as x @ W: each expert's three become F32 weights in llama.cpp's layout.
+void load_llama4_experts(const SafetensorsModel& weights, const std::string& ff, const ModelConfig& c, LayerWeights& L,
+                         Model& m);
 
 }  // namespace kvserve

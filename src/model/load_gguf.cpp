@@ -44,6 +44,7 @@ constexpr ArchTraits kArchTable[] = {
     {"mistral3", RopeStyle::Interleaved, false, false},
     {"olmo2", RopeStyle::NeoX, false, true},
     {"gpt-oss", RopeStyle::NeoX, true, false},
+    {"llama4", RopeStyle::Interleaved, false, false},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -67,6 +68,7 @@ float llama3_freq_factor(const RopeScaling& s, float base, int n_rot, int i) {
   const double high_wavelen = s.original_context / s.high_freq_factor;
   if (wavelen < high_wavelen) return 1.0f;
   if (wavelen > low_wavelen) return s.factor;
+  if (!(s.high_freq_factor > s.low_freq_factor)) return 1.0f;
   const double smooth = (s.original_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   return static_cast<float>(1.0 / ((1 - smooth) / s.factor + smooth));
 }
@@ -155,17 +157,18 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
       s.type = RopeScaling::Type::Llama3;
       s.factor = max_factor;
     }
-    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.factor > 0))
+    if (!(s.high_freq_factor >= s.low_freq_factor) || !(s.factor > 0))
       fail("{}: invalid llama3 rope scaling parameters", f.name());
+    // Factors the keys' formula does not give (Llama 4 Scout's, low = high frequency factor, written without
+    // keys) are taken as they are, as ggml takes them.
     for (size_t i = 0; i < factors.size(); ++i) {
+      if (!(factors[i] > 0) || !std::isfinite(factors[i]))
+        fail("{}: tensor 'rope_freqs.weight'[{}] = {} must be a positive number", f.name(), i, factors[i]);
       const float want = llama3_freq_factor(s, c.rope_base, c.n_rot, static_cast<int>(i));
-      if (std::fabs(factors[i] - want) > 1e-3f * std::max(1.0f, want))
-        fail("{}: tensor 'rope_freqs.weight'[{}] = {} does not match llama3 rope scaling (factor {}, low {}, "
-             "high {}, original context {}) which gives {}; other per-dimension factors are not supported",
-             f.name(), i, factors[i], s.factor, s.low_freq_factor, s.high_freq_factor, s.original_context, want);
+      if (std::fabs(factors[i] - want) > 1e-3f * std::max(1.0f, want)) s.freq_factors = factors;
     }
   }
-  if (s.type == RopeScaling::Type::Llama3 && !(s.high_freq_factor > s.low_freq_factor && s.factor > 0))
+  if (s.type == RopeScaling::Type::Llama3 && !(s.high_freq_factor >= s.low_freq_factor && s.factor > 0))
     fail("{}: invalid llama3 rope scaling parameters", f.name());
 }
 
@@ -290,20 +293,20 @@ void read_experts(const GGUFFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   const std::optional<uint32_t> n = f.find_u32(a + ".expert_count");
   if (!n || *n == 0) {
-    if (a == "qwen3moe" || a == "qwen2moe" || a == "gpt-oss")
+    if (a == "qwen3moe" || a == "qwen2moe" || a == "gpt-oss" || a == "llama4")
       fail("{}: a {} file needs {}.expert_count", f.name(), a, a);
     return;
   }
-  if (a != "qwen3moe" && a != "qwen2moe" && a != "llama" && a != "deepseek2" && a != "gpt-oss")
+  if (a != "qwen3moe" && a != "qwen2moe" && a != "llama" && a != "deepseek2" && a != "gpt-oss" && a != "llama4")
     fail(
-        "{}: experts ({}.expert_count = {}) are supported for qwen3moe, qwen2moe, deepseek2, gpt-oss and llama "
-        "(Mixtral) files, not {}",
+        "{}: experts ({}.expert_count = {}) are supported for qwen3moe, qwen2moe, deepseek2, gpt-oss, llama4 and "
+        "llama (Mixtral) files, not {}",
         f.name(), a, *n, a);
   c.n_expert = positive_int(f, a + ".expert_count", *n);
   c.n_expert_used = positive_int(f, a + ".expert_used_count", f.find_u32(a + ".expert_used_count").value_or(0));
   if (c.n_expert_used > c.n_expert)
     fail("{}: expert_used_count {} exceeds expert_count {}", f.name(), c.n_expert_used, c.n_expert);
-  if (a == "deepseek2" || a == "gpt-oss") {
+  if (a == "deepseek2" || a == "gpt-oss" || a == "llama4") {
     c.n_ff_exp = positive_int(f, a + ".expert_feed_forward_length", f.get_u32(a + ".expert_feed_forward_length"));
     return;
   }
@@ -415,6 +418,39 @@ void read_gpt_oss(const GGUFFile& f, ModelConfig& c) {
   if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
 }
 
+// Llama 4 (llama.cpp's llama_model_llama4). Every interleave_moe_layer_step-th layer has experts (sigmoid of the
+// top logit, applied to the token before the expert) and one shared expert as wide; the others a dense FFN.
+// Without attention.sliding_window 0 (what the converter writes when every layer is full attention), every
+// 4th layer is a full-attention NoPE layer with the attention temperature (floor scale 8192, scale 0.1), the
+// others rotate, L2-norm q and k (unless 128 experts: Maverick) and attend in chunks of 8192 (or the key's
+// value where a file gives one; llama.cpp fixes 8192).
+void read_llama4(const GGUFFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  c.expert_gating = ModelConfig::ExpertGating::SigmoidChosen;
+  c.expert_weight_before_ffn = true;
+  c.expert_weights_norm = false;
+  c.n_expert_shared = 1;
+  c.moe_layer_step =
+      positive_int(f, a + ".interleave_moe_layer_step", f.find_u32(a + ".interleave_moe_layer_step").value_or(1));
+  const std::optional<uint32_t> window = f.find_u32(a + ".attention.sliding_window");
+  if (window && *window == 0) return;
+  c.qk_l2_norm = c.n_expert != 128;
+  c.sliding_window = positive_int(f, a + ".attention.sliding_window", window.value_or(8192));
+  c.swa_chunked = true;
+  c.swa_layers.assign(static_cast<size_t>(c.n_layers), false);
+  for (int l = 0; l < c.n_layers; ++l) {
+    c.swa_layers[static_cast<size_t>(l)] = (l + 1) % 4 != 0;
+    c.nope_layers.push_back((l + 1) % 4 == 0);
+  }
+  c.rope_base_swa = f.find_f32(a + ".rope.freq_base_swa").value_or(c.rope_base);
+  if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
+  c.rope_scaling_swa = c.rope_scaling;
+  c.attn_temp_scale = 0.1f;
+  c.attn_temp_length = 8192;
+  c.attn_temp_offset = 1.0f;
+  c.attn_temp_nope_only = true;
+}
+
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
@@ -468,6 +504,7 @@ ModelConfig read_config(const GGUFFile& f) {
   if (c.arch == "olmo2") read_olmo2(f, c);
   if (c.arch != "deepseek2") read_experts(f, c);
   if (c.arch == "gpt-oss") read_gpt_oss(f, c);
+  if (c.arch == "llama4") read_llama4(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")
     for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
@@ -806,10 +843,10 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       L.attn_post_norm = make_tensor(f, p + "post_attention_norm.weight");
       L.ffn_post_norm = make_tensor(f, p + "post_ffw_norm.weight");
     }
-    if (c.moe()) {
+    if (c.moe_layer(l)) {
       load_experts(f, p, c, L);
-      if (c.arch == "qwen2moe") {
-        L.ffn_gate_inp_shexp = make_tensor(f, p + "ffn_gate_inp_shexp.weight");
+      if (c.arch == "qwen2moe" || c.arch == "llama4") {
+        if (c.arch == "qwen2moe") L.ffn_gate_inp_shexp = make_tensor(f, p + "ffn_gate_inp_shexp.weight");
         L.ffn_gate_shexp = make_tensor(f, p + "ffn_gate_shexp.weight");
         L.ffn_up_shexp = make_tensor(f, p + "ffn_up_shexp.weight");
         L.ffn_down_shexp = make_tensor(f, p + "ffn_down_shexp.weight");
@@ -826,7 +863,7 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       L.w_gate = make_tensor(f, p + "ffn_gate.weight");
       L.w_up = make_tensor(f, p + "ffn_up.weight");
     }
-    if (!c.moe()) L.w_down = make_tensor(f, p + "ffn_down.weight");
+    if (!c.moe_layer(l)) L.w_down = make_tensor(f, p + "ffn_down.weight");
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
   // A llama file may carry biases too (some converters emit them); use them when all three exist.

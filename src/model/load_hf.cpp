@@ -58,6 +58,7 @@ constexpr HfArch kHfArchs[] = {
     {"Gemma3ForCausalLM", "gemma3", false, true},
     {"SmolLM3ForCausalLM", "smollm3", false, false},
     {"GraniteForCausalLM", "granite", false, false},
+    {"Llama4ForCausalLM", "llama4", false, false},
     {"DeepseekV2ForCausalLM", "deepseek2", false, false},
     {"DeepseekV3ForCausalLM", "deepseek2", false, false},
     {"Olmo2ForCausalLM", "olmo2", false, true},
@@ -131,7 +132,8 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
     const double original = number("original_max_position_embeddings", 8192);
     if (!(original > 0) || original > (1 << 30)) fail("'{}': rope_scaling.original_max_position_embeddings out of range", path);
     s.original_context = static_cast<int>(original);
-    if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0))
+    // Llama 4 Scout has low_freq_factor = high_freq_factor (no band in between).
+    if (!(s.factor > 0) || !(s.high_freq_factor >= s.low_freq_factor) || !(s.low_freq_factor > 0))
       fail("'{}': invalid llama3 rope_scaling parameters", path);
   } else if (type == "longrope" || type == "su") {
     // As transformers' _compute_longrope_parameters: factor = max_position_embeddings / the original one
@@ -406,6 +408,87 @@ ModelConfig read_mistral3_text_config(const json& j, const std::string& path) {
   return read_config(t, path);
 }
 
+// Llama 4 Scout / Maverick (image-text checkpoints): the text model only, from `text_config`.
+ModelConfig read_llama4_text_config(const json& j, const std::string& path) {
+  if (!j.contains("text_config") || !j["text_config"].is_object())
+    fail("'{}': a Llama4ForConditionalGeneration config needs its 'text_config' object", path);
+  json t = j["text_config"];
+  t["architectures"] = json::array({"Llama4ForCausalLM"});
+  if (j.contains("_name_or_path")) t["_name_or_path"] = j["_name_or_path"];
+  return read_config(t, path);
+}
+
+// Llama 4 (transformers' Llama4TextConfig and its defaults): intermediate_size is the experts' width and
+// intermediate_size_mlp the dense layers'; every interleave_moe_layer_step-th layer (moe_layers) has experts and
+// one shared expert, routed by the sigmoid of the top logits applied to the token; `no_rope_layers` (1: the layer
+// rotates; else every no_rope_layer_interval-th does not) with q / k L2-normed on the rotating ones (use_qk_norm),
+// which attend in chunks of attention_chunk_size (null: not) and the others with the attention temperature
+// (attn_temperature_tuning: floor_scale, attn_scale). Its RoPE is over pairs (2i, 2i + 1) and its checkpoints'
+// q / k rows are not permuted.
+void read_llama4_config(const json& j, const ConfigReader& r, const std::string& path, ModelConfig& c) {
+  c.rope_style = RopeStyle::Interleaved;
+  c.n_ff_exp = r.positive_int("intermediate_size");
+  c.n_ff = r.positive_int_or("intermediate_size_mlp", 16384);
+  c.n_expert = r.positive_int_or("num_local_experts", 16);
+  c.n_expert_used = r.positive_int_or("num_experts_per_tok", 1);
+  c.n_expert_shared = 1;
+  c.expert_gating = ModelConfig::ExpertGating::SigmoidChosen;
+  c.expert_weight_before_ffn = true;
+  c.expert_weights_norm = false;
+  if (r.bool_or("attention_bias", false)) fail("'{}': Llama 4 with attention biases is not supported", path);
+  if (j.value("hidden_act", std::string("silu")) != "silu")
+    fail("'{}': Llama 4 with hidden_act {} is not supported (silu)", path, j["hidden_act"].dump());
+  c.moe_layer_step = r.positive_int_or("interleave_moe_layer_step", 1);
+  if (r.has("moe_layers")) {
+    // Only the lists the step gives (transformers' default) map onto moe_layer_step.
+    const json& layers = j["moe_layers"];
+    std::vector<int> want;
+    for (int l = c.moe_layer_step - 1; l < c.n_layers; l += c.moe_layer_step) want.push_back(l);
+    if (!layers.is_array() || layers != json(want))
+      fail("'{}': moe_layers {} is not every interleave_moe_layer_step ({})-th layer; not supported", path,
+           layers.dump(), c.moe_layer_step);
+  }
+  if (r.has("no_rope_layers")) {
+    const json& flags = j["no_rope_layers"];
+    if (!flags.is_array() || flags.size() != static_cast<size_t>(c.n_layers))
+      fail("'{}': 'no_rope_layers' must list the {} layers", path, c.n_layers);
+    for (const json& f : flags) {
+      if (!f.is_number_integer() || (f.get<int>() != 0 && f.get<int>() != 1))
+        fail("'{}': 'no_rope_layers' entries must be 0 or 1", path);
+      c.nope_layers.push_back(f.get<int>() == 0);
+    }
+  } else {
+    const int n = r.positive_int_or("no_rope_layer_interval", 4);
+    for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % n == 0);
+  }
+  c.qk_l2_norm = r.bool_or("use_qk_norm", true);
+  const bool chunked = !(j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null());
+  if (chunked) {
+    c.sliding_window = r.positive_int_or("attention_chunk_size", 8192);
+    c.swa_chunked = true;
+    for (int l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(c.uses_rope(l));
+    if (r.has("layer_types")) {
+      const json& types = j["layer_types"];
+      if (!types.is_array() || types.size() != static_cast<size_t>(c.n_layers))
+        fail("'{}': 'layer_types' must list the {} layers", path, c.n_layers);
+      for (size_t l = 0; l < types.size(); ++l) {
+        if (types[l] != "chunked_attention" && types[l] != "full_attention")
+          fail("'{}': layer_types entry {} is not supported (chunked_attention, full_attention)", path,
+               types[l].dump());
+        c.swa_layers[l] = types[l] == "chunked_attention";
+      }
+    }
+    c.rope_base_swa = c.rope_base;
+    c.rope_scaling_swa = c.rope_scaling;
+  }
+  if (r.bool_or("attn_temperature_tuning", true)) {
+    c.attn_temp_length = r.positive_int_or("floor_scale", 8192);
+    c.attn_temp_scale = r.positive_float_or("attn_scale", 0.1f);
+    c.attn_temp_offset = 1.0f;
+    c.attn_temp_nope_only = true;
+  }
+}
+
 // Gemma 3 4B-27B (image-text checkpoints): the text model only, from `text_config` over transformers'
 // Gemma3TextConfig defaults (the published configs give little more than the sizes and the window).
 ModelConfig read_gemma3_text_config(const json& j, const std::string& path) {
@@ -552,13 +635,16 @@ ModelConfig read_config(const json& raw, const std::string& path) {
   const ConfigReader r(j, path);
   if (hf_arch == "Gemma3ForConditionalGeneration") return read_gemma3_text_config(j, path);
   if (hf_arch == "Mistral3ForConditionalGeneration") return read_mistral3_text_config(j, path);
+  if (hf_arch == "Llama4ForConditionalGeneration") return read_llama4_text_config(j, path);
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs)
     if (hf_arch == a.hf_name) arch = &a;
   if (!arch) {
     std::string known;
     for (const HfArch& a : kHfArchs) known += (known.empty() ? "" : ", ") + std::string(a.hf_name);
-    known += ", Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their text models)";
+    known +=
+        ", Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration and Llama4ForConditionalGeneration (their "
+        "text models)";
     fail("'{}': architecture '{}' is not supported (supported: {})", path, hf_arch, known);
   }
 
@@ -572,9 +658,10 @@ ModelConfig read_config(const json& raw, const std::string& path) {
   c.n_ff = r.positive_int("intermediate_size");
   c.n_ctx_train = r.positive_int_or("max_position_embeddings", 2048);
   c.rms_eps = r.positive_float_or("rms_norm_eps", 1e-6f);
-  c.rope_base = r.positive_float_or("rope_theta", hf_arch == "Olmo3ForCausalLM"    ? 500000.0f
-                                                  : hf_arch == "GptOssForCausalLM" ? 150000.0f
-                                                                                   : 10000.0f);
+  c.rope_base =
+      r.positive_float_or("rope_theta", hf_arch == "Olmo3ForCausalLM" || hf_arch == "Llama4ForCausalLM" ? 500000.0f
+                                        : hf_arch == "GptOssForCausalLM"                                ? 150000.0f
+                                                                                                        : 10000.0f);
   if (c.n_heads % c.n_kv_heads != 0)
     fail("'{}': num_attention_heads {} is not a multiple of num_key_value_heads {}", path, c.n_heads, c.n_kv_heads);
   if (r.has("head_dim")) {
@@ -669,6 +756,7 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     if (!r.bool_or("attention_bias", true)) fail("'{}': gpt-oss without attention biases is not supported", path);
   }
   if (c.arch == "deepseek2") read_deepseek_config(j, r, path, c);
+  if (c.arch == "llama4") read_llama4_config(j, r, path, c);
   if (c.n_expert_used > c.n_expert)
     fail("'{}': num_experts_per_tok {} exceeds the {} experts", path, c.n_expert_used, c.n_expert);
   if (c.arch == "smollm3") {
@@ -902,9 +990,16 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     } else {
       L.ffn_norm = norm(p + "post_attention_layernorm.weight");
     }
-    if (c.arch == "gpt-oss") {
+    // Llama 4 names its FFN feed_forward.
+    const std::string mlp = p + (c.arch == "llama4" ? "feed_forward." : "mlp.");
+    if (c.arch == "llama4" && c.moe_layer(l)) {
+      load_llama4_experts(*weights, mlp, c, L, *m);
+      L.ffn_gate_shexp = matrix(mlp + "shared_expert.gate_proj.weight");
+      L.ffn_up_shexp = matrix(mlp + "shared_expert.up_proj.weight");
+      L.ffn_down_shexp = matrix(mlp + "shared_expert.down_proj.weight");
+    } else if (c.arch == "gpt-oss") {
       load_gpt_oss_experts(*weights, p + "mlp.", c, L, *m);
-    } else if (c.moe()) {
+    } else if (c.moe() && c.arch != "llama4") {
       // Qwen3-MoE: mlp.gate and mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate and its
       // experts' w1 (gate), w3 (up), w2 (down).
       const bool mixtral = c.arch == "llama";
@@ -935,10 +1030,10 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.w_gate = row_range(gate_up, 0, c.n_ff, p + "mlp.gate_proj.weight");
       L.w_up = row_range(gate_up, c.n_ff, c.n_ff, p + "mlp.up_proj.weight");
     } else {
-      L.w_gate = matrix(p + "mlp.gate_proj.weight");
-      L.w_up = matrix(p + "mlp.up_proj.weight");
+      L.w_gate = matrix(mlp + "gate_proj.weight");
+      L.w_up = matrix(mlp + "up_proj.weight");
     }
-    if (!c.moe()) L.w_down = matrix(p + "mlp.down_proj.weight");
+    if (!c.moe_layer(l)) L.w_down = matrix(mlp + "down_proj.weight");
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
   // A llama checkpoint with attention_bias=true carries q/k/v biases too; use them when present.

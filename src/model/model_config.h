@@ -22,6 +22,10 @@ struct RopeScaling {
   // ones for sequences beyond original_context, else the short ones (LongRopeFactors in
   // engine/model_runner.h says how a sequence is judged); cos and sin times attn_factor either way.
   std::vector<float> long_factors, short_factors;
+  // Llama 3 scaling given as per-pair factors (a GGUF's rope_freqs.weight) that the keys' formula does not give
+  // (Llama 4 Scout's low_freq_factor = high_freq_factor, which the converter writes without keys): each
+  // rotated pair's angle divided by its factor, as ggml does. Empty: the formula.
+  std::vector<float> freq_factors;
   float attn_factor = 1.0f;
   // YaRN (DeepSeek-V2, Qwen2.5/3 long context), as ggml's rope_yarn: each pair's angle blends the
   // interpolated (angle / factor) and the original one by a ramp over the pairs between the correction
@@ -70,7 +74,11 @@ struct ModelConfig {
   // n_expert_shared always-on experts (one SwiGLU n_expert_shared * n_ff_exp wide).
   // gpt-oss (SoftmaxWeight): the top experts by raw logit (plus the router's bias), their weights the softmax
   // of their own logits only.
-  enum class ExpertGating { Softmax, Sigmoid, SoftmaxWeight } expert_gating = ExpertGating::Softmax;
+  // Llama 4 (SigmoidChosen): the top experts by raw logit, each weighted by its logit's sigmoid, the weight
+  // applied to the token before the expert's SwiGLU (expert_weight_before_ffn; llama.cpp's weight_before_ffn)
+  // instead of to its output.
+  enum class ExpertGating { Softmax, Sigmoid, SoftmaxWeight, SigmoidChosen } expert_gating = ExpertGating::Softmax;
+  bool expert_weight_before_ffn = false;
   float expert_weights_scale = 0.0f;
   int n_expert_groups = 0;
   int n_group_used = 0;
@@ -83,7 +91,12 @@ struct ModelConfig {
   int n_ff_shexp = 0;
   int64_t shared_ffn_width() const { return n_ff_shexp > 0 ? n_ff_shexp : int64_t{n_ff_exp} * n_expert_shared; }
   bool moe() const { return n_expert > 0; }
-  bool moe_layer(int l) const { return n_expert > 0 && l >= n_layer_dense_lead; }
+  // Llama 4 Maverick interleaves: every moe_layer_step-th layer (l + 1 a multiple of it) has experts, the others
+  // a dense FFN of n_ff.
+  int moe_layer_step = 1;
+  bool moe_layer(int l) const {
+    return n_expert > 0 && l >= n_layer_dense_lead && (moe_layer_step <= 1 || (l + 1) % moe_layer_step == 0);
+  }
   // DeepSeek-V2 multi-head latent attention (kv_lora_rank > 0). Each head's key is head_dim = nope + n_rot
   // wide (qk_nope_head_dim + qk_rope_head_dim), its value head_dim_v; n_kv_heads is 1. The cache keeps,
   // per token and layer, only the RMS-normed latent (kv_lora_rank) and the rotated rope key (n_rot), one
@@ -106,6 +119,9 @@ struct ModelConfig {
   bool tied_output = false;  // output projection is token_embd
   bool qkv_bias = false;
   bool qk_norm = false;  // q and k RMS-normalized per head before RoPE (Qwen3, Gemma 3)
+  // Llama 4 (Scout; not the 128-expert Maverick): on the layers that rotate, q and k RMS-normalized per head with
+  // no weight after RoPE (Llama4TextL2Norm).
+  bool qk_l2_norm = false;
   // Gemma: token embeddings times embd_scale (sqrt(n_embd)); GeGLU; Gemma 2 and 3: each block's output
   // RMS-normalized (attn_post_norm, ffn_post_norm) before its residual add.
   float embd_scale = 1.0f;
@@ -119,7 +135,11 @@ struct ModelConfig {
   float attn_scale = 0.0f;  // scale of q.k; 0: 1/sqrt(head_dim)
   // Sliding-window layers (Gemma 2 and 3's local layers): layer l attends to the last `sliding_window`
   // positions where swa_layers[l], with RoPE base rope_base_swa and no context scaling.
+  // swa_chunked (Llama 4's chunked attention, llama.cpp's LLAMA_SWA_TYPE_CHUNKED): those layers attend instead
+  // within their position's chunk, [p - p % sliding_window, p] (never more than the window reaches back, so
+  // their cache is a window's).
   int sliding_window = 0;
+  bool swa_chunked = false;
   std::vector<bool> swa_layers;  // empty: none
   float rope_base_swa = 10000.0f;
   RopeScaling rope_scaling_swa;  // none, but Gemma 2's local layers scale as its global ones
@@ -132,11 +152,14 @@ struct ModelConfig {
   // gpt-oss: each query head has a learned sink logit (LayerWeights::attn_sinks) that joins its softmax's
   // denominator and adds no value, so a head can attend to nothing.
   bool learned_sinks = false;
-  // Llama 4's attention temperature, as Ministral 3 has it (llama_4_scaling_beta; llama.cpp's
-  // attention.temperature_scale over the YaRN original context): q at position p times
-  // 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_length)). 0: none.
+  // Llama 4's attention temperature: q at position p times 1 + attn_temp_scale * ln(1 + floor((p +
+  // attn_temp_offset) / attn_temp_length)). Llama 4 itself: scale 0.1, length 8192 (floor_scale), offset 1, on its
+  // NoPE layers only (attn_temp_nope_only). Ministral 3 (llama_4_scaling_beta; llama.cpp's
+  // attention.temperature_scale over the YaRN original context): offset 0, every layer. Scale 0: none.
   float attn_temp_scale = 0.0f;
   int64_t attn_temp_length = 0;
+  float attn_temp_offset = 0.0f;
+  bool attn_temp_nope_only = false;
 
   // Layers whose q and k get no RoPE (SmolLM3: every 4th); empty: every layer rotates.
   std::vector<bool> nope_layers;
@@ -145,10 +168,11 @@ struct ModelConfig {
     return static_cast<size_t>(l) >= nope_layers.size() || !nope_layers[static_cast<size_t>(l)];
   }
   bool has_attn_temperature() const { return attn_temp_scale != 0.0f && attn_temp_length > 0; }
+  bool attn_temperature_on(int l) const { return has_attn_temperature() && (!attn_temp_nope_only || !uses_rope(l)); }
   float attn_temperature(int64_t pos) const {
     if (!has_attn_temperature()) return 1.0f;
     // The quotient in float, as llama.cpp and transformers take it.
-    const float steps = std::floor(static_cast<float>(pos) / static_cast<float>(attn_temp_length));
+    const float steps = std::floor((static_cast<float>(pos) + attn_temp_offset) / static_cast<float>(attn_temp_length));
     return static_cast<float>(std::log(static_cast<double>(steps) + 1.0) * attn_temp_scale + 1.0);
   }
   bool is_swa_layer(int l) const {

@@ -79,6 +79,11 @@ Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScali
       fail("rope: {} LongRoPE factors for {} rotated pairs", freq_div_.size(), half);
     mscale_ = scaling.attn_factor;
   }
+  if (scaling.type == RopeScaling::Type::Llama3 && !scaling.freq_factors.empty()) {
+    freq_div_ = scaling.freq_factors;
+    if (static_cast<int>(freq_div_.size()) != half)
+      fail("rope: {} frequency factors for {} rotated pairs", freq_div_.size(), half);
+  }
   if (scaling.type == RopeScaling::Type::Yarn) {
     // As ggml_rope_yarn_corr_dims and rope_yarn, in float.
     yarn_ = true;
@@ -108,7 +113,7 @@ Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScali
       const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
       if (wavelen > low_wavelen) {
         freq_mul_[i] = 1.0f / scaling.factor;
-      } else if (wavelen >= high_wavelen) {
+      } else if (wavelen >= high_wavelen && scaling.high_freq_factor > scaling.low_freq_factor) {
         const float smooth = (scaling.original_context / wavelen - scaling.low_freq_factor) /
                              (scaling.high_freq_factor - scaling.low_freq_factor);
         freq_mul_[i] = (1.0f - smooth) / scaling.factor + smooth;

@@ -31,6 +31,7 @@ void validate(const PagedAttentionArgs& a) {
   if (a.block_size <= 0) fail("paged_attention: block_size {} must be positive", a.block_size);
   if (a.pos0 < 0) fail("paged_attention: pos0 {} is negative", a.pos0);
   if (a.window < 0) fail("paged_attention: window {} is negative", a.window);
+  if (a.chunk < 0) fail("paged_attention: chunk {} is negative", a.chunk);
   if (!(a.softcap >= 0) || !std::isfinite(a.softcap)) fail("paged_attention: softcap {} is not a non-negative number", a.softcap);
   const int64_t min_stride = int64_t{a.n_kv_heads} * a.block_size * a.head_dim;
   if (a.block_stride % a.head_dim != 0)

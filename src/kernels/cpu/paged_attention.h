@@ -28,6 +28,9 @@ struct PagedAttentionArgs {
   // > 0: a sliding-window layer, where token i attends only to the last `window` positions,
   // [pos0 + i - window + 1, pos0 + i] (Mistral, Gemma's local layers; llama.cpp's LLAMA_SWA_TYPE_STANDARD).
   int64_t window = 0;
+  // > 0: chunked attention (Llama 4; llama.cpp's LLAMA_SWA_TYPE_CHUNKED): token i attends only to the positions
+  // of its own chunk, [p - p % chunk, p] with p = pos0 + i (with a window too, the later of the two starts).
+  int64_t chunk = 0;
   const void* k_cache = nullptr;  // elements of kv_type
   const void* v_cache = nullptr;
   KVElemType kv_type = KVElemType::F32;

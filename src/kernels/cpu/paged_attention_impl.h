@@ -23,10 +23,12 @@ inline int64_t partition_count(const PagedAttentionArgs& a, int64_t t) {
 }
 // Gemma 2's attention logit soft-capping of one scaled score, as llama.cpp computes it.
 inline float soft_cap(float s, float cap) { return std::tanh(s * (1.0f / cap)) * cap; }
-// First position token t attends to: 0, or the start of its sliding window. Partitions before the one
-// holding it are empty (sum 0, see fold_partition) and read nothing.
+// First position token t attends to: 0, or the start of its sliding window or of its chunk. Partitions before
+// the one holding it are empty (sum 0, see fold_partition) and read nothing.
 inline int64_t first_attended(const PagedAttentionArgs& a, int64_t t) {
-  return a.window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.window + 1) : 0;
+  const int64_t p = a.pos0 + t;
+  const int64_t in_window = a.window > 0 ? std::max<int64_t>(0, p - a.window + 1) : 0;
+  return a.chunk > 0 ? std::max(in_window, p - p % a.chunk) : in_window;
 }
 
 // Computes the outputs of work items [begin, end), item = token * n_kv_heads + kv_head: every query
