@@ -408,6 +408,22 @@ TEST(Engine, GptOssInBatchesMatchesGeneratorTokenForToken) {
   EXPECT_ERROR_CONTAINS(Generator(*oss, h2o), "learned attention sinks");
 }
 
+// Llama 4 in batched, chunked steps and verified drafts, with a chunk of 8 and a temperature floor scale of 4 (the
+// HF variant's, so that both show in these lengths): each sequence's chunks restart at its own positions, mid-step
+// and mid-block; the sigmoid-weighted experts and the shared one gathered across the batch. Every request gets the
+// Generator's tokens, and the hybrid cache (the chunked layers' blocks released behind their window) the very bits
+// of a full one.
+TEST(Engine, Llama4InBatchesMatchesGeneratorTokenForToken) {
+  auto l4 = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-llama4.gguf");
+  l4->config.sliding_window = 8;
+  l4->config.attn_temp_length = 4;
+  ASSERT_TRUE(l4->config.swa_chunked);
+  EngineOptions o = small_options();
+  o.model_id = "tiny-llama4";
+  run_batch_plain_and_speculative(o, *l4);
+  EXPECT_EQ(expect_hybrid_cache_gives_full_cache_bits(*l4, 11, 70), (std::vector<int64_t>{0, 8, 8, 8}));
+}
+
 // DeepSeek's latent attention and routing in batched, chunked steps (each sequence's latent rows through its
 // block table, its absorbed queries against them), with and without a prefix cache hit: every request gets
 // the Generator's tokens. tiny-deepseek3 adds the sigmoid, biased, group-limited router.
