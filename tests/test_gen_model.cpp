@@ -251,6 +251,43 @@ TEST(GenModel, GptOssFilesLoadAndGenerate) {
   EXPECT_NEAR(static_cast<double>(plan_random_model(*p).n_params) / 1e9, 20.9, 0.05);
 }
 
+// llama4: every moe_layer_step-th layer experts beside a shared one, the others dense; chunked attention and a
+// NoPE layer in four, as llama.cpp reads such a file; it generates. The Llama-4-Scout preset has the real text
+// model's 107.8B parameters (its model card's 109B count the vision encoder too; 17B active).
+TEST(GenModel, Llama4FilesLoadAndGenerate) {
+  TempDir dir;
+  RandomModelSpec s = tiny_spec(DType::Q8_0);
+  s.arch = "llama4";
+  s.n_layers = 4, s.head_dim = 32;
+  s.n_expert = 4, s.n_expert_used = 1, s.n_ff_exp = 64, s.moe_layer_step = 2;
+  auto m = load_model(write_tiny(dir, s, "llama4.gguf"));
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, "llama4");
+  EXPECT_EQ(c.moe_layer_step, 2);
+  EXPECT_TRUE(c.swa_chunked && c.qk_l2_norm);
+  EXPECT_EQ(c.sliding_window, 8192);
+  EXPECT_EQ(c.nope_layers, (std::vector<bool>{false, false, false, true}));
+  EXPECT_TRUE(m->unread_tensors.empty());
+  EXPECT_TRUE(m->layers[0].w_down.valid());
+  EXPECT_EQ(m->layers[1].gate_exps.size(), 4u);
+  EXPECT_TRUE(m->layers[3].ffn_down_shexp.valid());
+  Generator gen(*m, {.max_context = 64});
+  SamplingParams sp;
+  sp.max_tokens = 30;
+  sp.ignore_eos = true;
+  EXPECT_EQ(gen.generate(m->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 30u);
+  s.moe_layer_step = 0;
+  EXPECT_THROW(plan_random_model(s), Error);
+  s.moe_layer_step = 2;
+  s.arch = "qwen3moe";  // the step is llama4's
+  EXPECT_THROW(plan_random_model(s), Error);
+
+  auto p = random_model_preset("llama-4-scout");
+  ASSERT_TRUE(p);
+  p->vocab_from = kVocab;
+  EXPECT_NEAR(static_cast<double>(plan_random_model(*p).n_params) / 1e9, 107.8, 0.1);
+}
+
 TEST(GenModel, MetadataRoundTrips) {
   TempDir dir;
   RandomModelSpec s = tiny_spec(DType::F16);

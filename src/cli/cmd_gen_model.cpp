@@ -1,4 +1,5 @@
-// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2 or gpt-oss architecture)
+// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss or llama4
+// architecture)
 // with the shapes of a real model (or any shapes), for benchmarks: weights N(0, stddev) with a seed, quantized to
 // F32/F16/BF16/Q8_0/Q4_0/ Q4_1/Q4_K, norms 1, and the tokenizer metadata of a real GGUF (so prompts tokenize as they
 // would).
@@ -24,7 +25,7 @@ struct GenModelArgs {
   std::string out;
   std::string preset;
   std::optional<int> hidden, layers, heads, kv_heads, ffn, head_dim, ctx, vocab_size, sliding_window;
-  std::optional<int> experts, experts_used, expert_ffn;
+  std::optional<int> experts, experts_used, expert_ffn, moe_layer_step;
   std::optional<int> kv_lora_rank, q_lora_rank, nope_dim, rope_dim, v_head_dim, shared_experts, dense_lead;
   std::string arch;
   std::optional<float> rope_base, rms_eps;
@@ -87,6 +88,7 @@ void run_gen_model(const GenModelArgs& a) {
   if (a.experts) s.n_expert = *a.experts;
   if (a.experts_used) s.n_expert_used = *a.experts_used;
   if (a.expert_ffn) s.n_ff_exp = *a.expert_ffn;
+  if (a.moe_layer_step) s.moe_layer_step = *a.moe_layer_step;
   if (a.kv_lora_rank) s.kv_lora_rank = *a.kv_lora_rank;
   if (a.q_lora_rank) s.q_lora_rank = *a.q_lora_rank;
   if (a.nope_dim) s.qk_nope_dim = *a.nope_dim;
@@ -125,10 +127,13 @@ void add_gen_model_command(CLI::App& app) {
                 "deepseek-v2-lite, gpt-oss-20b (flags below override)");
   c->add_option("--arch", a->arch,
                 "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3, deepseek2 (MLA, shared experts), "
-                "gpt-oss (sinks, biases, MXFP4 experts) (default: the preset's, or llama)");
-  c->add_option("--experts", a->experts, "qwen3moe, deepseek2, gpt-oss: experts per layer");
-  c->add_option("--experts-used", a->experts_used, "qwen3moe, deepseek2, gpt-oss: experts a token runs");
-  c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe, deepseek2, gpt-oss: each expert's feed-forward size");
+                "gpt-oss (sinks, biases, MXFP4 experts), llama4 (sigmoid-routed experts beside a shared one, chunked "
+                "attention, NoPE layers) (default: the preset's, or llama)");
+  c->add_option("--experts", a->experts, "qwen3moe, deepseek2, gpt-oss, llama4: experts per layer");
+  c->add_option("--experts-used", a->experts_used, "qwen3moe, deepseek2, gpt-oss, llama4: experts a token runs");
+  c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe, deepseek2, gpt-oss, llama4: each expert's feed-forward size");
+  c->add_option("--moe-layer-step", a->moe_layer_step,
+                "llama4: every Nth layer has experts, the others a dense FFN (Maverick: 2; default 1)");
   c->add_option("--shared-experts", a->shared_experts, "deepseek2: always-on experts per MoE layer");
   c->add_option("--dense-lead", a->dense_lead, "deepseek2: leading layers with a dense FFN (--ffn wide)");
   c->add_option("--kv-lora-rank", a->kv_lora_rank, "deepseek2: MLA latent size (cached per token and layer)");

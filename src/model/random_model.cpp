@@ -83,8 +83,11 @@ void RandomModelSpec::validate() const {
   if (vocab_size < 0) fail("random model: vocab size {} is negative", vocab_size);
   if (!(stddev > 0) || !(rms_eps > 0) || !(rope_base > 0)) fail("random model: stddev, rms eps and rope base must be positive");
   if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3" && arch != "deepseek2" &&
-      arch != "gpt-oss")
-    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss", arch);
+      arch != "gpt-oss" && arch != "llama4")
+    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss, llama4",
+         arch);
+  if (moe_layer_step <= 0 || (moe_layer_step != 1 && arch != "llama4"))
+    fail("random model: an MoE layer step ({}) is for llama4 only and must be positive", moe_layer_step);
   if (arch == "deepseek2") {
     if (kv_lora_rank <= 0 || qk_nope_dim <= 0 || qk_rope_dim <= 0 || qk_rope_dim % 2 != 0 || v_head_dim <= 0 ||
         q_lora_rank < 0)
@@ -97,7 +100,7 @@ void RandomModelSpec::validate() const {
       fail("random model: deepseek2's expert layers need experts (got {} of {} used, width {})", n_expert_used,
            n_expert, n_ff_exp);
   }
-  if ((arch == "qwen3moe" || arch == "gpt-oss") &&
+  if ((arch == "qwen3moe" || arch == "gpt-oss" || arch == "llama4") &&
       (n_expert <= 0 || n_expert_used <= 0 || n_expert_used > n_expert || n_ff_exp <= 0))
     fail("random model: {} needs experts (got {} of {} used, width {})", arch, n_expert_used, n_expert, n_ff_exp);
   if (arch == "gpt-oss" && (n_embd % 32 != 0 || n_ff_exp % 32 != 0))
@@ -160,6 +163,15 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
     s.vocab_size = 201088;
     return s;
   }
+  if (name == "llama-4-scout") {  // Llama-4-Scout-17B-16E's text model: 107.8B parameters, 17B active
+    s.name = "Llama-4-Scout-17B-16E (random weights)";
+    s.arch = "llama4";
+    s.n_embd = 5120, s.n_layers = 48, s.n_heads = 40, s.n_kv_heads = 8, s.head_dim = 128, s.n_ff = 16384;
+    s.n_expert = 16, s.n_expert_used = 1, s.n_ff_exp = 8192, s.moe_layer_step = 1;
+    s.n_ctx = 262144, s.rms_eps = 1e-5f, s.rope_base = 500000.0f, s.tied_output = false;
+    s.vocab_size = 202048;
+    return s;
+  }
   if (name == "smollm2-135m") {
     s.name = "SmolLM2-135M (random weights)";
     s.n_embd = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.n_ff = 1536;
@@ -171,8 +183,8 @@ std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
 }
 
 std::vector<std::string> random_model_preset_names() {
-  return {"llama-3.2-1b",  "smollm2-135m",     "qwen3-0.6b", "gemma-3-1b",
-          "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"};
+  return {"llama-3.2-1b",  "smollm2-135m",     "qwen3-0.6b",  "gemma-3-1b",
+          "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b", "llama-4-scout"};
 }
 
 DType fallback_weight_type(DType wanted, int64_t cols) {
@@ -243,7 +255,8 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     w.add_f32(a + "rope.scaling.factor", 32.0f);
     w.add_u32(a + "rope.scaling.original_context_length", 4096);
   }
-  if (spec.arch == "qwen3moe" || spec.arch == "gpt-oss") {
+  if (spec.arch == "llama4") w.add_u32(a + "interleave_moe_layer_step", static_cast<uint32_t>(spec.moe_layer_step));
+  if (spec.arch == "qwen3moe" || spec.arch == "gpt-oss" || spec.arch == "llama4") {
     w.add_u32(a + "expert_count", static_cast<uint32_t>(spec.n_expert));
     w.add_u32(a + "expert_used_count", static_cast<uint32_t>(spec.n_expert_used));
     w.add_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(spec.n_ff_exp));
@@ -321,7 +334,8 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
                  std::move(data));
   };
   const bool gpt_oss = spec.arch == "gpt-oss";
-  const bool qk_norm = spec.arch != "llama" && !mla && !gpt_oss, post_norms = spec.arch == "gemma3";
+  const bool llama4 = spec.arch == "llama4";
+  const bool qk_norm = spec.arch != "llama" && !mla && !gpt_oss && !llama4, post_norms = spec.arch == "gemma3";
   const bool moe = spec.arch == "qwen3moe";
 
   const int64_t q_dim = static_cast<int64_t>(spec.n_heads) * head_dim;
@@ -392,11 +406,16 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     }
     if (post_norms) norm(p + "post_attention_norm.weight");
     norm(p + "ffn_norm.weight");
-    if (moe) {
+    if (moe || (llama4 && (l + 1) % spec.moe_layer_step == 0)) {
       weight(p + "ffn_gate_inp.weight", spec.n_embd, spec.n_expert);
       weight(p + "ffn_gate_exps.weight", spec.n_embd, spec.n_ff_exp, spec.n_expert);
       weight(p + "ffn_up_exps.weight", spec.n_embd, spec.n_ff_exp, spec.n_expert);
       weight(p + "ffn_down_exps.weight", spec.n_ff_exp, spec.n_embd, spec.n_expert);
+      if (llama4) {  // the shared expert, as wide as each routed one
+        weight(p + "ffn_gate_shexp.weight", spec.n_embd, spec.n_ff_exp);
+        weight(p + "ffn_up_shexp.weight", spec.n_embd, spec.n_ff_exp);
+        weight(p + "ffn_down_shexp.weight", spec.n_ff_exp, spec.n_embd);
+      }
       continue;
     }
     weight(p + "ffn_gate.weight", spec.n_embd, spec.n_ff);

@@ -1,5 +1,6 @@
 #pragma once
-// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss): the
+// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss,
+// llama4): the
 // shapes of a real model (or any others), weights drawn from N(0, stddev) with a seed and quantized to the chosen type,
 // RMS-norm weights 1, and the tokenizer metadata (and so the vocabulary size) copied from a real GGUF file.
 #include <cstdint>
@@ -20,9 +21,13 @@ struct RandomModelSpec {
   // "qwen3moe": qwen3's attention and a mixture of n_expert experts (n_expert_used a token) of n_ff_exp.
   // "gpt-oss": biases on every projection, learned sinks, YaRN (factor 32 over 4096 positions), the sliding
   // window on the even layers, and experts as qwen3moe's with biases, their weights MXFP4 whatever weight_type.
+  // "llama4": llama's attention, and every moe_layer_step-th layer n_expert experts (n_expert_used a token) of
+  // n_ff_exp beside one shared expert as wide, the others a dense FFN of n_ff; chunked attention and NoPE layers as
+  // llama.cpp reads a file without attention.sliding_window.
   std::string arch = "llama";
   int sliding_window = 0;  // gemma3 and gpt-oss only; 0 = every layer global
-  int n_expert = 0;        // qwen3moe, deepseek2 and gpt-oss
+  int n_expert = 0;        // qwen3moe, deepseek2, gpt-oss and llama4
+  int moe_layer_step = 1;  // llama4
   int n_expert_used = 0;
   int n_ff_exp = 0;
   // "deepseek2": MLA (a latent of kv_lora_rank, q through q_lora_rank when > 0, heads of qk_nope_dim +
@@ -56,7 +61,7 @@ struct RandomModelSpec {
 };
 
 // Named shapes of real models: "llama-3.2-1b", "smollm2-135m", "qwen3-0.6b", "gemma-3-1b", "qwen3-30b-a3b",
-// "deepseek-v2-lite", "gpt-oss-20b".
+// "deepseek-v2-lite", "gpt-oss-20b", "llama-4-scout".
 // nullopt for an unknown name.
 std::optional<RandomModelSpec> random_model_preset(const std::string& name);
 std::vector<std::string> random_model_preset_names();
