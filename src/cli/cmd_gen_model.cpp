@@ -118,13 +118,14 @@ void run_gen_model(const GenModelArgs& a) {
 
 void add_gen_model_command(CLI::App& app) {
   auto a = std::make_shared<GenModelArgs>();
-  CLI::App* c = app.add_subcommand("gen-model",
-                                   "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss) "
-                                   "with given shapes (for benchmarks)");
+  CLI::App* c =
+      app.add_subcommand("gen-model",
+                         "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss, llama4) "
+                         "with given shapes (for benchmarks)");
   c->add_option("-o,--output", a->out, "Output .gguf file")->required();
   c->add_option("--preset", a->preset,
                 "Shapes of a real model: llama-3.2-1b, smollm2-135m, qwen3-0.6b, gemma-3-1b, qwen3-30b-a3b, "
-                "deepseek-v2-lite, gpt-oss-20b (flags below override)");
+                "deepseek-v2-lite, gpt-oss-20b, llama-4-scout (flags below override)");
   c->add_option("--arch", a->arch,
                 "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3, deepseek2 (MLA, shared experts), "
                 "gpt-oss (sinks, biases, MXFP4 experts), llama4 (sigmoid-routed experts beside a shared one, chunked "

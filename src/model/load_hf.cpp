@@ -408,6 +408,26 @@ ModelConfig read_mistral3_text_config(const json& j, const std::string& path) {
   return read_config(t, path);
 }
 
+// SmolLM3's and Llama 4's layers without RoPE: `no_rope_layers` (1 where a layer rotates, 0 where it does not),
+// else every no_rope_layer_interval-th layer (4), as transformers' configs build the list.
+std::vector<bool> read_nope_layers(const json& j, const ConfigReader& r, const std::string& path, int n_layers) {
+  std::vector<bool> nope;
+  if (r.has("no_rope_layers")) {
+    const json& flags = j["no_rope_layers"];
+    if (!flags.is_array() || flags.size() != static_cast<size_t>(n_layers))
+      fail("'{}': 'no_rope_layers' must list the {} layers", path, n_layers);
+    for (const json& f : flags) {
+      if (!f.is_number_integer() || (f.get<int>() != 0 && f.get<int>() != 1))
+        fail("'{}': 'no_rope_layers' entries must be 0 or 1", path);
+      nope.push_back(f.get<int>() == 0);
+    }
+  } else {
+    const int n = r.positive_int_or("no_rope_layer_interval", 4);
+    for (int l = 0; l < n_layers; ++l) nope.push_back((l + 1) % n == 0);
+  }
+  return nope;
+}
+
 // Llama 4 Scout / Maverick (image-text checkpoints): the text model only, from `text_config`.
 ModelConfig read_llama4_text_config(const json& j, const std::string& path) {
   if (!j.contains("text_config") || !j["text_config"].is_object())
@@ -448,19 +468,7 @@ void read_llama4_config(const json& j, const ConfigReader& r, const std::string&
       fail("'{}': moe_layers {} is not every interleave_moe_layer_step ({})-th layer; not supported", path,
            layers.dump(), c.moe_layer_step);
   }
-  if (r.has("no_rope_layers")) {
-    const json& flags = j["no_rope_layers"];
-    if (!flags.is_array() || flags.size() != static_cast<size_t>(c.n_layers))
-      fail("'{}': 'no_rope_layers' must list the {} layers", path, c.n_layers);
-    for (const json& f : flags) {
-      if (!f.is_number_integer() || (f.get<int>() != 0 && f.get<int>() != 1))
-        fail("'{}': 'no_rope_layers' entries must be 0 or 1", path);
-      c.nope_layers.push_back(f.get<int>() == 0);
-    }
-  } else {
-    const int n = r.positive_int_or("no_rope_layer_interval", 4);
-    for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % n == 0);
-  }
+  c.nope_layers = read_nope_layers(j, r, path, c.n_layers);
   c.qk_l2_norm = r.bool_or("use_qk_norm", true);
   const bool chunked = !(j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null());
   if (chunked) {
@@ -759,23 +767,7 @@ ModelConfig read_config(const json& raw, const std::string& path) {
   if (c.arch == "llama4") read_llama4_config(j, r, path, c);
   if (c.n_expert_used > c.n_expert)
     fail("'{}': num_experts_per_tok {} exceeds the {} experts", path, c.n_expert_used, c.n_expert);
-  if (c.arch == "smollm3") {
-    // `no_rope_layers`: 1 where a layer rotates, 0 where it does not; else every no_rope_layer_interval-th
-    // layer (4) goes without, as transformers' SmolLM3Config builds the list.
-    if (r.has("no_rope_layers")) {
-      const json& flags = j["no_rope_layers"];
-      if (!flags.is_array() || flags.size() != static_cast<size_t>(c.n_layers))
-        fail("'{}': 'no_rope_layers' must list the {} layers", path, c.n_layers);
-      for (const json& f : flags) {
-        if (!f.is_number_integer() || (f.get<int>() != 0 && f.get<int>() != 1))
-          fail("'{}': 'no_rope_layers' entries must be 0 or 1", path);
-        c.nope_layers.push_back(f.get<int>() == 0);
-      }
-    } else {
-      const int n = r.positive_int_or("no_rope_layer_interval", 4);
-      for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % n == 0);
-    }
-  }
+  if (c.arch == "smollm3") c.nope_layers = read_nope_layers(j, r, path, c.n_layers);
   return c;
 }
 
