@@ -326,6 +326,55 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
   EXPECT_NE(forced->body.find("openai"), std::string::npos) << forced->body;
 }
 
+// Llama 4's pythonic tool calls (--tool-call-parser llama4_pythonic): the reply's Python list of calls comes back
+// as OpenAI's tool_calls, whole and streamed; a reply that is not such a list is text; no grammar forces one.
+TEST(ServerHttp, ChatPythonicToolCalls) {
+  FakeEngine engine(std::chrono::milliseconds(1), 4096);
+  engine.set_script("<|python_start|>[get_weather(city='Paris', days=2), get_weather(city=\"Lyon\")]<|python_end|>");
+  engine.set_stop_at_script_end(true);
+  ServerOptions opts;
+  opts.tool_call_parser = "llama4_pythonic";
+  LiveServer server(engine, opts);
+  const std::string ask =
+      R"({"messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 500, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}])";
+  auto whole = server.client().Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json choice = json::parse(whole->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}, {"days", 2}}));
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][1]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Lyon"}}));
+  auto stream = server.client().Post("/v1/chat/completions", ask + R"(, "stream": true})", "application/json");
+  ASSERT_TRUE(stream);
+  std::vector<json> streamed;
+  for (const json& e : sse_events(stream->body)) {
+    if (e == "[DONE]") continue;
+    const json& delta = e["choices"][0]["delta"];
+    EXPECT_FALSE(delta.contains("content") && !delta["content"].get<std::string>().empty()) << delta.dump();
+    if (delta.contains("tool_calls"))
+      for (const json& c : delta["tool_calls"]) streamed.push_back(c["function"]);
+  }
+  ASSERT_EQ(streamed.size(), 2u);
+  EXPECT_EQ(streamed[1]["arguments"], choice["message"]["tool_calls"][1]["function"]["arguments"]);
+  auto forced =
+      server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "required"})", "application/json");
+  expect_error(forced, 400, "tool_choice");
+  EXPECT_NE(forced->body.find("pythonic"), std::string::npos) << forced->body;
+
+  FakeEngine prose(std::chrono::milliseconds(1), 4096);
+  prose.set_script("[1] Paris is sunny.");
+  prose.set_stop_at_script_end(true);
+  LiveServer prose_server(prose, opts);
+  auto text = prose_server.client().Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(text);
+  EXPECT_EQ(json::parse(text->body)["choices"][0]["message"]["content"], "[1] Paris is sunny.");
+  EXPECT_EQ(json::parse(text->body)["choices"][0]["finish_reason"], "stop");
+}
+
 // Tool calls: a reply in the model's tool-call format comes back as OpenAI's tool_calls, whole (content null,
 // finish_reason "tool_calls") and streamed (each call whole in one delta, the same call a client joins);
 // tool_choice "none" leaves the reply as text; a model with no format the server reads is a 400.

@@ -157,6 +157,26 @@ const std::vector<Case> kCases = {
      {}},
     {ToolCallFormat::Harmony, "Hello <|chan", "Hello <|chan", {}},
     {ToolCallFormat::Harmony, "<|channel|>commentary to=functions.a", "<|channel|>commentary to=functions.a", {}},
+    // pythonic: only a reply that is a Python list of calls; keyword arguments of Python literals.
+    {ToolCallFormat::Pythonic,
+     "[get_weather(city='Paris', days=3, metric=True, hours=None, note=\"it's\")]",
+     "",
+     {{"get_weather", R"({"city":"Paris","days":3,"metric":true,"hours":null,"note":"it's"})"}}},
+    {ToolCallFormat::Pythonic,
+     "\n<|python_start|>[a(x=[1, -2.5, (3,)], y={'k': \"v\", 1: False}), b()]<|python_end|>",
+     "",
+     {{"a", R"({"x":[1,-2.5,[3]],"y":{"k":"v","1":false}})"}, {"b", "{}"}}},
+    {ToolCallFormat::Pythonic,
+     R"([a(s='''x
+y''', r=r'\d+', u='\u00e9\n\x41\101', j="a" 'b')])",
+     "",
+     {{"a", R"({"s":"x\ny","r":"\\d+","u":"é\nAA","j":"ab"})"}}},
+    {ToolCallFormat::Pythonic, "[a(1)]", "[a(1)]", {}},      // positional: not a call
+    {ToolCallFormat::Pythonic, "[a(x=y)]", "[a(x=y)]", {}},  // a name, not a literal
+    {ToolCallFormat::Pythonic, "[a(x=1)] and more", "[a(x=1)] and more", {}},
+    {ToolCallFormat::Pythonic, "[1] The first point.", "[1] The first point.", {}},
+    {ToolCallFormat::Pythonic, "Call [a(x=1)]", "Call [a(x=1)]", {}},  // not at the start: text
+    {ToolCallFormat::Pythonic, "<|python_st", "<|python_st", {}},
     // none: the reply as it is.
     {ToolCallFormat::None, "<tool_call>{\"name\": \"a\"}</tool_call>", "<tool_call>{\"name\": \"a\"}</tool_call>", {}},
 };
@@ -220,12 +240,35 @@ TEST(ToolCallParser, HoldsBackOnlyWhatMayBecomeACall) {
 
 // A reply that makes no call comes out unchanged, in every format, however it is cut.
 TEST(ToolCallParser, RepliesWithoutCallsAreUnchanged) {
-  const std::vector<std::string> replies = {
-      "", " ", "plain text", "<tool_call>", "</tool_call>", "<tool_call></tool_call>", "[TOOL_CALLS]", "[TOOL_CALLS][]",
-      "{", "{}", "{\"name\": 1}", "<|python_tag|>", " \n<tool_call>\n\n", "[TOOL_CALLS]x[ARGS]", "x[ARGS]{}",
-      "<tool_call><function=></function></tool_call>", "\xff\xfe<tool_call>\x80", "<tool_call>{\"name\":\"a\"}}</tool_call>"};
+  const std::vector<std::string> replies = {"",
+                                            " ",
+                                            "plain text",
+                                            "<tool_call>",
+                                            "</tool_call>",
+                                            "<tool_call></tool_call>",
+                                            "[TOOL_CALLS]",
+                                            "[TOOL_CALLS][]",
+                                            "{",
+                                            "{}",
+                                            "{\"name\": 1}",
+                                            "<|python_tag|>",
+                                            " \n<tool_call>\n\n",
+                                            "[TOOL_CALLS]x[ARGS]",
+                                            "x[ARGS]{}",
+                                            "<tool_call><function=></function></tool_call>",
+                                            "\xff\xfe<tool_call>\x80",
+                                            "<tool_call>{\"name\":\"a\"}}</tool_call>",
+                                            "[",
+                                            "[]",
+                                            "[a(",
+                                            "[a()",
+                                            "[a(x=1,,)]",
+                                            "<|python_start|>",
+                                            "[a(x=1, x=2)]",
+                                            "[a.b(x=1)]",
+                                            "[a(x={1, 2})]"};
   for (ToolCallFormat format : {ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder, ToolCallFormat::Glm45,
-                                ToolCallFormat::Llama3Json, ToolCallFormat::Mistral}) {
+                                ToolCallFormat::Llama3Json, ToolCallFormat::Mistral, ToolCallFormat::Pythonic}) {
     for (const std::string& reply : replies) {
       const ToolCallPiece got = parse_tool_calls(format, kTools, reply);
       EXPECT_EQ(got.content, reply) << tool_call_format_name(format) << ": " << reply;
@@ -235,9 +278,14 @@ TEST(ToolCallParser, RepliesWithoutCallsAreUnchanged) {
 }
 
 TEST(ToolCallParser, FormatNames) {
-  for (ToolCallFormat f : {ToolCallFormat::None, ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder,
-                           ToolCallFormat::Glm45, ToolCallFormat::Llama3Json, ToolCallFormat::Mistral})
+  for (ToolCallFormat f :
+       {ToolCallFormat::None, ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder, ToolCallFormat::Glm45,
+        ToolCallFormat::Llama3Json, ToolCallFormat::Mistral, ToolCallFormat::Harmony, ToolCallFormat::Pythonic})
     EXPECT_EQ(tool_call_format_named(tool_call_format_name(f)), f);
+  // vLLM's Llama 4 names for the same parsers.
+  EXPECT_EQ(tool_call_format_named("llama4_pythonic"), ToolCallFormat::Pythonic);
+  EXPECT_EQ(tool_call_format_named("llama4_json"), ToolCallFormat::Llama3Json);
+  EXPECT_EQ(tool_call_format_name(ToolCallFormat::Pythonic), "pythonic");
   EXPECT_EQ(tool_call_format_named("auto"), std::nullopt);
   EXPECT_EQ(tool_call_format_named("Hermes"), std::nullopt);
 }
@@ -350,6 +398,10 @@ TEST(ToolCallParser, DetectsTheFormatOfKnownTemplates) {
   }
   EXPECT_EQ(detect_tool_call_format(""), ToolCallFormat::None);
   EXPECT_EQ(detect_tool_call_format("chatml"), ToolCallFormat::None);
+  // The pythonic templates (vLLM's examples, Llama 3.2 / 4 pythonic) spell the format out in their system prompt.
+  EXPECT_EQ(detect_tool_call_format("{{- \"put it in the format of [func_name1(params_name1=params_value1, "
+                                    "params_name2=params_value2...), func_name2(params)]\" }}"),
+            ToolCallFormat::Pythonic);
 }
 
 }  // namespace

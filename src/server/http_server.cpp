@@ -81,8 +81,10 @@ struct HttpServer::Impl {
     } else if (std::optional<ToolCallFormat> f = tool_call_format_named(opts.tool_call_parser)) {
       tool_format = *f;
     } else {
-      fail("unknown tool-call parser '{}' (auto, hermes, qwen3_coder, glm45, llama3_json, mistral, openai, none)",
-           opts.tool_call_parser);
+      fail(
+          "unknown tool-call parser '{}' (auto, hermes, qwen3_coder, glm45, llama3_json, llama4_json, mistral, "
+          "openai, pythonic, llama4_pythonic, none)",
+          opts.tool_call_parser);
     }
     for (const std::string& marker : tool_call_markers(tool_format)) {
       const std::vector<int32_t> ids = backend.tokenize(marker, /*add_special=*/false);
@@ -213,7 +215,8 @@ struct HttpServer::Impl {
         if (tool_format == ToolCallFormat::None)
           throw bad_request(
               "this model's chat template writes tool calls in no format kvserve reads; start the server with "
-              "--tool-call-parser (hermes, qwen3_coder, glm45, llama3_json, mistral, openai), or send tool_choice "
+              "--tool-call-parser (hermes, qwen3_coder, glm45, llama3_json, mistral, openai, pythonic), or send "
+              "tool_choice "
               "'none'",
               "tools");
         api.tool_format = tool_format;

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "core/error.h"
+#include "server/pythonic_calls.h"
 
 namespace kvserve::server {
 
@@ -17,6 +18,8 @@ constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kMistralCallId = "[CALL_ID]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kPythonStart = "<|python_start|>";
+constexpr std::string_view kPythonEnd = "<|python_end|>";
 
 constexpr std::string_view kHarmonyStart = "<|start|>";
 constexpr std::string_view kHarmonyChannel = "<|channel|>";
@@ -24,14 +27,17 @@ constexpr std::string_view kHarmonyMessage = "<|message|>";
 constexpr std::string_view kHarmonyRecipient = "to=functions.";
 constexpr std::string_view kHarmonyEnds[] = {"<|end|>", "<|call|>", "<|return|>"};
 
-constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 7> kNames = {{
+constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 10> kNames = {{
     {"none", ToolCallFormat::None},
     {"hermes", ToolCallFormat::Hermes},
     {"qwen3_coder", ToolCallFormat::Qwen3Coder},
     {"glm45", ToolCallFormat::Glm45},
     {"llama3_json", ToolCallFormat::Llama3Json},
+    {"llama4_json", ToolCallFormat::Llama3Json},
     {"mistral", ToolCallFormat::Mistral},
     {"openai", ToolCallFormat::Harmony},
+    {"pythonic", ToolCallFormat::Pythonic},
+    {"llama4_pythonic", ToolCallFormat::Pythonic},
 }};
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -268,6 +274,8 @@ ToolCallFormat detect_tool_call_format(std::string_view t) {
   }
   // Functionary's <function=NAME>{...}</function> is its own format.
   if (has("<function=")) return ToolCallFormat::None;
+  // The pythonic templates spell the format out: "[func_name1(params_name1=params_value1, ...), ...]".
+  if (has("[func_name1(")) return ToolCallFormat::Pythonic;
   if (has("<|start_header_id|>") && has("\"parameters\"") && (has(kPythonTag) || has("ipython")))
     return ToolCallFormat::Llama3Json;
   return ToolCallFormat::None;
@@ -281,6 +289,8 @@ std::vector<std::string> tool_call_markers(ToolCallFormat format) {
       return {std::string(kBlockOpen), std::string(kBlockClose)};
     case ToolCallFormat::Llama3Json:
       return {std::string(kPythonTag)};
+    case ToolCallFormat::Pythonic:
+      return {std::string(kPythonStart), std::string(kPythonEnd)};
     case ToolCallFormat::Mistral:
       return {std::string(kMistralOpen), std::string(kMistralArgs), std::string(kMistralCallId)};
     case ToolCallFormat::Harmony:  // its tokens are printed (mark_end_of_turn_tokens); <|call|> ends the reply
@@ -332,6 +342,15 @@ std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_block(std::stri
 
 std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_section(std::string_view s) const {
   std::vector<ParsedToolCall> calls;
+  if (format_ == ToolCallFormat::Pythonic) {
+    // [NAME(KEY=VALUE, ...), ...], and the <|python_end|> Llama 4 may close it with.
+    s = trim(s);
+    if (s.ends_with(kPythonEnd)) s.remove_suffix(kPythonEnd.size());
+    std::optional<std::vector<PythonicCall>> parsed = parse_pythonic_calls(s);
+    if (!parsed) return std::nullopt;
+    for (PythonicCall& c : *parsed) calls.push_back({std::move(c.name), dump_arguments(c.arguments)});
+    return calls;
+  }
   if (format_ == ToolCallFormat::Llama3Json) {
     // {...}; {...}
     for (;;) {
@@ -474,23 +493,27 @@ ToolCallPiece ToolCallParser::feed(std::string_view text) {
   std::string_view rest(buf);
   while (!rest.empty()) {
     if (state_ == State::Text) {
-      if (format_ == ToolCallFormat::None || (format_ == ToolCallFormat::Llama3Json && !at_start_)) {
+      const bool whole_reply = format_ == ToolCallFormat::Llama3Json || format_ == ToolCallFormat::Pythonic;
+      if (format_ == ToolCallFormat::None || (whole_reply && !at_start_)) {
         emit_text(rest, out);
         break;
       }
-      if (format_ == ToolCallFormat::Llama3Json) {
-        // Calls only where the reply itself is one: its first text a JSON object, or <|python_tag|>.
+      if (whole_reply) {
+        // Calls only where the reply itself is one: its first text a JSON object (llama3_json) or a list
+        // (pythonic), or the format's tag (<|python_tag|>, <|python_start|>).
+        const char open = format_ == ToolCallFormat::Pythonic ? '[' : '{';
+        const std::string_view tag = format_ == ToolCallFormat::Pythonic ? kPythonStart : kPythonTag;
         size_t lead = 0;
         while (lead < rest.size() && is_space(rest[lead])) ++lead;
         emit_text(rest.substr(0, lead), out);
         rest.remove_prefix(lead);
         if (rest.empty()) break;
-        if (rest.starts_with('{') || rest.starts_with(kPythonTag)) {
-          opener_ = rest.starts_with('{') ? "" : std::string(kPythonTag);
+        if (rest.starts_with(open) || rest.starts_with(tag)) {
+          opener_ = rest.starts_with(open) ? "" : std::string(tag);
           rest.remove_prefix(opener_.size());
           block_.clear();
           state_ = State::Section;
-        } else if (kPythonTag.starts_with(rest)) {
+        } else if (tag.starts_with(rest)) {
           held_ = rest;
           break;
         }

@@ -11,6 +11,9 @@
 //                separated by ';'   (Llama 3.1-3.3)
 //   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]NAME[ARGS]{...}, repeated
 //                (Mistral Nemo, Small 3.x, Devstral, Ministral 3)
+//   pythonic     a reply that is [NAME(KEY=VALUE, ...), ...], Python literals as values (after an optional
+//                <|python_start|>, before an optional <|python_end|>)   (Llama 3.2 and Llama 4 with their pythonic
+//                templates, ToolACE; vLLM's pythonic and llama4_pythonic)
 //   openai       harmony messages: a header naming a recipient, <|channel|>commentary to=functions.NAME
 //                <|constrain|>json<|message|>{...} (or "to=functions.NAME" before <|channel|>), ended by <|call|>
 //                (gpt-oss; other recipients, its built-in tools, and other messages stay text)
@@ -30,10 +33,10 @@
 
 namespace kvserve::server {
 
-enum class ToolCallFormat { None, Hermes, Qwen3Coder, Glm45, Llama3Json, Mistral, Harmony };
+enum class ToolCallFormat { None, Hermes, Qwen3Coder, Glm45, Llama3Json, Mistral, Harmony, Pythonic };
 
-// vLLM's parser names ("hermes", "qwen3_coder", "glm45", "llama3_json", "mistral", "openai", "none"); nullopt
-// otherwise.
+// vLLM's parser names ("hermes", "qwen3_coder", "glm45", "llama3_json" or "llama4_json", "mistral", "openai",
+// "pythonic" or "llama4_pythonic", "none"); nullopt otherwise. A format's name is the first of these.
 std::optional<ToolCallFormat> tool_call_format_named(std::string_view name);
 std::string_view tool_call_format_name(ToolCallFormat format);
 // The format a chat template writes its assistant's tool calls in (None when it writes none of these).
@@ -78,7 +81,7 @@ class ToolCallParser {
   ToolCallFormat format_;
   nlohmann::ordered_json tools_;
   State state_ = State::Text;
-  bool at_start_ = true;         // llama3_json: nothing but whitespace seen yet
+  bool at_start_ = true;           // llama3_json, pythonic: nothing but whitespace seen yet
   bool segment_has_text_ = false;  // the outside text since the last call holds more than whitespace
   std::string held_;             // outside text that may be the start of a marker
   std::string blank_;            // the current segment's text while it is only whitespace
