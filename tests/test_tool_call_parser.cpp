@@ -105,6 +105,11 @@ const std::vector<Case> kCases = {
      "\n<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"s\": \"}{;\"}}",
      "",
      {{"a", "{}"}, {"b", R"({"s":"}{;"})"}}},
+    {ToolCallFormat::Llama3Json,
+     "<|python_start|>{\"name\": \"a\", \"parameters\": {\"k\": 1}}<|python_end|>",
+     "",
+     {{"a", R"({"k":1})"}}},
+    {ToolCallFormat::Llama3Json, "<|python_sta", "<|python_sta", {}},
     {ToolCallFormat::Llama3Json, "{\"answer\": 42}", "{\"answer\": 42}", {}},
     {ToolCallFormat::Llama3Json,
      "The JSON is {\"name\": \"a\", \"parameters\": {}}",
@@ -396,6 +401,9 @@ TEST(ToolCallParser, DetectsTheFormatOfKnownTemplates) {
     const std::string source = read_template(file);
     EXPECT_EQ(detect_tool_call_format(source), format) << file;
   }
+  // Llama 4's JSON template: its own headers, the ipython role and "parameters".
+  EXPECT_EQ(detect_tool_call_format("<|header_start|>ipython<|header_end|> {\"name\": name, \"parameters\": {}}"),
+            ToolCallFormat::Llama3Json);
   EXPECT_EQ(detect_tool_call_format(""), ToolCallFormat::None);
   EXPECT_EQ(detect_tool_call_format("chatml"), ToolCallFormat::None);
   // The pythonic templates (vLLM's examples, Llama 3.2 / 4 pythonic) spell the format out in their system prompt.

@@ -276,7 +276,9 @@ ToolCallFormat detect_tool_call_format(std::string_view t) {
   if (has("<function=")) return ToolCallFormat::None;
   // The pythonic templates spell the format out: "[func_name1(params_name1=params_value1, ...), ...]".
   if (has("[func_name1(")) return ToolCallFormat::Pythonic;
-  if (has("<|start_header_id|>") && has("\"parameters\"") && (has(kPythonTag) || has("ipython")))
+  // Llama 3.1-3.3, and Llama 4 (its headers <|header_start|>).
+  if ((has("<|start_header_id|>") || has("<|header_start|>")) && has("\"parameters\"") &&
+      (has(kPythonTag) || has("ipython")))
     return ToolCallFormat::Llama3Json;
   return ToolCallFormat::None;
 }
@@ -288,7 +290,7 @@ std::vector<std::string> tool_call_markers(ToolCallFormat format) {
     case ToolCallFormat::Glm45:
       return {std::string(kBlockOpen), std::string(kBlockClose)};
     case ToolCallFormat::Llama3Json:
-      return {std::string(kPythonTag)};
+      return {std::string(kPythonTag), std::string(kPythonStart), std::string(kPythonEnd)};
     case ToolCallFormat::Pythonic:
       return {std::string(kPythonStart), std::string(kPythonEnd)};
     case ToolCallFormat::Mistral:
@@ -352,7 +354,9 @@ std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_section(std::st
     return calls;
   }
   if (format_ == ToolCallFormat::Llama3Json) {
-    // {...}; {...}
+    // {...}; {...}, and the <|python_end|> Llama 4 may close them with.
+    s = trim(s);
+    if (s.ends_with(kPythonEnd)) s.remove_suffix(kPythonEnd.size());
     for (;;) {
       skip_space(s);
       std::optional<json> value = take_json(s);
@@ -501,19 +505,21 @@ ToolCallPiece ToolCallParser::feed(std::string_view text) {
       if (whole_reply) {
         // Calls only where the reply itself is one: its first text a JSON object (llama3_json) or a list
         // (pythonic), or the format's tag (<|python_tag|>, <|python_start|>).
+        // Llama 4 opens a call with <|python_start|> where Llama 3 wrote <|python_tag|>.
         const char open = format_ == ToolCallFormat::Pythonic ? '[' : '{';
-        const std::string_view tag = format_ == ToolCallFormat::Pythonic ? kPythonStart : kPythonTag;
+        const bool json_calls = format_ == ToolCallFormat::Llama3Json;
+        const std::string_view tag = rest.starts_with(kPythonStart) || !json_calls ? kPythonStart : kPythonTag;
         size_t lead = 0;
         while (lead < rest.size() && is_space(rest[lead])) ++lead;
         emit_text(rest.substr(0, lead), out);
         rest.remove_prefix(lead);
         if (rest.empty()) break;
-        if (rest.starts_with(open) || rest.starts_with(tag)) {
-          opener_ = rest.starts_with(open) ? "" : std::string(tag);
+        if (rest.starts_with(open) || rest.starts_with(kPythonStart) || (json_calls && rest.starts_with(kPythonTag))) {
+          opener_ = rest.starts_with(open) ? "" : std::string(rest.starts_with(kPythonStart) ? kPythonStart : tag);
           rest.remove_prefix(opener_.size());
           block_.clear();
           state_ = State::Section;
-        } else if (tag.starts_with(rest)) {
+        } else if (kPythonStart.starts_with(rest) || (json_calls && kPythonTag.starts_with(rest))) {
           held_ = rest;
           break;
         }

@@ -7,8 +7,9 @@
 //                (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, Step 3.5)
 //   glm45        <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>   (GLM 4.5-4.7,
 //                Ling, Laguna)
-//   llama3_json  a reply that is {"name": ..., "parameters": {...}} (after an optional <|python_tag|>), several
-//                separated by ';'   (Llama 3.1-3.3)
+//   llama3_json  a reply that is {"name": ..., "parameters": {...}} (after an optional <|python_tag|>, or
+//                Llama 4's <|python_start|> before an optional <|python_end|>), several separated by ';'
+//                (Llama 3.1-3.3, Llama 4's JSON templates; vLLM's llama3_json and llama4_json)
 //   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]NAME[ARGS]{...}, repeated
 //                (Mistral Nemo, Small 3.x, Devstral, Ministral 3)
 //   pythonic     a reply that is [NAME(KEY=VALUE, ...), ...], Python literals as values (after an optional
