@@ -116,9 +116,10 @@ struct SafetensorsWriter {
   }
 };
 
-// A float tensor [dims...] (safetensors order) filled by f(i) for each flat index i.
+// A float tensor [dims...] (safetensors order) filled by f(i) for each flat index i, stored as `type`.
 template <typename F>
-void add_values(SafetensorsWriter& w, const std::string& name, std::vector<int64_t> shape, F f) {
+void add_values(SafetensorsWriter& w, const std::string& name, std::vector<int64_t> shape, F f,
+                DType type = DType::F32) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   std::vector<float> v(static_cast<size_t>(n));
@@ -128,7 +129,7 @@ void add_values(SafetensorsWriter& w, const std::string& name, std::vector<int64
   t.ne = {n, 1, 1, 1};
   t.n_dims = 1;
   t.data = v.data();
-  w.add(name, t, DType::F32);
+  w.add(name, t, type);
   w.entries.back().shape = std::move(shape);
 }
 
@@ -267,15 +268,21 @@ inline void add_llama4_feed_forward(SafetensorsWriter& w, const ModelConfig& c, 
   }
   const int64_t n = c.n_expert, E = c.n_embd, F = c.n_ff_exp;
   w.add(ff + "router.weight", L.ffn_gate_inp, matrix_type);
-  add_values(w, ff + "experts.gate_up_proj", {n, E, 2 * F}, [&](int64_t i) {
-    const int64_t e = i / (E * 2 * F), k = i / (2 * F) % E, j = i % (2 * F);
-    const Tensor& t = (j < F ? L.gate_exps : L.up_exps)[static_cast<size_t>(e)];
-    return tensor_value(t, (j % F) * E + k);
-  });
-  add_values(w, ff + "experts.down_proj", {n, F, E}, [&](int64_t i) {
-    const int64_t e = i / (F * E), f = i / E % F, d = i % E;
-    return tensor_value(L.down_exps[static_cast<size_t>(e)], d * F + f);
-  });
+  add_values(
+      w, ff + "experts.gate_up_proj", {n, E, 2 * F},
+      [&](int64_t i) {
+        const int64_t e = i / (E * 2 * F), k = i / (2 * F) % E, j = i % (2 * F);
+        const Tensor& t = (j < F ? L.gate_exps : L.up_exps)[static_cast<size_t>(e)];
+        return tensor_value(t, (j % F) * E + k);
+      },
+      matrix_type);
+  add_values(
+      w, ff + "experts.down_proj", {n, F, E},
+      [&](int64_t i) {
+        const int64_t e = i / (F * E), f = i / E % F, d = i % E;
+        return tensor_value(L.down_exps[static_cast<size_t>(e)], d * F + f);
+      },
+      matrix_type);
   w.add(ff + "shared_expert.gate_proj.weight", L.ffn_gate_shexp, matrix_type);
   w.add(ff + "shared_expert.up_proj.weight", L.ffn_up_shexp, matrix_type);
   w.add(ff + "shared_expert.down_proj.weight", L.ffn_down_shexp, matrix_type);

@@ -848,6 +848,29 @@ TEST(HfLoader, Llama4MatchesLlamaCppAndTransformers) {
     EXPECT_EQ(a.rope_scaling.type, RopeScaling::Type::Llama3);
     EXPECT_FLOAT_EQ(a.rope_scaling.low_freq_factor, a.rope_scaling.high_freq_factor);
     expect_follows_arch_golden(*copy.hf, "tiny-llama4", 1e-4f);
+    EXPECT_EQ(copy.hf->layers[1].gate_exps[0].type, DType::F32);
+    // A BF16 checkpoint (Meta's): the fused experts transposed in BF16, bit for bit what the folder holds.
+    {
+      TempDir bf16;
+      make_hf_folder_from_gguf(copy.gguf, bf16.path(), DType::BF16);
+      auto m = load_model(bf16.path());
+      ASSERT_EQ(m->layers[1].up_exps[2].type, DType::BF16);
+      const SafetensorsFile st(bf16 / "model.safetensors");
+      const SafetensorsTensor* found = st.find("model.layers.1.feed_forward.experts.gate_up_proj");
+      ASSERT_NE(found, nullptr);
+      const SafetensorsTensor& gu = *found;
+      ASSERT_EQ(gu.dtype, "BF16");
+      const int64_t E = a.n_embd, F = a.n_ff_exp;
+      const auto* up2 = static_cast<const uint16_t*>(m->layers[1].up_exps[2].data);
+      const auto* fused = reinterpret_cast<const uint16_t*>(gu.data);
+      for (int64_t j = 0; j < F; ++j)
+        for (int64_t k = 0; k < E; ++k) ASSERT_EQ(up2[j * E + k], fused[(2 * E + k) * 2 * F + F + j]) << j << " " << k;
+      Generator gen(*m, {.max_context = 64});
+      SamplingParams sp;
+      sp.max_tokens = 8;
+      sp.ignore_eos = true;
+      EXPECT_EQ(gen.generate({1, 403, 407}, sp).generated_ids.size(), 8u);
+    }
     // The image-text checkpoint's layout: text_config, weights under language_model.
     const json c = read_json(copy.tmp / "config.json");
     write_json(copy.tmp / "config.json",

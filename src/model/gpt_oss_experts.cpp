@@ -59,6 +59,30 @@ Tensor f32_matrix(const std::string& name, int64_t rows, int64_t cols, F f, Mode
   return t;
 }
 
+// An owned [rows][cols] matrix in `t`'s own float type (F32, F16 or BF16: bit copies, no rounding), element (r, c)
+// taken from t's element index(r, c), as a Tensor named `name`: a transposed expert keeps its checkpoint's width.
+template <typename Index>
+Tensor matrix_like(const SafetensorsTensor& t, const std::string& name, int64_t rows, int64_t cols, Index index,
+                   Model& m) {
+  const size_t elem = t.dtype == "F32" ? 4 : 2;
+  if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
+    fail("tensor '{}' has dtype {}; expected F32, F16 or BF16", t.name, t.dtype);
+  auto buf = std::shared_ptr<uint8_t[]>(new (std::align_val_t{64}) uint8_t[static_cast<size_t>(rows * cols) * elem],
+                                        [](uint8_t* p) { ::operator delete[](p, std::align_val_t{64}); });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(buf.get() + static_cast<size_t>(r * cols + c) * elem,
+                  t.data + static_cast<size_t>(index(r, c)) * elem, elem);
+  Tensor out;
+  out.name = name;
+  out.type = t.dtype == "F32" ? DType::F32 : t.dtype == "F16" ? DType::F16 : DType::BF16;
+  out.ne = {cols, rows, 1, 1};
+  out.n_dims = 2;
+  out.data = buf.get();
+  m.storage.push_back(std::move(buf));
+  return out;
+}
+
 // Rows [first, first + n) of `t` as one view per expert of `rows` rows each (expert e's rows e * rows ...).
 std::vector<Tensor> per_expert(const Tensor& t, int n_expert, int64_t rows, const std::string& name) {
   std::vector<Tensor> out;
@@ -170,15 +194,14 @@ void load_llama4_experts(const SafetensorsModel& w, const std::string& ff, const
   const std::string x = ff + "experts.";
   const SafetensorsTensor& gu = shaped(w, x + "gate_up_proj", nullptr, {n, E, 2 * F});
   const SafetensorsTensor& dn = shaped(w, x + "down_proj", nullptr, {n, F, E});
-  const Tensor gate = f32_matrix(
-      x + "gate_proj", int64_t{n} * F, E,
-      [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + r % F); }, m);
-  const Tensor up = f32_matrix(
-      x + "up_proj", int64_t{n} * F, E,
-      [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + F + r % F); }, m);
-  const Tensor down = f32_matrix(
-      x + "down_proj", int64_t{n} * E, F,
-      [&](int64_t r, int64_t k) { return value(dn, ((r / E) * F + k) * E + r % E); }, m);
+  const Tensor gate = matrix_like(
+      gu, x + "gate_proj", int64_t{n} * F, E, [&](int64_t r, int64_t k) { return ((r / F) * E + k) * 2 * F + r % F; },
+      m);
+  const Tensor up = matrix_like(
+      gu, x + "up_proj", int64_t{n} * F, E, [&](int64_t r, int64_t k) { return ((r / F) * E + k) * 2 * F + F + r % F; },
+      m);
+  const Tensor down = matrix_like(
+      dn, x + "down_proj", int64_t{n} * E, F, [&](int64_t r, int64_t k) { return ((r / E) * F + k) * E + r % E; }, m);
   L.gate_exps = per_expert(gate, n, F, x + "gate_proj");
   L.up_exps = per_expert(up, n, F, x + "up_proj");
   L.down_exps = per_expert(down, n, E, x + "down_proj");

@@ -30,7 +30,8 @@ void load_gpt_oss_experts(const SafetensorsModel& weights, const std::string& ml
 
 // Llama 4's (transformers' Llama4TextExperts), under `ff` ("model.layers.N.feed_forward."): router.weight, and
 // experts.gate_up_proj [experts][hidden][2 * width] (gate's columns, then up's) and experts.down_proj
-// [experts][width][hidden], both as x @ W: each expert's three become F32 weights in llama.cpp's layout.
+// [experts][width][hidden], both as x @ W: each expert's three become weights in llama.cpp's layout, in the
+// checkpoint's own float type (BF16 for Meta's).
 void load_llama4_experts(const SafetensorsModel& weights, const std::string& ff, const ModelConfig& c, LayerWeights& L,
                          Model& m);
 
