@@ -161,6 +161,8 @@ TEST(Mxfp4, KernelsTakeEveryScaleExponent) {
   std::shared_ptr<uint8_t[]> interleaved;
   if (cpu_has_avx2()) {
     EXPECT_FALSE(interleaved_pairs_preferred(DType::MXFP4));
+    EXPECT_FALSE(has_pair_layout(DType::MXFP4));
+    EXPECT_THROW(interleave_rows(w, /*pairs=*/true), Error);  // refused by name, not written half-paired
     EXPECT_EQ(interleaved_bytes(w), static_cast<size_t>(n_out / 8 * 8 * n_in / 32) * sizeof(BlockMXFP4));
     interleaved = interleave_rows(w);
     w.interleaved = interleaved.get();

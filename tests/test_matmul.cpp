@@ -481,7 +481,7 @@ struct Q32KernelCase {
     data = random_weights(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, rng);
     if (edit_weights) edit_weights(data);
     w = make_tensor(type, avx512zmm::kMaxZmmGroups * kInterleaveRows, n_in, data, /*pairs=*/false);
-    if (type != DType::MXFP4) paired = interleave_rows(w, /*pairs=*/true);  // MXFP4 has no pair layout
+    if (has_pair_layout(type)) paired = interleave_rows(w, /*pairs=*/true);
     const DType act_type = type == DType::Q4_1 ? DType::Q8_1 : DType::Q8_0;
     pack.reset(act_type, n_in, kTok);
     for (int t = 0; t < kTok; ++t) {
@@ -659,7 +659,7 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
                            : type == DType::MXFP4  ? avx512vnni::gemm_interleaved_mxfp4
                                                    : avx512vnni::gemm_interleaved_q8_0;
     expect_vnni_bit_identical(avx2_gemm, vnni_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), acts, type);
-    if (type == DType::MXFP4) continue;  // no pair layout
+    if (!has_pair_layout(type)) continue;
     // The 512-bit pair kernels on the pair layout (both groups of a pair in one register, up to
     // kMaxZmmTokens tokens), whichever kernel matmul would pick on this CPU: every pair and token count,
     // with a far stream, against the AVX2 kernel on the group layout in the passes it takes.

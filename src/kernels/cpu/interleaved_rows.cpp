@@ -17,6 +17,8 @@ bool has_interleaved_layout(DType type) {
          type == DType::Q6_K || type == DType::IQ4_XS || type == DType::Q2_K || type == DType::Q3_K;
 }
 
+bool has_pair_layout(DType type) { return has_interleaved_layout(type) && type != DType::MXFP4; }
+
 size_t interleaved_block_bytes(DType type) {
   switch (type) {
     case DType::Q4_0: return kInterleaveRows * sizeof(BlockQ4_0);
@@ -53,7 +55,7 @@ size_t far_prefetch_bytes(DType type) {
 // 0.45-0.7x there (nor Q5_0 and IQ4_NL, whose pair kernels came later and were not measured there). KVSERVE_PAIRS=0|1 overrides, for A/B runs, and KVSERVE_ZMM=0|1 sets this with every
 // other 512-bit path (cpu_uses_zmm_path).
 bool interleaved_pairs_preferred(DType type) {
-  if (!has_interleaved_layout(type) || type == DType::MXFP4) return false;
+  if (!has_pair_layout(type)) return false;
   static const int forced = env_switch("KVSERVE_PAIRS");
   return cpu_uses_zmm_path(forced, type == DType::Q4_0 || type == DType::Q8_0);
 }
@@ -365,7 +367,8 @@ void interleave_rows_into(const Tensor& w, uint8_t* dst, bool pairs) {
     case DType::Q2_K: interleave_k16<BlockQ2_K>(w, dst); break;
     default: interleave<BlockQ8_0>(w, dst); break;
   }
-  if (pairs) pair_groups(w, dst);  // MXFP4 has none: pair_groups_with names it
+  if (pairs && !has_pair_layout(w.type)) fail("interleave_rows: {} has no pair layout", dtype_name(w.type));
+  if (pairs) pair_groups(w, dst);
 }
 
 std::shared_ptr<uint8_t[]> interleave_rows(const Tensor& w, bool pairs) {

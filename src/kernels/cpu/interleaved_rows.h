@@ -93,6 +93,9 @@ inline constexpr int kUnpackedKPassTokens = 6;
 
 // True for the types that have an interleaved layout.
 bool has_interleaved_layout(DType type);
+// True for those whose interleaved groups can also be paired (two groups' records side by side, the zmm kernels'
+// layout): all but MXFP4, which has no zmm kernel yet.
+bool has_pair_layout(DType type);
 
 // Bytes of one (group, block) record.
 size_t interleaved_block_bytes(DType type);
