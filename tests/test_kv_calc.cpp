@@ -316,6 +316,15 @@ TEST(KVCalc, CliReadsSlidingWindowsFromGgufAndFlags) {
   const uint64_t per_layer = j["bytes_per_token_per_layer"].get<uint64_t>();
   const uint64_t seq = j["seq_len"].get<uint64_t>();
   EXPECT_EQ(j["windowed_bytes_per_request"].get<uint64_t>(), per_layer * (1 * seq + 5 * 8));
+  // Llama 4: its chunked layers (3 of 4) keep at most a chunk of 8192 positions.
+  r = run_cli("kv-calc -m " + std::string(KVSERVE_SOURCE_DIR) +
+              "/tests/golden/arch/tiny-llama4.gguf --seq-len 32768 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["sliding_window"], 8192);
+  EXPECT_EQ(j["sliding_window_layers"], 3);
+  EXPECT_EQ(j["windowed_bytes_per_request"].get<uint64_t>(),
+            j["bytes_per_token_per_layer"].get<uint64_t>() * (1 * 32768 + 3 * 8192));
 
   r = run_cli("kv-calc --layers 26 --kv-heads 1 --head-dim 256 --sliding-window 512 --swa-layers 22 "
               "--seq-len 32768 --json");
@@ -371,6 +380,18 @@ TEST(KVCalc, ReadsSlidingWindowsFromHuggingFaceConfigs) {
       "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896, "sliding_window": 32768,
       "max_window_layers": 21, "use_sliding_window": false})");
   EXPECT_EQ(kv_shape_from_hf_config(qwen2).n_swa_layers, 0);
+  // Llama 4 Scout's text_config: chunks of 8192 on the 36 layers that rotate (all but every 4th); a chunk keeps at
+  // most its size, as a window does. attention_chunk_size null (MobileLLM-style): none.
+  nlohmann::json scout = nlohmann::json::parse(R"({"model_type": "llama4_text", "num_hidden_layers": 48,
+      "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 5120,
+      "max_position_embeddings": 10485760, "attention_chunk_size": 8192})");
+  s = kv_shape_from_hf_config(nlohmann::json{{"model_type", "llama4"}, {"text_config", scout}});
+  EXPECT_EQ(s.sliding_window, 8192);
+  EXPECT_EQ(s.n_swa_layers, 36);
+  scout["no_rope_layers"] = std::vector<int>(48, 1);
+  EXPECT_EQ(kv_shape_from_hf_config(scout).n_swa_layers, 48);
+  scout["attention_chunk_size"] = nullptr;
+  EXPECT_EQ(kv_shape_from_hf_config(scout).n_swa_layers, 0);
   // Other models keep every position.
   nlohmann::json llama = gemma3;
   llama["model_type"] = "llama";

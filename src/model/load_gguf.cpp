@@ -176,6 +176,14 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
 
 SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::string& a, int n_layers) {
   SlidingWindowLayers swa;
+  if (a == "llama4") {
+    // Chunked attention on all but every 4th layer, chunks of 8192 unless the key gives others (0: none).
+    const uint32_t chunk = f.find_u32(a + ".attention.sliding_window").value_or(8192);
+    if (chunk == 0) return swa;
+    swa.window = positive_int(f, a + ".attention.sliding_window", chunk);
+    for (int l = 0; l < n_layers; ++l) swa.layers.push_back((l + 1) % 4 != 0);
+    return swa;
+  }
   const bool gemma2 = a == "gemma2";
   const bool gpt_oss = a == "gpt-oss";
   if (!gemma2 && a != "gemma3" && a != "olmo2" && !gpt_oss) return swa;
@@ -432,16 +440,13 @@ void read_llama4(const GGUFFile& f, ModelConfig& c) {
   c.n_expert_shared = 1;
   c.moe_layer_step =
       positive_int(f, a + ".interleave_moe_layer_step", f.find_u32(a + ".interleave_moe_layer_step").value_or(1));
-  const std::optional<uint32_t> window = f.find_u32(a + ".attention.sliding_window");
-  if (window && *window == 0) return;
+  SlidingWindowLayers chunked = gguf_sliding_window_layers(f, a, c.n_layers);
+  if (chunked.window == 0) return;
   c.qk_l2_norm = c.n_expert != 128;
-  c.sliding_window = positive_int(f, a + ".attention.sliding_window", window.value_or(8192));
+  c.sliding_window = chunked.window;
   c.swa_chunked = true;
-  c.swa_layers.assign(static_cast<size_t>(c.n_layers), false);
-  for (int l = 0; l < c.n_layers; ++l) {
-    c.swa_layers[static_cast<size_t>(l)] = (l + 1) % 4 != 0;
-    c.nope_layers.push_back((l + 1) % 4 == 0);
-  }
+  c.swa_layers = std::move(chunked.layers);
+  for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
   c.rope_base_swa = f.find_f32(a + ".rope.freq_base_swa").value_or(c.rope_base);
   if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
   c.rope_scaling_swa = c.rope_scaling;

@@ -428,6 +428,26 @@ std::vector<bool> read_nope_layers(const json& j, const ConfigReader& r, const s
   return nope;
 }
 
+// Llama 4's chunked layers: none where attention_chunk_size is null; else chunks of it (8192 by default) on the
+// layers that rotate, or on those `layer_types` calls chunked_attention.
+SlidingWindowLayers llama4_chunked_layers(const json& j, const ConfigReader& r, const std::string& path, int n_layers) {
+  SlidingWindowLayers swa;
+  if (j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null()) return swa;
+  swa.window = r.positive_int_or("attention_chunk_size", 8192);
+  for (const bool nope : read_nope_layers(j, r, path, n_layers)) swa.layers.push_back(!nope);
+  if (r.has("layer_types")) {
+    const json& types = j["layer_types"];
+    if (!types.is_array() || types.size() != static_cast<size_t>(n_layers))
+      fail("'{}': 'layer_types' must list the {} layers", path, n_layers);
+    for (size_t l = 0; l < types.size(); ++l) {
+      if (types[l] != "chunked_attention" && types[l] != "full_attention")
+        fail("'{}': layer_types entry {} is not supported (chunked_attention, full_attention)", path, types[l].dump());
+      swa.layers[l] = types[l] == "chunked_attention";
+    }
+  }
+  return swa;
+}
+
 // Llama 4 Scout / Maverick (image-text checkpoints): the text model only, from `text_config`.
 ModelConfig read_llama4_text_config(const json& j, const std::string& path) {
   if (!j.contains("text_config") || !j["text_config"].is_object())
@@ -470,22 +490,11 @@ void read_llama4_config(const json& j, const ConfigReader& r, const std::string&
   }
   c.nope_layers = read_nope_layers(j, r, path, c.n_layers);
   c.qk_l2_norm = r.bool_or("use_qk_norm", true);
-  const bool chunked = !(j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null());
-  if (chunked) {
-    c.sliding_window = r.positive_int_or("attention_chunk_size", 8192);
+  SlidingWindowLayers chunked = llama4_chunked_layers(j, r, path, c.n_layers);
+  if (chunked.window > 0) {
+    c.sliding_window = chunked.window;
     c.swa_chunked = true;
-    for (int l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(c.uses_rope(l));
-    if (r.has("layer_types")) {
-      const json& types = j["layer_types"];
-      if (!types.is_array() || types.size() != static_cast<size_t>(c.n_layers))
-        fail("'{}': 'layer_types' must list the {} layers", path, c.n_layers);
-      for (size_t l = 0; l < types.size(); ++l) {
-        if (types[l] != "chunked_attention" && types[l] != "full_attention")
-          fail("'{}': layer_types entry {} is not supported (chunked_attention, full_attention)", path,
-               types[l].dump());
-        c.swa_layers[l] = types[l] == "chunked_attention";
-      }
-    }
+    c.swa_layers = std::move(chunked.layers);
     c.rope_base_swa = c.rope_base;
     c.rope_scaling_swa = c.rope_scaling;
   }
@@ -805,6 +814,8 @@ Tensor aligned(const Tensor& t, Model& m) {
 
 SlidingWindowLayers hf_sliding_window_layers(const json& config, const std::string& model_type, int n_layers,
                                              const std::string& path) {
+  if (model_type == "llama4_text" || model_type == "llama4")
+    return llama4_chunked_layers(config, ConfigReader(config, path), path, n_layers);
   const std::optional<SwaFamily> family = swa_family_of_model_type(model_type);
   if (!family) return {};
   return read_sliding_window_layers(config, ConfigReader(config, path), path, *family, n_layers);

@@ -20,7 +20,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
 
 // Gemma 2 and 3's sliding-window layers as llama.cpp reads a GGUF file: the window (0: none, and for
 // every other architecture) and a flag per layer (`sliding_window_pattern`: a bool per layer, or n for
-// "every n-th layer is global"; Gemma 2: window 4096 and n = 2 unless the file says, Gemma 3: n = 6).
+// "every n-th layer is global"; Gemma 2: window 4096 and n = 2 unless the file says, Gemma 3: n = 6). Llama 4's
+// chunked layers too (all but every 4th, chunks of 8192 unless attention.sliding_window says; 0: none): a chunk
+// bounds what a layer keeps as a window of its size does.
 struct SlidingWindowLayers {
   int window = 0;
   std::vector<bool> layers;
@@ -28,7 +30,8 @@ struct SlidingWindowLayers {
 SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& file, const std::string& arch, int n_layers);
 // The same from a Hugging Face config.json (its text part) of model_type gemma2, gemma3, gemma3_text, mistral,
 // mixtral, ministral, ministral3, olmo3 or qwen2, as transformers reads it (load_hf.cpp,
-// read_sliding_window_layers). Other model types: none.
+// read_sliding_window_layers), and Llama 4's chunked layers (llama4_text; their chunk as the window, which bounds
+// what they keep). Other model types: none.
 SlidingWindowLayers hf_sliding_window_layers(const nlohmann::json& config, const std::string& model_type,
                                              int n_layers, const std::string& path);
 
