@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "model/loaders.h"
 #include "model/model.h"
+#include "test_checks.h"
 
 using namespace kvserve;
 using nlohmann::json;
@@ -367,6 +369,25 @@ TEST(GoldenLlama4, ItsRoutingNormsNopeLayerAndRopeFactorsMatter) {
   EXPECT_GT(worst(), 1e-2f);
   model->config = saved;
   EXPECT_LE(worst(), 1e-4f);
+}
+
+// A llama4 file with attention.sliding_window 0 (the converter's mark of an all-full-attention model): no chunks,
+// no NoPE layer, and every layer L2-norms q and k, as llama.cpp reads it; the file's MoE step must fit its layers.
+TEST(GoldenLlama4, SlidingWindowZeroMeansFullAttentionEverywhere) {
+  const std::string path = kArchGoldens + "/tiny-llama4.gguf";
+  const std::vector<uint8_t> bytes = test::edited_gguf(path, {.set_u32 = {{"llama4.attention.sliding_window", 0}}});
+  auto m = load_gguf_model(std::make_shared<const GGUFFile>(bytes.data(), bytes.size(), "full.gguf"), {});
+  const ModelConfig& c = m->config;
+  EXPECT_FALSE(c.swa_chunked);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(c.nope_layers.empty());
+  EXPECT_TRUE(c.qk_l2_norm);
+  for (int l = 0; l < c.n_layers; ++l) EXPECT_FALSE(c.attn_temperature_on(l)) << l;
+  test::expect_gguf_load_error(test::edited_gguf(path, {.set_u32 = {{"llama4.interleave_moe_layer_step", 0}}}),
+                               "interleave_moe_layer_step");
+  // A step whose expert layers the file lacks names the missing tensor.
+  test::expect_gguf_load_error(test::edited_gguf(path, {.set_u32 = {{"llama4.interleave_moe_layer_step", 1}}}),
+                               "blk.0.ffn_gate_inp.weight");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/unicode.h"
 
 namespace kvserve::jinja {
 
@@ -26,24 +27,6 @@ std::string normalize_newlines(std::string_view s) {
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();  // keep_trailing_newline=False
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
 }
 
 class Lexer {
@@ -315,7 +298,7 @@ class Lexer {
           }
           if (cp > 0x10ffff) fail("template line {}: bad \\{} escape", line_, e);
           pos_ += n;
-          append_utf8(out, cp);
+          unicode::append_utf8(out, cp);
           break;
         }
         default:

@@ -134,6 +134,28 @@ std::vector<Tensor> mxfp4_experts(const SafetensorsModel& w, const std::string& 
   return out;
 }
 
+// Fused float experts, as x @ W: gate_up_proj [experts][E][2F], gate and up columns interleaved (gpt-oss: 2i, 2i + 1)
+// or one after the other (Llama 4: gate's F, then up's), and down_proj [experts][F][E]; each expert's three in
+// llama.cpp's layout, in the checkpoint's float type.
+void load_fused_float_experts(const SafetensorsModel& w, const std::string& x, int n, int64_t E, int64_t F,
+                              bool interleaved, LayerWeights& L, Model& m) {
+  const SafetensorsTensor& gu = shaped(w, x + "gate_up_proj", nullptr, {n, E, 2 * F});
+  const SafetensorsTensor& dn = shaped(w, x + "down_proj", nullptr, {n, F, E});
+  // Column of gate_up_proj holding row j of expert e's gate (up: `up` true).
+  const auto column = [&](int64_t j, bool up) { return interleaved ? 2 * j + (up ? 1 : 0) : (up ? F : 0) + j; };
+  const Tensor gate = matrix_like(
+      gu, x + "gate_proj", int64_t{n} * F, E,
+      [&](int64_t r, int64_t k) { return ((r / F) * E + k) * 2 * F + column(r % F, false); }, m);
+  const Tensor up = matrix_like(
+      gu, x + "up_proj", int64_t{n} * F, E,
+      [&](int64_t r, int64_t k) { return ((r / F) * E + k) * 2 * F + column(r % F, true); }, m);
+  const Tensor down = matrix_like(
+      dn, x + "down_proj", int64_t{n} * E, F, [&](int64_t r, int64_t k) { return ((r / E) * F + k) * E + r % E; }, m);
+  L.gate_exps = per_expert(gate, n, F, x + "gate_proj");
+  L.up_exps = per_expert(up, n, F, x + "up_proj");
+  L.down_exps = per_expert(down, n, E, x + "down_proj");
+}
+
 }  // namespace
 
 void load_gpt_oss_experts(const SafetensorsModel& w, const std::string& mlp, const ModelConfig& c, LayerWeights& L,
@@ -155,21 +177,8 @@ void load_gpt_oss_experts(const SafetensorsModel& w, const std::string& mlp, con
     L.up_exps = mxfp4_experts(w, x + "gate_up_proj", n, 2 * F, F, E, 1, 2, m);
     L.down_exps = mxfp4_experts(w, x + "down_proj", n, E, E, F, 0, 1, m);
   } else {
-    // Dequantized: gate_up_proj [experts][E][2F] and down_proj [experts][F][E], as x @ W.
-    const SafetensorsTensor& gu = shaped(w, x + "gate_up_proj", nullptr, {n, E, 2 * F});
-    const SafetensorsTensor& dn = shaped(w, x + "down_proj", nullptr, {n, F, E});
-    const Tensor gate = f32_matrix(
-        x + "gate_proj", int64_t{n} * F, E,
-        [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + 2 * (r % F)); }, m);
-    const Tensor up = f32_matrix(
-        x + "up_proj", int64_t{n} * F, E,
-        [&](int64_t r, int64_t k) { return value(gu, ((r / F) * E + k) * 2 * F + 2 * (r % F) + 1); }, m);
-    const Tensor down = f32_matrix(
-        x + "down_proj", int64_t{n} * E, F,
-        [&](int64_t r, int64_t k) { return value(dn, ((r / E) * F + k) * E + r % E); }, m);
-    L.gate_exps = per_expert(gate, n, F, x + "gate_proj");
-    L.up_exps = per_expert(up, n, F, x + "up_proj");
-    L.down_exps = per_expert(down, n, E, x + "down_proj");
+    // Dequantized: gate_up_proj [experts][E][2F] (gate and up interleaved) and down_proj [experts][F][E].
+    load_fused_float_experts(w, x, n, E, F, /*interleaved=*/true, L, m);
   }
   const SafetensorsTensor& gu_b = shaped(w, x + "gate_up_proj_bias", nullptr, {n, 2 * F});
   const SafetensorsTensor& dn_b = shaped(w, x + "down_proj_bias", nullptr, {n, E});
@@ -192,19 +201,7 @@ void load_llama4_experts(const SafetensorsModel& w, const std::string& ff, const
   L.ffn_gate_inp = f32_matrix(
       ff + "router.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
   const std::string x = ff + "experts.";
-  const SafetensorsTensor& gu = shaped(w, x + "gate_up_proj", nullptr, {n, E, 2 * F});
-  const SafetensorsTensor& dn = shaped(w, x + "down_proj", nullptr, {n, F, E});
-  const Tensor gate = matrix_like(
-      gu, x + "gate_proj", int64_t{n} * F, E, [&](int64_t r, int64_t k) { return ((r / F) * E + k) * 2 * F + r % F; },
-      m);
-  const Tensor up = matrix_like(
-      gu, x + "up_proj", int64_t{n} * F, E, [&](int64_t r, int64_t k) { return ((r / F) * E + k) * 2 * F + F + r % F; },
-      m);
-  const Tensor down = matrix_like(
-      dn, x + "down_proj", int64_t{n} * E, F, [&](int64_t r, int64_t k) { return ((r / E) * F + k) * E + r % E; }, m);
-  L.gate_exps = per_expert(gate, n, F, x + "gate_proj");
-  L.up_exps = per_expert(up, n, F, x + "up_proj");
-  L.down_exps = per_expert(down, n, E, x + "down_proj");
+  load_fused_float_experts(w, x, n, E, F, /*interleaved=*/false, L, m);
 }
 
 }  // namespace kvserve

@@ -428,10 +428,10 @@ void read_gpt_oss(const GGUFFile& f, ModelConfig& c) {
 
 // Llama 4 (llama.cpp's llama_model_llama4). Every interleave_moe_layer_step-th layer has experts (sigmoid of the
 // top logit, applied to the token before the expert) and one shared expert as wide; the others a dense FFN.
-// Without attention.sliding_window 0 (what the converter writes when every layer is full attention), every
-// 4th layer is a full-attention NoPE layer with the attention temperature (floor scale 8192, scale 0.1), the
-// others rotate, L2-norm q and k (unless 128 experts: Maverick) and attend in chunks of 8192 (or the key's
-// value where a file gives one; llama.cpp fixes 8192).
+// The rotating layers L2-norm q and k (unless 128 experts: Maverick). attention.sliding_window 0 (what the converter
+// writes when every layer is full attention): every layer rotates, nothing is chunked. Otherwise every 4th layer is
+// a full-attention NoPE layer with the attention temperature (floor scale 8192, scale 0.1) and the others attend
+// in chunks of 8192 (or the key's value where a file gives one; llama.cpp fixes 8192).
 void read_llama4(const GGUFFile& f, ModelConfig& c) {
   const std::string& a = c.arch;
   c.expert_gating = ModelConfig::ExpertGating::SigmoidChosen;
@@ -440,9 +440,9 @@ void read_llama4(const GGUFFile& f, ModelConfig& c) {
   c.n_expert_shared = 1;
   c.moe_layer_step =
       positive_int(f, a + ".interleave_moe_layer_step", f.find_u32(a + ".interleave_moe_layer_step").value_or(1));
+  c.qk_l2_norm = c.n_expert != 128;  // on the rotating layers: all of them when nothing is chunked
   SlidingWindowLayers chunked = gguf_sliding_window_layers(f, a, c.n_layers);
   if (chunked.window == 0) return;
-  c.qk_l2_norm = c.n_expert != 128;
   c.sliding_window = chunked.window;
   c.swa_chunked = true;
   c.swa_layers = std::move(chunked.layers);

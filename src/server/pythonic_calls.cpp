@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "model/unicode.h"
+
 namespace kvserve::server {
 
 namespace {
@@ -19,24 +21,6 @@ int hex_value(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // A recursive-descent reader of the Python literals a call's arguments may be (ast.literal_eval's, less sets,
@@ -165,7 +149,7 @@ class Reader {
     i_ += triple ? 3 : 1;
     uint32_t pending_high = 0;  // a \uD8xx waiting for its low half
     const auto flush_high = [&] {
-      if (pending_high != 0) append_utf8(out, 0xFFFD);
+      if (pending_high != 0) unicode::append_utf8(out, 0xFFFD);
       pending_high = 0;
     };
     for (;;) {
@@ -245,7 +229,7 @@ class Reader {
             for (int k = 0; k < 2 && i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '7'; ++k, ++i_)
               cp = cp * 8 + static_cast<uint32_t>(s_[i_] - '0');
             flush_high();
-            append_utf8(out, cp);
+            unicode::append_utf8(out, cp);
             continue;
           }
           out += '\\';  // Python keeps an unknown escape as written
@@ -261,7 +245,7 @@ class Reader {
       }
       if (cp > 0x10FFFF) return false;
       if (cp >= 0xDC00 && cp <= 0xDFFF && pending_high != 0) {
-        append_utf8(out, 0x10000 + ((pending_high - 0xD800) << 10) + (cp - 0xDC00));
+        unicode::append_utf8(out, 0x10000 + ((pending_high - 0xD800) << 10) + (cp - 0xDC00));
         pending_high = 0;
         continue;
       }
@@ -269,9 +253,9 @@ class Reader {
       if (cp >= 0xD800 && cp <= 0xDBFF) {
         pending_high = cp;
       } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-        append_utf8(out, 0xFFFD);  // a lone low half
+        unicode::append_utf8(out, 0xFFFD);  // a lone low half
       } else {
-        append_utf8(out, cp);
+        unicode::append_utf8(out, cp);
       }
     }
   }

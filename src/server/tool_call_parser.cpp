@@ -505,17 +505,19 @@ ToolCallPiece ToolCallParser::feed(std::string_view text) {
       if (whole_reply) {
         // Calls only where the reply itself is one: its first text a JSON object (llama3_json) or a list
         // (pythonic), or the format's tag (<|python_tag|>, <|python_start|>).
-        // Llama 4 opens a call with <|python_start|> where Llama 3 wrote <|python_tag|>.
+        // Llama 4 opens a call with <|python_start|> (both formats) where Llama 3 wrote <|python_tag|> (JSON).
         const char open = format_ == ToolCallFormat::Pythonic ? '[' : '{';
         const bool json_calls = format_ == ToolCallFormat::Llama3Json;
-        const std::string_view tag = rest.starts_with(kPythonStart) || !json_calls ? kPythonStart : kPythonTag;
         size_t lead = 0;
         while (lead < rest.size() && is_space(rest[lead])) ++lead;
         emit_text(rest.substr(0, lead), out);
         rest.remove_prefix(lead);
         if (rest.empty()) break;
-        if (rest.starts_with(open) || rest.starts_with(kPythonStart) || (json_calls && rest.starts_with(kPythonTag))) {
-          opener_ = rest.starts_with(open) ? "" : std::string(rest.starts_with(kPythonStart) ? kPythonStart : tag);
+        const std::string_view tag = rest.starts_with(kPythonStart)               ? kPythonStart
+                                     : json_calls && rest.starts_with(kPythonTag) ? kPythonTag
+                                                                                  : std::string_view();
+        if (rest.starts_with(open) || !tag.empty()) {
+          opener_ = tag;
           rest.remove_prefix(opener_.size());
           block_.clear();
           state_ = State::Section;
