@@ -764,6 +764,22 @@ size_t expect_follows_hf_variant_golden(Generator& gen, const json& ref, float t
   return steps;
 }
 
+// Every step of the golden, followed as expect_follows_hf_variant_golden does, on a hybrid cache (windowed layers'
+// blocks released behind their window) and on one that keeps every position. Returns the golden's step count.
+size_t expect_follows_on_both_caches(const Model& m, const json& ref, float tol) {
+  size_t want_steps = 0;
+  for (const json& k : ref["cases"]) want_steps += k["step_logits_top"].size();
+  for (const bool hybrid : {true, false}) {
+    SCOPED_TRACE(hybrid ? "hybrid cache" : "full cache");
+    GeneratorOptions o{.block_size = 4, .max_context = 512};
+    o.hybrid_kv_cache = hybrid;
+    Generator gen(m, o);
+    EXPECT_EQ(gen.kv_cache().groups.hybrid(), hybrid && m.config.sliding_window > 0);
+    EXPECT_EQ(expect_follows_hf_variant_golden(gen, ref, tol), want_steps);
+  }
+  return want_steps;
+}
+
 // The worst miss of `gen`'s teacher-forced logits against one case of a variant golden, over all its steps.
 float worst_case_miss(Generator& gen, const json& k) {
   const auto logits = gen.teacher_forced_logits(k["ids"].get<std::vector<int32_t>>(), k["n_prompt"].get<int>());
@@ -818,17 +834,7 @@ TEST(HfLoader, SlidingWindowConfigsMatchTransformers) {
     EXPECT_EQ(m->config.sliding_window, v.window);
     EXPECT_EQ(m->config.swa_layers, v.layers);
     EXPECT_EQ(m->config.rope_base_swa, m->config.rope_base);
-    for (const bool hybrid : {true, false}) {
-      SCOPED_TRACE(hybrid ? "hybrid cache" : "full cache");
-      GeneratorOptions o{.block_size = 4, .max_context = 512};
-      o.hybrid_kv_cache = hybrid;
-      Generator gen(*m, o);
-      EXPECT_EQ(gen.kv_cache().groups.hybrid(), hybrid);
-      size_t want_steps = 0;
-      for (const json& k : ref["cases"]) want_steps += k["step_logits_top"].size();
-      EXPECT_EQ(want_steps, 3u * 48u + 2u * 23u + 22u);
-      EXPECT_EQ(expect_follows_hf_variant_golden(gen, ref, 1e-4f), want_steps);
-    }
+    EXPECT_EQ(expect_follows_on_both_caches(*m, ref, 1e-4f), 3u * 48u + 2u * 23u + 22u);
   }
 }
 
@@ -902,17 +908,7 @@ TEST(HfLoader, Llama4MatchesLlamaCppAndTransformers) {
   EXPECT_EQ(m->config.sliding_window, 8);
   EXPECT_EQ(m->config.attn_temp_length, 4);
   EXPECT_FLOAT_EQ(m->config.attn_temp_scale, 0.5f);
-  size_t want_steps = 0;
-  for (const json& k : ref["cases"]) want_steps += k["step_logits_top"].size();
-  EXPECT_GT(want_steps, 4u * 48u);  // and the 30-token prompts' steps
-  for (const bool hybrid : {true, false}) {
-    SCOPED_TRACE(hybrid ? "hybrid cache" : "full cache");
-    GeneratorOptions o{.block_size = 4, .max_context = 512};
-    o.hybrid_kv_cache = hybrid;
-    Generator gen(*m, o);
-    EXPECT_EQ(gen.kv_cache().groups.hybrid(), hybrid);
-    EXPECT_EQ(expect_follows_hf_variant_golden(gen, ref, 1e-4f), want_steps);
-  }
+  EXPECT_GT(expect_follows_on_both_caches(*m, ref, 1e-4f), 4u * 48u);  // and the 30-token prompts' steps
   // The worst miss over the steps after the first golden's 30-token prompt.
   const auto miss_after_long_prompt = [&] {
     Generator gen(*m, {.max_context = 512});
@@ -973,15 +969,7 @@ TEST(HfLoader, GptOssMatchesLlamaCppAndTransformers) {
   EXPECT_FALSE(m->config.rope_scaling.yarn_truncate);
   EXPECT_FALSE(m->config.rope_scaling_swa.yarn_truncate);
   EXPECT_EQ(m->layers[0].gate_exps[0].type, DType::F32);
-  size_t want_steps = 0;
-  for (const json& k : ref["cases"]) want_steps += k["step_logits_top"].size();
-  for (const bool hybrid : {true, false}) {
-    SCOPED_TRACE(hybrid ? "hybrid cache" : "full cache");
-    GeneratorOptions o{.block_size = 4, .max_context = 512};
-    o.hybrid_kv_cache = hybrid;
-    Generator gen(*m, o);
-    EXPECT_EQ(expect_follows_hf_variant_golden(gen, ref, 3e-4f), want_steps);
-  }
+  EXPECT_GT(expect_follows_on_both_caches(*m, ref, 3e-4f), 4u * 48u);
   m->config.rope_scaling.yarn_truncate = m->config.rope_scaling_swa.yarn_truncate = true;
   Generator truncated(*m, {.max_context = 512});
   EXPECT_GT(worst_case_miss(truncated, ref["cases"][0]), 0.1f);
