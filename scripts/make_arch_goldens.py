@@ -630,6 +630,77 @@ def tiny_llama4(gguf, path, seed):
     finish(w)
 
 
+def tiny_gemma4(gguf, path, seed):
+    """Gemma 4 (llama.cpp's gemma4; E2B's layout at 6 layers): sliding layers (0, 2, 4: window 8, RoPE base 10000
+    over all 16 dims of their heads, 4 KV heads of 16) and full ones (1, 3, 5: 1 KV head of 32, "proportional" RoPE at
+    base 1e6, the first quarter of the pairs rotating, the rest held by rope_freqs factors of 1e30), q/k normed with
+    weights, v normed without, attention scale 1. Layer 3 has no attn_v (its values are its keys' projection,
+    attention_k_eq_v); layers 4 and 5 share the KV of the last earlier layer of their kind (2 and 3) and have FFNs
+    twice as wide. Per-layer embeddings of 8 (their token rows, the model projection and its norm, each layer's gate,
+    projection and post-norm), a scalar per layer on its output, GeGLU, post-norms, a final logit soft-cap."""
+    r = Draws(seed)
+    E, L, H = 64, 6, 4
+    D_swa, KVH_swa, D_full, KVH_full, P = 16, 4, 32, 1, 8
+    swa = [i % 2 == 0 for i in range(L)]
+    n_ff = [96, 96, 96, 96, 192, 192]
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_name(path.stem)
+    w.add_context_length(512)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(H)
+    w.add_head_count_kv([KVH_swa if s else KVH_full for s in swa])
+    w.add_key_length(D_full)
+    w.add_value_length(D_full)
+    w.add_key_length_swa(D_swa)
+    w.add_value_length_swa(D_swa)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base_swa(10000.0)
+    w.add_rope_dimension_count(D_full)
+    w.add_rope_dimension_count_swa(D_swa)
+    w.add_sliding_window(8)
+    w.add_sliding_window_pattern(swa)
+    w.add_shared_kv_layers(2)
+    w.add_embedding_length_per_layer_input(P)
+    w.add_final_logit_softcapping(10.0)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_add_space_prefix(True)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.5))
+    w.add_tensor("per_layer_token_embd.weight", r.embedding(n_vocab, L * P, 0.5))
+    w.add_tensor("per_layer_model_proj.weight", r.mat(L * P, E, 2.0))
+    w.add_tensor("per_layer_proj_norm.weight", r.norm(P, 0.3))
+    n_rot_pairs = D_full // 8
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * n_rot_pairs + [1e30] * (D_full // 2 - n_rot_pairs), np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        D, KVH = (D_swa, KVH_swa) if swa[i] else (D_full, KVH_full)
+        shared = i >= 4
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
+        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
+        if not shared:
+            w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
+            if i != 3:
+                w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+            w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(n_ff[i], E, 2.0))
+        w.add_tensor(p + "ffn_up.weight", r.mat(n_ff[i], E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, n_ff[i]))
+        w.add_tensor(p + "post_ffw_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "inp_gate.weight", r.mat(P, E, 2.0))
+        w.add_tensor(p + "proj.weight", r.mat(E, P))
+        w.add_tensor(p + "post_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "layer_output_scale.weight", np.array([0.5 + 0.25 * i], np.float32))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 MODELS = {
     "tiny-qwen3": (tiny_qwen3, 3001),
     "tiny-gemma3": (tiny_gemma3, 3002),
@@ -654,6 +725,7 @@ MODELS = {
     "tiny-gptoss": (tiny_gptoss, 3021),
     "tiny-qwen2moe": (tiny_qwen2moe, 3022),
     "tiny-llama4": (tiny_llama4, 3023),
+    "tiny-gemma4": (tiny_gemma4, 3024),
 }
 
 

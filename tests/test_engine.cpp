@@ -424,6 +424,19 @@ TEST(Engine, Llama4InBatchesMatchesGeneratorTokenForToken) {
   EXPECT_EQ(expect_hybrid_cache_gives_full_cache_bits(*l4, 11, 70), (std::vector<int64_t>{0, 8, 8, 8}));
 }
 
+// Gemma 4 in batched, chunked steps and verified drafts: its sliding and full layers' rows of different sizes and KV
+// heads in one pool (a hybrid cache's arrays hold the larger rows; a full one's differ per layer), its last layers
+// reading earlier layers' KV, the per-layer embeddings of each token. Every request gets the Generator's tokens, and
+// the hybrid cache the very bits of a full one.
+TEST(Engine, Gemma4InBatchesMatchesGeneratorTokenForToken) {
+  auto g4 = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma4.gguf");
+  ASSERT_EQ(g4->config.n_kv_shared_layers, 2);
+  EngineOptions o = small_options();
+  o.model_id = "tiny-gemma4";
+  run_batch_plain_and_speculative(o, *g4);
+  EXPECT_EQ(expect_hybrid_cache_gives_full_cache_bits(*g4, 13, 70), (std::vector<int64_t>{0, 8}));
+}
+
 // DeepSeek's latent attention and routing in batched, chunked steps (each sequence's latent rows through its
 // block table, its absorbed queries against them), with and without a prefix cache hit: every request gets
 // the Generator's tokens. tiny-deepseek3 adds the sigmoid, biased, group-limited router.

@@ -400,3 +400,42 @@ TEST(KVCalc, ReadsSlidingWindowsFromHuggingFaceConfigs) {
   text["layer_types"][1] = "global";
   EXPECT_THROW(kv_shape_from_hf_config(nlohmann::json{{"model_type", "gemma3"}, {"text_config", text}}), Error);
 }
+
+// Gemma-4-E2B-shaped (35 layers, every 5th full attention with one KV head of 512, the others sliding with one of
+// 256 over a 512-token window, the last 20 on earlier layers' KV): 3 full and 12 sliding layers cache, f16:
+// 3 * 2 KiB + 12 * 1 KiB = 18 KiB a token; at 32k the sliding ones keep their 512 tokens.
+TEST(KVCalc, Gemma4CountsOnlyLayersWithTheirOwnKVAndEachKindsHeads) {
+  KVModelShape s = mha(35, 8, 1, 512);
+  s.n_kv_heads_swa = 1;
+  s.head_dim_swa = 256;
+  s.sliding_window = 512;
+  s.n_swa_layers = 28;
+  s.n_kv_shared_layers = 20;
+  s.n_shared_swa_layers = 16;
+  EXPECT_EQ(s.own_full_layers(), 3);
+  EXPECT_EQ(s.own_swa_layers(), 12);
+  KVCalcRequest r;
+  r.shape = s;
+  r.seq_len = 32768;
+  const KVCalcFigures f = compute_kv_figures(r);
+  EXPECT_EQ(f.bytes_per_token_per_layer, 2048u);
+  ASSERT_TRUE(f.bytes_per_token_per_swa_layer);
+  EXPECT_EQ(*f.bytes_per_token_per_swa_layer, 1024u);
+  EXPECT_EQ(f.bytes_per_token, 3u * 2048 + 12u * 1024);
+  ASSERT_TRUE(f.windowed_bytes_per_request);
+  EXPECT_EQ(*f.windowed_bytes_per_request, 3ull * 2048 * 32768 + 12ull * 1024 * 512);
+  s.n_shared_swa_layers = 21;
+  EXPECT_THROW(validate_kv_shape(s), Error);
+
+  // tiny-gemma4's file: full layers 1 and 3 with one KV head of 32, sliding 0 and 2 with four of 16, 4 and 5 shared.
+  test::CommandResult c = run_cli("kv-calc -m " + std::string(KVSERVE_SOURCE_DIR) +
+                                  "/tests/golden/arch/tiny-gemma4.gguf --seq-len 100 --json");
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  const nlohmann::json j = nlohmann::json::parse(c.out);
+  EXPECT_EQ(j["kv_heads"], 1);
+  EXPECT_EQ(j["kv_heads_swa"], 4);
+  EXPECT_EQ(j["head_dim_swa"], 16);
+  EXPECT_EQ(j["kv_shared_layers"], 2);
+  EXPECT_EQ(j["bytes_per_token"].get<uint64_t>(), 2u * (2 * 32 * 2) + 2u * (2 * 4 * 16 * 2));
+  EXPECT_EQ(j["windowed_bytes_per_request"].get<uint64_t>(), 2u * 128 * 100 + 2u * 256 * 8);
+}

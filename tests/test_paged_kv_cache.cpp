@@ -129,3 +129,63 @@ TEST(PagedKVCache, StreamingGemma3PoolHoldsPromptsOfAnyLength) {
   EXPECT_GT(kv.capacity_tokens(), int64_t{1} << 40);
   EXPECT_GT(kv.manager->capacity_tokens_for_chunk(512), int64_t{1} << 40);
 }
+
+namespace {
+
+// A Gemma-4-E2B-shaped attention: 35 layers, every 5th full attention (4, 9, ...) with one KV head of 512, the others
+// sliding (window 512) with one of 256; the last 20 layers on the KV of the last earlier layer of their kind.
+ModelConfig gemma4_e2b() {
+  ModelConfig c;
+  c.n_layers = 35;
+  c.n_heads = 8;
+  c.n_kv_heads = 1;
+  c.head_dim = 512;
+  c.head_dim_swa = 256;
+  c.n_embd = 1536;
+  c.sliding_window = 512;
+  c.n_kv_shared_layers = 20;
+  for (int l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 5 != 4);
+  return c;
+}
+
+}  // namespace
+
+TEST(KVCacheGroups, Gemma4SharedLayersReadTheirSourcesArraysAndEachArrayFitsItsLargestRows) {
+  const ModelConfig c = gemma4_e2b();
+  EXPECT_EQ(c.kv_source_layer(14), 14);
+  EXPECT_EQ(c.kv_source_layer(15), 13);  // sliding: the last earlier sliding layer with its own KV
+  EXPECT_EQ(c.kv_source_layer(19), 14);  // full
+  EXPECT_EQ(c.kv_source_layer(34), 14);
+  const KVCacheGroups g = plan_kv_cache_groups(c, all(KVCacheDType::F16, 35), 32768, true);
+  ASSERT_TRUE(g.hybrid());
+  // 15 layers with their own KV: 3 full ones in group 0, 12 sliding ones in 4 groups of 3.
+  EXPECT_EQ(g.slots(), 3);
+  EXPECT_EQ(g.windows, (std::vector<int64_t>{0, 512, 512, 512, 512}));
+  // Each array holds a full layer's rows in group 0's blocks and a sliding layer's in the others': room for the larger.
+  EXPECT_EQ(g.slot_head_dims, (std::vector<int>{512, 512, 512}));
+  EXPECT_EQ(g.slot_kv_heads, (std::vector<int>{1, 1, 1}));
+  for (int l = 15; l < 35; ++l) {
+    const auto src = static_cast<size_t>(c.kv_source_layer(l));
+    EXPECT_EQ(g.layer_group[static_cast<size_t>(l)], g.layer_group[src]) << l;
+    EXPECT_EQ(g.layer_slot[static_cast<size_t>(l)], g.layer_slot[src]) << l;
+  }
+  // One group: an array per layer with its own KV, each as its layer's rows.
+  const KVCacheGroups one = plan_kv_cache_groups(c, all(KVCacheDType::F16, 35), 32768, false);
+  EXPECT_EQ(one.slots(), 15);
+  EXPECT_EQ(one.slot_head_dims[static_cast<size_t>(one.layer_slot[4])], 512);
+  EXPECT_EQ(one.slot_head_dims[static_cast<size_t>(one.layer_slot[0])], 256);
+  EXPECT_EQ(one.layer_slot[34], one.layer_slot[14]);
+
+  // The textbook figure per token: 12 sliding layers of 2 x 256 f16 values and 3 full ones of 2 x 512, no more.
+  PagedKVCacheOptions o;
+  o.kv_cache_memory = 64.0 * 1024 * 1024;
+  o.kv_dtype = KVCacheDType::F16;
+  o.max_model_len = 4096;
+  o.hybrid = false;
+  const PagedKVCache cache(c, o);
+  EXPECT_EQ(cache.bytes_per_block, 16u * (12 * 2 * 256 * 2 + 3 * 2 * 512 * 2));
+  EXPECT_EQ(cache.view.stride(4), 16 * 512);
+  EXPECT_EQ(cache.view.stride(0), 16 * 256);
+  EXPECT_EQ(cache.view.k_layers[34], cache.view.k_layers[14]);
+  EXPECT_EQ(cache.view.k_layers[15], cache.view.k_layers[13]);
+}

@@ -28,7 +28,7 @@ H2OAttentionArgs h2o_layer_args(const KVCacheView& kv, int il, const BatchSequen
   a.k_cache = kv.k_layers[l];
   a.v_cache = kv.v_layers[l];
   a.kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[l];
-  a.block_stride = kv.block_stride;
+  a.block_stride = kv.stride(il);
   a.slots = kv.h2o_records[l];
   a.heavy = kv.h2o.heavy;
   a.recent = kv.h2o.recent;
@@ -44,11 +44,13 @@ ModelRunner::ModelRunner(const Model& model, ThreadPool& pool)
       pool_(pool),
       rope_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
             model.config.rope_scaling, false),
-      rope_swa_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
+      rope_swa_(model.config.head_dim_swa > 0 ? model.config.head_dim_swa : model.config.head_dim,
+                model.config.n_rot_of_swa(), model.config.rope_base_swa, model.config.rope_style,
                 model.config.rope_scaling_swa, false),
       rope_long_(model.config.head_dim, model.config.n_rot, model.config.rope_base, model.config.rope_style,
                  model.config.rope_scaling, true),
-      rope_swa_long_(model.config.head_dim, model.config.n_rot, model.config.rope_base_swa, model.config.rope_style,
+      rope_swa_long_(model.config.head_dim_swa > 0 ? model.config.head_dim_swa : model.config.head_dim,
+                     model.config.n_rot_of_swa(), model.config.rope_base_swa, model.config.rope_style,
                      model.config.rope_scaling_swa, true),
       region_weights_ok_(region_weights_ok()) {
   // For A/B runs: KVSERVE_DECODE_REGION=0 sends batch-1 decode steps down the per-op path.
@@ -60,13 +62,17 @@ void ModelRunner::ensure_scratch(int64_t n) {
   const auto& c = model_.config;
   grow_to(x_, n * c.n_embd);
   grow_to(xn_, n * c.n_embd);
-  grow_to(q_, n * c.n_heads * c.head_dim);
-  grow_to(k_, n * c.n_kv_heads * c.head_dim);
-  grow_to(v_, n * c.n_kv_heads * c.head_dim);
-  grow_to(attn_, n * c.n_heads * c.head_dim);
-  grow_to(gate_, n * c.n_ff);
-  grow_to(up_, n * c.n_ff);
-  grow_to(tmp_, n * std::max(c.n_embd, c.n_heads * c.head_dim));
+  grow_to(q_, n * c.max_q_dim());
+  grow_to(k_, n * c.max_kv_dim());
+  grow_to(v_, n * c.max_kv_dim());
+  grow_to(attn_, n * c.max_q_dim());
+  grow_to(gate_, n * c.max_n_ff());
+  grow_to(up_, n * c.max_n_ff());
+  grow_to(tmp_, n * std::max<int64_t>(c.n_embd, c.max_q_dim()));
+  if (c.n_embd_per_layer > 0) {
+    grow_to(ple_, n * c.n_layers * c.n_embd_per_layer);
+    grow_to(ple_gate_, n * c.n_embd_per_layer);
+  }
   if (c.mla()) {
     // q_ and attn_ hold each head's latent-space row (kv_lora_rank + n_rot); the raw projections have their own.
     const int64_t R = c.kv_row_dim();
@@ -201,9 +207,8 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
   if (n_tokens == 1 && single_token_region_applies() && !batch[0].all_logits)
     return forward_single_token(batch[0], kv, logits);
 
-  const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads;
-  const int64_t QD = H * D, KD = KVH * D;
-  const int64_t RD = c.kv_row_dim();  // values per cached row (D, or MLA's latent + rope key)
+  const int64_t E = c.n_embd, H = c.n_heads;
+  const int64_t RD = c.kv_row_dim();  // values per cached row (head_dim, or MLA's latent + rope key)
 
   // Embeddings.
   {
@@ -215,19 +220,28 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       }
   }
 
+  if (c.n_embd_per_layer > 0) per_layer_inputs(batch, n_tokens);
+
   // A position's rotation angles are the same in every layer and for q and k.
-  const int64_t n_rot = rope_.n_rot();
+  const int64_t n_rot = rope_.n_rot(), n_rot_swa = rope_swa_.n_rot();
   rope_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
   const bool has_swa = !c.swa_layers.empty();
-  if (has_swa) rope_swa_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
+  if (has_swa) rope_swa_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot_swa));
   const StreamingEviction& stream = kv.streaming;
   const bool has_sinks = stream.on() && stream.sinks > 0;
   if (has_sinks) {
     rope_sink_cos_sin_.resize(static_cast<size_t>(n_tokens * n_rot));
-    q_sink_.resize(static_cast<size_t>(n_tokens * H * D));
+    q_sink_.resize(static_cast<size_t>(n_tokens * c.max_q_dim()));
   }
   if (has_sinks || c.learned_sinks) attn_lse_.resize(static_cast<size_t>(n_tokens * H));
   kv_offset_.resize(static_cast<size_t>(n_groups * n_tokens));
+  // Layers whose rows differ from the cache's first (Gemma 4) place them by block and slot themselves.
+  const bool layer_offsets = !c.uniform_layers() || !kv.layer_block_strides.empty();
+  if (layer_offsets) {
+    kv_block_.resize(static_cast<size_t>(n_groups * n_tokens));
+    kv_slot_.resize(static_cast<size_t>(n_tokens));
+    layer_kv_offset_.resize(static_cast<size_t>(n_tokens));
+  }
   const bool temperature = c.has_attn_temperature();
   if (temperature) q_temperature_.resize(static_cast<size_t>(n_tokens));
   {
@@ -238,23 +252,38 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
         const int64_t pos = s.pos0 + static_cast<int64_t>(i);
         rope.angles(pos, rope_cos_sin_.data() + t * n_rot);
-        if (has_swa) rope_swa.angles(pos, rope_swa_cos_sin_.data() + t * n_rot);
+        if (has_swa) rope_swa.angles(pos, rope_swa_cos_sin_.data() + t * n_rot_swa);
         if (temperature) q_temperature_[t] = c.attn_temperature(pos);
         if (has_sinks)
           rope.angles(sink_query_position(pos, stream.sinks, stream.window), rope_sink_cos_sin_.data() + t * n_rot);
-        for (int g = 0; g < n_groups; ++g)
+        for (int g = 0; g < n_groups; ++g) {
           kv_offset_[g * n_tokens + t] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * RD;
+          if (layer_offsets) kv_block_[g * n_tokens + t] = s.table(g)[pos / kv.block_size];
+        }
+        if (layer_offsets) kv_slot_[t] = pos % kv.block_size;
       }
     }
   }
 
-  const float attn_scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = model_.layers[il];
     const bool swa = c.is_swa_layer(il);
+    // Gemma 4: the heads' size and KV heads of the layer (a layer on another's KV: of its source, the same kind).
+    const int kv_src = c.kv_source_layer(il);
+    const bool own_kv = kv_src == il;
+    const int64_t D = c.head_dim_of(il), KVH = c.kv_heads_of(kv_src);
+    const int64_t QD = H * D, KD = KVH * D;
+    const float attn_scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
     const int group = kv.layer_group.empty() ? 0 : kv.layer_group[il];
     const int64_t* kv_offset = kv_offset_.data() + group * n_tokens;
+    if (layer_offsets && !c.mla()) {
+      const int64_t stride = kv.stride(il);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        layer_kv_offset_[t] = kv_block_[group * n_tokens + t] * stride + kv_slot_[t] * D;
+      kv_offset = layer_kv_offset_.data();
+    }
     const Rope& rope = swa ? rope_swa_ : rope_;
+    const int64_t layer_n_rot = swa ? n_rot_swa : n_rot;
     const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
     const bool rotates = c.uses_rope(il);
     const bool temperature_here = temperature && c.attn_temperature_on(il);
@@ -271,8 +300,11 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       moe_or_dense_ffn(L, il, n_tokens);
       continue;
     }
+    // Gemma 4: a layer on another's KV projects only q; one without attn_v takes its keys' projection as values.
     const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
-    project_normalized(qkv, static_cast<const float*>(L.attn_norm.data), n_tokens);
+    const size_t n_proj = !own_kv ? 1 : L.wv.valid() ? 3 : 2;
+    project_normalized(std::span(qkv, n_proj), static_cast<const float*>(L.attn_norm.data), n_tokens);
+    if (own_kv && !L.wv.valid()) std::copy_n(k_.data(), n_tokens * KD, v_.data());
     add_bias(q_.data(), L.bq, n_tokens, QD);
     add_bias(k_.data(), L.bk, n_tokens, KD);
     add_bias(v_.data(), L.bv, n_tokens, KD);
@@ -289,9 +321,12 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
               const int qh = c.qk_norm_full ? 1 : static_cast<int>(H), kh = c.qk_norm_full ? 1 : static_cast<int>(KVH);
               rmsnorm_heads(q_.data() + t * QD, static_cast<const float*>(L.q_norm.data), qh, static_cast<int>(QD / qh),
                             c.rms_eps);
-              rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), kh, static_cast<int>(KD / kh),
-                            c.rms_eps);
+              if (own_kv)
+                rmsnorm_heads(k_.data() + t * KD, static_cast<const float*>(L.k_norm.data), kh,
+                              static_cast<int>(KD / kh), c.rms_eps);
             }
+            if (c.v_norm && own_kv)
+              rmsnorm_heads(v_.data() + t * KD, nullptr, static_cast<int>(KVH), static_cast<int>(D), c.rms_eps);
             if (l2_norm_here) {
               // Llama 4 norms after RoPE; a rotation keeps each head's length, so before it is the same (and the
               // sinks' copy of q below gets it too).
@@ -306,16 +341,18 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
               if (rot.any()) hadamard_rotate(q_sink, QD, rot.k_block);
             }
             if (rotates) {
-              rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * n_rot);
-              rope.rotate(k_.data() + t * KD, static_cast<int>(KVH), cos_sin + t * n_rot);
+              rope.rotate(q_.data() + t * QD, static_cast<int>(H), cos_sin + t * layer_n_rot);
+              if (own_kv) rope.rotate(k_.data() + t * KD, static_cast<int>(KVH), cos_sin + t * layer_n_rot);
             }
             if (rot.any()) {
               hadamard_rotate(q_.data() + t * QD, QD, rot.k_block);
-              hadamard_rotate(k_.data() + t * KD, KD, rot.k_block);
-              hadamard_rotate(v_.data() + t * KD, KD, rot.v_block);
+              if (own_kv) {
+                hadamard_rotate(k_.data() + t * KD, KD, rot.k_block);
+                hadamard_rotate(v_.data() + t * KD, KD, rot.v_block);
+              }
             }
             // H2O's attention stores each row where its eviction puts it.
-            for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
+            for (int64_t h = 0; h < KVH && h2o_records == nullptr && own_kv; ++h) {
               const int64_t off = kv_offset[t] + h * kv.block_size * D;
               store_kv_row(kv_type, k_.data() + t * KD + h * D, D, kl, off);
               store_kv_row(kv_type, v_.data() + t * KD + h * D, D, vl, off);
@@ -359,7 +396,7 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
       a.k_cache = kl;
       a.v_cache = vl;
       a.kv_type = kv_type;
-      a.block_stride = kv.block_stride;
+      a.block_stride = kv.stride(il);
       a.scale = attn_scale;
       a.window = window;
       a.chunk = swa && c.swa_chunked ? c.sliding_window : 0;
@@ -392,6 +429,9 @@ int ModelRunner::forward(std::span<const BatchSequence> batch, const KVCacheView
     }
 
     moe_or_dense_ffn(L, il, n_tokens);
+    if (c.n_embd_per_layer > 0) add_per_layer_embedding(L, il, n_tokens);
+    if (L.layer_output_scale.valid())
+      scale_inplace(x_.data(), n_tokens * E, *static_cast<const float*>(L.layer_output_scale.data));
   }
   return output_logits(batch, logits);
 }
@@ -408,7 +448,7 @@ void ModelRunner::moe_or_dense_ffn(const LayerWeights& L, int il, int64_t n_toke
   project_normalized(gate_up, static_cast<const float*>(L.ffn_norm.data), n_tokens);
   // Elementwise (results do not depend on the split), token by token so that each thread converts the
   // rows it just wrote for the down projection.
-  const int64_t F = c.n_ff;
+  const int64_t F = c.n_ff_of(il);
   step_acts_.prepare(L.w_down.type, gate_.data(), F, n_tokens);
   pool_.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {

@@ -40,8 +40,13 @@ struct KVCacheView {
   std::vector<H2OSlot*> h2o_records;  // per layer with H2O: its slot records (kernels/cpu/h2o_attention.h)
   int block_size = 16;
   int64_t block_stride = 0;
+  // Per layer where they differ (Gemma 4's sliding and full layers); empty: block_stride for every layer.
+  std::vector<int64_t> layer_block_strides;
   int64_t n_blocks = 0;
   int num_groups() const;
+  int64_t stride(int l) const {
+    return layer_block_strides.empty() ? block_stride : layer_block_strides[static_cast<size_t>(l)];
+  }
 };
 
 struct BatchSequence {
@@ -118,6 +123,10 @@ class ModelRunner {
   // latent space with absorbed queries, values up-projected per head, the output projection.
   void mla_attention(const LayerWeights& L, std::span<const BatchSequence> batch, int64_t n_tokens,
                      const float* cos_sin, const int64_t* kv_offset, const KVCacheView& kv, int il, int group);
+  // Gemma 4's per-layer embeddings (per_layer_embedding.cpp): every layer's input of each token of the step into
+  // ple_ (after the embeddings are in x_), and after layer il's block x_ += its projected, gated share.
+  void per_layer_inputs(std::span<const BatchSequence> batch, int64_t n_tokens);
+  void add_per_layer_embedding(const LayerWeights& L, int il, int64_t n_tokens);
   // The final norm and output head over the rows that want logits; returns how many.
   int output_logits(std::span<const BatchSequence> batch, std::vector<float>& logits);
   // Granite's logit divisor, then Gemma's final logit soft-capping (no-op for other models).
@@ -142,6 +151,11 @@ class ModelRunner {
   // rows rotated with them, and the window's softmax log-sums the sinks are folded into.
   std::vector<float> rope_sink_cos_sin_, q_sink_, attn_lse_;
   std::vector<int64_t> kv_offset_;   // per group and token of the batch: element offset of its K/V slot (head 0)
+  // Where layers' rows differ (Gemma 4): per group and token its block, per token its slot, and the offsets of the
+  // layer at hand.
+  std::vector<int64_t> kv_block_, kv_slot_, layer_kv_offset_;
+  // Gemma 4: per token, n_layers inputs of n_embd_per_layer ([token][layer][value]); one layer's gate rows.
+  std::vector<float> ple_, ple_gate_;
   std::vector<float> q_temperature_;  // per token of the batch: its position's attention temperature (Ministral 3)
   // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
   // before Q/K/V and gate/up, SiLU before the down projection).

@@ -20,7 +20,29 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
   KVCacheGroups g;
   const int n = c.n_layers;
   std::vector<int> full, windowed;
-  for (int l = 0; l < n; ++l) (c.is_swa_layer(l) ? windowed : full).push_back(l);
+  for (int l = 0; l < n; ++l)
+    if (c.has_own_kv(l)) (c.is_swa_layer(l) ? windowed : full).push_back(l);
+  // Each array's rows: the largest of its layers'.
+  const auto add_geometry = [&](KVCacheGroups& groups) {
+    groups.slot_kv_heads.assign(static_cast<size_t>(groups.slots()), 0);
+    groups.slot_head_dims.assign(static_cast<size_t>(groups.slots()), 0);
+    for (int l = 0; l < n; ++l) {
+      if (!c.has_own_kv(l)) continue;
+      const auto s = static_cast<size_t>(groups.layer_slot[static_cast<size_t>(l)]);
+      const int64_t have = int64_t{groups.slot_kv_heads[s]} * groups.slot_head_dims[s];
+      if (int64_t{c.kv_heads_of(l)} * c.head_dim_of(l) > have) {
+        groups.slot_kv_heads[s] = c.kv_heads_of(l);
+        groups.slot_head_dims[s] = c.head_dim_of(l);
+      }
+    }
+    // A layer on another's KV reads its source's array in its source's group.
+    for (int l = 0; l < n; ++l) {
+      const auto src = static_cast<size_t>(c.kv_source_layer(l));
+      groups.layer_group[static_cast<size_t>(l)] = groups.layer_group[src];
+      groups.layer_slot[static_cast<size_t>(l)] = groups.layer_slot[src];
+    }
+    return groups;
+  };
   const auto one_group = [&] {
     KVCacheGroups one;
     one.windows = {0};
@@ -28,10 +50,10 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
     one.caps = {0};
     for (int l = 0; l < n; ++l) {
       one.layer_group.push_back(0);
-      one.layer_slot.push_back(l);
-      one.slot_dtypes.push_back(layer_dtypes[static_cast<size_t>(l)]);
+      one.layer_slot.push_back(c.has_own_kv(l) ? static_cast<int>(one.slot_dtypes.size()) : -1);
+      if (c.has_own_kv(l)) one.slot_dtypes.push_back(layer_dtypes[static_cast<size_t>(l)]);
     }
-    return one;
+    return add_geometry(one);
   };
   // A window that covers the whole context releases nothing: the groups would only cost their padding.
   if (streaming.on() || h2o.on()) {
@@ -71,7 +93,7 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
     return one_group();
   }
   for (const auto& t : slot_dtype) g.slot_dtypes.push_back(*t);
-  return g;
+  return add_geometry(g);
 }
 
 PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts) : block_size(opts.block_size) {
@@ -88,11 +110,14 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
       fail("{}: {} per-layer KV dtypes given for a model of {} layers", who, opts.layer_dtypes.size(), c.n_layers);
     layout.layer_dtypes = opts.layer_dtypes;
   }
-  for (const KVCacheDType t : layout.layer_dtypes) {
-    if (kv_dtype_has_scales(t) && c.kv_row_dim() % kKVScaleGroup != 0)
-      fail("{}: an {} KV cache keeps each cached row in blocks of {} values, and this model's head size is {}; "
-           "use f16, bf16 or fp8",
-           who, kv_dtype_name(t), kKVScaleGroup, c.kv_row_dim());
+  for (int l = 0; l < c.n_layers; ++l) {
+    const KVCacheDType t = layout.layer_dtypes[static_cast<size_t>(l)];
+    const int row = c.mla() ? c.kv_row_dim() : c.head_dim_of(l);
+    if (kv_dtype_has_scales(t) && row % kKVScaleGroup != 0)
+      fail(
+          "{}: an {} KV cache keeps each cached row in blocks of {} values, and this model's head size is {}; "
+          "use f16, bf16 or fp8",
+          who, kv_dtype_name(t), kKVScaleGroup, row);
   }
   const bool uniform = std::all_of(layout.layer_dtypes.begin(), layout.layer_dtypes.end(),
                                    [&](KVCacheDType t) { return t == layout.layer_dtypes.front(); });
@@ -118,6 +143,11 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   // H2O's kernel keeps no softmax denominators, which a learned sink needs to join.
   if (h2o.on() && c.learned_sinks)
     fail("{}: H2O eviction does not support {}'s learned attention sinks; use a streaming window instead", who, c.arch);
+  // H2O's scores are what a layer's own queries paid its slots; a second layer reading the same slots would count
+  // twice and evict for both.
+  if (h2o.on() && c.n_kv_shared_layers > 0)
+    fail("{}: H2O eviction does not support {}'s KV sharing across layers; use a streaming window instead", who,
+         c.arch);
   layout.eviction_records = h2o.on();
   const bool prefix_caching = opts.enable_prefix_caching && !h2o.on();
   groups = plan_kv_cache_groups(c, layout.layer_dtypes, opts.max_model_len, opts.hybrid, opts.streaming, h2o);
@@ -126,6 +156,10 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
   KVLayout block_layout = layout;
   block_layout.n_layers = groups.slots();
   block_layout.layer_dtypes = groups.slot_dtypes;
+  if (!c.mla()) {
+    block_layout.layer_kv_heads = groups.slot_kv_heads;
+    block_layout.layer_head_dims = groups.slot_head_dims;
+  }
   bytes_per_block = block_layout.stored_bytes_per_block();
   affordable_blocks = blocks_for_budget(block_layout, budget_bytes) - (hybrid ? 1 : 0);
   // More blocks than every sequence at full context twice over would only hold cold prefixes (once over
@@ -154,13 +188,17 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts
 
   storage = std::make_unique<KVStorage>(block_layout, num_blocks + (hybrid ? 1 : 0), opts.prefault);
   storage_bytes = storage->bytes();
+  bool uniform_strides = true;
   for (int l = 0; l < c.n_layers; ++l) {
     const int slot = groups.layer_slot[static_cast<size_t>(l)];
     view.k_layers.push_back(storage->k_layer(slot));
     view.v_layers.push_back(storage->v_layer(slot));
     const KVCacheDType t = storage->dtype(slot);
     view.layer_types.push_back(kv_elem_type(t));
+    view.layer_block_strides.push_back(storage->block_stride(slot));
+    uniform_strides = uniform_strides && view.layer_block_strides.back() == view.layer_block_strides.front();
   }
+  if (uniform_strides) view.layer_block_strides.clear();
   if (hybrid) view.layer_group = groups.layer_group;
   view.streaming = opts.streaming;
   view.h2o = h2o;

@@ -50,6 +50,9 @@ struct KVCacheGroups {
   std::vector<int> layer_group;  // per model layer
   std::vector<int> layer_slot;   // per model layer: its K/V array in the storage
   std::vector<KVCacheDType> slot_dtypes;  // per storage array
+  // Per storage array, its KV heads and head size: its layers' (a hybrid cache's array takes the largest rows of the
+  // layers in it, Gemma 4's full and sliding ones differing; each layer reads and writes its own rows in a block).
+  std::vector<int> slot_kv_heads, slot_head_dims;
   std::vector<int64_t> windows;  // per group (0: full attention)
   std::vector<int64_t> sinks;    // per group: attention sinks kept before its window
   std::vector<int64_t> caps;     // per group: H2O's slot budget (0: none)
@@ -60,7 +63,8 @@ struct KVCacheGroups {
   }
 };
 // layer_dtypes: one per layer. Layers sharing a storage array must share a dtype; where per-layer dtypes
-// would put two different ones in one array, the cache stays one group.
+// would put two different ones in one array, the cache stays one group. A layer on another's KV (Gemma 4's
+// KV sharing) has no array of its own: it reads its source's, in its source's group.
 // With streaming on, the full-attention layers form windowed groups of streaming.window with its sinks;
 // with H2O on, full groups capped at its budget.
 KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCacheDType>& layer_dtypes,

@@ -68,6 +68,11 @@ bool ModelRunner::region_weights_ok() const {
   if (model_.config.learned_sinks) return false;
   // Nor Llama 4's L2-normed q / k and chunked layers (an MoE model anyway).
   if (model_.config.qk_l2_norm || model_.config.swa_chunked) return false;
+  // Nor Gemma 4's per-layer head sizes and FFN widths, shared KV, normed values and per-layer embeddings.
+  const ModelConfig& c = model_.config;
+  if (!c.uniform_layers() || c.n_kv_shared_layers > 0 || c.v_norm || c.n_embd_per_layer > 0) return false;
+  for (const LayerWeights& L : model_.layers)
+    if (L.layer_output_scale.valid()) return false;
   for (const LayerWeights& L : model_.layers)
     if (L.bo.valid()) return false;
   for (const LayerWeights& L : model_.layers) {

@@ -26,10 +26,22 @@ int json_int_or(const nlohmann::json& j, const char* key, int fallback) {
   return j.contains(key) && !j.at(key).is_null() ? json_int(j, key) : fallback;
 }
 
+// The layers that cache KV: the full-attention ones first, then the sliding ones (with their own heads where they
+// differ); layers on another's KV have none.
 KVLayout layout_of(const KVCalcRequest& r) {
   const KVModelShape& s = r.shape;
   if (s.kind == AttentionKind::MLA) return KVLayout::mla(s.n_layers, s.kv_lora_rank, s.rope_dim, r.dtype, r.block_size);
-  return KVLayout::mha(s.n_layers, s.n_kv_heads, s.head_dim, r.dtype, r.block_size);
+  const int n_full = s.own_full_layers(), n_swa = s.own_swa_layers();
+  KVLayout l = KVLayout::mha(n_full + n_swa, s.n_kv_heads, s.head_dim, r.dtype, r.block_size);
+  if (s.n_kv_heads_swa > 0 || s.head_dim_swa > 0) {
+    for (int i = 0; i < n_full + n_swa; ++i) {
+      const bool swa = i >= n_full;
+      l.layer_kv_heads.push_back(swa && s.n_kv_heads_swa > 0 ? s.n_kv_heads_swa : s.n_kv_heads);
+      l.layer_head_dims.push_back(swa && s.head_dim_swa > 0 ? s.head_dim_swa : s.head_dim);
+    }
+    l.validate();
+  }
+  return l;
 }
 
 // a * b, refusing to wrap around silently.
@@ -70,6 +82,13 @@ void validate_kv_shape(const KVModelShape& s) {
   if (s.sliding_window < 0) fail("kv-calc: sliding window {} must not be negative (--sliding-window)", s.sliding_window);
   if (s.n_swa_layers < 0 || s.n_swa_layers > s.n_layers)
     fail("kv-calc: {} sliding-window layers is not in [0, {}] (--swa-layers)", s.n_swa_layers, s.n_layers);
+  if (s.n_kv_heads_swa < 0 || s.head_dim_swa < 0 ||
+      (s.n_kv_heads_swa > 0 && s.n_heads > 0 && s.n_heads % s.n_kv_heads_swa != 0))
+    fail("kv-calc: sliding layers' {} KV heads of {} are not valid", s.n_kv_heads_swa, s.head_dim_swa);
+  if (s.n_kv_shared_layers < 0 || s.n_shared_swa_layers < 0 || s.n_shared_swa_layers > s.n_kv_shared_layers ||
+      s.own_full_layers() < 0 || s.own_swa_layers() < 0 || s.own_full_layers() + s.own_swa_layers() <= 0)
+    fail("kv-calc: {} layers sharing KV ({} sliding) leave no valid layers of their own among {}", s.n_kv_shared_layers,
+         s.n_shared_swa_layers, s.n_layers);
 }
 
 KVModelShape kv_shape_from_hf_config(const nlohmann::json& config) {
@@ -115,9 +134,25 @@ KVModelShape kv_shape_from_gguf(const GGUFFile& f) {
   s.name = f.find_str("general.name").value_or(a);
   s.n_layers = static_cast<int>(f.get_u32(a + ".block_count"));
   s.n_heads = static_cast<int>(f.get_u32(a + ".attention.head_count"));
+  const SlidingWindowLayers swa = gguf_sliding_window_layers(f, a, s.n_layers);
+  const auto is_swa = [&](int l) { return swa.window > 0 && swa.layers[static_cast<size_t>(l)]; };
   const GGUFValue* kv = f.find(a + ".attention.head_count_kv");
-  if (kv && kv->is_array()) fail("{}: per-layer KV head counts are not supported by kv-calc", f.name());
-  s.n_kv_heads = static_cast<int>(f.find_u32(a + ".attention.head_count_kv").value_or(static_cast<uint32_t>(s.n_heads)));
+  if (kv && kv->is_array()) {
+    // Per layer (Gemma 4): one count for the full-attention layers and one for the sliding ones.
+    const std::vector<int32_t> heads = f.get_i32_array(a + ".attention.head_count_kv");
+    if (heads.size() != static_cast<size_t>(s.n_layers))
+      fail("{}: attention.head_count_kv has {} entries for {} layers", f.name(), heads.size(), s.n_layers);
+    for (int l = 0; l < s.n_layers; ++l) {
+      int& kind = is_swa(l) ? s.n_kv_heads_swa : s.n_kv_heads;
+      if (kind != 0 && kind != heads[static_cast<size_t>(l)])
+        fail("{}: KV head counts that differ among layers of one kind are not supported by kv-calc", f.name());
+      kind = heads[static_cast<size_t>(l)];
+    }
+    if (s.n_kv_heads == 0) s.n_kv_heads = s.n_kv_heads_swa;
+  } else {
+    s.n_kv_heads =
+        static_cast<int>(f.find_u32(a + ".attention.head_count_kv").value_or(static_cast<uint32_t>(s.n_heads)));
+  }
   s.context_length = f.find_u32(a + ".context_length").value_or(0);
   const std::optional<uint32_t> key_length = f.find_u32(a + ".attention.key_length");
   if (auto rank = f.find_u32(a + ".attention.kv_lora_rank"); rank && *rank > 0) {
@@ -135,11 +170,18 @@ KVModelShape kv_shape_from_gguf(const GGUFFile& f) {
     if (s.n_heads <= 0) fail("{}: attention.head_count must be positive", f.name());
     s.head_dim = static_cast<int>(f.get_u32(a + ".embedding_length")) / s.n_heads;
   }
-  const SlidingWindowLayers swa = gguf_sliding_window_layers(f, a, s.n_layers);
   if (swa.window > 0) {
     s.sliding_window = swa.window;
     s.n_swa_layers = static_cast<int>(std::count(swa.layers.begin(), swa.layers.end(), true));
   }
+  // Gemma 4: its sliding layers' head size, and its last layers on earlier layers' KV.
+  if (const std::optional<uint32_t> k = f.find_u32(a + ".attention.key_length_swa"); k && swa.window > 0)
+    s.head_dim_swa = static_cast<int>(*k);
+  s.n_kv_shared_layers = static_cast<int>(f.find_u32(a + ".attention.shared_kv_layers").value_or(0));
+  if (s.n_kv_shared_layers < 0 || s.n_kv_shared_layers >= s.n_layers)
+    fail("{}: attention.shared_kv_layers {} leaves none of {} layers its own KV", f.name(), s.n_kv_shared_layers,
+         s.n_layers);
+  for (int l = s.n_layers - s.n_kv_shared_layers; l < s.n_layers; ++l) s.n_shared_swa_layers += is_swa(l) ? 1 : 0;
   validate_kv_shape(s);
   return s;
 }
@@ -151,7 +193,13 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
   if (r.block_size <= 0) fail("kv-calc: block size must be positive, got {}", r.block_size);
   const KVLayout layout = layout_of(r);
   KVCalcFigures f;
+  const KVModelShape& s = r.shape;
+  // Full-attention layers come first in the layout, sliding ones after.
+  const int n_full = s.kind == AttentionKind::MLA ? s.n_layers - s.n_swa_layers : s.own_full_layers();
+  const int n_swa = s.kind == AttentionKind::MLA ? s.n_swa_layers : s.own_swa_layers();
   f.bytes_per_token_per_layer = layout.bytes_per_token_layer(0);
+  const uint64_t per_swa = n_swa > 0 ? layout.bytes_per_token_layer(n_full) : f.bytes_per_token_per_layer;
+  if (per_swa != f.bytes_per_token_per_layer) f.bytes_per_token_per_swa_layer = per_swa;
   f.bytes_per_token = layout.bytes_per_token();
   f.bytes_per_request = mul(f.bytes_per_token, static_cast<uint64_t>(r.seq_len));
   f.bytes_total = mul(f.bytes_per_request, static_cast<uint64_t>(r.batch));
@@ -166,15 +214,18 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
     f.blocks_fit = *r.memory_bytes / layout.stored_bytes_per_block();
     f.requests_fit = *f.tokens_fit / static_cast<uint64_t>(r.seq_len);
   }
-  const KVModelShape& s = r.shape;
+  const uint64_t per_full = f.bytes_per_token_per_layer;
+  // A request's bytes when the full-attention layers keep `full_tokens` and the sliding ones their window.
+  const auto request_bytes = [&](uint64_t full_per_token, uint64_t full_tokens) {
+    const int swa_layers = s.sliding_window > 0 ? n_swa : 0;
+    const uint64_t windowed =
+        static_cast<uint64_t>(std::min(r.seq_len, s.sliding_window > 0 ? s.sliding_window : r.seq_len));
+    return mul(full_per_token, mul(static_cast<uint64_t>(n_full + (n_swa - swa_layers)), full_tokens)) +
+           mul(per_swa, mul(static_cast<uint64_t>(swa_layers), windowed));
+  };
   if (s.sliding_window > 0 && s.n_swa_layers > 0) {
-    // Every layer's bytes per token are the same (one dtype): full layers keep seq_len tokens, windowed
-    // ones at most the window.
-    const uint64_t per_layer = f.bytes_per_token_per_layer;
-    const uint64_t windowed_tokens = static_cast<uint64_t>(std::min(r.seq_len, s.sliding_window));
-    f.windowed_bytes_per_request =
-        mul(per_layer, mul(static_cast<uint64_t>(s.n_layers - s.n_swa_layers), static_cast<uint64_t>(r.seq_len))) +
-        mul(per_layer, mul(static_cast<uint64_t>(s.n_swa_layers), windowed_tokens));
+    // Full layers keep seq_len tokens, windowed ones at most the window.
+    f.windowed_bytes_per_request = request_bytes(per_full, static_cast<uint64_t>(r.seq_len));
     f.windowed_bytes_total = mul(*f.windowed_bytes_per_request, static_cast<uint64_t>(r.batch));
     if (r.memory_bytes) f.windowed_requests_fit = *r.memory_bytes / *f.windowed_bytes_per_request;
   }
@@ -184,12 +235,8 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
   if (r.attention_sinks > 0 && r.streaming_window == 0)
     fail("kv-calc: attention sinks need a streaming window (--streaming-window)");
   if (r.streaming_window > 0) {
-    const uint64_t per_layer = f.bytes_per_token_per_layer;
-    const int n_swa = s.sliding_window > 0 ? s.n_swa_layers : 0;
-    const auto kept = [&](int64_t limit) { return static_cast<uint64_t>(std::min(r.seq_len, limit)); };
     f.streaming_bytes_per_request =
-        mul(per_layer, mul(static_cast<uint64_t>(s.n_layers - n_swa), kept(r.attention_sinks + r.streaming_window))) +
-        mul(per_layer, mul(static_cast<uint64_t>(n_swa), kept(s.sliding_window)));
+        request_bytes(per_full, static_cast<uint64_t>(std::min(r.seq_len, r.attention_sinks + r.streaming_window)));
     f.streaming_bytes_total = mul(*f.streaming_bytes_per_request, static_cast<uint64_t>(r.batch));
     if (r.memory_bytes) f.streaming_requests_fit = *r.memory_bytes / *f.streaming_bytes_per_request;
   }
@@ -198,14 +245,10 @@ KVCalcFigures compute_kv_figures(const KVCalcRequest& r) {
   if (r.h2o_heavy > 0 && r.h2o_recent == 0) fail("kv-calc: H2O heavy hitters need recent tokens too (--h2o-recent)");
   if (r.h2o_recent > 0) {
     if (r.streaming_window > 0) fail("kv-calc: choose one eviction: a streaming window or H2O, not both");
-    const int n_swa = s.sliding_window > 0 ? s.n_swa_layers : 0;
     const uint64_t kept = static_cast<uint64_t>(std::min(r.seq_len, r.h2o_heavy + r.h2o_recent));
     // A record per KV head and token (MLA: one per latent row).
     const uint64_t records = s.kind == AttentionKind::MLA ? 1 : static_cast<uint64_t>(s.n_kv_heads);
-    const uint64_t per_layer = f.bytes_per_token_per_layer + kHeavyHitterRecordBytes * records;
-    f.h2o_bytes_per_request = mul(per_layer, mul(static_cast<uint64_t>(s.n_layers - n_swa), kept)) +
-                              mul(f.bytes_per_token_per_layer,
-                                  mul(static_cast<uint64_t>(n_swa), static_cast<uint64_t>(std::min(r.seq_len, s.sliding_window))));
+    f.h2o_bytes_per_request = request_bytes(per_full + kHeavyHitterRecordBytes * records, kept);
     f.h2o_bytes_total = mul(*f.h2o_bytes_per_request, static_cast<uint64_t>(r.batch));
     if (r.memory_bytes) f.h2o_requests_fit = *r.memory_bytes / *f.h2o_bytes_per_request;
   }
@@ -226,6 +269,9 @@ nlohmann::json kv_figures_json(const KVCalcRequest& r, const KVCalcFigures& f) {
     j["kv_heads"] = s.n_kv_heads;
   }
   if (s.head_dim > 0) j["head_dim"] = s.head_dim;
+  if (s.n_kv_heads_swa > 0) j["kv_heads_swa"] = s.n_kv_heads_swa;
+  if (s.head_dim_swa > 0) j["head_dim_swa"] = s.head_dim_swa;
+  if (s.n_kv_shared_layers > 0) j["kv_shared_layers"] = s.n_kv_shared_layers;
   j["kv_dtype"] = std::string(kv_dtype_name(r.dtype));
   j["bits_per_value"] = kv_dtype_bits(r.dtype);
   j["scales_included"] = false;  // quantized dtypes: payload only
@@ -233,6 +279,7 @@ nlohmann::json kv_figures_json(const KVCalcRequest& r, const KVCalcFigures& f) {
   j["batch"] = r.batch;
   j["block_size"] = r.block_size;
   j["bytes_per_token_per_layer"] = f.bytes_per_token_per_layer;
+  if (f.bytes_per_token_per_swa_layer) j["bytes_per_token_per_swa_layer"] = *f.bytes_per_token_per_swa_layer;
   j["bytes_per_token"] = f.bytes_per_token;
   j["bytes_per_request"] = f.bytes_per_request;
   j["bytes_total"] = f.bytes_total;
@@ -296,7 +343,14 @@ std::string kv_figures_text(const KVCalcRequest& r, const KVCalcFigures& f) {
                                   s.n_heads > 0 ? fmt::format(" ({} query heads)", s.n_heads) : std::string()));
   line("KV dtype", fmt::format("{} ({} bits per value{})", kv_dtype_name(r.dtype), kv_dtype_bits(r.dtype),
                                quantized(r.dtype) ? ", quantization scales excluded" : ""));
+  if (s.n_kv_heads_swa > 0 || s.head_dim_swa > 0)
+    line("  sliding layers",
+         fmt::format("{} KV heads x head dim {}", s.n_kv_heads_swa > 0 ? s.n_kv_heads_swa : s.n_kv_heads,
+                     s.head_dim_swa > 0 ? s.head_dim_swa : s.head_dim));
+  if (s.n_kv_shared_layers > 0)
+    line("  shared KV", fmt::format("the last {} layers read earlier layers' KV and cache none", s.n_kv_shared_layers));
   line("per token per layer", format_bytes(f.bytes_per_token_per_layer));
+  if (f.bytes_per_token_per_swa_layer) line("  per sliding layer", format_bytes(*f.bytes_per_token_per_swa_layer));
   if (f.mha_bytes_per_token_per_layer)
     line(fmt::format("  MHA {} x {} would be", s.n_heads, s.head_dim),
          fmt::format("{}, {:.1f}x more", format_bytes(*f.mha_bytes_per_token_per_layer),

@@ -31,6 +31,16 @@ struct KVModelShape {
   // sliding_window positions only, so a hybrid cache keeps at most that many of their tokens.
   int64_t sliding_window = 0;
   int n_swa_layers = 0;
+  // Gemma 4: the sliding layers' KV heads and head size where they differ from the full layers' (0: the same), and
+  // the last n_kv_shared_layers layers (n_shared_swa_layers of them sliding), which read earlier layers' KV and
+  // cache nothing.
+  int n_kv_heads_swa = 0;
+  int head_dim_swa = 0;
+  int n_kv_shared_layers = 0;
+  int n_shared_swa_layers = 0;
+  // The layers that cache their own KV, full-attention and sliding.
+  int own_full_layers() const { return n_layers - n_swa_layers - (n_kv_shared_layers - n_shared_swa_layers); }
+  int own_swa_layers() const { return n_swa_layers - n_shared_swa_layers; }
 };
 
 // "MHA", "GQA", "MQA" or "MLA".
@@ -64,7 +74,9 @@ struct KVCalcRequest {
 };
 
 struct KVCalcFigures {
-  uint64_t bytes_per_token_per_layer = 0;
+  uint64_t bytes_per_token_per_layer = 0;  // a full-attention layer's (the first's)
+  // Where the sliding layers' heads differ (Gemma 4): one of theirs.
+  std::optional<uint64_t> bytes_per_token_per_swa_layer;
   uint64_t bytes_per_token = 0;    // all layers
   uint64_t bytes_per_request = 0;  // seq_len tokens
   uint64_t bytes_total = 0;        // batch requests

@@ -90,41 +90,57 @@ void KVLayout::validate() const {
   if (kind == AttentionKind::MHA) {
     if (n_kv_heads <= 0 || head_dim <= 0)
       fail("kv layout: KV heads ({}) and head dim ({}) must be positive", n_kv_heads, head_dim);
+    for (const auto* v : {&layer_kv_heads, &layer_head_dims}) {
+      if (!v->empty() && v->size() != static_cast<size_t>(n_layers))
+        fail("kv layout: {} per-layer head figures given for {} layers", v->size(), n_layers);
+      for (int x : *v)
+        if (x <= 0) fail("kv layout: per-layer KV heads and head dims must be positive, got {}", x);
+    }
   } else {
     if (kv_lora_rank <= 0 || rope_dim < 0)
       fail("kv layout: MLA needs kv_lora_rank > 0 (got {}) and rope_dim >= 0 (got {})", kv_lora_rank, rope_dim);
   }
 }
 
-int64_t KVLayout::elements_per_token_layer() const {
-  if (kind == AttentionKind::MLA) return int64_t{kv_lora_rank} + rope_dim;
-  return 2 * int64_t{n_kv_heads} * head_dim;
+int KVLayout::kv_heads_of(int layer) const {
+  return layer_kv_heads.empty() ? n_kv_heads : layer_kv_heads.at(static_cast<size_t>(layer));
 }
 
-int64_t KVLayout::rows_per_token_layer() const { return kind == AttentionKind::MLA ? 1 : 2 * int64_t{n_kv_heads}; }
+int KVLayout::head_dim_of(int layer) const {
+  return layer_head_dims.empty() ? head_dim : layer_head_dims.at(static_cast<size_t>(layer));
+}
 
-int64_t KVLayout::row_elements() const {
-  return kind == AttentionKind::MLA ? int64_t{kv_lora_rank} + rope_dim : int64_t{head_dim};
+int64_t KVLayout::elements_per_token_layer(int layer) const {
+  if (kind == AttentionKind::MLA) return int64_t{kv_lora_rank} + rope_dim;
+  return 2 * int64_t{kv_heads_of(layer)} * head_dim_of(layer);
+}
+
+int64_t KVLayout::rows_per_token_layer(int layer) const {
+  return kind == AttentionKind::MLA ? 1 : 2 * int64_t{kv_heads_of(layer)};
+}
+
+int64_t KVLayout::row_elements(int layer) const {
+  return kind == AttentionKind::MLA ? int64_t{kv_lora_rank} + rope_dim : int64_t{head_dim_of(layer)};
 }
 
 uint64_t KVLayout::bytes_per_token_layer(int layer) const {
   if (layer < 0 || layer >= n_layers) fail("kv layout: layer {} out of range [0, {})", layer, n_layers);
-  const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * kv_dtype_bits(layer_dtypes[layer]);
+  const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer(layer)) * kv_dtype_bits(layer_dtypes[layer]);
   return (bits + 7) / 8;
 }
 
 uint64_t KVLayout::stored_bytes_per_token_layer(int layer) const {
   const uint64_t values = bytes_per_token_layer(layer);
   const KVCacheDType t = layer_dtypes[static_cast<size_t>(layer)];
-  const uint64_t records = record_bytes_per_token_layer();
+  const uint64_t records = record_bytes_per_token_layer(layer);
   if (!kv_dtype_has_scales(t)) return values + records;
-  return static_cast<uint64_t>(rows_per_token_layer()) * kv_dtype_row_bytes(t, row_elements()) + records;
+  return static_cast<uint64_t>(rows_per_token_layer(layer)) * kv_dtype_row_bytes(t, row_elements(layer)) + records;
 }
 
-uint64_t KVLayout::record_bytes_per_token_layer() const {
+uint64_t KVLayout::record_bytes_per_token_layer(int layer) const {
   if (!eviction_records) return 0;
   // MLA: one latent row a token, one record.
-  return kHeavyHitterRecordBytes * static_cast<uint64_t>(kind == AttentionKind::MLA ? 1 : n_kv_heads);
+  return kHeavyHitterRecordBytes * static_cast<uint64_t>(kind == AttentionKind::MLA ? 1 : kv_heads_of(layer));
 }
 
 uint64_t KVLayout::stored_bytes_per_token() const {
@@ -137,8 +153,8 @@ uint64_t KVLayout::block_bytes_layer(int layer, bool stored) const {
   const KVCacheDType t = layer_dtypes[static_cast<size_t>(layer)];
   if (stored && kv_dtype_has_scales(t)) return static_cast<uint64_t>(block_size) * stored_bytes_per_token_layer(layer);
   // Whole blocks round once, not per token (a half byte of int4).
-  const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer()) * block_size * kv_dtype_bits(t);
-  return (bits + 7) / 8 + (stored ? static_cast<uint64_t>(block_size) * record_bytes_per_token_layer() : 0);
+  const uint64_t bits = static_cast<uint64_t>(elements_per_token_layer(layer)) * block_size * kv_dtype_bits(t);
+  return (bits + 7) / 8 + (stored ? static_cast<uint64_t>(block_size) * record_bytes_per_token_layer(layer) : 0);
 }
 
 uint64_t KVLayout::stored_bytes_per_block() const {

@@ -43,6 +43,11 @@ struct KVLayout {
   int rope_dim = 0;      // MLA only
   int block_size = 16;
   std::vector<KVCacheDType> layer_dtypes;  // one per layer (e.g. first/last layers kept at higher precision)
+  // MHA layers whose heads differ (Gemma 4: its sliding and full layers): KV heads and head size per layer; empty:
+  // n_kv_heads and head_dim for every layer.
+  std::vector<int> layer_kv_heads, layer_head_dims;
+  int kv_heads_of(int layer) const;
+  int head_dim_of(int layer) const;
   // H2O eviction (engine/heavy_hitter_eviction.h): every KV head's slot also records its token's position
   // and accumulated attention (kHeavyHitterRecordBytes), stored beside the values (MLA: one per token).
   bool eviction_records = false;
@@ -51,11 +56,11 @@ struct KVLayout {
   static KVLayout mla(int n_layers, int kv_lora_rank, int rope_dim, KVCacheDType dtype, int block_size = 16);
 
   void validate() const;  // throws Error on a non-positive dimension or a dtype list of the wrong length
-  // Cached values per token per layer: 2 * n_kv_heads * head_dim, or kv_lora_rank + rope_dim.
-  int64_t elements_per_token_layer() const;
+  // Cached values per token of a layer: 2 * n_kv_heads * head_dim, or kv_lora_rank + rope_dim.
+  int64_t elements_per_token_layer(int layer) const;
   // The rows those values form (2 * n_kv_heads of head_dim, or 1 of kv_lora_rank + rope_dim) and their length.
-  int64_t rows_per_token_layer() const;
-  int64_t row_elements() const;
+  int64_t rows_per_token_layer(int layer) const;
+  int64_t row_elements(int layer) const;
   // The textbook figures, the values alone (bits per value x values): bytes per token of one layer (a half
   // byte of int4 rounds up; blocks round per block instead), per token over all layers, and of one block
   // (block_size tokens) over all layers.
@@ -68,7 +73,7 @@ struct KVLayout {
   uint64_t stored_bytes_per_block() const;
 
  private:
-  uint64_t record_bytes_per_token_layer() const;  // H2O's records, when kept
+  uint64_t record_bytes_per_token_layer(int layer) const;    // H2O's records, when kept
   uint64_t block_bytes_layer(int layer, bool stored) const;  // one layer's share of a block
 };
 

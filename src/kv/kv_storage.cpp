@@ -14,31 +14,29 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   if (num_blocks <= 0) fail("kv storage: need at least one block, got {}", num_blocks);
   for (int l = 0; l < layout_.n_layers; ++l) {
     const KVCacheDType t = layout_.layer_dtypes[static_cast<size_t>(l)];
-    if (kv_dtype_has_scales(t) && layout_.row_elements() % kKVScaleGroup != 0)
+    if (kv_dtype_has_scales(t) && layout_.row_elements(l) % kKVScaleGroup != 0)
       fail("kv storage: an {} KV cache stores rows in blocks of {} values; this model's rows have {} (head size)",
-           kv_dtype_name(t), kKVScaleGroup, layout_.row_elements());
+           kv_dtype_name(t), kKVScaleGroup, layout_.row_elements(l));
   }
-  if (layout_.kind == AttentionKind::MLA) {
-    n_heads_ = 1;
-    head_dim_ = layout_.kv_lora_rank + layout_.rope_dim;
-  } else {
-    n_heads_ = layout_.n_kv_heads;
-    head_dim_ = layout_.head_dim;
+  for (int l = 0; l < layout_.n_layers; ++l) {
+    const bool mla = layout_.kind == AttentionKind::MLA;
+    n_heads_.push_back(mla ? 1 : layout_.kv_heads_of(l));
+    head_dim_.push_back(mla ? layout_.kv_lora_rank + layout_.rope_dim : layout_.head_dim_of(l));
+    block_stride_.push_back(int64_t{n_heads_.back()} * layout_.block_size * head_dim_.back());
   }
-  block_stride_ = int64_t{n_heads_} * layout_.block_size * head_dim_;
   // One zeroed allocation for every layer's K and V, on huge pages when large: attention reads blocks
   // anywhere in the pool, and on 4 KiB pages most block reads would start with a TLB miss.
-  const size_t elems = static_cast<size_t>(block_stride_) * static_cast<size_t>(num_blocks);
-  auto array_bytes = [&](int l) { return bytes_of(l, static_cast<int64_t>(elems)); };
+  const auto blocks = static_cast<size_t>(num_blocks);
+  auto array_bytes = [&](int l) { return bytes_of(l, block_stride(l) * static_cast<int64_t>(blocks)); };
   const int arrays = has_v() ? 2 : 1;
-  const size_t record_bytes =
-      layout_.eviction_records
-          ? sizeof(H2OSlot) * static_cast<size_t>(n_heads_) * static_cast<size_t>(layout_.block_size) *
-                static_cast<size_t>(num_blocks)
-          : 0;
+  auto record_bytes = [&](int l) {
+    return layout_.eviction_records
+               ? sizeof(H2OSlot) * static_cast<size_t>(n_kv_heads(l)) * static_cast<size_t>(layout_.block_size) * blocks
+               : 0;
+  };
   static_assert(sizeof(H2OSlot) == kHeavyHitterRecordBytes);
   bytes_ = 0;
-  for (int l = 0; l < layout_.n_layers; ++l) bytes_ += arrays * array_bytes(l) + record_bytes;
+  for (int l = 0; l < layout_.n_layers; ++l) bytes_ += arrays * array_bytes(l) + record_bytes(l);
   memory_ = allocate_large_buffer(bytes_);
   // Otherwise the first decode steps that reach each block stop in page faults (~1.5-3% of a 16-sequence
   // 1B batched run, in clear_page under the K/V stores; far more where the host backs a VM's memory
@@ -48,14 +46,13 @@ KVStorage::KVStorage(const KVLayout& layout, int32_t num_blocks, bool prefault)
   const bool resident = prefault || bytes_ < kHugePageBytes;
   auto* next = reinterpret_cast<std::byte*>(memory_.get());
   // The records first, where the buffer's alignment holds for them (value arrays end on any byte).
-  const size_t record_block_bytes = record_bytes / static_cast<size_t>(num_blocks);
-  for (int l = 0; l < layout_.n_layers && record_bytes > 0; ++l) {
+  for (int l = 0; l < layout_.n_layers && layout_.eviction_records; ++l) {
     records_.push_back(reinterpret_cast<H2OSlot*>(next));
-    committed_.push_back({next, record_block_bytes, resident ? record_bytes : 0});
-    next += record_bytes;
+    committed_.push_back({next, record_bytes(l) / blocks, resident ? record_bytes(l) : 0});
+    next += record_bytes(l);
   }
   for (int l = 0; l < layout_.n_layers; ++l) {
-    const size_t block_bytes = bytes_of(l, block_stride_);
+    const size_t block_bytes = bytes_of(l, block_stride(l));
     k_.push_back(next);
     committed_.push_back({next, block_bytes, resident ? array_bytes(l) : 0});
     next += array_bytes(l);
@@ -139,9 +136,13 @@ void* KVStorage::v_layer(int layer) { return v_.at(static_cast<size_t>(layer)); 
 const void* KVStorage::v_layer(int layer) const { return v_.at(static_cast<size_t>(layer)); }
 
 std::byte* KVStorage::row(std::byte* arr, int layer, int32_t block, int head, int slot) const {
-  const int64_t elem = block * block_stride_ + (int64_t{head} * layout_.block_size + slot) * head_dim_;
+  const int64_t elem = block * block_stride(layer) + (int64_t{head} * layout_.block_size + slot) * head_dim(layer);
   return arr + bytes_of(layer, elem);
 }
+
+int KVStorage::n_kv_heads(int layer) const { return n_heads_.at(static_cast<size_t>(layer)); }
+int KVStorage::head_dim(int layer) const { return head_dim_.at(static_cast<size_t>(layer)); }
+int64_t KVStorage::block_stride(int layer) const { return block_stride_.at(static_cast<size_t>(layer)); }
 
 namespace {
 
@@ -158,12 +159,10 @@ void KVStorage::write(int layer, int32_t block, int slot, const float* k, const 
   if (!k) fail("kv storage: write needs K values");
   if (has_v() != (v != nullptr)) fail("kv storage: V values must be given exactly when the layout has V");
   const KVCacheDType t = dtype(layer);
-  for (int h = 0; h < n_heads_; ++h) {
-    store_row(t, k + static_cast<size_t>(h) * head_dim_, head_dim_,
-              row(k_[static_cast<size_t>(layer)], layer, block, h, slot));
-    if (v)
-      store_row(t, v + static_cast<size_t>(h) * head_dim_, head_dim_,
-                row(v_[static_cast<size_t>(layer)], layer, block, h, slot));
+  const int D = head_dim(layer);
+  for (int h = 0; h < n_kv_heads(layer); ++h) {
+    store_row(t, k + static_cast<size_t>(h) * D, D, row(k_[static_cast<size_t>(layer)], layer, block, h, slot));
+    if (v) store_row(t, v + static_cast<size_t>(h) * D, D, row(v_[static_cast<size_t>(layer)], layer, block, h, slot));
   }
 }
 
@@ -172,12 +171,11 @@ void KVStorage::read(int layer, int32_t block, int slot, float* k, float* v) con
   if (slot < 0 || slot >= layout_.block_size)
     fail("kv storage: slot {} out of range [0, {})", slot, layout_.block_size);
   const KVCacheDType t = dtype(layer);
-  for (int h = 0; h < n_heads_; ++h) {
-    load_row(t, row(k_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_,
-             k + static_cast<size_t>(h) * head_dim_);
+  const int D = head_dim(layer);
+  for (int h = 0; h < n_kv_heads(layer); ++h) {
+    load_row(t, row(k_[static_cast<size_t>(layer)], layer, block, h, slot), D, k + static_cast<size_t>(h) * D);
     if (has_v() && v)
-      load_row(t, row(v_[static_cast<size_t>(layer)], layer, block, h, slot), head_dim_,
-               v + static_cast<size_t>(h) * head_dim_);
+      load_row(t, row(v_[static_cast<size_t>(layer)], layer, block, h, slot), D, v + static_cast<size_t>(h) * D);
   }
 }
 
@@ -185,7 +183,7 @@ void KVStorage::copy_block(int32_t src, int32_t dst) {
   for (int l = 0; l < layout_.n_layers; ++l) {
     check(l, src);
     check(l, dst);
-    const size_t n = bytes_of(l, block_stride_);
+    const size_t n = bytes_of(l, block_stride(l));
     std::byte* k = k_[static_cast<size_t>(l)];
     std::memcpy(k + static_cast<size_t>(dst) * n, k + static_cast<size_t>(src) * n, n);
     if (has_v()) {
@@ -193,7 +191,7 @@ void KVStorage::copy_block(int32_t src, int32_t dst) {
       std::memcpy(v + static_cast<size_t>(dst) * n, v + static_cast<size_t>(src) * n, n);
     }
     if (!records_.empty()) {
-      const size_t per_block = static_cast<size_t>(n_heads_) * static_cast<size_t>(layout_.block_size);
+      const size_t per_block = static_cast<size_t>(n_kv_heads(l)) * static_cast<size_t>(layout_.block_size);
       H2OSlot* r = records_[static_cast<size_t>(l)];
       std::copy_n(r + static_cast<size_t>(src) * per_block, per_block, r + static_cast<size_t>(dst) * per_block);
     }

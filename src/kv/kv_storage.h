@@ -31,12 +31,14 @@ class KVStorage {
   const KVLayout& layout() const { return layout_; }
   int32_t num_blocks() const { return num_blocks_; }
   int n_layers() const { return layout_.n_layers; }
-  int n_kv_heads() const { return n_heads_; }  // 1 for MLA
-  int head_dim() const { return head_dim_; }   // kv_lora_rank + rope_dim for MLA
+  // A layer's KV heads (1 for MLA) and head size (kv_lora_rank + rope_dim for MLA); layer 0's by default, where
+  // every layer has the same.
+  int n_kv_heads(int layer = 0) const;
+  int head_dim(int layer = 0) const;
   int block_size() const { return layout_.block_size; }
   bool has_v() const { return layout_.kind == AttentionKind::MHA; }
   // Elements per block of one layer (n_kv_heads * block_size * head_dim).
-  int64_t block_stride() const { return block_stride_; }
+  int64_t block_stride(int layer = 0) const;
   size_t bytes() const;  // memory actually held
   KVCacheDType dtype(int layer) const;
 
@@ -74,9 +76,9 @@ class KVStorage {
 
   KVLayout layout_;
   int32_t num_blocks_;
-  int n_heads_;
-  int head_dim_;
-  int64_t block_stride_;
+  std::vector<int> n_heads_;  // per layer
+  std::vector<int> head_dim_;
+  std::vector<int64_t> block_stride_;
   std::shared_ptr<uint8_t[]> memory_;  // every layer's K and V arrays
   size_t bytes_ = 0;
   std::vector<std::byte*> k_;  // per layer, into memory_

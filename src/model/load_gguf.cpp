@@ -45,6 +45,7 @@ constexpr ArchTraits kArchTable[] = {
     {"olmo2", RopeStyle::NeoX, false, true},
     {"gpt-oss", RopeStyle::NeoX, true, false},
     {"llama4", RopeStyle::Interleaved, false, false},
+    {"gemma4", RopeStyle::NeoX, false, true},
 };
 
 const ArchTraits& arch_traits(const std::string& arch, const std::string& file) {
@@ -146,7 +147,8 @@ void read_rope_scaling(const GGUFFile& f, const std::string& arch, ModelConfig& 
   // llama.cpp's converter writes Llama 3.1+ scaling as a per-dimension factor tensor instead of keys.
   // The Model has no slot for that tensor, so it is recognised as llama3 scaling (factor = largest
   // entry, other parameters from the keys or Meta's defaults) and checked entry by entry.
-  if (const GGUFTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+  // Gemma 4's rope_freqs belong to its full-attention layers alone (read_gemma4).
+  if (const GGUFTensorInfo* t = arch == "gemma4" ? nullptr : f.find_tensor("rope_freqs.weight")) {
     if (t->type != DType::F32 || t->ne[0] != c.n_rot / 2 || t->ne[1] * t->ne[2] * t->ne[3] != 1)
       fail("{}: tensor 'rope_freqs.weight' must be F32 [{}], found {} [{}, {}]", f.name(), c.n_rot / 2,
            dtype_name(t->type), t->ne[0], t->ne[1]);
@@ -186,7 +188,7 @@ SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::str
   }
   const bool gemma2 = a == "gemma2";
   const bool gpt_oss = a == "gpt-oss";
-  if (!gemma2 && a != "gemma3" && a != "olmo2" && !gpt_oss) return swa;
+  if (!gemma2 && a != "gemma3" && a != "gemma4" && a != "olmo2" && !gpt_oss) return swa;
   const uint32_t window = f.find_u32(a + ".attention.sliding_window").value_or(gemma2 ? 4096 : 0);
   if (window == 0) return swa;
   swa.window = positive_int(f, a + ".attention.sliding_window", window);
@@ -199,6 +201,7 @@ SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& f, const std::str
       fail("{}: '{}' has {} entries for {} layers", f.name(), pattern_key, flags.size(), n_layers);
     for (size_t l = 0; l < flags.size(); ++l) swa.layers[l] = flags[l] != 0;
   } else {
+    if (pattern == nullptr && a == "gemma4") fail("{}: a gemma4 file needs '{}'", f.name(), pattern_key);
     const uint32_t n = pattern != nullptr ? f.get_u32(pattern_key) : gemma2 || gpt_oss ? 2 : a == "olmo2" ? 4 : 6;
     for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
   }
@@ -275,7 +278,7 @@ void read_gemma(const GGUFFile& f, ModelConfig& c) {
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.ffn_act = FfnActivation::GeluTanh;
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  if (!gemma2 && !gemma3) return;
+  if (!gemma2 && !gemma3 && c.arch != "gemma4") return;
   c.post_norms = true;
   // gemma_pytorch scales queries by 1/sqrt(n_embd / n_heads) for the 27B models, else 1/sqrt(head_dim).
   if (c.n_layers == (gemma2 ? 46 : 62)) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_heads));
@@ -287,12 +290,58 @@ void read_gemma(const GGUFFile& f, ModelConfig& c) {
   c.final_logit_softcap = softcap("final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
   if (gemma2) c.attn_softcap = softcap("attn_logit_softcapping", 50.0f);
   SlidingWindowLayers swa = gguf_sliding_window_layers(f, a, c.n_layers);
+  if (swa.window == 0 && c.arch == "gemma4") fail("{}: a gemma4 file needs {}.attention.sliding_window", f.name(), a);
   if (swa.window == 0) return;
   c.sliding_window = swa.window;
   c.swa_layers = std::move(swa.layers);
   c.rope_base_swa = f.find_f32(a + ".rope.freq_base_swa").value_or(gemma2 ? c.rope_base : 10000.0f);
   if (gemma2) c.rope_scaling_swa = c.rope_scaling;
   if (!(c.rope_base_swa > 0)) fail("{}: rope.freq_base_swa {} must be positive", f.name(), c.rope_base_swa);
+}
+
+// Gemma 4 (llama.cpp's llama_model_gemma4), over what read_gemma sets: the full-attention layers' heads key_length wide
+// with rope.dimension_count rotating by "proportional" RoPE (rope_freqs: each pair's divisor, 1e30 for the pairs that
+// hold still), the sliding ones key_length_swa with rope.dimension_count_swa at rope.freq_base_swa (10000), KV heads
+// and FFN widths per layer where the keys are arrays (read_config), q and k normed with weights and v without,
+// attention scale 1, the last attention.shared_kv_layers layers on earlier layers' KV, per-layer embeddings of
+// embedding_length_per_layer_input (0: none).
+void read_gemma4(const GGUFFile& f, ModelConfig& c) {
+  const std::string& a = c.arch;
+  const std::string kl = a + ".attention.key_length_swa";
+  const std::string vl = a + ".attention.value_length_swa";
+  c.head_dim_swa = positive_int(f, kl, f.find_u32(kl).value_or(static_cast<uint32_t>(c.head_dim)));
+  if (const auto v = f.find_u32(vl); v && static_cast<int>(*v) != c.head_dim_swa)
+    fail("{}: {} {} differs from {} {}; not supported", f.name(), vl, *v, kl, c.head_dim_swa);
+  const std::string rk = a + ".rope.dimension_count_swa";
+  c.n_rot_swa = positive_int(f, rk, f.find_u32(rk).value_or(static_cast<uint32_t>(c.n_rot)));
+  if (c.n_rot_swa % 2 != 0 || c.n_rot_swa > c.head_dim_swa)
+    fail("{}: {} {} must be even and at most key_length_swa {}", f.name(), rk, c.n_rot_swa, c.head_dim_swa);
+  if (c.head_dim_swa == c.head_dim && c.n_rot_swa == c.n_rot) c.head_dim_swa = c.n_rot_swa = 0;
+  c.attn_scale = 1.0f;
+  c.v_norm = true;
+  const uint32_t shared = f.find_u32(a + ".attention.shared_kv_layers").value_or(0);
+  if (shared >= static_cast<uint32_t>(c.n_layers))
+    fail("{}: attention.shared_kv_layers {} leaves none of {} layers its own KV", f.name(), shared, c.n_layers);
+  c.n_kv_shared_layers = static_cast<int>(shared);
+  for (int l = c.n_layers - c.n_kv_shared_layers; l < c.n_layers; ++l)
+    if (c.kv_source_layer(l) == l)
+      fail("{}: layer {} shares the KV of an earlier {} layer (attention.shared_kv_layers {}), and there is none",
+           f.name(), l, c.is_swa_layer(l) ? "sliding-window" : "full-attention", shared);
+  const uint32_t ple = f.get_u32(a + ".embedding_length_per_layer_input");
+  if (ple > (1u << 20)) fail("{}: embedding_length_per_layer_input {} is out of range", f.name(), ple);
+  c.n_embd_per_layer = static_cast<int>(ple);
+  if (const GGUFTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    if (t->type != DType::F32 || t->ne[0] != c.n_rot / 2 || t->ne[1] * t->ne[2] * t->ne[3] != 1)
+      fail("{}: tensor 'rope_freqs.weight' must be F32 [{}], found {} [{}, {}]", f.name(), c.n_rot / 2,
+           dtype_name(t->type), t->ne[0], t->ne[1]);
+    std::vector<float> factors(static_cast<size_t>(t->ne[0]));
+    std::memcpy(factors.data(), t->data, factors.size() * sizeof(float));
+    for (size_t i = 0; i < factors.size(); ++i)
+      if (!(factors[i] > 0) || std::isnan(factors[i]))
+        fail("{}: tensor 'rope_freqs.weight'[{}] = {} must be positive", f.name(), i, factors[i]);
+    c.rope_scaling.freq_factors = std::move(factors);
+  }
+  c.rope_scaling_swa = {};
 }
 
 // Mixture of experts: expert_count and expert_used_count (qwen3moe needs them; a llama file with them is
@@ -456,6 +505,27 @@ void read_llama4(const GGUFFile& f, ModelConfig& c) {
   c.attn_temp_nope_only = true;
 }
 
+// A key llama.cpp reads with get_key_or_arr (head_count_kv, feed_forward_length): one value per layer where the file
+// gives an array (each positive), else empty (the scalar, read by the caller).
+std::vector<int> per_layer_ints(const GGUFFile& f, const std::string& key, int n_layers) {
+  const GGUFValue* v = f.find(key);
+  if (v == nullptr || !v->is_array()) return {};
+  const std::vector<int32_t> values = f.get_i32_array(key);
+  if (values.size() != static_cast<size_t>(n_layers))
+    fail("{}: '{}' has {} entries for {} layers", f.name(), key, values.size(), n_layers);
+  std::vector<int> out;
+  for (int32_t x : values) out.push_back(positive_int(f, key, static_cast<uint32_t>(std::max(x, 0))));
+  return out;
+}
+
+// The scalar of a per-layer key (its first value; 0 where the file has a scalar) and, where the layers differ, the
+// per-layer values kept in `layers`.
+int split_per_layer(std::vector<int> values, std::vector<int>& layers) {
+  if (values.empty()) return 0;
+  if (std::any_of(values.begin(), values.end(), [&](int x) { return x != values.front(); })) layers = values;
+  return values.front();
+}
+
 ModelConfig read_config(const GGUFFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
@@ -465,9 +535,12 @@ ModelConfig read_config(const GGUFFile& f) {
   c.n_embd = positive_int(f, a + ".embedding_length", f.get_u32(a + ".embedding_length"));
   c.n_layers = positive_int(f, a + ".block_count", f.get_u32(a + ".block_count"));
   c.n_heads = positive_int(f, a + ".attention.head_count", f.get_u32(a + ".attention.head_count"));
-  c.n_kv_heads = positive_int(f, a + ".attention.head_count_kv",
-                              f.find_u32(a + ".attention.head_count_kv").value_or(static_cast<uint32_t>(c.n_heads)));
-  c.n_ff = positive_int(f, a + ".feed_forward_length", f.get_u32(a + ".feed_forward_length"));
+  c.n_kv_heads = split_per_layer(per_layer_ints(f, a + ".attention.head_count_kv", c.n_layers), c.layer_kv_heads);
+  if (c.n_kv_heads == 0)
+    c.n_kv_heads = positive_int(f, a + ".attention.head_count_kv",
+                                f.find_u32(a + ".attention.head_count_kv").value_or(static_cast<uint32_t>(c.n_heads)));
+  c.n_ff = split_per_layer(per_layer_ints(f, a + ".feed_forward_length", c.n_layers), c.layer_n_ff);
+  if (c.n_ff == 0) c.n_ff = positive_int(f, a + ".feed_forward_length", f.get_u32(a + ".feed_forward_length"));
   c.n_ctx_train = positive_int(f, a + ".context_length", f.get_u32(a + ".context_length"));
   c.rms_eps = f.get_f32(a + ".attention.layer_norm_rms_epsilon");
   c.rope_base = f.find_f32(a + ".rope.freq_base").value_or(10000.0f);
@@ -510,6 +583,7 @@ ModelConfig read_config(const GGUFFile& f) {
   if (c.arch != "deepseek2") read_experts(f, c);
   if (c.arch == "gpt-oss") read_gpt_oss(f, c);
   if (c.arch == "llama4") read_llama4(f, c);
+  if (c.arch == "gemma4") read_gemma4(f, c);
   // SmolLM3: every 4th layer without RoPE, as llama.cpp fixes it (n_no_rope_layer_step = 4).
   if (c.arch == "smollm3")
     for (int l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
@@ -786,6 +860,11 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     c.tied_output = true;
     m->output = m->tok_embd;
   }
+  if (c.n_embd_per_layer > 0) {
+    m->per_layer_token_embd = make_tensor(f, "per_layer_token_embd.weight");
+    m->per_layer_model_proj = make_tensor(f, "per_layer_model_proj.weight");
+    m->per_layer_proj_norm = make_tensor(f, "per_layer_proj_norm.weight");
+  }
   if (c.mla() && c.n_expert == 0 && c.n_layer_dense_lead < c.n_layers)
     fail("{}: {} of {} layers are MoE layers (leading_dense_block_count {}) but the file has no expert_count",
          f.name(), c.n_layers - c.n_layer_dense_lead, c.n_layers, c.n_layer_dense_lead);
@@ -820,7 +899,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
       continue;
     }
-    const int64_t q_rows = int64_t{c.n_heads} * c.head_dim, kv_rows = int64_t{c.n_kv_heads} * c.head_dim;
+    const int64_t q_rows = int64_t{c.n_heads} * c.head_dim_of(l),
+                  kv_rows = int64_t{c.kv_heads_of(l)} * c.head_dim_of(l);
+    const bool own_kv = c.has_own_kv(l);
     if (const Tensor qkv = make_tensor(f, p + "attn_qkv.weight", false); qkv.valid()) {
       // Phi-3 fuses q, k and v into one projection (rows in that order).
       if (qkv.n_dims != 2 || qkv.ne[1] != q_rows + 2 * kv_rows)
@@ -831,8 +912,9 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
       L.wv = row_range(qkv, q_rows + kv_rows, kv_rows, p + "attn_v.weight");
     } else {
       L.wq = make_tensor(f, p + "attn_q.weight");
-      L.wk = make_tensor(f, p + "attn_k.weight");
-      L.wv = make_tensor(f, p + "attn_v.weight");
+      // Gemma 4: a layer on another's KV has neither; one without attn_v uses its keys' projection as values.
+      L.wk = make_tensor(f, p + "attn_k.weight", own_kv);
+      L.wv = make_tensor(f, p + "attn_v.weight", own_kv && !c.v_norm);
     }
     L.wo = make_tensor(f, p + "attn_output.weight");
     L.bq = make_tensor(f, p + "attn_q.bias", c.qkv_bias);
@@ -842,8 +924,14 @@ std::unique_ptr<Model> load_gguf_model(std::shared_ptr<const GGUFFile> file, con
     if (c.learned_sinks) L.attn_sinks = make_tensor(f, p + "attn_sinks.weight");
     if (c.qk_norm) {
       L.q_norm = make_tensor(f, p + "attn_q_norm.weight");
-      L.k_norm = make_tensor(f, p + "attn_k_norm.weight");
+      L.k_norm = make_tensor(f, p + "attn_k_norm.weight", own_kv);
     }
+    if (c.n_embd_per_layer > 0) {
+      L.ple_inp_gate = make_tensor(f, p + "inp_gate.weight");
+      L.ple_proj = make_tensor(f, p + "proj.weight");
+      L.ple_post_norm = make_tensor(f, p + "post_norm.weight");
+    }
+    if (c.arch == "gemma4") L.layer_output_scale = make_tensor(f, p + "layer_output_scale.weight", false);
     if (c.post_norms) {
       L.attn_post_norm = make_tensor(f, p + "post_attention_norm.weight");
       L.ffn_post_norm = make_tensor(f, p + "post_ffw_norm.weight");

@@ -118,9 +118,10 @@ void check_ffn(const ShapeCheck& s, const ModelConfig& c, const LayerWeights& L,
     }
     return;
   }
-  s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, false);
-  s.check(L.w_up, p + "ffn_up.weight", {c.n_embd, c.n_ff}, false);
-  s.check(L.w_down, p + "ffn_down.weight", {c.n_ff, c.n_embd}, false);
+  const int64_t n_ff = c.n_ff_of(l);
+  s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, n_ff}, false);
+  s.check(L.w_up, p + "ffn_up.weight", {c.n_embd, n_ff}, false);
+  s.check(L.w_down, p + "ffn_down.weight", {n_ff, c.n_embd}, false);
 }
 
 void check_mla_layer(const ShapeCheck& s, const ModelConfig& c, const LayerWeights& L, const std::string& p,
@@ -148,6 +149,32 @@ void check_mla_layer(const ShapeCheck& s, const ModelConfig& c, const LayerWeigh
   s.check(L.wo, p + "attn_output.weight", {int64_t{c.n_heads} * c.head_dim_v, c.n_embd}, false);
   s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
 }
+
+// Per-layer head sizes, KV heads, FFN widths and KV sharing (Gemma 4) as the forward pass and the cache need them.
+void check_layer_geometry(const ModelConfig& c, const std::string& path) {
+  if (c.head_dim_swa < 0 || c.n_rot_swa < 0 || c.n_rot_of_swa() > c.max_head_dim() || c.n_rot_of_swa() % 2 != 0 ||
+      (c.head_dim_swa > 0 && c.n_rot_of_swa() > c.head_dim_swa))
+    fail("{}: sliding layers' head size {} and rotary dims {} are invalid", path, c.head_dim_swa, c.n_rot_swa);
+  for (const auto* v : {&c.layer_kv_heads, &c.layer_n_ff})
+    if (!v->empty() && static_cast<int>(v->size()) != c.n_layers)
+      fail("{}: {} per-layer values for {} layers", path, v->size(), c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int kvh = c.kv_heads_of(l);
+    if (kvh <= 0 || c.n_heads % kvh != 0)
+      fail("{}: layer {}: {} heads is not a multiple of {} kv heads", path, l, c.n_heads, kvh);
+    if (c.n_ff_of(l) <= 0) fail("{}: layer {}: feed-forward width {} must be positive", path, l, c.n_ff_of(l));
+  }
+  if (c.n_kv_shared_layers < 0 || c.n_kv_shared_layers >= c.n_layers)
+    fail("{}: {} KV-sharing layers of {}: at least the first must have its own", path, c.n_kv_shared_layers,
+         c.n_layers);
+  for (int l = c.n_layers - c.n_kv_shared_layers; l < c.n_layers; ++l)
+    if (c.kv_source_layer(l) == l)
+      fail("{}: layer {} shares the KV of an earlier {} layer, and there is none", path, l,
+           c.is_swa_layer(l) ? "sliding-window" : "full-attention");
+  if (c.n_embd_per_layer < 0 || c.n_embd_per_layer > (1 << 20))
+    fail("{}: per-layer embedding length {} is out of range", path, c.n_embd_per_layer);
+}
+
 }  // namespace
 
 void validate_model(const Model& m) {
@@ -165,10 +192,16 @@ void validate_model(const Model& m) {
   if (static_cast<int>(m.layers.size()) != c.n_layers)
     fail("{}: {} layers loaded but the config says {}", m.path, m.layers.size(), c.n_layers);
 
+  check_layer_geometry(c, m.path);
+
   const ShapeCheck s{m};
-  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
   s.check(m.tok_embd, "token_embd.weight", {c.n_embd, c.n_vocab}, false);
+  if (c.n_embd_per_layer > 0) {
+    const int64_t P = c.n_embd_per_layer, all = P * c.n_layers;
+    s.check(m.per_layer_token_embd, "per_layer_token_embd.weight", {all, c.n_vocab}, false);
+    s.check(m.per_layer_model_proj, "per_layer_model_proj.weight", {c.n_embd, all}, false);
+    s.check(m.per_layer_proj_norm, "per_layer_proj_norm.weight", {P}, true);
+  }
   s.check(m.output_norm, "output_norm.weight", {c.n_embd}, true);
   s.check(m.output, c.tied_output ? "token_embd.weight (tied output)" : "output.weight", {c.n_embd, c.n_vocab}, false);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -180,9 +213,14 @@ void validate_model(const Model& m) {
       check_ffn(s, c, L, p, l, m.path);
       continue;
     }
+    const int64_t D = c.head_dim_of(l);
+    const int64_t q_dim = int64_t{c.n_heads} * D;
+    const int64_t kv_dim = int64_t{c.kv_heads_of(l)} * D;
+    const bool own_kv = c.has_own_kv(l);
     s.check(L.wq, p + "attn_q.weight", {c.n_embd, q_dim}, false);
-    s.check(L.wk, p + "attn_k.weight", {c.n_embd, kv_dim}, false);
-    s.check(L.wv, p + "attn_v.weight", {c.n_embd, kv_dim}, false);
+    // Gemma 4: a layer sharing another's cache projects no K or V; one without attn_v takes K's projection as V.
+    if (own_kv) s.check(L.wk, p + "attn_k.weight", {c.n_embd, kv_dim}, false);
+    if (own_kv && (L.wv.valid() || !c.v_norm)) s.check(L.wv, p + "attn_v.weight", {c.n_embd, kv_dim}, false);
     s.check(L.wo, p + "attn_output.weight", {q_dim, c.n_embd}, false);
     if (c.qkv_bias) {
       s.check(L.bq, p + "attn_q.bias", {q_dim}, true);
@@ -190,8 +228,8 @@ void validate_model(const Model& m) {
       s.check(L.bv, p + "attn_v.bias", {kv_dim}, true);
     }
     if (c.qk_norm) {
-      s.check(L.q_norm, p + "attn_q_norm.weight", {c.qk_norm_full ? q_dim : c.head_dim}, true);
-      s.check(L.k_norm, p + "attn_k_norm.weight", {c.qk_norm_full ? kv_dim : c.head_dim}, true);
+      s.check(L.q_norm, p + "attn_q_norm.weight", {c.qk_norm_full ? q_dim : D}, true);
+      if (own_kv) s.check(L.k_norm, p + "attn_k_norm.weight", {c.qk_norm_full ? kv_dim : D}, true);
     }
     if (L.bo.valid()) s.check(L.bo, p + "attn_output.bias", {c.n_embd}, true);
     if (c.learned_sinks) s.check(L.attn_sinks, p + "attn_sinks.weight", {c.n_heads}, true);
@@ -201,6 +239,12 @@ void validate_model(const Model& m) {
     }
     if (c.pre_norms) s.check(L.ffn_norm, p + "ffn_norm.weight", {c.n_embd}, true);
     check_ffn(s, c, L, p, l, m.path);
+    if (c.n_embd_per_layer > 0) {
+      s.check(L.ple_inp_gate, p + "inp_gate.weight", {c.n_embd, c.n_embd_per_layer}, false);
+      s.check(L.ple_proj, p + "proj.weight", {c.n_embd_per_layer, c.n_embd}, false);
+      s.check(L.ple_post_norm, p + "post_norm.weight", {c.n_embd}, true);
+    }
+    if (L.layer_output_scale.valid()) s.check(L.layer_output_scale, p + "layer_output_scale.weight", {1}, true);
   }
 }
 
@@ -209,6 +253,8 @@ size_t Model::weight_bytes() const {
   // Every layer weight and the output projection are read in full per token; the embedding only for
   // one row (also when tied: the output matmul already counts the whole matrix).
   size_t total = bytes(output_norm) + bytes(output) + (tok_embd.valid() ? tok_embd.row_size() : 0);
+  total += bytes(per_layer_model_proj) + bytes(per_layer_proj_norm) +
+           (per_layer_token_embd.valid() ? per_layer_token_embd.row_size() : 0);
   for (const LayerWeights& L : layers) {
     for (const Tensor* t : {&L.attn_norm,
                             &L.wq,
@@ -237,7 +283,11 @@ size_t Model::weight_bytes() const {
                             &L.ffn_gate_inp_b,
                             &L.ffn_gate_shexp,
                             &L.ffn_up_shexp,
-                            &L.ffn_down_shexp})
+                            &L.ffn_down_shexp,
+                            &L.ple_inp_gate,
+                            &L.ple_proj,
+                            &L.ple_post_norm,
+                            &L.layer_output_scale})
       total += bytes(*t);
     for (const auto* v : {&L.wk_b, &L.wv_b})
       for (const Tensor& t : *v) total += bytes(t);

@@ -40,6 +40,10 @@ struct LayerWeights {
   // transposed: it absorbs q's nope part into the latent space) and wv_b [head_dim_v rows x kv_lora_rank].
   Tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm;
   std::vector<Tensor> wk_b, wv_b;
+  // Gemma 4's per-layer embedding (ModelConfig::n_embd_per_layer): after the block, x += post_norm(proj(gelu(inp_gate
+  // x) * the layer's per-layer input)); then x times layer_output_scale (a scalar; absent: 1).
+  Tensor ple_inp_gate, ple_proj, ple_post_norm;
+  Tensor layer_output_scale;
 };
 
 struct Model {
@@ -55,6 +59,9 @@ struct Model {
   Tensor output_norm;
   Tensor output;  // == tok_embd when config.tied_output
   std::vector<LayerWeights> layers;
+  // Gemma 4's per-layer inputs: each token's row of n_layers * n_embd_per_layer values, the projection of the scaled
+  // embedding to as many, and the norm of each layer's share of it.
+  Tensor per_layer_token_embd, per_layer_model_proj, per_layer_proj_norm;
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<std::shared_ptr<const void>> storage;
 

@@ -1,7 +1,9 @@
 #pragma once
 // Architecture hyper-parameters, filled by every loader (GGUF, llama2.c, Hugging Face). A forward
 // builder reads only this and the weights, so a new model family is data plus one builder.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -178,6 +180,50 @@ struct ModelConfig {
   bool is_swa_layer(int l) const {
     return sliding_window > 0 && static_cast<size_t>(l) < swa_layers.size() && swa_layers[static_cast<size_t>(l)];
   }
+
+  // Gemma 4: the sliding-window layers' heads are head_dim_swa wide with n_rot_swa rotating (0: head_dim, n_rot, as
+  // every other model), the full ones head_dim; KV heads per layer (empty: n_kv_heads everywhere); FFN widths per
+  // layer (empty: n_ff everywhere).
+  int head_dim_swa = 0;
+  int n_rot_swa = 0;
+  std::vector<int> layer_kv_heads;
+  std::vector<int> layer_n_ff;
+  int head_dim_of(int l) const { return head_dim_swa > 0 && is_swa_layer(l) ? head_dim_swa : head_dim; }
+  int n_rot_of_swa() const { return n_rot_swa > 0 ? n_rot_swa : n_rot; }
+  int kv_heads_of(int l) const { return layer_kv_heads.empty() ? n_kv_heads : layer_kv_heads[static_cast<size_t>(l)]; }
+  int n_ff_of(int l) const { return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<size_t>(l)]; }
+  // Every layer's attention the same shape, and every FFN as wide (what the single-token region assumes).
+  bool uniform_layers() const { return head_dim_swa == 0 && layer_kv_heads.empty() && layer_n_ff.empty(); }
+  // The widest per-layer figures: scratch sizes.
+  int max_head_dim() const { return std::max(head_dim, head_dim_swa); }
+  int64_t max_q_dim() const { return int64_t{n_heads} * max_head_dim(); }
+  int64_t max_kv_dim() const {
+    int64_t m = int64_t{n_kv_heads} * head_dim;
+    for (int l = 0; l < n_layers; ++l) m = std::max(m, int64_t{kv_heads_of(l)} * head_dim_of(l));
+    return m;
+  }
+  int max_n_ff() const {
+    int m = n_ff;
+    for (int f : layer_n_ff) m = std::max(m, f);
+    return m;
+  }
+
+  // Gemma 4's KV sharing: the last n_kv_shared_layers layers compute no K or V and attend to the cache of the last
+  // earlier layer of their kind (sliding or full), which holds the same positions.
+  int n_kv_shared_layers = 0;
+  int kv_source_layer(int l) const {
+    const int first_shared = n_layers - n_kv_shared_layers;
+    if (n_kv_shared_layers <= 0 || l < first_shared) return l;
+    for (int s = first_shared - 1; s >= 0; --s)
+      if (is_swa_layer(s) == is_swa_layer(l)) return s;
+    return l;  // refused by the loaders: no earlier layer of its kind
+  }
+  bool has_own_kv(int l) const { return kv_source_layer(l) == l; }
+  // Gemma 4: v RMS-normed per head without a weight.
+  bool v_norm = false;
+  // Gemma 4's per-layer embeddings: n_embd_per_layer values per layer and token (0: none), from the token's row of
+  // per_layer_token_embd and a projection of its embedding, gating a projection added after each layer.
+  int n_embd_per_layer = 0;
 };
 
 }  // namespace kvserve

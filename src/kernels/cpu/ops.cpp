@@ -79,7 +79,9 @@ Rope::Rope(int head_dim, int n_rot, float base, RopeStyle style, const RopeScali
       fail("rope: {} LongRoPE factors for {} rotated pairs", freq_div_.size(), half);
     mscale_ = scaling.attn_factor;
   }
-  if (scaling.type == RopeScaling::Type::Llama3 && !scaling.freq_factors.empty()) {
+  // Per-pair factors given as they are: Llama 4 Scout's llama3 scaling, Gemma 4's "proportional" RoPE (factors of
+  // 1e30 hold the pairs past its rotating quarter still).
+  if (scaling.type != RopeScaling::Type::LongRope && !scaling.freq_factors.empty()) {
     freq_div_ = scaling.freq_factors;
     if (static_cast<int>(freq_div_.size()) != half)
       fail("rope: {} frequency factors for {} rotated pairs", freq_div_.size(), half);
