@@ -701,6 +701,85 @@ def tiny_gemma4(gguf, path, seed):
     finish(w)
 
 
+def tiny_gemma4_moe(gguf, path, seed):
+    """Gemma 4's mixture of experts (26B-A4B's layout at 4 layers, no shared KV or per-layer embeddings): every layer a
+    dense GeGLU of 96 (its own post-norm) beside 4 GELU experts of 32, 2 per token (their own pre- and post-norms),
+    the two summed and post-normed again. The router reads the residual RMS-normed without a weight, over sqrt(n_embd),
+    times a per-dimension scale (ffn_gate_inp.scale); softmax over all, the top 2 renormalized; each expert's output
+    times its own scale (ffn_down_exps.scale). Layers 0 and 1 fuse the experts' gate and up (ffn_gate_up_exps), 2 and 3
+    keep them apart. Attention as tiny-gemma4's (no attn_v on the full layers)."""
+    r = Draws(seed)
+    E, L, H = 64, 4, 4
+    D_swa, KVH_swa, D_full, KVH_full = 16, 4, 32, 1
+    n_expert, n_used, F_exp, F = 4, 2, 32, 96
+    swa = [i % 2 == 0 for i in range(L)]
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_name(path.stem)
+    w.add_context_length(512)
+    w.add_embedding_length(E)
+    w.add_block_count(L)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv([KVH_swa if s else KVH_full for s in swa])
+    w.add_key_length(D_full)
+    w.add_value_length(D_full)
+    w.add_key_length_swa(D_swa)
+    w.add_value_length_swa(D_swa)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base_swa(10000.0)
+    w.add_rope_dimension_count(D_full)
+    w.add_rope_dimension_count_swa(D_swa)
+    w.add_sliding_window(8)
+    w.add_sliding_window_pattern(swa)
+    w.add_shared_kv_layers(0)
+    w.add_embedding_length_per_layer_input(0)
+    w.add_final_logit_softcapping(10.0)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(F_exp)
+    n_vocab = copy_vocab(gguf, w)
+    w.add_add_space_prefix(True)
+    w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.5))
+    n_rot_pairs = D_full // 8
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * n_rot_pairs + [1e30] * (D_full // 2 - n_rot_pairs), np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        D, KVH = (D_swa, KVH_swa) if swa[i] else (D_full, KVH_full)
+        w.add_tensor(p + "attn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "attn_q.weight", r.mat(H * D, E))
+        w.add_tensor(p + "attn_q_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_k.weight", r.mat(KVH * D, E))
+        if swa[i]:
+            w.add_tensor(p + "attn_v.weight", r.mat(KVH * D, E))
+        w.add_tensor(p + "attn_k_norm.weight", r.norm(D, 0.5))
+        w.add_tensor(p + "attn_output.weight", r.mat(E, H * D))
+        w.add_tensor(p + "post_attention_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(E, 0.1))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(F, E, 2.0))
+        w.add_tensor(p + "ffn_up.weight", r.mat(F, E))
+        w.add_tensor(p + "ffn_down.weight", r.mat(E, F))
+        w.add_tensor(p + "post_ffw_norm_1.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "ffn_gate_inp.weight", r.mat(n_expert, E, 4.0))
+        w.add_tensor(p + "ffn_gate_inp.scale", r.norm(E, 0.5))
+        w.add_tensor(p + "pre_ffw_norm_2.weight", r.norm(E, 0.1))
+        gate = np.stack([r.mat(F_exp, E, 2.0) for _ in range(n_expert)])
+        up = np.stack([r.mat(F_exp, E) for _ in range(n_expert)])
+        if i < 2:
+            w.add_tensor(p + "ffn_gate_up_exps.weight", np.concatenate([gate, up], axis=1))
+        else:
+            w.add_tensor(p + "ffn_gate_exps.weight", gate)
+            w.add_tensor(p + "ffn_up_exps.weight", up)
+        w.add_tensor(p + "ffn_down_exps.weight", np.stack([r.mat(E, F_exp) for _ in range(n_expert)]))
+        w.add_tensor(p + "ffn_down_exps.scale", (0.5 + r.rng.random(n_expert)).astype(np.float32))
+        w.add_tensor(p + "post_ffw_norm_2.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "post_ffw_norm.weight", r.norm(E, 0.3))
+        w.add_tensor(p + "layer_output_scale.weight", np.array([0.5 + 0.25 * i], np.float32))
+    w.add_tensor("output_norm.weight", r.norm(E, 0.1))
+    w.add_tensor("output.weight", r.mat(n_vocab, E, 4.0))
+    finish(w)
+
+
 MODELS = {
     "tiny-qwen3": (tiny_qwen3, 3001),
     "tiny-gemma3": (tiny_gemma3, 3002),
@@ -726,6 +805,7 @@ MODELS = {
     "tiny-qwen2moe": (tiny_qwen2moe, 3022),
     "tiny-llama4": (tiny_llama4, 3023),
     "tiny-gemma4": (tiny_gemma4, 3024),
+    "tiny-gemma4-moe": (tiny_gemma4_moe, 3025),
 }
 
 

@@ -428,13 +428,15 @@ TEST(Engine, Llama4InBatchesMatchesGeneratorTokenForToken) {
 // heads in one pool (a hybrid cache's arrays hold the larger rows; a full one's differ per layer), its last layers
 // reading earlier layers' KV, the per-layer embeddings of each token. Every request gets the Generator's tokens, and
 // the hybrid cache the very bits of a full one.
+// tiny-gemma4-moe: its experts beside the dense branch, gathered across the batch or run for one token.
 TEST(Engine, Gemma4InBatchesMatchesGeneratorTokenForToken) {
-  auto g4 = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/tiny-gemma4.gguf");
-  ASSERT_EQ(g4->config.n_kv_shared_layers, 2);
-  EngineOptions o = small_options();
-  o.model_id = "tiny-gemma4";
-  run_batch_plain_and_speculative(o, *g4);
-  EXPECT_EQ(expect_hybrid_cache_gives_full_cache_bits(*g4, 13, 70), (std::vector<int64_t>{0, 8}));
+  for (const char* stem : {"tiny-gemma4", "tiny-gemma4-moe"}) {
+    auto g4 = load_model(std::string(KVSERVE_SOURCE_DIR) + "/tests/golden/arch/" + stem + ".gguf");
+    EngineOptions o = small_options();
+    o.model_id = stem;
+    run_batch_plain_and_speculative(o, *g4);
+    EXPECT_EQ(expect_hybrid_cache_gives_full_cache_bits(*g4, 13, 70), (std::vector<int64_t>{0, 8})) << stem;
+  }
 }
 
 // DeepSeek's latent attention and routing in batched, chunked steps (each sequence's latent rows through its

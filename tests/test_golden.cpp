@@ -446,6 +446,44 @@ TEST(GoldenGemma4, ItsLayerKindsSharingAndPerLayerEmbeddingsMatter) {
   EXPECT_EQ(worst(), base);
 }
 
+// Gemma 4's mixture of experts: the dense branch beside the experts, the router's scaled input, each expert's output
+// scale, fused and separate gate / up tensors; without the expert scales the logits miss llama.cpp's by far.
+TEST(GoldenGemma4, ItsExpertsSitBesideADenseBranch) {
+  auto model = load_model(kArchGoldens + "/tiny-gemma4-moe.gguf");
+  const ModelConfig& c = model->config;
+  EXPECT_TRUE(c.moe_dense_branch);
+  EXPECT_EQ(c.n_expert, 4);
+  EXPECT_EQ(c.n_expert_used, 2);
+  EXPECT_EQ(c.n_ff_exp, 32);
+  EXPECT_EQ(c.n_ff, 96);
+  EXPECT_EQ(c.n_kv_shared_layers, 0);
+  EXPECT_EQ(c.n_embd_per_layer, 0);
+  for (const LayerWeights& L : model->layers) {
+    EXPECT_TRUE(c.moe_layer(static_cast<int>(&L - model->layers.data())));
+    EXPECT_TRUE(L.w_gate.valid() && L.ffn_gate_inp_scale.valid() && L.down_exps_scale.valid());
+    EXPECT_EQ(L.gate_exps.size(), 4u);
+  }
+  // Layer 0's experts are views of one fused tensor: gate rows, then up rows.
+  EXPECT_EQ(static_cast<const char*>(model->layers[0].up_exps[0].data) -
+                static_cast<const char*>(model->layers[0].gate_exps[0].data),
+            static_cast<std::ptrdiff_t>(model->layers[0].gate_exps[0].bytes()));
+  const json g = read_jsonl(kArchGoldens + "/tiny-gemma4-moe.jsonl").back();
+  const auto worst = [&] { return last_step_miss(*model, g); };
+  const float base = worst();
+  EXPECT_LE(base, 5e-3f);
+  std::vector<Tensor> scales;
+  for (LayerWeights& L : model->layers) scales.push_back(std::exchange(L.down_exps_scale, Tensor{}));
+  EXPECT_GT(worst(), 1e-1f);
+  for (size_t l = 0; l < scales.size(); ++l) model->layers[l].down_exps_scale = scales[l];
+  EXPECT_EQ(worst(), base);
+  test::expect_gguf_load_error(
+      test::edited_gguf(kArchGoldens + "/tiny-gemma4-moe.gguf", {.drop_tensor = "blk.1.pre_ffw_norm_2.weight"}),
+      "blk.1.pre_ffw_norm_2.weight");
+  test::expect_gguf_load_error(
+      test::edited_gguf(kArchGoldens + "/tiny-gemma4-moe.gguf", {.drop_tensor = "blk.2.ffn_gate.weight"}),
+      "blk.2.ffn_gate.weight");
+}
+
 // A gemma4 file's per-layer keys must fit its layers, and its shared layers must have a source.
 TEST(GoldenGemma4, BadLayerKeysAreNamed) {
   const std::string path = kArchGoldens + "/tiny-gemma4.gguf";
@@ -498,8 +536,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Its per-layer gates (8 wide, every layer) go through ggml's f16 GELU table and the post-norm after them
         // scales their outputs up: where float rounding moves a gate across an f16 rounding step, a logit moves by up
         // to 3e-3 (191 of 192 steps within 1e-3). With the table off on both sides (exact GELU, llama.cpp rebuilt
-        // without GGML_GELU_FP16) every logit agreed within 1.1e-5.
-        GgufCase{"tiny-gemma4", 5e-3f, 0.95f, kArchGoldens}, GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
+        // without GGML_GELU_FP16) every logit agreed within 5e-5 (tiny-gemma4-moe's within 1.3e-5).
+        GgufCase{"tiny-gemma4", 5e-3f, 0.95f, kArchGoldens}, GgufCase{"tiny-gemma4-moe", 5e-3f, 0.95f, kArchGoldens},
+        GgufCase{"tiny-gqa-Q5_0", 0.2f, 0.25f, kQuantGoldens},
         // 45 of 192 steps within 1e-3: more of its activations sit near a Q8_1 rounding
         // boundary. Its dot, dequantizer and activation bytes agree with ggml's own kernels.
         GgufCase{"tiny-gqa-Q5_1", 0.2f, 0.2f, kQuantGoldens}, GgufCase{"tiny-gqa-Q2_K", 0.2f, 0.25f, kQuantGoldens},

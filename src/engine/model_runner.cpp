@@ -440,7 +440,11 @@ void ModelRunner::moe_or_dense_ffn(const LayerWeights& L, int il, int64_t n_toke
   const ModelConfig& c = model_.config;
   const int64_t E = c.n_embd;
   if (c.moe_layer(il)) {
-    moe_ffn(L, n_tokens);
+    if (c.moe_dense_branch) {
+      moe_with_dense_branch(L, il, n_tokens);
+    } else {
+      moe_ffn(L, n_tokens);
+    }
     return;
   }
   // Feed-forward (SwiGLU, or GeGLU).

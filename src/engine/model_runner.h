@@ -115,6 +115,9 @@ class ModelRunner {
   void moe_ffn(const LayerWeights& L, int64_t n_tokens);
   // moe_ffn's expert outputs (moe_out_, and the shared experts' in moe_shared_): one token's in two passes
   // over the pool (every gate/up, then every down), or any tokens expert by expert on their gathered rows.
+  // Gemma 4 (ModelConfig::moe_dense_branch): x_ += post_norm(post_norm_1(dense FFN) + post_norm_2(experts)), the
+  // router on the residual's own scaled norm.
+  void moe_with_dense_branch(const LayerWeights& L, int il, int64_t n_tokens);
   void experts_one_token(const LayerWeights& L);
   void experts_by_expert(const LayerWeights& L, int64_t n_tokens);
   // x_ += the FFN of layer il: its experts (and shared experts), or the dense SwiGLU / GeGLU.

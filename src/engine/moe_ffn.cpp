@@ -156,6 +156,62 @@ void ModelRunner::moe_ffn(const LayerWeights& L, int64_t n_tokens) {
   }
 }
 
+void ModelRunner::moe_with_dense_branch(const LayerWeights& L, int il, int64_t n_tokens) {
+  const ModelConfig& c = model_.config;
+  const int64_t E = c.n_embd, k = c.n_expert_used, F = c.n_ff_of(il);
+  const float eps = c.rms_eps;
+  // The dense branch, post-normed, into moe_shared_.
+  grow_to(moe_shared_, n_tokens * E);
+  const MatmulOutput gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+  project_normalized(gate_up, static_cast<const float*>(L.ffn_norm.data), n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    ffn_activation(gate_.data() + t * F, up_.data() + t * F, gate_.data() + t * F, F);
+  matmul(L.w_down, gate_.data(), n_tokens, moe_shared_.data(), pool_);
+  const auto* post_1 = static_cast<const float*>(L.ffn_post_norm_1.data);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    rmsnorm(moe_shared_.data() + t * E, post_1, moe_shared_.data() + t * E, static_cast<int>(E), eps);
+  // The router's input: the residual RMS-normed without a weight, over sqrt(n_embd), times its scale per dimension.
+  const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(E));
+  const auto* router_scale = static_cast<const float*>(L.ffn_gate_inp_scale.data);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* r = xn_.data() + t * E;
+    std::copy_n(x_.data() + t * E, E, r);
+    rmsnorm_heads(r, nullptr, 1, static_cast<int>(E), eps);
+    for (int64_t d = 0; d < E; ++d) r[d] = r[d] * inv_sqrt * router_scale[d];
+  }
+  route_tokens(L, n_tokens);
+  // The experts on the residual normed by their own weights.
+  normalize_tokens(static_cast<const float*>(L.ffn_pre_norm_2.data), n_tokens);
+  moe_out_.resize(static_cast<size_t>(n_tokens * k * E));
+  if (n_tokens == 1) {
+    experts_one_token(L);
+  } else {
+    experts_by_expert(L, n_tokens);
+  }
+  const auto* expert_scale = static_cast<const float*>(L.down_exps_scale.data);
+  const auto* post_2 = static_cast<const float*>(L.ffn_post_norm_2.data);
+  const auto* post = static_cast<const float*>(L.ffn_post_norm.data);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    // Each expert's output times its scale, then its weight, summed in rank order; post-normed; plus the dense
+    // branch; post-normed again onto x.
+    float* acc = tmp_.data();
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t slot = static_cast<size_t>(t * k + j);
+      const float w = moe_weight_[slot];
+      const float se = expert_scale != nullptr ? expert_scale[moe_choice_[slot]] : 1.0f;
+      const float* o = moe_out_.data() + static_cast<int64_t>(slot) * E;
+      for (int64_t d = 0; d < E; ++d) {
+        const float v = o[d] * se;
+        acc[d] = j == 0 ? v * w : acc[d] + v * w;
+      }
+    }
+    rmsnorm(acc, post_2, acc, static_cast<int>(E), eps);
+    add_inplace(acc, moe_shared_.data() + t * E, E);
+    rmsnorm(acc, post, acc, static_cast<int>(E), eps);
+    add_inplace(x_.data() + t * E, acc, E);
+  }
+}
+
 void ModelRunner::experts_one_token(const LayerWeights& L) {
   const ModelConfig& c = model_.config;
   const int64_t E = c.n_embd, F = c.n_ff_exp, k = c.n_expert_used;

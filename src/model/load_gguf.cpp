@@ -354,17 +354,21 @@ void read_experts(const GGUFFile& f, ModelConfig& c) {
       fail("{}: a {} file needs {}.expert_count", f.name(), a, a);
     return;
   }
-  if (a != "qwen3moe" && a != "qwen2moe" && a != "llama" && a != "deepseek2" && a != "gpt-oss" && a != "llama4")
+  if (a != "qwen3moe" && a != "qwen2moe" && a != "llama" && a != "deepseek2" && a != "gpt-oss" && a != "llama4" &&
+      a != "gemma4")
     fail(
-        "{}: experts ({}.expert_count = {}) are supported for qwen3moe, qwen2moe, deepseek2, gpt-oss, llama4 and "
-        "llama (Mixtral) files, not {}",
+        "{}: experts ({}.expert_count = {}) are supported for qwen3moe, qwen2moe, deepseek2, gpt-oss, llama4, gemma4 "
+        "and llama (Mixtral) files, not {}",
         f.name(), a, *n, a);
   c.n_expert = positive_int(f, a + ".expert_count", *n);
   c.n_expert_used = positive_int(f, a + ".expert_used_count", f.find_u32(a + ".expert_used_count").value_or(0));
   if (c.n_expert_used > c.n_expert)
     fail("{}: expert_used_count {} exceeds expert_count {}", f.name(), c.n_expert_used, c.n_expert);
-  if (a == "deepseek2" || a == "gpt-oss" || a == "llama4") {
+  if (a == "deepseek2" || a == "gpt-oss" || a == "llama4" || a == "gemma4") {
     c.n_ff_exp = positive_int(f, a + ".expert_feed_forward_length", f.get_u32(a + ".expert_feed_forward_length"));
+    // Gemma 4 (llama.cpp's build_moe_ffn call): softmax over every expert, the chosen renormalized, GELU experts
+    // beside the dense FFN.
+    c.moe_dense_branch = a == "gemma4";
     return;
   }
   const bool qwen = a == "qwen3moe" || a == "qwen2moe";
@@ -636,9 +640,30 @@ std::vector<Tensor> expert_bias_views(const GGUFFile& f, const std::string& name
 
 void load_experts(const GGUFFile& f, const std::string& p, const ModelConfig& c, LayerWeights& L) {
   L.ffn_gate_inp = make_tensor(f, p + "ffn_gate_inp.weight");
-  L.gate_exps = expert_views(f, p + "ffn_gate_exps.weight", c, c.n_embd, c.n_ff_exp);
-  L.up_exps = expert_views(f, p + "ffn_up_exps.weight", c, c.n_embd, c.n_ff_exp);
+  if (c.moe_dense_branch && f.find_tensor(p + "ffn_gate_up_exps.weight") != nullptr) {
+    // Gemma 4's fused gate and up: each expert's gate rows, then its up rows.
+    const std::vector<Tensor> fused =
+        expert_views(f, p + "ffn_gate_up_exps.weight", c, c.n_embd, 2 * int64_t{c.n_ff_exp});
+    for (int e = 0; e < c.n_expert; ++e) {
+      const std::string name = p + "ffn_gate_up_exps.weight[" + std::to_string(e) + "]";
+      L.gate_exps.push_back(row_range(fused[static_cast<size_t>(e)], 0, c.n_ff_exp, name + ".gate"));
+      L.up_exps.push_back(row_range(fused[static_cast<size_t>(e)], c.n_ff_exp, c.n_ff_exp, name + ".up"));
+    }
+  } else {
+    L.gate_exps = expert_views(f, p + "ffn_gate_exps.weight", c, c.n_embd, c.n_ff_exp);
+    L.up_exps = expert_views(f, p + "ffn_up_exps.weight", c, c.n_embd, c.n_ff_exp);
+  }
   L.down_exps = expert_views(f, p + "ffn_down_exps.weight", c, c.n_ff_exp, c.n_embd);
+  if (c.moe_dense_branch) {
+    L.ffn_gate_inp_scale = make_tensor(f, p + "ffn_gate_inp.scale");
+    L.down_exps_scale = make_tensor(f, p + "ffn_down_exps.scale", false);
+    L.ffn_post_norm_1 = make_tensor(f, p + "post_ffw_norm_1.weight");
+    L.ffn_pre_norm_2 = make_tensor(f, p + "pre_ffw_norm_2.weight");
+    L.ffn_post_norm_2 = make_tensor(f, p + "post_ffw_norm_2.weight");
+    L.w_gate = make_tensor(f, p + "ffn_gate.weight");
+    L.w_up = make_tensor(f, p + "ffn_up.weight");
+    L.w_down = make_tensor(f, p + "ffn_down.weight");
+  }
   if (c.arch != "gpt-oss") return;
   L.ffn_gate_inp_b = make_tensor(f, p + "ffn_gate_inp.bias");
   L.gate_exps_b = expert_bias_views(f, p + "ffn_gate_exps.bias", c, c.n_ff_exp);

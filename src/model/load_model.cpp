@@ -116,7 +116,12 @@ void check_ffn(const ShapeCheck& s, const ModelConfig& c, const LayerWeights& L,
       if (c.n_expert_shared == 0) fail("{}: layer {} has a shared expert's gate but no shared expert", path, l);
       s.check(L.ffn_gate_inp_shexp, p + "ffn_gate_inp_shexp.weight", {c.n_embd}, true);
     }
-    return;
+    if (!c.moe_dense_branch) return;
+    s.check(L.ffn_gate_inp_scale, p + "ffn_gate_inp.scale", {c.n_embd}, true);
+    if (L.down_exps_scale.valid()) s.check(L.down_exps_scale, p + "ffn_down_exps.scale", {c.n_expert}, true);
+    s.check(L.ffn_post_norm_1, p + "post_ffw_norm_1.weight", {c.n_embd}, true);
+    s.check(L.ffn_pre_norm_2, p + "pre_ffw_norm_2.weight", {c.n_embd}, true);
+    s.check(L.ffn_post_norm_2, p + "post_ffw_norm_2.weight", {c.n_embd}, true);
   }
   const int64_t n_ff = c.n_ff_of(l);
   s.check(L.w_gate, p + "ffn_gate.weight", {c.n_embd, n_ff}, false);

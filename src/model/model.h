@@ -44,6 +44,10 @@ struct LayerWeights {
   // x) * the layer's per-layer input)); then x times layer_output_scale (a scalar; absent: 1).
   Tensor ple_inp_gate, ple_proj, ple_post_norm;
   Tensor layer_output_scale;
+  // Gemma 4's mixture of experts (ModelConfig::moe_dense_branch): the router's per-dimension input scale [n_embd],
+  // each expert's output scale [n_expert] (optional), and the branches' own norms.
+  Tensor ffn_gate_inp_scale, down_exps_scale;
+  Tensor ffn_post_norm_1, ffn_pre_norm_2, ffn_post_norm_2;
 };
 
 struct Model {

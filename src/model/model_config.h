@@ -221,6 +221,11 @@ struct ModelConfig {
   bool has_own_kv(int l) const { return kv_source_layer(l) == l; }
   // Gemma 4: v RMS-normed per head without a weight.
   bool v_norm = false;
+  // Gemma 4's mixture of experts (26B-A4B): a dense FFN of n_ff_of(l) (ffn_norm, ffn_post_norm_1) beside the experts
+  // (ffn_pre_norm_2, ffn_post_norm_2), the two summed and post-normed (ffn_post_norm); the router reads the residual
+  // RMS-normed without a weight, over sqrt(n_embd), times a per-dimension scale; each expert's output times its own
+  // scale.
+  bool moe_dense_branch = false;
   // Gemma 4's per-layer embeddings: n_embd_per_layer values per layer and token (0: none), from the token's row of
   // per_layer_token_embd and a projection of its embedding, gating a projection added after each layer.
   int n_embd_per_layer = 0;
