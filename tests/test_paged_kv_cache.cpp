@@ -189,3 +189,15 @@ TEST(KVCacheGroups, Gemma4SharedLayersReadTheirSourcesArraysAndEachArrayFitsItsL
   EXPECT_EQ(cache.view.k_layers[34], cache.view.k_layers[14]);
   EXPECT_EQ(cache.view.k_layers[15], cache.view.k_layers[13]);
 }
+
+// What benchmarks count as K/V per token: the layers with their own KV, each kind's heads (Gemma 4), MLA's latent rows.
+TEST(KVCacheGroups, ModelKVLayoutCountsWhatTheCacheHolds) {
+  const ModelConfig c = gemma4_e2b();
+  EXPECT_EQ(model_kv_layout(c, KVCacheDType::F16, 16).bytes_per_token(), 12u * 2 * 256 * 2 + 3u * 2 * 512 * 2);
+  ModelConfig g3 = gemma3_1b();
+  EXPECT_EQ(model_kv_layout(g3, KVCacheDType::F16, 16).bytes_per_token(), 26u * 2 * 256 * 2);
+  ModelConfig mla = g3;
+  mla.kv_lora_rank = 512;
+  mla.n_rot = 64;
+  EXPECT_EQ(model_kv_layout(mla, KVCacheDType::F16, 16).bytes_per_token(), 26u * (512 + 64) * 2);
+}

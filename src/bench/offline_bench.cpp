@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/paged_kv_cache.h"
 #include "kv/kv_layout.h"
 
 namespace kvserve::bench {
@@ -119,8 +120,7 @@ std::vector<RequestRecord> run_closed_loop(Engine& engine, const std::vector<std
 }  // namespace
 
 uint64_t kv_bytes_for_tokens(const Model& model, int64_t tokens, int block_size, KVCacheDType dtype) {
-  const ModelConfig& c = model.config;
-  const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, dtype, block_size);
+  const KVLayout layout = model_kv_layout(model.config, dtype, block_size);
   const int64_t blocks = (tokens + block_size - 1) / block_size;
   return static_cast<uint64_t>(blocks) * layout.stored_bytes_per_block();
 }
@@ -180,8 +180,7 @@ OfflineBenchResult run_offline_bench(const Model& model, const OfflineBenchOptio
   const std::vector<std::vector<int32_t>> prompts = make_prompts(o.prompts, pool, bos);
   std::unique_ptr<BoundProbe> probe;
   if (o.bound_segment_steps > 0) {
-    const ModelConfig& c = model.config;
-    const KVLayout layout = KVLayout::mha(c.n_layers, c.n_kv_heads, c.head_dim, eo.kv_cache_dtype, eo.block_size);
+    const KVLayout layout = model_kv_layout(model.config, eo.kv_cache_dtype, eo.block_size);
     probe = std::make_unique<BoundProbe>(ThreadPool::global(), o.bound_segment_steps, model.weight_bytes(),
                                          layout.stored_bytes_per_token());
   }

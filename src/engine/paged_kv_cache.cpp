@@ -96,6 +96,22 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
   return add_geometry(g);
 }
 
+KVLayout model_kv_layout(const ModelConfig& c, KVCacheDType dtype, int block_size) {
+  if (c.mla()) return KVLayout::mla(c.n_layers, c.kv_lora_rank, c.n_rot, dtype, block_size);
+  std::vector<int> own;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.has_own_kv(l)) own.push_back(l);
+  KVLayout layout = KVLayout::mha(static_cast<int>(own.size()), c.n_kv_heads, c.head_dim, dtype, block_size);
+  if (!c.uniform_layers()) {
+    for (int l : own) {
+      layout.layer_kv_heads.push_back(c.kv_heads_of(l));
+      layout.layer_head_dims.push_back(c.head_dim_of(l));
+    }
+    layout.validate();
+  }
+  return layout;
+}
+
 PagedKVCache::PagedKVCache(const ModelConfig& c, const PagedKVCacheOptions& opts) : block_size(opts.block_size) {
   const std::string_view who = opts.who;
   if (opts.block_size <= 0) fail("{}: block size must be positive, got {}", who, opts.block_size);

@@ -71,6 +71,10 @@ KVCacheGroups plan_kv_cache_groups(const ModelConfig& c, const std::vector<KVCac
                                    int64_t max_model_len, bool hybrid, const StreamingEviction& streaming = {},
                                    const HeavyHitterEviction& h2o = {});
 
+// The textbook layout of a model's KV per token: its layers that cache their own KV (Gemma 4's shared layers cache
+// none), each with its own KV heads and head size, or MLA's latent rows.
+KVLayout model_kv_layout(const ModelConfig& c, KVCacheDType dtype, int block_size);
+
 struct PagedKVCache {
   PagedKVCache(const ModelConfig& config, const PagedKVCacheOptions& opts);
 
