@@ -630,19 +630,11 @@ def tiny_llama4(gguf, path, seed):
     finish(w)
 
 
-def tiny_gemma4(gguf, path, seed):
-    """Gemma 4 (llama.cpp's gemma4; E2B's layout at 6 layers): sliding layers (0, 2, 4: window 8, RoPE base 10000
-    over all 16 dims of their heads, 4 KV heads of 16) and full ones (1, 3, 5: 1 KV head of 32, "proportional" RoPE at
-    base 1e6, the first quarter of the pairs rotating, the rest held by rope_freqs factors of 1e30), q/k normed with
-    weights, v normed without, attention scale 1. Layer 3 has no attn_v (its values are its keys' projection,
-    attention_k_eq_v); layers 4 and 5 share the KV of the last earlier layer of their kind (2 and 3) and have FFNs
-    twice as wide. Per-layer embeddings of 8 (their token rows, the model projection and its norm, each layer's gate,
-    projection and post-norm), a scalar per layer on its output, GeGLU, post-norms, a final logit soft-cap."""
-    r = Draws(seed)
-    E, L, H = 64, 6, 4
-    D_swa, KVH_swa, D_full, KVH_full, P = 16, 4, 32, 1, 8
-    swa = [i % 2 == 0 for i in range(L)]
-    n_ff = [96, 96, 96, 96, 192, 192]
+def begin_gemma4(gguf, path, shape, swa, n_ff, n_kv_shared, per_layer):
+    """A gemma4 writer with the keys both tiny Gemma 4 files set, in the converter's order: heads and their sizes per
+    layer kind (the sliding layers' on swa[i]), RoPE bases 1e6 (full) and 10000 (sliding) over whole heads, a window of
+    8, the final soft-cap."""
+    E, L, H, (D_swa, KVH_swa), (D_full, KVH_full) = shape
     w = gguf.GGUFWriter(str(path), "gemma4")
     w.add_name(path.stem)
     w.add_context_length(512)
@@ -662,17 +654,39 @@ def tiny_gemma4(gguf, path, seed):
     w.add_rope_dimension_count_swa(D_swa)
     w.add_sliding_window(8)
     w.add_sliding_window_pattern(swa)
-    w.add_shared_kv_layers(2)
-    w.add_embedding_length_per_layer_input(P)
+    w.add_shared_kv_layers(n_kv_shared)
+    w.add_embedding_length_per_layer_input(per_layer)
     w.add_final_logit_softcapping(10.0)
+    return w
+
+
+def add_proportional_rope(w, D_full):
+    """Gemma 4's full layers: the first quarter of the pairs rotate, the others are held by factors of 1e30."""
+    n_rot_pairs = D_full // 8
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * n_rot_pairs + [1e30] * (D_full // 2 - n_rot_pairs), np.float32))
+
+
+def tiny_gemma4(gguf, path, seed):
+    """Gemma 4 (llama.cpp's gemma4; E2B's layout at 6 layers): sliding layers (0, 2, 4: window 8, RoPE base 10000
+    over all 16 dims of their heads, 4 KV heads of 16) and full ones (1, 3, 5: 1 KV head of 32, "proportional" RoPE at
+    base 1e6, the first quarter of the pairs rotating, the rest held by rope_freqs factors of 1e30), q/k normed with
+    weights, v normed without, attention scale 1. Layer 3 has no attn_v (its values are its keys' projection,
+    attention_k_eq_v); layers 4 and 5 share the KV of the last earlier layer of their kind (2 and 3) and have FFNs
+    twice as wide. Per-layer embeddings of 8 (their token rows, the model projection and its norm, each layer's gate,
+    projection and post-norm), a scalar per layer on its output, GeGLU, post-norms, a final logit soft-cap."""
+    r = Draws(seed)
+    E, L, H = 64, 6, 4
+    D_swa, KVH_swa, D_full, KVH_full, P = 16, 4, 32, 1, 8
+    swa = [i % 2 == 0 for i in range(L)]
+    n_ff = [96, 96, 96, 96, 192, 192]
+    w = begin_gemma4(gguf, path, (E, L, H, (D_swa, KVH_swa), (D_full, KVH_full)), swa, n_ff, 2, P)
     n_vocab = copy_vocab(gguf, w)
     w.add_add_space_prefix(True)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.5))
     w.add_tensor("per_layer_token_embd.weight", r.embedding(n_vocab, L * P, 0.5))
     w.add_tensor("per_layer_model_proj.weight", r.mat(L * P, E, 2.0))
     w.add_tensor("per_layer_proj_norm.weight", r.norm(P, 0.3))
-    n_rot_pairs = D_full // 8
-    w.add_tensor("rope_freqs.weight", np.array([1.0] * n_rot_pairs + [1e30] * (D_full // 2 - n_rot_pairs), np.float32))
+    add_proportional_rope(w, D_full)
     for i in range(L):
         p = f"blk.{i}."
         D, KVH = (D_swa, KVH_swa) if swa[i] else (D_full, KVH_full)
@@ -713,36 +727,14 @@ def tiny_gemma4_moe(gguf, path, seed):
     D_swa, KVH_swa, D_full, KVH_full = 16, 4, 32, 1
     n_expert, n_used, F_exp, F = 4, 2, 32, 96
     swa = [i % 2 == 0 for i in range(L)]
-    w = gguf.GGUFWriter(str(path), "gemma4")
-    w.add_name(path.stem)
-    w.add_context_length(512)
-    w.add_embedding_length(E)
-    w.add_block_count(L)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv([KVH_swa if s else KVH_full for s in swa])
-    w.add_key_length(D_full)
-    w.add_value_length(D_full)
-    w.add_key_length_swa(D_swa)
-    w.add_value_length_swa(D_swa)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(1e6)
-    w.add_rope_freq_base_swa(10000.0)
-    w.add_rope_dimension_count(D_full)
-    w.add_rope_dimension_count_swa(D_swa)
-    w.add_sliding_window(8)
-    w.add_sliding_window_pattern(swa)
-    w.add_shared_kv_layers(0)
-    w.add_embedding_length_per_layer_input(0)
-    w.add_final_logit_softcapping(10.0)
+    w = begin_gemma4(gguf, path, (E, L, H, (D_swa, KVH_swa), (D_full, KVH_full)), swa, F, 0, 0)
     w.add_expert_count(n_expert)
     w.add_expert_used_count(n_used)
     w.add_expert_feed_forward_length(F_exp)
     n_vocab = copy_vocab(gguf, w)
     w.add_add_space_prefix(True)
     w.add_tensor("token_embd.weight", r.embedding(n_vocab, E, 0.5))
-    n_rot_pairs = D_full // 8
-    w.add_tensor("rope_freqs.weight", np.array([1.0] * n_rot_pairs + [1e30] * (D_full // 2 - n_rot_pairs), np.float32))
+    add_proportional_rope(w, D_full)
     for i in range(L):
         p = f"blk.{i}."
         D, KVH = (D_swa, KVH_swa) if swa[i] else (D_full, KVH_full)

@@ -158,7 +158,7 @@ class ModelRunner {
   // layer at hand.
   std::vector<int64_t> kv_block_, kv_slot_, layer_kv_offset_;
   // Gemma 4: per token, n_layers inputs of n_embd_per_layer ([token][layer][value]); one layer's gate rows.
-  std::vector<float> ple_, ple_gate_;
+  std::vector<float> ple_, ple_gate_, ple_row_;  // ple_row_: one token's per_layer_token_embd row
   std::vector<float> q_temperature_;  // per token of the batch: its position's attention temperature (Ministral 3)
   // The batch's activations for the next matmul, converted by the thread that wrote each row (the norms
   // before Q/K/V and gate/up, SiLU before the down projection).

@@ -18,7 +18,8 @@ void ModelRunner::per_layer_inputs(std::span<const BatchSequence> batch, int64_t
   const float token_scale = std::sqrt(static_cast<float>(P));
   const float sum_scale = 1.0f / std::sqrt(2.0f);
   const auto* norm = static_cast<const float*>(model_.per_layer_proj_norm.data);
-  std::vector<float> row(static_cast<size_t>(LP));
+  std::vector<float>& row = ple_row_;
+  row.resize(static_cast<size_t>(LP));
   int64_t t = 0;
   for (const BatchSequence& s : batch)
     for (const int32_t id : s.tokens) {
