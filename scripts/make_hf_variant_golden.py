@@ -18,6 +18,12 @@ once per variant; the output is committed.
   on the even layers) with its published config's YaRN, `truncate` false (llama.cpp rounds the ramp's ends), over
   tiny-gptoss's weights; the folder holds the experts dequantized (write_hf_folder --dequantized-experts), since
   transformers' MXFP4 path on a CPU rounds them through bf16.
+- gemma4-shared-kv: Gemma 4 (Gemma4ForCausalLM) as transformers computes it, with exact tanh GELU where llama.cpp's
+  ggml looks GELU up in an f16 table: tiny-gemma4's weights (sliding and full layers of different head sizes and KV
+  heads given by per_layer_config, KV sharing, double-wide FFNs on the shared layers, per-layer embeddings, layer
+  scalars, proportional RoPE), no edits.
+- gemma4-moe: the same for tiny-gemma4-moe (experts beside each dense FFN, attention_k_eq_v with global_head_dim and
+  num_global_key_value_heads), no edits.
 - llama4-chunked-temperature: Llama 4 (Llama4ForCausalLM) with its chunked attention and attention temperature
   where a short sequence shows them (llama.cpp fixes both at 8192 positions): attention_chunk_size 8 on the
   rotating layers, floor_scale 4 and attn_scale 0.5 on the NoPE one, over tiny-llama4's weights.
@@ -69,6 +75,12 @@ VARIANTS = {
         "edits": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                                    "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}},
         "dequantized": True, "long_prompt": 30},
+    "gemma4-shared-kv": {
+        "base": "tests/golden/arch/tiny-gemma4.gguf", "golden": ARCH_GOLDEN / "tiny-gemma4.jsonl",
+        "edits": {}, "long_prompt": 30},
+    "gemma4-moe": {
+        "base": "tests/golden/arch/tiny-gemma4-moe.gguf", "golden": ARCH_GOLDEN / "tiny-gemma4-moe.jsonl",
+        "edits": {}, "long_prompt": 30},
     "llama4-chunked-temperature": {
         "base": "tests/golden/arch/tiny-llama4.gguf", "golden": ARCH_GOLDEN / "tiny-llama4.jsonl",
         "edits": {"attention_chunk_size": 8, "floor_scale": 4, "attn_scale": 0.5},
@@ -93,7 +105,11 @@ def main():
     config.update(spec["edits"])
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     # Eager attention: the reference masks every score outside the window explicitly.
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager",
+                                                       output_loading_info=True)
+    model.eval()
+    # Every weight comes from the folder: none left at its initial value, none ignored.
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
     cases = []
     for line in open(spec["golden"]):
         g = json.loads(line)

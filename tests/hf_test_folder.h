@@ -5,6 +5,7 @@
 //
 //   auto dir = kvserve::test::make_hf_folder_from_gguf(gguf_path, tmp_dir, kvserve::DType::F16);
 //   auto model = kvserve::load_model(dir);
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -288,6 +289,97 @@ inline void add_llama4_feed_forward(SafetensorsWriter& w, const ModelConfig& c, 
   w.add(ff + "shared_expert.down_proj.weight", L.ffn_down_shexp, matrix_type);
 }
 
+// Gemma 4's HF names for one layer's extras (transformers' Gemma4TextDecoderLayer): the per-layer input's gate,
+// projection and norm, layer_scalar, and with experts the router (proj, scale, per_expert_scale), the experts' fused
+// gate_up_proj [experts][2 * width][hidden] and down_proj [experts][hidden][width], and the three norms around them.
+inline void add_gemma4_layer_extras(SafetensorsWriter& w, const ModelConfig& c, const LayerWeights& L,
+                                    const std::string& p, DType matrix_type) {
+  if (c.n_embd_per_layer > 0) {
+    w.add(p + "per_layer_input_gate.weight", L.ple_inp_gate, matrix_type);
+    w.add(p + "per_layer_projection.weight", L.ple_proj, matrix_type);
+    w.add(p + "post_per_layer_input_norm.weight", L.ple_post_norm, DType::F32);
+  }
+  add_values(w, p + "layer_scalar", {1},
+             [&](int64_t) { return L.layer_output_scale.valid() ? tensor_value(L.layer_output_scale, 0) : 1.0f; });
+  if (!c.moe_dense_branch) return;
+  const int64_t n = c.n_expert, E = c.n_embd, F = c.n_ff_exp;
+  w.add(p + "router.proj.weight", L.ffn_gate_inp, matrix_type);
+  w.add(p + "router.scale", L.ffn_gate_inp_scale, DType::F32);
+  add_values(w, p + "router.per_expert_scale", {n},
+             [&](int64_t e) { return L.down_exps_scale.valid() ? tensor_value(L.down_exps_scale, e) : 1.0f; });
+  add_values(
+      w, p + "experts.gate_up_proj", {n, 2 * F, E},
+      [&](int64_t i) {
+        const int64_t e = i / (2 * F * E), r = i / E % (2 * F), k = i % E;
+        const Tensor& t = (r < F ? L.gate_exps : L.up_exps)[static_cast<size_t>(e)];
+        return tensor_value(t, (r % F) * E + k);
+      },
+      matrix_type);
+  add_values(
+      w, p + "experts.down_proj", {n, E, F},
+      [&](int64_t i) { return tensor_value(L.down_exps[static_cast<size_t>(i / (E * F))], i % (E * F)); }, matrix_type);
+  w.add(p + "post_feedforward_layernorm_1.weight", L.ffn_post_norm_1, DType::F32);
+  w.add(p + "pre_feedforward_layernorm_2.weight", L.ffn_pre_norm_2, DType::F32);
+  w.add(p + "post_feedforward_layernorm_2.weight", L.ffn_post_norm_2, DType::F32);
+}
+
+// Gemma 4's config.json keys (Gemma4TextConfig): the sliding layers' head size and KV heads as the base, the full
+// layers' as global_head_dim and num_global_key_value_heads (with attention_k_eq_v) or per_layer_config (as
+// transformers 5 saves it), RoPE per layer type (proportional on the full ones: rope_freqs' rotating pairs), KV
+// sharing, double-wide FFNs, per-layer embeddings, experts.
+inline void add_gemma4_config(nlohmann::json& config, const ModelConfig& c, bool values_are_keys) {
+  int first_swa = -1, first_full = -1;
+  for (int l = c.n_layers - 1; l >= 0; --l) (c.is_swa_layer(l) ? first_swa : first_full) = l;
+  const int base_kv = first_swa >= 0 ? c.kv_heads_of(first_swa) : c.n_kv_heads;
+  config["architectures"] = {"Gemma4ForCausalLM"};
+  config["model_type"] = "gemma4_text";
+  for (const char* key :
+       {"query_pre_attn_scalar", "attn_logit_softcapping", "rope_theta", "rope_scaling", "rope_local_base_freq"})
+    config.erase(key);
+  config["head_dim"] = c.head_dim_of(first_swa >= 0 ? first_swa : 0);
+  config["num_key_value_heads"] = base_kv;
+  const int first_shared = c.n_layers - c.n_kv_shared_layers;
+  config["intermediate_size"] = c.n_ff_of(0);
+  const bool double_wide = !c.layer_n_ff.empty();
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.n_ff_of(l) != c.n_ff_of(0) * (double_wide && l >= first_shared ? 2 : 1))
+      throw std::runtime_error("gemma4 test folder: FFN widths HF's use_double_wide_mlp cannot give");
+  config["use_double_wide_mlp"] = double_wide;
+  config["num_kv_shared_layers"] = c.n_kv_shared_layers;
+  nlohmann::json types = nlohmann::json::array();
+  for (int l = 0; l < c.n_layers; ++l) types.push_back(c.is_swa_layer(l) ? "sliding_attention" : "full_attention");
+  config["layer_types"] = types;
+  config["sliding_window"] = c.sliding_window;
+  const std::vector<float>& f = c.rope_scaling.freq_factors;
+  const auto rotated = static_cast<int>(std::count(f.begin(), f.end(), 1.0f));
+  nlohmann::json full = {{"rope_type", "default"}, {"rope_theta", c.rope_base}};
+  if (!f.empty())
+    full = {{"rope_type", "proportional"},
+            {"partial_rotary_factor", 2.0 * rotated / c.head_dim},
+            {"rope_theta", c.rope_base}};
+  config["rope_parameters"] = {{"full_attention", full},
+                               {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_base_swa}}}};
+  config["attention_k_eq_v"] = values_are_keys;
+  if (values_are_keys) {
+    config["global_head_dim"] = c.head_dim;
+    config["num_global_key_value_heads"] = c.kv_heads_of(first_full);
+  } else {
+    nlohmann::json per_layer = nlohmann::json::object();
+    for (int l = 0; l < c.n_layers; ++l)
+      if (!c.is_swa_layer(l))
+        per_layer[std::to_string(l)] = {{"head_dim", c.head_dim}, {"num_key_value_heads", c.kv_heads_of(l)}};
+    config["per_layer_config"] = per_layer;
+  }
+  config["hidden_size_per_layer_input"] = c.n_embd_per_layer;
+  config["vocab_size_per_layer_input"] = c.n_vocab;
+  config["enable_moe_block"] = c.moe_dense_branch;
+  if (c.moe_dense_branch) {
+    config["num_experts"] = c.n_expert;
+    config["top_k_experts"] = c.n_expert_used;
+    config["moe_intermediate_size"] = c.n_ff_exp;
+  }
+}
+
 // Writes an HF folder for `gguf_path` into `dir` with 2-D weights stored as `matrix_type` (norms and
 // biases F32, as HF F32 checkpoints have them; pass F16/BF16 only where the GGUF holds exactly that
 // type or F16→F32 for exactness). llama q/k rows are permuted back to HF's rotate-half order; qwen2 and
@@ -304,12 +396,23 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
   const bool permute_qk = c.rope_style == RopeStyle::Interleaved && c.arch != "llama4";
 
   SafetensorsWriter w;
-  // Gemma's HF norms hold w where its GGUF holds 1 + w.
-  const bool gemma = c.arch.starts_with("gemma");
+  // Gemma's HF norms hold w where its GGUF holds 1 + w (Gemma 4's hold w in both).
+  const bool gemma = c.arch.starts_with("gemma"), gemma4 = c.arch == "gemma4";
   const auto add_norm = [&](const std::string& name, const Tensor& t) {
-    w.add(name, t, DType::F32, 0, gemma ? -1.0f : 0.0f);
+    w.add(name, t, DType::F32, 0, gemma && !gemma4 ? -1.0f : 0.0f);
   };
+  // Gemma 4's attention_k_eq_v: no full layer with its own KV has attn_v. Without it, a full layer lacking attn_v
+  // gets its keys' projection as v_proj, the same values.
+  bool values_are_keys = gemma4;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (gemma4 && !c.is_swa_layer(l) && c.has_own_kv(l) && g->layers[static_cast<size_t>(l)].wv.valid())
+      values_are_keys = false;
   w.add("model.embed_tokens.weight", g->tok_embd, matrix_type);
+  if (c.n_embd_per_layer > 0) {
+    w.add("model.embed_tokens_per_layer.weight", g->per_layer_token_embd, matrix_type);
+    w.add("model.per_layer_model_projection.weight", g->per_layer_model_proj, matrix_type);
+    add_norm("model.per_layer_projection_norm.weight", g->per_layer_proj_norm);
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = g->layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -320,6 +423,11 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     }
     if (c.arch == "phi3") {
       w.add_fused(p + "self_attn.qkv_proj.weight", {&L.wq, &L.wk, &L.wv}, matrix_type);
+    } else if (gemma4) {  // layers on another's KV have neither k_proj nor v_proj
+      w.add(p + "self_attn.q_proj.weight", L.wq, matrix_type);
+      if (c.has_own_kv(l)) w.add(p + "self_attn.k_proj.weight", L.wk, matrix_type);
+      if (c.has_own_kv(l) && !(values_are_keys && !c.is_swa_layer(l)))
+        w.add(p + "self_attn.v_proj.weight", L.wv.valid() ? L.wv : L.wk, matrix_type);
     } else {
       w.add(p + "self_attn.q_proj.weight", L.wq, matrix_type, permute_qk ? c.head_dim : 0);
       w.add(p + "self_attn.k_proj.weight", L.wk, matrix_type, permute_qk ? c.head_dim : 0);
@@ -333,7 +441,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
     }
     if (c.qk_norm) {
       add_norm(p + "self_attn.q_norm.weight", L.q_norm);
-      add_norm(p + "self_attn.k_norm.weight", L.k_norm);
+      if (L.k_norm.valid()) add_norm(p + "self_attn.k_norm.weight", L.k_norm);
     }
     if (c.post_norms) {
       add_norm(p + "post_attention_layernorm.weight", L.attn_post_norm);
@@ -346,11 +454,12 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       add_gpt_oss_layer(w, c, L, p, file, l, mxfp4_experts);
       continue;
     }
+    if (gemma4) add_gemma4_layer_extras(w, c, L, p, matrix_type);
     if (c.arch == "llama4") {
       add_llama4_feed_forward(w, c, L, p + "feed_forward.", l, matrix_type);
       continue;
     }
-    if (c.moe()) {
+    if (c.moe() && !gemma4) {
       // Qwen3-MoE's names, or Mixtral's (a llama file with experts).
       const bool mixtral = c.arch == "llama";
       const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
@@ -581,6 +690,7 @@ inline std::string make_hf_folder_from_gguf(const std::string& gguf_path, const 
       }
     }
   }
+  if (gemma4) add_gemma4_config(config, c, values_are_keys);
   std::ofstream(fs::path(dir) / "config.json") << config.dump(2);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(fs::path(hf_fixture_dir("stories512")) / f, fs::path(dir) / f,

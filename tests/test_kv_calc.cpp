@@ -1,5 +1,6 @@
 // kv-calc figures for well-known models, config.json parsing, and the built CLI end to end.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -438,4 +439,57 @@ TEST(KVCalc, Gemma4CountsOnlyLayersWithTheirOwnKVAndEachKindsHeads) {
   EXPECT_EQ(j["kv_shared_layers"], 2);
   EXPECT_EQ(j["bytes_per_token"].get<uint64_t>(), 2u * (2 * 32 * 2) + 2u * (2 * 4 * 16 * 2));
   EXPECT_EQ(j["windowed_bytes_per_request"].get<uint64_t>(), 2u * 128 * 100 + 2u * 256 * 8);
+}
+
+// Gemma 4 as Hugging Face configs give it, read as the model loader reads them. tiny-gemma4's (the full layers' head
+// size and KV heads in per_layer_config, as transformers 5 saves it) gives its GGUF file's figures. A
+// Gemma-4-E2B-shaped image-text config (text_config over Gemma4TextConfig's defaults: full layers' heads
+// global_head_dim 512 wide, the sliding ones' head_dim 256, window 512) caches 3 full and 12 sliding layers of its own.
+TEST(KVCalc, Gemma4HfConfigsCountOnlyLayersWithTheirOwnKV) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvserve_kv_calc_gemma4_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "config.json";
+  std::ofstream(path) << R"({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+      "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16,
+      "intermediate_size": 96, "max_position_embeddings": 512, "vocab_size": 512, "sliding_window": 8,
+      "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                      "sliding_attention", "full_attention"],
+      "per_layer_config": {"1": {"head_dim": 32, "num_key_value_heads": 1}, "3": {"head_dim": 32,
+                           "num_key_value_heads": 1}, "5": {"head_dim": 32, "num_key_value_heads": 1}},
+      "num_kv_shared_layers": 2, "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 512})";
+  test::CommandResult hf = run_cli("kv-calc --config " + path.string() + " --seq-len 100 --json");
+  test::CommandResult gguf = run_cli("kv-calc -m " + std::string(KVSERVE_SOURCE_DIR) +
+                                     "/tests/golden/arch/tiny-gemma4.gguf --seq-len 100 --json");
+  ASSERT_EQ(hf.exit_code, 0) << hf.out;
+  ASSERT_EQ(gguf.exit_code, 0) << gguf.out;
+  nlohmann::json a = nlohmann::json::parse(hf.out), b = nlohmann::json::parse(gguf.out);
+  a.erase("model");
+  b.erase("model");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a["bytes_per_token"].get<uint64_t>(), 2u * (2 * 32 * 2) + 2u * (2 * 4 * 16 * 2));
+
+  std::string types;
+  for (int l = 0; l < 35; ++l)
+    types += std::string(l ? ", " : "") + ((l + 1) % 5 ? "\"sliding_attention\"" : "\"full_attention\"");
+  std::ofstream(path) << R"({"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+      "text_config": {"model_type": "gemma4_text", "hidden_size": 1536, "num_hidden_layers": 35,
+      "num_attention_heads": 8, "num_key_value_heads": 1, "intermediate_size": 6144, "num_kv_shared_layers": 20,
+      "use_double_wide_mlp": true, "layer_types": [)" +
+                             types + R"(]}})";
+  hf = run_cli("kv-calc --config " + path.string() + " --seq-len 32768 --json");
+  ASSERT_EQ(hf.exit_code, 0) << hf.out;
+  a = nlohmann::json::parse(hf.out);
+  EXPECT_EQ(a["head_dim"], 512);
+  EXPECT_EQ(a["head_dim_swa"], 256);
+  EXPECT_EQ(a["kv_shared_layers"], 20);
+  EXPECT_EQ(a["bytes_per_token"].get<uint64_t>(), 3u * 2048 + 12u * 1024);
+  EXPECT_EQ(a["windowed_bytes_per_request"].get<uint64_t>(), 3ull * 2048 * 32768 + 12ull * 1024 * 512);
+
+  // A config the loader refuses is refused here too, naming the problem.
+  std::ofstream(path) << R"({"model_type": "gemma4_text", "num_hidden_layers": 6, "num_attention_heads": 4,
+      "num_kv_shared_layers": 6})";
+  hf = test::run_command(std::string(KVSERVE_BINARY) + " kv-calc --config " + path.string() + " --seq-len 100", true);
+  EXPECT_NE(hf.exit_code, 0);
+  EXPECT_NE(hf.err.find("num_kv_shared_layers 6"), std::string::npos) << hf.err;
+  std::filesystem::remove_all(dir);
 }

@@ -129,9 +129,17 @@ void ModelRunner::embed(int32_t id, float* out) const {
     for (int64_t i = 0; i < c.n_embd; ++i) out[i] *= c.embd_scale;
 }
 
+void ModelRunner::gelu(const float* gate, const float* up, float* out, int64_t n) const {
+  if (model_.config.gelu_exact) {
+    gelu_exact_mul(gate, up, out, n);
+  } else {
+    gelu_mul(gate, up, out, n);
+  }
+}
+
 void ModelRunner::ffn_activation(const float* gate, const float* up, float* out, int64_t n) const {
   if (model_.config.ffn_act == FfnActivation::GeluTanh) {
-    gelu_mul(gate, up, out, n);
+    gelu(gate, up, out, n);
   } else if (model_.config.ffn_act == FfnActivation::SwigluOai) {
     swiglu_oai_mul(gate, up, out, n, kSwigluOaiAlpha, model_.config.swiglu_limit);
   } else {

@@ -138,6 +138,8 @@ class ModelRunner {
   void embed(int32_t id, float* out) const;
   // out = act(gate) * up over n elements: SwiGLU, or Gemma's GeGLU. out may be gate.
   void ffn_activation(const float* gate, const float* up, float* out, int64_t n) const;
+  // out = gelu(gate) * up, exact or from ggml's table as the model's reference computes it (ModelConfig::gelu_exact).
+  void gelu(const float* gate, const float* up, float* out, int64_t n) const;
   int forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits);
   std::vector<PagedAttentionArgs> attn_args_;  // one per sequence of the step
   std::vector<H2OAttentionArgs> h2o_args_;     // the same for layers with H2O eviction

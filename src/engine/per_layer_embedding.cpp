@@ -40,7 +40,7 @@ void ModelRunner::add_per_layer_embedding(const LayerWeights& L, int il, int64_t
   matmul(L.ple_inp_gate, x_.data(), n_tokens, ple_gate_.data(), pool_);
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* g = ple_gate_.data() + t * P;
-    gelu_mul(g, ple_.data() + t * LP + il * P, g, P);
+    gelu(g, ple_.data() + t * LP + il * P, g, P);
   }
   matmul(L.ple_proj, ple_gate_.data(), n_tokens, tmp_.data(), pool_);
   const auto* post_norm = static_cast<const float*>(L.ple_post_norm.data);

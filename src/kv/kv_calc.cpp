@@ -91,15 +91,51 @@ void validate_kv_shape(const KVModelShape& s) {
          s.n_shared_swa_layers, s.n_layers);
 }
 
+namespace {
+
+// Gemma 4's layers as the model loader reads its config: each type's KV heads and head size, its window, and the last
+// layers on earlier layers' KV.
+void gemma4_shape(const ModelConfig& c, KVModelShape& s) {
+  s.n_layers = c.n_layers;
+  s.n_heads = c.n_heads;
+  s.head_dim = c.head_dim;
+  s.context_length = c.n_ctx_train;
+  s.n_kv_heads = s.n_kv_heads_swa = s.head_dim_swa = s.n_swa_layers = s.n_shared_swa_layers = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    int& heads = c.is_swa_layer(l) ? s.n_kv_heads_swa : s.n_kv_heads;
+    if (heads != 0 && heads != c.kv_heads_of(l))
+      fail("config.json: KV head counts that differ among layers of one kind are not supported by kv-calc");
+    heads = c.kv_heads_of(l);
+  }
+  if (s.n_kv_heads_swa == s.n_kv_heads) s.n_kv_heads_swa = 0;
+  if (c.sliding_window > 0) {
+    s.sliding_window = c.sliding_window;
+    s.n_swa_layers = static_cast<int>(std::count(c.swa_layers.begin(), c.swa_layers.end(), true));
+    s.head_dim_swa = c.head_dim_swa;
+  }
+  s.n_kv_shared_layers = c.n_kv_shared_layers;
+  for (int l = c.n_layers - c.n_kv_shared_layers; l < c.n_layers; ++l) s.n_shared_swa_layers += c.is_swa_layer(l);
+}
+
+}  // namespace
+
 KVModelShape kv_shape_from_hf_config(const nlohmann::json& config) {
   if (!config.is_object()) fail("config.json: expected a JSON object");
   const nlohmann::json* c = &config;
   if (!c->contains("num_hidden_layers") && config.contains("text_config") && config["text_config"].is_object())
     c = &config["text_config"];
-  if (!c->contains("num_hidden_layers")) fail("config.json: no 'num_hidden_layers'");
-  if (!c->contains("num_attention_heads")) fail("config.json: no 'num_attention_heads'");
   KVModelShape s;
   s.name = config.value("_name_or_path", config.value("model_type", std::string("config.json")));
+  const std::string model_type = c->value("model_type", config.value("model_type", std::string()));
+  if (model_type == "gemma4_text" || model_type == "gemma4") {  // over Gemma4TextConfig's defaults
+    nlohmann::json text = *c;
+    text["architectures"] = nlohmann::json::array({"Gemma4ForCausalLM"});
+    gemma4_shape(hf_model_config(text, "config.json"), s);
+    validate_kv_shape(s);
+    return s;
+  }
+  if (!c->contains("num_hidden_layers")) fail("config.json: no 'num_hidden_layers'");
+  if (!c->contains("num_attention_heads")) fail("config.json: no 'num_attention_heads'");
   s.n_layers = json_int(*c, "num_hidden_layers");
   s.n_heads = json_int(*c, "num_attention_heads");
   s.n_kv_heads = json_int_or(*c, "num_key_value_heads", s.n_heads);
@@ -118,7 +154,6 @@ KVModelShape kv_shape_from_hf_config(const nlohmann::json& config) {
     if (s.n_heads <= 0) fail("config.json: 'num_attention_heads' must be positive");
     s.head_dim = json_int(*c, "hidden_size") / s.n_heads;
   }
-  const std::string model_type = c->value("model_type", config.value("model_type", std::string()));
   const SlidingWindowLayers swa = hf_sliding_window_layers(*c, model_type, s.n_layers, "config.json");
   if (swa.window > 0) {
     s.sliding_window = swa.window;

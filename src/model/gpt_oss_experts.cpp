@@ -1,5 +1,6 @@
 #include "model/gpt_oss_experts.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -202,6 +203,54 @@ void load_llama4_experts(const SafetensorsModel& w, const std::string& ff, const
       ff + "router.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
   const std::string x = ff + "experts.";
   load_fused_float_experts(w, x, n, E, F, /*interleaved=*/false, L, m);
+}
+
+namespace {
+
+// A float vector of `n` values from the checkpoint, owned as F32.
+Tensor f32_vector(const SafetensorsModel& w, const std::string& name, int64_t n, Model& m) {
+  const SafetensorsTensor& t = shaped(w, name, nullptr, {n});
+  Tensor out = f32_matrix(
+      name, 1, n, [&](int64_t, int64_t k) { return value(t, k); }, m);
+  out.ne = {n, 1, 1, 1};
+  out.n_dims = 1;
+  return out;
+}
+
+// A [experts][rows][cols] float tensor as one [rows][cols] weight per expert: views of the mapped rows where the data
+// is aligned for its type, else of an aligned copy.
+std::vector<Tensor> expert_rows(const SafetensorsModel& w, const std::string& name, int n, int64_t rows, int64_t cols,
+                                Model& m) {
+  const SafetensorsTensor& raw = shaped(w, name, nullptr, {n, rows, cols});
+  Tensor all = w.tensor(name);
+  const size_t elem = all.type == DType::F32 ? 4 : 2;
+  if (reinterpret_cast<uintptr_t>(all.data) % elem != 0)
+    all = matrix_like(
+        raw, name, int64_t{n} * rows, cols, [&](int64_t r, int64_t k) { return r * cols + k; }, m);
+  all.ne = {cols, int64_t{n} * rows, 1, 1};
+  all.n_dims = 2;
+  return per_expert(all, n, rows, name);
+}
+
+}  // namespace
+
+void load_gemma4_experts(const SafetensorsModel& w, const std::string& layer, const ModelConfig& c, LayerWeights& L,
+                         Model& m) {
+  const int n = c.n_expert;
+  const int64_t E = c.n_embd, F = c.n_ff_exp;
+  const SafetensorsTensor& router = shaped(w, layer + "router.proj.weight", nullptr, {n, E});
+  L.ffn_gate_inp = f32_matrix(
+      layer + "router.proj.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
+  L.ffn_gate_inp_scale = f32_vector(w, layer + "router.scale", E, m);
+  L.down_exps_scale = f32_vector(w, layer + "router.per_expert_scale", n, m);
+  const std::string x = layer + "experts.";
+  const std::vector<Tensor> gate_up = expert_rows(w, x + "gate_up_proj", n, 2 * F, E, m);
+  for (int e = 0; e < n; ++e) {
+    const std::string name = x + "gate_up_proj[" + std::to_string(e) + "]";
+    L.gate_exps.push_back(row_range(gate_up[static_cast<size_t>(e)], 0, F, name + ".gate"));
+    L.up_exps.push_back(row_range(gate_up[static_cast<size_t>(e)], F, F, name + ".up"));
+  }
+  L.down_exps = expert_rows(w, x + "down_proj", n, E, F, m);
 }
 
 }  // namespace kvserve

@@ -1,5 +1,5 @@
 #pragma once
-// The fused expert tensors of Hugging Face checkpoints: gpt-oss's and Llama 4's.
+// The fused expert tensors of Hugging Face checkpoints: gpt-oss's, Llama 4's and Gemma 4's.
 //
 // gpt-oss's mixture of experts as its Hugging Face checkpoints hold it (transformers' GptOssExperts): the router
 // (mlp.router.weight / .bias); every expert's gate and up fused in mlp.experts.gate_up_proj, their output columns
@@ -34,5 +34,12 @@ void load_gpt_oss_experts(const SafetensorsModel& weights, const std::string& ml
 // checkpoint's own float type (BF16 for Meta's).
 void load_llama4_experts(const SafetensorsModel& weights, const std::string& ff, const ModelConfig& c, LayerWeights& L,
                          Model& m);
+
+// Gemma 4's (transformers' Gemma4TextRouter and Gemma4TextExperts), under `layer` ("model.layers.N."): router.proj
+// (the router's weight), router.scale (its input's scale per dimension), router.per_expert_scale (each expert's
+// output scale), experts.gate_up_proj [experts][2 * width][hidden] (gate's rows, then up's) and experts.down_proj
+// [experts][hidden][width]: llama.cpp's layout already, so each expert's weights are views of the checkpoint's rows.
+void load_gemma4_experts(const SafetensorsModel& weights, const std::string& layer, const ModelConfig& c,
+                         LayerWeights& L, Model& m);
 
 }  // namespace kvserve

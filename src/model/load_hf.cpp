@@ -56,6 +56,7 @@ constexpr HfArch kHfArchs[] = {
     {"GemmaForCausalLM", "gemma", false, false},
     {"Gemma2ForCausalLM", "gemma2", false, false},
     {"Gemma3ForCausalLM", "gemma3", false, true},
+    {"Gemma4ForCausalLM", "gemma4", false, true},
     {"SmolLM3ForCausalLM", "smollm3", false, false},
     {"GraniteForCausalLM", "granite", false, false},
     {"Llama4ForCausalLM", "llama4", false, false},
@@ -205,7 +206,7 @@ void read_rope_scaling(const json& j, const std::string& path, ModelConfig& c) {
 // unless tie_word_embeddings is false, as transformers and llama.cpp allow).
 // The families whose config.json can give layers a sliding window, each read as transformers' config class and
 // modeling code read it.
-enum class SwaFamily { Gemma2, Gemma3, GptOss, Mistral, Mixtral, Ministral, Ministral3, Olmo3, Qwen2 };
+enum class SwaFamily { Gemma2, Gemma3, Gemma4, GptOss, Mistral, Mixtral, Ministral, Ministral3, Olmo3, Qwen2 };
 
 // Each family's architecture and config model_type (Gemma 3's text config also "gemma3_text").
 struct SwaFamilyName {
@@ -217,6 +218,7 @@ constexpr SwaFamilyName kSwaFamilies[] = {
     {SwaFamily::Gemma2, "Gemma2ForCausalLM", "gemma2"},
     {SwaFamily::Gemma3, "Gemma3ForCausalLM", "gemma3"},
     {SwaFamily::Gemma3, "Gemma3ForCausalLM", "gemma3_text"},
+    {SwaFamily::Gemma4, "Gemma4ForCausalLM", "gemma4_text"},
     {SwaFamily::GptOss, "GptOssForCausalLM", "gpt_oss"},
     {SwaFamily::Mistral, "MistralForCausalLM", "mistral"},
     {SwaFamily::Mixtral, "MixtralForCausalLM", "mixtral"},
@@ -248,9 +250,17 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
                                                SwaFamily family, int n_layers) {
   SlidingWindowLayers swa;
   if (family == SwaFamily::Qwen2 && !r.bool_or("use_sliding_window", false)) return swa;
-  if (j.contains("sliding_window") && j["sliding_window"].is_null()) return swa;
+  const bool gemma4 = family == SwaFamily::Gemma4;
+  if (j.contains("sliding_window") && j["sliding_window"].is_null()) {
+    // Gemma 4's layer types also choose head sizes and RoPE; a sliding layer without a window is not read.
+    if (gemma4) fail("'{}': a Gemma 4 config needs a sliding_window", path);
+    return swa;
+  }
   const bool no_default = family == SwaFamily::Mixtral || family == SwaFamily::Ministral3;
-  swa.window = r.positive_int_or("sliding_window", no_default ? 0 : family == SwaFamily::GptOss ? 128 : 4096);
+  swa.window = r.positive_int_or("sliding_window", no_default                    ? 0
+                                                   : family == SwaFamily::GptOss ? 128
+                                                   : gemma4                      ? 512
+                                                                                 : 4096);
   if (swa.window == 0) return swa;
   swa.layers.assign(static_cast<size_t>(n_layers), true);
   if (family == SwaFamily::Mistral || family == SwaFamily::Mixtral || family == SwaFamily::Ministral3) return swa;
@@ -264,6 +274,7 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
         fail("'{}': layer_types[{}] must be \"sliding_attention\" or \"full_attention\"", path, l);
       swa.layers[l] = t == "sliding_attention";
     }
+    if (gemma4) swa.layers.back() = false;  // Gemma4TextConfig makes the last layer a full one, whatever it says
     return swa;
   }
   if (family == SwaFamily::Qwen2) {
@@ -275,20 +286,22 @@ SlidingWindowLayers read_sliding_window_layers(const json& j, const ConfigReader
       first = v.get<int64_t>();
     }
     for (int l = 0; l < n_layers && l < first; ++l) swa.layers[static_cast<size_t>(l)] = false;
-  } else if (family == SwaFamily::Gemma2 || family == SwaFamily::Gemma3 || family == SwaFamily::Olmo3 ||
+  } else if (family == SwaFamily::Gemma2 || family == SwaFamily::Gemma3 || gemma4 || family == SwaFamily::Olmo3 ||
              family == SwaFamily::GptOss) {
     const int n = family == SwaFamily::Gemma2 || family == SwaFamily::GptOss ? 2
                   : family == SwaFamily::Olmo3                               ? 4
-                                               : r.positive_int_or("sliding_window_pattern", 6);
+                  : gemma4                                                   ? 6
+                           : r.positive_int_or("sliding_window_pattern", 6);
     for (int l = 0; l < n_layers; ++l) swa.layers[static_cast<size_t>(l)] = (l + 1) % n != 0;
+    if (gemma4) swa.layers.back() = false;
   }
   return swa;
 }
 
 void read_gemma_config(const json& j, const ConfigReader& r, const std::string& path, ModelConfig& c) {
-  const bool gemma2 = c.arch == "gemma2", gemma3 = c.arch == "gemma3";
+  const bool gemma2 = c.arch == "gemma2", gemma3 = c.arch == "gemma3", gemma4 = c.arch == "gemma4";
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-  c.tied_output = !gemma3 || r.bool_or("tie_word_embeddings", true);
+  c.tied_output = (!gemma3 && !gemma4) || r.bool_or("tie_word_embeddings", true);
   for (const char* key : {"hidden_activation", "hidden_act"}) {
     if (!r.has(key)) continue;
     if (!j[key].is_string()) fail("'{}': '{}' must be a string", path, key);
@@ -299,8 +312,9 @@ void read_gemma_config(const json& j, const ConfigReader& r, const std::string& 
     break;
   }
   c.ffn_act = FfnActivation::GeluTanh;
+  c.gelu_exact = true;  // as transformers computes it
   c.attn_scale = 1.0f / std::sqrt(r.positive_float_or("query_pre_attn_scalar", static_cast<float>(c.head_dim)));
-  if (!gemma2 && !gemma3) return;
+  if (!gemma2 && !gemma3 && !gemma4) return;
   c.post_norms = true;
   const auto cap = [&](const char* key, float fallback) {
     if (j.contains(key) && j[key].is_null()) return 0.0f;
@@ -535,6 +549,182 @@ ModelConfig read_gemma3_text_config(const json& j, const std::string& path) {
   return read_config(t, path);
 }
 
+// Gemma 4's image-text checkpoints (Gemma4ForConditionalGeneration): the text model only, from `text_config`; their
+// vision and audio towers are not read.
+ModelConfig read_gemma4_text_config(const json& j, const std::string& path) {
+  if (!j.contains("text_config") || !j["text_config"].is_object())
+    fail("'{}': a Gemma4ForConditionalGeneration config needs its 'text_config' object", path);
+  json t = j["text_config"];
+  t["architectures"] = json::array({"Gemma4ForCausalLM"});
+  if (j.contains("_name_or_path")) t["_name_or_path"] = j["_name_or_path"];
+  return read_config(t, path);
+}
+
+// Gemma4TextConfig's defaults for the keys a config leaves out (global_head_dim: what its __post_init__ takes).
+void add_gemma4_defaults(json& j) {
+  static const json defaults = {{"vocab_size", 262144},
+                                {"hidden_size", 2304},
+                                {"intermediate_size", 9216},
+                                {"num_hidden_layers", 30},
+                                {"num_attention_heads", 8},
+                                {"num_key_value_heads", 4},
+                                {"head_dim", 256},
+                                {"global_head_dim", 512},
+                                {"max_position_embeddings", 131072},
+                                {"rms_norm_eps", 1e-6},
+                                {"tie_word_embeddings", true},
+                                {"sliding_window", 512},
+                                {"vocab_size_per_layer_input", 262144},
+                                {"hidden_size_per_layer_input", 256}};
+  for (const auto& [key, value] : defaults.items())
+    if (!j.contains(key)) j[key] = value;
+}
+
+// One layer type's RoPE from Gemma 4's rope_parameters (transformers' defaults where the config gives none): its base,
+// and for the full layers "proportional" RoPE: the first int(partial_rotary_factor * head_dim / 2) pairs of a head
+// rotate at base^(-2i / head_dim) over `factor`, the others not at all (as llama.cpp's converter writes it: factors of
+// 1e30 on the held pairs, the ggml form kvserve's RoPE takes).
+struct Gemma4Rope {
+  float base = 0;
+  std::vector<float> freq_factors;
+};
+Gemma4Rope read_gemma4_rope(const json& j, const std::string& path, bool full, int head_dim) {
+  const char* type_key = full ? "full_attention" : "sliding_attention";
+  json p = full ? json{{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}
+                : json{{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const json& rp = j["rope_parameters"];
+    if (!rp.is_object() || !rp.contains(type_key) || !rp[type_key].is_object())
+      fail("'{}': rope_parameters needs an object for '{}'", path, type_key);
+    p = rp[type_key];
+  }
+  const auto number = [&](const char* key, double fallback) {
+    if (!p.contains(key) || p[key].is_null()) return fallback;
+    if (!p[key].is_number() || !(p[key].get<double>() > 0) || !std::isfinite(p[key].get<double>()))
+      fail("'{}': rope_parameters.{}.{} must be a positive number", path, type_key, key);
+    return p[key].get<double>();
+  };
+  const std::string type = p.value("rope_type", std::string("default"));
+  Gemma4Rope rope;
+  rope.base = static_cast<float>(number("rope_theta", full ? 1000000.0 : 10000.0));
+  if (type == "default") return rope;  // every pair rotates (transformers ignores partial_rotary_factor here)
+  if (type != "proportional" || !full)
+    fail("'{}': rope_parameters.{} of type '{}' is not supported (default{})", path, type_key, type,
+         full ? ", proportional" : "");
+  const double partial = number("partial_rotary_factor", 1.0), factor = number("factor", 1.0);
+  if (partial > 1.0) fail("'{}': rope_parameters.{}.partial_rotary_factor {} exceeds 1", path, type_key, partial);
+  const int rotated = static_cast<int>(std::floor(partial * head_dim / 2));
+  rope.freq_factors.assign(static_cast<size_t>(head_dim / 2), 1e30f);
+  std::fill_n(rope.freq_factors.begin(), rotated, static_cast<float>(factor));
+  return rope;
+}
+
+// Gemma 4 (transformers' Gemma4TextConfig and modeling_gemma4) over what read_gemma_config sets: norms that multiply by
+// their weights (not 1 + w), attention scale 1, v RMS-normed without a weight; the full layers' heads
+// global_head_dim wide with num_global_key_value_heads of them (only with attention_k_eq_v, whose full layers take
+// their keys' projection as values), the sliding ones head_dim and num_key_value_heads, unless `per_layer_config`
+// (as transformers 5 saves it) overrides a layer's; the last num_kv_shared_layers layers on the KV of the last earlier
+// layer of their type, with FFNs twice as wide under use_double_wide_mlp; per-layer embeddings of
+// hidden_size_per_layer_input; with enable_moe_block, num_experts experts of moe_intermediate_size beside each dense
+// FFN, top_k_experts of them chosen.
+void read_gemma4_config(const json& j, const ConfigReader& r, const std::string& path, ModelConfig& c) {
+  if (j.contains("use_bidirectional_attention") && j["use_bidirectional_attention"] == "all")
+    fail("'{}': bidirectional attention (an embedding model) is not supported", path);
+  if (r.bool_or("attention_bias", false)) fail("'{}': Gemma 4 with attention biases is not supported", path);
+  c.attn_scale = 1.0f;
+  c.v_norm = true;
+  c.attn_softcap = 0.0f;
+  const bool k_eq_v = r.bool_or("attention_k_eq_v", false);
+  const int L = c.n_layers;
+  std::vector<int> dims(static_cast<size_t>(L), c.head_dim), kv_heads(static_cast<size_t>(L), c.n_kv_heads);
+  if (!r.has("per_layer_config")) {
+    const int global_dim = r.positive_int("global_head_dim");
+    const int global_kv =
+        k_eq_v && r.has("num_global_key_value_heads") ? r.positive_int("num_global_key_value_heads") : c.n_kv_heads;
+    for (int l = 0; l < L; ++l)
+      if (!c.is_swa_layer(l)) {
+        dims[static_cast<size_t>(l)] = global_dim;
+        kv_heads[static_cast<size_t>(l)] = global_kv;
+      }
+  } else {
+    const json& plc = j["per_layer_config"];
+    if (!plc.is_object()) fail("'{}': 'per_layer_config' must be an object of layer indices", path);
+    for (const auto& [key, overrides] : plc.items()) {
+      int l = -1;
+      if (!key.empty() && key.size() < 8 &&
+          std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+        l = std::stoi(key);
+      if (l < 0 || l >= L) fail("'{}': per_layer_config key '{}' is not a layer index below {}", path, key, L);
+      if (!overrides.is_object()) fail("'{}': per_layer_config['{}'] must be an object", path, key);
+      for (const auto& [name, value] : overrides.items()) {
+        if (name != "head_dim" && name != "num_key_value_heads")
+          fail("'{}': per_layer_config['{}'].{} is not supported (head_dim, num_key_value_heads)", path, key, name);
+        if (!value.is_number_integer() || value.get<int64_t>() <= 0 || value.get<int64_t>() > (1 << 20))
+          fail("'{}': per_layer_config['{}'].{} must be a positive integer", path, key, name);
+        (name == "head_dim" ? dims : kv_heads)[static_cast<size_t>(l)] = value.get<int>();
+      }
+    }
+  }
+  // One head size per layer type, as llama.cpp's gemma4 and kvserve's cache hold them.
+  int full_dim = 0, swa_dim = 0;
+  for (int l = 0; l < L; ++l) {
+    int& want = c.is_swa_layer(l) ? swa_dim : full_dim;
+    const int d = dims[static_cast<size_t>(l)];
+    if (want != 0 && want != d)
+      fail("'{}': layer {} has head_dim {} where other {} layers have {}; one size per layer type is supported", path,
+           l, d, c.is_swa_layer(l) ? "sliding-window" : "full-attention", want);
+    want = d;
+    if (d % 2 != 0) fail("'{}': layer {} has head_dim {}; RoPE needs an even size", path, l, d);
+    if (c.n_heads % kv_heads[static_cast<size_t>(l)] != 0)
+      fail("'{}': layer {}: num_attention_heads {} is not a multiple of its {} KV heads", path, l, c.n_heads,
+           kv_heads[static_cast<size_t>(l)]);
+  }
+  // transformers forces the last layer to full attention, so a full layer always exists.
+  c.head_dim = c.n_rot = full_dim;
+  c.head_dim_swa = c.n_rot_swa = swa_dim != 0 && swa_dim != full_dim ? swa_dim : 0;
+  c.n_kv_heads = kv_heads.front();
+  c.layer_kv_heads.clear();
+  if (std::any_of(kv_heads.begin(), kv_heads.end(), [&](int h) { return h != c.n_kv_heads; }))
+    c.layer_kv_heads = kv_heads;
+
+  const Gemma4Rope full = read_gemma4_rope(j, path, true, full_dim);
+  c.rope_base = full.base;
+  c.rope_scaling = {};
+  c.rope_scaling.freq_factors = full.freq_factors;
+  if (c.sliding_window > 0) {
+    c.rope_base_swa = read_gemma4_rope(j, path, false, swa_dim).base;
+    c.rope_scaling_swa = {};
+  }
+
+  if (r.has("num_kv_shared_layers") && !j["num_kv_shared_layers"].is_number_integer())
+    fail("'{}': 'num_kv_shared_layers' must be an integer", path);
+  const int64_t shared = r.has("num_kv_shared_layers") ? j["num_kv_shared_layers"].get<int64_t>() : 0;
+  if (shared < 0 || shared >= L)
+    fail("'{}': num_kv_shared_layers {} must leave some of the {} layers their own KV", path, shared, L);
+  c.n_kv_shared_layers = static_cast<int>(shared);
+  for (int l = L - c.n_kv_shared_layers; l < L; ++l)
+    if (c.kv_source_layer(l) == l)
+      fail("'{}': layer {} shares the KV of an earlier {} layer (num_kv_shared_layers {}), and there is none", path, l,
+           c.is_swa_layer(l) ? "sliding-window" : "full-attention", shared);
+  if (r.bool_or("use_double_wide_mlp", false) && shared > 0) {
+    c.layer_n_ff.assign(static_cast<size_t>(L), c.n_ff);
+    for (int l = L - c.n_kv_shared_layers; l < L; ++l) c.layer_n_ff[static_cast<size_t>(l)] = 2 * c.n_ff;
+  }
+
+  const bool ple = r.has("hidden_size_per_layer_input") && j["hidden_size_per_layer_input"] != 0;
+  c.n_embd_per_layer = ple ? r.positive_int("hidden_size_per_layer_input") : 0;
+  if (ple && r.positive_int("vocab_size_per_layer_input") != r.positive_int("vocab_size"))
+    fail("'{}': vocab_size_per_layer_input {} differs from vocab_size {}; not supported", path,
+         j["vocab_size_per_layer_input"].dump(), j["vocab_size"].dump());
+
+  if (r.bool_or("enable_moe_block", false)) {
+    c.n_expert = r.positive_int("num_experts");
+    c.n_expert_used = r.positive_int("top_k_experts");
+    c.n_ff_exp = r.positive_int("moe_intermediate_size");
+    c.moe_dense_branch = true;
+  }
+}
+
 // transformers 5 saves RoPE as `rope_parameters` (rope_theta, rope_type and the scaling keys in one object; Gemma 3:
 // one object per layer type) where earlier versions wrote rope_theta, rope_scaling, partial_rotary_factor and
 // rope_local_base_freq beside the other keys. The config in the earlier keys, which the readers below take:
@@ -646,11 +836,16 @@ ModelConfig read_config(const json& raw, const std::string& path) {
   if (hf_arch == "GptOssForCausalLM" && !j.contains("rope_parameters") && !j.contains("rope_scaling"))
     j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
                             {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
-  j = with_earlier_rope_keys(j, path);
+  // Gemma 4 keeps RoPE per layer type in rope_parameters, proportional on the full layers (read_gemma4_config).
+  if (hf_arch == "Gemma4ForCausalLM")
+    add_gemma4_defaults(j);
+  else
+    j = with_earlier_rope_keys(j, path);
   for (const KeyAlias& a : kKeyAliases)
     if (hf_arch == a.hf_arch && !j.contains(a.key) && j.contains(a.alias)) j[a.key] = j[a.alias];
   const ConfigReader r(j, path);
   if (hf_arch == "Gemma3ForConditionalGeneration") return read_gemma3_text_config(j, path);
+  if (hf_arch == "Gemma4ForConditionalGeneration") return read_gemma4_text_config(j, path);
   if (hf_arch == "Mistral3ForConditionalGeneration") return read_mistral3_text_config(j, path);
   if (hf_arch == "Llama4ForConditionalGeneration") return read_llama4_text_config(j, path);
   const HfArch* arch = nullptr;
@@ -660,7 +855,8 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     std::string known;
     for (const HfArch& a : kHfArchs) known += (known.empty() ? "" : ", ") + std::string(a.hf_name);
     known +=
-        ", Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration and Llama4ForConditionalGeneration (their "
+        ", Gemma3ForConditionalGeneration, Gemma4ForConditionalGeneration, Mistral3ForConditionalGeneration and "
+        "Llama4ForConditionalGeneration (their "
         "text models)";
     fail("'{}': architecture '{}' is not supported (supported: {})", path, hf_arch, known);
   }
@@ -723,6 +919,7 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     }
   }
   if (c.arch.starts_with("gemma")) read_gemma_config(j, r, path, c);
+  if (c.arch == "gemma4") read_gemma4_config(j, r, path, c);
   if (c.arch == "mistral3") read_ministral3_temperature(j, path, c);
   if (c.arch == "olmo2") {  // OLMo 2 / 3: post-norms only, q / k normed over the whole projection
     c.pre_norms = false;
@@ -812,6 +1009,8 @@ Tensor aligned(const Tensor& t, Model& m) {
 
 }  // namespace
 
+ModelConfig hf_model_config(const json& config, const std::string& path) { return read_config(config, path); }
+
 SlidingWindowLayers hf_sliding_window_layers(const json& config, const std::string& model_type, int n_layers,
                                              const std::string& path) {
   if (model_type == "llama4_text" || model_type == "llama4")
@@ -882,10 +1081,12 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     if (!v.scores.empty()) v.scores.push_back(0.0f);
   }
 
-  // Gemma's RMSNorm multiplies by 1 + w (llama.cpp's converter stores that sum; so do we, once, here).
+  // Gemma's RMSNorm (before Gemma 4's) multiplies by 1 + w (llama.cpp's converter stores that sum; so do we, once,
+  // here).
   const bool gemma = c.arch.starts_with("gemma");
+  const bool one_plus_w = gemma && c.arch != "gemma4";
   auto norm = [&](const std::string& name) {
-    if (!gemma) return vector_f32(name);
+    if (!one_plus_w) return vector_f32(name);
     Tensor t = weights->tensor(name);
     auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(t.elements()));
     const uint8_t* src = static_cast<const uint8_t*>(t.data);
@@ -915,6 +1116,15 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
   } else {
     fail("'{}': tensor '{}' is missing and config.json does not set tie_word_embeddings", dir, head);
   }
+
+  if (c.n_embd_per_layer > 0) {  // Gemma 4's per-layer embeddings
+    m->per_layer_token_embd = matrix(prefix + "embed_tokens_per_layer.weight");
+    m->per_layer_model_proj = matrix(prefix + "per_layer_model_projection.weight");
+    m->per_layer_proj_norm = norm(prefix + "per_layer_projection_norm.weight");
+  }
+  // Gemma 4 with attention_k_eq_v: its full layers have no v_proj (their values are their keys' projection).
+  const json& text_config = config_json.contains("text_config") ? config_json["text_config"] : config_json;
+  const bool values_are_keys = c.arch == "gemma4" && text_config.value("attention_k_eq_v", false);
 
   m->layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
@@ -968,9 +1178,11 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.wk = row_range(qkv, q_rows, kv_rows, p + "self_attn.k_proj.weight");
       L.wv = row_range(qkv, q_rows + kv_rows, kv_rows, p + "self_attn.v_proj.weight");
     } else {
+      // Gemma 4's layers on another layer's KV have neither k_proj nor v_proj (checkpoints may hold them unused).
+      const bool own_kv = c.has_own_kv(l);
       L.wq = matrix(p + "self_attn.q_proj.weight");
-      L.wk = matrix(p + "self_attn.k_proj.weight");
-      L.wv = matrix(p + "self_attn.v_proj.weight");
+      if (own_kv) L.wk = matrix(p + "self_attn.k_proj.weight");
+      if (own_kv && !(values_are_keys && !c.is_swa_layer(l))) L.wv = matrix(p + "self_attn.v_proj.weight");
     }
     L.wo = matrix(p + "self_attn.o_proj.weight");
     if (c.qkv_bias) {
@@ -984,8 +1196,14 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
     }
     if (c.qk_norm) {
       L.q_norm = norm(p + "self_attn.q_norm.weight");
-      L.k_norm = norm(p + "self_attn.k_norm.weight");
+      if (c.has_own_kv(l)) L.k_norm = norm(p + "self_attn.k_norm.weight");
     }
+    if (c.n_embd_per_layer > 0) {
+      L.ple_inp_gate = matrix(p + "per_layer_input_gate.weight");
+      L.ple_proj = matrix(p + "per_layer_projection.weight");
+      L.ple_post_norm = norm(p + "post_per_layer_input_norm.weight");
+    }
+    if (c.arch == "gemma4" && weights->has(p + "layer_scalar")) L.layer_output_scale = vector_f32(p + "layer_scalar");
     if (c.post_norms) {  // Gemma 2/3, OLMo 2: the post-attention norm is the attention's output norm
       L.attn_post_norm = norm(p + "post_attention_layernorm.weight");
       if (c.pre_norms) L.ffn_norm = norm(p + "pre_feedforward_layernorm.weight");
@@ -1002,6 +1220,14 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.ffn_down_shexp = matrix(mlp + "shared_expert.down_proj.weight");
     } else if (c.arch == "gpt-oss") {
       load_gpt_oss_experts(*weights, p + "mlp.", c, L, *m);
+    } else if (c.moe_dense_branch) {  // Gemma 4: the router and experts beside the dense FFN, each with its norms
+      load_gemma4_experts(*weights, p, c, L, *m);
+      L.ffn_post_norm_1 = norm(p + "post_feedforward_layernorm_1.weight");
+      L.ffn_pre_norm_2 = norm(p + "pre_feedforward_layernorm_2.weight");
+      L.ffn_post_norm_2 = norm(p + "post_feedforward_layernorm_2.weight");
+      L.w_gate = matrix(mlp + "gate_proj.weight");
+      L.w_up = matrix(mlp + "up_proj.weight");
+      L.w_down = matrix(mlp + "down_proj.weight");
     } else if (c.moe() && c.arch != "llama4") {
       // Qwen3-MoE: mlp.gate and mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate and its
       // experts' w1 (gate), w3 (up), w2 (down).
@@ -1036,7 +1262,7 @@ std::unique_ptr<Model> load_hf_model(const std::string& dir, const LoadOptions& 
       L.w_gate = matrix(mlp + "gate_proj.weight");
       L.w_up = matrix(mlp + "up_proj.weight");
     }
-    if (!c.moe_layer(l)) L.w_down = matrix(mlp + "down_proj.weight");
+    if (!c.moe_layer(l) && !c.moe_dense_branch) L.w_down = matrix(mlp + "down_proj.weight");
     if (opts.progress) opts.progress(0.9f * static_cast<float>(l + 1) / static_cast<float>(c.n_layers));
   }
   // A llama checkpoint with attention_bias=true carries q/k/v biases too; use them when present.

@@ -35,6 +35,10 @@ SlidingWindowLayers gguf_sliding_window_layers(const GGUFFile& file, const std::
 SlidingWindowLayers hf_sliding_window_layers(const nlohmann::json& config, const std::string& model_type,
                                              int n_layers, const std::string& path);
 
+// The model configuration a Hugging Face config.json gives, as load_hf_model reads it (its `architectures` choose the
+// reader); `path` names the file in errors.
+ModelConfig hf_model_config(const nlohmann::json& config, const std::string& path);
+
 // True when `path` is a regular file that starts with the GGUF magic.
 bool is_gguf_file(const std::string& path);
 

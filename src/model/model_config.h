@@ -133,6 +133,10 @@ struct ModelConfig {
   bool pre_norms = true;
   bool qk_norm_full = false;
   FfnActivation ffn_act = FfnActivation::SiLU;
+  // GeluTanh computed in float for each value (transformers, the reference for Hugging Face folders) instead of
+  // looked up in ggml's table of f16 values (llama.cpp, the reference for GGUF files): the two differ by up to ~1e-3
+  // relative, which a golden at 1e-4 sees.
+  bool gelu_exact = false;
   float swiglu_limit = 7.0f;  // SwigluOai's clamp (llama.cpp fixes it at 7; HF gpt-oss's swiglu_limit)
   float attn_scale = 0.0f;  // scale of q.k; 0: 1/sqrt(head_dim)
   // Sliding-window layers (Gemma 2 and 3's local layers): layer l attends to the last `sliding_window`

@@ -41,6 +41,10 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
 }
 
+void gelu_exact_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
   static const std::vector<uint16_t> table = [] {
     std::vector<uint16_t> t(65536);

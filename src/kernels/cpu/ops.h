@@ -62,6 +62,9 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
 // 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) in float, ggml_gelu_f32: the table's entries.
 float gelu_tanh(float x);
+// out[i] = gelu_tanh(gate[i]) * up[i] for each value, as transformers' gelu_pytorch_tanh computes it in float32.
+// out may be gate.
+void gelu_exact_mul(const float* gate, const float* up, float* out, int64_t n);
 
 // out[i] = g * sigmoid(alpha g) * (u + 1), g = min(gate[i], limit), u = clamp(up[i], -limit, limit): gpt-oss's
 // SwiGLU. out may be gate. The AVX2 path approximates exp as silu_mul's does (within 4 ulp of the scalar formula,
