@@ -128,6 +128,29 @@ TEST(Ops, GeluMulFollowsLlamaCppsF16Table) {
   EXPECT_EQ(in_place, out);
 }
 
+// GeGLU as transformers computes gelu_pytorch_tanh in float32 (Hugging Face folders): every value through the tanh
+// formula, within float rounding of it in double, and in place.
+TEST(Ops, GeluExactMulFollowsTheTanhFormula) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> uni(-12.0f, 12.0f);
+  std::vector<float> gate(4096), up(4096), out(4096);
+  for (size_t i = 0; i < gate.size(); ++i) gate[i] = uni(rng), up[i] = uni(rng);
+  gelu_exact_mul(gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size()));
+  bool differs_from_table = false;
+  std::vector<float> table(gate.size());
+  gelu_mul(gate.data(), up.data(), table.data(), static_cast<int64_t>(gate.size()));
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double x = gate[i];
+    const double exact = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)));
+    ASSERT_NEAR(out[i], exact * up[i], 1e-5 * std::max(1.0, std::fabs(exact * up[i]))) << x;
+    differs_from_table |= out[i] != table[i];
+  }
+  EXPECT_TRUE(differs_from_table);
+  std::vector<float> in_place = gate;
+  gelu_exact_mul(in_place.data(), up.data(), in_place.data(), static_cast<int64_t>(gate.size()));
+  EXPECT_EQ(in_place, out);
+}
+
 // An AVX2 gated activation (out = f(gate) * g(up), ref its scalar formula) against its reference: within 4 ulp
 // over gates from -120 to 120, the exp range's edges and huge values, and infinities and NaN where the reference
 // gives them;
@@ -191,6 +214,14 @@ TEST(Ops, SiluMulAvx2MatchesScalarReference) {
   expect_gated_avx2_matches([](const float* g, const float* u, float* o, int64_t n) { silu_mul_ref(g, u, o, n); },
                             [](const float* g, const float* u, float* o, int64_t n) { avx2::silu_mul(g, u, o, n); },
                             [](size_t i) { return 0.5f + 0.25f * static_cast<float>(i % 7); });
+}
+
+TEST(Ops, GeluExactMulAvx2MatchesScalarReference) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  expect_gated_avx2_matches(
+      [](const float* g, const float* u, float* o, int64_t n) { gelu_exact_mul_ref(g, u, o, n); },
+      [](const float* g, const float* u, float* o, int64_t n) { avx2::gelu_exact_mul(g, u, o, n); },
+      [](size_t i) { return 0.5f + 0.25f * static_cast<float>(i % 7); });
 }
 
 // gpt-oss's clamped SwiGLU (alpha 1.702, limit 7): gates past the limit, ups past +-limit and NaN included.

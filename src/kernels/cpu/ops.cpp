@@ -41,8 +41,21 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
 }
 
+void gelu_exact_mul_ref(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    // -2u in the AVX2 kernel's order of operations, so that the two differ only by their exp.
+    const float x = (kGeluMinus2Sqrt2OverPi * g) * std::fma(kGeluCoefA, g * g, 1.0f);
+    out[i] = g / (1.0f + std::exp(x)) * up[i];
+  }
+}
+
 void gelu_exact_mul(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+  if (cpu_has_avx2()) {
+    avx2::gelu_exact_mul(gate, up, out, n);
+  } else {
+    gelu_exact_mul_ref(gate, up, out, n);
+  }
 }
 
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {

@@ -60,11 +60,21 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 // rounded to f16 and looked up in a table of f16 GELU values. The table keeps its logits within float
 // rounding of llama.cpp's (exact GELU differs by up to ~1e-3 relative). out may be gate.
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n);
+// GELU's tanh approximation's constants: 0.044715 and -2 sqrt(2/pi).
+inline constexpr float kGeluCoefA = 0.044715f;
+inline constexpr float kGeluMinus2Sqrt2OverPi = -1.5957691216057307f;
 // 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) in float, ggml_gelu_f32: the table's entries.
 float gelu_tanh(float x);
-// out[i] = gelu_tanh(gate[i]) * up[i] for each value, as transformers' gelu_pytorch_tanh computes it in float32.
-// out may be gate.
+// out[i] = gelu(gate[i]) * up[i] with GELU's tanh approximation computed for each value, as transformers'
+// gelu_pytorch_tanh computes it in float32 (not from a table): 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)),
+// u = sqrt(2/pi) g (1 + 0.044715 g^2). The AVX2 path takes exp as silu_mul's does (within 4 ulp of the reference,
+// tested). out may be gate.
 void gelu_exact_mul(const float* gate, const float* up, float* out, int64_t n);
+// The scalar reference (std::exp), used where AVX2 is off and by the tests.
+void gelu_exact_mul_ref(const float* gate, const float* up, float* out, int64_t n);
+namespace avx2 {
+void gelu_exact_mul(const float* gate, const float* up, float* out, int64_t n);
+}
 
 // out[i] = g * sigmoid(alpha g) * (u + 1), g = min(gate[i], limit), u = clamp(up[i], -limit, limit): gpt-oss's
 // SwiGLU. out may be gate. The AVX2 path approximates exp as silu_mul's does (within 4 ulp of the scalar formula,

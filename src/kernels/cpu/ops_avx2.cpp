@@ -84,6 +84,16 @@ inline void swiglu_oai_8(const float* gate, const float* up, float* out, float a
   store_patched(r, mask, out, [&](int j, float* o) { swiglu_oai_mul_ref(gate + j, up + j, o, 1, alpha, limit); });
 }
 
+// g / (1 + exp(-2u)) * up, -2u as gelu_exact_mul_ref rounds it.
+inline void gelu_exact_8(const float* gate, const float* up, float* out) {
+  const __m256 g = _mm256_loadu_ps(gate);
+  const __m256 t = _mm256_fmadd_ps(_mm256_set1_ps(kGeluCoefA), _mm256_mul_ps(g, g), _mm256_set1_ps(1.0f));
+  const __m256 x = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluMinus2Sqrt2OverPi), g), t);
+  int mask = 0;
+  const __m256 r = sigmoid_gated(g, x, _mm256_loadu_ps(up), mask);
+  store_patched(r, mask, out, [&](int j, float* o) { gelu_exact_mul_ref(gate + j, up + j, o, 1); });
+}
+
 // Rows of n through an 8-lane step: the last partial 8 padded with zeros in a copy.
 template <typename Step>
 inline void by_8(const float* gate, const float* up, float* out, int64_t n, const Step& step) {
@@ -101,6 +111,8 @@ inline void by_8(const float* gate, const float* up, float* out, int64_t n, cons
 }  // namespace
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) { by_8(gate, up, out, n, silu_mul_8); }
+
+void gelu_exact_mul(const float* gate, const float* up, float* out, int64_t n) { by_8(gate, up, out, n, gelu_exact_8); }
 
 void swiglu_oai_mul(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
   by_8(gate, up, out, n, [&](const float* g, const float* u, float* o) { swiglu_oai_8(g, u, o, alpha, limit); });
