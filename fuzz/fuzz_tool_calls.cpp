@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view reply(reinterpret_cast<const char*>(data) + 1, size - 1);
   for (ToolCallFormat format :
        {ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder, ToolCallFormat::Glm45, ToolCallFormat::Llama3Json,
-        ToolCallFormat::Mistral, ToolCallFormat::Harmony, ToolCallFormat::Pythonic}) {
+        ToolCallFormat::Mistral, ToolCallFormat::Harmony, ToolCallFormat::Pythonic, ToolCallFormat::Gemma4}) {
     const ToolCallPiece whole = parse_tool_calls(format, tools(), reply);
     if (whole.calls.empty() && whole.content != reply) __builtin_trap();
     for (const ParsedToolCall& call : whole.calls) {

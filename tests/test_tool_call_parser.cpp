@@ -182,6 +182,26 @@ y''', r=r'\d+', u='\u00e9\n\x41\101', j="a" 'b')])",
     {ToolCallFormat::Pythonic, "[1] The first point.", "[1] The first point.", {}},
     {ToolCallFormat::Pythonic, "Call [a(x=1)]", "Call [a(x=1)]", {}},  // not at the start: text
     {ToolCallFormat::Pythonic, "<|python_st", "<|python_st", {}},
+    // gemma4: <|tool_call>call:NAME{...}<tool_call|> blocks, strings between <|"|> quotes as they are.
+    {ToolCallFormat::Gemma4,
+     "<|tool_call>call:get_weather{city:<|\"|>Paris, \"FR\"\n<|\"|>,days:3,metric:true,hours:null,t:-2.5e1}"
+     "<tool_call|>",
+     "",
+     {{"get_weather", R"({"city":"Paris, \"FR\"\n","days":3,"metric":true,"hours":null,"t":-25.0})"}}},
+    {ToolCallFormat::Gemma4,
+     "Checking.\n<|tool_call>call:a{x:[1, <|\"|>b<|\"|>, {k:[]}], <|\"|>y<|\"|>: {}}<tool_call|>\n"
+     "<|tool_call>call:b{}<tool_call|>",
+     "Checking.\n",
+     {{"a", R"({"x":[1,"b",{"k":[]}],"y":{}})"}, {"b", "{}"}}},
+    {ToolCallFormat::Gemma4, "<|tool_call>call:a{x:1}", "", {{"a", R"({"x":1})"}}},  // the reply ended there
+    {ToolCallFormat::Gemma4, "<|tool_call>call:a{x:y}<tool_call|>", "<|tool_call>call:a{x:y}<tool_call|>", {}},
+    {ToolCallFormat::Gemma4, "<|tool_call>call:a{x:1}}<tool_call|>", "<|tool_call>call:a{x:1}}<tool_call|>", {}},
+    {ToolCallFormat::Gemma4, "<|tool_call>a{x:1}<tool_call|>", "<|tool_call>a{x:1}<tool_call|>", {}},
+    {ToolCallFormat::Gemma4,
+     "<|tool_call>call:a{x:<|\"|>open}<tool_call|>",
+     "<|tool_call>call:a{x:<|\"|>open}<tool_call|>",
+     {}},
+    {ToolCallFormat::Gemma4, "Hello <|tool_ca", "Hello <|tool_ca", {}},
     // none: the reply as it is.
     {ToolCallFormat::None, "<tool_call>{\"name\": \"a\"}</tool_call>", "<tool_call>{\"name\": \"a\"}</tool_call>", {}},
 };
@@ -272,8 +292,9 @@ TEST(ToolCallParser, RepliesWithoutCallsAreUnchanged) {
                                             "[a(x=1, x=2)]",
                                             "[a.b(x=1)]",
                                             "[a(x={1, 2})]"};
-  for (ToolCallFormat format : {ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder, ToolCallFormat::Glm45,
-                                ToolCallFormat::Llama3Json, ToolCallFormat::Mistral, ToolCallFormat::Pythonic}) {
+  for (ToolCallFormat format :
+       {ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder, ToolCallFormat::Glm45, ToolCallFormat::Llama3Json,
+        ToolCallFormat::Mistral, ToolCallFormat::Pythonic, ToolCallFormat::Gemma4}) {
     for (const std::string& reply : replies) {
       const ToolCallPiece got = parse_tool_calls(format, kTools, reply);
       EXPECT_EQ(got.content, reply) << tool_call_format_name(format) << ": " << reply;
@@ -283,9 +304,9 @@ TEST(ToolCallParser, RepliesWithoutCallsAreUnchanged) {
 }
 
 TEST(ToolCallParser, FormatNames) {
-  for (ToolCallFormat f :
-       {ToolCallFormat::None, ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder, ToolCallFormat::Glm45,
-        ToolCallFormat::Llama3Json, ToolCallFormat::Mistral, ToolCallFormat::Harmony, ToolCallFormat::Pythonic})
+  for (ToolCallFormat f : {ToolCallFormat::None, ToolCallFormat::Hermes, ToolCallFormat::Qwen3Coder,
+                           ToolCallFormat::Glm45, ToolCallFormat::Llama3Json, ToolCallFormat::Mistral,
+                           ToolCallFormat::Harmony, ToolCallFormat::Pythonic, ToolCallFormat::Gemma4})
     EXPECT_EQ(tool_call_format_named(tool_call_format_name(f)), f);
   // vLLM's Llama 4 names for the same parsers.
   EXPECT_EQ(tool_call_format_named("llama4_pythonic"), ToolCallFormat::Pythonic);
@@ -353,6 +374,9 @@ TEST(ToolCallParser, EveryRealTemplatesOwnCallReadsBack) {
     } else if (format == ToolCallFormat::Mistral) {
       const size_t start = text.find("[TOOL_CALLS]", user), end = text.find("</s>", start);
       turn = text.substr(start, end - start);
+    } else if (format == ToolCallFormat::Gemma4) {
+      const size_t start = text.find("<|tool_call>", user), end = text.find("<tool_call|>", start);
+      turn = text.substr(start, end + std::string("<tool_call|>").size() - start);
     } else if (format == ToolCallFormat::Harmony) {
       const size_t start = text.find("<|start|>assistant to=", user), end = text.find("<|call|>", start);
       turn = text.substr(start, end + std::string("<|call|>").size() - start);
@@ -372,6 +396,7 @@ TEST(ToolCallParser, EveryRealTemplatesOwnCallReadsBack) {
                            ToolCallFormat::Llama3Json, ToolCallFormat::Mistral})
     EXPECT_GE(read_back[f], 2) << tool_call_format_name(f);
   EXPECT_EQ(read_back[ToolCallFormat::Harmony], 1);  // gpt-oss
+  EXPECT_EQ(read_back[ToolCallFormat::Gemma4], 2);   // Gemma 4 31B, and its interleaved-thinking variant
 }
 
 TEST(ToolCallParser, DetectsTheFormatOfKnownTemplates) {
@@ -396,6 +421,8 @@ TEST(ToolCallParser, DetectsTheFormatOfKnownTemplates) {
       {"unsloth-Apriel-1.5.jinja", ToolCallFormat::None},
       {"deepseek-ai-DeepSeek-V3.1.jinja", ToolCallFormat::None},
       {"HuggingFaceTB-SmolLM3-3B.jinja", ToolCallFormat::None},
+      {"google-gemma-4-31B-it.jinja", ToolCallFormat::Gemma4},
+      {"google-gemma-2-2b-it.jinja", ToolCallFormat::None},
   };
   for (const auto& [file, format] : known) {
     const std::string source = read_template(file);

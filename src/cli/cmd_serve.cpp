@@ -185,10 +185,11 @@ void add_serve_command(CLI::App& app) {
   c->add_option("--tool-call-parser", a->tool_call_parser,
                 "How chat replies' tool calls are read: auto (the format the chat template writes), hermes, "
                 "qwen3_coder, glm45, llama3_json (or llama4_json), mistral, openai (gpt-oss's harmony), pythonic (or "
-                "llama4_pythonic: [f(a=1)], Llama 3.2 / 4's pythonic templates), none")
+                "llama4_pythonic: [f(a=1)], Llama 3.2 / 4's pythonic templates), gemma4 "
+                "(<|tool_call>call:f{a:1}<tool_call|>), none")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "hermes", "qwen3_coder", "glm45", "llama3_json", "llama4_json", "mistral",
-                             "openai", "pythonic", "llama4_pythonic", "none"}));
+                             "openai", "pythonic", "llama4_pythonic", "gemma4", "none"}));
   a->kv_cache.kv_cache_dtype = "f16";  // half the memory of f32: twice the tokens, the concurrency serving needs
   add_kv_cache_options(*c, a->kv_cache);
   c->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Token budget of one forward step")

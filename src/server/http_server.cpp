@@ -215,7 +215,8 @@ struct HttpServer::Impl {
         if (tool_format == ToolCallFormat::None)
           throw bad_request(
               "this model's chat template writes tool calls in no format kvserve reads; start the server with "
-              "--tool-call-parser (hermes, qwen3_coder, glm45, llama3_json, mistral, openai, pythonic), or send "
+              "--tool-call-parser (hermes, qwen3_coder, glm45, llama3_json, mistral, openai, pythonic, gemma4), or "
+              "send "
               "tool_choice "
               "'none'",
               "tools");

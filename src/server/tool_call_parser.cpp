@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 
 #include "core/error.h"
 #include "server/pythonic_calls.h"
@@ -21,13 +22,17 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kPythonStart = "<|python_start|>";
 constexpr std::string_view kPythonEnd = "<|python_end|>";
 
+constexpr std::string_view kGemma4Open = "<|tool_call>";
+constexpr std::string_view kGemma4Close = "<tool_call|>";
+constexpr std::string_view kGemma4Quote = "<|\"|>";
+
 constexpr std::string_view kHarmonyStart = "<|start|>";
 constexpr std::string_view kHarmonyChannel = "<|channel|>";
 constexpr std::string_view kHarmonyMessage = "<|message|>";
 constexpr std::string_view kHarmonyRecipient = "to=functions.";
 constexpr std::string_view kHarmonyEnds[] = {"<|end|>", "<|call|>", "<|return|>"};
 
-constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 10> kNames = {{
+constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 11> kNames = {{
     {"none", ToolCallFormat::None},
     {"hermes", ToolCallFormat::Hermes},
     {"qwen3_coder", ToolCallFormat::Qwen3Coder},
@@ -38,6 +43,7 @@ constexpr std::array<std::pair<std::string_view, ToolCallFormat>, 10> kNames = {
     {"openai", ToolCallFormat::Harmony},
     {"pythonic", ToolCallFormat::Pythonic},
     {"llama4_pythonic", ToolCallFormat::Pythonic},
+    {"gemma4", ToolCallFormat::Gemma4},
 }};
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -237,6 +243,83 @@ std::optional<ParsedToolCall> parse_glm45(std::string_view s, const json& tools)
   return ParsedToolCall{name, dump_arguments(arguments)};
 }
 
+// One Gemma 4 value at the start of `s`, consumed, as JSON: <|"|>TEXT<|"|> (the text as it is), {KEY:VALUE, ...}
+// (a key is the text up to its ':', or quoted as a string), [VALUE, ...], a JSON number, true, false or null. Nesting
+// deeper than 64 is refused (a reply is untrusted input).
+std::optional<json> take_gemma4_value(std::string_view& s, int depth = 0) {
+  if (depth > 64) return std::nullopt;
+  skip_space(s);
+  if (consume(s, kGemma4Quote)) {
+    const size_t end = s.find(kGemma4Quote);
+    if (end == std::string_view::npos) return std::nullopt;
+    json text(std::string(s.substr(0, end)));
+    s.remove_prefix(end + kGemma4Quote.size());
+    return text;
+  }
+  const bool object = s.starts_with('{');
+  if (object || s.starts_with('[')) {
+    const char close = object ? '}' : ']';
+    s.remove_prefix(1);
+    json value = object ? json::object() : json::array();
+    skip_space(s);
+    if (consume(s, std::string_view(&close, 1))) return value;
+    for (;;) {
+      skip_space(s);
+      if (object) {
+        // A key as the template writes a call's (bare), or quoted as it writes a tool's declaration.
+        std::string key;
+        if (consume(s, kGemma4Quote)) {
+          const size_t end = s.find(kGemma4Quote);
+          if (end == std::string_view::npos) return std::nullopt;
+          key = s.substr(0, end);
+          s.remove_prefix(end + kGemma4Quote.size());
+          skip_space(s);
+          if (!consume(s, ":")) return std::nullopt;
+        } else {
+          const size_t colon = s.find_first_of(":}");
+          if (colon == 0 || colon == std::string_view::npos || s[colon] != ':') return std::nullopt;
+          key = s.substr(0, colon);
+          s.remove_prefix(colon + 1);
+        }
+        std::optional<json> v = take_gemma4_value(s, depth + 1);
+        if (!v) return std::nullopt;
+        value[key] = std::move(*v);
+      } else {
+        std::optional<json> v = take_gemma4_value(s, depth + 1);
+        if (!v) return std::nullopt;
+        value.push_back(std::move(*v));
+      }
+      skip_space(s);
+      if (consume(s, std::string_view(&close, 1))) return value;
+      if (!consume(s, ",")) return std::nullopt;
+    }
+  }
+  for (std::string_view word : {"true", "false", "null"})
+    if (consume(s, word)) return json::parse(word);
+  size_t n = 0;
+  while (n < s.size() && (std::isdigit(static_cast<unsigned char>(s[n])) != 0 || s[n] == '-' || s[n] == '+' ||
+                          s[n] == '.' || s[n] == 'e' || s[n] == 'E'))
+    ++n;
+  std::optional<json> number = n > 0 ? parse_json(s.substr(0, n)) : std::nullopt;
+  if (!number || !number->is_number()) return std::nullopt;
+  s.remove_prefix(n);
+  return number;
+}
+
+// call:NAME{...}: a Gemma 4 call's block.
+std::optional<ParsedToolCall> parse_gemma4_call(std::string_view s) {
+  s = trim(s);
+  if (!consume(s, "call:")) return std::nullopt;
+  const size_t brace = s.find('{');
+  if (brace == std::string_view::npos) return std::nullopt;
+  const std::string name(s.substr(0, brace));
+  if (!is_function_name(name)) return std::nullopt;
+  s.remove_prefix(brace);
+  std::optional<json> arguments = take_gemma4_value(s);
+  if (!arguments || !arguments->is_object() || !trim(s).empty()) return std::nullopt;
+  return ParsedToolCall{name, dump_arguments(*arguments)};
+}
+
 // One JSON object or array at the start of `s`, consumed.
 std::optional<json> take_json(std::string_view& s) {
   const size_t n = json_value_length(s);
@@ -262,6 +345,7 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  if (has(kGemma4Open) && has(kGemma4Close)) return ToolCallFormat::Gemma4;
   if (has(kMistralOpen)) return ToolCallFormat::Mistral;
   // gpt-oss writes "<|start|>assistant to=" + "functions." + name.
   if (has(kHarmonyChannel) && has(" to=") && has("functions.")) return ToolCallFormat::Harmony;
@@ -293,6 +377,8 @@ std::vector<std::string> tool_call_markers(ToolCallFormat format) {
       return {std::string(kPythonTag), std::string(kPythonStart), std::string(kPythonEnd)};
     case ToolCallFormat::Pythonic:
       return {std::string(kPythonStart), std::string(kPythonEnd)};
+    case ToolCallFormat::Gemma4:
+      return {std::string(kGemma4Open), std::string(kGemma4Close), std::string(kGemma4Quote)};
     case ToolCallFormat::Mistral:
       return {std::string(kMistralOpen), std::string(kMistralArgs), std::string(kMistralCallId)};
     case ToolCallFormat::Harmony:  // its tokens are printed (mark_end_of_turn_tokens); <|call|> ends the reply
@@ -303,6 +389,10 @@ std::vector<std::string> tool_call_markers(ToolCallFormat format) {
 }
 
 ToolCallParser::ToolCallParser(ToolCallFormat format, json tools) : format_(format), tools_(std::move(tools)) {}
+
+std::string_view ToolCallParser::block_close() const {
+  return format_ == ToolCallFormat::Gemma4 ? kGemma4Close : kBlockClose;
+}
 
 void ToolCallParser::emit_text(std::string_view text, ToolCallPiece& out) {
   if (text.empty()) return;
@@ -331,7 +421,9 @@ std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_block(std::stri
   // The three <tool_call> formats differ only inside the block, so each block is read by what it holds.
   const std::string_view s = trim(body);
   std::optional<ParsedToolCall> call;
-  if (s.starts_with('{')) {
+  if (format_ == ToolCallFormat::Gemma4) {
+    call = parse_gemma4_call(s);
+  } else if (s.starts_with('{')) {
     if (std::optional<json> value = parse_json(s)) call = call_from_json(*value);
   } else if (s.starts_with("<function=")) {
     call = parse_qwen3_coder(s, tools_);
@@ -528,7 +620,9 @@ ToolCallPiece ToolCallParser::feed(std::string_view text) {
         at_start_ = false;
         continue;
       }
-      const std::string_view opener = format_ == ToolCallFormat::Mistral ? kMistralOpen : kBlockOpen;
+      const std::string_view opener = format_ == ToolCallFormat::Mistral  ? kMistralOpen
+                                      : format_ == ToolCallFormat::Gemma4 ? kGemma4Open
+                                                                          : kBlockOpen;
       const size_t at = rest.find(opener);
       if (at == std::string_view::npos) {
         const size_t keep = partial_tag_at_end(rest, opener);
@@ -549,18 +643,19 @@ ToolCallPiece ToolCallParser::feed(std::string_view text) {
       break;
     }
     // In a block: wait for its close (searching only the new text and a marker's length before it).
-    const size_t from = block_.size() >= kBlockClose.size() ? block_.size() - (kBlockClose.size() - 1) : 0;
+    const std::string_view block_close = this->block_close();
+    const size_t from = block_.size() >= block_close.size() ? block_.size() - (block_close.size() - 1) : 0;
     block_ += rest;
-    const size_t close = block_.find(kBlockClose, from);
+    const size_t close = block_.find(block_close, from);
     if (close == std::string::npos) break;
     const std::string body = block_.substr(0, close);
-    const std::string after = block_.substr(close + kBlockClose.size());
+    const std::string after = block_.substr(close + block_close.size());
     block_.clear();
     state_ = State::Text;
     if (std::optional<std::vector<ParsedToolCall>> calls = parse_block(body)) {
       emit_calls(std::move(*calls), out);
     } else {
-      emit_text(opener_ + body + std::string(kBlockClose), out);
+      emit_text(opener_ + body + std::string(block_close), out);
     }
     // `rest` pointed into buf, which `after` no longer depends on.
     buf = after;

@@ -18,6 +18,9 @@
 //   openai       harmony messages: a header naming a recipient, <|channel|>commentary to=functions.NAME
 //                <|constrain|>json<|message|>{...} (or "to=functions.NAME" before <|channel|>), ended by <|call|>
 //                (gpt-oss; other recipients, its built-in tools, and other messages stay text)
+//   gemma4       <|tool_call>call:NAME{KEY:VALUE,...}<tool_call|>, strings between <|"|> quotes (their text as it
+//                is), bare keys, nested {...} and [...], JSON numbers, true, false, null (Gemma 4, as llama.cpp's
+//                gemma4 chat parser reads it)
 // Text outside the calls is the reply's content. A call that does not parse stays in the content as the
 // model wrote it, so nothing the model said is lost; a reply without calls is its content unchanged. Where
 // the reply has calls, stretches of outside text that are only whitespace (the newlines between calls) are
@@ -34,10 +37,10 @@
 
 namespace kvserve::server {
 
-enum class ToolCallFormat { None, Hermes, Qwen3Coder, Glm45, Llama3Json, Mistral, Harmony, Pythonic };
+enum class ToolCallFormat { None, Hermes, Qwen3Coder, Glm45, Llama3Json, Mistral, Harmony, Pythonic, Gemma4 };
 
 // vLLM's parser names ("hermes", "qwen3_coder", "glm45", "llama3_json" or "llama4_json", "mistral", "openai",
-// "pythonic" or "llama4_pythonic", "none"); nullopt otherwise. A format's name is the first of these.
+// "pythonic" or "llama4_pythonic", "gemma4", "none"); nullopt otherwise. A format's name is the first of these.
 std::optional<ToolCallFormat> tool_call_format_named(std::string_view name);
 std::string_view tool_call_format_name(ToolCallFormat format);
 // The format a chat template writes its assistant's tool calls in (None when it writes none of these).
@@ -73,6 +76,7 @@ class ToolCallParser {
  private:
   enum class State { Text, Block, Section };
   void emit_text(std::string_view text, ToolCallPiece& out);
+  std::string_view block_close() const;  // what ends the format's blocks
   void emit_calls(std::vector<ParsedToolCall> calls, ToolCallPiece& out);
   std::optional<std::vector<ParsedToolCall>> parse_block(std::string_view body) const;
   std::optional<std::vector<ParsedToolCall>> parse_section(std::string_view section) const;
