@@ -43,10 +43,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (streamed.content != whole.content || streamed.calls != whole.calls) __builtin_trap();
   }
-  // gpt-oss's channels: the streamed split equals the whole one.
-  for (ReasoningFormat format : {ReasoningFormat::Harmony, ReasoningFormat::ThinkTags}) {
-    const ReasoningSplit whole = split_reasoning(reply, false, format);
-    ReasoningSplitter splitter(false, format);
+  // gpt-oss's channels, think tags, Gemma 4's thought channel (opened by the prompt or not): the streamed split equals
+  // the whole one.
+  for (ReasoningFormat format :
+       {ReasoningFormat::Harmony, ReasoningFormat::ThinkTags, ReasoningFormat::Gemma4Channel}) {
+    const bool opened = format == ReasoningFormat::Gemma4Channel && size % 2 == 0;
+    const ReasoningSplit whole = split_reasoning(reply, opened, format);
+    ReasoningSplitter splitter(opened, format);
     ReasoningSplit streamed = splitter.feed(reply.substr(0, std::min(cut, reply.size())));
     for (const ReasoningSplit& piece : {splitter.feed(reply.substr(std::min(cut, reply.size()))), splitter.finish()}) {
       streamed.reasoning += piece.reasoning;

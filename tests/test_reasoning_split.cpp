@@ -111,6 +111,31 @@ TEST(ReasoningSplit, HarmonyChannels) {
   EXPECT_FALSE(prompt_is_harmony("<|im_start|>assistant\n"));
 }
 
+// Gemma 4's thought channel: "<|channel>thought", whitespace, the reasoning, "<channel|>", the answer; with thinking
+// off its template closes an empty thought in the prompt and the reply is all answer.
+const std::vector<Case> kGemma4Cases = {
+    {"<|channel>thought\nThe user wants 2+2.<channel|>4.", false, "The user wants 2+2.", "4."},
+    {"Just the answer", false, "", "Just the answer"},
+    {"<|channel>thought\ncut by max_tokens", false, "cut by max_tokens", ""},
+    {"plan<channel|>answer", true, "plan", "answer"},  // the prompt opened the thought
+    {"\n  plan\n<channel|>x", true, "plan\n", "x"},
+    {"<|channel>thought<channel|>Hi", false, "", "Hi"},
+    {"<|channel>thought\n\n", false, "", ""},
+    {"<|chan", false, "", "<|chan"},
+    {"Hi <|channel>thought x<channel|>", false, "", "Hi <|channel>thought x<channel|>"},  // not at the start
+    {"<think>x</think>y", false, "", "<think>x</think>y"},
+};
+
+TEST(ReasoningSplit, Gemma4ThoughtChannel) {
+  expect_pieces_give_the_same_parts(kGemma4Cases, ReasoningFormat::Gemma4Channel, "<channel|>", "<channel|>");
+  EXPECT_TRUE(prompt_is_gemma4("<|turn>user\nHi<turn|>\n<|turn>model\n"));
+  EXPECT_TRUE(prompt_is_gemma4("<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"));
+  EXPECT_FALSE(prompt_is_gemma4("<|im_start|>assistant\n"));
+  EXPECT_TRUE(prompt_opens_reasoning("<|turn>model\n<|channel>thought\n", ReasoningFormat::Gemma4Channel));
+  EXPECT_FALSE(prompt_opens_reasoning("<|turn>model\n<|channel>thought\n<channel|>", ReasoningFormat::Gemma4Channel));
+  EXPECT_FALSE(prompt_opens_reasoning("<|turn>model\n<think>", ReasoningFormat::Gemma4Channel));
+}
+
 TEST(ReasoningSplit, PromptOpensReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<|Assistant|><think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));  // thinking off

@@ -74,6 +74,8 @@ struct HttpServer::Impl {
   const std::string chat_template;  // what the tool-call format is read from
   ToolCallFormat tool_format = ToolCallFormat::None;
   std::vector<int32_t> tool_marker_tokens;  // the format's markers that are single tokens
+  // Gemma 4's thought channel's tags, where they are single tokens: shown, for the reasoning split to read.
+  std::vector<int32_t> reasoning_marker_tokens;
 
   Impl(EngineBackend& b, ServerOptions o) : backend(b), opts(std::move(o)), chat_template(b.chat_template()) {
     if (opts.tool_call_parser == "auto") {
@@ -83,13 +85,18 @@ struct HttpServer::Impl {
     } else {
       fail(
           "unknown tool-call parser '{}' (auto, hermes, qwen3_coder, glm45, llama3_json, llama4_json, mistral, "
-          "openai, pythonic, llama4_pythonic, none)",
+          "openai, pythonic, llama4_pythonic, gemma4, none)",
           opts.tool_call_parser);
     }
     for (const std::string& marker : tool_call_markers(tool_format)) {
       const std::vector<int32_t> ids = backend.tokenize(marker, /*add_special=*/false);
       if (ids.size() == 1) tool_marker_tokens.push_back(ids[0]);
     }
+    if (chat_template.find("<|channel>") != std::string::npos)
+      for (const char* marker : {"<|channel>", "<channel|>"}) {
+        const std::vector<int32_t> ids = backend.tokenize(marker, /*add_special=*/false);
+        if (ids.size() == 1) reasoning_marker_tokens.push_back(ids[0]);
+      }
     const size_t threads = static_cast<size_t>(std::max(1, opts.http_threads));
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(opts.max_body_bytes);
@@ -233,6 +240,7 @@ struct HttpServer::Impl {
           }
         }
       }
+      for (const int32_t id : reasoning_marker_tokens) api.shown_special_tokens.push_back(id);
       std::vector<BuiltPrompt> prompts = build_prompts(api, backend);
       // With the reasoning split on, a reasoning model thinks first and the constrained text follows its
       // </think> (reasoning_content stays free text). A harmony reply under a grammar is the constrained text

@@ -8,6 +8,9 @@ namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
+constexpr std::string_view kGemma4Open = "<|channel>thought";
+constexpr std::string_view kGemma4Close = "<channel|>";
+constexpr std::string_view kGemma4Turn = "<|turn>model\n";
 constexpr std::string_view kHarmonyMessage = "<|message|>";
 constexpr std::string_view kHarmonyChannel = "<|channel|>";
 constexpr std::string_view kHarmonyEnds[] = {"<|end|>", "<|return|>", "<|call|>"};
@@ -24,7 +27,10 @@ size_t partial_tag_at_end(std::string_view text, std::string_view tag) {
 ReasoningSplitter::ReasoningSplitter(bool opened_by_prompt, ReasoningFormat format)
     : state_(format == ReasoningFormat::Harmony ? State::HarmonyHeader
              : opened_by_prompt                 ? State::Reasoning
-                                                : State::Start) {}
+                                                : State::Start),
+      open_(format == ReasoningFormat::Gemma4Channel ? kGemma4Open : kOpen),
+      close_(format == ReasoningFormat::Gemma4Channel ? kGemma4Close : kClose),
+      skip_space_(format == ReasoningFormat::Gemma4Channel && opened_by_prompt) {}
 
 ReasoningSplit ReasoningSplitter::feed_harmony() {
   ReasoningSplit out;
@@ -82,25 +88,32 @@ ReasoningSplit ReasoningSplitter::feed(std::string_view text) {
   held_ += text;
   if (state_ == State::HarmonyHeader || state_ == State::HarmonyBody) return feed_harmony();
   if (state_ == State::Start) {
-    // The output opens its reasoning only with <think> as its very first text.
-    if (held_.size() < kOpen.size() && kOpen.substr(0, held_.size()) == held_) return out;
-    if (held_.compare(0, kOpen.size(), kOpen) == 0) {
-      held_.erase(0, kOpen.size());
+    // The output opens its reasoning only with its tag as its very first text.
+    if (held_.size() < open_.size() && open_.substr(0, held_.size()) == held_) return out;
+    if (held_.compare(0, open_.size(), open_) == 0) {
+      held_.erase(0, open_.size());
       state_ = State::Reasoning;
+      skip_space_ = open_ == kGemma4Open;
     } else {
       state_ = State::Content;
     }
   }
+  if (state_ == State::Reasoning && skip_space_) {
+    const size_t text = held_.find_first_not_of(" \t\r\n");
+    held_.erase(0, std::min(text, held_.size()));
+    if (held_.empty()) return out;
+    skip_space_ = false;
+  }
   if (state_ == State::Reasoning) {
-    const size_t close = held_.find(kClose);
+    const size_t close = held_.find(close_);
     if (close == std::string::npos) {
-      const size_t keep = partial_tag_at_end(held_, kClose);
+      const size_t keep = partial_tag_at_end(held_, close_);
       out.reasoning = held_.substr(0, held_.size() - keep);
       held_.erase(0, held_.size() - keep);
       return out;
     }
     out.reasoning = held_.substr(0, close);
-    held_.erase(0, close + kClose.size());
+    held_.erase(0, close + close_.size());
     state_ = State::Content;
   }
   out.content = std::move(held_);
@@ -134,10 +147,17 @@ ReasoningSplit split_reasoning(std::string_view text, bool opened_by_prompt, Rea
 
 bool prompt_is_harmony(std::string_view prompt) { return prompt.ends_with("<|start|>assistant"); }
 
-bool prompt_opens_reasoning(std::string_view prompt) {
-  const size_t open = prompt.rfind(kOpen);
+bool prompt_is_gemma4(std::string_view prompt) {
+  return prompt.ends_with(kGemma4Turn) ||
+         prompt.ends_with(std::string(kGemma4Turn) + std::string(kGemma4Open) + "\n" + std::string(kGemma4Close)) ||
+         prompt.ends_with(std::string(kGemma4Turn) + std::string(kGemma4Open) + "\n");
+}
+
+bool prompt_opens_reasoning(std::string_view prompt, ReasoningFormat format) {
+  const bool gemma4 = format == ReasoningFormat::Gemma4Channel;
+  const size_t open = prompt.rfind(gemma4 ? kGemma4Open : kOpen);
   if (open == std::string_view::npos) return false;
-  const size_t close = prompt.rfind(kClose);
+  const size_t close = prompt.rfind(gemma4 ? kGemma4Close : kClose);
   return close == std::string_view::npos || close < open;
 }
 

@@ -12,6 +12,9 @@
 // reasoning_content; final's and commentary's (the preambles) are content, as vLLM's and llama-server's gpt-oss
 // parsers give them; headers are dropped, but a message to a recipient (a tool call) goes to the content whole,
 // header and end tag included, for the tool-call parser (ToolCallFormat::Harmony) to read.
+//
+// Gemma 4 (ReasoningFormat::Gemma4Channel) thinks in "<|channel>thought\n...<channel|>" before its answer, as
+// llama.cpp's gemma4 parser reads it: the same as think tags with those two, the whitespace after "thought" dropped.
 #include <string>
 #include <string_view>
 
@@ -22,7 +25,7 @@ struct ReasoningSplit {
   std::string content;
 };
 
-enum class ReasoningFormat { ThinkTags, Harmony };
+enum class ReasoningFormat { ThinkTags, Harmony, Gemma4Channel };
 
 class ReasoningSplitter {
  public:
@@ -39,6 +42,8 @@ class ReasoningSplitter {
   ReasoningSplit feed_harmony();
 
   State state_;
+  std::string_view open_, close_;  // the reasoning's tags (ThinkTags, Gemma4Channel)
+  bool skip_space_ = false;        // Gemma4Channel: at the reasoning's start, whitespace is dropped
   bool analysis_ = false;  // harmony: the message being read is on the analysis channel
   bool passing_ = false;   // harmony: the message being read names a recipient (a tool call): kept whole
   std::string held_;       // text that may still be (the start of) a tag
@@ -51,7 +56,12 @@ ReasoningSplit split_reasoning(std::string_view text, bool opened_by_prompt,
 // Whether a rendered chat prompt asks for a harmony reply: it ends with "<|start|>assistant" (gpt-oss's template).
 bool prompt_is_harmony(std::string_view prompt);
 
-// Whether a chat prompt ends inside a <think> block: its last <think> comes after its last </think>.
-bool prompt_opens_reasoning(std::string_view prompt);
+// Whether a rendered chat prompt asks for a Gemma 4 reply: it ends with "<|turn>model\n", after which its template may
+// have closed an empty thought ("<|channel>thought\n<channel|>", thinking off).
+bool prompt_is_gemma4(std::string_view prompt);
+
+// Whether a chat prompt ends inside a <think> block (Gemma4Channel: a thought channel): its last opening tag comes
+// after its last closing one.
+bool prompt_opens_reasoning(std::string_view prompt, ReasoningFormat format = ReasoningFormat::ThinkTags);
 
 }  // namespace kvserve::server

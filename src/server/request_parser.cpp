@@ -598,8 +598,9 @@ std::vector<int32_t> build_prompt(ApiRequest& req, const EngineBackend& backend)
     if (req.endpoint == Endpoint::ChatCompletions) {
       const std::string prompt =
           backend.render_chat(req.messages, chat_template_variables(req.chat_template_kwargs, req.tools));
-      req.reasoning_opened_by_prompt = prompt_opens_reasoning(prompt);
       if (prompt_is_harmony(prompt)) req.reasoning_format = ReasoningFormat::Harmony;
+      if (prompt_is_gemma4(prompt)) req.reasoning_format = ReasoningFormat::Gemma4Channel;
+      req.reasoning_opened_by_prompt = prompt_opens_reasoning(prompt, req.reasoning_format);
       ids = backend.tokenize(prompt, /*add_special=*/true);
     } else if (req.prompt_is_ids) {
       ids = req.prompt_ids;
