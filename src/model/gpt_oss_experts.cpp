@@ -60,6 +60,23 @@ Tensor f32_matrix(const std::string& name, int64_t rows, int64_t cols, F f, Mode
   return t;
 }
 
+// A checkpoint's float [rows][cols] tensor (a router) as an owned F32 matrix.
+Tensor f32_copy(const SafetensorsModel& w, const std::string& name, int64_t rows, int64_t cols, Model& m) {
+  const SafetensorsTensor& t = shaped(w, name, nullptr, {rows, cols});
+  return f32_matrix(
+      name, rows, cols, [&](int64_t r, int64_t k) { return value(t, r * cols + k); }, m);
+}
+
+// A float vector of `n` values from the checkpoint, owned as F32.
+Tensor f32_vector(const SafetensorsModel& w, const std::string& name, int64_t n, Model& m) {
+  const SafetensorsTensor& t = shaped(w, name, nullptr, {n});
+  Tensor out = f32_matrix(
+      name, 1, n, [&](int64_t, int64_t k) { return value(t, k); }, m);
+  out.ne = {n, 1, 1, 1};
+  out.n_dims = 1;
+  return out;
+}
+
 // An owned [rows][cols] matrix in `t`'s own float type (F32, F16 or BF16: bit copies, no rounding), element (r, c)
 // taken from t's element index(r, c), as a Tensor named `name`: a transposed expert keeps its checkpoint's width.
 template <typename Index>
@@ -163,14 +180,8 @@ void load_gpt_oss_experts(const SafetensorsModel& w, const std::string& mlp, con
                           Model& m) {
   const int n = c.n_expert;
   const int64_t E = c.n_embd, F = c.n_ff_exp;
-  const SafetensorsTensor& router = shaped(w, mlp + "router.weight", nullptr, {n, E});
-  L.ffn_gate_inp = f32_matrix(
-      mlp + "router.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
-  const SafetensorsTensor& router_b = shaped(w, mlp + "router.bias", nullptr, {n});
-  L.ffn_gate_inp_b = f32_matrix(
-      mlp + "router.bias", 1, n, [&](int64_t, int64_t k) { return value(router_b, k); }, m);
-  L.ffn_gate_inp_b.ne = {n, 1, 1, 1};
-  L.ffn_gate_inp_b.n_dims = 1;
+  L.ffn_gate_inp = f32_copy(w, mlp + "router.weight", n, E, m);
+  L.ffn_gate_inp_b = f32_vector(w, mlp + "router.bias", n, m);
 
   const std::string x = mlp + "experts.";
   if (w.has(x + "gate_up_proj_blocks")) {
@@ -198,24 +209,12 @@ void load_llama4_experts(const SafetensorsModel& w, const std::string& ff, const
                          Model& m) {
   const int n = c.n_expert;
   const int64_t E = c.n_embd, F = c.n_ff_exp;
-  const SafetensorsTensor& router = shaped(w, ff + "router.weight", nullptr, {n, E});
-  L.ffn_gate_inp = f32_matrix(
-      ff + "router.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
+  L.ffn_gate_inp = f32_copy(w, ff + "router.weight", n, E, m);
   const std::string x = ff + "experts.";
   load_fused_float_experts(w, x, n, E, F, /*interleaved=*/false, L, m);
 }
 
 namespace {
-
-// A float vector of `n` values from the checkpoint, owned as F32.
-Tensor f32_vector(const SafetensorsModel& w, const std::string& name, int64_t n, Model& m) {
-  const SafetensorsTensor& t = shaped(w, name, nullptr, {n});
-  Tensor out = f32_matrix(
-      name, 1, n, [&](int64_t, int64_t k) { return value(t, k); }, m);
-  out.ne = {n, 1, 1, 1};
-  out.n_dims = 1;
-  return out;
-}
 
 // A [experts][rows][cols] float tensor as one [rows][cols] weight per expert: views of the mapped rows where the data
 // is aligned for its type, else of an aligned copy.
@@ -238,9 +237,7 @@ void load_gemma4_experts(const SafetensorsModel& w, const std::string& layer, co
                          Model& m) {
   const int n = c.n_expert;
   const int64_t E = c.n_embd, F = c.n_ff_exp;
-  const SafetensorsTensor& router = shaped(w, layer + "router.proj.weight", nullptr, {n, E});
-  L.ffn_gate_inp = f32_matrix(
-      layer + "router.proj.weight", n, E, [&](int64_t r, int64_t k) { return value(router, r * E + k); }, m);
+  L.ffn_gate_inp = f32_copy(w, layer + "router.proj.weight", n, E, m);
   L.ffn_gate_inp_scale = f32_vector(w, layer + "router.scale", E, m);
   L.down_exps_scale = f32_vector(w, layer + "router.per_expert_scale", n, m);
   const std::string x = layer + "experts.";
