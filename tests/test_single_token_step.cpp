@@ -29,7 +29,8 @@ std::string golden_model_path(const std::string& stem) {
 }
 
 // A paged cache of n_blocks blocks per layer, handed out in a scrambled order so block tables are not
-// the identity.
+// the identity. Gemma 4: each layer's rows its own size (layer_block_strides), a layer on another's KV reading its
+// source's arrays.
 struct TestCache {
   std::vector<std::vector<uint8_t>> k, v;
   std::vector<std::vector<H2OSlot>> records;  // per layer, with H2O eviction
@@ -38,15 +39,21 @@ struct TestCache {
 
   TestCache(const ModelConfig& c, const std::vector<KVElemType>& types, int block_size, int n_blocks, uint32_t seed) {
     view.block_size = block_size;
-    view.block_stride = int64_t{c.n_kv_heads} * block_size * c.head_dim;
+    const auto stride = [&](int l) {
+      return int64_t{c.kv_heads_of(c.kv_source_layer(l))} * block_size * c.head_dim_of(l);
+    };
+    view.block_stride = stride(0);
     view.n_blocks = n_blocks;
     view.layer_types = types;
     for (int l = 0; l < c.n_layers; ++l) {
-      const size_t bytes = static_cast<size_t>(view.block_stride * n_blocks) * (types[l] == KVElemType::F32 ? 4 : 2);
+      if (!c.uniform_layers()) view.layer_block_strides.push_back(stride(l));
+      const int src = c.kv_source_layer(l);
+      const size_t bytes =
+          src != l ? 0 : static_cast<size_t>(stride(l) * n_blocks) * (types[l] == KVElemType::F32 ? 4 : 2);
       k.emplace_back(bytes, 0);
       v.emplace_back(bytes, 0);
-      view.k_layers.push_back(k.back().data());
-      view.v_layers.push_back(v.back().data());
+      view.k_layers.push_back(src != l ? view.k_layers[static_cast<size_t>(src)] : k.back().data());
+      view.v_layers.push_back(src != l ? view.v_layers[static_cast<size_t>(src)] : v.back().data());
     }
     for (int b = 0; b < n_blocks; ++b) table.push_back(b);
     std::shuffle(table.begin(), table.end(), std::mt19937(seed));
@@ -76,7 +83,9 @@ TEST_P(SingleTokenRegionTest, LogitsAndKVMatchPerOpPathBitForBit) {
   // Every KV element type, mixed per layer.
   std::vector<KVElemType> types;
   for (int l = 0; l < c.n_layers; ++l)
-    types.push_back(std::vector<KVElemType>{KVElemType::F16, KVElemType::BF16, KVElemType::F32}[(l + p.n_steps) % 3]);
+    types.push_back(c.has_own_kv(l) ? std::vector<KVElemType>{KVElemType::F16, KVElemType::BF16,
+                                                              KVElemType::F32}[(l + p.n_steps) % 3]
+                                    : types[static_cast<size_t>(c.kv_source_layer(l))]);
   const int prompt_len = 7;
   const int n_blocks = (prompt_len + p.n_steps) / p.block_size + 2;
   std::vector<ModelRunner> runners;
@@ -243,18 +252,22 @@ INSTANTIATE_TEST_SUITE_P(
     Models, SingleTokenRegionTest,
     ::testing::Values(RegionCase{"tiny-gqa-Q4_0", 2, 16, 300}, RegionCase{"tiny-gqa-Q8_0", 2, 32, 200},
                       RegionCase{"tiny-gqa-Q4_1", 2, 16, 140}, RegionCase{"tiny-gqa-Q4_K_M", 2, 16, 140},
-                      RegionCase{"tiny-gqa-Q5_K_M", 3, 16, 140},
-                      RegionCase{"tiny-gqa-Q6_K", 2, 16, 140}, RegionCase{"tiny-gqa-BF16", 2, 16, 140},
-                      RegionCase{"tiny-mha", 2, 16, 260}, RegionCase{"tiny-mqa", 2, 16, 260},
-                      RegionCase{"tiny-qwen2", 2, 16, 140}, RegionCase{"stories260K-Q4_1", 2, 16, 200},
-                      RegionCase{"stories260K-F32", 2, 8, 140}, RegionCase{"tiny-gqa", 3, 16, 140},
-                      RegionCase{"tiny-mqa", 3, 16, 140}, RegionCase{"tiny-qwen3", 2, 16, 140},
-                      RegionCase{"tiny-qwen3", 3, 16, 140}, RegionCase{"tiny-gemma3", 2, 16, 300},
-                      RegionCase{"tiny-gemma3", 3, 8, 160}, RegionCase{"tiny-gemma2", 2, 16, 200},
-                      RegionCase{"tiny-gemma", 2, 16, 140}, RegionCase{"tiny-phi3", 2, 16, 140},
-                      RegionCase{"tiny-phi3-longrope", 2, 16, 140}, RegionCase{"tiny-phi4", 2, 16, 140},
-                      RegionCase{"tiny-smollm3", 2, 16, 140}, RegionCase{"tiny-granite", 2, 16, 140},
-                      RegionCase{"tiny-mistral3", 2, 16, 140},
+                      RegionCase{"tiny-gqa-Q5_K_M", 3, 16, 140}, RegionCase{"tiny-gqa-Q6_K", 2, 16, 140},
+                      RegionCase{"tiny-gqa-BF16", 2, 16, 140}, RegionCase{"tiny-mha", 2, 16, 260},
+                      RegionCase{"tiny-mqa", 2, 16, 260}, RegionCase{"tiny-qwen2", 2, 16, 140},
+                      RegionCase{"stories260K-Q4_1", 2, 16, 200}, RegionCase{"stories260K-F32", 2, 8, 140},
+                      RegionCase{"tiny-gqa", 3, 16, 140}, RegionCase{"tiny-mqa", 3, 16, 140},
+                      RegionCase{"tiny-qwen3", 2, 16, 140}, RegionCase{"tiny-qwen3", 3, 16, 140},
+                      RegionCase{"tiny-gemma3", 2, 16, 300}, RegionCase{"tiny-gemma3", 3, 8, 160},
+                      RegionCase{"tiny-gemma2", 2, 16, 200}, RegionCase{"tiny-gemma", 2, 16, 140},
+                      RegionCase{"tiny-phi3", 2, 16, 140}, RegionCase{"tiny-phi3-longrope", 2, 16, 140},
+                      RegionCase{"tiny-phi4", 2, 16, 140}, RegionCase{"tiny-smollm3", 2, 16, 140},
+                      RegionCase{"tiny-granite", 2, 16, 140}, RegionCase{"tiny-mistral3", 2, 16, 140},
+                      // Gemma 4: sliding and full layers of their own head sizes and KV heads, a layer whose
+                      // values are its keys' projection, layers on earlier layers' KV, per-layer embeddings,
+                      // output scales.
+                      RegionCase{"tiny-gemma4", 2, 16, 200}, RegionCase{"tiny-gemma4", 3, 8, 160},
+                      RegionCase{"tiny-gemma4", 2, 16, 160, {.window = 40, .sinks = 4}},
                       // Streaming windows with sinks: window starts mid-block and past whole partitions, sinks
                       // over one block and two, Gemma 3's local layers keeping their own window.
                       RegionCase{"tiny-gqa", 2, 16, 300, {.window = 40, .sinks = 4}},

@@ -109,6 +109,10 @@ class ModelRunner {
   // outputs = weights x rmsnorm(x_, norm_weight) for the first n_tokens rows (xn_ holds the normalized rows).
   void project_normalized(std::span<const MatmulOutput> outputs, const float* norm_weight, int64_t n_tokens);
   bool region_weights_ok() const;
+  // The region's geometry of a kind of layer (Gemma 4: sliding or full) is its first layer's.
+  int region_first_layer(bool swa) const;
+  // How many of q, k, v layer l projects (the rest: none, or v is k's projection).
+  size_t qkv_projections(int l) const;
   // MoE layers (moe_ffn.cpp): each token's experts and weights from the router over xn_, then x_ += the
   // weighted sum of its experts' SwiGLU outputs (xn_ = rmsnorm(x_, ffn_norm) first).
   void route_tokens(const LayerWeights& L, int64_t n_tokens);

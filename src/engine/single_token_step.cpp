@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <span>
 
 #include "engine/kv_row_store.h"
 #include "engine/model_runner.h"
@@ -68,36 +69,64 @@ bool ModelRunner::region_weights_ok() const {
   if (model_.config.learned_sinks) return false;
   // Nor Llama 4's L2-normed q / k and chunked layers (an MoE model anyway).
   if (model_.config.qk_l2_norm || model_.config.swa_chunked) return false;
-  // Nor Gemma 4's per-layer head sizes and FFN widths, shared KV, normed values and per-layer embeddings.
+  // Gemma 4's head sizes and KV heads may differ between the two kinds of layer, one geometry per kind.
   const ModelConfig& c = model_.config;
-  if (!c.uniform_layers() || c.n_kv_shared_layers > 0 || c.v_norm || c.n_embd_per_layer > 0) return false;
-  for (const LayerWeights& L : model_.layers)
-    if (L.layer_output_scale.valid()) return false;
-  for (const LayerWeights& L : model_.layers)
-    if (L.bo.valid()) return false;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int first = c.is_swa_layer(l) ? region_first_layer(true) : region_first_layer(false);
+    if (c.head_dim_of(l) != c.head_dim_of(first) ||
+        c.kv_heads_of(c.kv_source_layer(l)) != c.kv_heads_of(c.kv_source_layer(first)))
+      return false;
+  }
   for (const LayerWeights& L : model_.layers) {
+    if (L.bo.valid()) return false;
+    // Gemma 4's per-layer inputs and output scales act on each thread's copy of the residual (post-norms).
+    if ((c.n_embd_per_layer > 0 || L.layer_output_scale.valid()) && !c.post_norms) return false;
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = model_.layers[static_cast<size_t>(l)];
     const MatmulOutput qkv[] = {{&L.wq, nullptr}, {&L.wk, nullptr}, {&L.wv, nullptr}};
     const MatmulOutput gate_up[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
-    if (!matmul_inputs_stackable(qkv) || !matmul_inputs_stackable(gate_up)) return false;
+    if (!matmul_inputs_stackable(std::span(qkv, qkv_projections(l))) || !matmul_inputs_stackable(gate_up)) return false;
   }
   return true;
+}
+
+int ModelRunner::region_first_layer(bool swa) const {
+  const ModelConfig& c = model_.config;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.is_swa_layer(l) == swa) return l;
+  return 0;
+}
+
+size_t ModelRunner::qkv_projections(int l) const {
+  const ModelConfig& c = model_.config;
+  // Gemma 4: a layer on another's KV projects only q; one without attn_v takes its keys' projection as values.
+  if (!c.has_own_kv(l)) return 1;
+  return model_.layers[static_cast<size_t>(l)].wv.valid() ? 3 : 2;
 }
 
 int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView& kv, std::vector<float>& logits) {
   const ModelConfig& c = model_.config;
   const int nt = pool_.size();
-  const int64_t E = c.n_embd, D = c.head_dim, H = c.n_heads, KVH = c.n_kv_heads, F = c.n_ff;
-  const int64_t QD = H * D;
+  const int64_t E = c.n_embd, H = c.n_heads;
+  // Each kind of layer's heads (Gemma 4's sliding and full layers differ; elsewhere both are the model's).
+  struct Geometry {
+    int64_t D, KVH;
+  };
+  const auto geometry_of = [&](int l) { return Geometry{c.head_dim_of(l), c.kv_heads_of(c.kv_source_layer(l))}; };
+  const Geometry full = geometry_of(region_first_layer(false)), local = geometry_of(region_first_layer(true));
+  const int64_t D = full.D, KVH = full.KVH;
   const detail::SimdWorker& attn_worker = *detail::simd_worker_in_use();
 
   embed(s.tokens[0], x_.data());
+  if (c.n_embd_per_layer > 0) per_layer_inputs({&s, 1}, 1);
   const int64_t pos = s.pos0;
   const int64_t n_rot = rope_.n_rot();
   rope_cos_sin_.resize(static_cast<size_t>(n_rot));
   (s.long_rope ? rope_long_ : rope_).angles(pos, rope_cos_sin_.data());
   const bool has_swa = !c.swa_layers.empty();
   if (has_swa) {
-    rope_swa_cos_sin_.resize(static_cast<size_t>(n_rot));
+    rope_swa_cos_sin_.resize(static_cast<size_t>(rope_swa_.n_rot()));
     (s.long_rope ? rope_swa_long_ : rope_swa_).angles(pos, rope_swa_cos_sin_.data());
   }
   // A streaming cache windows the full-attention layers, and their sinks take a query rotated at its cache
@@ -110,11 +139,11 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         .angles(sink_query_position(pos, stream.sinks, stream.window), rope_sink_cos_sin_.data());
     attn_lse_.resize(static_cast<size_t>(H));
   }
-  // The new token's K/V slot in each group's block (one group unless the cache is hybrid).
+  // The new token's block in each group (one group unless the cache is hybrid); a layer places its K/V rows in it by
+  // its own stride and head size.
   const int n_groups = kv.num_groups();
-  kv_offset_.resize(static_cast<size_t>(n_groups));
-  for (int g = 0; g < n_groups; ++g)
-    kv_offset_[static_cast<size_t>(g)] = s.table(g)[pos / kv.block_size] * kv.block_stride + pos % kv.block_size * D;
+  kv_block_.resize(static_cast<size_t>(n_groups));
+  for (int g = 0; g < n_groups; ++g) kv_block_[static_cast<size_t>(g)] = s.table(g)[pos / kv.block_size];
 
   // Attention units: (partition, KV head), split by their cost in positions with each thread's part following the rate
   // it attended at in the steps before (AttentionSplit), so each thread's share is one region of the cache. (SmolLM2
@@ -140,7 +169,6 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   base.out = attn_.data();
   base.softcap = c.attn_softcap;
   const int64_t n_parts = detail::partition_count(base, 0);
-  const int64_t n_units = n_parts * KVH;
   const int64_t part_slots = detail::partition_blocks(kv.block_size) * kv.block_size;
   // The full-attention layers' units: under a streaming window only those it reaches, as the sliding-window
   // layers' below.
@@ -158,9 +186,12 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   // it cost nothing, and no thread takes them (the merge starts at the window's partition).
   PagedAttentionArgs swa_base = base;
   swa_base.window = c.sliding_window;
+  swa_base.n_kv_heads = static_cast<int>(local.KVH);
+  swa_base.head_dim = static_cast<int>(local.D);
+  swa_base.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(local.D));
   const int64_t swa_first_pos = has_swa ? detail::first_attended(swa_base, 0) : 0;
-  const int64_t swa_first_unit = swa_first_pos / part_slots * KVH;
-  const AttentionSplit::Units swa_units{n_parts, KVH, pos + 1, part_slots, swa_first_pos};
+  const int64_t swa_first_unit = swa_first_pos / part_slots * local.KVH;
+  const AttentionSplit::Units swa_units{n_parts, local.KVH, pos + 1, part_slots, swa_first_pos};
   if (has_swa) {
     attention_split_.split(swa_units, unit_first_swa_);
     for (int64_t& u : unit_first_swa_) u = std::max(u, swa_first_unit);
@@ -172,16 +203,19 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
   const auto owner_of = [](const std::vector<int64_t>& first, int64_t u) {
     return static_cast<int>(std::upper_bound(first.begin(), first.end(), u) - first.begin()) - 1;
   };
-  const size_t unit_floats = detail::partition_partial_floats(base);
-  partials_.resize(static_cast<size_t>(n_units) * unit_floats);
+  const size_t unit_floats_full = detail::partition_partial_floats(base);
+  const size_t unit_floats_swa = has_swa ? detail::partition_partial_floats(swa_base) : 0;
+  partials_.resize(static_cast<size_t>(n_parts) * std::max(static_cast<size_t>(KVH) * unit_floats_full,
+                                                           static_cast<size_t>(local.KVH) * unit_floats_swa));
 
   thread_scratch_.resize(static_cast<size_t>(nt));
   for (ThreadScratch& ts : thread_scratch_) {
     ts.xn.resize(static_cast<size_t>(E));
     ts.x.resize(c.post_norms ? static_cast<size_t>(E) : 0);
-    ts.q.resize(static_cast<size_t>(QD));
-    ts.q_sink.resize(has_sinks ? static_cast<size_t>(QD) : 0);
-    ts.ffn.resize(static_cast<size_t>(F));
+    ts.q.resize(static_cast<size_t>(c.max_q_dim()));
+    ts.q_sink.resize(has_sinks ? static_cast<size_t>(c.max_q_dim()) : 0);
+    // The FFN's activations, and Gemma 4's gated per-layer input after them.
+    ts.ffn.resize(static_cast<size_t>(std::max(c.max_n_ff(), c.n_embd_per_layer)));
   }
   const bool want_logits = s.want_logits;
   if (want_logits) logits.resize(static_cast<size_t>(c.n_vocab));
@@ -279,34 +313,42 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
       const KVRotation rot = kv_rotation(kv_type, static_cast<int>(D));
       const bool swa = c.is_swa_layer(il);
+      const Geometry& geometry = swa ? local : full;
+      const int64_t D = geometry.D, KVH = geometry.KVH, QD = H * D, F = c.n_ff_of(il);
+      const size_t unit_floats = swa ? unit_floats_swa : unit_floats_full;
+      const bool own_kv = c.has_own_kv(il);
       const int group = kv.layer_group.empty() ? 0 : kv.layer_group[static_cast<size_t>(il)];
-      const int64_t kv_offset = kv_offset_[static_cast<size_t>(group)];
+      const int64_t kv_offset = kv_block_[static_cast<size_t>(group)] * kv.stride(il) + pos % kv.block_size * D;
       const std::vector<int64_t>& first_unit = swa ? unit_first_swa_ : unit_first_;
       const Share my_units{first_unit[static_cast<size_t>(ti)], first_unit[static_cast<size_t>(ti) + 1]};
       const Rope& rope = swa ? rope_swa_ : rope_;
       const float* cos_sin = swa ? rope_swa_cos_sin_.data() : rope_cos_sin_.data();
 
       rmsnorm(x, static_cast<const float*>(L.attn_norm.data), ts.xn.data(), static_cast<int>(E), c.rms_eps);
-      const MatmulOutput qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+      const MatmulOutput qkv_all[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+      const size_t n_proj = qkv_projections(il);
+      const std::span<const MatmulOutput> qkv(qkv_all, n_proj);
       ts.acts.convert(qkv, ts.xn.data(), 1);
       // H2O's layers: each KV head's row goes where its eviction puts it, and the head is attended by the
       // thread that owns it (kernels/cpu/h2o_attention.h), from its kept slots.
       H2OSlot* h2o_records = kv.h2o_records.empty() ? nullptr : kv.h2o_records[static_cast<size_t>(il)];
       // The new K/V rows' lines, owned ahead of their stores after the projection: the thread storing
       // them otherwise waits on memory there while the other waits for it at the next barrier.
-      for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
+      for (int64_t h = 0; h < KVH && h2o_records == nullptr && own_kv; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         const int64_t off = kv_offset + h * kv.block_size * D;
         prefetch_for_write(kv_row_address(kv_type, kl, off), kv_row_bytes(kv_type, D));
         prefetch_for_write(kv_row_address(kv_type, vl, off), kv_row_bytes(kv_type, D));
       }
       const Tensor* biases[] = {&L.bq, &L.bk, &L.bv};
-      matmul_share(StepPhase::Qkv, L.wq.rows() + L.wk.rows() + L.wv.rows(), matmul_balance_chunk_rows(qkv, 1),
-                   L.wq.row_size(), [&](int64_t b, int64_t e) {
+      int64_t qkv_rows = 0;
+      for (const MatmulOutput& o : qkv) qkv_rows += o.w->rows();
+      matmul_share(StepPhase::Qkv, qkv_rows, matmul_balance_chunk_rows(qkv, 1), L.wq.row_size(),
+                   [&](int64_t b, int64_t e) {
                      matmul_rows_stacked(qkv, ts.acts, b, e);
                      // Biases (qwen2) on the rows just computed, as forward's add_bias adds them.
                      int64_t offset = 0;
-                     for (int i = 0; i < 3; ++i) {
+                     for (size_t i = 0; i < n_proj; ++i) {
                        const int64_t rows = qkv[i].w->rows();
                        const int64_t rb = std::max(b, offset) - offset, re = std::min(e, offset + rows) - offset;
                        if (biases[i]->valid() && rb < re)
@@ -332,14 +374,18 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       }
       if (rotates) rope.rotate(ts.q.data(), static_cast<int>(H), cos_sin);
       if (rot.any()) hadamard_rotate(ts.q.data(), QD, rot.k_block);
-      // KV head h's new K row normed and rotated (and its V row too under a quantized cache's rotation).
+      // KV head h's new K row normed and rotated (and its V row too under a quantized cache's rotation; Gemma 4: V
+      // the keys' projection where the layer has no attn_v, normed without a weight).
       const auto prepare_kv_row = [&](int64_t h) {
         float* kh = k_.data() + h * D;
+        float* vh = v_.data() + h * D;
+        if (n_proj == 2) std::copy_n(kh, D, vh);
         if (c.qk_norm) rmsnorm_heads(kh, static_cast<const float*>(L.k_norm.data), 1, static_cast<int>(D), c.rms_eps);
+        if (c.v_norm) rmsnorm_heads(vh, nullptr, 1, static_cast<int>(D), c.rms_eps);
         if (rotates) rope.rotate(kh, 1, cos_sin);
         if (rot.any()) {
           hadamard_rotate(kh, D, rot.k_block);
-          hadamard_rotate(v_.data() + h * D, D, rot.v_block);
+          hadamard_rotate(vh, D, rot.v_block);
         }
         return kh;
       };
@@ -352,7 +398,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         a.n_heads = static_cast<int>(H);
         a.n_kv_heads = static_cast<int>(KVH);
         a.head_dim = static_cast<int>(D);
-        a.scale = base.scale;
+        a.scale = (swa ? swa_base : base).scale;
         a.softcap = c.attn_softcap;
         const Share heads = static_share(KVH, ti, nt);
         for (int64_t h = heads.first; h < heads.last; ++h) {
@@ -364,7 +410,7 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         end_phase(StepPhase::Attention);
         add_projection_to_residual(L.wo, attn_.data(), QD, L.attn_post_norm, StepPhase::Wo);
       }
-      for (int64_t h = 0; h < KVH && h2o_records == nullptr; ++h) {
+      for (int64_t h = 0; h < KVH && h2o_records == nullptr && own_kv; ++h) {
         if (owner_of(first_unit, (n_parts - 1) * KVH + h) != ti) continue;
         float* kh = prepare_kv_row(h);
         const int64_t off = kv_offset + h * kv.block_size * D;
@@ -372,30 +418,32 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         store_kv_row(kv_type, v_.data() + h * D, D, vl, off);
       }
       if (h2o_records == nullptr) {
-      PagedAttentionArgs a = base;
-      a.block_table = s.table(group).data();
-      a.q = ts.q.data();
-      a.k_cache = kl;
-      a.v_cache = vl;
-      a.kv_type = kv_type;
-      a.window = swa ? c.sliding_window : stream.window;
-      norm_ahead(L.ffn_norm);
-      // This thread's units into partials_ ([kv head][partition][group][head_dim + 2]).
-      const auto attend_start = std::chrono::steady_clock::now();
-      detail::attend_decode_units(attn_worker, a, my_units.first, my_units.last, partials_.data());
-      if (swa == has_swa) attending += std::chrono::steady_clock::now() - attend_start;
-      end_phase(StepPhase::Attention);
-      // This thread's KV heads into attn_, then a barrier. Every thread merging every head into its own copy
-      // instead (no barrier, but each reads all the partials, half of them written by the other core)
-      // measured slower: SmolLM2 decode after 512 positions, alternating runs, the split merge 1.017-1.022x
-      // with the two vCPUs on two CCDs (14 rounds), 1.004x on one (8 rounds; 1.011x after 128 positions).
-      if (sinks_here) a.lse = attn_lse_.data();
-      const Share heads = static_share(KVH, ti, nt);
-      for (int64_t h = heads.first; h < heads.last; ++h) {
-        attn_worker.merge(a, 0, static_cast<int>(h), partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
-        if (sinks_here) fold_attention_sinks(a, ts.q_sink.data(), stream.sinks, 0, static_cast<int>(h));
-        // This KV head's query heads mix rotated V rows: rotated back.
-        if (rot.any()) hadamard_rotate(a.out + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
+        PagedAttentionArgs a = swa ? swa_base : base;
+        a.block_table = s.table(group).data();
+        a.block_stride = kv.stride(il);
+        a.q = ts.q.data();
+        a.k_cache = kl;
+        a.v_cache = vl;
+        a.kv_type = kv_type;
+        a.window = swa ? c.sliding_window : stream.window;
+        norm_ahead(L.ffn_norm);
+        // This thread's units into partials_ ([kv head][partition][group][head_dim + 2]).
+        const auto attend_start = std::chrono::steady_clock::now();
+        detail::attend_decode_units(attn_worker, a, my_units.first, my_units.last, partials_.data());
+        if (swa == has_swa) attending += std::chrono::steady_clock::now() - attend_start;
+        end_phase(StepPhase::Attention);
+        // This thread's KV heads into attn_, then a barrier. Every thread merging every head into its own copy
+        // instead (no barrier, but each reads all the partials, half of them written by the other core)
+        // measured slower: SmolLM2 decode after 512 positions, alternating runs, the split merge 1.017-1.022x
+        // with the two vCPUs on two CCDs (14 rounds), 1.004x on one (8 rounds; 1.011x after 128 positions).
+        if (sinks_here) a.lse = attn_lse_.data();
+        const Share heads = static_share(KVH, ti, nt);
+        for (int64_t h = heads.first; h < heads.last; ++h) {
+          attn_worker.merge(a, 0, static_cast<int>(h),
+                            partials_.data() + static_cast<size_t>(h * n_parts) * unit_floats);
+          if (sinks_here) fold_attention_sinks(a, ts.q_sink.data(), stream.sinks, 0, static_cast<int>(h));
+          // This KV head's query heads mix rotated V rows: rotated back.
+          if (rot.any()) hadamard_rotate(a.out + h * (H / KVH) * D, (H / KVH) * D, rot.v_block);
       }
       end_phase(StepPhase::Merge);
       add_projection_to_residual(L.wo, attn_.data(), QD, L.attn_post_norm, StepPhase::Wo);
@@ -411,6 +459,18 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
       ffn_activation(gate_.data(), up_.data(), ts.ffn.data(), F);
       norm_ahead(il + 1 < c.n_layers ? model_.layers[il + 1].attn_norm : model_.output_norm);
       add_projection_to_residual(L.w_down, ts.ffn.data(), F, L.ffn_post_norm, StepPhase::Down);
+      if (c.n_embd_per_layer > 0) {
+        // Gemma 4: x += post_norm(proj(gelu(inp_gate x) * the layer's input)), as add_per_layer_embedding.
+        const int64_t P = c.n_embd_per_layer;
+        const Tensor& gate = L.ple_inp_gate;
+        ts.acts.convert(gate.type, x, E, 1);
+        matmul_share(StepPhase::Down, P, matmul_balance_chunk_rows(gate, 1), gate.row_size(),
+                     [&](int64_t b, int64_t e) { matmul_rows(gate, ts.acts, ple_gate_.data(), b, e); });
+        end_phase(StepPhase::Down);
+        gelu(ple_gate_.data(), ple_.data() + il * P, ts.ffn.data(), P);
+        add_projection_to_residual(L.ple_proj, ts.ffn.data(), P, L.ple_post_norm, StepPhase::Down);
+      }
+      if (L.layer_output_scale.valid()) scale_inplace(x, E, *static_cast<const float*>(L.layer_output_scale.data));
     }
     attention_split_.rates.record(ti,
                                   static_cast<double>(timed_units.cost(timed_first[static_cast<size_t>(ti)],
@@ -453,8 +513,9 @@ int ModelRunner::forward_single_token(const BatchSequence& s, const KVCacheView&
         attended = std::min(pos + 1, h.heavy + h.recent);
       }
       const KVElemType kv_type = kv.layer_types.empty() ? KVElemType::F32 : kv.layer_types[il];
+      const Geometry g = geometry_of(il);
       at(StepPhase::Attention) +=
-          static_cast<double>(attended * KVH * 2) * static_cast<double>(kv_row_bytes(kv_type, D));
+          static_cast<double>(attended * g.KVH * 2) * static_cast<double>(kv_row_bytes(kv_type, g.D));
     }
     if (want_logits) at(StepPhase::Head) += static_cast<double>(model_.output.bytes());
     profile->add_step(bytes);
