@@ -462,12 +462,14 @@ SlidingWindowLayers llama4_chunked_layers(const json& j, const ConfigReader& r, 
   return swa;
 }
 
-// Llama 4 Scout / Maverick (image-text checkpoints): the text model only, from `text_config`.
-ModelConfig read_llama4_text_config(const json& j, const std::string& path) {
+// An image-text checkpoint's text model only (Llama 4 Scout / Maverick, Gemma 4; their vision and audio towers are
+// not read): its `text_config`, read as a `text_arch` config.
+ModelConfig read_text_config_as(const json& j, const std::string& path, const char* image_text_arch,
+                                const char* text_arch) {
   if (!j.contains("text_config") || !j["text_config"].is_object())
-    fail("'{}': a Llama4ForConditionalGeneration config needs its 'text_config' object", path);
+    fail("'{}': a {} config needs its 'text_config' object", path, image_text_arch);
   json t = j["text_config"];
-  t["architectures"] = json::array({"Llama4ForCausalLM"});
+  t["architectures"] = json::array({text_arch});
   if (j.contains("_name_or_path")) t["_name_or_path"] = j["_name_or_path"];
   return read_config(t, path);
 }
@@ -545,17 +547,6 @@ ModelConfig read_gemma3_text_config(const json& j, const std::string& path) {
   if (t.value("use_bidirectional_attention", false))
     fail("'{}': bidirectional attention (an embedding model) is not supported", path);
   t["architectures"] = json::array({"Gemma3ForCausalLM"});
-  if (j.contains("_name_or_path")) t["_name_or_path"] = j["_name_or_path"];
-  return read_config(t, path);
-}
-
-// Gemma 4's image-text checkpoints (Gemma4ForConditionalGeneration): the text model only, from `text_config`; their
-// vision and audio towers are not read.
-ModelConfig read_gemma4_text_config(const json& j, const std::string& path) {
-  if (!j.contains("text_config") || !j["text_config"].is_object())
-    fail("'{}': a Gemma4ForConditionalGeneration config needs its 'text_config' object", path);
-  json t = j["text_config"];
-  t["architectures"] = json::array({"Gemma4ForCausalLM"});
   if (j.contains("_name_or_path")) t["_name_or_path"] = j["_name_or_path"];
   return read_config(t, path);
 }
@@ -845,9 +836,11 @@ ModelConfig read_config(const json& raw, const std::string& path) {
     if (hf_arch == a.hf_arch && !j.contains(a.key) && j.contains(a.alias)) j[a.key] = j[a.alias];
   const ConfigReader r(j, path);
   if (hf_arch == "Gemma3ForConditionalGeneration") return read_gemma3_text_config(j, path);
-  if (hf_arch == "Gemma4ForConditionalGeneration") return read_gemma4_text_config(j, path);
+  if (hf_arch == "Gemma4ForConditionalGeneration")
+    return read_text_config_as(j, path, "Gemma4ForConditionalGeneration", "Gemma4ForCausalLM");
   if (hf_arch == "Mistral3ForConditionalGeneration") return read_mistral3_text_config(j, path);
-  if (hf_arch == "Llama4ForConditionalGeneration") return read_llama4_text_config(j, path);
+  if (hf_arch == "Llama4ForConditionalGeneration")
+    return read_text_config_as(j, path, "Llama4ForConditionalGeneration", "Llama4ForCausalLM");
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs)
     if (hf_arch == a.hf_name) arch = &a;
