@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "engine/json_grammar.h"
 #include "grammar_checks.h"
 #include "model/loaders.h"
+#include "model/model_cache.h"
 #include "model/tokenizer.h"
 #include "server/tool_call_parser.h"
 
@@ -350,18 +352,22 @@ struct RandomReply {
 };
 using StepCheck = std::function<void(const GrammarMatcher&, const std::vector<float>& logits, int step)>;
 RandomReply random_reply(const std::shared_ptr<const Grammar>& g, std::mt19937& rng, int max_steps, int patient,
-                         const StepCheck& check = {}) {
-  const GrammarTokenTable& table = gpt2_table();
+                         const StepCheck& check = {}, const GrammarTokenTable& table = gpt2_table(),
+                         const std::function<bool(const std::string&)>& closing_text = {}) {
   GrammarMatcher m(g, table);
   RandomReply r;
   std::vector<float> logits(static_cast<size_t>(table.size()));
-  static const std::vector<uint8_t> closes = [&] {
-    std::vector<uint8_t> out(static_cast<size_t>(table.size()));
+  // The tokens that tend to close what is open: preferred once the reply has run `patient` steps.
+  static std::vector<uint8_t> gpt2_closes;
+  std::vector<uint8_t> own_closes;
+  std::vector<uint8_t>& closes = closing_text ? own_closes : gpt2_closes;
+  if (closes.empty()) {
+    closes.resize(static_cast<size_t>(table.size()));
     for (int32_t id = 0; id < table.size(); ++id)
-      out[static_cast<size_t>(id)] =
-          table.end_of_generation(id) || table.bytes(id).find_first_of("\"]}>") != std::string::npos;
-    return out;
-  }();
+      closes[static_cast<size_t>(id)] =
+          table.end_of_generation(id) ||
+          (closing_text ? closing_text(table.bytes(id)) : table.bytes(id).find_first_of("\"]}>") != std::string::npos);
+  }
   for (int step = 0; step < max_steps && !m.done(); ++step) {
     std::fill(logits.begin(), logits.end(), 0.0f);
     const int64_t allowed = m.mask(logits.data(), table.size());
@@ -549,6 +555,10 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n<arg_key>days</arg_key>\n"
        "<arg_value>3</arg_value>\n</tool_call>",
        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome and Milan</arg_value>\n</tool_call>"},
+      {server::ToolCallFormat::Gemma4, "", "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:2}<tool_call|>",
+       "<|tool_call>call:get_weather{days:2}<tool_call|>"},
+      {server::ToolCallFormat::Gemma4, "", "<|tool_call>call:get_time{zone:<|\"|>CET<|\"|>}<tool_call|>",
+       "<|tool_call>call:get_time{zone:<|\"|>PST<|\"|>}<tool_call|>"},
   };
   std::mt19937 rng(9);
   for (const Format& f : formats) {
@@ -607,6 +617,132 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
       "properties": {"code": {"type": "string", "pattern": "^a+$"}}}}}])");
   EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::Glm45, patterned, ""), Error);
   EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::None, tools, ""), Error);
+}
+
+// Gemma 4's forced call: the arguments in its notation (strings between <|"|> marks as they are, keys bare),
+// following the tool's schema through nested objects, arrays, enums, bounds, optional and nullable properties,
+// anyOf and a recursive $ref. Random replies read back through the gemma4 parser as one call whose arguments
+// the schema validates; replies off the schema are refused; what the notation cannot say is refused by name.
+TEST(GrammarMatcher, Gemma4ForcedCallsFollowTheSchema) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "plan", "parameters": {
+    "type": "object",
+    "properties": {
+      "title": {"type": "string", "description": "free text"},
+      "code": {"type": "string", "minLength": 2, "maxLength": 5},
+      "when": {"type": "string", "format": "date"},
+      "mode": {"enum": ["fast", "slow", 3, null]},
+      "steps": {"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "weight": {"type": "number", "minimum": 0, "maximum": 1},
+        "done": {"type": "boolean"}}, "required": ["name", "done"]}, "minItems": 1},
+      "note": {"type": ["string", "null"]},
+      "a:b": {"type": "integer", "minimum": -3, "maximum": 3},
+      "extra": {"type": "object", "additionalProperties": {"type": "integer"}},
+      "any": {},
+      "either": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": "string"}}]},
+      "tree": {"$ref": "#/$defs/node"}
+    },
+    "required": ["title", "steps"],
+    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}}}}])");
+  const auto g = server::forced_tool_call_grammar(server::ToolCallFormat::Gemma4, tools, "");
+  const std::string q = "<|\"|>";
+  const auto call = [&](const std::string& args) { return "<|tool_call>call:plan{" + args + "}<tool_call|>"; };
+  const std::vector<std::string> good = {
+      "title:" + q + "a < b, {x}: \"y\"" + q + ",steps:[{name:" + q + q + ",done:true}]",
+      "title:" + q + "t" + q + ",code:" + q + "ab" + q + ",when:" + q + "2026-12-07" + q + ",mode:" + q + "slow" + q +
+          ",steps:[{name:" + q + "n" + q + ",weight:0.5,done:false},{name:" + q + "m" + q + ",done:true}],note:null," +
+          q + "a:b" + q + ":-3,extra:{k:1,k_2:-4},any:[" + q + "x" + q + ",{y:null}],either:[" + q + "s" + q +
+          "],tree:{v:1,kids:[{v:2,kids:[]}]}",
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",done:true}],mode:3",  // out of order
+  };
+  EXPECT_TRUE(accepts(g, call(good[0])));
+  EXPECT_TRUE(accepts(g, call(good[1])));
+  EXPECT_FALSE(accepts(g, call(good[2])));
+  const std::vector<std::string> bad = {
+      "steps:[{name:" + q + "n" + q + ",done:true}]",                                     // title missing
+      "title:" + q + "t" + q + ",steps:[]",                                               // minItems 1
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + "}]",                     // done missing
+      "title:\"t\",steps:[{name:" + q + "n" + q + ",done:true}]",                         // JSON's string
+      "title:" + q + "t" + q + ", steps:[{name:" + q + "n" + q + ",done:true}]",          // a space
+      "title:" + q + "t" + q + ",code:" + q + "abcdef" + q + ",steps:[]",                 // too long
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",weight:2,done:true}]",  // above maximum
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",done:true}],mode:" + q + "medium" + q,
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",done:true}],tree:{kids:[]}",
+      "title:" + q + "t<tool_call|>" + q + ",steps:[{name:" + q + "n" + q + ",done:true}]",  // ends the block
+  };
+  for (const std::string& b : bad) EXPECT_FALSE(accepts(g, call(b))) << b;
+  for (const std::string& t : {good[0], good[1]}) {
+    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Gemma4, tools, call(t));
+    ASSERT_EQ(parsed.calls.size(), 1u) << t;
+    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
+        << parsed.calls[0].arguments;
+  }
+  // Walked through Gemma 4's own vocabulary, where <|"|> and the call's markers are tokens of their own.
+  const std::string vocab = model_cache_dir() + "/llama.cpp-vocab-0.3.36/ggml-vocab-gemma-4.gguf";
+  ASSERT_TRUE(std::filesystem::exists(vocab)) << vocab << " (run scripts/fetch_llama_cpp_vocab.sh)";
+  const std::unique_ptr<Tokenizer> gemma4 = Tokenizer::create(load_gguf_vocab(vocab));
+  const GrammarTokenTable gemma4_table(*gemma4);
+  for (const std::string marker : {"<|tool_call>", "<tool_call|>", "<|\"|>"})
+    EXPECT_EQ(gemma4->encode(marker, false, true).size(), 1u) << marker;
+  // Past its patience a walk prefers the tokens that end strings, calls, objects and arrays.
+  const auto closing = [&](const std::string& b) {
+    return b == q || b == "<tool_call|>" || (!b.empty() && b.find_first_not_of("]},") == std::string::npos);
+  };
+  std::mt19937 rng(4);
+  int complete = 0, checked = 0;
+  for (int walk = 0; walk < 12; ++walk) {
+    const StepCheck full_check = [&](const GrammarMatcher& m, const std::vector<float>& logits, int step) {
+      if (walk > 1 || step % 7 != 3 || step > 60) return;
+      expect_mask_is_exact(m, logits, "gemma4");
+      ++checked;
+    };
+    const RandomReply r = random_reply(g, rng, 400, 60, full_check, gemma4_table, closing);
+    if (!r.whole) continue;
+    ++complete;
+    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Gemma4, tools, r.text);
+    ASSERT_EQ(parsed.calls.size(), 1u) << json(r.text).dump();
+    EXPECT_TRUE(parsed.content.empty()) << json(r.text).dump();
+    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
+        << json(r.text).dump() << "\n"
+        << parsed.calls[0].arguments;
+  }
+  EXPECT_GE(complete, 6);
+  EXPECT_GE(checked, 8);
+  // A tool without parameters takes any arguments; two tools are told apart by name.
+  const json two = json::parse(R"([{"type": "function", "function": {"name": "get"}},
+    {"type": "function", "function": {"name": "get_all", "parameters": {"type": "object", "properties": {},
+     "additionalProperties": false}}}])");
+  const auto g2 = server::forced_tool_call_grammar(server::ToolCallFormat::Gemma4, two, "");
+  EXPECT_TRUE(accepts(g2, "<|tool_call>call:get{x:[1,true," + q + "s" + q + "],y:{}}<tool_call|>"));
+  EXPECT_TRUE(accepts(g2, "<|tool_call>call:get_all{}<tool_call|>"));
+  EXPECT_FALSE(accepts(g2, "<|tool_call>call:get_all{x:1}<tool_call|>"));
+  EXPECT_FALSE(accepts(g2, "<|tool_call>call:get_some{}<tool_call|>"));
+  // After Gemma 4's thought channel, when the reasoning split is on.
+  const auto thinking = after_reasoning(g2, false, "<|channel>thought", "<channel|>");
+  EXPECT_TRUE(accepts(thinking, "<|channel>thought\nplan: call <it><channel|><|tool_call>call:get_all{}<tool_call|>"));
+  EXPECT_TRUE(accepts(thinking, "<|tool_call>call:get_all{}<tool_call|>"));
+  EXPECT_FALSE(accepts(thinking, "<|channel>thought\nplan<channel|>Sure."));
+  // What the notation or the matcher cannot enforce is refused by name.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"type": "object", "properties": {"c": {"type": "string", "pattern": "^a+$"}}})", "pattern"},
+      {R"({"type": "object", "properties": {"c": {"type": "array", "minItems": 2}}})", "minItems"},
+      {R"({"type": "object", "properties": {"c": {"type": "array", "maxItems": 2}}})", "maxItems"},
+      {R"({"type": "object", "minProperties": 1})", "minProperties"},
+      {R"({"type": "object", "properties": {"c": {"type": "integer", "multipleOf": 2}}})", "multipleOf"},
+      {R"({"type": "object", "properties": {"x<|\"|>": {}}})", "cannot be written"},
+      {R"({"type": "object", "properties": {"x": {"const": "a<tool_call|>"}}})", "cannot be written"},
+      {R"({"type": "array"})", "of type object"},
+  };
+  for (const auto& [schema, needle] : refused) {
+    const json t =
+        json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::parse(schema)}}}}});
+    try {
+      server::forced_tool_call_grammar(server::ToolCallFormat::Gemma4, t, "");
+      ADD_FAILURE() << "accepted " << schema;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

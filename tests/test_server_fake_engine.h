@@ -95,10 +95,12 @@ class FakeEngine final : public EngineBackend {
     std::string out;
     if (template_kwargs.is_object() && !template_kwargs.empty()) out += "kwargs: " + template_kwargs.dump() + "\n";
     for (const auto& m : messages) out += m.role + ": " + m.content + "\n";
-    return out + (harmony_ ? "<|start|>assistant" : "assistant:");
+    return out + (harmony_ ? "<|start|>assistant" : gemma4_ ? "<|turn>model\n" : "assistant:");
   }
   // The chat prompt ends as gpt-oss's harmony template's does.
   void set_harmony(bool on) { harmony_ = on; }
+  // ... or as Gemma 4's does.
+  void set_gemma4(bool on) { gemma4_ = on; }
   std::string token_piece(int32_t id) const override { return std::string(1, static_cast<char>(id)); }
   int32_t vocab_size() const override { return 256; }
   int64_t context_length() const override { return context_; }
@@ -227,6 +229,7 @@ class FakeEngine final : public EngineBackend {
   int64_t context_;
   int64_t completion_limit_ = -1;
   bool harmony_ = false;
+  bool gemma4_ = false;
   std::atomic<int> cached_tokens_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "grammar_checks.h"
 #include "server/http_server.h"
 #include "server/request_parser.h"
 #include "test_server_fake_engine.h"
@@ -324,6 +325,51 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
                                           "application/json");
   expect_error(forced, 400, "tool_choice");
   EXPECT_NE(forced->body.find("openai"), std::string::npos) << forced->body;
+}
+
+// Gemma 4's tool calls (--tool-call-parser gemma4): the call comes back as tool_calls and its thought channel as
+// reasoning_content; tool_choice "required" hands the engine the grammar of one call in Gemma 4's notation, a
+// thought allowed before it.
+TEST(ServerHttp, ChatGemma4ToolCalls) {
+  FakeEngine engine(std::chrono::milliseconds(1), 4096);
+  const std::string call = "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:2}<tool_call|>";
+  const std::string reply = "<|channel>thought\nCheck the weather.<channel|>" + call;
+  engine.set_script(reply);
+  engine.set_stop_at_script_end(true);
+  engine.set_gemma4(true);
+  ServerOptions opts;
+  opts.tool_call_parser = "gemma4";
+  opts.split_reasoning = true;
+  LiveServer server(engine, opts);
+  const std::string ask =
+      R"({"messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 500, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}, "required": ["city"]}}}])";
+  auto whole = server.client().Post("/v1/chat/completions", ask + "}", "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json choice = json::parse(whole->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["reasoning_content"], "Check the weather.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}, {"days", 2}}));
+  EXPECT_EQ(engine.added().back().grammar, nullptr);
+  auto forced =
+      server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "required"})", "application/json");
+  ASSERT_TRUE(forced);
+  ASSERT_EQ(forced->status, 200) << forced->body;
+  const std::shared_ptr<const Grammar> grammar = engine.added().back().grammar;
+  ASSERT_NE(grammar, nullptr);
+  EXPECT_TRUE(accepts(grammar, reply));
+  EXPECT_TRUE(accepts(grammar, call));
+  EXPECT_FALSE(accepts(grammar, "<|channel>thought\nCheck.<channel|>Sunny."));
+  EXPECT_FALSE(accepts(grammar, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:0}<tool_call|>"));
+  EXPECT_EQ(json::parse(forced->body)["choices"][0]["finish_reason"], "tool_calls");
+  // A schema the notation cannot enforce: refused by name.
+  const std::string patterned =
+      R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"c": {"type": "string", "pattern": "^a$"}}}}}]})";
+  auto refused = server.client().Post("/v1/chat/completions", patterned, "application/json");
+  expect_error(refused, 400, "tool_choice");
+  EXPECT_NE(refused->body.find("pattern"), std::string::npos) << refused->body;
 }
 
 // Llama 4's pythonic tool calls (--tool-call-parser llama4_pythonic): the reply's Python list of calls comes back

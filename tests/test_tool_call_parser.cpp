@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar_checks.h"
 #include "model/model_cache.h"
 #include "server/tool_call_parser.h"
 
@@ -386,6 +387,12 @@ TEST(ToolCallParser, EveryRealTemplatesOwnCallReadsBack) {
     }
     const ToolCallPiece got = parse_tool_calls(format, kTools, turn);
     ASSERT_EQ(got.calls.size(), 1u) << c.at("file") << ": " << turn;
+    // The grammar of a forced call (tool_choice "required") allows the template's own call.
+    if (format == ToolCallFormat::Gemma4 || format == ToolCallFormat::Hermes || format == ToolCallFormat::Qwen3Coder) {
+      const nlohmann::ordered_json weather = nlohmann::ordered_json::parse(kTools.dump())[0];
+      EXPECT_TRUE(accepts(forced_tool_call_grammar(format, nlohmann::ordered_json::array({weather}), source), turn))
+          << c.at("file") << ": " << turn;
+    }
     EXPECT_EQ(got.calls[0].name, "get_weather") << c.at("file");
     EXPECT_EQ(got.calls[0].arguments, R"({"city":"Paris"})") << c.at("file");
     EXPECT_EQ(got.content, "") << c.at("file");

@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kMaxNodes = 20000;
 constexpr int kMaxSchemaDepth = 64;
+constexpr std::string_view kGemma4Quote = "<|\"|>";
 constexpr int64_t kMaxReadings = 64;
 
 // Keywords that constrain values beyond what the matcher enforces: refused, so a reply never claims to follow
@@ -125,6 +126,7 @@ class SchemaCompiler {
   void set_root(const json& root) {
     root_ = &root;
     refs_.clear();
+    gemma4_refs_.clear();
   }
 
   // Continues an existing grammar (its nodes keep their ids).
@@ -442,6 +444,291 @@ class SchemaCompiler {
     return parts;
   }
 
+  // Gemma 4's notation, as its chat template writes a call's arguments and the gemma4 tool-call parser reads
+  // them: strings between <|"|> marks as they are, keys bare, numbers, true, false and null as JSON, no spaces.
+  // The members of an object from after its '{' through its '}' (a call's head ends with the brace).
+  int gemma4_members(const json& s, int depth) {
+    if (depth > kMaxSchemaDepth) fail("the schema nests deeper than {}", kMaxSchemaDepth);
+    if (s.is_null() || (s.is_boolean() && s.get<bool>())) return gemma4_any_members(gemma4_any());
+    if (!s.is_object()) fail("a tool's parameters must be an object schema");
+    gemma4_check_keywords(s);
+    if (s.contains("type") && s["type"] != "object") fail("a tool's parameters must be of type object");
+    for (const char* key : {"minProperties", "maxProperties", "anyOf", "oneOf", "allOf", "$ref"})
+      if (s.contains(key)) fail("an object schema with '{}' is not supported in gemma4 tool calls", key);
+    if (!s.contains("properties")) {
+      const json extra = s.value("additionalProperties", json(true));
+      if (extra.is_boolean() && !extra.get<bool>()) return add_branches({"}"}, {add_sequence({})});
+      return gemma4_any_members(gemma4_value(extra, depth + 1));
+    }
+    const json& props = s["properties"];
+    if (!props.is_object()) fail("'properties' must be an object");
+    if (props.size() + 1 > kMaxGrammarLiterals)
+      fail("a gemma4 tool call's object may have at most {} properties", kMaxGrammarLiterals - 1);
+    std::vector<std::string> required;
+    for (const json& r : s.value("required", json::array())) {
+      if (!r.is_string()) fail("'required' must be an array of property names");
+      if (!props.contains(r.get<std::string>()))
+        fail("the required property '{}' is not among the schema's properties", r.get<std::string>());
+      required.push_back(r.get<std::string>());
+    }
+    std::vector<std::string> keys;
+    std::vector<int> values;
+    std::vector<bool> needed;
+    for (auto it = props.begin(); it != props.end(); ++it) {
+      keys.push_back(gemma4_key(it.key()) + ":");
+      values.push_back(gemma4_value(it.value(), depth + 1));
+      needed.push_back(std::find(required.begin(), required.end(), it.key()) != required.end());
+    }
+    // The properties in the schema's order, those not required may be left out: from[w][i] is the members from
+    // property i on, w: whether one was written already (then each goes after a comma).
+    const size_t n = keys.size();
+    std::vector<int> from[2] = {std::vector<int>(n + 1), std::vector<int>(n + 1)};
+    for (size_t i = n + 1; i-- > 0;)
+      for (int written = 1; written >= 0; --written) {
+        std::vector<std::string> heads;
+        std::vector<int> rests;
+        size_t j = i;
+        for (; j < n; ++j) {
+          heads.push_back(written ? "," + keys[j] : keys[j]);
+          rests.push_back(add_sequence({{"", values[j]}, {"", from[1][j + 1]}}));
+          if (needed[j]) break;
+        }
+        if (j >= n) {
+          heads.push_back("}");
+          rests.push_back(add_sequence({}));
+        }
+        from[written][i] = add_branches(std::move(heads), std::move(rests));
+      }
+    return from[0][0];
+  }
+
+ private:
+  // A key as the template writes it (bare), or between <|"|> marks where a bare one would read otherwise.
+  static std::string gemma4_key(const std::string& key) {
+    if (key.find(kGemma4Quote) != std::string::npos || key.find("<tool_call|>") != std::string::npos)
+      fail("the parameter name '{}' cannot be written in a gemma4 tool call", key);
+    const bool bare = !key.empty() && key.find_first_of(":}") == std::string::npos &&
+                      std::isspace(static_cast<unsigned char>(key[0])) == 0;
+    return bare ? key : std::string(kGemma4Quote) + key + std::string(kGemma4Quote);
+  }
+
+  static std::string gemma4_text(const json& v) {
+    if (v.is_string()) {
+      if (v.get<std::string>().find(kGemma4Quote) != std::string::npos ||
+          v.get<std::string>().find("<tool_call|>") != std::string::npos)
+        fail("the value {} cannot be written in a gemma4 tool call", json_text(v));
+      return std::string(kGemma4Quote) + v.get<std::string>() + std::string(kGemma4Quote);
+    }
+    if (v.is_array()) {
+      std::string out = "[";
+      for (const json& x : v) {
+        if (out.size() > 1) out += ',';
+        out += gemma4_text(x);
+      }
+      return out + "]";
+    }
+    if (v.is_object()) {
+      std::string out = "{";
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (out.size() > 1) out += ',';
+        out += gemma4_key(it.key());
+        out += ':';
+        out += gemma4_text(it.value());
+      }
+      return out + "}";
+    }
+    return json_text(v);
+  }
+
+  static void gemma4_check_keywords(const json& s) {
+    for (const char* keyword : kUnsupported)
+      if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
+    for (const char* keyword : {"pattern", "prefixItems", "maxItems", "uniqueItems"})
+      if (s.contains(keyword)) fail("the schema keyword '{}' is not supported in gemma4 tool calls", keyword);
+  }
+
+  int add_sequence(std::vector<GrammarNode::Part> parts) {
+    GrammarNode n;
+    n.kind = GrammarNode::Kind::Sequence;
+    n.parts = std::move(parts);
+    return add(std::move(n));
+  }
+
+  int add_branches(std::vector<std::string> heads, std::vector<int> rests) {
+    GrammarNode n;
+    n.kind = GrammarNode::Kind::Branches;
+    n.literals = std::move(heads);
+    n.alternatives = std::move(rests);
+    return add(std::move(n));
+  }
+
+  // Members of any keys (identifiers) with values of node `value`, through the '}'.
+  int gemma4_any_members(int value) {
+    static const std::shared_ptr<const TextPattern> key =
+        TextPattern::compile("[A-Za-z_$][A-Za-z0-9_$.\\-]*:", TextPattern::Mode::FullMatch);
+    GrammarNode key_node;
+    key_node.kind = GrammarNode::Kind::Regex;
+    key_node.pattern = key;
+    const int key_id = add(std::move(key_node));
+    // more: either ",KEY:VALUE" and more again, or the '}'.
+    const int more = add_branches({",", "}"}, {-1, add_sequence({})});
+    grammar_.nodes[static_cast<size_t>(more)].alternatives[0] = add_sequence({{"", key_id}, {"", value}, {"", more}});
+    GrammarNode first;
+    first.kind = GrammarNode::Kind::Union;
+    first.alternatives = {literals({"}"}), add_sequence({{"", key_id}, {"", value}, {"", more}})};
+    return add(std::move(first));
+  }
+
+  // Items of node `item` through the ']', at least `min_items` (0 or 1) of them.
+  int gemma4_items(int item, uint32_t min_items) {
+    const int more = add_branches({",", "]"}, {-1, add_sequence({})});
+    const int items = add_sequence({{"", item}, {"", more}});
+    grammar_.nodes[static_cast<size_t>(more)].alternatives[0] = items;
+    if (min_items > 0) return items;
+    GrammarNode either;
+    either.kind = GrammarNode::Kind::Union;
+    either.alternatives = {literals({"]"}), items};
+    return add(std::move(either));
+  }
+
+  // Any value in the notation.
+  int gemma4_any() {
+    if (gemma4_any_ >= 0) return gemma4_any_;
+    GrammarNode u;
+    u.kind = GrammarNode::Kind::Union;
+    gemma4_any_ = add(u);
+    GrammarNode number;
+    number.kind = GrammarNode::Kind::Number;
+    const std::vector<int> alts = {gemma4_string(json::object()),
+                                   add_sequence({{"{", -1}, {"", gemma4_any_members(gemma4_any_)}}),
+                                   add_sequence({{"[", -1}, {"", gemma4_items(gemma4_any_, 0)}}), add(number),
+                                   literals({"true", "false", "null"})};
+    grammar_.nodes[static_cast<size_t>(gemma4_any_)].alternatives = alts;
+    return gemma4_any_;
+  }
+
+  // A string: the mark, its text (up to the next mark; with a length or format, matching them), the mark.
+  int gemma4_string(const json& s) {
+    const std::string mark(kGemma4Quote);
+    const std::string end_pattern = "<\\|\"\\|>";
+    GrammarNode text;
+    text.kind = GrammarNode::Kind::Regex;
+    const std::string format = s.value("format", std::string());
+    const std::string known_format = format.empty() ? std::string() : format_pattern(format);
+    const bool lengths = s.contains("minLength") || s.contains("maxLength");
+    if (!known_format.empty() && lengths)
+      fail("a string with both 'format' and a length is not supported in gemma4 tool calls");
+    if (!known_format.empty()) {
+      text.pattern = TextPattern::compile("(?:" + known_format + ")" + end_pattern, TextPattern::Mode::FullMatch);
+    } else if (lengths) {
+      // Without '<' in it, the text's length is the string's.
+      const uint32_t low = count_field(s, "minLength", 0), high = count_field(s, "maxLength", UINT32_MAX);
+      if (low > high) fail("'minLength' is above 'maxLength'");
+      if (low > 1000) fail("'minLength' above 1000 is not supported in gemma4 tool calls");
+      text.pattern =
+          TextPattern::compile(fmt::format("[^<]{{{},{}}}", low, std::min<uint32_t>(high, 1000)) + end_pattern,
+                               TextPattern::Mode::FullMatch);
+    } else {
+      // The call's closing marker ends the block for the parser wherever it stands.
+      text.pattern = TextPattern::text_until(mark, {"<tool_call|>"});
+    }
+    return add_sequence({{mark, -1}, {"", add(std::move(text))}});
+  }
+
+  int gemma4_value(const json& s, int depth) {
+    if (depth > kMaxSchemaDepth) fail("the schema nests deeper than {}", kMaxSchemaDepth);
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) fail("a schema of false allows no value");
+      return gemma4_any();
+    }
+    if (!s.is_object()) fail("a schema must be an object, got {}", json_text(s));
+    gemma4_check_keywords(s);
+    if (auto ref = s.find("$ref"); ref != s.end()) {
+      if (!ref->is_string()) fail("'$ref' must be a string");
+      const std::string path = ref->get<std::string>();
+      if (auto it = gemma4_refs_.find(path); it != gemma4_refs_.end()) return it->second;
+      const json* target = lookup(path);
+      if (target == nullptr) fail("'$ref' '{}' does not name a schema in #/$defs or #/definitions", path);
+      for (auto it = s.begin(); it != s.end(); ++it)
+        if (it.key() != "$ref" && std::find(kAnnotations.begin(), kAnnotations.end(), it.key()) == kAnnotations.end())
+          fail("keywords beside '$ref' are not supported in gemma4 tool calls");
+      // Filled in once the target is compiled: a recursive schema refers back to this node.
+      const int id = add_sequence({});
+      gemma4_refs_[path] = id;
+      const int value = gemma4_value(*target, depth + 1);
+      grammar_.nodes[static_cast<size_t>(id)].parts = {{"", value}};
+      return id;
+    }
+    if (s.contains("allOf")) fail("'allOf' is not supported in gemma4 tool calls");
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      const json& branches = s[key];
+      if (!branches.is_array() || branches.empty()) fail("'{}' must be a non-empty array of schemas", key);
+      GrammarNode u;
+      u.kind = GrammarNode::Kind::Union;
+      for (const json& b : branches) u.alternatives.push_back(gemma4_value(b, depth + 1));
+      if (std::string(key) == "oneOf" && !exclusive(branches, u.alternatives))
+        fail("'oneOf' whose branches a value could match two of is not supported");
+      return add(std::move(u));
+    }
+    std::vector<std::string> fixed;
+    if (auto c = s.find("const"); c != s.end()) fixed.push_back(gemma4_text(*c));
+    if (auto e = s.find("enum"); e != s.end() && fixed.empty()) {
+      if (!e->is_array() || e->empty()) fail("'enum' must be a non-empty array");
+      if (e->size() > kMaxGrammarLiterals) fail("'enum' may list at most {} values", kMaxGrammarLiterals);
+      for (const json& v : *e) fixed.push_back(gemma4_text(v));
+    }
+    if (!fixed.empty()) return literals(std::move(fixed));
+    std::vector<std::string> types;
+    if (auto type = s.find("type"); type != s.end()) {
+      if (type->is_string()) types.push_back(type->get<std::string>());
+      if (type->is_array())
+        for (const json& t : *type)
+          if (t.is_string()) types.push_back(t.get<std::string>());
+      if (types.empty() || (type->is_array() && types.size() != type->size()))
+        fail("'type' must be a type name or a non-empty list of them");
+    } else if (s.contains("properties") || s.contains("additionalProperties")) {
+      types.push_back("object");
+    } else if (s.contains("items")) {
+      types.push_back("array");
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+      types.push_back("string");
+    } else {
+      return gemma4_any();
+    }
+    GrammarNode u;
+    u.kind = GrammarNode::Kind::Union;
+    const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
+    for (const std::string& t : types) {
+      if (t == "string") {
+        u.alternatives.push_back(gemma4_string(s));
+      } else if (t == "object") {
+        u.alternatives.push_back(
+            add_sequence({{"{", -1}, {"", gemma4_members(s.contains("type") ? object_part(s) : s, depth + 1)}}));
+      } else if (t == "array") {
+        const uint32_t min_items = count_field(s, "minItems", 0);
+        if (min_items > 1) fail("'minItems' above 1 is not supported in gemma4 tool calls");
+        const int item = s.contains("items") ? gemma4_value(s["items"], depth + 1) : gemma4_any();
+        u.alternatives.push_back(add_sequence({{"[", -1}, {"", gemma4_items(item, min_items)}}));
+      } else if (t == "integer" && has_number) {
+        continue;  // a number already allows every integer
+      } else if (t == "number" || t == "integer" || t == "boolean" || t == "null") {
+        u.alternatives.push_back(typed(s, t, depth));  // written as JSON writes them
+      } else {
+        fail("unknown type '{}'", t);
+      }
+    }
+    return u.alternatives.size() == 1 ? u.alternatives[0] : add(std::move(u));
+  }
+
+  // An object schema's own keywords, for a value whose "type" lists more than the object.
+  static json object_part(const json& s) {
+    json o = s;
+    o["type"] = "object";
+    return o;
+  }
+
+ public:
   int any_object() {
     GrammarNode object;
     object.kind = GrammarNode::Kind::Object;
@@ -933,6 +1220,8 @@ class SchemaCompiler {
   Grammar grammar_;
   std::map<std::string, int> refs_;
   int any_ = -1;
+  std::map<std::string, int> gemma4_refs_;
+  int gemma4_any_ = -1;
 };
 
 }  // namespace
@@ -1019,6 +1308,10 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, cons
     rest.kind = GrammarNode::Kind::Sequence;
     if (call.xml) {
       rest.parts.push_back({"", c.xml_arguments(call.parameters, *call.xml, call.tail)});
+    } else if (call.gemma4) {
+      if (call.head.back() != '{') fail("a gemma4 tool call's head must end with its arguments' '{{'");
+      rest.parts.push_back({"", c.gemma4_members(call.parameters, 0)});
+      if (!call.tail.empty()) rest.parts.push_back({call.tail, -1});
     } else {
       rest.parts.push_back({"", call.parameters.is_null() ? c.any_object() : c.compile(call.parameters)});
       if (!call.tail.empty()) rest.parts.push_back({call.tail, -1});

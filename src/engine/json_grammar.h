@@ -142,12 +142,16 @@ struct XmlArgumentStyle {
 // its arguments as JSON valid for its `parameters` schema (null: any object), its `tail`, then `suffix`.
 // Hermes: "<tool_call>\n" + "{\"name\": \"f\", \"arguments\": " + {...} + "}" + "\n</tool_call>".
 // With `xml`, the arguments are written in that style instead: the properties in the schema's order, those
-// not required may be left out. Throws Error as json_schema_grammar, and when one head starts another.
+// not required may be left out. With `gemma4`, in Gemma 4's notation after a head that ends with the arguments'
+// '{': {key:<|"|>text<|"|>,n:3,flags:[true],o:{k:null}} (strings between <|"|> marks as they are, keys bare, the
+// rest as JSON, no spaces; the properties in the schema's order). Throws Error as json_schema_grammar, and when
+// one head starts another.
 struct ToolCallShape {
   std::string head;
   nlohmann::ordered_json parameters;
   std::string tail;
   const XmlArgumentStyle* xml = nullptr;
+  bool gemma4 = false;
 };
 std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,
                                                  const std::string& suffix);

@@ -245,9 +245,12 @@ struct HttpServer::Impl {
       // With the reasoning split on, a reasoning model thinks first and the constrained text follows its
       // </think> (reasoning_content stays free text). A harmony reply under a grammar is the constrained text
       // alone, which the split reads as content.
-      if (api.grammar && api.endpoint == Endpoint::ChatCompletions && api.split_reasoning.value_or(false) &&
-          api.reasoning_format == ReasoningFormat::ThinkTags)
-        api.grammar = after_reasoning(api.grammar, api.reasoning_opened_by_prompt);
+      if (api.grammar && api.endpoint == Endpoint::ChatCompletions && api.split_reasoning.value_or(false)) {
+        if (api.reasoning_format == ReasoningFormat::ThinkTags)
+          api.grammar = after_reasoning(api.grammar, api.reasoning_opened_by_prompt);
+        if (api.reasoning_format == ReasoningFormat::Gemma4Channel)
+          api.grammar = after_reasoning(api.grammar, api.reasoning_opened_by_prompt, "<|channel>thought", "<channel|>");
+      }
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
       job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompts), opts.model_name,
                                             std::move(salt), opts.keep_alive);

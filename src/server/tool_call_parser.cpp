@@ -720,6 +720,21 @@ std::shared_ptr<const Grammar> forced_xml_tool_call_grammar(ToolCallFormat forma
   return tool_call_grammar(std::string(kBlockOpen) + (qwen ? "\n" : ""), shapes, "");
 }
 
+// <|tool_call>call:NAME{ARGUMENTS}<tool_call|>, the arguments in Gemma 4's notation.
+std::shared_ptr<const Grammar> forced_gemma4_tool_call_grammar(const json& tools) {
+  std::vector<ToolCallShape> shapes;
+  for (const json& tool : tools) {
+    const json& fn = tool.at("function");
+    ToolCallShape shape;
+    shape.head = fn.at("name").get<std::string>() + "{";
+    shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
+    shape.tail = std::string(kGemma4Close);
+    shape.gemma4 = true;
+    shapes.push_back(std::move(shape));
+  }
+  return tool_call_grammar(std::string(kGemma4Open) + "call:", shapes, "");
+}
+
 }  // namespace
 
 std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, const json& tools,
@@ -745,6 +760,8 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, c
     case ToolCallFormat::Qwen3Coder:
     case ToolCallFormat::Glm45:
       return forced_xml_tool_call_grammar(format, tools);
+    case ToolCallFormat::Gemma4:
+      return forced_gemma4_tool_call_grammar(tools);
     default:
       fail("tool_choice 'required' or a named function is not supported for the {} tool-call format",
            tool_call_format_name(format));
