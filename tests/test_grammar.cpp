@@ -505,6 +505,14 @@ TEST(JsonGrammar, AfterReasoning) {
   EXPECT_FALSE(accepts(after_reasoning(call, false), "<think>x</think>\n"));
   EXPECT_TRUE(accepts(after_reasoning(call, true),
                       "ok</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>"));
+  // gpt-oss: an analysis message, then the next message's header, then the grammar's text.
+  const auto harmony = after_reasoning(after_text("<|channel|>final<|message|>", object), false,
+                                       "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant");
+  EXPECT_TRUE(
+      accepts(harmony, "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>{}"));
+  EXPECT_TRUE(accepts(harmony, "<|channel|>final<|message|>{}"));
+  EXPECT_FALSE(accepts(harmony, "<|channel|>analysis<|message|>a<|end|><|channel|>final<|message|>{}"));
+  EXPECT_FALSE(accepts(harmony, "{}"));
 
   const GrammarTokenTable& table = gpt2_table();
   for (const std::string prefix :
@@ -555,6 +563,9 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n<arg_key>days</arg_key>\n"
        "<arg_value>3</arg_value>\n</tool_call>",
        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome and Milan</arg_value>\n</tool_call>"},
+      {server::ToolCallFormat::Harmony, "",
+       "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"zone\": \"CET\"}",
+       "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"zone\": \"PST\"}"},
       {server::ToolCallFormat::Gemma4, "", "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:2}<tool_call|>",
        "<|tool_call>call:get_weather{days:2}<tool_call|>"},
       {server::ToolCallFormat::Gemma4, "", "<|tool_call>call:get_time{zone:<|\"|>CET<|\"|>}<tool_call|>",

@@ -320,11 +320,34 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
   const StreamedChat call_stream = join_chat_stream(call_response->body, "<|");
   EXPECT_EQ(call_stream.reasoning, "Need weather.");
   EXPECT_EQ(json::parse(call_stream.arguments), json({{"city", "Paris"}}));
-  // No grammar forces a harmony call: refused by name.
+  // tool_choice "required": the grammar of one call as gpt-oss writes it, an analysis message allowed first
+  // under the reasoning split.
   auto forced = tool_server.client().Post("/v1/chat/completions", tool_ask + R"(, "tool_choice": "required"})",
                                           "application/json");
-  expect_error(forced, 400, "tool_choice");
-  EXPECT_NE(forced->body.find("openai"), std::string::npos) << forced->body;
+  ASSERT_TRUE(forced);
+  ASSERT_EQ(forced->status, 200) << forced->body;
+  const std::shared_ptr<const Grammar> grammar = calling.added().back().grammar;
+  ASSERT_NE(grammar, nullptr);
+  EXPECT_TRUE(accepts(grammar, call_reply));
+  EXPECT_TRUE(accepts(grammar, call_reply.substr(call_reply.find("<|channel|>commentary"))));
+  EXPECT_FALSE(accepts(grammar, "<|channel|>final<|message|>Sunny."));
+  EXPECT_FALSE(accepts(grammar, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}"));
+  EXPECT_EQ(json::parse(forced->body)["choices"][0]["finish_reason"], "tool_calls");
+  // response_format under the split: the JSON in the final message, after an analysis message or none.
+  auto formatted = tool_server.client().Post(
+      "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "response_format": {"type": "json_object"}})",
+      "application/json");
+  ASSERT_TRUE(formatted);
+  ASSERT_EQ(formatted->status, 200) << formatted->body;
+  const std::shared_ptr<const Grammar> json_mode = calling.added().back().grammar;
+  ASSERT_NE(json_mode, nullptr);
+  EXPECT_TRUE(accepts(json_mode,
+                      "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final"
+                      "<|message|>{\"a\": 1}"));
+  EXPECT_TRUE(accepts(json_mode, "<|channel|>final<|message|>{}"));
+  EXPECT_FALSE(accepts(json_mode, "{}"));
+  EXPECT_FALSE(accepts(json_mode, "<|channel|>final<|message|>Sure."));
 }
 
 // Gemma 4's tool calls (--tool-call-parser gemma4): the call comes back as tool_calls and its thought channel as

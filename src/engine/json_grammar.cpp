@@ -1265,7 +1265,8 @@ std::shared_ptr<const Grammar> text_choice_grammar(const std::vector<std::string
 }
 
 std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Grammar>& grammar, bool opened,
-                                               const std::string& open_tag, const std::string& close_tag) {
+                                               const std::string& open_tag, const std::string& close_tag,
+                                               const std::string& after_close) {
   SchemaCompiler c{json()};
   c.adopt(*grammar);
   GrammarNode until;
@@ -1276,6 +1277,7 @@ std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Gramm
   think.kind = GrammarNode::Kind::Sequence;
   if (!opened) think.parts.push_back({open_tag, -1});
   think.parts.push_back({"", until_id});
+  if (!after_close.empty()) think.parts.push_back({after_close, -1});
   think.parts.push_back({"", grammar->root});
   const int think_id = c.add(std::move(think));
   if (opened) {
@@ -1289,6 +1291,18 @@ std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Gramm
   either.alternatives = {think_id, grammar->root};
   const int root = c.add(std::move(either));
   return std::make_shared<const Grammar>(c.take(root));
+}
+
+std::shared_ptr<const Grammar> after_text(const std::string& text, const std::shared_ptr<const Grammar>& grammar) {
+  if (text.empty()) return grammar;
+  SchemaCompiler c{json()};
+  c.adopt(*grammar);
+  GrammarNode seq;
+  seq.kind = GrammarNode::Kind::Sequence;
+  seq.parts = {{text, -1}, {"", grammar->root}};
+  Grammar g = c.take(c.add(std::move(seq)));
+  g.may_be_empty = false;
+  return std::make_shared<const Grammar>(std::move(g));
 }
 
 std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,

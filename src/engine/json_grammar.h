@@ -113,9 +113,14 @@ std::shared_ptr<const Grammar> text_choice_grammar(const std::vector<std::string
 // opened the block (`opened`), the text up to </think> and then the grammar's; otherwise either a whole
 // <think>...</think> block first or none (a grammar whose own text starts with '<', a hermes tool call, is
 // told apart from the block by the bytes after it).
+// `after_close`: fixed text between the block's end and the grammar's (gpt-oss's "<|start|>assistant" after its
+// analysis message's <|end|>).
 std::shared_ptr<const Grammar> after_reasoning(const std::shared_ptr<const Grammar>& grammar, bool opened,
                                                const std::string& open_tag = "<think>",
-                                               const std::string& close_tag = "</think>");
+                                               const std::string& close_tag = "</think>",
+                                               const std::string& after_close = "");
+// `text`, then `grammar`'s text (a harmony message's header before its constrained body).
+std::shared_ptr<const Grammar> after_text(const std::string& text, const std::shared_ptr<const Grammar>& grammar);
 
 // Limits that keep a constrained step cheap (GrammarMatcher's masks use 64-bit sets).
 inline constexpr size_t kMaxGrammarProperties = 64;

@@ -243,13 +243,20 @@ struct HttpServer::Impl {
       for (const int32_t id : reasoning_marker_tokens) api.shown_special_tokens.push_back(id);
       std::vector<BuiltPrompt> prompts = build_prompts(api, backend);
       // With the reasoning split on, a reasoning model thinks first and the constrained text follows its
-      // </think> (reasoning_content stays free text). A harmony reply under a grammar is the constrained text
-      // alone, which the split reads as content.
+      // </think> (reasoning_content stays free text). gpt-oss may write an analysis message first, then its
+      // call, or its final message holding the constrained text. Without the split, the reply is the
+      // constrained text alone (a harmony one read as content).
       if (api.grammar && api.endpoint == Endpoint::ChatCompletions && api.split_reasoning.value_or(false)) {
         if (api.reasoning_format == ReasoningFormat::ThinkTags)
           api.grammar = after_reasoning(api.grammar, api.reasoning_opened_by_prompt);
         if (api.reasoning_format == ReasoningFormat::Gemma4Channel)
           api.grammar = after_reasoning(api.grammar, api.reasoning_opened_by_prompt, "<|channel>thought", "<channel|>");
+        if (api.reasoning_format == ReasoningFormat::Harmony) {
+          if (!api.tool_required && api.forced_tool.empty())
+            api.grammar = after_text("<|channel|>final<|message|>", api.grammar);
+          api.grammar =
+              after_reasoning(api.grammar, false, "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant");
+        }
       }
       std::string salt = derive_cache_salt(opts.api_key, opts.share_prefix_cache, api.cache_salt);
       job = std::make_shared<CompletionJob>(backend, metrics, std::move(api), std::move(prompts), opts.model_name,

@@ -762,6 +762,12 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, c
       return forced_xml_tool_call_grammar(format, tools);
     case ToolCallFormat::Gemma4:
       return forced_gemma4_tool_call_grammar(tools);
+    case ToolCallFormat::Harmony:
+      // As gpt-oss writes a call: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...} (its
+      // <|call|> ends generation).
+      prefix = std::string(kHarmonyChannel) + "commentary " + std::string(kHarmonyRecipient);
+      tail.clear();
+      break;
     default:
       fail("tool_choice 'required' or a named function is not supported for the {} tool-call format",
            tool_call_format_name(format));
@@ -771,9 +777,13 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, c
     const json& fn = tool.at("function");
     const std::string name = fn.at("name").get<std::string>();
     ToolCallShape shape;
-    shape.head = mistral_args
-                     ? name + std::string(kMistralArgs)
-                     : "{" + json(name_key).dump() + ": " + json(name).dump() + ", " + json(args_key).dump() + ": ";
+    if (format == ToolCallFormat::Harmony) {
+      shape.head = name + " <|constrain|>json" + std::string(kHarmonyMessage);
+    } else if (mistral_args) {
+      shape.head = name + std::string(kMistralArgs);
+    } else {
+      shape.head = "{" + json(name_key).dump() + ": " + json(name).dump() + ", " + json(args_key).dump() + ": ";
+    }
     shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
     shape.tail = tail;
     shapes.push_back(std::move(shape));
