@@ -554,6 +554,13 @@ class SchemaCompiler {
     return add(std::move(n));
   }
 
+  int add_union(std::vector<int> alternatives) {
+    GrammarNode n;
+    n.kind = GrammarNode::Kind::Union;
+    n.alternatives = std::move(alternatives);
+    return add(std::move(n));
+  }
+
   int add_branches(std::vector<std::string> heads, std::vector<int> rests) {
     GrammarNode n;
     n.kind = GrammarNode::Kind::Branches;
@@ -573,10 +580,7 @@ class SchemaCompiler {
     // more: either ",KEY:VALUE" and more again, or the '}'.
     const int more = add_branches({",", "}"}, {-1, add_sequence({})});
     grammar_.nodes[static_cast<size_t>(more)].alternatives[0] = add_sequence({{"", key_id}, {"", value}, {"", more}});
-    GrammarNode first;
-    first.kind = GrammarNode::Kind::Union;
-    first.alternatives = {literals({"}"}), add_sequence({{"", key_id}, {"", value}, {"", more}})};
-    return add(std::move(first));
+    return add_union({literals({"}"}), add_sequence({{"", key_id}, {"", value}, {"", more}})});
   }
 
   // Items of node `item` through the ']', at least `min_items` (0 or 1) of them.
@@ -584,19 +588,13 @@ class SchemaCompiler {
     const int more = add_branches({",", "]"}, {-1, add_sequence({})});
     const int items = add_sequence({{"", item}, {"", more}});
     grammar_.nodes[static_cast<size_t>(more)].alternatives[0] = items;
-    if (min_items > 0) return items;
-    GrammarNode either;
-    either.kind = GrammarNode::Kind::Union;
-    either.alternatives = {literals({"]"}), items};
-    return add(std::move(either));
+    return min_items > 0 ? items : add_union({literals({"]"}), items});
   }
 
   // Any value in the notation.
   int gemma4_any() {
     if (gemma4_any_ >= 0) return gemma4_any_;
-    GrammarNode u;
-    u.kind = GrammarNode::Kind::Union;
-    gemma4_any_ = add(u);
+    gemma4_any_ = add_union({});
     GrammarNode number;
     number.kind = GrammarNode::Kind::Number;
     const std::vector<int> alts = {gemma4_string(json::object()),
@@ -664,12 +662,11 @@ class SchemaCompiler {
       if (!s.contains(key)) continue;
       const json& branches = s[key];
       if (!branches.is_array() || branches.empty()) fail("'{}' must be a non-empty array of schemas", key);
-      GrammarNode u;
-      u.kind = GrammarNode::Kind::Union;
-      for (const json& b : branches) u.alternatives.push_back(gemma4_value(b, depth + 1));
-      if (std::string(key) == "oneOf" && !exclusive(branches, u.alternatives))
+      std::vector<int> alternatives;
+      for (const json& b : branches) alternatives.push_back(gemma4_value(b, depth + 1));
+      if (std::string(key) == "oneOf" && !exclusive(branches, alternatives))
         fail("'oneOf' whose branches a value could match two of is not supported");
-      return add(std::move(u));
+      return add_union(std::move(alternatives));
     }
     std::vector<std::string> fixed;
     if (auto c = s.find("const"); c != s.end()) fixed.push_back(gemma4_text(*c));
@@ -696,29 +693,28 @@ class SchemaCompiler {
     } else {
       return gemma4_any();
     }
-    GrammarNode u;
-    u.kind = GrammarNode::Kind::Union;
+    std::vector<int> alternatives;
     const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
     for (const std::string& t : types) {
       if (t == "string") {
-        u.alternatives.push_back(gemma4_string(s));
+        alternatives.push_back(gemma4_string(s));
       } else if (t == "object") {
-        u.alternatives.push_back(
+        alternatives.push_back(
             add_sequence({{"{", -1}, {"", gemma4_members(s.contains("type") ? object_part(s) : s, depth + 1)}}));
       } else if (t == "array") {
         const uint32_t min_items = count_field(s, "minItems", 0);
         if (min_items > 1) fail("'minItems' above 1 is not supported in gemma4 tool calls");
         const int item = s.contains("items") ? gemma4_value(s["items"], depth + 1) : gemma4_any();
-        u.alternatives.push_back(add_sequence({{"[", -1}, {"", gemma4_items(item, min_items)}}));
+        alternatives.push_back(add_sequence({{"[", -1}, {"", gemma4_items(item, min_items)}}));
       } else if (t == "integer" && has_number) {
         continue;  // a number already allows every integer
       } else if (t == "number" || t == "integer" || t == "boolean" || t == "null") {
-        u.alternatives.push_back(typed(s, t, depth));  // written as JSON writes them
+        alternatives.push_back(typed(s, t, depth));  // written as JSON writes them
       } else {
         fail("unknown type '{}'", t);
       }
     }
-    return u.alternatives.size() == 1 ? u.alternatives[0] : add(std::move(u));
+    return alternatives.size() == 1 ? alternatives[0] : add_union(std::move(alternatives));
   }
 
   // An object schema's own keywords, for a value whose "type" lists more than the object.
