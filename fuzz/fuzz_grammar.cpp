@@ -3,8 +3,8 @@
 // schema or refuses it with kvserve::Error; then at every byte the mask allows exactly the tokens the
 // matcher accepts, and a reply the matcher calls whole is JSON a strict reader parses. Anything else, a
 // crash or a hang, is a bug. Odd-sized inputs put a reasoning block (after_reasoning) before the JSON. Some
-// even-sized ones take the schema as a tool's parameters and force a call in an XML tool-call format or in
-// Gemma 4's notation: a whole reply must then read back as exactly that one call.
+// even-sized ones take the schema as a tool's parameters and force a call in an XML tool-call format, in
+// Gemma 4's notation or as a pythonic call: a whole reply must then read back as exactly that one call.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -42,11 +42,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (nul == std::string_view::npos) return 0;
   const auto schema = nlohmann::ordered_json::parse(input.substr(0, nul), nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return 0;
-  // A quarter of the inputs: a forced call with these parameters, in qwen3_coder, glm45 or gemma4.
+  // A quarter of the inputs: a forced call with these parameters, in qwen3_coder, glm45, gemma4 or pythonic.
   const bool xml = size % 4 == 0;
   const auto format = size % 3 == 0   ? kvserve::server::ToolCallFormat::Qwen3Coder
                       : size % 3 == 1 ? kvserve::server::ToolCallFormat::Glm45
-                                      : kvserve::server::ToolCallFormat::Gemma4;
+                      : size % 8 == 0 ? kvserve::server::ToolCallFormat::Gemma4
+                                      : kvserve::server::ToolCallFormat::Pythonic;
   nlohmann::ordered_json tools;
   std::shared_ptr<const Grammar> grammar;
   try {

@@ -566,6 +566,8 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
       {server::ToolCallFormat::Harmony, "",
        "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"zone\": \"CET\"}",
        "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"zone\": \"PST\"}"},
+      {server::ToolCallFormat::Pythonic, "", "[get_weather(city=\"Oslo\", days=2)]", "[get_weather(days=2)]"},
+      {server::ToolCallFormat::Pythonic, "", "[get_time(zone=\"UTC\")]", "[get_time(zone='UTC')]"},
       {server::ToolCallFormat::Gemma4, "", "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:2}<tool_call|>",
        "<|tool_call>call:get_weather{days:2}<tool_call|>"},
       {server::ToolCallFormat::Gemma4, "", "<|tool_call>call:get_time{zone:<|\"|>CET<|\"|>}<tool_call|>",
@@ -754,6 +756,82 @@ TEST(GrammarMatcher, Gemma4ForcedCallsFollowTheSchema) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   }
+}
+
+// The pythonic forced call: [NAME(key=VALUE, ...)] with Python literals (True / False / None, double-quoted
+// strings with escapes, lists, dicts with string keys), following the schema; random replies read back through
+// the pythonic parser as one call the schema validates.
+TEST(GrammarMatcher, PythonicForcedCallsFollowTheSchema) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "plan", "parameters": {
+    "type": "object",
+    "properties": {
+      "title": {"type": "string"},
+      "code": {"type": "string", "minLength": 2, "maxLength": 5},
+      "mode": {"enum": ["fast", "it's \"slow\"", 3, null, true]},
+      "steps": {"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "weight": {"type": "number", "minimum": 0, "maximum": 1},
+        "done": {"type": "boolean"}}, "required": ["name", "done"]}, "minItems": 1},
+      "note": {"type": ["string", "null"]},
+      "extra": {"type": "object", "additionalProperties": {"type": "integer"}},
+      "any": {},
+      "tree": {"$ref": "#/$defs/node"}
+    },
+    "required": ["title", "steps"],
+    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}}}}])");
+  const auto g = server::forced_tool_call_grammar(server::ToolCallFormat::Pythonic, tools, "");
+  const auto call = [](const std::string& args) { return "[plan(" + args + ")]"; };
+  const std::string good[] = {
+      R"(title="a \"b\"\n", steps=[{"name": "", "done": True}])",
+      R"(title="t", code="ab", mode="it's \"slow\"", steps=[{"name": "n", "weight": 0.5, "done": False}], note=None, )"
+      R"(extra={"k": 1, "k 2": -4}, any=["x", {"y": None}, 1.5], tree={"v": 1, "kids": [{"v": 2, "kids": []}]})",
+  };
+  for (const std::string& t : good) {
+    EXPECT_TRUE(accepts(g, call(t))) << t;
+    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Pythonic, tools, call(t));
+    ASSERT_EQ(parsed.calls.size(), 1u) << t;
+    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
+        << parsed.calls[0].arguments;
+  }
+  const std::vector<std::string> bad = {
+      R"(steps=[{"name": "n", "done": True}])",                            // title missing
+      R"(title="t", steps=[])",                                            // minItems 1
+      R"(title='t', steps=[{"name": "n", "done": True}])",                 // single quotes: not written
+      R"(title="t", steps=[{"name": "n", "done": true}])",                 // JSON's true
+      R"(title="t",steps=[{"name": "n", "done": True}])",                  // no space
+      R"(title="t", steps=[{"name": "n", "done": True}], mode="medium")",  // not in the enum
+      R"(title="t", steps=[{"name": "n", "weight": 2, "done": True}])",    // above maximum
+      R"(title="t", code="abcdef", steps=[{"name": "n", "done": True}])",  // too long
+  };
+  for (const std::string& b : bad) EXPECT_FALSE(accepts(g, call(b))) << b;
+  std::mt19937 rng(6);
+  int complete = 0;
+  for (int walk = 0; walk < 12; ++walk) {
+    const RandomReply r = random_reply(g, rng, 400, 60);
+    if (!r.whole) continue;
+    ++complete;
+    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Pythonic, tools, r.text);
+    ASSERT_EQ(parsed.calls.size(), 1u) << json(r.text).dump();
+    EXPECT_TRUE(parsed.content.empty()) << json(r.text).dump();
+    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
+        << json(r.text).dump() << "\n"
+        << parsed.calls[0].arguments;
+  }
+  EXPECT_GE(complete, 6);
+  // A tool without parameters takes any keyword arguments; names Python cannot call are refused.
+  const json free = json::parse(R"([{"type": "function", "function": {"name": "get"}}])");
+  const auto g2 = server::forced_tool_call_grammar(server::ToolCallFormat::Pythonic, free, "");
+  EXPECT_TRUE(accepts(g2, R"([get(x=[1, True, "s"], y={})])"));
+  EXPECT_TRUE(accepts(g2, "[get()]"));
+  EXPECT_FALSE(accepts(g2, "[get(1)]"));
+  for (const char* schema : {R"({"type": "object", "properties": {"a-b": {}}})",
+                             R"({"type": "object", "properties": {"c": {"type": "string", "pattern": "^a$"}}})"}) {
+    const json t =
+        json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::parse(schema)}}}}});
+    EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::Pythonic, t, ""), Error) << schema;
+  }
+  const json dashed = json::parse(R"([{"type": "function", "function": {"name": "get-it"}}])");
+  EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::Pythonic, dashed, ""), Error);
 }
 
 }  // namespace

@@ -396,7 +396,8 @@ TEST(ServerHttp, ChatGemma4ToolCalls) {
 }
 
 // Llama 4's pythonic tool calls (--tool-call-parser llama4_pythonic): the reply's Python list of calls comes back
-// as OpenAI's tool_calls, whole and streamed; a reply that is not such a list is text; no grammar forces one.
+// as OpenAI's tool_calls, whole and streamed; a reply that is not such a list is text; tool_choice "required" gets the
+// grammar of one call.
 TEST(ServerHttp, ChatPythonicToolCalls) {
   FakeEngine engine(std::chrono::milliseconds(1), 4096);
   engine.set_script("<|python_start|>[get_weather(city='Paris', days=2), get_weather(city=\"Lyon\")]<|python_end|>");
@@ -429,10 +430,15 @@ TEST(ServerHttp, ChatPythonicToolCalls) {
   }
   ASSERT_EQ(streamed.size(), 2u);
   EXPECT_EQ(streamed[1]["arguments"], choice["message"]["tool_calls"][1]["function"]["arguments"]);
+  // tool_choice "required": the grammar of one call in the Python list.
   auto forced =
       server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "required"})", "application/json");
-  expect_error(forced, 400, "tool_choice");
-  EXPECT_NE(forced->body.find("pythonic"), std::string::npos) << forced->body;
+  ASSERT_TRUE(forced);
+  ASSERT_EQ(forced->status, 200) << forced->body;
+  const std::shared_ptr<const Grammar> grammar = engine.added().back().grammar;
+  ASSERT_NE(grammar, nullptr);
+  EXPECT_TRUE(accepts(grammar, R"([get_weather(city="Paris", days=2)])"));
+  EXPECT_FALSE(accepts(grammar, "[get_weather(city='Paris', days=2), get_weather(city=\"Lyon\")]"));
 
   FakeEngine prose(std::chrono::milliseconds(1), 4096);
   prose.set_script("[1] Paris is sunny.");

@@ -126,7 +126,7 @@ class SchemaCompiler {
   void set_root(const json& root) {
     root_ = &root;
     refs_.clear();
-    gemma4_refs_.clear();
+    notation_refs_.clear();
   }
 
   // Continues an existing grammar (its nodes keep their ids).
@@ -444,26 +444,30 @@ class SchemaCompiler {
     return parts;
   }
 
-  // Gemma 4's notation, as its chat template writes a call's arguments and the gemma4 tool-call parser reads
-  // them: strings between <|"|> marks as they are, keys bare, numbers, true, false and null as JSON, no spaces.
-  // The members of an object from after its '{' through its '}' (a call's head ends with the brace).
-  int gemma4_members(const json& s, int depth) {
+  // A call's arguments in a model's own notation rather than JSON (ToolCallShape::notation):
+  //   Gemma 4  {key:<|"|>text<|"|>,n:3,on:true,l:[1,2],o:{k:null}}  strings between <|"|> marks as they are, keys
+  //            bare, the rest as JSON, no spaces (its template's format_argument; the gemma4 parser's reading);
+  //   Python   (key="text", n=3, on=True, l=[1, 2], o={"k": None})  keyword arguments of Python literals (the
+  //            pythonic templates' calls; the pythonic parser's reading).
+  // The members from after the opening '{' or '(' (the call's head ends with it) through its closing one.
+  int call_members(const json& s, int depth, bool top = true) {
     if (depth > kMaxSchemaDepth) fail("the schema nests deeper than {}", kMaxSchemaDepth);
-    if (s.is_null() || (s.is_boolean() && s.get<bool>())) return gemma4_any_members(gemma4_any());
+    if (s.is_null() || (s.is_boolean() && s.get<bool>())) return any_members(notation_any(), top);
     if (!s.is_object()) fail("a tool's parameters must be an object schema");
-    gemma4_check_keywords(s);
+    check_notation_keywords(s);
     if (s.contains("type") && s["type"] != "object") fail("a tool's parameters must be of type object");
     for (const char* key : {"minProperties", "maxProperties", "anyOf", "oneOf", "allOf", "$ref"})
-      if (s.contains(key)) fail("an object schema with '{}' is not supported in gemma4 tool calls", key);
+      if (s.contains(key)) fail("an object schema with '{}' is not supported in {} tool calls", key, notation_name());
+    const std::string close = top && python() ? ")" : "}";
     if (!s.contains("properties")) {
       const json extra = s.value("additionalProperties", json(true));
-      if (extra.is_boolean() && !extra.get<bool>()) return add_branches({"}"}, {add_sequence({})});
-      return gemma4_any_members(gemma4_value(extra, depth + 1));
+      if (extra.is_boolean() && !extra.get<bool>()) return add_branches({close}, {add_sequence({})});
+      return any_members(notation_value(extra, depth + 1), top);
     }
     const json& props = s["properties"];
     if (!props.is_object()) fail("'properties' must be an object");
     if (props.size() + 1 > kMaxGrammarLiterals)
-      fail("a gemma4 tool call's object may have at most {} properties", kMaxGrammarLiterals - 1);
+      fail("a {} tool call's object may have at most {} properties", notation_name(), kMaxGrammarLiterals - 1);
     std::vector<std::string> required;
     for (const json& r : s.value("required", json::array())) {
       if (!r.is_string()) fail("'required' must be an array of property names");
@@ -475,12 +479,13 @@ class SchemaCompiler {
     std::vector<int> values;
     std::vector<bool> needed;
     for (auto it = props.begin(); it != props.end(); ++it) {
-      keys.push_back(gemma4_key(it.key()) + ":");
-      values.push_back(gemma4_value(it.value(), depth + 1));
+      keys.push_back(member_key(it.key(), top));
+      values.push_back(notation_value(it.value(), depth + 1));
       needed.push_back(std::find(required.begin(), required.end(), it.key()) != required.end());
     }
     // The properties in the schema's order, those not required may be left out: from[w][i] is the members from
-    // property i on, w: whether one was written already (then each goes after a comma).
+    // property i on, w: whether one was written already (then each goes after a separator).
+    const std::string sep = separator();
     const size_t n = keys.size();
     std::vector<int> from[2] = {std::vector<int>(n + 1), std::vector<int>(n + 1)};
     for (size_t i = n + 1; i-- > 0;)
@@ -489,12 +494,12 @@ class SchemaCompiler {
         std::vector<int> rests;
         size_t j = i;
         for (; j < n; ++j) {
-          heads.push_back(written ? "," + keys[j] : keys[j]);
+          heads.push_back(written ? sep + keys[j] : keys[j]);
           rests.push_back(add_sequence({{"", values[j]}, {"", from[1][j + 1]}}));
           if (needed[j]) break;
         }
         if (j >= n) {
-          heads.push_back("}");
+          heads.push_back(close);
           rests.push_back(add_sequence({}));
         }
         from[written][i] = add_branches(std::move(heads), std::move(rests));
@@ -502,49 +507,82 @@ class SchemaCompiler {
     return from[0][0];
   }
 
+  enum class Notation { Gemma4, Python };
+  void set_notation(Notation n) { notation_ = n; }
+
  private:
-  // A key as the template writes it (bare), or between <|"|> marks where a bare one would read otherwise.
-  static std::string gemma4_key(const std::string& key) {
+  bool python() const { return notation_ == Notation::Python; }
+  const char* notation_name() const { return python() ? "pythonic" : "gemma4"; }
+  std::string separator() const { return python() ? ", " : ","; }
+
+  // Python's double-quoted literal of a text, as the pythonic parser reads it back.
+  static std::string python_string(const std::string& text) {
+    std::string out = "\"";
+    for (char c : text) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (c == '\n') {
+        out += "\\n";
+        continue;
+      }
+      if (c == '\r') {
+        out += "\\r";
+        continue;
+      }
+      out += c;
+    }
+    return out + "\"";
+  }
+
+  // A member's key and what follows it: Gemma 4's bare (or between <|"|> marks where a bare one would read
+  // otherwise) and ':'; Python's keyword and '=' at the call's top, its string and ": " in a dict.
+  std::string member_key(const std::string& key, bool top) const {
+    if (python()) {
+      if (!top) return python_string(key) + ": ";
+      const bool identifier = !key.empty() && (std::isalpha(static_cast<unsigned char>(key[0])) || key[0] == '_') &&
+                              std::all_of(key.begin(), key.end(), [](char c) {
+                                return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                              });
+      if (!identifier) fail("the parameter name '{}' cannot be written in a pythonic tool call", key);
+      return key + "=";
+    }
     if (key.find(kGemma4Quote) != std::string::npos || key.find("<tool_call|>") != std::string::npos)
       fail("the parameter name '{}' cannot be written in a gemma4 tool call", key);
     const bool bare = !key.empty() && key.find_first_of(":}") == std::string::npos &&
                       std::isspace(static_cast<unsigned char>(key[0])) == 0;
-    return bare ? key : std::string(kGemma4Quote) + key + std::string(kGemma4Quote);
+    return (bare ? key : std::string(kGemma4Quote) + key + std::string(kGemma4Quote)) + ":";
   }
 
-  static std::string gemma4_text(const json& v) {
+  // A value's text in the notation (an enum's or const's).
+  std::string value_text(const json& v) const {
     if (v.is_string()) {
-      if (v.get<std::string>().find(kGemma4Quote) != std::string::npos ||
-          v.get<std::string>().find("<tool_call|>") != std::string::npos)
+      const std::string& t = v.get<std::string>();
+      if (python()) return python_string(t);
+      if (t.find(kGemma4Quote) != std::string::npos || t.find("<tool_call|>") != std::string::npos)
         fail("the value {} cannot be written in a gemma4 tool call", json_text(v));
-      return std::string(kGemma4Quote) + v.get<std::string>() + std::string(kGemma4Quote);
+      return std::string(kGemma4Quote) + t + std::string(kGemma4Quote);
     }
-    if (v.is_array()) {
-      std::string out = "[";
-      for (const json& x : v) {
-        if (out.size() > 1) out += ',';
-        out += gemma4_text(x);
-      }
-      return out + "]";
-    }
-    if (v.is_object()) {
-      std::string out = "{";
+    if (v.is_array() || v.is_object()) {
+      std::string out = v.is_array() ? "[" : "{";
+      bool first = true;
       for (auto it = v.begin(); it != v.end(); ++it) {
-        if (out.size() > 1) out += ',';
-        out += gemma4_key(it.key());
-        out += ':';
-        out += gemma4_text(it.value());
+        if (!first) out += separator();
+        first = false;
+        if (v.is_object()) out += member_key(it.key(), false);
+        out += value_text(it.value());
       }
-      return out + "}";
+      return out + (v.is_array() ? "]" : "}");
     }
+    if (python() && v.is_boolean()) return v.get<bool>() ? "True" : "False";
+    if (python() && v.is_null()) return "None";
     return json_text(v);
   }
 
-  static void gemma4_check_keywords(const json& s) {
+  void check_notation_keywords(const json& s) const {
     for (const char* keyword : kUnsupported)
       if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
     for (const char* keyword : {"pattern", "prefixItems", "maxItems", "uniqueItems"})
-      if (s.contains(keyword)) fail("the schema keyword '{}' is not supported in gemma4 tool calls", keyword);
+      if (s.contains(keyword))
+        fail("the schema keyword '{}' is not supported in {} tool calls", keyword, notation_name());
   }
 
   int add_sequence(std::vector<GrammarNode::Part> parts) {
@@ -569,111 +607,123 @@ class SchemaCompiler {
     return add(std::move(n));
   }
 
-  // Members of any keys (identifiers) with values of node `value`, through the '}'.
-  int gemma4_any_members(int value) {
-    static const std::shared_ptr<const TextPattern> key =
-        TextPattern::compile("[A-Za-z_$][A-Za-z0-9_$.\\-]*:", TextPattern::Mode::FullMatch);
-    GrammarNode key_node;
-    key_node.kind = GrammarNode::Kind::Regex;
-    key_node.pattern = key;
-    const int key_id = add(std::move(key_node));
-    // more: either ",KEY:VALUE" and more again, or the '}'.
-    const int more = add_branches({",", "}"}, {-1, add_sequence({})});
+  int add_regex(const std::string& pattern) {
+    GrammarNode n;
+    n.kind = GrammarNode::Kind::Regex;
+    n.pattern = TextPattern::compile(pattern, TextPattern::Mode::FullMatch);
+    return add(std::move(n));
+  }
+
+  // Members of any keys with values of node `value`, through the close: Gemma 4's identifiers, Python's
+  // keywords at the call's top and strings in a dict.
+  int any_members(int value, bool top) {
+    const std::string key_pattern = !python() ? "[A-Za-z_$][A-Za-z0-9_$.\\-]*:"
+                                    : top     ? "[A-Za-z_][A-Za-z0-9_]*="
+                                              : "\"[^\"\\\\\\n]*\": ";
+    const std::string close = top && python() ? ")" : "}";
+    const int key_id = add_regex(key_pattern);
+    // more: either a separator, a member and more again, or the close.
+    const int more = add_branches({separator(), close}, {-1, add_sequence({})});
     grammar_.nodes[static_cast<size_t>(more)].alternatives[0] = add_sequence({{"", key_id}, {"", value}, {"", more}});
-    return add_union({literals({"}"}), add_sequence({{"", key_id}, {"", value}, {"", more}})});
+    return add_union({literals({close}), add_sequence({{"", key_id}, {"", value}, {"", more}})});
   }
 
   // Items of node `item` through the ']', at least `min_items` (0 or 1) of them.
-  int gemma4_items(int item, uint32_t min_items) {
-    const int more = add_branches({",", "]"}, {-1, add_sequence({})});
+  int notation_items(int item, uint32_t min_items) {
+    const int more = add_branches({separator(), "]"}, {-1, add_sequence({})});
     const int items = add_sequence({{"", item}, {"", more}});
     grammar_.nodes[static_cast<size_t>(more)].alternatives[0] = items;
     return min_items > 0 ? items : add_union({literals({"]"}), items});
   }
 
   // Any value in the notation.
-  int gemma4_any() {
-    if (gemma4_any_ >= 0) return gemma4_any_;
-    gemma4_any_ = add_union({});
+  int notation_any() {
+    if (notation_any_ >= 0) return notation_any_;
+    notation_any_ = add_union({});
     GrammarNode number;
     number.kind = GrammarNode::Kind::Number;
-    const std::vector<int> alts = {gemma4_string(json::object()),
-                                   add_sequence({{"{", -1}, {"", gemma4_any_members(gemma4_any_)}}),
-                                   add_sequence({{"[", -1}, {"", gemma4_items(gemma4_any_, 0)}}), add(number),
-                                   literals({"true", "false", "null"})};
-    grammar_.nodes[static_cast<size_t>(gemma4_any_)].alternatives = alts;
-    return gemma4_any_;
+    const std::vector<int> alts = {
+        notation_string(json::object()), add_sequence({{"{", -1}, {"", any_members(notation_any_, false)}}),
+        add_sequence({{"[", -1}, {"", notation_items(notation_any_, 0)}}), add(number),
+        python() ? literals({"True", "False", "None"}) : literals({"true", "false", "null"})};
+    grammar_.nodes[static_cast<size_t>(notation_any_)].alternatives = alts;
+    return notation_any_;
   }
 
-  // A string: the mark, its text (up to the next mark; with a length or format, matching them), the mark.
-  int gemma4_string(const json& s) {
-    const std::string mark(kGemma4Quote);
-    const std::string end_pattern = "<\\|\"\\|>";
-    GrammarNode text;
-    text.kind = GrammarNode::Kind::Regex;
+  // A string: its opening mark, its text (free; with a length or a format, matching them), its closing mark.
+  // Gemma 4's text is as it is, up to the next mark; Python's a double-quoted literal, escapes allowed in free
+  // text only.
+  int notation_string(const json& s) {
+    const std::string mark = python() ? "\"" : std::string(kGemma4Quote);
+    const std::string end_pattern = python() ? "\"" : "<\\|\"\\|>";
     const std::string format = s.value("format", std::string());
     const std::string known_format = format.empty() ? std::string() : format_pattern(format);
     const bool lengths = s.contains("minLength") || s.contains("maxLength");
     if (!known_format.empty() && lengths)
-      fail("a string with both 'format' and a length is not supported in gemma4 tool calls");
+      fail("a string with both 'format' and a length is not supported in {} tool calls", notation_name());
+    int text = -1;
     if (!known_format.empty()) {
-      text.pattern = TextPattern::compile("(?:" + known_format + ")" + end_pattern, TextPattern::Mode::FullMatch);
+      text = add_regex("(?:" + known_format + ")" + end_pattern);
     } else if (lengths) {
-      // Without '<' in it, the text's length is the string's.
+      // Without '<' (Gemma 4) or an escape (Python) in it, the text's length is the string's.
       const uint32_t low = count_field(s, "minLength", 0), high = count_field(s, "maxLength", UINT32_MAX);
       if (low > high) fail("'minLength' is above 'maxLength'");
-      if (low > 1000) fail("'minLength' above 1000 is not supported in gemma4 tool calls");
-      text.pattern =
-          TextPattern::compile(fmt::format("[^<]{{{},{}}}", low, std::min<uint32_t>(high, 1000)) + end_pattern,
-                               TextPattern::Mode::FullMatch);
+      if (low > 1000) fail("'minLength' above 1000 is not supported in {} tool calls", notation_name());
+      const std::string chars = python() ? "[^\"\\\\\\n\\r]" : "[^<]";
+      text = add_regex(fmt::format("{}{{{},{}}}", chars, low, std::min<uint32_t>(high, 1000)) + end_pattern);
+    } else if (python()) {
+      text = add_regex("(?:[^\"\\\\\\n\\r]|\\\\[\\\\\"nrt])*\"");
     } else {
       // The call's closing marker ends the block for the parser wherever it stands.
-      text.pattern = TextPattern::text_until(mark, {"<tool_call|>"});
+      GrammarNode until;
+      until.kind = GrammarNode::Kind::Regex;
+      until.pattern = TextPattern::text_until(mark, {"<tool_call|>"});
+      text = add(std::move(until));
     }
-    return add_sequence({{mark, -1}, {"", add(std::move(text))}});
+    return add_sequence({{mark, -1}, {"", text}});
   }
 
-  int gemma4_value(const json& s, int depth) {
+  int notation_value(const json& s, int depth) {
     if (depth > kMaxSchemaDepth) fail("the schema nests deeper than {}", kMaxSchemaDepth);
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail("a schema of false allows no value");
-      return gemma4_any();
+      return notation_any();
     }
     if (!s.is_object()) fail("a schema must be an object, got {}", json_text(s));
-    gemma4_check_keywords(s);
+    check_notation_keywords(s);
     if (auto ref = s.find("$ref"); ref != s.end()) {
       if (!ref->is_string()) fail("'$ref' must be a string");
       const std::string path = ref->get<std::string>();
-      if (auto it = gemma4_refs_.find(path); it != gemma4_refs_.end()) return it->second;
+      if (auto it = notation_refs_.find(path); it != notation_refs_.end()) return it->second;
       const json* target = lookup(path);
       if (target == nullptr) fail("'$ref' '{}' does not name a schema in #/$defs or #/definitions", path);
       for (auto it = s.begin(); it != s.end(); ++it)
         if (it.key() != "$ref" && std::find(kAnnotations.begin(), kAnnotations.end(), it.key()) == kAnnotations.end())
-          fail("keywords beside '$ref' are not supported in gemma4 tool calls");
+          fail("keywords beside '$ref' are not supported in {} tool calls", notation_name());
       // Filled in once the target is compiled: a recursive schema refers back to this node.
       const int id = add_sequence({});
-      gemma4_refs_[path] = id;
-      const int value = gemma4_value(*target, depth + 1);
+      notation_refs_[path] = id;
+      const int value = notation_value(*target, depth + 1);
       grammar_.nodes[static_cast<size_t>(id)].parts = {{"", value}};
       return id;
     }
-    if (s.contains("allOf")) fail("'allOf' is not supported in gemma4 tool calls");
+    if (s.contains("allOf")) fail("'allOf' is not supported in {} tool calls", notation_name());
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
       const json& branches = s[key];
       if (!branches.is_array() || branches.empty()) fail("'{}' must be a non-empty array of schemas", key);
       std::vector<int> alternatives;
-      for (const json& b : branches) alternatives.push_back(gemma4_value(b, depth + 1));
+      for (const json& b : branches) alternatives.push_back(notation_value(b, depth + 1));
       if (std::string(key) == "oneOf" && !exclusive(branches, alternatives))
         fail("'oneOf' whose branches a value could match two of is not supported");
       return add_union(std::move(alternatives));
     }
     std::vector<std::string> fixed;
-    if (auto c = s.find("const"); c != s.end()) fixed.push_back(gemma4_text(*c));
+    if (auto c = s.find("const"); c != s.end()) fixed.push_back(value_text(*c));
     if (auto e = s.find("enum"); e != s.end() && fixed.empty()) {
       if (!e->is_array() || e->empty()) fail("'enum' must be a non-empty array");
       if (e->size() > kMaxGrammarLiterals) fail("'enum' may list at most {} values", kMaxGrammarLiterals);
-      for (const json& v : *e) fixed.push_back(gemma4_text(v));
+      for (const json& v : *e) fixed.push_back(value_text(v));
     }
     if (!fixed.empty()) return literals(std::move(fixed));
     std::vector<std::string> types;
@@ -691,23 +741,27 @@ class SchemaCompiler {
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
       types.push_back("string");
     } else {
-      return gemma4_any();
+      return notation_any();
     }
     std::vector<int> alternatives;
     const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
     for (const std::string& t : types) {
       if (t == "string") {
-        alternatives.push_back(gemma4_string(s));
+        alternatives.push_back(notation_string(s));
       } else if (t == "object") {
-        alternatives.push_back(
-            add_sequence({{"{", -1}, {"", gemma4_members(s.contains("type") ? object_part(s) : s, depth + 1)}}));
+        const int members = call_members(s.contains("type") ? object_part(s) : s, depth + 1, false);
+        alternatives.push_back(add_sequence({{"{", -1}, {"", members}}));
       } else if (t == "array") {
         const uint32_t min_items = count_field(s, "minItems", 0);
-        if (min_items > 1) fail("'minItems' above 1 is not supported in gemma4 tool calls");
-        const int item = s.contains("items") ? gemma4_value(s["items"], depth + 1) : gemma4_any();
-        alternatives.push_back(add_sequence({{"[", -1}, {"", gemma4_items(item, min_items)}}));
+        if (min_items > 1) fail("'minItems' above 1 is not supported in {} tool calls", notation_name());
+        const int item = s.contains("items") ? notation_value(s["items"], depth + 1) : notation_any();
+        alternatives.push_back(add_sequence({{"[", -1}, {"", notation_items(item, min_items)}}));
       } else if (t == "integer" && has_number) {
         continue;  // a number already allows every integer
+      } else if (python() && t == "boolean") {
+        alternatives.push_back(literals({"True", "False"}));
+      } else if (python() && t == "null") {
+        alternatives.push_back(literals({"None"}));
       } else if (t == "number" || t == "integer" || t == "boolean" || t == "null") {
         alternatives.push_back(typed(s, t, depth));  // written as JSON writes them
       } else {
@@ -1216,8 +1270,9 @@ class SchemaCompiler {
   Grammar grammar_;
   std::map<std::string, int> refs_;
   int any_ = -1;
-  std::map<std::string, int> gemma4_refs_;
-  int gemma4_any_ = -1;
+  Notation notation_ = Notation::Gemma4;
+  std::map<std::string, int> notation_refs_;
+  int notation_any_ = -1;
 };
 
 }  // namespace
@@ -1318,9 +1373,11 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, cons
     rest.kind = GrammarNode::Kind::Sequence;
     if (call.xml) {
       rest.parts.push_back({"", c.xml_arguments(call.parameters, *call.xml, call.tail)});
-    } else if (call.gemma4) {
-      if (call.head.back() != '{') fail("a gemma4 tool call's head must end with its arguments' '{{'");
-      rest.parts.push_back({"", c.gemma4_members(call.parameters, 0)});
+    } else if (call.notation != ArgumentNotation::Json) {
+      const bool python = call.notation == ArgumentNotation::Python;
+      if (call.head.back() != (python ? '(' : '{')) fail("a tool call's head must end with its arguments' bracket");
+      c.set_notation(python ? SchemaCompiler::Notation::Python : SchemaCompiler::Notation::Gemma4);
+      rest.parts.push_back({"", c.call_members(call.parameters, 0)});
       if (!call.tail.empty()) rest.parts.push_back({call.tail, -1});
     } else {
       rest.parts.push_back({"", call.parameters.is_null() ? c.any_object() : c.compile(call.parameters)});

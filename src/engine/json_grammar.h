@@ -147,16 +147,19 @@ struct XmlArgumentStyle {
 // its arguments as JSON valid for its `parameters` schema (null: any object), its `tail`, then `suffix`.
 // Hermes: "<tool_call>\n" + "{\"name\": \"f\", \"arguments\": " + {...} + "}" + "\n</tool_call>".
 // With `xml`, the arguments are written in that style instead: the properties in the schema's order, those
-// not required may be left out. With `gemma4`, in Gemma 4's notation after a head that ends with the arguments'
-// '{': {key:<|"|>text<|"|>,n:3,flags:[true],o:{k:null}} (strings between <|"|> marks as they are, keys bare, the
-// rest as JSON, no spaces; the properties in the schema's order). Throws Error as json_schema_grammar, and when
-// one head starts another.
+// not required may be left out. In a notation, after a head that ends with the arguments' opening bracket,
+// through the closing one (the properties in the schema's order):
+//   Gemma4  {key:<|"|>text<|"|>,n:3,flags:[true],o:{k:null}}  strings between <|"|> marks as they are, keys bare,
+//           the rest as JSON, no spaces;
+//   Python  (key="text", n=3, flags=[True], o={"k": None})  keyword arguments of Python literals.
+// Throws Error as json_schema_grammar, and when one head starts another.
+enum class ArgumentNotation { Json, Gemma4, Python };
 struct ToolCallShape {
   std::string head;
   nlohmann::ordered_json parameters;
   std::string tail;
   const XmlArgumentStyle* xml = nullptr;
-  bool gemma4 = false;
+  ArgumentNotation notation = ArgumentNotation::Json;
 };
 std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, const std::vector<ToolCallShape>& calls,
                                                  const std::string& suffix);

@@ -729,10 +729,29 @@ std::shared_ptr<const Grammar> forced_gemma4_tool_call_grammar(const json& tools
     shape.head = fn.at("name").get<std::string>() + "{";
     shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
     shape.tail = std::string(kGemma4Close);
-    shape.gemma4 = true;
+    shape.notation = ArgumentNotation::Gemma4;
     shapes.push_back(std::move(shape));
   }
   return tool_call_grammar(std::string(kGemma4Open) + "call:", shapes, "");
+}
+
+// [NAME(key="text", n=3)]: one call in the Python list the pythonic templates write.
+std::shared_ptr<const Grammar> forced_pythonic_tool_call_grammar(const json& tools) {
+  std::vector<ToolCallShape> shapes;
+  for (const json& tool : tools) {
+    const json& fn = tool.at("function");
+    const std::string name = fn.at("name").get<std::string>();
+    const bool identifier = !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])) == 0 &&
+                            std::all_of(name.begin(), name.end(),
+                                        [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!identifier) fail("the tool name '{}' cannot be written in a pythonic tool call", name);
+    ToolCallShape shape;
+    shape.head = name + "(";
+    shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
+    shape.notation = ArgumentNotation::Python;
+    shapes.push_back(std::move(shape));
+  }
+  return tool_call_grammar("[", shapes, "]");
 }
 
 }  // namespace
@@ -762,6 +781,8 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, c
       return forced_xml_tool_call_grammar(format, tools);
     case ToolCallFormat::Gemma4:
       return forced_gemma4_tool_call_grammar(tools);
+    case ToolCallFormat::Pythonic:
+      return forced_pythonic_tool_call_grammar(tools);
     case ToolCallFormat::Harmony:
       // As gpt-oss writes a call: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...} (its
       // <|call|> ends generation).
