@@ -632,6 +632,17 @@ TEST(GrammarMatcher, ForcedToolCallsReadBackAsOneValidCall) {
   EXPECT_THROW(server::forced_tool_call_grammar(server::ToolCallFormat::None, tools, ""), Error);
 }
 
+// `text` reads back through `format`'s parser as exactly one call of tools[0], nothing else, with arguments its
+// schema validates.
+void expect_one_valid_call(server::ToolCallFormat format, const json& tools, const std::string& text) {
+  const auto parsed = server::parse_tool_calls(format, tools, text);
+  ASSERT_EQ(parsed.calls.size(), 1u) << json(text).dump();
+  EXPECT_TRUE(parsed.content.empty()) << json(text).dump();
+  EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
+      << json(text).dump() << "\n"
+      << parsed.calls[0].arguments;
+}
+
 // Gemma 4's forced call: the arguments in its notation (strings between <|"|> marks as they are, keys bare),
 // following the tool's schema through nested objects, arrays, enums, bounds, optional and nullable properties,
 // anyOf and a recursive $ref. Random replies read back through the gemma4 parser as one call whose arguments
@@ -684,12 +695,7 @@ TEST(GrammarMatcher, Gemma4ForcedCallsFollowTheSchema) {
       "title:" + q + "t<tool_call|>" + q + ",steps:[{name:" + q + "n" + q + ",done:true}]",  // ends the block
   };
   for (const std::string& b : bad) EXPECT_FALSE(accepts(g, call(b))) << b;
-  for (const std::string& t : {good[0], good[1]}) {
-    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Gemma4, tools, call(t));
-    ASSERT_EQ(parsed.calls.size(), 1u) << t;
-    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
-        << parsed.calls[0].arguments;
-  }
+  for (const std::string& t : {good[0], good[1]}) expect_one_valid_call(server::ToolCallFormat::Gemma4, tools, call(t));
   // Walked through Gemma 4's own vocabulary, where <|"|> and the call's markers are tokens of their own.
   const std::string vocab = model_cache_dir() + "/llama.cpp-vocab-0.3.36/ggml-vocab-gemma-4.gguf";
   ASSERT_TRUE(std::filesystem::exists(vocab)) << vocab << " (run scripts/fetch_llama_cpp_vocab.sh)";
@@ -712,12 +718,7 @@ TEST(GrammarMatcher, Gemma4ForcedCallsFollowTheSchema) {
     const RandomReply r = random_reply(g, rng, 400, 60, full_check, gemma4_table, closing);
     if (!r.whole) continue;
     ++complete;
-    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Gemma4, tools, r.text);
-    ASSERT_EQ(parsed.calls.size(), 1u) << json(r.text).dump();
-    EXPECT_TRUE(parsed.content.empty()) << json(r.text).dump();
-    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
-        << json(r.text).dump() << "\n"
-        << parsed.calls[0].arguments;
+    expect_one_valid_call(server::ToolCallFormat::Gemma4, tools, r.text);
   }
   EXPECT_GE(complete, 6);
   EXPECT_GE(checked, 8);
@@ -788,10 +789,7 @@ TEST(GrammarMatcher, PythonicForcedCallsFollowTheSchema) {
   };
   for (const std::string& t : good) {
     EXPECT_TRUE(accepts(g, call(t))) << t;
-    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Pythonic, tools, call(t));
-    ASSERT_EQ(parsed.calls.size(), 1u) << t;
-    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
-        << parsed.calls[0].arguments;
+    expect_one_valid_call(server::ToolCallFormat::Pythonic, tools, call(t));
   }
   const std::vector<std::string> bad = {
       R"(steps=[{"name": "n", "done": True}])",                            // title missing
@@ -810,12 +808,7 @@ TEST(GrammarMatcher, PythonicForcedCallsFollowTheSchema) {
     const RandomReply r = random_reply(g, rng, 400, 60);
     if (!r.whole) continue;
     ++complete;
-    const auto parsed = server::parse_tool_calls(server::ToolCallFormat::Pythonic, tools, r.text);
-    ASSERT_EQ(parsed.calls.size(), 1u) << json(r.text).dump();
-    EXPECT_TRUE(parsed.content.empty()) << json(r.text).dump();
-    EXPECT_TRUE(valid_by_valijson(tools[0]["function"]["parameters"], parsed.calls[0].arguments))
-        << json(r.text).dump() << "\n"
-        << parsed.calls[0].arguments;
+    expect_one_valid_call(server::ToolCallFormat::Pythonic, tools, r.text);
   }
   EXPECT_GE(complete, 6);
   // A tool without parameters takes any keyword arguments; names Python cannot call are refused.

@@ -720,23 +720,10 @@ std::shared_ptr<const Grammar> forced_xml_tool_call_grammar(ToolCallFormat forma
   return tool_call_grammar(std::string(kBlockOpen) + (qwen ? "\n" : ""), shapes, "");
 }
 
-// <|tool_call>call:NAME{ARGUMENTS}<tool_call|>, the arguments in Gemma 4's notation.
-std::shared_ptr<const Grammar> forced_gemma4_tool_call_grammar(const json& tools) {
-  std::vector<ToolCallShape> shapes;
-  for (const json& tool : tools) {
-    const json& fn = tool.at("function");
-    ToolCallShape shape;
-    shape.head = fn.at("name").get<std::string>() + "{";
-    shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
-    shape.tail = std::string(kGemma4Close);
-    shape.notation = ArgumentNotation::Gemma4;
-    shapes.push_back(std::move(shape));
-  }
-  return tool_call_grammar(std::string(kGemma4Open) + "call:", shapes, "");
-}
-
-// [NAME(key="text", n=3)]: one call in the Python list the pythonic templates write.
-std::shared_ptr<const Grammar> forced_pythonic_tool_call_grammar(const json& tools) {
+// One call of one of `tools` with its arguments in `notation`: Gemma 4's <|tool_call>call:NAME{...}<tool_call|>,
+// or the pythonic [NAME(...)] (whose names must be Python's).
+std::shared_ptr<const Grammar> notation_call_grammar(const json& tools, ArgumentNotation notation) {
+  const bool python = notation == ArgumentNotation::Python;
   std::vector<ToolCallShape> shapes;
   for (const json& tool : tools) {
     const json& fn = tool.at("function");
@@ -744,14 +731,15 @@ std::shared_ptr<const Grammar> forced_pythonic_tool_call_grammar(const json& too
     const bool identifier = !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])) == 0 &&
                             std::all_of(name.begin(), name.end(),
                                         [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-    if (!identifier) fail("the tool name '{}' cannot be written in a pythonic tool call", name);
+    if (python && !identifier) fail("the tool name '{}' cannot be written in a pythonic tool call", name);
     ToolCallShape shape;
-    shape.head = name + "(";
+    shape.head = name + (python ? "(" : "{");
     shape.parameters = fn.contains("parameters") ? fn["parameters"] : json();
-    shape.notation = ArgumentNotation::Python;
+    shape.tail = python ? "" : std::string(kGemma4Close);
+    shape.notation = notation;
     shapes.push_back(std::move(shape));
   }
-  return tool_call_grammar("[", shapes, "]");
+  return tool_call_grammar(python ? "[" : std::string(kGemma4Open) + "call:", shapes, python ? "]" : "");
 }
 
 }  // namespace
@@ -780,9 +768,9 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, c
     case ToolCallFormat::Glm45:
       return forced_xml_tool_call_grammar(format, tools);
     case ToolCallFormat::Gemma4:
-      return forced_gemma4_tool_call_grammar(tools);
+      return notation_call_grammar(tools, ArgumentNotation::Gemma4);
     case ToolCallFormat::Pythonic:
-      return forced_pythonic_tool_call_grammar(tools);
+      return notation_call_grammar(tools, ArgumentNotation::Python);
     case ToolCallFormat::Harmony:
       // As gpt-oss writes a call: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...} (its
       // <|call|> ends generation).
