@@ -206,6 +206,30 @@ StreamedChat join_chat_stream(const std::string& body, const std::string& no_tag
 
 // The chat request `ask` (a JSON object missing its closing brace) whole and streamed: the reply's reasoning and
 // content both times.
+// A whole chat reply that is one get_weather call with `arguments`, after `reasoning`.
+void expect_one_weather_call(const httplib::Result& res, const std::string& reasoning, const json& arguments) {
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json choice = json::parse(res->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["reasoning_content"], reasoning);
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()), arguments);
+}
+
+// A tool_choice "required" request: a reply that is a call, and the grammar the engine got (null on failure).
+std::shared_ptr<const Grammar> forced_call_grammar(httplib::Client cli, const FakeEngine& engine,
+                                                   const std::string& ask) {
+  auto res = cli.Post("/v1/chat/completions", ask + R"(, "tool_choice": "required"})", "application/json");
+  EXPECT_TRUE(res);
+  if (!res) return nullptr;
+  EXPECT_EQ(res->status, 200) << res->body;
+  if (res->status != 200) return nullptr;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["finish_reason"], "tool_calls");
+  return engine.added().back().grammar;
+}
+
 void expect_chat_split(httplib::Client& cli, const std::string& ask, const std::string& no_tag,
                        const std::string& reasoning, const std::string& content) {
   auto whole = cli.Post("/v1/chat/completions", ask + "}", "application/json");
@@ -304,16 +328,8 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
   LiveServer tool_server(calling, opts);
   const std::string tool_ask =
       R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 500, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
-  auto called = tool_server.client().Post("/v1/chat/completions", tool_ask + "}", "application/json");
-  ASSERT_TRUE(called);
-  ASSERT_EQ(called->status, 200) << called->body;
-  const json choice = json::parse(called->body)["choices"][0];
-  EXPECT_EQ(choice["finish_reason"], "tool_calls");
-  EXPECT_EQ(choice["message"]["reasoning_content"], "Need weather.");
-  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
-  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
-  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
-            json({{"city", "Paris"}}));
+  expect_one_weather_call(tool_server.client().Post("/v1/chat/completions", tool_ask + "}", "application/json"),
+                          "Need weather.", json({{"city", "Paris"}}));
   auto call_response =
       tool_server.client().Post("/v1/chat/completions", tool_ask + R"(, "stream": true})", "application/json");
   ASSERT_TRUE(call_response);
@@ -322,17 +338,12 @@ TEST(ServerHttp, ChatHarmonyChannelsSplit) {
   EXPECT_EQ(json::parse(call_stream.arguments), json({{"city", "Paris"}}));
   // tool_choice "required": the grammar of one call as gpt-oss writes it, an analysis message allowed first
   // under the reasoning split.
-  auto forced = tool_server.client().Post("/v1/chat/completions", tool_ask + R"(, "tool_choice": "required"})",
-                                          "application/json");
-  ASSERT_TRUE(forced);
-  ASSERT_EQ(forced->status, 200) << forced->body;
-  const std::shared_ptr<const Grammar> grammar = calling.added().back().grammar;
+  const std::shared_ptr<const Grammar> grammar = forced_call_grammar(tool_server.client(), calling, tool_ask);
   ASSERT_NE(grammar, nullptr);
   EXPECT_TRUE(accepts(grammar, call_reply));
   EXPECT_TRUE(accepts(grammar, call_reply.substr(call_reply.find("<|channel|>commentary"))));
   EXPECT_FALSE(accepts(grammar, "<|channel|>final<|message|>Sunny."));
   EXPECT_FALSE(accepts(grammar, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}"));
-  EXPECT_EQ(json::parse(forced->body)["choices"][0]["finish_reason"], "tool_calls");
   // response_format under the split: the JSON in the final message, after an analysis message or none.
   auto formatted = tool_server.client().Post(
       "/v1/chat/completions",
@@ -366,27 +377,15 @@ TEST(ServerHttp, ChatGemma4ToolCalls) {
   LiveServer server(engine, opts);
   const std::string ask =
       R"({"messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 500, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}, "required": ["city"]}}}])";
-  auto whole = server.client().Post("/v1/chat/completions", ask + "}", "application/json");
-  ASSERT_TRUE(whole);
-  ASSERT_EQ(whole->status, 200) << whole->body;
-  const json choice = json::parse(whole->body)["choices"][0];
-  EXPECT_EQ(choice["finish_reason"], "tool_calls");
-  EXPECT_EQ(choice["message"]["reasoning_content"], "Check the weather.");
-  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
-  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
-            json({{"city", "Paris"}, {"days", 2}}));
+  expect_one_weather_call(server.client().Post("/v1/chat/completions", ask + "}", "application/json"),
+                          "Check the weather.", json({{"city", "Paris"}, {"days", 2}}));
   EXPECT_EQ(engine.added().back().grammar, nullptr);
-  auto forced =
-      server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "required"})", "application/json");
-  ASSERT_TRUE(forced);
-  ASSERT_EQ(forced->status, 200) << forced->body;
-  const std::shared_ptr<const Grammar> grammar = engine.added().back().grammar;
+  const std::shared_ptr<const Grammar> grammar = forced_call_grammar(server.client(), engine, ask);
   ASSERT_NE(grammar, nullptr);
   EXPECT_TRUE(accepts(grammar, reply));
   EXPECT_TRUE(accepts(grammar, call));
   EXPECT_FALSE(accepts(grammar, "<|channel>thought\nCheck.<channel|>Sunny."));
   EXPECT_FALSE(accepts(grammar, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:0}<tool_call|>"));
-  EXPECT_EQ(json::parse(forced->body)["choices"][0]["finish_reason"], "tool_calls");
   // A schema the notation cannot enforce: refused by name.
   const std::string patterned =
       R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"c": {"type": "string", "pattern": "^a$"}}}}}]})";
@@ -431,11 +430,7 @@ TEST(ServerHttp, ChatPythonicToolCalls) {
   ASSERT_EQ(streamed.size(), 2u);
   EXPECT_EQ(streamed[1]["arguments"], choice["message"]["tool_calls"][1]["function"]["arguments"]);
   // tool_choice "required": the grammar of one call in the Python list.
-  auto forced =
-      server.client().Post("/v1/chat/completions", ask + R"(, "tool_choice": "required"})", "application/json");
-  ASSERT_TRUE(forced);
-  ASSERT_EQ(forced->status, 200) << forced->body;
-  const std::shared_ptr<const Grammar> grammar = engine.added().back().grammar;
+  const std::shared_ptr<const Grammar> grammar = forced_call_grammar(server.client(), engine, ask);
   ASSERT_NE(grammar, nullptr);
   EXPECT_TRUE(accepts(grammar, R"([get_weather(city="Paris", days=2)])"));
   EXPECT_FALSE(accepts(grammar, "[get_weather(city='Paris', days=2), get_weather(city=\"Lyon\")]"));

@@ -507,11 +507,10 @@ class SchemaCompiler {
     return from[0][0];
   }
 
-  enum class Notation { Gemma4, Python };
-  void set_notation(Notation n) { notation_ = n; }
+  void set_notation(ArgumentNotation n) { notation_ = n; }
 
  private:
-  bool python() const { return notation_ == Notation::Python; }
+  bool python() const { return notation_ == ArgumentNotation::Python; }
   const char* notation_name() const { return python() ? "pythonic" : "gemma4"; }
   std::string separator() const { return python() ? ", " : ","; }
 
@@ -1270,7 +1269,7 @@ class SchemaCompiler {
   Grammar grammar_;
   std::map<std::string, int> refs_;
   int any_ = -1;
-  Notation notation_ = Notation::Gemma4;
+  ArgumentNotation notation_ = ArgumentNotation::Gemma4;
   std::map<std::string, int> notation_refs_;
   int notation_any_ = -1;
 };
@@ -1376,7 +1375,7 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::string& prefix, cons
     } else if (call.notation != ArgumentNotation::Json) {
       const bool python = call.notation == ArgumentNotation::Python;
       if (call.head.back() != (python ? '(' : '{')) fail("a tool call's head must end with its arguments' bracket");
-      c.set_notation(python ? SchemaCompiler::Notation::Python : SchemaCompiler::Notation::Gemma4);
+      c.set_notation(call.notation);
       rest.parts.push_back({"", c.call_members(call.parameters, 0)});
       if (!call.tail.empty()) rest.parts.push_back({call.tail, -1});
     } else {
