@@ -101,8 +101,9 @@ class ToolCallParser {
 // two ways apart (NAME[ARGS]{...} where the template writes [ARGS], else the JSON list). In the XML formats
 // (qwen3_coder, glm45) a string parameter is raw text (free, an enum, a known format or a length; a pattern is
 // refused) and any other is JSON. gemma4 writes the arguments in its own notation (strings between <|"|> marks,
-// keys bare); openai (harmony) as gpt-oss writes a call, <|channel|>commentary to=functions.NAME
-// <|constrain|>json<|message|>{...}. Throws Error for none, and for a tool's schema the grammar cannot enforce.
+// keys bare); pythonic as [NAME(key=VALUE, ...)] of Python literals; openai (harmony) as gpt-oss writes a call,
+// <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}. Throws Error for none, and for a
+// tool's schema the grammar cannot enforce.
 std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, const nlohmann::ordered_json& tools,
                                                         std::string_view chat_template);
 
