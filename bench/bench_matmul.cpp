@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench/triad.h"
+#include "core/cpu_caches.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/large_buffer.h"
@@ -113,7 +114,8 @@ std::vector<uint8_t> make_weights(DType type, int64_t rows, int64_t cols) {
 }
 
 // copies > 1: that many separate copies of the weights, multiplied in turn, so that (at 128 MiB and more
-// in all) every call reads its weights from memory as a model's layers do, not from the L3 cache.
+// in all, and four times the last-level caches) every call reads its weights from memory as a model's
+// layers do, not from the L3 cache.
 void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int copies) {
   const auto data = make_weights(type, rows, cols);
   std::vector<Tensor> ws(copies);
@@ -158,7 +160,7 @@ void BM_Matmul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
 
 // a = b + s * c over arrays far larger than the caches, split across the pool like matmul's rows.
 void BM_Triad(benchmark::State& state) {
-  const int64_t n = int64_t{32} << 20;  // 32M floats = 128 MiB per array
+  const int64_t n = bench::triad_floats_beyond_caches(int64_t{32} << 20);  // 128 MiB per array and more
   std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
   ThreadPool& pool = ThreadPool::global();
   for (auto _ : state) {
@@ -170,10 +172,11 @@ void BM_Triad(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * n * static_cast<int64_t>(sizeof(float)));
 }
 
-// Reads only (what a matvec does with its weights): a sum over one 256 MiB array split across the pool.
+// Reads only (what a matvec does with its weights): a sum over one array (256 MiB, or four times the
+// last-level caches where that is more) split across the pool.
 // Integer sums, so the compiler vectorizes them; the loop is far faster than memory on any AVX2 core.
 void BM_Read(benchmark::State& state) {
-  const int64_t n = int64_t{64} << 20;  // 64M uint32 = 256 MiB
+  const int64_t n = beyond_caches_bytes(int64_t{256} << 20) / static_cast<int64_t>(sizeof(uint32_t));
   std::vector<uint32_t> a(n, 1);
   ThreadPool& pool = ThreadPool::global();
   std::vector<uint32_t> sums(static_cast<size_t>(pool.size()) * 16);
@@ -201,7 +204,7 @@ void BM_Read(benchmark::State& state) {
 // sharing one L3 and sitting on two.
 void BM_ShortRead(benchmark::State& state) {
   const auto bytes = static_cast<size_t>(state.range(0));
-  const size_t copies = (size_t{256} << 20) / bytes;
+  const size_t copies = static_cast<size_t>(beyond_caches_bytes(int64_t{256} << 20)) / bytes;
   const auto buf = allocate_large_buffer(copies * bytes);
   for (size_t i = 0; i < copies * bytes; i += 64) buf[i] = 1;
   ThreadPool& pool = ThreadPool::global();
@@ -251,7 +254,7 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
         const auto bytes = static_cast<int64_t>(row_bytes(type, shape[1])) * shape[0];
-        const int copies = static_cast<int>((int64_t{128} << 20) / bytes + 1);
+        const int copies = static_cast<int>(beyond_caches_bytes(int64_t{128} << 20) / bytes + 1);
         benchmark::RegisterBenchmark((name + "/cold").c_str(), BM_Matmul, type, shape[0], shape[1], n_tokens, copies)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
@@ -277,7 +280,7 @@ int main(int argc, char** argv) {
       const std::string name = "Matmul/" + std::string(dtype_name(type)) + "/" + std::to_string(shape[0]) + "x" +
                                std::to_string(shape[1]) + "/tokens:1";
       const auto bytes = static_cast<int64_t>(row_bytes(type, shape[1])) * shape[0];
-      const int copies = static_cast<int>((int64_t{128} << 20) / bytes + 1);
+      const int copies = static_cast<int>(beyond_caches_bytes(int64_t{128} << 20) / bytes + 1);
       // Hot (in L2): what a call costs besides its memory reads.
       benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, shape[0], shape[1], 1, 1)
           ->Unit(benchmark::kMicrosecond)

@@ -15,8 +15,9 @@
 //   <shape>/batch16_f16_cold/<ctx> batch16_f16 rotating through copies of the cache as single_f16_cold
 //                             does: a batched decode step's layers read their K/V from memory
 //   <shape>/single_f16/<ctx>  one sequence with an f16 cache, scattered: the engine's batch-1 decode
-//   <shape>/single_f16_cold/<ctx>  the same, rotating through copies of the cache (64 MiB and more in
-//                             all) as a model's layers do, so every call reads its K/V from memory
+//   <shape>/single_f16_cold/<ctx>  the same, rotating through copies of the cache (64 MiB and more, and
+//                             four times the last-level caches, in all) as a model's layers do, so every
+//                             call reads its K/V from memory
 //   <shape>/region/<ctx>      region_cold with one copy of the cache, which stays in the caches
 //   <shape>/region_cold/<ctx> single_f16_cold the way a batch-1 decode step calls it (ModelRunner::
 //                             forward_single_token): the (partition, KV head) units split evenly over the
@@ -48,12 +49,13 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_caches.h"
 #include "core/fp16.h"
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/paged_attention_impl.h"
-#include "kernels/cpu/kv_elem.h"
 #include "pool_size_flag.h"
 
 namespace {
@@ -180,7 +182,8 @@ void BM_PagedDecode(benchmark::State& state, Shape s, Variant variant, KVElemTyp
   const void* typed_k = quant ? static_cast<const void*>(p.kq.data()) : p.k16.data();
   const void* typed_v = quant ? static_cast<const void*>(p.vq.data()) : p.v16.data();
   const size_t half_bytes = quant ? p.kq.size() : p.k16.size() * sizeof(uint16_t);
-  const int copies = cold ? static_cast<int>((size_t{64} << 20) / (2 * half_bytes) + 1) : 1;
+  const int copies =
+      cold ? static_cast<int>(static_cast<size_t>(beyond_caches_bytes(int64_t{64} << 20)) / (2 * half_bytes) + 1) : 1;
   std::shared_ptr<uint8_t[]> cold_kv = allocate_large_buffer(cold ? copies * 2 * half_bytes : 1);
   for (int c = 0; cold && c < copies; ++c) {
     std::memcpy(cold_kv.get() + (2 * c) * half_bytes, typed_k, half_bytes);

@@ -404,6 +404,14 @@ TEST(BenchTriad, MeasuresSomething) {
   EXPECT_EQ(t.array_bytes, 4 << 20);
 }
 
+TEST(BenchTriad, DefaultArraysLieBeyondTheCaches) {
+  const int64_t n = triad_floats_beyond_caches(int64_t{32} << 20);
+  EXPECT_GE(n, int64_t{32} << 20);
+  EXPECT_GE(3 * n * static_cast<int64_t>(sizeof(float)), 4 * last_level_cache_bytes());
+  // A minimum above what the caches ask for is kept as it is.
+  EXPECT_EQ(triad_floats_beyond_caches(int64_t{1} << 40), int64_t{1} << 40);
+}
+
 TEST(BenchRead, MeasuresTheBytesItReads) {
   const ReadResult r = measure_read(ThreadPool::global(), 8 << 20, 2);
   EXPECT_GT(r.best_gb_s, 0);

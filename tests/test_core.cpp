@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/available_cpus.h"
+#include "core/cpu_caches.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/handoff_probe.h"
@@ -224,6 +225,64 @@ TEST(AvailableCpus, HybridCpusKeepOnlyPerformanceCores) {
   write_file(root / "cpu_core/cpus", "garbage\n");
   EXPECT_EQ(performance_cpus(all, root), all);
   std::filesystem::remove_all(root);
+}
+
+TEST(CpuCaches, SizesParseAsSysfsWritesThem) {
+  EXPECT_EQ(parse_cache_size("307200K\n"), int64_t{300} << 20);
+  EXPECT_EQ(parse_cache_size("32M"), int64_t{32} << 20);
+  EXPECT_EQ(parse_cache_size("1G"), int64_t{1} << 30);
+  EXPECT_EQ(parse_cache_size("65536"), 65536);
+  for (const char* bad : {"", "K", "0K", "-1K", "12KB", "1.5M", "x", "9999999999K"})
+    EXPECT_EQ(parse_cache_size(bad), std::nullopt) << bad;
+}
+
+TEST(CpuCaches, LastLevelCountsEachInstanceOnce) {
+  const std::filesystem::path root = std::filesystem::path(testing::TempDir()) / "kvserve_caches_test";
+  std::filesystem::remove_all(root);
+  EXPECT_EQ(last_level_cache_bytes(root), 0);  // no sysfs
+  // Two CCDs of two CPUs: per CPU an L1d, an L1i, an L2 of its own; an L3 shared by each pair (by id).
+  for (int cpu = 0; cpu < 4; ++cpu) {
+    const std::filesystem::path c = root / ("cpu" + std::to_string(cpu)) / "cache";
+    write_file(c / "index0/level", "1\n");
+    write_file(c / "index0/type", "Data\n");
+    write_file(c / "index0/size", "48K\n");
+    write_file(c / "index1/level", "1\n");
+    write_file(c / "index1/type", "Instruction\n");
+    write_file(c / "index1/size", "32K\n");
+    write_file(c / "index2/level", "2\n");
+    write_file(c / "index2/type", "Unified\n");
+    write_file(c / "index2/size", "2048K\n");
+    write_file(c / "index3/level", "3\n");
+    write_file(c / "index3/type", "Unified\n");
+    write_file(c / "index3/size", "32768K\n");
+    write_file(c / "index3/id", std::to_string(cpu / 2) + "\n");
+  }
+  EXPECT_EQ(last_level_cache_bytes(root), int64_t{64} << 20);
+  // Without ids the shared CPU lists tell the instances apart.
+  for (int cpu = 0; cpu < 4; ++cpu) {
+    const std::filesystem::path c = root / ("cpu" + std::to_string(cpu)) / "cache/index3";
+    std::filesystem::remove(c / "id");
+    write_file(c / "shared_cpu_list", cpu < 2 ? "0-1\n" : "2-3\n");
+  }
+  EXPECT_EQ(last_level_cache_bytes(root), int64_t{64} << 20);
+  // A host whose caches stop at L2 (one per CPU, no id or list): each CPU's counts.
+  for (int cpu = 0; cpu < 4; ++cpu) {
+    std::filesystem::remove_all(root / ("cpu" + std::to_string(cpu)) / "cache/index3");
+    if (cpu == 3) write_file(root / "cpu3/cache/index2/size", "garbage\n");  // unreadable: left out
+  }
+  EXPECT_EQ(last_level_cache_bytes(root), int64_t{6} << 20);
+  // Entries that are not CPUs are not read.
+  write_file(root / "cpufreq/cache/index4/level", "4\n");
+  write_file(root / "cpufreq/cache/index4/type", "Unified\n");
+  write_file(root / "cpufreq/cache/index4/size", "1G\n");
+  EXPECT_EQ(last_level_cache_bytes(root), int64_t{6} << 20);
+  std::filesystem::remove_all(root);
+}
+
+TEST(CpuCaches, BeyondCachesIsAtLeastFourTimesThem) {
+  EXPECT_GE(beyond_caches_bytes(1), 1);
+  EXPECT_EQ(beyond_caches_bytes(int64_t{1} << 40), int64_t{1} << 40);
+  EXPECT_EQ(beyond_caches_bytes(0), 4 * last_level_cache_bytes());
 }
 
 TEST(AvailableCpus, DefaultThreadsAreAtLeastOneAndNoMoreThanTheCpus) {

@@ -10,8 +10,9 @@
 namespace kvserve::bench {
 
 namespace {
-// Timed triad repetitions per measurement (after one untimed pass): ~4 x 200 MB, ~20-40 ms here, against
-// segments of ~50 ms and more.
+// Timed triad repetitions per measurement (after one untimed pass): 4 passes over at least 192 MB, or four
+// times the last-level caches (1.2 GB on the 300 MiB-L3 Xeon VM, ~40 ms a pass there), against segments of
+// ~50 ms and more.
 constexpr int kTriadReps = 3;
 constexpr int64_t kRoundTrips = 2000;
 }  // namespace

@@ -33,7 +33,7 @@ class BoundProbe {
   // kv_bytes_per_position: K/V bytes one decode step reads per token in context (all layers).
   // triad_floats: elements per triad array (3 arrays; beyond the caches, short enough to run often).
   BoundProbe(ThreadPool& pool, int segment_steps, uint64_t weight_bytes, uint64_t kv_bytes_per_position,
-             int64_t triad_floats = int64_t{16} << 20);
+             int64_t triad_floats = triad_floats_beyond_caches(int64_t{16} << 20));
 
   // On the engine thread, for the request being measured (one at a time): its prompt length, then each
   // event's new tokens (the first is the prefill's; decode steps follow), then its end.

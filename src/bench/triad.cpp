@@ -85,6 +85,12 @@ TriadResult TriadArrays::measure(int reps) {
   return res;
 }
 
+int64_t triad_floats_beyond_caches(int64_t at_least) {
+  const int64_t per_array = (beyond_caches_bytes(0) + 3 * static_cast<int64_t>(sizeof(float)) - 1) /
+                            (3 * static_cast<int64_t>(sizeof(float)));
+  return std::max(at_least, per_array);
+}
+
 TriadResult measure_triad(ThreadPool& pool, int64_t n, int reps) {
   if (n <= 0 || reps <= 0) fail("triad: array size and repetitions must be positive");
   TriadArrays arrays(pool, n);

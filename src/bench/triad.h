@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/cpu_caches.h"
 #include "core/thread_pool.h"
 
 namespace kvserve::bench {
@@ -23,8 +24,14 @@ struct TriadResult {
 // the loop (across a 64-byte line or not). A bound that moved with that would pass decodes it should not.
 void triad_range(float* a, const float* b, const float* c, int64_t begin, int64_t end);
 
-// n floats per array (default 32M = 128 MiB each, far beyond any cache); one untimed pass first.
-TriadResult measure_triad(ThreadPool& pool = ThreadPool::global(), int64_t n = int64_t{32} << 20, int reps = 5);
+// Floats per triad array such that the three arrays together lie beyond the host's last-level caches
+// (beyond_caches_bytes), and at least `at_least`.
+int64_t triad_floats_beyond_caches(int64_t at_least);
+
+// n floats per array (default: at least 32M = 128 MiB each, and the three beyond the caches); one untimed
+// pass first.
+TriadResult measure_triad(ThreadPool& pool = ThreadPool::global(),
+                          int64_t n = triad_floats_beyond_caches(int64_t{32} << 20), int reps = 5);
 
 // The triad's three arrays, allocated and first touched by the pool's threads once, so that the
 // bandwidth can be measured again and again (between decode steps) without page faults each time.
@@ -55,8 +62,10 @@ struct ReadResult {
 // cores 32-byte loads, as triad_range).
 uint64_t read_streams(const uint64_t* p, int64_t len);
 
-// A buffer of `bytes` (default 512 MiB; at least 8 streams of 256 bytes per thread); one untimed pass first.
-ReadResult measure_read(ThreadPool& pool = ThreadPool::global(), int64_t bytes = int64_t{512} << 20, int reps = 5);
+// A buffer of `bytes` (default: at least 512 MiB, and beyond the caches; at least 8 streams of 256 bytes
+// per thread); one untimed pass first.
+ReadResult measure_read(ThreadPool& pool = ThreadPool::global(),
+                        int64_t bytes = beyond_caches_bytes(int64_t{512} << 20), int reps = 5);
 
 // How long the pool's threads 0 and 1 take to pass one cache line back and forth: on this project's Zen 4
 // host ~60-80 ns while its two vCPUs share an L3 and ~350 ns while they sit on different CCDs, the
