@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "engine/generator.h"
 #include "model/loaders.h"
 #include "model/model.h"
@@ -115,7 +116,10 @@ TEST(GoldenStories260K, TokenizeJsonl) {
 //   that step's logits by up to a few 1e-2; everywhere else the numbers agree to float rounding. (The
 //   float-activation set differs by 0.1-0.2 at almost every step, so this pins the numeric choice.)
 //   BF16 activations keep only 8 bits, so its flips are the most frequent (67% of steps within 1e-3 with
-//   the batch-invariant tiles of quants_avx2.cpp).
+//   the batch-invariant tiles of quants_avx2.cpp). On a core with AMX-BF16 the BF16 matmuls run on the tile
+//   unit, whose sums round in their own way (1.6e-7 rms relative error against exact sums of 2048
+//   products, the FMA tiles' 8e-8): more activations flip, 40% of steps within 1e-3 there
+//   (`exact_fraction_amx_bf16`), every step still within `tol` and the greedy ids the same.
 // - free-running greedy ids identical up to the first step whose reference margin is below `tol`.
 // Folder of the goldens for architectures the shared set lacks: made with llama.cpp by
 // scripts/make_arch_goldens.py, the same protocol, each model beside its golden.
@@ -128,6 +132,7 @@ struct GgufCase {
   float tol;
   float exact_fraction;
   std::string dir = kShared + "/golden/gguf";  // holding models/ and golden/, or kArchGoldens
+  float exact_fraction_amx_bf16 = -1;          // where BF16 matmuls run on AMX (cpu_has_amx_bf16): if set, this one
 };
 
 class GoldenGguf : public ::testing::TestWithParam<GgufCase> {};
@@ -171,7 +176,9 @@ TEST_P(GoldenGguf, MatchesLlamaCpp) {
     for (size_t s = 0; s < first_low_margin; ++s)
       ASSERT_EQ(got[s], want_ids[s]) << c.stem << " '" << prompt << "' step " << s;
   }
-  EXPECT_GE(steps_exact, c.exact_fraction * steps_total)
+  const float exact_fraction =
+      c.exact_fraction_amx_bf16 >= 0 && cpu_has_amx_bf16() ? c.exact_fraction_amx_bf16 : c.exact_fraction;
+  EXPECT_GE(steps_exact, exact_fraction * steps_total)
       << c.stem << ": only " << steps_exact << " of " << steps_total << " steps within 1e-3 of llama.cpp";
 }
 
@@ -513,7 +520,8 @@ INSTANTIATE_TEST_SUITE_P(
         GgufCase{"stories260K-F32", 1e-4f, 1.0f}, GgufCase{"stories260K-F16", 1e-2f, 0.0f},
         GgufCase{"stories260K-Q8_0", 0.3f, 0.25f}, GgufCase{"stories260K-Q4_0", 0.3f, 0.25f},
         GgufCase{"stories260K-Q4_1", 0.3f, 0.25f}, GgufCase{"tiny-mha", 1e-2f, 0.5f}, GgufCase{"tiny-gqa", 1e-2f, 0.8f},
-        GgufCase{"tiny-mqa", 1e-2f, 0.5f}, GgufCase{"tiny-qwen2", 1e-2f, 0.5f}, GgufCase{"tiny-gqa-BF16", 2e-2f, 0.65f},
+        GgufCase{"tiny-mqa", 1e-2f, 0.5f}, GgufCase{"tiny-qwen2", 1e-2f, 0.5f},
+        GgufCase{"tiny-gqa-BF16", 2e-2f, 0.65f, kShared + "/golden/gguf", 0.35f},
         GgufCase{"tiny-gqa-Q8_0", 0.2f, 0.25f}, GgufCase{"tiny-gqa-Q6_K", 0.2f, 0.25f},
         GgufCase{"tiny-gqa-Q5_K_M", 0.2f, 0.25f}, GgufCase{"tiny-gqa-Q4_K_M", 0.2f, 0.25f},
         GgufCase{"tiny-gqa-Q4_1", 0.2f, 0.25f}, GgufCase{"tiny-gqa-Q4_0", 0.2f, 0.25f},

@@ -673,6 +673,85 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
   }
 }
 
+// BF16 weights on the AMX tile unit (bf16_gemm_amx.h): a token's outputs are the same bits whatever its
+// batch, its place in it and the row ranges the rows are computed in, for row lengths with and without a
+// tail past the last 32 values and row counts past the last 16 (the padded copy); and each is within float
+// rounding of the exact sum of the BF16-rounded products.
+TEST(Bf16Amx, EachOutputIsTheSameBitsWhateverTheBatch) {
+  if (!cpu_has_amx_bf16()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or KVSERVE_NO_AMX set)";
+  ThreadPool pool(2);
+  for (const int64_t n_in : {int64_t{7}, int64_t{32}, int64_t{100}, int64_t{224}}) {
+    for (const int64_t n_out : {int64_t{5}, int64_t{16}, int64_t{37}, int64_t{50}}) {
+      std::mt19937 rng(static_cast<uint32_t>(n_in * 1000 + n_out));
+      const auto data = random_weights(DType::BF16, n_out, n_in, rng);
+      const Tensor w = make_tensor(DType::BF16, n_out, n_in, data);
+      const int64_t n_tokens = 40;  // groups of 16, 16 and 8: passes of two groups and of one
+      const auto x = random_floats(n_tokens * n_in, rng);
+      std::vector<float> batch(n_tokens * n_out);
+      matmul(w, x.data(), n_tokens, batch.data(), pool);
+      const std::string where = std::to_string(n_in) + " x " + std::to_string(n_out);
+      // Exact sums of the rounded products, in double.
+      const auto* wb = reinterpret_cast<const uint16_t*>(data.data());
+      for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t r = 0; r < n_out; ++r) {
+          double s = 0, mag = 0;
+          for (int64_t k = 0; k < n_in; ++k) {
+            const double p =
+                static_cast<double>(bf16_to_fp32(wb[r * n_in + k])) * bf16_to_fp32(fp32_to_bf16(x[t * n_in + k]));
+            s += p;
+            mag += std::fabs(p);
+          }
+          ASSERT_NEAR(batch[t * n_out + r], s, 1e-6 * mag + 1e-30) << where << " token " << t << " row " << r;
+        }
+      // Each token alone.
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::vector<float> alone(n_out);
+        matmul(w, x.data() + t * n_in, 1, alone.data(), pool);
+        for (int64_t r = 0; r < n_out; ++r)
+          ASSERT_EQ(batch[t * n_out + r], alone[r]) << where << " token " << t << " row " << r;
+      }
+      // The tokens in reverse order: each in another group and column.
+      std::vector<float> reversed_x(x.size()), reversed(n_tokens * n_out);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        std::copy_n(x.begin() + t * n_in, n_in, reversed_x.begin() + (n_tokens - 1 - t) * n_in);
+      matmul(w, reversed_x.data(), n_tokens, reversed.data(), pool);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t r = 0; r < n_out; ++r)
+          ASSERT_EQ(reversed[(n_tokens - 1 - t) * n_out + r], batch[t * n_out + r]) << where << " token " << t;
+      // Rows in ranges that cut the tiles' 16-row halves anywhere.
+      MatmulActs acts;
+      acts.convert(DType::BF16, x.data(), n_in, n_tokens);
+      std::vector<float> ranged(n_tokens * n_out, NAN);
+      for (int64_t begin = 0, step = 3; begin < n_out; begin += step, step += 7)
+        matmul_rows(w, acts, ranged.data(), begin, std::min(n_out, begin + step));
+      EXPECT_EQ(ranged, batch) << where;
+    }
+  }
+}
+
+// The tile unit's configuration is one per thread: BF16 calls between AMX-INT8 ones (other tile shapes)
+// leave each kernel's results as they are alone.
+TEST(Bf16Amx, SharesTheTileUnitWithTheInt8Kernels) {
+  if (!cpu_has_amx_bf16() || !cpu_has_amx_int8()) GTEST_SKIP() << "no AMX-BF16 and AMX-INT8 on this CPU";
+  ThreadPool pool(1);  // one thread: every call on the same tiles
+  std::mt19937 rng(5);
+  const int64_t n_in = 256, n_out = 64, n_tokens = 48;
+  const auto q_data = random_weights(DType::Q8_0, n_out, n_in, rng);
+  const auto b_data = random_weights(DType::BF16, n_out, n_in, rng);
+  const Tensor q = make_tensor(DType::Q8_0, n_out, n_in, q_data);
+  const Tensor b = make_tensor(DType::BF16, n_out, n_in, b_data);
+  const auto x = random_floats(n_tokens * n_in, rng);
+  std::vector<float> q_first(n_tokens * n_out), b_first(n_tokens * n_out), q_again(n_tokens * n_out),
+      b_again(n_tokens * n_out);
+  matmul(q, x.data(), n_tokens, q_first.data(), pool);
+  matmul(b, x.data(), n_tokens, b_first.data(), pool);
+  matmul(q, x.data(), n_tokens, q_again.data(), pool);
+  matmul(b, x.data(), 1, b_again.data(), pool);  // another BF16 shape (one token) in between
+  matmul(b, x.data(), n_tokens, b_again.data(), pool);
+  EXPECT_EQ(q_again, q_first);
+  EXPECT_EQ(b_again, b_first);
+}
+
 // The AMX pair kernels against the zmm ones (in their passes of up to kMaxZmmTokens) on the same pairs
 // and tokens: the same bits for every pair count and token count up to kMaxAmxTokens, with the extreme
 // quants in row 0 and the extreme activations in token 0; and with tokens whose quants do not lie at one

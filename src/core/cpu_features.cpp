@@ -66,28 +66,43 @@ bool cpu_has_avx512_vnni() {
   return ok;
 }
 
-bool cpu_has_amx_int8() {
-  static const bool ok = [] {
-    if (env_switch("KVSERVE_NO_AMX") == 1 || !cpu_has_avx512_vnni()) return false;
+namespace {
+// The tile unit usable by this process, and CPUID leaf 7's EDX (whose bits name its data types).
+bool amx_tiles_granted(unsigned& edx_out) {
 #if defined(__linux__) && defined(__x86_64__)
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool tile = edx & (1u << 24), int8 = edx & (1u << 25);
-    if (!(tile && int8)) return false;
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    if ((xcr0_lo & 0x60000u) != 0x60000u) return false;  // XTILECFG and XTILEDATA
-    // The tile data is not part of a process's state until it asks for it (Linux 5.16 on): without this,
-    // the first tile instruction dies of SIGILL.
-    constexpr long kArchReqXcompPerm = 0x1023;
-    constexpr long kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  edx_out = edx;
+  if (!(edx & (1u << 24))) return false;  // AMX-TILE
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0x60000u) != 0x60000u) return false;  // XTILECFG and XTILEDATA
+  // The tile data is not part of a process's state until it asks for it (Linux 5.16 on): without this,
+  // the first tile instruction dies of SIGILL.
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 #else
-    return false;
+  (void)edx_out;
+  return false;
 #endif
-  }();
-  return ok;
 }
+
+// Bit `bit` of CPUID leaf 7's EDX on a core whose tile unit this process may use (and with AVX-512 VNNI,
+// which the AMX kernels also use); KVSERVE_NO_AMX=1 says no.
+bool amx_type(unsigned bit) {
+  static const unsigned edx = [] {
+    unsigned e = 0;
+    if (env_switch("KVSERVE_NO_AMX") == 1 || !cpu_has_avx512_vnni() || !amx_tiles_granted(e)) return 0u;
+    return e;
+  }();
+  return (edx & (1u << bit)) != 0;
+}
+}  // namespace
+
+bool cpu_has_amx_int8() { return amx_type(25); }
+
+bool cpu_has_amx_bf16() { return amx_type(22); }
 
 bool cpu_has_avx_vnni() {
   static const bool ok = [] {

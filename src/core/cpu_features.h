@@ -26,6 +26,8 @@ bool cpu_prefers_zmm();
 // ARCH_REQ_XCOMP_PERM, asked once here). KVSERVE_NO_AMX=1 in the environment says no (to compare the
 // vpdpbusd kernels).
 bool cpu_has_amx_int8();
+// The same with AMX-BF16 (tdpbf16ps) instead of AMX-INT8.
+bool cpu_has_amx_bf16();
 // An Intel core (CPUID vendor "GenuineIntel"): where a tuning measured on AMD hosts differs on Intel's.
 bool cpu_is_intel();
 // The CPUID family of an AMD core (0x19 Zen 3 and Zen 4, 0x1A Zen 5), 0 on any other vendor's: where a

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/interleaved_pairs_zmm.h"
 #include "kernels/cpu/interleaved_q32_kernels.h"
 #include "kernels/cpu/interleaved_rows.h"
@@ -43,24 +44,11 @@
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
 
-// The tile configuration (palette 1) as ldtilecfg reads it.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles 0 and 1: the int32 sums C (T tokens x 16 rows) of even and odd blocks; 2 and 3: their activations
 // A (T tokens x 32 bytes); 4 and 5: their quants B (8 rows of 16 x 4 bytes). Two sets, so that a block's
-// products need not wait for the previous block's sums to be stored. The configuration is per thread and
-// survives context switches (the kernel saves it with the tile data); it is loaded again only when the
-// token count changes.
+// products need not wait for the previous block's sums to be stored.
 void configure_tiles(int n_tok) {
-  thread_local int configured = 0;
-  if (configured == n_tok) return;
-  TileConfig c;
+  amx::TileConfig c;
   for (int k : {0, 1}) {
     c.rows[k] = static_cast<uint8_t>(n_tok);
     c.colsb[k] = 64;
@@ -69,10 +57,7 @@ void configure_tiles(int n_tok) {
     c.rows[4 + k] = 8;
     c.colsb[4 + k] = 64;
   }
-  // Not _tile_loadconfig: GCC 12's names only the first 8 bytes of the configuration as the instruction's
-  // operand, so the stores of the rest could be dropped as dead (the tiles were then unconfigured: SIGILL).
-  __asm__ volatile("ldtilecfg %0" : : "m"(c));
-  configured = n_tok;
+  amx::load_tile_config(c);
 }
 
 // Block i's quants of one pair as B (8 rows of 64 bytes) in `b`: the signed values the tdpbssd takes, or

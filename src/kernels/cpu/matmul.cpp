@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/grow_only.h"
+#include "kernels/cpu/bf16_gemm_amx.h"
 #include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/iquants.h"
@@ -169,6 +170,12 @@ std::atomic<bool> g_amx_enabled{true};
 
 bool amx_enabled() { return cpu_has_amx_int8() && g_amx_enabled.load(std::memory_order_relaxed); }
 
+// BF16 weights on the tile unit (bf16_gemm_amx.h), for every token count so that a token's bits do not
+// depend on its batch.
+bool amx_bf16_enabled() {
+  return cpu_has_avx2() && cpu_has_amx_bf16() && g_amx_enabled.load(std::memory_order_relaxed);
+}
+
 // Calls of at least this many tokens take the AMX pair kernels (where amx_enabled()): prefill and large
 // mixed steps, in passes of 16 tokens over each L2 chunk. Xeon VM with AMX (2026-12-05), 1B-shaped,
 // 512-token prefill, 4 alternating runs against KVSERVE_NO_AMX=1: Q8_0 1.22x, Q4_0 1.14x (1.07x before its
@@ -210,6 +217,7 @@ int block32_tile_rows(int n_tok) { return n_tok <= 2 ? avx2::kMaxTileRows : 2; }
 struct ConvertedActs {
   DotKind kind;
   bool block32 = false;          // the AVX2 block32 tiles read `pack`; everything else reads `rows`
+  bool amx_bf16 = false;         // `rows` is the BF16 tile kernel's packed activations (bf16_gemm_amx.h)
   const uint8_t* rows = nullptr;  // n_tokens rows of row_bytes (x itself for F32)
   size_t row_bytes = 0;
   const ActPack32* pack = nullptr;
@@ -229,6 +237,12 @@ ConvertedActs prepare_activations(DType weight_type, const float* x, int64_t n_i
   a.rows = reinterpret_cast<const uint8_t*>(x);
   a.n_tokens = n_tokens;
   if (a.kind.convert == nullptr) return a;
+  if (weight_type == DType::BF16 && amx_bf16_enabled()) {
+    a.amx_bf16 = true;
+    grow_to(scratch, amx::bf16_packed_bytes(n_in, n_tokens));
+    a.rows = scratch.data();
+    return a;
+  }
   if (a.block32) {
     // Only the pack is read (the interleaved kernels and the block32 tiles): quantize straight into it.
     pack.reset(a.kind.act_type, n_in, n_tokens);
@@ -245,7 +259,9 @@ ConvertedActs prepare_activations(DType weight_type, const float* x, int64_t n_i
 void convert_token(const ConvertedActs& a, ActPack32& pack, std::vector<uint8_t>& scratch, int64_t t,
                    const float* x_row, int64_t n_in) {
   if (a.kind.convert == nullptr) return;  // the kernels read x itself
-  if (a.block32) {
+  if (a.amx_bf16) {
+    amx::pack_bf16_token(x_row, n_in, a.n_tokens, t, scratch.data());
+  } else if (a.block32) {
     pack.quantize_avx2(t, x_row);
   } else {
     a.kind.convert(x_row, scratch.data() + t * a.row_bytes, n_in);
@@ -686,6 +702,10 @@ void multiply_rows_iq_lanes(const IQLaneKernel& k, const Tensor& w, const Conver
 // y rows [row_begin, row_end) for every token. A chunk of weight rows that fits in L2 is multiplied with
 // every group of tokens before moving on, so each weight byte comes from memory once per call.
 void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
+  if (a.amx_bf16) {
+    amx::gemm_bf16(w.row(0), w.row_size(), w.cols(), w.rows(), a.rows, a.n_tokens, y, row_begin, row_end);
+    return;
+  }
   const int64_t n_in = w.cols();
   const int64_t n_out = w.rows();
   const int64_t n_tokens = a.n_tokens;
