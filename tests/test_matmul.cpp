@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/float_tiles_zmm.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
@@ -670,6 +671,75 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
                                                  : avx512zmm::gemm_pairs_q8_0;
     expect_pairs_bit_identical(avx2_gemm, pair_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), c.paired.get(),
                                acts, type);
+  }
+}
+
+// The float tiles against widened activations (the activations rounded to F16 / BF16, then held as the
+// floats they are) give the bits of the tiles that read the rounded rows themselves; and the 512-bit tiles of
+// up to 3 rows x 4 tokens give the bits of the 256-bit ones, row by row: for row lengths with whole groups of
+// 32 values, blocks of 8 after them, and values past the last 8.
+TEST(FloatTiles, WideAndZmmTilesGiveTheBitsOfTheAvx2Tiles) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(31);
+  std::normal_distribution<float> dist;
+  for (const int64_t n : {int64_t{5}, int64_t{8}, int64_t{24}, int64_t{32}, int64_t{40}, int64_t{100}, int64_t{2053}}) {
+    std::vector<float> x(4 * n), wf(3 * n);
+    for (float& v : x) v = dist(rng);
+    for (float& v : wf) v = dist(rng);
+    std::vector<uint16_t> w16(3 * n), wb(3 * n), x16(4 * n), xb(4 * n);
+    std::vector<float> x16_wide(4 * n), xb_wide(4 * n);
+    for (int64_t i = 0; i < 3 * n; ++i) w16[i] = fp32_to_fp16(wf[i]), wb[i] = fp32_to_bf16(wf[i]);
+    for (int64_t t = 0; t < 4; ++t) {
+      avx2::quantize_row_f16(x.data() + t * n, x16.data() + t * n, n);
+      quantize_row_bf16(x.data() + t * n, xb.data() + t * n, n);
+      avx2::round_row_f16_wide(x.data() + t * n, x16_wide.data() + t * n, n);
+      avx2::round_row_bf16_wide(x.data() + t * n, xb_wide.data() + t * n, n);
+    }
+    struct Case {
+      const char* name;
+      const void* w;  // 3 rows of n
+      size_t w_elem;
+      const void* narrow;  // the activations the 256-bit tile reads
+      size_t narrow_elem;
+      const void* wide;
+      void (*avx2_tile)(int64_t, const void*, const void* const*, int, float*);
+      void (*avx2_wide)(int64_t, const void*, const void* const*, int, float*);
+      void (*zmm)(int64_t, const void* const*, int, const void* const*, int, float*);
+    };
+    const Case cases[] = {
+        {"F32", wf.data(), 4, x.data(), 4, x.data(), avx2::dot_tile_f32, avx2::dot_tile_f32, avx512zmm::dot_tiles_f32},
+        {"F16", w16.data(), 2, x16.data(), 2, x16_wide.data(), avx2::dot_tile_f16, avx2::dot_tile_f16_wide,
+         avx512zmm::dot_tiles_f16_wide},
+        {"BF16", wb.data(), 2, xb.data(), 2, xb_wide.data(), avx2::dot_tile_bf16, avx2::dot_tile_bf16_wide,
+         avx512zmm::dot_tiles_bf16_wide},
+    };
+    for (const Case& c : cases) {
+      const auto w_row = [&](int r) { return static_cast<const uint8_t*>(c.w) + r * n * c.w_elem; };
+      for (int n_tok = 1; n_tok <= 4; ++n_tok) {
+        const void* narrow[4];
+        const void* wide[4];
+        for (int t = 0; t < n_tok; ++t) {
+          narrow[t] = static_cast<const uint8_t*>(c.narrow) + t * n * c.narrow_elem;
+          wide[t] = static_cast<const float*>(c.wide) + t * n;
+        }
+        float want[3][4], got[4];
+        for (int r = 0; r < 3; ++r) {
+          c.avx2_tile(n, w_row(r), narrow, n_tok, want[r]);
+          c.avx2_wide(n, w_row(r), wide, n_tok, got);
+          for (int t = 0; t < n_tok; ++t) ASSERT_EQ(got[t], want[r][t]) << c.name << " n " << n << " row " << r;
+        }
+        if (!cpu_has_avx512_vnni()) continue;
+        for (int n_rows = 1; n_rows <= 3; ++n_rows) {
+          const void* rows[3] = {w_row(0), w_row(1), w_row(2)};
+          float zmm[12];
+          c.zmm(n, rows, n_rows, wide, n_tok, zmm);
+          for (int r = 0; r < n_rows; ++r)
+            for (int t = 0; t < n_tok; ++t)
+              ASSERT_EQ(zmm[r * n_tok + t], want[r][t])
+                  << c.name << " n " << n << " " << n_rows << " x " << n_tok << " row " << r << " token " << t;
+        }
+      }
+    }
   }
 }
 

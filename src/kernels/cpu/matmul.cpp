@@ -19,6 +19,7 @@
 #include "core/grow_only.h"
 #include "kernels/cpu/bf16_gemm_amx.h"
 #include "kernels/cpu/block32_tiles.h"
+#include "kernels/cpu/float_tiles_zmm.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/iquants.h"
 #include "kernels/cpu/ops.h"
@@ -54,6 +55,18 @@ void convert_erased(const float* x, void* dst, int64_t n) {
   Quantize(x, static_cast<A*>(dst), n);
 }
 
+// F16 / BF16 weights against widened activations (round_row_*_wide), as vec_dot_f16_f16 sums them.
+float half_of(uint16_t v) { return fp16_to_fp32(v); }
+float bfloat_of(uint16_t v) { return bf16_to_fp32(v); }
+template <float (*ToFloat)(uint16_t)>
+float dot_wide(int64_t n, const void* w, const void* a) {
+  const auto* wv = static_cast<const uint16_t*>(w);
+  const auto* av = static_cast<const float*>(a);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(ToFloat(wv[i]) * av[i]);
+  return static_cast<float>(sum);
+}
+
 // The i-quants below 4 bits: Q8_K activations, as ggml's.
 template <DType kType>
 DotKind iq_kind(bool simd, TileFn tile) {
@@ -66,11 +79,18 @@ DotKind dot_kind(DType weight_type, bool simd) {
   switch (weight_type) {
     case DType::F32:
       return {DType::F32, nullptr, scalar_dot_erased<float, float, vec_dot_f32_f32>, avx2::dot_tile_f32};
+    // With the tiles, the activations rounded to F16 / BF16 are kept as the floats they are (F32 rows): the
+    // same values and bits, converted once per call instead of once per weight row.
     case DType::F16:
-      return {DType::F16,
-              simd ? convert_erased<uint16_t, avx2::quantize_row_f16> : convert_erased<uint16_t, quantize_row_f16>,
+      if (simd)
+        return {DType::F32, convert_erased<float, avx2::round_row_f16_wide>, dot_wide<half_of>,
+                avx2::dot_tile_f16_wide};
+      return {DType::F16, convert_erased<uint16_t, quantize_row_f16>,
               scalar_dot_erased<uint16_t, uint16_t, vec_dot_f16_f16>, avx2::dot_tile_f16};
     case DType::BF16:
+      if (simd)
+        return {DType::F32, convert_erased<float, avx2::round_row_bf16_wide>, dot_wide<bfloat_of>,
+                avx2::dot_tile_bf16_wide};
       return {DType::BF16, convert_erased<uint16_t, quantize_row_bf16>,
               scalar_dot_erased<uint16_t, uint16_t, vec_dot_bf16_bf16>, avx2::dot_tile_bf16};
     case DType::Q8_0:
@@ -234,6 +254,9 @@ ConvertedActs prepare_activations(DType weight_type, const float* x, int64_t n_i
   a.kind = dot_kind(weight_type, cpu_has_avx2());
   a.block32 = use_block32(weight_type);
   a.row_bytes = row_bytes(a.kind.act_type, n_in);
+  // Converted rows a multiple of 4 KiB long would all start in the same L1 sets, and a tile's 4-8 token
+  // rows plus its weight row would then evict each other: one cache line more keeps them apart.
+  if (a.kind.convert != nullptr && a.row_bytes % 4096 == 0) a.row_bytes += 64;
   a.rows = reinterpret_cast<const uint8_t*>(x);
   a.n_tokens = n_tokens;
   if (a.kind.convert == nullptr) return a;
@@ -701,6 +724,43 @@ void multiply_rows_iq_lanes(const IQLaneKernel& k, const Tensor& w, const Conver
 
 // y rows [row_begin, row_end) for every token. A chunk of weight rows that fits in L2 is multiplied with
 // every group of tokens before moving on, so each weight byte comes from memory once per call.
+// The 512-bit float tiles for a kind whose 256-bit tile is one of the float tiles, where the core runs
+// 512-bit registers at full width (KVSERVE_ZMM_FLOAT=0/1 overrides, for A/B runs); else nullptr.
+using FloatTilesFn = void (*)(int64_t n, const void* const* w, int n_rows, const void* const* a, int n_tok, float* out);
+FloatTilesFn zmm_float_tiles(const DotKind& kind) {
+  static const bool zmm = cpu_uses_zmm_path(env_switch("KVSERVE_ZMM_FLOAT"), /*pays_on_split_zmm=*/false);
+  if (!zmm) return nullptr;
+  if (kind.avx2_tile == avx2::dot_tile_f32) return avx512zmm::dot_tiles_f32;
+  if (kind.avx2_tile == avx2::dot_tile_f16_wide) return avx512zmm::dot_tiles_f16_wide;
+  if (kind.avx2_tile == avx2::dot_tile_bf16_wide) return avx512zmm::dot_tiles_bf16_wide;
+  return nullptr;
+}
+
+// Rows [row_begin, row_end) through the 512-bit float tiles: kMaxFloatTileRows rows x kMaxFloatTileTokens
+// tokens a call over each L2 chunk.
+void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin,
+                             int64_t row_end, int64_t chunk_rows) {
+  constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
+  const int64_t n_in = w.cols(), n_out = w.rows(), n_tokens = a.n_tokens;
+  for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
+    const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTok) {
+      const int n_tok = static_cast<int>(std::min<int64_t>(kTok, n_tokens - t0));
+      const void* act_rows[kTok];
+      for (int t = 0; t < n_tok; ++t) act_rows[t] = a.rows + (t0 + t) * a.row_bytes;
+      for (int64_t r = chunk; r < chunk_end; r += kRows) {
+        const int n_rows = static_cast<int>(std::min<int64_t>(kRows, chunk_end - r));
+        const void* w_rows[kRows];
+        for (int i = 0; i < n_rows; ++i) w_rows[i] = w.row(r + i);
+        float out[kRows * kTok];
+        tiles(n_in, w_rows, n_rows, act_rows, n_tok, out);
+        for (int i = 0; i < n_rows; ++i)
+          for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r + i] = out[i * n_tok + t];
+      }
+    }
+  }
+}
+
 void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
   if (a.amx_bf16) {
     amx::gemm_bf16(w.row(0), w.row_size(), w.cols(), w.rows(), a.rows, a.n_tokens, y, row_begin, row_end);
@@ -752,6 +812,11 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
       multiply_rows_iq_lanes(lanes, w, a, y, row_begin, row_end);
     else
       multiply_rows_decoded(w, a, y, row_begin, row_end, chunk_rows);
+    return;
+  }
+  // The float tiles in 512-bit registers, several rows a call: the same bits (float_tiles_zmm.h).
+  if (const FloatTilesFn zmm = tile != nullptr ? zmm_float_tiles(a.kind) : nullptr) {
+    multiply_rows_zmm_float(zmm, w, a, y, row_begin, row_end, chunk_rows);
     return;
   }
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {

@@ -246,6 +246,10 @@ void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n);
 // F16C rounding (nearest, ties to even): the same bits as quantize_row_f16 for every non-NaN input;
 // a NaN stays a NaN of the same sign (its payload may differ).
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
+// Activations for F16 / BF16 weights rounded to that type (as quantize_row_f16 / quantize_row_bf16) and
+// widened back to floats (exact), for the *_wide tiles.
+void round_row_f16_wide(const float* x, float* y, int64_t n);
+void round_row_bf16_wide(const float* x, float* y, int64_t n);
 
 // Multi-token tiles (the 32-element block types have multi-row tiles in block32_tiles.h): out[t] = dot(w, a[t]) for t < n_tok (1..kMaxTileTokens), each weight block loaded
 // once and used for every token. `a` holds n_tok pointers to converted activation rows.
@@ -253,6 +257,10 @@ inline constexpr int kMaxTileTokens = 4;
 void dot_tile_f32(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_f16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_bf16(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+// F16 / BF16 weights against rows of round_row_*_wide: the bits of dot_tile_f16 / dot_tile_bf16 on the
+// rounded rows, without converting each token's block again for every weight row.
+void dot_tile_f16_wide(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
+void dot_tile_bf16_wide(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q2_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_q3_K(int64_t n, const void* w, const void* const* a, int n_tok, float* out);
 void dot_tile_iq4_xs(int64_t n, const void* w, const void* const* a, int n_tok, float* out);

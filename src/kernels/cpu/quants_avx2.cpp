@@ -8,6 +8,7 @@
 // reference only by float summation order.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "core/fp16.h"
@@ -80,6 +81,48 @@ inline void tile_float(int64_t n, const Elem* w, const void* const* a, float* ou
       out);
   for (int64_t k = n / 8 * 8; k < n; ++k)
     for (int t = 0; t < T; ++t) out[t] += to_float(w[k]) * to_float(rows[t][k]);
+}
+
+// F16 / BF16 weights against activations already rounded to their type and widened back to the floats
+// they are (exact): only the weights are converted, where dot_tile_f16 / dot_tile_bf16 also convert each
+// token's block again for every row. The same products in the same order: the same bits.
+template <int T, typename Load, typename ToFloat>
+inline void tile_wide(int64_t n, const uint16_t* w, const void* const* a, float* out, Load load, ToFloat to_float) {
+  constexpr int S = kFloatAccumulatorSets;
+  const float* rows[T];
+  cast_rows<float, T>(a, rows);
+  accumulate_blocks<T, S>(
+      n / 8,
+      [&](int64_t i, __m256* acc) {
+        const __m256 wv = load(w + 8 * i);
+        for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(rows[t] + 8 * i), acc[t]);
+      },
+      out);
+  for (int64_t k = n / 8 * 8; k < n; ++k)
+    for (int t = 0; t < T; ++t) out[t] = std::fma(to_float(w[k]), rows[t][k], out[t]);
+}
+
+[[gnu::always_inline]] inline __m256 load_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+[[gnu::always_inline]] inline __m256 load_bf16(const uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+template <int T>
+void tile_f16_wide(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_wide<T>(
+      n, static_cast<const uint16_t*>(w), a, out, [](const uint16_t* p) { return load_f16(p); },
+      [](uint16_t v) { return half_to_float(v); });
+}
+
+template <int T>
+void tile_bf16_wide(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_wide<T>(
+      n, static_cast<const uint16_t*>(w), a, out, [](const uint16_t* p) { return load_bf16(p); },
+      [](uint16_t v) { return bfloat_to_float(v); });
 }
 
 template <int T>
@@ -410,6 +453,8 @@ static_assert(kMaxTileTokens == 4, "KVSERVE_TILE_DISPATCH handles 1..4 tokens");
 KVSERVE_TILE_DISPATCH(f32)
 KVSERVE_TILE_DISPATCH(f16)
 KVSERVE_TILE_DISPATCH(bf16)
+KVSERVE_TILE_DISPATCH(f16_wide)
+KVSERVE_TILE_DISPATCH(bf16_wide)
 KVSERVE_TILE_DISPATCH(q2_K)
 KVSERVE_TILE_DISPATCH(q3_K)
 KVSERVE_TILE_DISPATCH(iq4_xs)
@@ -513,6 +558,18 @@ void quantize_row_f16(const float* x, uint16_t* y, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+void round_row_f16_wide(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(
+        y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  for (; i < n; ++i) y[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+}
+
+void round_row_bf16_wide(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
 }
 
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
