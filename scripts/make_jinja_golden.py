@@ -136,6 +136,8 @@ snippet_sources = [
     "{{ 'unclosed }}",
     "{{ x }",
     "{{ undefined_fn() }}",
+    "{{ 'a\\012b|\\0|\\101\\1010|\\7|\\x41\\u00e9\\U0001F600|\\q|\\8|\\\\' }}",
+    "{{ 'a\\x4' }}",
 ]
 snippets = []
 for src in snippet_sources:

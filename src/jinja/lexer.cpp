@@ -259,9 +259,6 @@ class Lexer {
         case 'r':
           out += '\r';
           break;
-        case '0':
-          out += '\0';
-          break;
         case 'a':
           out += '\a';
           break;
@@ -302,6 +299,14 @@ class Lexer {
           break;
         }
         default:
+          if (e >= '0' && e <= '7') {
+            // Python's octal escape (jinja2 decodes its strings with "unicode-escape"): up to 3 digits.
+            uint32_t cp = static_cast<uint32_t>(e - '0');
+            for (int k = 0; k < 2 && pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '7'; ++k)
+              cp = cp * 8 + static_cast<uint32_t>(s_[pos_++] - '0');
+            unicode::append_utf8(out, cp);
+            break;
+          }
           out += '\\';
           out += e;
       }
