@@ -241,20 +241,17 @@ TEST(CpuCaches, LastLevelCountsEachInstanceOnce) {
   std::filesystem::remove_all(root);
   EXPECT_EQ(last_level_cache_bytes(root), 0);  // no sysfs
   // Two CCDs of two CPUs: per CPU an L1d, an L1i, an L2 of its own; an L3 shared by each pair (by id).
+  const auto write_cache = [](const std::filesystem::path& dir, const char* level, const char* type, const char* size) {
+    write_file(dir / "level", std::string(level) + "\n");
+    write_file(dir / "type", std::string(type) + "\n");
+    write_file(dir / "size", std::string(size) + "\n");
+  };
   for (int cpu = 0; cpu < 4; ++cpu) {
     const std::filesystem::path c = root / ("cpu" + std::to_string(cpu)) / "cache";
-    write_file(c / "index0/level", "1\n");
-    write_file(c / "index0/type", "Data\n");
-    write_file(c / "index0/size", "48K\n");
-    write_file(c / "index1/level", "1\n");
-    write_file(c / "index1/type", "Instruction\n");
-    write_file(c / "index1/size", "32K\n");
-    write_file(c / "index2/level", "2\n");
-    write_file(c / "index2/type", "Unified\n");
-    write_file(c / "index2/size", "2048K\n");
-    write_file(c / "index3/level", "3\n");
-    write_file(c / "index3/type", "Unified\n");
-    write_file(c / "index3/size", "32768K\n");
+    write_cache(c / "index0", "1", "Data", "48K");
+    write_cache(c / "index1", "1", "Instruction", "32K");
+    write_cache(c / "index2", "2", "Unified", "2048K");
+    write_cache(c / "index3", "3", "Unified", "32768K");
     write_file(c / "index3/id", std::to_string(cpu / 2) + "\n");
   }
   EXPECT_EQ(last_level_cache_bytes(root), int64_t{64} << 20);
@@ -272,9 +269,7 @@ TEST(CpuCaches, LastLevelCountsEachInstanceOnce) {
   }
   EXPECT_EQ(last_level_cache_bytes(root), int64_t{6} << 20);
   // Entries that are not CPUs are not read.
-  write_file(root / "cpufreq/cache/index4/level", "4\n");
-  write_file(root / "cpufreq/cache/index4/type", "Unified\n");
-  write_file(root / "cpufreq/cache/index4/size", "1G\n");
+  write_cache(root / "cpufreq/cache/index4", "4", "Unified", "1G");
   EXPECT_EQ(last_level_cache_bytes(root), int64_t{6} << 20);
   std::filesystem::remove_all(root);
 }

@@ -254,9 +254,6 @@ ConvertedActs prepare_activations(DType weight_type, const float* x, int64_t n_i
   a.kind = dot_kind(weight_type, cpu_has_avx2());
   a.block32 = use_block32(weight_type);
   a.row_bytes = row_bytes(a.kind.act_type, n_in);
-  // Converted rows a multiple of 4 KiB long would all start in the same L1 sets, and a tile's 4-8 token
-  // rows plus its weight row would then evict each other: one cache line more keeps them apart.
-  if (a.kind.convert != nullptr && a.row_bytes % 4096 == 0) a.row_bytes += 64;
   a.rows = reinterpret_cast<const uint8_t*>(x);
   a.n_tokens = n_tokens;
   if (a.kind.convert == nullptr) return a;

@@ -80,43 +80,27 @@ template <int T, typename Elem>
   }
 }
 
-// Float-like rows: LoadW/LoadA turn 8 elements at an index into __m256.
-template <int T, typename Elem, typename Load, typename ToFloat>
-inline void tile_float(int64_t n, const Elem* w, const void* const* a, float* out, Load load, ToFloat to_float) {
+// Float-like rows: weights of Elem and activation rows of Act; LoadW / LoadA turn 8 elements at an index
+// into __m256, WToFloat / AToFloat one element past the last 8 into a float.
+template <int T, typename Elem, typename Act, typename LoadW, typename LoadA, typename WToFloat, typename AToFloat>
+inline void tile_float(int64_t n, const Elem* w, const void* const* a, float* out, LoadW load_w, LoadA load_a,
+                       WToFloat w_to_float, AToFloat a_to_float) {
   constexpr int S = kFloatAccumulatorSets;
-  const Elem* rows[T];
-  cast_rows<Elem, T>(a, rows);
+  const Act* rows[T];
+  cast_rows<Act, T>(a, rows);
   accumulate_blocks<T, S>(
       n / 8,
       [&](int64_t i, __m256* acc) {
         decode_ahead<T>(w, i);
-        const __m256 wv = load(w + 8 * i);
-        for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, load(rows[t] + 8 * i), acc[t]);
+        const __m256 wv = load_w(w + 8 * i);
+        for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, load_a(rows[t] + 8 * i), acc[t]);
       },
       out);
   for (int64_t k = n / 8 * 8; k < n; ++k)
-    for (int t = 0; t < T; ++t) out[t] += to_float(w[k]) * to_float(rows[t][k]);
+    for (int t = 0; t < T; ++t) out[t] = std::fma(w_to_float(w[k]), a_to_float(rows[t][k]), out[t]);
 }
 
-// F16 / BF16 weights against activations already rounded to their type and widened back to the floats
-// they are (exact): only the weights are converted, where dot_tile_f16 / dot_tile_bf16 also convert each
-// token's block again for every row. The same products in the same order: the same bits.
-template <int T, typename Load, typename ToFloat>
-inline void tile_wide(int64_t n, const uint16_t* w, const void* const* a, float* out, Load load, ToFloat to_float) {
-  constexpr int S = kFloatAccumulatorSets;
-  const float* rows[T];
-  cast_rows<float, T>(a, rows);
-  accumulate_blocks<T, S>(
-      n / 8,
-      [&](int64_t i, __m256* acc) {
-        decode_ahead<T>(w, i);
-        const __m256 wv = load(w + 8 * i);
-        for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(rows[t] + 8 * i), acc[t]);
-      },
-      out);
-  for (int64_t k = n / 8 * 8; k < n; ++k)
-    for (int t = 0; t < T; ++t) out[t] = std::fma(to_float(w[k]), rows[t][k], out[t]);
-}
+[[gnu::always_inline]] inline __m256 load_f32(const float* p) { return _mm256_loadu_ps(p); }
 
 [[gnu::always_inline]] inline __m256 load_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -127,44 +111,42 @@ inline void tile_wide(int64_t n, const uint16_t* w, const void* const* a, float*
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
-template <int T>
-void tile_f16_wide(int64_t n, const void* w, const void* const* a, float* out) {
-  tile_wide<T>(
-      n, static_cast<const uint16_t*>(w), a, out, [](const uint16_t* p) { return load_f16(p); },
-      [](uint16_t v) { return half_to_float(v); });
-}
-
-template <int T>
-void tile_bf16_wide(int64_t n, const void* w, const void* const* a, float* out) {
-  tile_wide<T>(
-      n, static_cast<const uint16_t*>(w), a, out, [](const uint16_t* p) { return load_bf16(p); },
-      [](uint16_t v) { return bfloat_to_float(v); });
-}
+constexpr auto kLoadF32 = [](const float* p) { return load_f32(p); };
+constexpr auto kLoadF16 = [](const uint16_t* p) { return load_f16(p); };
+constexpr auto kLoadBF16 = [](const uint16_t* p) { return load_bf16(p); };
+constexpr auto kF32Value = [](float v) { return v; };
+constexpr auto kF16Value = [](uint16_t v) { return half_to_float(v); };
+constexpr auto kBF16Value = [](uint16_t v) { return bfloat_to_float(v); };
 
 template <int T>
 void tile_f32(int64_t n, const void* w, const void* const* a, float* out) {
-  tile_float<T>(
-      n, static_cast<const float*>(w), a, out, [](const float* p) { return _mm256_loadu_ps(p); },
-      [](float v) { return v; });
+  tile_float<T, float, float>(n, static_cast<const float*>(w), a, out, kLoadF32, kLoadF32, kF32Value, kF32Value);
 }
 
 template <int T>
 void tile_f16(int64_t n, const void* w, const void* const* a, float* out) {
-  tile_float<T>(
-      n, static_cast<const uint16_t*>(w), a, out,
-      [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); },
-      [](uint16_t v) { return half_to_float(v); });
+  tile_float<T, uint16_t, uint16_t>(n, static_cast<const uint16_t*>(w), a, out, kLoadF16, kLoadF16, kF16Value,
+                                    kF16Value);
 }
 
 template <int T>
 void tile_bf16(int64_t n, const void* w, const void* const* a, float* out) {
-  tile_float<T>(
-      n, static_cast<const uint16_t*>(w), a, out,
-      [](const uint16_t* p) {
-        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-      },
-      [](uint16_t v) { return bfloat_to_float(v); });
+  tile_float<T, uint16_t, uint16_t>(n, static_cast<const uint16_t*>(w), a, out, kLoadBF16, kLoadBF16, kBF16Value,
+                                    kBF16Value);
+}
+
+// F16 / BF16 weights against activations already rounded to their type and widened back to the floats
+// they are (exact): only the weights are converted, where dot_tile_f16 / dot_tile_bf16 also convert each
+// token's block again for every row. The same products in the same order: the same bits.
+template <int T>
+void tile_f16_wide(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_float<T, uint16_t, float>(n, static_cast<const uint16_t*>(w), a, out, kLoadF16, kLoadF32, kF16Value, kF32Value);
+}
+
+template <int T>
+void tile_bf16_wide(int64_t n, const void* w, const void* const* a, float* out) {
+  tile_float<T, uint16_t, float>(n, static_cast<const uint16_t*>(w), a, out, kLoadBF16, kLoadF32, kBF16Value,
+                                 kF32Value);
 }
 
 // ---------------------------------------------------------------- K-quants (256-element blocks)
