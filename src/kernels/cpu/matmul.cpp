@@ -719,8 +719,6 @@ void multiply_rows_iq_lanes(const IQLaneKernel& k, const Tensor& w, const Conver
   }
 }
 
-// y rows [row_begin, row_end) for every token. A chunk of weight rows that fits in L2 is multiplied with
-// every group of tokens before moving on, so each weight byte comes from memory once per call.
 // The 512-bit float tiles for a kind whose 256-bit tile is one of the float tiles, where the core runs
 // 512-bit registers at full width (KVSERVE_ZMM_FLOAT=0/1 overrides, for A/B runs); else nullptr.
 using FloatTilesFn = void (*)(int64_t n, const void* const* w, int n_rows, const void* const* a, int n_tok, float* out);
@@ -758,6 +756,8 @@ void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const Converte
   }
 }
 
+// y rows [row_begin, row_end) for every token. A chunk of weight rows that fits in L2 is multiplied with
+// every group of tokens before moving on, so each weight byte comes from memory once per call.
 void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
   if (a.amx_bf16) {
     amx::gemm_bf16(w.row(0), w.row_size(), w.cols(), w.rows(), a.rows, a.n_tokens, y, row_begin, row_end);
