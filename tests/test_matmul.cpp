@@ -675,10 +675,9 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
 }
 
 // The float tiles against widened activations (the activations rounded to F16 / BF16, then held as the
-// floats they are) give the bits of the tiles that read the rounded rows themselves; and the 512-bit tiles of
-// up to 3 rows x 4 tokens give the bits of the 256-bit ones, row by row: for row lengths with whole groups of
-// 32 values, blocks of 8 after them, and values past the last 8.
-TEST(FloatTiles, WideAndZmmTilesGiveTheBitsOfTheAvx2Tiles) {
+// floats they are) give the bits of the tiles that read the rounded rows themselves: for row lengths with
+// whole groups of 32 values, blocks of 8 after them, and values past the last 8.
+TEST(FloatTiles, WideTilesGiveTheBitsOfTheNarrowOnes) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(31);
   std::normal_distribution<float> dist;
@@ -697,48 +696,86 @@ TEST(FloatTiles, WideAndZmmTilesGiveTheBitsOfTheAvx2Tiles) {
     }
     struct Case {
       const char* name;
-      const void* w;  // 3 rows of n
-      size_t w_elem;
-      const void* narrow;  // the activations the 256-bit tile reads
-      size_t narrow_elem;
-      const void* wide;
-      void (*avx2_tile)(int64_t, const void*, const void* const*, int, float*);
-      void (*avx2_wide)(int64_t, const void*, const void* const*, int, float*);
-      void (*zmm)(int64_t, const void* const*, int, const void* const*, int, float*);
+      const uint16_t* w;  // 3 rows of n
+      const uint16_t* narrow;  // the activations the narrow tile reads
+      const float* wide;
+      void (*narrow_tile)(int64_t, const void*, const void* const*, int, float*);
+      void (*wide_tile)(int64_t, const void*, const void* const*, int, float*);
     };
     const Case cases[] = {
-        {"F32", wf.data(), 4, x.data(), 4, x.data(), avx2::dot_tile_f32, avx2::dot_tile_f32, avx512zmm::dot_tiles_f32},
-        {"F16", w16.data(), 2, x16.data(), 2, x16_wide.data(), avx2::dot_tile_f16, avx2::dot_tile_f16_wide,
-         avx512zmm::dot_tiles_f16_wide},
-        {"BF16", wb.data(), 2, xb.data(), 2, xb_wide.data(), avx2::dot_tile_bf16, avx2::dot_tile_bf16_wide,
-         avx512zmm::dot_tiles_bf16_wide},
+        {"F16", w16.data(), x16.data(), x16_wide.data(), avx2::dot_tile_f16, avx2::dot_tile_f16_wide},
+        {"BF16", wb.data(), xb.data(), xb_wide.data(), avx2::dot_tile_bf16, avx2::dot_tile_bf16_wide},
     };
-    for (const Case& c : cases) {
-      const auto w_row = [&](int r) { return static_cast<const uint8_t*>(c.w) + r * n * c.w_elem; };
+    for (const Case& c : cases)
       for (int n_tok = 1; n_tok <= 4; ++n_tok) {
         const void* narrow[4];
         const void* wide[4];
-        for (int t = 0; t < n_tok; ++t) {
-          narrow[t] = static_cast<const uint8_t*>(c.narrow) + t * n * c.narrow_elem;
-          wide[t] = static_cast<const float*>(c.wide) + t * n;
-        }
-        float want[3][4], got[4];
+        for (int t = 0; t < n_tok; ++t) narrow[t] = c.narrow + t * n, wide[t] = c.wide + t * n;
         for (int r = 0; r < 3; ++r) {
-          c.avx2_tile(n, w_row(r), narrow, n_tok, want[r]);
-          c.avx2_wide(n, w_row(r), wide, n_tok, got);
-          for (int t = 0; t < n_tok; ++t) ASSERT_EQ(got[t], want[r][t]) << c.name << " n " << n << " row " << r;
-        }
-        if (!cpu_has_avx512_vnni()) continue;
-        for (int n_rows = 1; n_rows <= 3; ++n_rows) {
-          const void* rows[3] = {w_row(0), w_row(1), w_row(2)};
-          float zmm[12];
-          c.zmm(n, rows, n_rows, wide, n_tok, zmm);
-          for (int r = 0; r < n_rows; ++r)
-            for (int t = 0; t < n_tok; ++t)
-              ASSERT_EQ(zmm[r * n_tok + t], want[r][t])
-                  << c.name << " n " << n << " " << n_rows << " x " << n_tok << " row " << r << " token " << t;
+          float want[4], got[4];
+          c.narrow_tile(n, c.w + r * n, narrow, n_tok, want);
+          c.wide_tile(n, c.w + r * n, wide, n_tok, got);
+          for (int t = 0; t < n_tok; ++t) ASSERT_EQ(got[t], want[t]) << c.name << " n " << n << " row " << r;
         }
       }
+  }
+}
+
+// The 512-bit float tiles (float_tiles_zmm.h) give every output the bits of float_tile_reference, the
+// scalar lane model: every tile shape up to 4 rows x 6 tokens, with the row taken whole and in ranges
+// (the lanes carried between calls), for row lengths below 16, with and without values past the last 16.
+TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
+  constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
+  constexpr int kLanes = avx512zmm::kFloatTileLanes;
+  std::mt19937 rng(37);
+  std::normal_distribution<float> dist;
+  for (const int64_t n : {int64_t{5}, int64_t{16}, int64_t{40}, int64_t{96}, int64_t{2053}}) {
+    std::vector<float> wf(kRows * n), x(kTok * n);
+    for (float& v : wf) v = dist(rng);
+    for (float& v : x) v = dist(rng);
+    std::vector<uint16_t> w16(kRows * n), wb(kRows * n);
+    for (int64_t i = 0; i < kRows * n; ++i) w16[i] = fp32_to_fp16(wf[i]), wb[i] = fp32_to_bf16(wf[i]);
+    using Accumulate = void (*)(int64_t, int64_t, const void* const*, int, const void* const*, int, float*);
+    struct Case {
+      const char* name;
+      const void* w;
+      size_t elem;
+      Accumulate tiles;
+      float (*value)(const void* row, int64_t k);
+    };
+    const Case cases[] = {
+        {"F32", wf.data(), 4, avx512zmm::accumulate_float_tiles_f32,
+         [](const void* row, int64_t k) { return static_cast<const float*>(row)[k]; }},
+        {"F16", w16.data(), 2, avx512zmm::accumulate_float_tiles_f16_wide,
+         [](const void* row, int64_t k) { return fp16_to_fp32(static_cast<const uint16_t*>(row)[k]); }},
+        {"BF16", wb.data(), 2, avx512zmm::accumulate_float_tiles_bf16_wide,
+         [](const void* row, int64_t k) { return bf16_to_fp32(static_cast<const uint16_t*>(row)[k]); }},
+    };
+    for (const Case& c : cases) {
+      const void* rows[kRows];
+      const void* acts[kTok];
+      for (int r = 0; r < kRows; ++r) rows[r] = static_cast<const uint8_t*>(c.w) + r * n * c.elem;
+      for (int t = 0; t < kTok; ++t) acts[t] = x.data() + t * n;
+      float want[kRows][kTok];
+      for (int r = 0; r < kRows; ++r)
+        for (int t = 0; t < kTok; ++t)
+          want[r][t] = avx512zmm::float_tile_reference(
+              n, [&](int64_t k) { return c.value(rows[r], k); }, x.data() + t * n);
+      // Whole rows, ranges of 16, and ranges of 48 (the last one shorter where n is not a multiple).
+      for (const int64_t range : {n, int64_t{16}, int64_t{48}})
+        for (int n_rows = 1; n_rows <= kRows; ++n_rows)
+          for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+            std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), 0.0f);
+            for (int64_t k0 = 0; k0 < n; k0 += range)
+              c.tiles(k0, std::min(n, k0 + range), rows, n_rows, acts, n_tok, lanes.data());
+            std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
+            avx512zmm::sum_float_tile_lanes(lanes.data(), n_rows * n_tok, got.data());
+            for (int r = 0; r < n_rows; ++r)
+              for (int t = 0; t < n_tok; ++t)
+                ASSERT_EQ(got[r * n_tok + t], want[r][t]) << c.name << " n " << n << " range " << range << " "
+                                                          << n_rows << " x " << n_tok << " row " << r << " token " << t;
+          }
     }
   }
 }
