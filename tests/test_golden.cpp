@@ -119,7 +119,9 @@ TEST(GoldenStories260K, TokenizeJsonl) {
 //   the batch-invariant tiles of quants_avx2.cpp). On a core with AMX-BF16 the BF16 matmuls run on the tile
 //   unit, whose sums round in their own way (1.6e-7 rms relative error against exact sums of 2048
 //   products, the FMA tiles' 8e-8): more activations flip, 40% of steps within 1e-3 there
-//   (`exact_fraction_amx_bf16`), every step still within `tol` and the greedy ids the same.
+//   (`exact_fraction_amx_bf16`), every step still within `tol` and the greedy ids the same. Where the 512-bit
+//   float tiles run (float_tiles_zmm.h: 16 lanes an output, not ggml's AVX2 4 x 8) the F16 fractions move
+//   both ways: tiny-gqa 84% -> 76%, tiny-mha 90% -> 83%, tiny-mqa 87% -> 83%, tiny-qwen2 76% -> 84%.
 // - free-running greedy ids identical up to the first step whose reference margin is below `tol`.
 // Folder of the goldens for architectures the shared set lacks: made with llama.cpp by
 // scripts/make_arch_goldens.py, the same protocol, each model beside its golden.
@@ -519,7 +521,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         GgufCase{"stories260K-F32", 1e-4f, 1.0f}, GgufCase{"stories260K-F16", 1e-2f, 0.0f},
         GgufCase{"stories260K-Q8_0", 0.3f, 0.25f}, GgufCase{"stories260K-Q4_0", 0.3f, 0.25f},
-        GgufCase{"stories260K-Q4_1", 0.3f, 0.25f}, GgufCase{"tiny-mha", 1e-2f, 0.5f}, GgufCase{"tiny-gqa", 1e-2f, 0.8f},
+        GgufCase{"stories260K-Q4_1", 0.3f, 0.25f}, GgufCase{"tiny-mha", 1e-2f, 0.5f}, GgufCase{"tiny-gqa", 1e-2f, 0.7f},
         GgufCase{"tiny-mqa", 1e-2f, 0.5f}, GgufCase{"tiny-qwen2", 1e-2f, 0.5f},
         GgufCase{"tiny-gqa-BF16", 2e-2f, 0.65f, kShared + "/golden/gguf", 0.35f},
         GgufCase{"tiny-gqa-Q8_0", 0.2f, 0.25f}, GgufCase{"tiny-gqa-Q6_K", 0.2f, 0.25f},

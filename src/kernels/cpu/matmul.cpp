@@ -755,9 +755,11 @@ void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const Converte
       const int n_tok = static_cast<int>(std::min<int64_t>(kTok, n_tokens - t0));
       const void* act_rows[kTok];
       for (int t = 0; t < n_tok; ++t) act_rows[t] = a.rows + (t0 + t) * a.row_bytes;
-      // One token streams each row whole: ranges would turn the rows' streams into short jumps.
-      const int64_t range = n_tok == 1 ? n_in
-                                       : std::max<int64_t>(kLanes, kFloatTileActBytes / (n_tok * 4) / kLanes * kLanes);
+      // One token streams each row whole: ranges would turn the rows' streams into short jumps. Else the
+      // fewest ranges of about one length whose activations fit kFloatTileActBytes (1B-shaped F16 at 128
+      // tokens on the Xeon VM, 2048 x 2048: 8.6 ms whole, 7.9 in two ranges, 8.4 in three).
+      const int64_t n_ranges = n_tok == 1 ? 1 : (n_tok * n_in * 4 + kFloatTileActBytes - 1) / kFloatTileActBytes;
+      const int64_t range = ((n_in + n_ranges - 1) / n_ranges + kLanes - 1) / kLanes * kLanes;
       std::fill_n(lanes.data(), rows * n_tok * kLanes, 0.0f);
       for (int64_t k0 = 0; k0 < n_in; k0 += range) {
         const int64_t k1 = std::min(n_in, k0 + range);
