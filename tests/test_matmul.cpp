@@ -723,7 +723,8 @@ TEST(FloatTiles, WideTilesGiveTheBitsOfTheNarrowOnes) {
 
 // The 512-bit float tiles (float_tiles_zmm.h) give every output the bits of float_tile_reference, the
 // scalar lane model: every tile shape up to 4 rows x 6 tokens, with the row taken whole and in ranges
-// (the lanes carried between calls), for row lengths below 16, with and without values past the last 16.
+// (the lanes carried between calls), summed apart or by the last call, for row lengths below 16, with and
+// without values past the last 16.
 TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
   if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
@@ -736,7 +737,7 @@ TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
     for (float& v : x) v = dist(rng);
     std::vector<uint16_t> w16(kRows * n), wb(kRows * n);
     for (int64_t i = 0; i < kRows * n; ++i) w16[i] = fp32_to_fp16(wf[i]), wb[i] = fp32_to_bf16(wf[i]);
-    using Accumulate = void (*)(int64_t, int64_t, const void* const*, int, const void* const*, int, float*);
+    using Accumulate = void (*)(int64_t, int64_t, const void* const*, int, const void* const*, int, float*, float*);
     struct Case {
       const char* name;
       const void* w;
@@ -765,17 +766,23 @@ TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
       // Whole rows, ranges of 16, and ranges of 48 (the last one shorter where n is not a multiple).
       for (const int64_t range : {n, int64_t{16}, int64_t{48}})
         for (int n_rows = 1; n_rows <= kRows; ++n_rows)
-          for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-            std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), 0.0f);
-            for (int64_t k0 = 0; k0 < n; k0 += range)
-              c.tiles(k0, std::min(n, k0 + range), rows, n_rows, acts, n_tok, lanes.data());
-            std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
-            avx512zmm::sum_float_tile_lanes(lanes.data(), n_rows * n_tok, got.data());
-            for (int r = 0; r < n_rows; ++r)
-              for (int t = 0; t < n_tok; ++t)
-                ASSERT_EQ(got[r * n_tok + t], want[r][t]) << c.name << " n " << n << " range " << range << " "
-                                                          << n_rows << " x " << n_tok << " row " << r << " token " << t;
-          }
+          for (int n_tok = 1; n_tok <= kTok; ++n_tok)
+            // The lanes stored after every range and summed apart; and summed by the last range's call.
+            for (const bool sum_in_tile : {false, true}) {
+              // The first range starts from zero, whatever the buffer holds.
+              std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), std::nanf(""));
+              std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
+              for (int64_t k0 = 0; k0 < n; k0 += range) {
+                const int64_t k1 = std::min(n, k0 + range);
+                c.tiles(k0, k1, rows, n_rows, acts, n_tok, lanes.data(), sum_in_tile && k1 == n ? got.data() : nullptr);
+              }
+              if (!sum_in_tile) avx512zmm::sum_float_tile_lanes(lanes.data(), n_rows * n_tok, got.data());
+              for (int r = 0; r < n_rows; ++r)
+                for (int t = 0; t < n_tok; ++t)
+                  ASSERT_EQ(got[r * n_tok + t], want[r][t])
+                      << c.name << " n " << n << " range " << range << " " << n_rows << " x " << n_tok << " row " << r
+                      << " token " << t << (sum_in_tile ? " (summed in the tile)" : "");
+            }
     }
   }
 }

@@ -20,12 +20,15 @@ inline constexpr int kFloatTileLanes = 16;
 // lanes[(r * n_tok + t) * 16 + l] += w[r][k] * a[t][k] (one FMA each) for k in [k_begin, k_end), k % 16 == l,
 // in order of k; r < n_rows (1..kMaxFloatTileRows), t < n_tok (1..kMaxFloatTileTokens). `w` holds row starts
 // (index 0 is value 0), `a` the activations' float rows likewise. k_begin is a multiple of 16.
-void accumulate_float_tiles_f32(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows,
-                                const void* const* a, int n_tok, float* lanes);
+// At k_begin 0 the lanes start from zero rather than from `lanes`. With `out` not null, instead of storing
+// the lanes, out[r * n_tok + t] gets their sum as sum_float_tile_lanes gives it (a row's last range), and
+// `lanes` may be null where k_begin is 0 (the row in one range).
+void accumulate_float_tiles_f32(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows, const void* const* a,
+                                int n_tok, float* lanes, float* out);
 void accumulate_float_tiles_f16_wide(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows,
-                                     const void* const* a, int n_tok, float* lanes);
+                                     const void* const* a, int n_tok, float* lanes, float* out);
 void accumulate_float_tiles_bf16_wide(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows,
-                                      const void* const* a, int n_tok, float* lanes);
+                                      const void* const* a, int n_tok, float* lanes, float* out);
 
 // out[i] = the sum of lanes[16 i .. 16 i + 15] in the tiles' order, for i < count.
 void sum_float_tile_lanes(const float* lanes, int64_t count, float* out);

@@ -722,8 +722,8 @@ void multiply_rows_iq_lanes(const IQLaneKernel& k, const Tensor& w, const Conver
 // The 512-bit float tiles for a kind whose 256-bit tile is one of the float tiles, where the core runs
 // 512-bit registers at full width (KVSERVE_ZMM_FLOAT=0/1 overrides, for A/B runs: the sums differ); else
 // nullptr.
-using FloatTilesFn = void (*)(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows,
-                              const void* const* a, int n_tok, float* lanes);
+using FloatTilesFn = void (*)(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows, const void* const* a,
+                              int n_tok, float* lanes, float* out);
 FloatTilesFn zmm_float_tiles(const DotKind& kind) {
   static const bool zmm = cpu_uses_zmm_path(env_switch("KVSERVE_ZMM_FLOAT"), /*pays_on_split_zmm=*/false);
   if (!zmm) return nullptr;
@@ -739,7 +739,7 @@ constexpr int64_t kFloatTileActBytes = 24 * 1024;
 
 // Rows [row_begin, row_end) through the 512-bit float tiles: kMaxFloatTileRows rows x kMaxFloatTileTokens
 // tokens a call over each L2 chunk. Each output's 16 lane sums wait in `lanes` between ranges, so the ranges
-// leave its bits as they are.
+// leave its bits as they are; the last range sums them into the output.
 void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin,
                              int64_t row_end, int64_t chunk_rows) {
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
@@ -747,10 +747,8 @@ void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const Converte
   const int64_t n_in = w.cols(), n_out = w.rows(), n_tokens = a.n_tokens;
   thread_local std::vector<float> lanes;
   grow_to(lanes, static_cast<size_t>(kMaxChunkRows * kTok * kLanes));
-  float sums[kMaxChunkRows * kTok];
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
     const int64_t chunk_end = std::min(row_end, chunk + chunk_rows);
-    const int64_t rows = chunk_end - chunk;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTok) {
       const int n_tok = static_cast<int>(std::min<int64_t>(kTok, n_tokens - t0));
       const void* act_rows[kTok];
@@ -760,20 +758,20 @@ void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const Converte
       // tokens on the Xeon VM, 2048 x 2048: 8.6 ms whole, 7.9 in two ranges, 8.4 in three).
       const int64_t n_ranges = n_tok == 1 ? 1 : (n_tok * n_in * 4 + kFloatTileActBytes - 1) / kFloatTileActBytes;
       const int64_t range = ((n_in + n_ranges - 1) / n_ranges + kLanes - 1) / kLanes * kLanes;
-      std::fill_n(lanes.data(), rows * n_tok * kLanes, 0.0f);
       for (int64_t k0 = 0; k0 < n_in; k0 += range) {
         const int64_t k1 = std::min(n_in, k0 + range);
         for (int64_t r = chunk; r < chunk_end; r += kRows) {
           const int n_rows = static_cast<int>(std::min<int64_t>(kRows, chunk_end - r));
           const void* w_rows[kRows];
           for (int i = 0; i < n_rows; ++i) w_rows[i] = w.row(r + i);
-          tiles(k0, k1, w_rows, n_rows, act_rows, n_tok, lanes.data() + (r - chunk) * n_tok * kLanes);
+          float out[kRows * kTok];
+          tiles(k0, k1, w_rows, n_rows, act_rows, n_tok, lanes.data() + (r - chunk) * n_tok * kLanes,
+                k1 == n_in ? out : nullptr);
+          if (k1 < n_in) continue;
+          for (int i = 0; i < n_rows; ++i)
+            for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r + i] = out[i * n_tok + t];
         }
       }
-      avx512zmm::sum_float_tile_lanes(lanes.data(), rows * n_tok, sums);
-      // The tiles leave row r's outputs for its tile's tokens at (r - chunk) * n_tok + t.
-      for (int64_t i = 0; i < rows; ++i)
-        for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + chunk + i] = sums[i * n_tok + t];
     }
   }
 }
