@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -142,9 +143,9 @@ TEST(Mxfp4, DotMatchesTheDequantizedSum) {
   }
 }
 
-// MXFP4 weights multiply with their own kernels (the interleaved rows and the tiles past the last 8) for every
-// scale exponent, the subnormal scales (e < 2) included: each row's products match the scalar dots', and the
-// weight keeps MXFP4's bytes in its interleaved copy.
+// MXFP4 weights multiply with their own kernels (the interleaved rows, in groups and in pairs, and the tiles past the
+// last 8) for every scale exponent, the subnormal scales (e < 2) included: each row's products match the scalar dots',
+// and the weight keeps MXFP4's bytes in its interleaved copy.
 TEST(Mxfp4, KernelsTakeEveryScaleExponent) {
   std::mt19937 rng(19);
   const std::vector<int> exponents = {0, 1, 2, 3, 60, 100, 118, 127, 128, 140, 180, 200, 230};
@@ -158,33 +159,39 @@ TEST(Mxfp4, KernelsTakeEveryScaleExponent) {
   w.ne = {n_in, n_out, 1, 1};
   w.n_dims = 2;
   w.data = blocks.data();
-  std::shared_ptr<uint8_t[]> interleaved;
-  if (cpu_has_avx2()) {
-    EXPECT_FALSE(interleaved_pairs_preferred(DType::MXFP4));
-    EXPECT_FALSE(has_pair_layout(DType::MXFP4));
-    EXPECT_THROW(interleave_rows(w, /*pairs=*/true), Error);  // refused by name, not written half-paired
-    EXPECT_EQ(interleaved_bytes(w), static_cast<size_t>(n_out / 8 * 8 * n_in / 32) * sizeof(BlockMXFP4));
-    interleaved = interleave_rows(w);
-    w.interleaved = interleaved.get();
-  }
-  for (int64_t n_tokens : {1, 3, 8}) {
-    std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
-    for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-    std::vector<float> got(static_cast<size_t>(n_tokens * n_out), NAN), want(got.size(), NAN);
-    set_simd_enabled(false);
-    matmul(w, x.data(), n_tokens, want.data());
-    set_simd_enabled(true);
-    matmul(w, x.data(), n_tokens, got.data());
-    std::vector<BlockQ8_0> a(static_cast<size_t>(n_in / 32));
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      quantize_row_q8_0(x.data() + t * n_in, a.data(), n_in);
-      for (int64_t r = 0; r < n_out; ++r) {
-        const float dot = vec_dot_mxfp4_q8_0(n_in, blocks.data() + r * n_in / 32, a.data());
-        const size_t at = static_cast<size_t>(t * n_out + r);
-        EXPECT_EQ(want[at], dot) << "row " << r;
-        ASSERT_NE(dot, 0.0f) << "row " << r;  // the subnormal scales still give a nonzero product
-        EXPECT_NEAR(got[at], dot, 1e-6 * std::fabs(dot))
-            << "row " << r << " e " << exponents[r % exponents.size()] << " tokens " << n_tokens;
+  // The group layout on every AVX2 core; the pair layout too where the 512-bit kernels run (their scales
+  // are built from the exponents by code of their own).
+  std::vector<bool> layouts = {false};
+  if (cpu_has_avx512_vnni()) layouts.push_back(true);
+  for (const bool pairs : layouts) {
+    Tensor wl = w;
+    std::shared_ptr<uint8_t[]> interleaved;
+    if (cpu_has_avx2()) {
+      EXPECT_TRUE(has_pair_layout(DType::MXFP4));
+      EXPECT_EQ(interleaved_bytes(wl), static_cast<size_t>(n_out / 8 * 8 * n_in / 32) * sizeof(BlockMXFP4));
+      interleaved = interleave_rows(wl, pairs);
+      wl.interleaved = interleaved.get();
+      wl.interleaved_pairs = pairs;
+    }
+    for (int64_t n_tokens : {1, 3, 8}) {
+      std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+      for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+      std::vector<float> got(static_cast<size_t>(n_tokens * n_out), NAN), want(got.size(), NAN);
+      set_simd_enabled(false);
+      matmul(wl, x.data(), n_tokens, want.data());
+      set_simd_enabled(true);
+      matmul(wl, x.data(), n_tokens, got.data());
+      std::vector<BlockQ8_0> a(static_cast<size_t>(n_in / 32));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        quantize_row_q8_0(x.data() + t * n_in, a.data(), n_in);
+        for (int64_t r = 0; r < n_out; ++r) {
+          const float dot = vec_dot_mxfp4_q8_0(n_in, blocks.data() + r * n_in / 32, a.data());
+          const size_t at = static_cast<size_t>(t * n_out + r);
+          EXPECT_EQ(want[at], dot) << "row " << r;
+          ASSERT_NE(dot, 0.0f) << "row " << r;  // the subnormal scales still give a nonzero product
+          EXPECT_NEAR(got[at], dot, 1e-6 * std::fabs(dot)) << "row " << r << " e " << exponents[r % exponents.size()]
+                                                           << " tokens " << n_tokens << (pairs ? " (pairs)" : "");
+        }
       }
     }
   }

@@ -664,11 +664,12 @@ TEST(InterleavedKernels, VnniKernelsAreBitIdenticalToAvx2) {
     // The 512-bit pair kernels on the pair layout (both groups of a pair in one register, up to
     // kMaxZmmTokens tokens), whichever kernel matmul would pick on this CPU: every pair and token count,
     // with a far stream, against the AVX2 kernel on the group layout in the passes it takes.
-    const auto pair_gemm = type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
-                           : type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
-                           : type == DType::Q5_0 ? avx512zmm::gemm_pairs_q5_0
+    const auto pair_gemm = type == DType::Q4_0     ? avx512zmm::gemm_pairs_q4_0
+                           : type == DType::Q4_1   ? avx512zmm::gemm_pairs_q4_1
+                           : type == DType::Q5_0   ? avx512zmm::gemm_pairs_q5_0
                            : type == DType::IQ4_NL ? avx512zmm::gemm_pairs_iq4_nl
-                                                 : avx512zmm::gemm_pairs_q8_0;
+                           : type == DType::MXFP4  ? avx512zmm::gemm_pairs_mxfp4
+                                                   : avx512zmm::gemm_pairs_q8_0;
     expect_pairs_bit_identical(avx2_gemm, pair_gemm, n_in, static_cast<const uint8_t*>(w.interleaved), c.paired.get(),
                                acts, type);
   }
@@ -929,7 +930,8 @@ TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
 // The pair layout is the group layout's records interleaved piece by piece (interleaved_rows.h): for
 // groups 2j and 2j + 1 and each block, each piece of the even group's record then the same piece of the
 // odd group's; a last odd group stays as it is. The pieces, as the 512-bit kernels load them:
-// Q4_0 / Q4_1 / Q8_0 d (and m) rows of 16 bytes and quant vectors of 32; the K-quants' d and dmin rows,
+// Q4_0 / Q4_1 / Q8_0 d (and m) rows of 16 bytes and quant vectors of 32, MXFP4's 8 exponent bytes; the
+// K-quants' d and dmin rows,
 // 8-byte sub-block scales, 16-byte mins of two sub-blocks (Q4_K / Q5_K) and 32-byte vectors.
 TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
   std::mt19937 rng(41);
@@ -938,6 +940,7 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
       {DType::Q4_1, {{16, 2}, {32, 4}}},
       {DType::Q5_0, {{16, 1}, {32, 5}}},
       {DType::IQ4_NL, {{16, 1}, {32, 4}}},
+      {DType::MXFP4, {{8, 1}, {32, 4}}},
       {DType::Q8_0, {{16, 1}, {32, 8}}},
       {DType::Q4_K, {{16, 2}, {8, 8}, {16, 4}, {32, 32}}},
       {DType::Q5_K, {{16, 2}, {8, 8}, {16, 4}, {32, 40}}},
@@ -985,8 +988,8 @@ TEST(InterleavedPairs, PairLayoutInterleavesTheGroupRecordsPieceByPiece) {
 
 // matmul over the pair layout gives the group layout's bits for every row, token count and thread split:
 // whole pairs, a last odd group, ranges and stacked matrices (matmul_shared_input) that cut a pair.
-// The pair layout needs the 512-bit kernels, so never without AVX512-VNNI, nor for MXFP4 (which has none) or a
-// type without an interleaved layout; with VNNI, Q4_0 and Q8_0 are always paired (on a Zen 4 too), every interleaved
+// The pair layout needs the 512-bit kernels, so never without AVX512-VNNI, nor for a type without an
+// interleaved layout; with VNNI, Q4_0 and Q8_0 are always paired (on a Zen 4 too), every interleaved
 // type where the core runs zmm at full width.
 TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
   if (env_switch("KVSERVE_PAIRS") >= 0 || cpu_zmm_forced() >= 0) GTEST_SKIP() << "the environment overrides the choice";
@@ -994,7 +997,7 @@ TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
        {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::MXFP4,
         DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     const bool paired = interleaved_pairs_preferred(type);
-    if (!has_interleaved_layout(type) || !cpu_has_avx512_vnni() || type == DType::MXFP4) {
+    if (!has_interleaved_layout(type) || !cpu_has_avx512_vnni()) {
       EXPECT_FALSE(paired) << dtype_name(type);
     } else if (cpu_prefers_zmm() || type == DType::Q4_0 || type == DType::Q8_0) {
       EXPECT_TRUE(paired) << dtype_name(type);
@@ -1007,8 +1010,8 @@ TEST(InterleavedPairs, PreferredOnlyWhereThe512BitKernelsRun) {
 TEST(InterleavedPairs, MatmulOverPairsIsBitIdenticalToGroups) {
   if (!cpu_has_avx2() || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (or turned off)";
   std::mt19937 rng(43);
-  for (DType type :
-       {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::MXFP4, DType::Q8_0, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K}) {
     const int64_t n_in = dtype_info(type).block_elems == 256 ? 512 : 160;
     for (int64_t n_out : {16, 24, 40, 61, 200}) {
       const auto data = random_weights(type, n_out, n_in, rng);

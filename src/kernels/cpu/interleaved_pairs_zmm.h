@@ -13,14 +13,15 @@
 namespace kvserve {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): see interleaved_q32_kernels.h
 
-enum class Q32 { kQ4_0, kQ4_1, kQ5_0, kIQ4_NL, kQ8_0 };
+enum class Q32 { kQ4_0, kQ4_1, kQ5_0, kIQ4_NL, kMXFP4, kQ8_0 };
 
 // One group's record in the group layout (a pair's is twice this).
 constexpr size_t q32_record_bytes(Q32 type) {
-  return type == Q32::kQ8_0   ? kQ8_0RecordBytes
-         : type == Q32::kQ5_0 ? kQ5_0RecordBytes
-         : type == Q32::kQ4_1 ? kQ4RecordBytes<true>
-                              : kQ4RecordBytes<false>;
+  return type == Q32::kQ8_0    ? kQ8_0RecordBytes
+         : type == Q32::kQ5_0  ? kQ5_0RecordBytes
+         : type == Q32::kMXFP4 ? kMXFP4RecordBytes
+         : type == Q32::kQ4_1  ? kQ4RecordBytes<true>
+                               : kQ4RecordBytes<false>;
 }
 
 // The 64 bytes at offset `off` of a pair's record: a piece of group 0 then the same piece of group 1.

@@ -17,7 +17,7 @@ bool has_interleaved_layout(DType type) {
          type == DType::Q6_K || type == DType::IQ4_XS || type == DType::Q2_K || type == DType::Q3_K;
 }
 
-bool has_pair_layout(DType type) { return has_interleaved_layout(type) && type != DType::MXFP4; }
+bool has_pair_layout(DType type) { return has_interleaved_layout(type); }
 
 size_t interleaved_block_bytes(DType type) {
   switch (type) {
@@ -255,6 +255,8 @@ constexpr Pieces kQ4_0Pieces[] = {{16, 1}, {32, 4}};
 constexpr Pieces kQ4_1Pieces[] = {{16, 2}, {32, 4}};
 constexpr Pieces kQ5_0Pieces[] = {{16, 1}, {32, 5}};
 constexpr Pieces kQ8_0Pieces[] = {{16, 1}, {32, 8}};
+// The 8 rows' scale exponents; Q4_0's 4 quant vectors.
+constexpr Pieces kMXFP4Pieces[] = {{8, 1}, {32, 4}};
 // d, dmin; 8 sub-blocks' scales; mins of sub-blocks 2k and 2k + 1 together; 32 quant vectors (Q5_K: then 8
 // vectors of 5th bits).
 constexpr Pieces kQ4_KPieces[] = {{16, 2}, {8, 8}, {16, 4}, {32, 32}};
@@ -279,6 +281,7 @@ static_assert(pieces_bytes<kQ4_0Pieces>() == kInterleaveRows * sizeof(BlockQ4_0)
 static_assert(pieces_bytes<kQ4_1Pieces>() == kInterleaveRows * sizeof(BlockQ4_1));
 static_assert(pieces_bytes<kQ5_0Pieces>() == kInterleaveRows * sizeof(BlockQ5_0));
 static_assert(pieces_bytes<kQ8_0Pieces>() == kInterleaveRows * sizeof(BlockQ8_0));
+static_assert(pieces_bytes<kMXFP4Pieces>() == kInterleaveRows * sizeof(BlockMXFP4));
 static_assert(pieces_bytes<kQ4_KPieces>() == kQ4KRecordBytes);
 static_assert(pieces_bytes<kQ5_KPieces>() == kQ5KRecordBytes);
 static_assert(pieces_bytes<kQ6_KPieces>() == kQ6KRecordBytes);
@@ -315,6 +318,8 @@ void pair_groups_with(DType type, size_t record, size_t group_bytes, int64_t nb,
     case DType::Q5_0: return pair_groups_fixed<kQ5_0Pieces>(record, group_bytes, nb, src, out);
     case DType::IQ4_NL: return pair_groups_fixed<kQ4_0Pieces>(record, group_bytes, nb, src, out);
     case DType::Q8_0: return pair_groups_fixed<kQ8_0Pieces>(record, group_bytes, nb, src, out);
+    case DType::MXFP4:
+      return pair_groups_fixed<kMXFP4Pieces>(record, group_bytes, nb, src, out);
     case DType::Q4_K: return pair_groups_fixed<kQ4_KPieces>(record, group_bytes, nb, src, out);
     case DType::Q5_K: return pair_groups_fixed<kQ5_KPieces>(record, group_bytes, nb, src, out);
     case DType::Q6_K: return pair_groups_fixed<kQ6_KPieces>(record, group_bytes, nb, src, out);

@@ -23,8 +23,8 @@
 // IQ4_NL, per group and block, 144 bytes: Q4_0's record, its nibbles indices into kIQ4Values. Pair layout
 //   pieces: Q4_0's.
 // MXFP4, per group and block, 136 bytes (the rows' own 8 x 17): 8 scale exponents e (row order), then
-//   Q4_0's quant vectors, their nibbles indices into kMXFP4Values. No pair layout: the 512-bit and AMX
-//   kernels do not take it, so MXFP4 weights stay in the group layout on every core.
+//   Q4_0's quant vectors, their nibbles indices into kMXFP4Values. Pair layout pieces: the 8 exponents,
+//   each quant vector.
 // Q4_K (256-element blocks), per group and block, 1184 bytes (the rows' own 8 x 144 plus 32):
 //   8 x fp16 d, 8 x fp16 dmin (row order), 64 bytes of sub-block scales (byte 8s + r: row r's scale of
 //   sub-block s, 6 bits unpacked), 64 bytes of sub-block mins (same order), then 32 x 32 bytes of
@@ -94,7 +94,7 @@ inline constexpr int kUnpackedKPassTokens = 6;
 // True for the types that have an interleaved layout.
 bool has_interleaved_layout(DType type);
 // True for those whose interleaved groups can also be paired (two groups' records side by side, the zmm kernels'
-// layout): all but MXFP4, which has no zmm kernel yet.
+// layout): all of them.
 bool has_pair_layout(DType type);
 
 // Bytes of one (group, block) record.
@@ -215,9 +215,9 @@ namespace avx512zmm {
 inline constexpr int kMaxZmmTokens = 8;
 inline constexpr int kMaxZmmGroups = 4;
 inline constexpr int kMaxZmmPairs = kMaxZmmGroups / 2;
-// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 in the pair layout: n_pairs (1..kMaxZmmPairs) consecutive pairs of groups from
-// `pairs` (the first pair's first block record), out[t * out_stride + 16 * p + 8 * h + r] = row r of
-// group h of pair p . token t; the far stream as in avx2:: (n / 32 * far_prefetch_bytes(type) bytes).
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / MXFP4 / Q8_0 in the pair layout: n_pairs (1..kMaxZmmPairs) consecutive pairs of groups
+// from `pairs` (the first pair's first block record), out[t * out_stride + 16 * p + 8 * h + r] = row r of group h of
+// pair p . token t; the far stream as in avx2:: (n / 32 * far_prefetch_bytes(type) bytes).
 void gemm_pairs_q4_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q4_1(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
@@ -226,6 +226,8 @@ void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedA
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                        int64_t out_stride, const uint8_t* prefetch = nullptr);
+void gemm_pairs_mxfp4(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 // Q4_K / Q5_K / Q6_K in the pair layout against Q8_K activation rows, the same contract; the pairs run one

@@ -74,21 +74,32 @@ template <size_t kBytes>
     _mm_prefetch(reinterpret_cast<const char*>(rec + kIntelDecodeL2Ahead + off), _MM_HINT_T1);
 }
 
-// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed,
+// Both groups' 16 rows' MXFP4 scales 2^(e - 128) from their exponent bytes: MXFP4Steps::scales' integer steps
+// (subnormal for e < 2), 16 lanes.
+inline __m512 mxfp4_scales16(const uint8_t* rec) {
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __mmask16 is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, subnormal, normal));
+}
+
+// Q4_0 / Q4_1 / Q5_0 / IQ4_NL / MXFP4 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed,
 // gemm_unsigned_fixed and gemm_signed8_fixed (kVnni = true) of interleaved_q32_kernels.h with both groups of a
 // pair in one register. A block is 8 quant vectors g: Q4's 4 packed vectors as their low nibbles (elements
 // 4g) then their high ones (16 + 4(g - 4)), Q5_0's with bit g of its bit vector's bytes as their bit 4
 // (0..31, -16 * sum(y) at the start of the block's sum); Q8_0's 8 vectors as w + 128 unsigned, the 128 *
 // sum(y) that adds taken off at the start of the block's sum; IQ4_NL's nibbles looked up as level + 128
-// (the same start). In the pair layout each vector of both groups is one 64-byte load: from the group layout
-// (two 32-byte loads and an insert per vector) this kernel ran at ~0.9x (bench_matmul Q4_0 16 tokens,
-// one thread).
+// (the same start); MXFP4's as level + 12 (MXFP4Steps: 12 * sum(y) off), its scales 2^(e - 128) built from
+// the exponents' bits as there. In the pair layout each vector of both groups is one 64-byte load: from the group
+// layout (two 32-byte loads and an insert per vector) this kernel ran at ~0.9x (bench_matmul Q4_0 16 tokens, one
+// thread).
 template <Q32 kType, int P, int T, bool kL2Ahead = false>
 void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const PackedActs32* acts, float* out,
                     int64_t stride, const uint8_t* far) {
   constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1, kQ5 = kType == Q32::kQ5_0;
-  constexpr bool kNL = kType == Q32::kIQ4_NL;
-  constexpr size_t kScaleBytes = kQ4_1 ? 64 : 32;  // both groups' d (and m)
+  constexpr bool kNL = kType == Q32::kIQ4_NL, kMX = kType == Q32::kMXFP4;
+  constexpr size_t kScaleBytes = kQ4_1 ? 64 : kMX ? 16 : 32;  // both groups' d (and m), or exponents
   constexpr size_t kRecordBytes = q32_record_bytes(kType);  // one group's
   // Q4_0's -8 * sum(y) (q4_offset), Q5_0's -16 * sum(y), or Q8_0's -128 * sum(y) = -16 * (8 * sum(y)).
   constexpr int kOffsetTimes = kQ8 || kNL ? -16 : kQ5 ? -2 : -1;
@@ -98,6 +109,10 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
   // IQ4_NL's levels + 128 (vpdpbusd's unsigned side) in every 128-bit lane.
   [[maybe_unused]] const __m512i nl_table = _mm512_xor_si512(
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values))), sign_flip);
+  // MXFP4's levels + MXFP4Steps::kBias.
+  [[maybe_unused]] const __m512i mx_table =
+      _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMXFP4Values))),
+                      _mm512_set1_epi8(MXFP4Steps::kBias));
   __m512 acc[P][T];
 #pragma GCC unroll 2
   for (int p = 0; p < P; ++p)
@@ -130,13 +145,15 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
           q[p] = _mm512_ternarylogic_epi32(q[p], fifth, bit4, 0xF8);  // q | (fifth & bit4)
         }
         if constexpr (kNL) q[p] = _mm512_shuffle_epi8(nl_table, q[p]);
+        if constexpr (kMX) q[p] = _mm512_shuffle_epi8(mx_table, q[p]);
       }
       const int elem = kQ8 || g < 4 ? 4 * g : 16 + 4 * (g - 4);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512i y = broadcast4(acts[t].qs + 32 * i + elem);
-        const __m512i start =
-            kQ4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(kOffsetTimes * acts[t].q4_offset[i]);
+        const __m512i start = kQ4_1 ? _mm512_setzero_si512()
+                              : kMX ? _mm512_set1_epi32(-MXFP4Steps::offset(acts[t].q4_offset[i]))
+                                    : _mm512_set1_epi32(kOffsetTimes * acts[t].q4_offset[i]);
 #pragma GCC unroll 2
         for (int p = 0; p < P; ++p) {
           if (!kTwoChains || g % 2 == 0) {
@@ -149,7 +166,7 @@ void gemm_pairs_q32(int64_t nb, const uint8_t* pairs, size_t pair_bytes, const P
     }
 #pragma GCC unroll 2
     for (int p = 0; p < P; ++p) {
-      const __m512 dw = load_ph16(rec[p], 0);
+      const __m512 dw = kMX ? mxfp4_scales16(rec[p]) : load_ph16(rec[p], 0);
       [[maybe_unused]] __m512 mw;
       if constexpr (kQ4_1) mw = load_ph16(rec[p], 32);
 #pragma GCC unroll 8
@@ -554,6 +571,11 @@ void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedA
 void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                        int64_t out_stride, const uint8_t* prefetch) {
   gemm_pairs<Q32::kIQ4_NL>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
+}
+
+void gemm_pairs_mxfp4(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                      int64_t out_stride, const uint8_t* prefetch) {
+  gemm_pairs<Q32::kMXFP4>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch);
 }
 
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,

@@ -436,11 +436,12 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
                 : nullptr;
         fn(n_in, group, n_groups / 2, p.packed, n_tok, out, stride, far, unpacked);
       } else {
-        const auto fn = w.type == DType::Q4_0   ? avx512zmm::gemm_pairs_q4_0
-                        : w.type == DType::Q4_1 ? avx512zmm::gemm_pairs_q4_1
-                        : w.type == DType::Q5_0 ? avx512zmm::gemm_pairs_q5_0
+        const auto fn = w.type == DType::Q4_0     ? avx512zmm::gemm_pairs_q4_0
+                        : w.type == DType::Q4_1   ? avx512zmm::gemm_pairs_q4_1
+                        : w.type == DType::Q5_0   ? avx512zmm::gemm_pairs_q5_0
                         : w.type == DType::IQ4_NL ? avx512zmm::gemm_pairs_iq4_nl
-                                                : avx512zmm::gemm_pairs_q8_0;
+                        : w.type == DType::MXFP4  ? avx512zmm::gemm_pairs_mxfp4
+                                                  : avx512zmm::gemm_pairs_q8_0;
         fn(n_in, group, n_groups / 2, p.packed, n_tok, out, stride, far);
       }
       return;
