@@ -874,10 +874,12 @@ TEST(Bf16Amx, SharesTheTileUnitWithTheInt8Kernels) {
 TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
   if (!cpu_has_amx_int8()) GTEST_SKIP() << "no AMX-INT8 on this CPU (or KVSERVE_NO_AMX set)";
   for (const int64_t n_in : {int64_t{32}, int64_t{96}, int64_t{256}}) {
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::Q8_0}) {
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::IQ4_NL, DType::MXFP4, DType::Q8_0}) {
       std::mt19937 rng(static_cast<uint32_t>(type) + 77 + static_cast<uint32_t>(n_in));
       const auto extreme_row0 = [&](std::vector<uint8_t>& data) {
-        const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1 ? 4 : 2;
+        const size_t block = dtype_info(type).block_bytes, quant_off = type == DType::Q4_1    ? 4
+                                                                       : type == DType::MXFP4 ? 1
+                                                                                              : 2;
         for (int64_t b = 0; b < n_in / 32; ++b)
           for (size_t k = quant_off; k < block; ++k)
             data[b * block + k] = type == DType::Q8_0 ? static_cast<uint8_t>(k % 2 ? 0x80 : 0x7F) : 0xFF;
@@ -887,11 +889,13 @@ TEST(InterleavedKernels, AmxKernelsAreBitIdenticalToTheZmmOnes) {
                        : type == DType::Q4_1   ? avx512zmm::gemm_pairs_q4_1
                        : type == DType::Q5_0   ? avx512zmm::gemm_pairs_q5_0
                        : type == DType::IQ4_NL ? avx512zmm::gemm_pairs_iq4_nl
+                       : type == DType::MXFP4  ? avx512zmm::gemm_pairs_mxfp4
                                                : avx512zmm::gemm_pairs_q8_0;
       const auto tiles = type == DType::Q4_0     ? amx::gemm_pairs_q4_0
                          : type == DType::Q4_1   ? amx::gemm_pairs_q4_1
                          : type == DType::Q5_0   ? amx::gemm_pairs_q5_0
                          : type == DType::IQ4_NL ? amx::gemm_pairs_iq4_nl
+                         : type == DType::MXFP4  ? amx::gemm_pairs_mxfp4
                                                  : amx::gemm_pairs_q8_0;
       constexpr int kTok = amx::kMaxAmxTokens, kPass = avx512zmm::kMaxZmmTokens;
       constexpr int64_t kStride = 8 * avx512zmm::kMaxZmmGroups + 3;

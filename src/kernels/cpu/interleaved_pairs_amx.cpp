@@ -1,4 +1,5 @@
-// The 512-bit pair kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, IQ4_NL, Q8_0; interleaved_rows.h)
+// The 512-bit pair kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, IQ4_NL, MXFP4, Q8_0;
+// interleaved_rows.h)
 // with each block's integer products on Intel's AMX tile unit (tdpbssd / tdpbsud) instead of vpdpbusd.
 //
 // Why: a pair's block for T tokens is T x 16 x 32 multiply-adds. The zmm kernel issues 8 vpdpbusd a token
@@ -19,7 +20,7 @@
 //
 // Exactness: the tile unit's int32 sums are the exact integers the vpdpbusd kernels form (every quant
 // times every activation byte, no saturation), here with the quants signed (Q4_0's q - 8, Q5_0's q - 16,
-// IQ4_NL's level, Q8_0's byte) where the vpdpbusd kernels take them unsigned and subtract the offset
+// IQ4_NL's and MXFP4's level, Q8_0's byte) where the vpdpbusd kernels take them unsigned and subtract the offset
 // through the activation sums; Q4_1's unsigned nibbles with tdpbsud. Then each (row, token) gets the same
 // float multiply, convert and FMA per block in the same order, so results are bit-identical to the zmm
 // kernels and to avx2:: (test: InterleavedKernels.AmxKernelsAreBitIdenticalToTheZmmOnes).
@@ -65,12 +66,13 @@ void configure_tiles(int n_tok) {
 template <Q32 kType>
 [[gnu::always_inline]] inline void unpack_b(const uint8_t* rec, int8_t* b) {
   constexpr bool kQ4_1 = kType == Q32::kQ4_1, kQ5 = kType == Q32::kQ5_0, kNL = kType == Q32::kIQ4_NL;
-  constexpr size_t kScaleBytes = kQ4_1 ? 64 : 32;
+  constexpr bool kMX = kType == Q32::kMXFP4;
+  constexpr size_t kScaleBytes = kQ4_1 ? 64 : kMX ? 16 : 32;
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   [[maybe_unused]] const __m512i offset = _mm512_set1_epi8(kQ5 ? 16 : 8);
   [[maybe_unused]] const __m512i bit4 = _mm512_set1_epi8(0x10);
   [[maybe_unused]] const __m512i nl_table =
-      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values)));
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kNL ? kIQ4Values : kMXFP4Values)));
   [[maybe_unused]] __m512i bits;
   if constexpr (kQ5) bits = load64(rec, kScaleBytes + 4 * 64);
 #pragma GCC unroll 8
@@ -81,7 +83,7 @@ template <Q32 kType>
       const __m512i fifth = g < 4 ? _mm512_slli_epi16(bits, 4 - g) : _mm512_srli_epi16(bits, g - 4);
       q = _mm512_ternarylogic_epi32(q, fifth, bit4, 0xF8);  // q | (fifth & bit4)
     }
-    if constexpr (kNL) {
+    if constexpr (kNL || kMX) {
       q = _mm512_shuffle_epi8(nl_table, q);
     } else if constexpr (!kQ4_1) {
       q = _mm512_sub_epi8(q, offset);
@@ -117,13 +119,13 @@ constexpr int kStageBlocks = 8;
 // one block at a time: Q4_0 below the zmm kernel). So stage s + 1's products are issued before stage s's
 // float work, and stage s + 2's quants unpacked after it, each into a buffer of its own: the tile unit and
 // the vector ports work on different stages at once, and the tile loads read quants stored a stage earlier.
-// `unpacked` (Q4_0 / Q4_1 / Q5_0 / IQ4_NL only; may be null): the pair's quants already in B's layout, nb
+// `unpacked` (all but Q8_0; may be null): the pair's quants already in B's layout, nb
 // blocks of 512 bytes (unpack_pairs), read from there instead of unpacked here.
 template <Q32 kType, int T>
 void gemm_pair_amx(int64_t nb, const uint8_t* pair, const PackedActs32* acts, size_t act_stride, float* out,
                    int64_t stride, const uint8_t* far, const int8_t* unpacked) {
-  constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1;
-  constexpr size_t kScaleBytes = kQ4_1 ? 64 : 32;
+  constexpr bool kQ8 = kType == Q32::kQ8_0, kQ4_1 = kType == Q32::kQ4_1, kMX = kType == Q32::kMXFP4;
+  constexpr size_t kScaleBytes = kQ4_1 ? 64 : kMX ? 16 : 32;
   constexpr size_t kRecordBytes = q32_record_bytes(kType);
   constexpr size_t kPairRecordBytes = 2 * kRecordBytes;
   constexpr size_t kBBytes = 8 * 64;
@@ -176,7 +178,7 @@ void gemm_pair_amx(int64_t nb, const uint8_t* pair, const PackedActs32* acts, si
       const int64_t i = j * kStageBlocks + s;
       const uint8_t* rec = pair + i * kPairRecordBytes;
       const int32_t* c = c_buf[j % 2] + s * T * 16;
-      const __m512 dw = load_ph16(rec, 0);
+      const __m512 dw = kMX ? mxfp4_scales16(rec) : load_ph16(rec, 0);
       [[maybe_unused]] __m512 mw;
       if constexpr (kQ4_1) mw = load_ph16(rec, 32);
 #pragma GCC unroll 16
@@ -256,6 +258,10 @@ void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const Packe
                        int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
   gemm_pairs<Q32::kIQ4_NL>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, unpacked);
 }
+void gemm_pairs_mxfp4(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                      int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
+  gemm_pairs<Q32::kMXFP4>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, unpacked);
+}
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
   gemm_pairs<Q32::kQ8_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, nullptr);
@@ -279,6 +285,9 @@ void unpack_pairs(DType type, int64_t n, const uint8_t* pairs, int n_pairs, int8
       break;
     case DType::IQ4_NL:
       run.operator()<Q32::kIQ4_NL>();
+      break;
+    case DType::MXFP4:
+      run.operator()<Q32::kMXFP4>();
       break;
     default:
       break;  // Q8_0's records are B already

@@ -34,5 +34,15 @@ inline __m512 load_ph16(const uint8_t* rec, size_t off) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + off)));
 }
 
+// Both groups' 16 rows' MXFP4 scales 2^(e - 128) from their exponent bytes: MXFP4Steps::scales' integer steps
+// (subnormal for e < 2), 16 lanes.
+inline __m512 mxfp4_scales16(const uint8_t* rec) {
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __mmask16 is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, subnormal, normal));
+}
+
 }  // namespace
 }  // namespace kvserve

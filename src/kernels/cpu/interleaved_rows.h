@@ -246,7 +246,7 @@ void gemm_pairs_q2_K(int64_t n, const uint8_t* pairs, int n_pairs, const BlockQ8
                      int64_t out_stride, const uint8_t* prefetch = nullptr);
 }  // namespace avx512zmm
 
-// The Q4_0 / Q4_1 / Q5_0 / IQ4_NL / Q8_0 pair kernels above with each block's integer products on the AMX
+// The Q4_0 / Q4_1 / Q5_0 / IQ4_NL / MXFP4 / Q8_0 pair kernels above with each block's integer products on the AMX
 // tile unit (interleaved_pairs_amx.cpp): the same contract and bits as avx512zmm::gemm_pairs_*, for
 // 1..kMaxAmxTokens tokens (more are cut to that). Only after cpu_has_amx_int8().
 namespace amx {
@@ -263,9 +263,11 @@ void gemm_pairs_q5_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedA
                      int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
 void gemm_pairs_iq4_nl(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                        int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
+void gemm_pairs_mxfp4(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
+                      int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
                      int64_t out_stride, const uint8_t* prefetch = nullptr, const int8_t* unpacked = nullptr);
-// The quants of n_pairs consecutive pairs (n columns) of a Q4_0 / Q4_1 / Q5_0 / IQ4_NL tensor in the pair
+// The quants of n_pairs consecutive pairs (n columns) of a Q4_0 / Q4_1 / Q5_0 / IQ4_NL / MXFP4 tensor in the pair
 // layout, in B's layout: n / 32 * n_pairs blocks of kUnpackedBlockBytes, pair after pair, at dst (64-byte
 // aligned). Nothing for other types.
 void unpack_pairs(DType type, int64_t n, const uint8_t* pairs, int n_pairs, int8_t* dst);

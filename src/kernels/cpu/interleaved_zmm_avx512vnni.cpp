@@ -74,16 +74,6 @@ template <size_t kBytes>
     _mm_prefetch(reinterpret_cast<const char*>(rec + kIntelDecodeL2Ahead + off), _MM_HINT_T1);
 }
 
-// Both groups' 16 rows' MXFP4 scales 2^(e - 128) from their exponent bytes: MXFP4Steps::scales' integer steps
-// (subnormal for e < 2), 16 lanes.
-inline __m512 mxfp4_scales16(const uint8_t* rec) {
-  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
-  const __mmask16 is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
-  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, subnormal, normal));
-}
-
 // Q4_0 / Q4_1 / Q5_0 / IQ4_NL / MXFP4 / Q8_0 in the pair layout, P pairs of groups times T tokens: gemm_fixed,
 // gemm_unsigned_fixed and gemm_signed8_fixed (kVnni = true) of interleaved_q32_kernels.h with both groups of a
 // pair in one register. A block is 8 quant vectors g: Q4's 4 packed vectors as their low nibbles (elements

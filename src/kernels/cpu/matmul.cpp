@@ -357,7 +357,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
   // several tokens (interleaved_pairs_amx.cpp; the same bits as the zmm kernels).
   const bool amx = pairs && a.n_tokens >= amx_min_tokens() && amx_enabled() &&
                    (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q5_0 ||
-                    w.type == DType::IQ4_NL || w.type == DType::Q8_0);
+                    w.type == DType::IQ4_NL || w.type == DType::MXFP4 || w.type == DType::Q8_0);
   const int64_t paired_end = pairs ? interleaved_paired_groups(n_out) : 0;
   // Q5_K and Q6_K over several tokens: each chunk's quants are unpacked to bytes once (k_unpacked, groups
   // from k_first on) and every pass reads them from there. With vpdpbusd the packed kernels take 6 tokens
@@ -429,6 +429,7 @@ void multiply_groups(const Tensor& w, const ConvertedActs& a, float* y, int64_t 
                         : w.type == DType::Q4_1   ? amx::gemm_pairs_q4_1
                         : w.type == DType::Q5_0   ? amx::gemm_pairs_q5_0
                         : w.type == DType::IQ4_NL ? amx::gemm_pairs_iq4_nl
+                        : w.type == DType::MXFP4  ? amx::gemm_pairs_mxfp4
                                                   : amx::gemm_pairs_q8_0;
         const int8_t* unpacked =
             amx_unpacked != nullptr && g >= amx_first && g + n_groups <= amx_end
