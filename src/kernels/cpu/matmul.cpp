@@ -739,6 +739,13 @@ FloatTilesFn zmm_float_tiles(const DotKind& kind) {
 // is taken in ranges, each range over all the chunk's rows before the next.
 constexpr int64_t kFloatTileActBytes = 24 * 1024;
 
+// The float tiles' L2 chunk in calls of many tokens: 32-64 rows of an 8192-column F16 / F32 weight, whose
+// ranges each serve 8-16 tiles before the next range (1B-shaped F16, 128 tokens, 2048 x 8192: 38 ms with
+// 256 KiB chunks, 32 with 1 MiB; F32 51 and 39; 512-token prefill ~1.05x). At 16 tokens (3 passes of a chunk)
+// 256 KiB did better (F16 3.8 against 4.5 ms).
+constexpr size_t kFloatTileLongChunkBytes = 1024 * 1024;
+constexpr int64_t kFloatTileLongChunkMinTokens = 32;
+
 // Rows [row_begin, row_end) through the 512-bit float tiles: kMaxFloatTileRows rows x kMaxFloatTileTokens
 // tokens a call over each L2 chunk. Each output's 16 lane sums wait in `lanes` between ranges, so the ranges
 // leave its bits as they are; the last range sums them into the output.
@@ -835,7 +842,9 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   }
   // The float tiles in 512-bit registers, several rows a call: the same bits (float_tiles_zmm.h).
   if (const FloatTilesFn zmm = tile != nullptr ? zmm_float_tiles(a.kind) : nullptr) {
-    multiply_rows_zmm_float(zmm, w, a, y, row_begin, row_end, chunk_rows);
+    const size_t bytes = n_tokens > kFloatTileLongChunkMinTokens ? kFloatTileLongChunkBytes : kChunkBytes;
+    multiply_rows_zmm_float(zmm, w, a, y, row_begin, row_end,
+                            std::clamp<int64_t>(static_cast<int64_t>(bytes / w_row_bytes), 1, kMaxChunkRows));
     return;
   }
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
