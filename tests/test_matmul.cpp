@@ -788,6 +788,52 @@ TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
   }
 }
 
+// matmul over float weights gives a token the same bits alone and in a batch (on full-width AVX-512 cores
+// the 4 x 6 tiles with rows in ranges and long chunks past 32 tokens; elsewhere the 256-bit tiles or AMX),
+// for rows long enough to be cut into ranges, a length past the last 16 values and a row count past the last
+// 4; and where the 512-bit tiles run, each output is the scalar lane model's bits.
+TEST(FloatTiles, MatmulGivesATokenTheSameBitsWhateverItsBatch) {
+  ThreadPool pool(2);
+  const int64_t n_in = 2056, n_out = 37, n_tokens = 40;
+  for (DType type : {DType::F32, DType::F16, DType::BF16}) {
+    std::mt19937 rng(static_cast<uint32_t>(type) + 5);
+    const auto data = random_weights(type, n_out, n_in, rng);
+    const Tensor w = make_tensor(type, n_out, n_in, data);
+    const auto x = random_floats(n_tokens * n_in, rng);
+    std::vector<float> batch(n_tokens * n_out);
+    matmul(w, x.data(), n_tokens, batch.data(), pool);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::vector<float> alone(n_out);
+      matmul(w, x.data() + t * n_in, 1, alone.data(), pool);
+      for (int64_t r = 0; r < n_out; ++r)
+        ASSERT_EQ(batch[t * n_out + r], alone[r]) << dtype_name(type) << " token " << t << " row " << r;
+    }
+    const bool zmm_tiles = cpu_has_avx2() && cpu_uses_zmm_path(env_switch("KVSERVE_ZMM_FLOAT"), false) &&
+                           !(type == DType::BF16 && cpu_has_amx_bf16());
+    if (!zmm_tiles) continue;
+    for (int64_t t = 0; t < n_tokens; t += 7) {
+      // The activations as the tiles read them: F16 / BF16 weights take them rounded to their type.
+      std::vector<float> a(x.begin() + t * n_in, x.begin() + (t + 1) * n_in);
+      for (float& v : a)
+        v = type == DType::F16    ? fp16_to_fp32(fp32_to_fp16(v))
+            : type == DType::BF16 ? bf16_to_fp32(fp32_to_bf16(v))
+                                  : v;
+      for (int64_t r = 0; r < n_out; ++r) {
+        const uint8_t* row = data.data() + r * static_cast<int64_t>(row_bytes(type, n_in));
+        const float want = avx512zmm::float_tile_reference(
+            n_in,
+            [&](int64_t k) {
+              return type == DType::F32   ? reinterpret_cast<const float*>(row)[k]
+                     : type == DType::F16 ? fp16_to_fp32(reinterpret_cast<const uint16_t*>(row)[k])
+                                          : bf16_to_fp32(reinterpret_cast<const uint16_t*>(row)[k]);
+            },
+            a.data());
+        ASSERT_EQ(batch[t * n_out + r], want) << dtype_name(type) << " token " << t << " row " << r;
+      }
+    }
+  }
+}
+
 // BF16 weights on the AMX tile unit (bf16_gemm_amx.h): a token's outputs are the same bits whatever its
 // batch, its place in it and the row ranges the rows are computed in, for row lengths with and without a
 // tail past the last 32 values and row counts past the last 16 (the padded copy); and each is within float

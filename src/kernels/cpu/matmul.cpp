@@ -750,10 +750,12 @@ constexpr int64_t kFloatTileLongChunkMinTokens = 32;
 // tokens a call over each L2 chunk. Each output's 16 lane sums wait in `lanes` between ranges, so the ranges
 // leave its bits as they are; the last range sums them into the output.
 void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin,
-                             int64_t row_end, int64_t chunk_rows) {
+                             int64_t row_end) {
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
   constexpr int kLanes = avx512zmm::kFloatTileLanes;
   const int64_t n_in = w.cols(), n_out = w.rows(), n_tokens = a.n_tokens;
+  const size_t chunk_bytes = n_tokens > kFloatTileLongChunkMinTokens ? kFloatTileLongChunkBytes : kChunkBytes;
+  const int64_t chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(chunk_bytes / w.row_size()), 1, kMaxChunkRows);
   thread_local std::vector<float> lanes;
   grow_to(lanes, static_cast<size_t>(kMaxChunkRows * kTok * kLanes));
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
@@ -840,11 +842,10 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
       multiply_rows_decoded(w, a, y, row_begin, row_end, chunk_rows);
     return;
   }
-  // The float tiles in 512-bit registers, several rows a call: the same bits (float_tiles_zmm.h).
+  // The float tiles in 512-bit registers, several rows a call: each output the bits of the scalar lane
+  // model whatever its batch (float_tiles_zmm.h).
   if (const FloatTilesFn zmm = tile != nullptr ? zmm_float_tiles(a.kind) : nullptr) {
-    const size_t bytes = n_tokens > kFloatTileLongChunkMinTokens ? kFloatTileLongChunkBytes : kChunkBytes;
-    multiply_rows_zmm_float(zmm, w, a, y, row_begin, row_end,
-                            std::clamp<int64_t>(static_cast<int64_t>(bytes / w_row_bytes), 1, kMaxChunkRows));
+    multiply_rows_zmm_float(zmm, w, a, y, row_begin, row_end);
     return;
   }
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
