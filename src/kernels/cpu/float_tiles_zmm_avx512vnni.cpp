@@ -1,7 +1,7 @@
 #include <immintrin.h>
 
 // GCC 12 takes _mm512_cvtph_ps's undefined pass-through operand for an uninitialised read.
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif

@@ -28,8 +28,10 @@
 // Compiled with the *_avx512vnni.cpp flags plus AMX-TILE and AMX-INT8; only called after cpu_has_amx_int8().
 #include <immintrin.h>
 
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -263,7 +265,7 @@ void gemm_pairs_mxfp4(int64_t n, const uint8_t* pairs, int n_pairs, const Packed
   gemm_pairs<Q32::kMXFP4>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, unpacked);
 }
 void gemm_pairs_q8_0(int64_t n, const uint8_t* pairs, int n_pairs, const PackedActs32* acts, int n_tok, float* out,
-                     int64_t out_stride, const uint8_t* prefetch, const int8_t* unpacked) {
+                     int64_t out_stride, const uint8_t* prefetch, const int8_t* /*unpacked: its records are B*/) {
   gemm_pairs<Q32::kQ8_0>(n, pairs, n_pairs, acts, n_tok, out, out_stride, prefetch, nullptr);
 }
 

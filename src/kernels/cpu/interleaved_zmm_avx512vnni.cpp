@@ -19,8 +19,10 @@
 // GCC 12's AVX-512 intrinsics (_mm512_cvtph_ps, _mm512_cvtepi32_ps, _mm512_castsi256_si512, ...) pass an
 // _mm512_undefined_*() value that is initialized from itself, which -W(maybe-)uninitialized reports once
 // they are inlined here.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #include "kernels/cpu/interleaved_pairs_zmm.h"
 #include "kernels/cpu/interleaved_q32_kernels.h"

@@ -5,8 +5,10 @@
 
 // GCC 12's AVX-512 intrinsics (_mm512_cvtepi32_ps, gathers) pass an _mm512_undefined_*() value initialized
 // from itself, which -W(maybe-)uninitialized reports once inlined.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #include <cstddef>
 #include <cstring>
