@@ -155,6 +155,20 @@ TEST_P(MatmulTypes, LargeRowCountSplitsAcrossThreads) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-5 * scale[i] + 1e-6) << i;
 }
 
+// Token t of x multiplied alone: asserts each output is the bits `batch` (all of x's tokens) gave it, and
+// returns them.
+std::vector<float> expect_alone_as_in_batch(const Tensor& w, const std::vector<float>& x,
+                                            const std::vector<float>& batch, int64_t t, ThreadPool& pool) {
+  const int64_t n_in = w.cols(), n_out = w.rows();
+  std::vector<float> alone(n_out);
+  matmul(w, x.data() + t * n_in, 1, alone.data(), pool);
+  for (int64_t r = 0; r < n_out; ++r) {
+    EXPECT_EQ(batch[t * n_out + r], alone[r]) << dtype_name(w.type) << " token " << t << " row " << r;
+    if (batch[t * n_out + r] != alone[r]) break;
+  }
+  return alone;
+}
+
 // Batch invariance: a token's outputs are bit-identical whether it is multiplied alone or among others
 // (in any tile position). The engine relies on it: a request's greedy tokens must not depend on what it
 // was batched with, nor on whether its prefix K/V came from the cache.
@@ -169,14 +183,13 @@ TEST_P(MatmulTypes, EachTokenIsBitIdenticalAloneOrInABatch) {
   const int64_t n_tokens = 11;  // passes of 4, 4 and 3 (6 and 5 in the Q4 interleaved kernels)
   const auto x = random_floats(n_tokens * n_in, rng);
   for (bool simd : {true, false}) {
+    SCOPED_TRACE(simd ? "simd" : "scalar");
     set_simd_enabled(simd);
     std::vector<float> batch(n_tokens * n_out);
     matmul(w, x.data(), n_tokens, batch.data(), pool);
     for (int64_t t = 0; t < n_tokens; ++t) {
-      std::vector<float> alone(n_out);
-      matmul(w, x.data() + t * n_in, 1, alone.data(), pool);
-      for (int64_t r = 0; r < n_out; ++r)
-        ASSERT_EQ(batch[t * n_out + r], alone[r]) << dtype_name(type) << " token " << t << " row " << r << " simd " << simd;
+      const std::vector<float> alone = expect_alone_as_in_batch(w, x, batch, t, pool);
+      if (HasFailure()) break;             // (set_simd_enabled(true) below still runs)
       std::vector<float> pair(2 * n_out);  // as the second token of a 2-token tile
       std::vector<float> two(x.begin() + ((t + 1) % n_tokens) * n_in, x.begin() + ((t + 1) % n_tokens + 1) * n_in);
       two.insert(two.end(), x.begin() + t * n_in, x.begin() + (t + 1) * n_in);
@@ -724,8 +737,8 @@ TEST(FloatTiles, WideTilesGiveTheBitsOfTheNarrowOnes) {
 
 // The 512-bit float tiles (float_tiles_zmm.h) give every output the bits of float_tile_reference, the
 // scalar lane model: every tile shape up to 4 rows x 6 tokens, with the row taken whole and in ranges
-// (the lanes carried between calls), summed apart or by the last call, for row lengths below 16, with and
-// without values past the last 16.
+// (the lanes carried between calls and summed by the last one), for row lengths below 16, with and without
+// values past the last 16.
 TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
   if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
@@ -767,23 +780,20 @@ TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
       // Whole rows, ranges of 16, and ranges of 48 (the last one shorter where n is not a multiple).
       for (const int64_t range : {n, int64_t{16}, int64_t{48}})
         for (int n_rows = 1; n_rows <= kRows; ++n_rows)
-          for (int n_tok = 1; n_tok <= kTok; ++n_tok)
-            // The lanes stored after every range and summed apart; and summed by the last range's call.
-            for (const bool sum_in_tile : {false, true}) {
-              // The first range starts from zero, whatever the buffer holds.
-              std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), std::nanf(""));
-              std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
-              for (int64_t k0 = 0; k0 < n; k0 += range) {
-                const int64_t k1 = std::min(n, k0 + range);
-                c.tiles(k0, k1, rows, n_rows, acts, n_tok, lanes.data(), sum_in_tile && k1 == n ? got.data() : nullptr);
-              }
-              if (!sum_in_tile) avx512zmm::sum_float_tile_lanes(lanes.data(), n_rows * n_tok, got.data());
-              for (int r = 0; r < n_rows; ++r)
-                for (int t = 0; t < n_tok; ++t)
-                  ASSERT_EQ(got[r * n_tok + t], want[r][t])
-                      << c.name << " n " << n << " range " << range << " " << n_rows << " x " << n_tok << " row " << r
-                      << " token " << t << (sum_in_tile ? " (summed in the tile)" : "");
+          for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+            // The first range starts from zero, whatever the buffer holds; the lanes wait in it between
+            // ranges, and the last range's call sums them.
+            std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), std::nanf(""));
+            std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
+            for (int64_t k0 = 0; k0 < n; k0 += range) {
+              const int64_t k1 = std::min(n, k0 + range);
+              c.tiles(k0, k1, rows, n_rows, acts, n_tok, lanes.data(), k1 == n ? got.data() : nullptr);
             }
+            for (int r = 0; r < n_rows; ++r)
+              for (int t = 0; t < n_tok; ++t)
+                ASSERT_EQ(got[r * n_tok + t], want[r][t]) << c.name << " n " << n << " range " << range << " " << n_rows
+                                                          << " x " << n_tok << " row " << r << " token " << t;
+          }
     }
   }
 }
@@ -803,10 +813,8 @@ TEST(FloatTiles, MatmulGivesATokenTheSameBitsWhateverItsBatch) {
     std::vector<float> batch(n_tokens * n_out);
     matmul(w, x.data(), n_tokens, batch.data(), pool);
     for (int64_t t = 0; t < n_tokens; ++t) {
-      std::vector<float> alone(n_out);
-      matmul(w, x.data() + t * n_in, 1, alone.data(), pool);
-      for (int64_t r = 0; r < n_out; ++r)
-        ASSERT_EQ(batch[t * n_out + r], alone[r]) << dtype_name(type) << " token " << t << " row " << r;
+      expect_alone_as_in_batch(w, x, batch, t, pool);
+      if (HasFailure()) return;
     }
     const bool zmm_tiles = cpu_has_avx2() && cpu_uses_zmm_path(env_switch("KVSERVE_ZMM_FLOAT"), false) &&
                            !(type == DType::BF16 && cpu_has_amx_bf16());

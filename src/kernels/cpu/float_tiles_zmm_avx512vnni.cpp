@@ -128,8 +128,4 @@ void accumulate_float_tiles_bf16_wide(int64_t k_begin, int64_t k_end, const void
   kBF16Wide[tile_index(n_rows, n_tok)](k_begin, k_end, w, a, lanes, out);
 }
 
-void sum_float_tile_lanes(const float* lanes, int64_t count, float* out) {
-  for (int64_t i = 0; i < count; ++i) out[i] = sum_lanes(_mm512_loadu_ps(lanes + i * kFloatTileLanes));
-}
-
 }  // namespace kvserve::avx512zmm
