@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/bf16_dot_tiles_zmm.h"
 #include "kernels/cpu/float_tiles_zmm.h"
 #include "kernels/cpu/interleaved_rows.h"
 #include "kernels/cpu/matmul.h"
@@ -817,7 +819,7 @@ TEST(FloatTiles, MatmulGivesATokenTheSameBitsWhateverItsBatch) {
       if (HasFailure()) return;
     }
     const bool zmm_tiles = cpu_has_avx2() && cpu_uses_zmm_path(env_switch("KVSERVE_ZMM_FLOAT"), false) &&
-                           !(type == DType::BF16 && cpu_has_amx_bf16());
+                           !(type == DType::BF16 && (cpu_has_amx_bf16() || bf16_dot_in_use()));
     if (!zmm_tiles) continue;
     for (int64_t t = 0; t < n_tokens; t += 7) {
       // The activations as the tiles read them: F16 / BF16 weights take them rounded to their type.
@@ -840,6 +842,126 @@ TEST(FloatTiles, MatmulGivesATokenTheSameBitsWhateverItsBatch) {
       }
     }
   }
+}
+
+// Two steps of 32 values whose lane 0 tells the order of a pair's products: the first step leaves 1 there
+// (values 0, 1 = 1 x 1, 0); the second adds values 33 (odd) = 2^24 and 32 (even) = 1. Odd first:
+// 1 + 2^24 rounds (a tie) to 2^24, and + 1 again to 2^24; even first: 1 + 1 = 2, + 2^24 = 2^24 + 2 exactly.
+struct PairOrderCase {
+  std::vector<uint16_t> w = std::vector<uint16_t>(64, 0), a = std::vector<uint16_t>(64, 0);
+  PairOrderCase() {
+    for (int k : {0, 32, 33}) a[k] = fp32_to_bf16(1.0f);
+    w[0] = w[32] = fp32_to_bf16(1.0f);
+    w[33] = fp32_to_bf16(16777216.0f);
+  }
+};
+
+// The vdpbf16ps tiles (bf16_dot_tiles_zmm.h) give each output the bits of the scalar model of the
+// instruction, whatever the tile's shape, the output's place in it and the ranges the row is cut into: row
+// lengths past the last 32 values and odd ones, products of every size down to subnormal results and
+// subnormal inputs (which the instruction reads as zero), and exact cancellations.
+TEST(Bf16DotTiles, GiveTheBitsOfTheScalarModelOfTheInstruction) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
+  constexpr int kLanes = avx512zmm::kFloatTileLanes;
+  std::mt19937 rng(41);
+  std::normal_distribution<float> dist;
+  std::uniform_int_distribution<int> pick(0, 15);
+  {
+    const PairOrderCase c;
+    const void* row = c.w.data();
+    const void* act = c.a.data();
+    float got = 0.0f;
+    avx512zmm::accumulate_bf16_dot_tiles(0, 64, &row, 1, &act, 1, nullptr, &got);
+    EXPECT_EQ(got, 16777216.0f) << "the odd product of a pair is not added first";
+  }
+  for (const int64_t n : {int64_t{5}, int64_t{32}, int64_t{33}, int64_t{96}, int64_t{1001}, int64_t{2080}}) {
+    std::vector<uint16_t> w(kRows * n), x(kTok * n);
+    // Mostly normal values; some tiny ones (products below float's normal range), some subnormal BF16
+    // values, and a weight that repeats its negated neighbour so a pair of products cancels.
+    const auto fill = [&](std::vector<uint16_t>& v) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        const int kind = pick(rng);
+        const float f = dist(rng);
+        v[i] = kind == 0   ? fp32_to_bf16(f * 1e-20f)
+               : kind == 1 ? static_cast<uint16_t>((f < 0 ? 0x8000u : 0u) | static_cast<unsigned>(pick(rng) + 1))
+               : kind == 2 && i % 2 == 1 ? static_cast<uint16_t>(v[i - 1] ^ 0x8000u)
+                                         : fp32_to_bf16(f);
+      }
+    };
+    fill(w);
+    fill(x);
+    const void* rows[kRows];
+    const void* acts[kTok];
+    for (int r = 0; r < kRows; ++r) rows[r] = w.data() + r * n;
+    for (int t = 0; t < kTok; ++t) acts[t] = x.data() + t * n;
+    float want[kRows][kTok];
+    for (int r = 0; r < kRows; ++r)
+      for (int t = 0; t < kTok; ++t)
+        want[r][t] = avx512zmm::bf16_dot_tile_reference(n, w.data() + r * n, x.data() + t * n);
+    for (const int64_t range : {n, int64_t{32}, int64_t{96}})
+      for (int n_rows = 1; n_rows <= kRows; ++n_rows)
+        for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
+          std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), std::nanf(""));
+          std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
+          for (int64_t k0 = 0; k0 < n; k0 += range) {
+            const int64_t k1 = std::min(n, k0 + range);
+            avx512zmm::accumulate_bf16_dot_tiles(k0, k1, rows, n_rows, acts, n_tok, lanes.data(),
+                                                 k1 == n ? got.data() : nullptr);
+          }
+          for (int r = 0; r < n_rows; ++r)
+            for (int t = 0; t < n_tok; ++t)
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[r * n_tok + t]), std::bit_cast<uint32_t>(want[r][t]))
+                  << "n " << n << " range " << range << " " << n_rows << " x " << n_tok << " row " << r << " token "
+                  << t << ": " << got[r * n_tok + t] << " want " << want[r][t];
+        }
+  }
+}
+
+// The model itself: a subnormal sum is zero (its sign kept), a subnormal input counts as zero, and a pair's
+// odd product is added before its even one.
+TEST(Bf16DotTiles, ScalarModelFlushesSubnormalsAndAddsTheOddProductFirst) {
+  EXPECT_EQ(avx512zmm::bf16_dot_fma(1e-20f, 1e-20f, 0.0f), 0.0f);  // 1e-40 is subnormal
+  EXPECT_EQ(avx512zmm::bf16_dot_fma(1e-39f, 1e30f, 0.0f), 0.0f);   // 1e-39 reads as zero
+  EXPECT_TRUE(std::signbit(avx512zmm::bf16_dot_fma(-1e-20f, 1e-20f, -0.0f)));
+  EXPECT_EQ(avx512zmm::bf16_dot_fma(2.0f, 3.0f, 1.0f), 7.0f);
+  const PairOrderCase c;
+  EXPECT_EQ(avx512zmm::bf16_dot_tile_reference(64, c.w.data(), c.a.data()), 16777216.0f);
+}
+
+// matmul over BF16 weights on the vdpbf16ps tiles (forced on where the core has AVX512-BF16, with AMX's
+// tile unit turned off): a token's bits alone are its bits in a batch (rows cut into ranges, long
+// chunks past 32 tokens), each is the scalar model's, and each is near the exact sum.
+TEST(Bf16DotTiles, MatmulGivesEachTokenTheModelsBitsWhateverItsBatch) {
+  set_amx_enabled(false);
+  set_bf16_dot(1);
+  if (!bf16_dot_in_use()) {
+    set_bf16_dot(-1);
+    set_amx_enabled(true);
+    GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  }
+  ThreadPool pool(2);
+  const int64_t n_in = 2056, n_out = 37, n_tokens = 40;
+  std::mt19937 rng(53);
+  const auto data = random_weights(DType::BF16, n_out, n_in, rng);
+  const Tensor w = make_tensor(DType::BF16, n_out, n_in, data);
+  const auto x = random_floats(n_tokens * n_in, rng);
+  std::vector<float> batch(n_tokens * n_out), ref(n_tokens * n_out);
+  matmul(w, x.data(), n_tokens, batch.data(), pool);
+  matmul_ref(w, x.data(), n_tokens, ref.data());
+  const auto scale = abs_products(w, x, n_tokens);
+  for (int64_t t = 0; t < n_tokens && !HasFailure(); ++t) {
+    expect_alone_as_in_batch(w, x, batch, t, pool);
+    std::vector<uint16_t> a(n_in);
+    quantize_row_bf16(x.data() + t * n_in, a.data(), n_in);
+    for (int64_t r = 0; r < n_out; ++r) {
+      const auto* row = reinterpret_cast<const uint16_t*>(data.data() + r * row_bytes(DType::BF16, n_in));
+      EXPECT_EQ(batch[t * n_out + r], avx512zmm::bf16_dot_tile_reference(n_in, row, a.data())) << t << " " << r;
+      EXPECT_NEAR(batch[t * n_out + r], ref[t * n_out + r], 2e-5 * scale[t * n_out + r] + 1e-6) << t << " " << r;
+    }
+  }
+  set_bf16_dot(-1);
+  set_amx_enabled(true);
 }
 
 // BF16 weights on the AMX tile unit (bf16_gemm_amx.h): a token's outputs are the same bits whatever its

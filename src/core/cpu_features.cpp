@@ -66,6 +66,20 @@ bool cpu_has_avx512_vnni() {
   return ok;
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool ok = [] {
+    if (env_switch("KVSERVE_NO_AVX512_BF16") == 1 || !cpu_has_avx512_vnni()) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+    return (eax & (1u << 5)) != 0;  // AVX512_BF16; its registers are the state cpu_has_avx512_vnni checked
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
 namespace {
 // The tile unit usable by this process, and CPUID leaf 7's EDX (whose bits name its data types).
 bool amx_tiles_granted(unsigned& edx_out) {

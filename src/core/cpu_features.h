@@ -21,6 +21,9 @@ bool cpu_has_avx_vnni();
 // simd_worker), the rest stay 256-bit. KVSERVE_ZMM=0 or 1 in the environment overrides the choice (still
 // only with cpu_has_avx512_vnni()), and then every 512-bit path follows it (cpu_uses_zmm_path).
 bool cpu_prefers_zmm();
+// cpu_has_avx512_vnni() plus AVX512-BF16 (vdpbf16ps: Zen 4, Zen 5, Intel from Cooper Lake on).
+// KVSERVE_NO_AVX512_BF16=1 says no (to compare the float tiles).
+bool cpu_has_avx512_bf16();
 // cpu_has_avx512_vnni() plus AMX-TILE and AMX-INT8 (Intel Xeon from Sapphire Rapids on), with the OS saving
 // the tile state (XCR0 bits 17-18) and granting it to this process (Linux's arch_prctl
 // ARCH_REQ_XCOMP_PERM, asked once here). KVSERVE_NO_AMX=1 in the environment says no (to compare the

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/grow_only.h"
+#include "kernels/cpu/bf16_dot_tiles_zmm.h"
 #include "kernels/cpu/bf16_gemm_amx.h"
 #include "kernels/cpu/block32_tiles.h"
 #include "kernels/cpu/float_tiles_zmm.h"
@@ -196,6 +197,26 @@ bool amx_bf16_enabled() {
   return cpu_has_avx2() && cpu_has_amx_bf16() && g_amx_enabled.load(std::memory_order_relaxed);
 }
 
+std::atomic<int> g_bf16_dot{-1};  // -1: the host's default (set_bf16_dot)
+
+// BF16 weights by vdpbf16ps (bf16_dot_tiles_zmm.h) where there is no tile unit for them, for every token
+// count as on the tile unit. By default on AMD's cores (Zen 4, Zen 5), not on Intel's: on the Xeon VM (AMX
+// turned off) one vdpbf16ps took about two cycles, and the 4 x 6 tiles ran ~0.8x the float tiles (1B-shaped
+// BF16, one thread: 2048 x 2048 at 16 and 128 tokens 39-41 against 48-53 G MAC/s; 512-token prefill 68-71
+// against 76-96 tok/s). On Zen 4 the other choice is the 256-bit float tiles, which widen each weight and
+// take twice the instructions; not measured on an AMD core. KVSERVE_BF16_DOT=0/1 for A/B runs (the sums
+// differ).
+bool bf16_dot_enabled() {
+  static const bool host_default = [] {
+    const int forced = env_switch("KVSERVE_BF16_DOT");
+    if (forced >= 0) return forced == 1;
+    return cpu_amd_family() != 0 && cpu_uses_zmm_path(-1, /*pays_on_split_zmm=*/true);
+  }();
+  const int set = g_bf16_dot.load(std::memory_order_relaxed);
+  const bool on = set >= 0 ? set == 1 : host_default;
+  return on && cpu_has_avx512_bf16() && cpu_has_avx2() && !amx_bf16_enabled();
+}
+
 // Calls of at least this many tokens take the AMX pair kernels (where amx_enabled()): prefill and large
 // mixed steps, in passes of 16 tokens over each L2 chunk. Xeon VM with AMX (2026-12-05), 1B-shaped,
 // 512-token prefill, 4 alternating runs against KVSERVE_NO_AMX=1: Q8_0 1.22x, Q4_0 1.14x (1.07x before its
@@ -238,6 +259,7 @@ struct ConvertedActs {
   DotKind kind;
   bool block32 = false;          // the AVX2 block32 tiles read `pack`; everything else reads `rows`
   bool amx_bf16 = false;         // `rows` is the BF16 tile kernel's packed activations (bf16_gemm_amx.h)
+  bool bf16_dot = false;         // `rows` are BF16 rows for the vdpbf16ps tiles (bf16_dot_tiles_zmm.h)
   const uint8_t* rows = nullptr;  // n_tokens rows of row_bytes (x itself for F32)
   size_t row_bytes = 0;
   const ActPack32* pack = nullptr;
@@ -262,6 +284,12 @@ ConvertedActs prepare_activations(DType weight_type, const float* x, int64_t n_i
     grow_to(scratch, amx::bf16_packed_bytes(n_in, n_tokens));
     a.rows = scratch.data();
     return a;
+  }
+  if (weight_type == DType::BF16 && bf16_dot_enabled()) {
+    a.bf16_dot = true;
+    a.kind = {DType::BF16, convert_erased<uint16_t, quantize_row_bf16>,
+              scalar_dot_erased<uint16_t, uint16_t, vec_dot_bf16_bf16>, nullptr};
+    a.row_bytes = row_bytes(DType::BF16, n_in);
   }
   if (a.block32) {
     // Only the pack is read (the interleaved kernels and the block32 tiles): quantize straight into it.
@@ -726,6 +754,14 @@ void multiply_rows_iq_lanes(const IQLaneKernel& k, const Tensor& w, const Conver
 // nullptr.
 using FloatTilesFn = void (*)(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows, const void* const* a,
                               int n_tok, float* lanes, float* out);
+
+// A kind of 4 x 6 tiles of 16 lane sums per output: the float tiles (16 values a step, float activations)
+// or the BF16 dot tiles (32 values a step, BF16 activations).
+struct ZmmTiles {
+  FloatTilesFn accumulate;
+  int64_t k_step;     // ranges of a row start at multiples of it
+  int64_t act_bytes;  // bytes of one activation value
+};
 FloatTilesFn zmm_float_tiles(const DotKind& kind) {
   static const bool zmm = cpu_uses_zmm_path(env_switch("KVSERVE_ZMM_FLOAT"), /*pays_on_split_zmm=*/false);
   if (!zmm) return nullptr;
@@ -746,11 +782,11 @@ constexpr int64_t kFloatTileActBytes = 24 * 1024;
 constexpr size_t kFloatTileLongChunkBytes = 1024 * 1024;
 constexpr int64_t kFloatTileLongChunkMinTokens = 32;
 
-// Rows [row_begin, row_end) through the 512-bit float tiles: kMaxFloatTileRows rows x kMaxFloatTileTokens
-// tokens a call over each L2 chunk. Each output's 16 lane sums wait in `lanes` between ranges, so the ranges
-// leave its bits as they are; the last range sums them into the output.
-void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin,
-                             int64_t row_end) {
+// Rows [row_begin, row_end) through 512-bit tiles (the float tiles or the BF16 dot tiles): kMaxFloatTileRows rows x
+// kMaxFloatTileTokens tokens a call over each L2 chunk. Each output's 16 lane sums wait in `lanes` between ranges, so
+// the ranges leave its bits as they are; the last range sums them into the output.
+void multiply_rows_zmm_tiles(const ZmmTiles& tiles, const Tensor& w, const ConvertedActs& a, float* y,
+                             int64_t row_begin, int64_t row_end) {
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
   constexpr int kLanes = avx512zmm::kFloatTileLanes;
   const int64_t n_in = w.cols(), n_out = w.rows(), n_tokens = a.n_tokens;
@@ -767,8 +803,9 @@ void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const Converte
       // One token streams each row whole: ranges would turn the rows' streams into short jumps. Else the
       // fewest ranges of about one length whose activations fit kFloatTileActBytes (1B-shaped F16 at 128
       // tokens on the Xeon VM, 2048 x 2048: 8.6 ms whole, 7.9 in two ranges, 8.4 in three).
-      const int64_t n_ranges = n_tok == 1 ? 1 : (n_tok * n_in * 4 + kFloatTileActBytes - 1) / kFloatTileActBytes;
-      const int64_t range = ((n_in + n_ranges - 1) / n_ranges + kLanes - 1) / kLanes * kLanes;
+      const int64_t n_ranges =
+          n_tok == 1 ? 1 : (n_tok * n_in * tiles.act_bytes + kFloatTileActBytes - 1) / kFloatTileActBytes;
+      const int64_t range = ((n_in + n_ranges - 1) / n_ranges + tiles.k_step - 1) / tiles.k_step * tiles.k_step;
       for (int64_t k0 = 0; k0 < n_in; k0 += range) {
         const int64_t k1 = std::min(n_in, k0 + range);
         for (int64_t r = chunk; r < chunk_end; r += kRows) {
@@ -776,8 +813,8 @@ void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const Converte
           const void* w_rows[kRows];
           for (int i = 0; i < n_rows; ++i) w_rows[i] = w.row(r + i);
           float out[kRows * kTok];
-          tiles(k0, k1, w_rows, n_rows, act_rows, n_tok, lanes.data() + (r - chunk) * n_tok * kLanes,
-                k1 == n_in ? out : nullptr);
+          tiles.accumulate(k0, k1, w_rows, n_rows, act_rows, n_tok, lanes.data() + (r - chunk) * n_tok * kLanes,
+                           k1 == n_in ? out : nullptr);
           if (k1 < n_in) continue;
           for (int i = 0; i < n_rows; ++i)
             for (int t = 0; t < n_tok; ++t) y[(t0 + t) * n_out + r + i] = out[i * n_tok + t];
@@ -792,6 +829,11 @@ void multiply_rows_zmm_float(FloatTilesFn tiles, const Tensor& w, const Converte
 void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t row_begin, int64_t row_end) {
   if (a.amx_bf16) {
     amx::gemm_bf16(w.row(0), w.row_size(), w.cols(), w.rows(), a.rows, a.n_tokens, y, row_begin, row_end);
+    return;
+  }
+  if (a.bf16_dot) {
+    multiply_rows_zmm_tiles({avx512zmm::accumulate_bf16_dot_tiles, avx512zmm::kBf16DotStep, 2}, w, a, y, row_begin,
+                            row_end);
     return;
   }
   const int64_t n_in = w.cols();
@@ -845,7 +887,7 @@ void multiply_rows(const Tensor& w, const ConvertedActs& a, float* y, int64_t ro
   // The float tiles in 512-bit registers, several rows a call: each output the bits of the scalar lane
   // model whatever its batch (float_tiles_zmm.h).
   if (const FloatTilesFn zmm = tile != nullptr ? zmm_float_tiles(a.kind) : nullptr) {
-    multiply_rows_zmm_float(zmm, w, a, y, row_begin, row_end);
+    multiply_rows_zmm_tiles({zmm, avx512zmm::kFloatTileLanes, sizeof(float)}, w, a, y, row_begin, row_end);
     return;
   }
   for (int64_t chunk = row_begin; chunk < row_end; chunk += chunk_rows) {
@@ -925,6 +967,10 @@ void set_simd_enabled(bool enabled) { g_simd_enabled.store(enabled, std::memory_
 void set_fly_pairs_enabled(bool enabled) { g_fly_pairs_enabled.store(enabled, std::memory_order_relaxed); }
 
 void set_amx_enabled(bool enabled) { g_amx_enabled.store(enabled, std::memory_order_relaxed); }
+
+void set_bf16_dot(int on) { g_bf16_dot.store(on < 0 ? -1 : on != 0 ? 1 : 0, std::memory_order_relaxed); }
+
+bool bf16_dot_in_use() { return bf16_dot_enabled(); }
 
 namespace {
 std::atomic<int> g_decode_l2_ahead{-1};  // -1: the host's default

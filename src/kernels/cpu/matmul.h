@@ -107,6 +107,13 @@ void set_fly_pairs_enabled(bool enabled);
 // Not while a matmul is running.
 void set_amx_enabled(bool enabled);
 
+// Whether BF16 weights take the vdpbf16ps tiles (bf16_dot_tiles_zmm.h): on a core with AVX512-BF16 and no
+// AMX-BF16 in use, by default on AMD's cores, or as KVSERVE_BF16_DOT=0/1 says. set_bf16_dot(0 or 1) forces
+// them off or on (on still only with AVX512-BF16, and with AMX-BF16 turned off by set_amx_enabled(false)
+// where the core has it) and -1 restores the default, e.g. so tests can run them. Not while a matmul runs.
+bool bf16_dot_in_use();
+void set_bf16_dot(int on);
+
 // Whether one-token calls of the 512-bit pair kernels also ask 8 KiB ahead into L2 (with 2 KiB into L1;
 // interleaved_zmm_avx512vnni.cpp): by default on Intel cores, or as KVSERVE_DECODE_L2_AHEAD=0/1 says.
 // set_decode_l2_ahead(0 or 1) forces it off or on and -1 restores the default, e.g. so tests can run both
