@@ -741,10 +741,25 @@ TEST(FloatTiles, WideTilesGiveTheBitsOfTheNarrowOnes) {
 // scalar lane model: every tile shape up to 4 rows x 6 tokens, with the row taken whole and in ranges
 // (the lanes carried between calls and summed by the last one), for row lengths below 16, with and without
 // values past the last 16.
+using TileAccumulate = void (*)(int64_t, int64_t, const void* const*, int, const void* const*, int, float*, float*);
+
+// The n_rows x n_tok outputs of a 512-bit tile kind over rows of n values taken in ranges of `range` (the
+// last one shorter where n is not a multiple). The first range starts from zero, whatever the buffer holds
+// (NaNs); the lanes wait in it between ranges, and the last range's call sums them.
+std::vector<float> tile_outputs_in_ranges(TileAccumulate tiles, int64_t n, int64_t range, const void* const* rows,
+                                          int n_rows, const void* const* acts, int n_tok) {
+  std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * avx512zmm::kFloatTileLanes), std::nanf(""));
+  std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
+  for (int64_t k0 = 0; k0 < n; k0 += range) {
+    const int64_t k1 = std::min(n, k0 + range);
+    tiles(k0, k1, rows, n_rows, acts, n_tok, lanes.data(), k1 == n ? got.data() : nullptr);
+  }
+  return got;
+}
+
 TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
   if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
-  constexpr int kLanes = avx512zmm::kFloatTileLanes;
   std::mt19937 rng(37);
   std::normal_distribution<float> dist;
   for (const int64_t n : {int64_t{5}, int64_t{16}, int64_t{40}, int64_t{96}, int64_t{2053}}) {
@@ -753,12 +768,11 @@ TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
     for (float& v : x) v = dist(rng);
     std::vector<uint16_t> w16(kRows * n), wb(kRows * n);
     for (int64_t i = 0; i < kRows * n; ++i) w16[i] = fp32_to_fp16(wf[i]), wb[i] = fp32_to_bf16(wf[i]);
-    using Accumulate = void (*)(int64_t, int64_t, const void* const*, int, const void* const*, int, float*, float*);
     struct Case {
       const char* name;
       const void* w;
       size_t elem;
-      Accumulate tiles;
+      TileAccumulate tiles;
       float (*value)(const void* row, int64_t k);
     };
     const Case cases[] = {
@@ -783,14 +797,7 @@ TEST(FloatTiles, ZmmTilesGiveTheBitsOfTheScalarLaneModel) {
       for (const int64_t range : {n, int64_t{16}, int64_t{48}})
         for (int n_rows = 1; n_rows <= kRows; ++n_rows)
           for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-            // The first range starts from zero, whatever the buffer holds; the lanes wait in it between
-            // ranges, and the last range's call sums them.
-            std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), std::nanf(""));
-            std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
-            for (int64_t k0 = 0; k0 < n; k0 += range) {
-              const int64_t k1 = std::min(n, k0 + range);
-              c.tiles(k0, k1, rows, n_rows, acts, n_tok, lanes.data(), k1 == n ? got.data() : nullptr);
-            }
+            const std::vector<float> got = tile_outputs_in_ranges(c.tiles, n, range, rows, n_rows, acts, n_tok);
             for (int r = 0; r < n_rows; ++r)
               for (int t = 0; t < n_tok; ++t)
                 ASSERT_EQ(got[r * n_tok + t], want[r][t]) << c.name << " n " << n << " range " << range << " " << n_rows
@@ -863,7 +870,6 @@ struct PairOrderCase {
 TEST(Bf16DotTiles, GiveTheBitsOfTheScalarModelOfTheInstruction) {
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
-  constexpr int kLanes = avx512zmm::kFloatTileLanes;
   std::mt19937 rng(41);
   std::normal_distribution<float> dist;
   std::uniform_int_distribution<int> pick(0, 15);
@@ -902,13 +908,8 @@ TEST(Bf16DotTiles, GiveTheBitsOfTheScalarModelOfTheInstruction) {
     for (const int64_t range : {n, int64_t{32}, int64_t{96}})
       for (int n_rows = 1; n_rows <= kRows; ++n_rows)
         for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
-          std::vector<float> lanes(static_cast<size_t>(n_rows * n_tok * kLanes), std::nanf(""));
-          std::vector<float> got(static_cast<size_t>(n_rows * n_tok));
-          for (int64_t k0 = 0; k0 < n; k0 += range) {
-            const int64_t k1 = std::min(n, k0 + range);
-            avx512zmm::accumulate_bf16_dot_tiles(k0, k1, rows, n_rows, acts, n_tok, lanes.data(),
-                                                 k1 == n ? got.data() : nullptr);
-          }
+          const std::vector<float> got =
+              tile_outputs_in_ranges(avx512zmm::accumulate_bf16_dot_tiles, n, range, rows, n_rows, acts, n_tok);
           for (int r = 0; r < n_rows; ++r)
             for (int t = 0; t < n_tok; ++t)
               ASSERT_EQ(std::bit_cast<uint32_t>(got[r * n_tok + t]), std::bit_cast<uint32_t>(want[r][t]))

@@ -7,22 +7,11 @@
 #endif
 
 #include "kernels/cpu/bf16_dot_tiles_zmm.h"
+#include "kernels/cpu/zmm_tile_lanes.h"
 
 namespace kvserve::avx512zmm {
 
 namespace {
-
-// One token (decode): the weights stream from memory; asked ahead into L2 as the float tiles do
-// (float_tiles_zmm_avx512vnni.cpp).
-constexpr int64_t kDecodeAheadBytes = 16 * 1024;
-
-float sum_lanes(__m512 v) {
-  const __m256 s8 =
-      _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 // A vector cast: the same 64 bytes read as 32 BF16 values.
 __m512bh as_bf16(__m512i v) { return (__m512bh)v; }
@@ -37,9 +26,7 @@ void tile(int64_t k_begin, int64_t k_end, const void* const* w_rows, const void*
   for (int r = 0; r < R; ++r) w[r] = static_cast<const uint16_t*>(w_rows[r]);
   for (int t = 0; t < T; ++t) a[t] = static_cast<const uint16_t*>(a_rows[t]);
   __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t)
-      acc[r][t] = k_begin > 0 ? _mm512_loadu_ps(lanes + (r * T + t) * kFloatTileLanes) : _mm512_setzero_ps();
+  start_lanes<R, T>(k_begin, lanes, acc);
   int64_t k = k_begin;
   for (; k + kBf16DotStep <= k_end; k += kBf16DotStep) {
     if constexpr (T == 1)
@@ -61,12 +48,7 @@ void tile(int64_t k_begin, int64_t k_end, const void* const* w_rows, const void*
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], av);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t)
-      if (out != nullptr)
-        out[r * T + t] = sum_lanes(acc[r][t]);
-      else
-        _mm512_storeu_ps(lanes + (r * T + t) * kFloatTileLanes, acc[r][t]);
+  finish_lanes<R, T>(acc, lanes, out);
 }
 
 using TileFn = void (*)(int64_t, int64_t, const void* const*, const void* const*, float*, float*);

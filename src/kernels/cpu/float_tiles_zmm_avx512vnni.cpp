@@ -7,26 +7,14 @@
 #endif
 
 #include "kernels/cpu/float_tiles_zmm.h"
+#include "kernels/cpu/zmm_tile_lanes.h"
 
 namespace kvserve::avx512zmm {
 
 namespace {
 
-// One token (decode): the weights stream from memory, and the core's own prefetchers alone left it at ~0.75
-// of what a read loop gets (1B-shaped F16 on the Xeon VM: 9.8 tok/s, 12.9-13.4 with the lines 12-64 KiB
-// ahead asked into L2, 11.9 with 1 KiB into L1).
-constexpr int64_t kDecodeAheadBytes = 16 * 1024;
-
 // R weight rows share each activation load, T tokens each weight conversion. Past the last whole 16 values
 // the loads are masked: the lanes past the row's end get no FMA, so a row ends the same way in every call.
-float sum_lanes(__m512 v) {
-  const __m256 s8 =
-      _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
-
 template <int R, int T, typename Elem, typename Load, typename LoadMasked>
 [[gnu::always_inline]] inline void tile(int64_t k_begin, int64_t k_end, const void* const* w_rows,
                                         const void* const* a_rows, float* lanes, float* out, Load load,
@@ -36,9 +24,7 @@ template <int R, int T, typename Elem, typename Load, typename LoadMasked>
   for (int r = 0; r < R; ++r) w[r] = static_cast<const Elem*>(w_rows[r]);
   for (int t = 0; t < T; ++t) a[t] = static_cast<const float*>(a_rows[t]);
   __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t)
-      acc[r][t] = k_begin > 0 ? _mm512_loadu_ps(lanes + (r * T + t) * kFloatTileLanes) : _mm512_setzero_ps();
+  start_lanes<R, T>(k_begin, lanes, acc);
   int64_t k = k_begin;
   for (; k + kFloatTileLanes <= k_end; k += kFloatTileLanes) {
     if constexpr (T == 1)
@@ -60,12 +46,7 @@ template <int R, int T, typename Elem, typename Load, typename LoadMasked>
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_mask3_fmadd_ps(wv[r], av, acc[r][t], mask);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t)
-      if (out != nullptr)
-        out[r * T + t] = sum_lanes(acc[r][t]);
-      else
-        _mm512_storeu_ps(lanes + (r * T + t) * kFloatTileLanes, acc[r][t]);
+  finish_lanes<R, T>(acc, lanes, out);
 }
 
 template <int R, int T>
