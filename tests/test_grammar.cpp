@@ -74,6 +74,19 @@ TEST(JsonGrammar, HandPickedTextsOfSchemas) {
        {"-0.25", "-0.250"},
        {"-0.2", "-0.26", "0.25", "-0"}},
       {R"({"maximum": 10})", {"10", "-7.5"}, {"11", "10.5", R"("a")"}},
+      // multipleOf on the decimals written, exactly (0.3 is a multiple of 0.1 though not in binary floats).
+      {R"({"type": "integer", "multipleOf": 3})",
+       {"0", "3", "-6", "999999999999999999", "-0"},
+       {"1", "-4", "10", "3.0", "1000000000000000000"}},
+      {R"({"type": "integer", "multipleOf": 2.5})", {"5", "-10", "0"}, {"2", "7", "2.5"}},
+      {R"({"type": "number", "multipleOf": 0.25, "minimum": -1, "maximum": 1})",
+       {"0.25", "-1", "0.5", "1.00", "-0.75", "0", "0.250000000000"},
+       {"0.1", "1.25", "0.2", "-1.25", "0.255", "2", "0.25e0"}},
+      {R"({"type": "number", "multipleOf": 0.1})", {"0.3", "1.7", "-2", "0.30"}, {"0.35", "0.01", "3e1"}},
+      {R"({"multipleOf": 7})", {"14", "-7", "0"}, {"15", "7.5", R"("a")"}},
+      {R"({"type": "integer", "multipleOf": 1e20})", {"0"}, {"1", "100000000000000000"}},
+      {R"({"type": "integer", "minimum": 10, "maximum": 20, "multipleOf": 7})", {"14"}, {"7", "21", "1", "2", "0"}},
+      {R"({"type": "number", "multipleOf": 1e-15, "maximum": 1})", {"0.000000000001", "1"}, {"1.000000000001"}},
       {R"({"type": "string", "pattern": "^[a-z]+-\\d{2}$"})",
        {R"("ab-12")", R"("z-00")", R"("\u0061-12")"},
        {R"("Ab-12")", R"("ab-1")", R"("ab-123")", R"("-12")", R"("ab\n-12")"}},
@@ -183,7 +196,12 @@ TEST(JsonGrammar, TextChoices) {
 TEST(JsonGrammar, RefusesWhatItCannotEnforceByName) {
   const std::vector<std::pair<const char*, const char*>> refused = {
       {R"~({"type": "string", "pattern": "^(?=a)"})~", "lookaround"},
-      {R"({"type": "integer", "multipleOf": 3})", "multipleOf"},
+      {R"({"type": "integer", "minimum": 1, "maximum": 2, "multipleOf": 3})", "multipleOf leave no integer"},
+      {R"({"type": "number", "minimum": 0.1, "maximum": 0.2, "multipleOf": 0.25})", "multipleOf leave no number"},
+      {R"({"type": "integer", "multipleOf": 0})", "greater than 0"},
+      {R"({"type": "integer", "multipleOf": -2})", "greater than 0"},
+      {R"({"type": "integer", "multipleOf": "2"})", "must be a number"},
+      {R"({"type": "integer", "not": {"const": 1}})", "'not'"},
       {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer"},
       {R"({"type": "integer", "minimum": 2.2, "maximum": 2.8})", "no integer"},
       {R"({"type": "number", "minimum": 1e30})", "no number"},
@@ -407,6 +425,7 @@ TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
       R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}$"}, "n": {"type": "integer", "minimum": -20, "exclusiveMaximum": 1000}, "p": {"type": "number", "minimum": 0.5, "maximum": 2.75}, "word": {"type": "string", "pattern": "é|[xyz]{2}", "minLength": 3, "maxLength": 9}}, "required": ["id", "n", "p", "word"]})",
       R"({"type": "array", "items": {"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"type": "object", "properties": {"b": {"type": "string", "maxLength": 4}}, "required": ["b"]}, {"type": "integer", "maximum": 50}, {"type": "number", "minimum": 0}]}, "maxItems": 4})",
       R"({"type": "array", "items": [{"type": "integer"}, {"type": "string", "maxLength": 3}], "additionalItems": {"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}, "c": {"type": "integer"}}, "minProperties": 1, "maxProperties": 2}, "maxItems": 4})",
+      R"({"type": "object", "properties": {"k": {"type": "integer", "multipleOf": 7, "minimum": -50, "maximum": 500}, "q": {"type": "number", "multipleOf": 0.25, "exclusiveMinimum": -3, "maximum": 40}, "big": {"type": "integer", "multipleOf": 1000}}, "required": ["k", "q", "big"]})",
       R"({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}, "day": {"type": "string", "format": "date", "maxLength": 10}, "host": {"type": "string", "format": "hostname"}}, "required": ["when", "day", "host"]})",
   };
   std::mt19937 rng(5);
@@ -438,6 +457,9 @@ TEST(GrammarMatcher, MasksFollowEveryReadingOfAmbiguousText) {
   // Here a token's own bytes tell the branches apart ("12" only the second can start).
   const auto numbers = json_schema_grammar(json::parse(
       R"({"type": "array", "items": {"anyOf": [{"type": "integer", "maximum": 5}, {"type": "integer", "minimum": 100}]}})"));
+  // multipleOf with bounds: a prefix is refused where no multiple within them starts with it.
+  const auto stepped = json_schema_grammar(json::parse(
+      R"({"type": "array", "items": {"type": "number", "multipleOf": 0.75, "minimum": -2, "maximum": 8}})"));
   const GrammarTokenTable& table = gpt2_table();
   int checked = 0;
   const std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>> points = {
@@ -451,7 +473,11 @@ TEST(GrammarMatcher, MasksFollowEveryReadingOfAmbiguousText) {
       {g, "[{\"kind\": \"square\"}, \"12"},
       {numbers, "["},
       {numbers, "[3, "},
-      {numbers, "[1"}};
+      {numbers, "[1"},
+      {stepped, "["},
+      {stepped, "[1"},
+      {stepped, "[-"},
+      {stepped, "[0."}};
   for (const auto& [grammar, prefix] : points) {
     GrammarMatcher m(grammar, table);
     for (unsigned char c : prefix) ASSERT_TRUE(m.accept(byte_tokens()[c])) << prefix;
@@ -462,7 +488,16 @@ TEST(GrammarMatcher, MasksFollowEveryReadingOfAmbiguousText) {
   EXPECT_TRUE(accepts(numbers, "[5, 100, 0, 12345]"));
   EXPECT_FALSE(accepts(numbers, "[6]"));
   EXPECT_FALSE(accepts(numbers, "[99]"));
-  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(checked, 15);
+  EXPECT_TRUE(accepts(stepped, "[-1.5, 0, 0.75, 7.5, 6, 2.25]"));
+  EXPECT_FALSE(accepts(stepped, "[1]"));
+  EXPECT_FALSE(accepts(stepped, "[8]"));
+  EXPECT_FALSE(accepts(stepped, "[-2]"));
+  {
+    GrammarMatcher m(stepped, table);
+    ASSERT_TRUE(m.accept(byte_tokens()['[']));
+    EXPECT_FALSE(m.accept(byte_tokens()['8'])) << "no multiple of 0.75 in [-2, 8] starts with 8";
+  }
   EXPECT_TRUE(accepts(g, R"([{"kind": "circle", "r": 3}, {"kind": "square"}, "42"])"));
   EXPECT_FALSE(accepts(g, R"([{"kind": "circle"}])"));
   EXPECT_FALSE(accepts(g, R"([{"kind": "square", "r": 3}])"));

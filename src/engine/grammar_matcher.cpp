@@ -589,8 +589,10 @@ class Walker {
     }
   }
 
-  // A bounded number's prefix: whether some number it can still become lies within [low, high] (final: the
-  // number as it stands). f.set: the integer part; f.value / f.next: the fraction's digits and how many.
+  // A bounded number's prefix: whether some number it can still become lies within [low, high] and is a
+  // multiple of the step (final: the number as it stands). f.set: the integer part; f.value / f.next: the
+  // fraction's digits and how many. Each case below is a set of intervals every value of which some
+  // continuation writes, so a multiple in one of them is one the reply can still reach.
   static bool within_bounds(const GrammarNode& n, const Frame& f, bool final) {
     const bool integer = n.kind == Kind::Integer;
     const int fraction_digits = integer ? 0 : kBoundedFractionDigits;
@@ -600,8 +602,7 @@ class Walker {
     Int128 frac_unit = 1;  // the last fraction digit's worth
     for (int k = f.next; k < fraction_digits; ++k) frac_unit *= 10;
     auto overlaps = [&](Int128 lo, Int128 hi) {  // magnitudes [lo, hi]
-      const Int128 a = f.sub ? -hi : lo, b = f.sub ? -lo : hi;
-      return a <= n.high && b >= n.low;
+      return holds_multiple(std::max(f.sub ? -hi : lo, n.low), std::min(f.sub ? -lo : hi, n.high), n.step);
     };
     const Int128 exact = whole * unit + static_cast<Int128>(f.value) * frac_unit;
     if (final) return overlaps(exact, exact);

@@ -23,8 +23,7 @@ constexpr int64_t kMaxReadings = 64;
 
 // Keywords that constrain values beyond what the matcher enforces: refused, so a reply never claims to follow
 // a schema it does not.
-constexpr std::array<const char*, 13> kUnsupported = {"multipleOf",
-                                                      "not",
+constexpr std::array<const char*, 12> kUnsupported = {"not",
                                                       "if",
                                                       "then",
                                                       "else",
@@ -117,6 +116,40 @@ Int128 scaled_bound(const json& v, int digits, bool up, const char* key) {
   for (char c : whole) q = q * 10 + (c - '0');
   if (negative) return cut && !up ? -q - 1 : -q;
   return cut && up ? q + 1 : q;
+}
+
+// multipleOf as a step in units of 10^-digits: a value v is a multiple of m exactly where v·10^digits (an
+// integer: what the matcher holds) is a multiple of the step. m = a·10^e from its shortest decimal text; with
+// f = e + digits, the step is a·10^f where f >= 0, else a / gcd(a, 10^-f) (v·10^digits·10^-f must be a
+// multiple of a, and a / gcd is coprime to what is left of 10^-f). A step past every number written (10^36)
+// leaves only 0.
+Int128 multiple_step(const json& v, int digits) {
+  if (!v.is_number() || v.is_boolean()) fail("'multipleOf' must be a number");
+  const std::string t = json_text(v);
+  if (t[0] == '-' || v == json(0)) fail("'multipleOf' must be greater than 0, got {}", t);
+  std::string mantissa;
+  long exponent = 0;
+  bool fraction = false;
+  size_t i = 0;
+  for (; i < t.size() && t[i] != 'e' && t[i] != 'E'; ++i) {
+    if (t[i] == '.') {
+      fraction = true;
+      continue;
+    }
+    mantissa.push_back(t[i]);
+    if (fraction) --exponent;
+  }
+  if (i < t.size()) exponent += std::stol(t.substr(i + 1));
+  mantissa.erase(0, mantissa.find_first_not_of('0'));
+  while (mantissa.size() > 1 && mantissa.back() == '0') mantissa.pop_back(), ++exponent;
+  if (mantissa.empty() || mantissa.size() > 36) fail("'multipleOf' {} is not supported", t);
+  Int128 a = 0;
+  for (char c : mantissa) a = a * 10 + (c - '0');
+  const long f = exponent + digits;
+  if (f >= 0) return static_cast<long>(mantissa.size()) + f > 36 ? kBeyond : a * pow10(static_cast<int>(f));
+  for (long k = 0; k < -f && a % 2 == 0; ++k) a /= 2;
+  for (long k = 0; k < -f && a % 5 == 0; ++k) a /= 5;
+  return a;
 }
 
 class SchemaCompiler {
@@ -579,7 +612,7 @@ class SchemaCompiler {
   void check_notation_keywords(const json& s) const {
     for (const char* keyword : kUnsupported)
       if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
-    for (const char* keyword : {"pattern", "prefixItems", "maxItems", "uniqueItems"})
+    for (const char* keyword : {"pattern", "prefixItems", "maxItems", "uniqueItems", "multipleOf"})
       if (s.contains(keyword))
         fail("the schema keyword '{}' is not supported in {} tool calls", keyword, notation_name());
   }
@@ -842,6 +875,7 @@ class SchemaCompiler {
       if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) return typed(s, "string", depth);
       for (const char* key : kBounds)
         if (s.contains(key)) return typed(s, "number", depth);
+      if (s.contains("multipleOf")) return typed(s, "number", depth);
       return any();
     }
     if (type->is_string()) return typed(s, type->get<std::string>(), depth);
@@ -1106,10 +1140,15 @@ class SchemaCompiler {
       if (k == "exclusiveMaximum") high = std::min(high, scaled_bound(v, digits, true, key) - 1);
       n.bounded = true;
     }
+    if (s.contains("multipleOf")) {
+      n.step = multiple_step(s["multipleOf"], digits);
+      n.bounded = true;
+    }
     if (!n.bounded) return;
     const Int128 largest = pow10(18 + digits) - 1;  // what 18 integer digits and the fraction reach
-    if (low > high || low > largest || high < -largest)
-      fail("the schema's minimum / maximum leave no {} to write", digits == 0 ? "integer" : "number");
+    if (!holds_multiple(std::max(low, -largest), std::min(high, largest), n.step))
+      fail("the schema's minimum / maximum{} leave no {} to write", n.step != 0 ? " / multipleOf" : "",
+           digits == 0 ? "integer" : "number");
     n.low = low;
     n.high = high;
   }

@@ -10,9 +10,10 @@
 // exclusiveMinimum / exclusiveMaximum, enum / const, anyOf / oneOf whose branches start with different
 // characters or not (two objects are followed side by side until their keys differ), allOf of one schema, $ref into
 // #/$defs or
-// #/definitions (recursion included). Annotations (title, description, default, examples, format, ...) are
-// accepted and not enforced. Keywords that constrain values in ways the matcher does not (multipleOf, not,
-// allOf of several, ...) are refused with an Error naming them, rather than output that would not validate.
+// #/definitions (recursion included), multipleOf (exactly, on the decimal the schema writes: 0.3 is a multiple
+// of 0.1). Annotations (title, description, default, examples, format, ...) are accepted and not enforced.
+// Keywords that constrain values in ways the matcher does not (not, if / then / else, ...) are refused with
+// an Error naming them, rather than output that would not validate.
 #include <bitset>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,15 @@ namespace kvserve {
 
 __extension__ typedef __int128 Int128;
 inline constexpr int kBoundedFractionDigits = 12;
+
+// Whether [lo, hi] holds a multiple of step (step > 0; 0 takes any value): what a bounded number with
+// multipleOf may still be.
+inline bool holds_multiple(Int128 lo, Int128 hi, Int128 step) {
+  if (lo > hi) return false;
+  if (step == 0) return true;
+  const Int128 below = hi >= 0 ? hi / step : -((-hi + step - 1) / step);  // floor(hi / step)
+  return below * step >= lo;
+}
 
 struct GrammarNode {
   enum class Kind : uint8_t {
@@ -64,6 +74,8 @@ struct GrammarNode {
   // not scaled) lies in [low, high]. Such numbers have no exponent and at most that many fraction digits.
   bool bounded = false;
   Int128 low = 0, high = 0;
+  // multipleOf, in the same units: the value is a multiple of it (0: any value). Only where bounded.
+  Int128 step = 0;
 
   // Literals: the exact JSON texts allowed (true, null, "red", 3, ...). Branches: fixed texts none of which
   // starts another, each followed by its own Sequence (alternatives[k] after literals[k]). Until: any text up
