@@ -691,7 +691,7 @@ TEST(GrammarMatcher, Gemma4ForcedCallsFollowTheSchema) {
       "when": {"type": "string", "format": "date"},
       "mode": {"enum": ["fast", "slow", 3, null]},
       "steps": {"type": "array", "items": {"type": "object", "properties": {
-        "name": {"type": "string"}, "weight": {"type": "number", "minimum": 0, "maximum": 1},
+        "name": {"type": "string"}, "weight": {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.125},
         "done": {"type": "boolean"}}, "required": ["name", "done"]}, "minItems": 1},
       "note": {"type": ["string", "null"]},
       "a:b": {"type": "integer", "minimum": -3, "maximum": 3},
@@ -718,13 +718,14 @@ TEST(GrammarMatcher, Gemma4ForcedCallsFollowTheSchema) {
   EXPECT_TRUE(accepts(g, call(good[1])));
   EXPECT_FALSE(accepts(g, call(good[2])));
   const std::vector<std::string> bad = {
-      "steps:[{name:" + q + "n" + q + ",done:true}]",                                     // title missing
-      "title:" + q + "t" + q + ",steps:[]",                                               // minItems 1
-      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + "}]",                     // done missing
-      "title:\"t\",steps:[{name:" + q + "n" + q + ",done:true}]",                         // JSON's string
-      "title:" + q + "t" + q + ", steps:[{name:" + q + "n" + q + ",done:true}]",          // a space
-      "title:" + q + "t" + q + ",code:" + q + "abcdef" + q + ",steps:[]",                 // too long
-      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",weight:2,done:true}]",  // above maximum
+      "steps:[{name:" + q + "n" + q + ",done:true}]",                                       // title missing
+      "title:" + q + "t" + q + ",steps:[]",                                                 // minItems 1
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + "}]",                       // done missing
+      "title:\"t\",steps:[{name:" + q + "n" + q + ",done:true}]",                           // JSON's string
+      "title:" + q + "t" + q + ", steps:[{name:" + q + "n" + q + ",done:true}]",            // a space
+      "title:" + q + "t" + q + ",code:" + q + "abcdef" + q + ",steps:[]",                   // too long
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",weight:2,done:true}]",    // above maximum
+      "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",weight:0.3,done:true}]",  // not a multiple
       "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",done:true}],mode:" + q + "medium" + q,
       "title:" + q + "t" + q + ",steps:[{name:" + q + "n" + q + ",done:true}],tree:{kids:[]}",
       "title:" + q + "t<tool_call|>" + q + ",steps:[{name:" + q + "n" + q + ",done:true}]",  // ends the block
@@ -777,7 +778,6 @@ TEST(GrammarMatcher, Gemma4ForcedCallsFollowTheSchema) {
       {R"({"type": "object", "properties": {"c": {"type": "array", "minItems": 2}}})", "minItems"},
       {R"({"type": "object", "properties": {"c": {"type": "array", "maxItems": 2}}})", "maxItems"},
       {R"({"type": "object", "minProperties": 1})", "minProperties"},
-      {R"({"type": "object", "properties": {"c": {"type": "integer", "multipleOf": 2}}})", "multipleOf"},
       {R"({"type": "object", "properties": {"x<|\"|>": {}}})", "cannot be written"},
       {R"({"type": "object", "properties": {"x": {"const": "a<tool_call|>"}}})", "cannot be written"},
       {R"({"type": "array"})", "of type object"},
@@ -805,7 +805,7 @@ TEST(GrammarMatcher, PythonicForcedCallsFollowTheSchema) {
       "code": {"type": "string", "minLength": 2, "maxLength": 5},
       "mode": {"enum": ["fast", "it's \"slow\"", 3, null, true]},
       "steps": {"type": "array", "items": {"type": "object", "properties": {
-        "name": {"type": "string"}, "weight": {"type": "number", "minimum": 0, "maximum": 1},
+        "name": {"type": "string"}, "weight": {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.125},
         "done": {"type": "boolean"}}, "required": ["name", "done"]}, "minItems": 1},
       "note": {"type": ["string", "null"]},
       "extra": {"type": "object", "additionalProperties": {"type": "integer"}},
@@ -834,6 +834,7 @@ TEST(GrammarMatcher, PythonicForcedCallsFollowTheSchema) {
       R"(title="t",steps=[{"name": "n", "done": True}])",                  // no space
       R"(title="t", steps=[{"name": "n", "done": True}], mode="medium")",  // not in the enum
       R"(title="t", steps=[{"name": "n", "weight": 2, "done": True}])",    // above maximum
+      R"(title="t", steps=[{"name": "n", "weight": 0.3, "done": True}])",  // not a multiple of 0.125
       R"(title="t", code="abcdef", steps=[{"name": "n", "done": True}])",  // too long
   };
   for (const std::string& b : bad) EXPECT_FALSE(accepts(g, call(b))) << b;

@@ -612,7 +612,7 @@ class SchemaCompiler {
   void check_notation_keywords(const json& s) const {
     for (const char* keyword : kUnsupported)
       if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
-    for (const char* keyword : {"pattern", "prefixItems", "maxItems", "uniqueItems", "multipleOf"})
+    for (const char* keyword : {"pattern", "prefixItems", "maxItems", "uniqueItems"})
       if (s.contains(keyword))
         fail("the schema keyword '{}' is not supported in {} tool calls", keyword, notation_name());
   }
