@@ -74,6 +74,20 @@ TEST(JsonGrammar, HandPickedTextsOfSchemas) {
        {"-0.25", "-0.250"},
        {"-0.2", "-0.26", "0.25", "-0"}},
       {R"({"maximum": 10})", {"10", "-7.5"}, {"11", "10.5", R"("a")"}},
+      // uniqueItems over a fixed list of values: each item one not written yet (1 and 1.0 are one value).
+      {R"({"type": "array", "items": {"enum": ["red", "green", "blue"]}, "uniqueItems": true})",
+       {"[]", R"(["red"])", R"(["red","green","blue"])", R"([ "blue" , "red" ])"},
+       {R"(["red","red"])", R"(["red","green","red"])", R"(["red","green","blue","red"])"}},
+      {R"({"type": "array", "items": {"type": "boolean"}, "uniqueItems": true, "minItems": 2})",
+       {"[true,false]", "[false, true]"},
+       {"[true,true]", "[true]", "[true,false,true]"}},
+      {R"({"type": "array", "items": {"enum": [1, 1.0, 2]}, "uniqueItems": true})",
+       {"[1,2]", "[1.0]", "[2,1.0]"},
+       {"[1,1.0]", "[1.0,1]", "[2,2]"}},
+      {R"({"type": "array", "items": {"enum": ["a", "ab"]}, "uniqueItems": true})",
+       {R"(["ab","a"])", R"(["a","ab"])"},
+       {R"(["a","a"])", R"(["ab","ab"])"}},
+      {R"({"type": "array", "items": {"enum": ["x", "y"]}, "uniqueItems": false})", {R"(["x","x"])"}, {R"(["z"])"}},
       // multipleOf on the decimals written, exactly (0.3 is a multiple of 0.1 though not in binary floats).
       {R"({"type": "integer", "multipleOf": 3})",
        {"0", "3", "-6", "999999999999999999", "-0"},
@@ -202,6 +216,11 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceByName) {
       {R"({"type": "integer", "multipleOf": -2})", "greater than 0"},
       {R"({"type": "integer", "multipleOf": "2"})", "must be a number"},
       {R"({"type": "integer", "not": {"const": 1}})", "'not'"},
+      {R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})", "uniqueItems"},
+      {R"({"uniqueItems": true})", "uniqueItems"},
+      {R"({"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": true, "minItems": 3})", "distinct values"},
+      {R"({"type": "array", "prefixItems": [{"const": 1}], "items": {"enum": [2]}, "uniqueItems": true})",
+       "uniqueItems"},
       {R"({"type": "integer", "minimum": 3, "maximum": 2})", "no integer"},
       {R"({"type": "integer", "minimum": 2.2, "maximum": 2.8})", "no integer"},
       {R"({"type": "number", "minimum": 1e30})", "no number"},
@@ -425,6 +444,7 @@ TEST(GrammarMatcher, RandomRepliesThroughARealVocabularyAreValid) {
       R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}$"}, "n": {"type": "integer", "minimum": -20, "exclusiveMaximum": 1000}, "p": {"type": "number", "minimum": 0.5, "maximum": 2.75}, "word": {"type": "string", "pattern": "é|[xyz]{2}", "minLength": 3, "maxLength": 9}}, "required": ["id", "n", "p", "word"]})",
       R"({"type": "array", "items": {"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"type": "object", "properties": {"b": {"type": "string", "maxLength": 4}}, "required": ["b"]}, {"type": "integer", "maximum": 50}, {"type": "number", "minimum": 0}]}, "maxItems": 4})",
       R"({"type": "array", "items": [{"type": "integer"}, {"type": "string", "maxLength": 3}], "additionalItems": {"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}, "c": {"type": "integer"}}, "minProperties": 1, "maxProperties": 2}, "maxItems": 4})",
+      R"({"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b", "c", 1, true, {"x": [1]}]}, "uniqueItems": true}, "flags": {"type": "array", "items": {"type": "boolean"}, "uniqueItems": true, "minItems": 1}}, "required": ["tags", "flags"]})",
       R"({"type": "object", "properties": {"k": {"type": "integer", "multipleOf": 7, "minimum": -50, "maximum": 500}, "q": {"type": "number", "multipleOf": 0.25, "exclusiveMinimum": -3, "maximum": 40}, "big": {"type": "integer", "multipleOf": 1000}}, "required": ["k", "q", "big"]})",
       R"({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}, "day": {"type": "string", "format": "date", "maxLength": 10}, "host": {"type": "string", "format": "hostname"}}, "required": ["when", "day", "host"]})",
   };
@@ -460,6 +480,9 @@ TEST(GrammarMatcher, MasksFollowEveryReadingOfAmbiguousText) {
   // multipleOf with bounds: a prefix is refused where no multiple within them starts with it.
   const auto stepped = json_schema_grammar(json::parse(
       R"({"type": "array", "items": {"type": "number", "multipleOf": 0.75, "minimum": -2, "maximum": 8}})"));
+  // Unique items from a list: an item may not be one written already, and the list may not go on once all are.
+  const auto unique = json_schema_grammar(
+      json::parse(R"({"type": "array", "items": {"enum": ["a", "ab", "b"]}, "uniqueItems": true})"));
   const GrammarTokenTable& table = gpt2_table();
   int checked = 0;
   const std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>> points = {
@@ -477,7 +500,11 @@ TEST(GrammarMatcher, MasksFollowEveryReadingOfAmbiguousText) {
       {stepped, "["},
       {stepped, "[1"},
       {stepped, "[-"},
-      {stepped, "[0."}};
+      {stepped, "[0."},
+      {unique, "[\"a\","},
+      {unique, "[\"a\", \"ab\""},
+      {unique, "[\"ab\",\"a"},
+      {unique, "[\"ab\",\"a\""}};
   for (const auto& [grammar, prefix] : points) {
     GrammarMatcher m(grammar, table);
     for (unsigned char c : prefix) ASSERT_TRUE(m.accept(byte_tokens()[c])) << prefix;
@@ -488,7 +515,13 @@ TEST(GrammarMatcher, MasksFollowEveryReadingOfAmbiguousText) {
   EXPECT_TRUE(accepts(numbers, "[5, 100, 0, 12345]"));
   EXPECT_FALSE(accepts(numbers, "[6]"));
   EXPECT_FALSE(accepts(numbers, "[99]"));
-  EXPECT_EQ(checked, 15);
+  EXPECT_EQ(checked, 19);
+  {
+    GrammarMatcher m(unique, table);
+    for (unsigned char c : std::string(R"(["b","ab","a")")) ASSERT_TRUE(m.accept(byte_tokens()[c]));
+    EXPECT_FALSE(m.accept(byte_tokens()[','])) << "every value is written";
+    EXPECT_TRUE(m.accept(byte_tokens()[']']));
+  }
   EXPECT_TRUE(accepts(stepped, "[-1.5, 0, 0.75, 7.5, 6, 2.25]"));
   EXPECT_FALSE(accepts(stepped, "[1]"));
   EXPECT_FALSE(accepts(stepped, "[8]"));

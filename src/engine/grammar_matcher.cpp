@@ -163,21 +163,26 @@ class Walker {
           return true;
         case Step::Reject:
           return false;
-        case Step::Done:
+        case Step::Done: {
+          const Frame ended = f;
           st_.pop();
-          complete_parents();
+          complete_parents(ended);
           return true;
-        case Step::Retry:
+        }
+        case Step::Retry: {
+          const Frame ended = f;
           st_.pop();
-          complete_parents();
+          complete_parents(ended);
           continue;
+        }
       }
     }
   }
 
   // Pushes the frame of a value of `node` starting with c, and feeds c to it.
   // A union's other branches for the byte go to forks_ (none kept without one: the first branch only).
-  Step start_value(int32_t node, int c, int hops = 0) {
+  // `taken`: a Literals node's texts it may not be (an array's unique items written already).
+  Step start_value(int32_t node, int c, int hops = 0, uint64_t taken = 0) {
     if (c == kEnd || c < 0) return Step::Reject;
     while (node >= 0 && g_.nodes[static_cast<size_t>(node)].kind == Kind::Union) {
       if (++hops > kMaxUnionHops) return Step::Reject;
@@ -222,6 +227,8 @@ class Walker {
         const size_t n = g_.nodes[static_cast<size_t>(node)].literals.size();
         f.state = kind == Kind::Literals ? kLiteral : kBranch;
         f.set = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;  // every text is still a candidate
+        f.set &= ~taken;
+        if (f.set == 0) return Step::Reject;
         break;
       }
       case Kind::Sequence:
@@ -240,8 +247,9 @@ class Walker {
     if (!st_.push(f)) return Step::Reject;
     const Step s = step(st_.top(), c);
     if (s == Step::Done) {
+      const Frame ended = st_.top();
       st_.pop();
-      complete_parents();
+      complete_parents(ended);
       return Step::Consumed;
     }
     return s == Step::Retry ? Step::Reject : s;  // a value cannot end before its first byte
@@ -250,8 +258,9 @@ class Walker {
  private:
   const GrammarNode& node_of(const Frame& f) const { return g_.nodes[static_cast<size_t>(f.node)]; }
 
-  // A child value ended: its parent moves on; a sequence whose last part ended ends too.
-  void complete_parents() {
+  // A child value ended (`ended`, its frame as it ended): its parent moves on; a sequence whose last part
+  // ended ends too. An array of unique items marks the text its item was (and those of an equal value) taken.
+  void complete_parents(const Frame& ended) {
     while (!st_.empty()) {
       Frame& p = st_.top();
       switch (p.state) {
@@ -265,6 +274,11 @@ class Walker {
         case kArrRunning:
           p.state = kArrAfter;
           ++p.count;
+          if (const GrammarNode& n = node_of(p); !n.same_value.empty()) {
+            const std::vector<std::string>& texts = g_.nodes[static_cast<size_t>(n.items)].literals;
+            for (size_t k = 0; k < texts.size(); ++k)
+              if ((ended.set >> k & 1) && texts[k].size() == ended.pos) p.set |= n.same_value[k];
+          }
           return;
         case kSeqRunning:
           p.state = kSeq;
@@ -390,11 +404,11 @@ class Walker {
         if (c == ']' && f.state == kArrOpen && n.min_items == 0) return Step::Done;
         if (f.count >= n.max_items) return Step::Reject;
         f.state = kArrRunning;
-        return start_value(f.count < n.tuple.size() ? n.tuple[f.count] : n.items, c);
+        return start_value(f.count < n.tuple.size() ? n.tuple[f.count] : n.items, c, 0, f.set);
       case kArrAfter:
         if (is_ws(c)) return whitespace(f);
         f.ws = 0;
-        if (c == ',' && f.count < n.max_items) {
+        if (c == ',' && f.count < n.max_items) {  // (unique items: max_items is at most the distinct values)
           f.state = kArrComma;
           return Step::Consumed;
         }
@@ -792,8 +806,9 @@ class Walker {
           ++top.next;
           top.pos = 0;
           if (static_cast<size_t>(top.next) == n.parts.size()) {
+            const Frame ended = past.top();
             past.pop();
-            Walker(g_, past).complete_parents();
+            Walker(g_, past).complete_parents(ended);
           }
           fork_feeding(past, c);
         }
@@ -838,8 +853,9 @@ class Walker {
   // takes it (most bytes it does not, and then no fork is made).
   [[gnu::noinline]] void fork_after(int c) {
     Overlay after(st_);
+    const Frame ended = after.top();
     after.pop();
-    Walker(g_, after).complete_parents();
+    Walker(g_, after).complete_parents(ended);
     fork_feeding(after, c);
   }
 

@@ -827,7 +827,10 @@ class SchemaCompiler {
     if (!s.is_object()) fail("a schema must be an object, got {}", json_text(s));
     for (const char* keyword : kUnsupported)
       if (s.contains(keyword)) fail("the schema keyword '{}' is not supported", keyword);
-    if (s.contains("uniqueItems") && s["uniqueItems"] == true) fail("the schema keyword 'uniqueItems' is not supported");
+    // uniqueItems is taken where the items come from a fixed list (the array's branch below); without items
+    // any value may come twice.
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true && !s.contains("items"))
+      fail("the schema keyword 'uniqueItems' is supported only over items from an enum, const or boolean");
     if (auto ref = s.find("$ref"); ref != s.end()) {
       // Keywords beside a $ref apply too (JSON Schema 2019-09 on): the two merged as an allOf, unless the target
       // says the same already (a recursive schema's "type" repeated beside its $ref stays a reference).
@@ -1125,6 +1128,29 @@ class SchemaCompiler {
     n.pattern = TextPattern::compile(pattern, mode, lengths);
   }
 
+  // uniqueItems: each item takes one of the items' texts not taken yet, where the items come from a list of
+  // texts (enum, const, boolean); a value written two ways (1 and 1.0) counts once. Other items are refused.
+  void unique_items(GrammarNode& n) const {
+    const GrammarNode* items = n.items >= 0 ? &grammar_.nodes[static_cast<size_t>(n.items)] : nullptr;
+    if (!n.tuple.empty() || items == nullptr || items->kind != GrammarNode::Kind::Literals ||
+        items->literals.size() > 64)
+      fail(
+          "the schema keyword 'uniqueItems' is supported only over items from an enum, const or boolean "
+          "(at most 64 values, no prefixItems)");
+    std::vector<json> values;
+    for (const std::string& t : items->literals) values.push_back(json::parse(t));
+    n.same_value.assign(values.size(), 0);
+    for (size_t i = 0; i < values.size(); ++i)
+      for (size_t j = 0; j < values.size(); ++j)
+        if (values[i] == values[j]) n.same_value[i] |= uint64_t{1} << j;
+    uint32_t distinct = 0;
+    uint64_t counted = 0;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (!(counted >> i & 1)) ++distinct, counted |= n.same_value[i];
+    if (n.min_items > distinct) fail("'minItems' is above the {} distinct values unique items can take", distinct);
+    n.max_items = std::min(n.max_items, distinct);
+  }
+
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum as [low, high] in the node's units.
   static void bounds(const json& s, GrammarNode& n) {
     const int digits = n.kind == GrammarNode::Kind::Number ? kBoundedFractionDigits : 0;
@@ -1222,6 +1248,7 @@ class SchemaCompiler {
         n.items = rest ? compile(*rest, depth + 1) : any();
       }
       if (n.min_items > n.max_items) fail("'minItems' is above 'maxItems' (or the items a tuple allows)");
+      if (s.contains("uniqueItems") && s["uniqueItems"] == true) unique_items(n);
     } else if (type == "string") {
       n.kind = GrammarNode::Kind::String;
       n.min_items = count_field(s, "minLength", 0);

@@ -6,9 +6,10 @@
 // Schemas: type (one, or a list), properties / required (properties are written in the schema's order; ones
 // not required may be left out; none beyond them), additionalProperties (without properties: the values' schema,
 // or false for {}), minProperties / maxProperties, items, prefixItems (or draft 7's items list with
-// additionalItems), minItems / maxItems, minLength / maxLength, pattern, minimum / maximum /
-// exclusiveMinimum / exclusiveMaximum, enum / const, anyOf / oneOf whose branches start with different
-// characters or not (two objects are followed side by side until their keys differ), allOf of one schema, $ref into
+// additionalItems), minItems / maxItems, uniqueItems over items from an enum / const / boolean, minLength / maxLength,
+// pattern, minimum / maximum / exclusiveMinimum / exclusiveMaximum, enum / const, anyOf / oneOf whose branches start
+// with different characters or not (two objects are followed side by side until their keys differ), allOf of one
+// schema, $ref into
 // #/$defs or
 // #/definitions (recursion included), multipleOf (exactly, on the decimal the schema writes: 0.3 is a multiple
 // of 0.1). Annotations (title, description, default, examples, format, ...) are accepted and not enforced.
@@ -64,6 +65,9 @@ struct GrammarNode {
   int values = -1;
 
   int items = -1;                                  // Array: the items' node (after `tuple`; -1: none)
+  // Array with uniqueItems, over items from a Literals node (enum / const / boolean): for each of its texts,
+  // the texts of an equal value (itself included: 1 and 1.0 are one value). Empty: items may repeat.
+  std::vector<uint64_t> same_value;
   std::vector<int> tuple;                          // Array: the first items' own nodes (prefixItems)
   uint32_t min_items = 0, max_items = UINT32_MAX;  // Array: items; String: characters; Object: properties
 

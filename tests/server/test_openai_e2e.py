@@ -216,7 +216,7 @@ def test_structured_output(client):
 
 def test_pydantic_models_through_the_sdk(client):
     """The SDK's own structured output: a pydantic model's strict schema (a discriminated union, bounds,
-    multiples, a pattern, date and uuid formats) goes out as response_format, and pydantic validates what comes
+    multiples, a set of literals, a pattern, date and uuid formats) goes out as response_format, and pydantic validates what comes
     back."""
     import datetime
     import uuid
@@ -238,6 +238,7 @@ def test_pydantic_models_through_the_sdk(client):
         shapes: list[Union[Circle, Square]] = Field(max_length=3)
         id: uuid.UUID
         copies: int = Field(multiple_of=5, ge=0, le=95)
+        palette: set[Literal["red", "green", "blue"]]
         scale: float = Field(multiple_of=0.25, ge=0.5, le=4)
 
     messages = [{"role": "user", "content": "Draw something."}]
@@ -246,6 +247,8 @@ def test_pydantic_models_through_the_sdk(client):
                                           seed=seed, response_format=Drawing)
         drawing = r.choices[0].message.parsed
         assert isinstance(drawing, Drawing), r.choices[0].message.content
+        palette = json.loads(r.choices[0].message.content)["palette"]
+        assert len(palette) == len(set(palette)), palette  # pydantic's set would hide a repeat
         assert all(isinstance(s, (Circle, Square)) for s in drawing.shapes)
 
 
