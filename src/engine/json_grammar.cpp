@@ -1138,7 +1138,10 @@ class SchemaCompiler {
           "the schema keyword 'uniqueItems' is supported only over items from an enum, const or boolean "
           "(at most 64 values, no prefixItems)");
     std::vector<json> values;
-    for (const std::string& t : items->literals) values.push_back(json::parse(t));
+    for (const std::string& t : items->literals) {
+      values.push_back(json::parse(t, nullptr, false));
+      if (values.back().is_discarded()) fail("'uniqueItems' over items that are not JSON values");
+    }
     n.same_value.assign(values.size(), 0);
     for (size_t i = 0; i < values.size(); ++i)
       for (size_t j = 0; j < values.size(); ++j)
