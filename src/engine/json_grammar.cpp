@@ -78,29 +78,42 @@ Int128 pow10(int n) {
 // Far past any number the matcher writes (18 integer digits, kBoundedFractionDigits after the point).
 const Int128 kBeyond = pow10(36);
 
-// `v` times 10^digits, rounded up or down to an integer, exactly: from the number's shortest decimal text,
-// which is what the schema's author wrote and what a validator's comparison of doubles agrees with.
-Int128 scaled_bound(const json& v, int digits, bool up, const char* key) {
-  if (!v.is_number()) fail("'{}' must be a number", key);
-  const std::string t = json_text(v);
-  size_t i = 0;
-  const bool negative = t[0] == '-';
-  if (negative) i = 1;
+// A number's shortest decimal text (what the schema's author wrote) as |v| = mantissa·10^exponent, the
+// mantissa's digits without leading zeros (none for 0).
+struct DecimalText {
+  bool negative = false;
   std::string mantissa;
-  long exponent = digits;
+  long exponent = 0;
+};
+DecimalText decimal_text(const json& v) {
+  const std::string t = json_text(v);
+  DecimalText d;
+  size_t i = 0;
+  d.negative = t[0] == '-';
+  if (d.negative) i = 1;
   bool fraction = false;
   for (; i < t.size() && t[i] != 'e' && t[i] != 'E'; ++i) {
     if (t[i] == '.') {
       fraction = true;
       continue;
     }
-    mantissa.push_back(t[i]);
-    if (fraction) --exponent;
+    d.mantissa.push_back(t[i]);
+    if (fraction) --d.exponent;
   }
-  if (i < t.size()) exponent += std::stol(t.substr(i + 1));
-  const size_t lead = mantissa.find_first_not_of('0');
-  if (lead == std::string::npos) return 0;
-  mantissa.erase(0, lead);
+  if (i < t.size()) d.exponent += std::stol(t.substr(i + 1));
+  d.mantissa.erase(0, std::min(d.mantissa.size(), d.mantissa.find_first_not_of('0')));
+  return d;
+}
+
+// `v` times 10^digits, rounded up or down to an integer, exactly: from the number's shortest decimal text,
+// which is what the schema's author wrote and what a validator's comparison of doubles agrees with.
+Int128 scaled_bound(const json& v, int digits, bool up, const char* key) {
+  if (!v.is_number()) fail("'{}' must be a number", key);
+  const DecimalText d = decimal_text(v);
+  if (d.mantissa.empty()) return 0;
+  const bool negative = d.negative;
+  const std::string& mantissa = d.mantissa;
+  const long exponent = d.exponent + digits;
   // |v|·10^digits = mantissa·10^exponent: its integer part, and whether anything was cut off.
   std::string whole = mantissa;
   bool cut = false;
@@ -125,24 +138,13 @@ Int128 scaled_bound(const json& v, int digits, bool up, const char* key) {
 // leaves only 0.
 Int128 multiple_step(const json& v, int digits) {
   if (!v.is_number() || v.is_boolean()) fail("'multipleOf' must be a number");
+  DecimalText d = decimal_text(v);
   const std::string t = json_text(v);
-  if (t[0] == '-' || v == json(0)) fail("'multipleOf' must be greater than 0, got {}", t);
-  std::string mantissa;
-  long exponent = 0;
-  bool fraction = false;
-  size_t i = 0;
-  for (; i < t.size() && t[i] != 'e' && t[i] != 'E'; ++i) {
-    if (t[i] == '.') {
-      fraction = true;
-      continue;
-    }
-    mantissa.push_back(t[i]);
-    if (fraction) --exponent;
-  }
-  if (i < t.size()) exponent += std::stol(t.substr(i + 1));
-  mantissa.erase(0, mantissa.find_first_not_of('0'));
+  if (d.negative || d.mantissa.empty()) fail("'multipleOf' must be greater than 0, got {}", t);
+  std::string& mantissa = d.mantissa;
+  long exponent = d.exponent;
   while (mantissa.size() > 1 && mantissa.back() == '0') mantissa.pop_back(), ++exponent;
-  if (mantissa.empty() || mantissa.size() > 36) fail("'multipleOf' {} is not supported", t);
+  if (mantissa.size() > 36) fail("'multipleOf' {} is not supported", t);
   Int128 a = 0;
   for (char c : mantissa) a = a * 10 + (c - '0');
   const long f = exponent + digits;
