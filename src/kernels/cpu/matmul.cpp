@@ -749,19 +749,12 @@ void multiply_rows_iq_lanes(const IQLaneKernel& k, const Tensor& w, const Conver
   }
 }
 
-// The 512-bit float tiles for a kind whose 256-bit tile is one of the float tiles, where the core runs
-// 512-bit registers at full width (KVSERVE_ZMM_FLOAT=0/1 overrides, for A/B runs: the sums differ); else
-// nullptr.
 using FloatTilesFn = void (*)(int64_t k_begin, int64_t k_end, const void* const* w, int n_rows, const void* const* a,
                               int n_tok, float* lanes, float* out);
 
-// A kind of 4 x 6 tiles of 16 lane sums per output: the float tiles (16 values a step, float activations)
-// or the BF16 dot tiles (32 values a step, BF16 activations).
-struct ZmmTiles {
-  FloatTilesFn accumulate;
-  int64_t k_step;     // ranges of a row start at multiples of it
-  int64_t act_bytes;  // bytes of one activation value
-};
+// The 512-bit float tiles for a kind whose 256-bit tile is one of the float tiles, where the core runs
+// 512-bit registers at full width (KVSERVE_ZMM_FLOAT=0/1 overrides, for A/B runs: the sums differ); else
+// nullptr.
 FloatTilesFn zmm_float_tiles(const DotKind& kind) {
   static const bool zmm = cpu_uses_zmm_path(env_switch("KVSERVE_ZMM_FLOAT"), /*pays_on_split_zmm=*/false);
   if (!zmm) return nullptr;
@@ -770,6 +763,14 @@ FloatTilesFn zmm_float_tiles(const DotKind& kind) {
   if (kind.avx2_tile == avx2::dot_tile_bf16_wide) return avx512zmm::accumulate_float_tiles_bf16_wide;
   return nullptr;
 }
+
+// A kind of 4 x 6 tiles of 16 lane sums per output: the float tiles (16 values a step, float activations)
+// or the BF16 dot tiles (32 values a step, BF16 activations).
+struct ZmmTiles {
+  FloatTilesFn accumulate;
+  int64_t k_step;     // ranges of a row start at multiples of it
+  int64_t act_bytes;  // bytes of one activation value
+};
 
 // Activation bytes of one group of tokens that a pass over a chunk's rows keeps in L1: past them the row
 // is taken in ranges, each range over all the chunk's rows before the next.
