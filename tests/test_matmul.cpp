@@ -863,17 +863,21 @@ struct PairOrderCase {
   }
 };
 
-// The vdpbf16ps tiles (bf16_dot_tiles_zmm.h) give each output the bits of the scalar model of the
-// instruction, whatever the tile's shape, the output's place in it and the ranges the row is cut into: row
+// The vdpbf16ps tiles (bf16_dot_tiles_zmm.h) give each output the bits it has alone, whatever the tile's
+// shape, the output's place in it and the ranges the row is cut into; on Intel's cores the bits of the scalar
+// model of the instruction (elsewhere within rounding of it): row
 // lengths past the last 32 values and odd ones, products of every size down to subnormal results and
 // subnormal inputs (which the instruction reads as zero), and exact cancellations.
-TEST(Bf16DotTiles, GiveTheBitsOfTheScalarModelOfTheInstruction) {
+TEST(Bf16DotTiles, GiveAnOutputItsBitsAloneAndOnIntelTheModels) {
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   constexpr int kRows = avx512zmm::kMaxFloatTileRows, kTok = avx512zmm::kMaxFloatTileTokens;
   std::mt19937 rng(41);
   std::normal_distribution<float> dist;
   std::uniform_int_distribution<int> pick(0, 15);
-  {
+  // Intel documents the instruction's steps; AMD's cores (not measured here) are held to the model within
+  // rounding, and to the same bits whatever the tile and the ranges, which is what batch invariance needs.
+  const bool documented = cpu_is_intel();
+  if (documented) {
     const PairOrderCase c;
     const void* row = c.w.data();
     const void* act = c.a.data();
@@ -901,10 +905,23 @@ TEST(Bf16DotTiles, GiveTheBitsOfTheScalarModelOfTheInstruction) {
     const void* acts[kTok];
     for (int r = 0; r < kRows; ++r) rows[r] = w.data() + r * n;
     for (int t = 0; t < kTok; ++t) acts[t] = x.data() + t * n;
+    // Each output alone, the row whole: the model's bits (on Intel's cores) or near them.
     float want[kRows][kTok];
     for (int r = 0; r < kRows; ++r)
-      for (int t = 0; t < kTok; ++t)
-        want[r][t] = avx512zmm::bf16_dot_tile_reference(n, w.data() + r * n, x.data() + t * n);
+      for (int t = 0; t < kTok; ++t) {
+        const float model = avx512zmm::bf16_dot_tile_reference(n, w.data() + r * n, x.data() + t * n);
+        want[r][t] = tile_outputs_in_ranges(avx512zmm::accumulate_bf16_dot_tiles, n, n, &rows[r], 1, &acts[t], 1)[0];
+        if (documented) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(want[r][t]), std::bit_cast<uint32_t>(model))
+              << "n " << n << " row " << r << " token " << t << ": " << want[r][t] << " model " << model;
+        } else {
+          double scale = 0.0;
+          for (int64_t k = 0; k < n; ++k)
+            scale += std::fabs(static_cast<double>(bf16_to_fp32(w[r * n + k])) * bf16_to_fp32(x[t * n + k]));
+          ASSERT_NEAR(want[r][t], model, 1e-5 * scale + 1e-30) << "n " << n << " row " << r << " token " << t;
+        }
+      }
+    // Every tile shape and range split: the bits of the output alone.
     for (const int64_t range : {n, int64_t{32}, int64_t{96}})
       for (int n_rows = 1; n_rows <= kRows; ++n_rows)
         for (int n_tok = 1; n_tok <= kTok; ++n_tok) {
@@ -914,7 +931,7 @@ TEST(Bf16DotTiles, GiveTheBitsOfTheScalarModelOfTheInstruction) {
             for (int t = 0; t < n_tok; ++t)
               ASSERT_EQ(std::bit_cast<uint32_t>(got[r * n_tok + t]), std::bit_cast<uint32_t>(want[r][t]))
                   << "n " << n << " range " << range << " " << n_rows << " x " << n_tok << " row " << r << " token "
-                  << t << ": " << got[r * n_tok + t] << " want " << want[r][t];
+                  << t << ": " << got[r * n_tok + t] << " alone " << want[r][t];
         }
   }
 }
@@ -932,7 +949,7 @@ TEST(Bf16DotTiles, ScalarModelFlushesSubnormalsAndAddsTheOddProductFirst) {
 
 // matmul over BF16 weights on the vdpbf16ps tiles (forced on where the core has AVX512-BF16, with AMX's
 // tile unit turned off): a token's bits alone are its bits in a batch (rows cut into ranges, long
-// chunks past 32 tokens), each is the scalar model's, and each is near the exact sum.
+// chunks past 32 tokens), each is the scalar model's (on Intel's cores), and each is near the exact sum.
 TEST(Bf16DotTiles, MatmulGivesEachTokenTheModelsBitsWhateverItsBatch) {
   set_amx_enabled(false);
   set_bf16_dot(1);
@@ -957,7 +974,9 @@ TEST(Bf16DotTiles, MatmulGivesEachTokenTheModelsBitsWhateverItsBatch) {
     quantize_row_bf16(x.data() + t * n_in, a.data(), n_in);
     for (int64_t r = 0; r < n_out; ++r) {
       const auto* row = reinterpret_cast<const uint16_t*>(data.data() + r * row_bytes(DType::BF16, n_in));
-      EXPECT_EQ(batch[t * n_out + r], avx512zmm::bf16_dot_tile_reference(n_in, row, a.data())) << t << " " << r;
+      if (cpu_is_intel()) {  // the instruction's documented steps; elsewhere the bound below
+        EXPECT_EQ(batch[t * n_out + r], avx512zmm::bf16_dot_tile_reference(n_in, row, a.data())) << t << " " << r;
+      }
       EXPECT_NEAR(batch[t * n_out + r], ref[t * n_out + r], 2e-5 * scale[t * n_out + r] + 1e-6) << t << " " << r;
     }
   }

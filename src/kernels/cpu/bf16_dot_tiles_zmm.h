@@ -12,7 +12,9 @@
 // The instruction's numerics, as Intel documents them: for lane i it adds the odd product, then the even
 // one (values 2i + 1 and 2i of its 32), each as an FMA with denormal inputs read as zero and a denormal
 // result flushed to zero, rounding to nearest even whatever MXCSR says. BF16 products are exact in float,
-// so bf16_dot_tile_reference below gives the same bits in scalar code (test: Bf16DotTiles.*).
+// so bf16_dot_tile_reference below gives the same bits in scalar code (test: Bf16DotTiles.*, on Intel's cores;
+// AMD's, where the tiles run by default, are not measured here: the tests hold them to the model within
+// rounding and to one result per output whatever the tile, the ranges and the batch).
 // Only after cpu_has_avx512_bf16() (the file's flags: *_avx512bf16.cpp).
 #include <cmath>
 #include <cstdint>
